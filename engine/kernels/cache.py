@@ -1,0 +1,82 @@
+"""Writing tokens into the paged KV cache, and moving whole blocks (copy-on-write, swap).
+
+Layout: see engine.kernels. ``store_kvcache`` is a Triton kernel (one program per token, ~10 lines);
+``copy_blocks`` and ``swap_blocks`` move whole blocks with torch's gather/scatter copies, which are
+already bandwidth-bound and need no kernel of our own.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _store_kvcache_kernel(key, value, k_cache, v_cache, slot_mapping, stride_k, stride_v,
+                          ROW: tl.constexpr, ROW_PAD: tl.constexpr):
+    token = tl.program_id(0)
+    slot = tl.load(slot_mapping + token).to(tl.int64)
+    if slot < 0:  # padding token
+        return
+    cols = tl.arange(0, ROW_PAD)
+    mask = cols < ROW
+    k = tl.load(key + token * stride_k + cols, mask=mask)
+    v = tl.load(value + token * stride_v + cols, mask=mask)
+    tl.store(k_cache + slot * ROW + cols, k, mask=mask)
+    tl.store(v_cache + slot * ROW + cols, v, mask=mask)
+
+
+def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  slot_mapping: torch.Tensor) -> None:
+    """Write key/value [N, Hkv, D] into the cache at ``slot_mapping`` [N]; a slot < 0 is padding, skipped.
+
+    key/value may be strided along N (views into a fused QKV output) but each row's [Hkv, D] must be
+    contiguous. Slots must be distinct (two tokens writing one slot race).
+    """
+    n, hkv, d = key.shape
+    assert value.shape == key.shape and slot_mapping.shape == (n,)
+    assert key.stride()[1:] == (d, 1) and value.stride()[1:] == (d, 1), "rows of key/value must be contiguous"
+    assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.shape[2:] == (hkv, d)
+    if n == 0:
+        return
+    row = hkv * d
+    _store_kvcache_kernel[(n,)](key, value, k_cache, v_cache, slot_mapping, key.stride(0), value.stride(0),
+                                ROW=row, ROW_PAD=triton.next_power_of_2(row))
+
+
+def copy_blocks(kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
+    """Copy-on-write: block ``src_dst[i, 0]`` -> ``src_dst[i, 1]`` in every layer, K and V.
+
+    kv_cache [L, 2, num_blocks, ...]; src_dst [M, 2] int64 on any device. Destinations must be
+    distinct and not among the sources (true for CoW: a destination is freshly allocated).
+    One gather and one scatter over dim 2, stream-ordered, no host sync.
+    """
+    if src_dst.numel() == 0:
+        return
+    src_dst = src_dst.to(kv_cache.device, torch.int64)
+    kv_cache.index_copy_(2, src_dst[:, 1], kv_cache.index_select(2, src_dst[:, 0]))
+
+
+def swap_blocks(src_cache: torch.Tensor, dst_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
+    """Move block ``src_dst[i, 0]`` of src_cache to block ``src_dst[i, 1]`` of dst_cache, all layers, K and V.
+
+    Both caches are [L, 2, blocks, block_size, Hkv, D] (the CPU one pinned, with its own block count);
+    the copy is bit-exact. How: gather the blocks on the source device into one staging tensor
+    [L, 2, M, ...] (pinned when it is on the CPU), one transfer, scatter on the destination device.
+    Swap-in (CPU -> GPU) is asynchronous: the pinned staging buffer is kept alive by torch's caching
+    host allocator until the copy has run. Swap-out (GPU -> CPU) synchronizes the current stream
+    before the CPU scatter, since the CPU must not read the staging buffer before the copy lands.
+    """
+    if src_dst.numel() == 0:
+        return
+    src_dst = src_dst.to(torch.int64)
+    src_idx, dst_idx = src_dst[:, 0].to(src_cache.device), src_dst[:, 1].to(dst_cache.device)
+    shape = (*src_cache.shape[:2], src_dst.shape[0], *src_cache.shape[3:])
+    pin = src_cache.device.type == "cpu" and dst_cache.device.type == "cuda"
+    staged = torch.empty(shape, dtype=src_cache.dtype, device=src_cache.device, pin_memory=pin)
+    torch.index_select(src_cache, 2, src_idx, out=staged)
+    moved = staged.to(dst_cache.device, non_blocking=True)
+    if src_cache.device.type == "cuda" and dst_cache.device.type == "cpu":
+        torch.cuda.current_stream(src_cache.device).synchronize()
+    dst_cache.index_copy_(2, dst_idx, moved)

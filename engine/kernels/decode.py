@@ -1,0 +1,155 @@
+"""Paged decode attention: one query token per sequence against its paged K/V.
+
+Grid (batch, num_kv_heads, num_splits). A program serves all query heads of one KV head (GQA:
+K/V are read once per KV head, the G query heads are the rows of a small matrix product, padded to
+16 rows for the tensor cores) over one split of the sequence. Every split of a sequence covers an
+equal share of its context_len, rounded to BLOCK_N tokens; a split with no tokens writes an empty
+partial (lse = -inf). With num_splits > 1 a second small kernel merges the partials by log-sum-exp.
+
+Invariants: context_len 0 gives zeros, never NaN. Shapes and num_splits depend only on tensor
+shapes (never on tensor values), so the call has no host sync and can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeConfig:
+    block_n: int = 64  # tokens per inner step
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+@triton.jit
+def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse, qk_scale,
+                         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
+                         NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+                         NUM_SPLITS: tl.constexpr, UPCAST: tl.constexpr):
+    b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    ctx = tl.load(context_lens + b)
+    chunk = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, ctx)
+
+    g = tl.arange(0, GROUP_PAD)
+    heads = kvh * GROUP + g
+    d = tl.arange(0, HEAD_DIM)
+    qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
+    if UPCAST:
+        qv = qv.to(tl.float32)
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        t = n0 + tl.arange(0, BLOCK_N)
+        valid = t < end
+        block = tl.load(block_tables + b * stride_bt + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+        rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+        k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    o_rows = o + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
+    tl.store(o_rows + d[None, :], out.to(o.dtype.element_ty), mask=g[:, None] < GROUP)
+    if NUM_SPLITS > 1:
+        part_lse = tl.where(l > 0, m + tl.log2(tl.where(l > 0, l, 1.0)), float("-inf"))
+        tl.store(lse + (b * NUM_KV_HEADS * GROUP + heads) * NUM_SPLITS + split, part_lse, mask=g < GROUP)
+
+
+@triton.jit
+def _merge_splits_kernel(o_part, lse, out, stride_ob, stride_oh,
+                         NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    b, h = tl.program_id(0), tl.program_id(1)
+    row = b * tl.num_programs(1) + h  # o_part [B, Hq, S, D] and lse [B, Hq, S] are contiguous
+    s = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, HEAD_DIM)
+    x = tl.load(lse + row * NUM_SPLITS + s, mask=s < NUM_SPLITS, other=float("-inf"))
+    top = tl.max(x, 0)
+    w = tl.exp2(x - tl.where(top == float("-inf"), 0.0, top))  # empty splits weigh 0
+    parts = tl.load(o_part + (row * NUM_SPLITS + s[:, None]) * HEAD_DIM + d[None, :],
+                    mask=s[:, None] < NUM_SPLITS, other=0.0)
+    total = tl.sum(w, 0)
+    merged = tl.sum(parts * w[:, None], 0) / tl.where(total > 0, total, 1.0)
+    tl.store(out + b * stride_ob + h * stride_oh + d, merged.to(out.dtype.element_ty))
+
+
+@functools.cache
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def default_num_splits(batch: int, num_kv_heads: int, max_context: int, device: torch.device,
+                       min_tokens_per_split: int = 256) -> int:
+    """Enough splits that batch * num_kv_heads * splits makes about two waves over the SMs.
+
+    Depends only on shapes (max_context = block table width * block_size), never on values.
+    """
+    sms = _num_sms(device.index or 0) if device.type == "cuda" else 4
+    want = math.ceil(2 * sms / max(1, batch * num_kv_heads))
+    return max(1, min(want, max_context // min_tokens_per_split, 64))
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float, *,
+                           num_splits: int | None = None, out: torch.Tensor | None = None,
+                           config: DecodeConfig | None = None) -> torch.Tensor:
+    """Attention of q [B, Hq, D] over each sequence's first context_lens[b] cached tokens -> [B, Hq, D].
+
+    block_tables [B, max_blocks] int32 (entries past a sequence's last block are never read),
+    context_lens [B] int32 (0 allowed: zeros out). q may be strided over B and Hq; its last dim
+    must be contiguous. out, if given, is [B, Hq, D] with a contiguous last dim.
+    """
+    cfg = config or DecodeConfig()
+    batch, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    group = num_heads // num_kv_heads
+    assert num_heads == group * num_kv_heads and q.stride(2) == 1 and head_dim & (head_dim - 1) == 0
+    assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_tables.stride(1) == 1
+    if num_splits is None:
+        num_splits = default_num_splits(batch, num_kv_heads, block_tables.shape[1] * block_size, q.device)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    assert out.shape == q.shape and out.stride(2) == 1
+    if batch == 0:
+        return out
+    if num_splits == 1:
+        o, lse, (sob, soh, sos) = out, out, (out.stride(0), out.stride(1), 0)
+    else:
+        o = torch.empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
+        sob, soh, sos = o.stride()[:3]
+    _decode_split_kernel[(batch, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E,
+        q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
+        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=cfg.block_n, NUM_SPLITS=num_splits,
+        UPCAST=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if num_splits > 1:
+        _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
+                                                 SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
+                                                 HEAD_DIM=head_dim, num_warps=4)
+    return out

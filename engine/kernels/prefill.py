@@ -1,0 +1,126 @@
+"""Paged prefill attention: causal attention of packed query tokens over their paged K/V.
+
+Sequence b owns query rows cu_seqlens_q[b] : cu_seqlens_q[b+1] (q_len_b of them) and has
+context_lens[b] tokens in the cache, this step's included (their K/V are stored before the call).
+Query row i of sequence b sits at position context_lens[b] - q_len_b + i and attends to cached
+positions 0..that position, so earlier context (prefix-cache hits, earlier prefill chunks) is read
+from the paged cache.
+
+Grid (B, cdiv(max_seqlen_q, BLOCK_M), Hq): one program per tile of BLOCK_M query rows of one query
+head; tiles past a sequence's q_len return at once. Keys below the tile's first position need no
+causal mask and run in a first, unmasked loop; the rest (the diagonal) in a second, masked loop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillConfig:
+    block_m: int = 128
+    block_n: int = 64
+    num_warps: int = 8
+    num_stages: int = 3
+
+
+@triton.jit
+def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                 NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, UPCAST: tl.constexpr):
+    """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, HEAD_DIM)
+    block = tl.load(bt_row + t // BLOCK_SIZE, mask=t < ctx, other=0).to(tl.int64)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    k = tl.load(k_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
+    v = tl.load(v_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(qv, tl.trans(k)) * qk_scale
+    if CAUSAL_MASK:
+        s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m - m_new)
+    l = l * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l
+
+
+@triton.jit
+def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale,
+                    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
+                    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+    b, tile, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_start = tl.load(cu_seqlens_q + b)
+    q_len = tl.load(cu_seqlens_q + b + 1) - q_start
+    if tile * BLOCK_M >= q_len:
+        return
+    ctx = tl.load(context_lens + b)
+    first = ctx - q_len + tile * BLOCK_M  # position of the tile's first query row
+    r = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    pos = ctx - q_len + r
+    d = tl.arange(0, HEAD_DIM)
+    tok = (q_start + r).to(tl.int64)
+    qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
+    if UPCAST:
+        qv = qv.to(tl.float32)
+    kvh = h // GROUP
+    bt_row = block_tables + b * stride_bt
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    unmasked_end = (first // BLOCK_N) * BLOCK_N  # keys before every row of the tile
+    for n0 in range(0, unmasked_end, BLOCK_N):
+        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, UPCAST)
+    end = tl.minimum(first + BLOCK_M, ctx)
+    for n0 in range(unmasked_end, end, BLOCK_N):
+        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, UPCAST)
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    tl.store(o + tok[:, None] * stride_ot + h * stride_oh + d[None, :], out.to(o.dtype.element_ty),
+             mask=(r < q_len)[:, None])
+
+
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            cu_seqlens_q: torch.Tensor, context_lens: torch.Tensor, block_tables: torch.Tensor,
+                            scale: float, *, max_seqlen_q: int | None = None, out: torch.Tensor | None = None,
+                            config: PrefillConfig | None = None) -> torch.Tensor:
+    """Causal attention of packed queries q [T, Hq, D] over the paged cache -> [T, Hq, D].
+
+    cu_seqlens_q [B+1] int32, context_lens [B] int32 (each >= its q_len), block_tables [B, max_blocks]
+    int32. max_seqlen_q (a host int) sizes the grid; when None it is read from cu_seqlens_q with
+    a host sync. q may be strided over T and Hq (last dim contiguous).
+    """
+    cfg = config or PrefillConfig()
+    total, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    group = num_heads // num_kv_heads
+    assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
+    assert k_cache.is_contiguous() and v_cache.is_contiguous()
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    batch = cu_seqlens_q.shape[0] - 1
+    if total == 0 or batch == 0:
+        return out
+    if max_seqlen_q is None:
+        max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+    grid = (batch, triton.cdiv(max_seqlen_q, cfg.block_m), num_heads)
+    _prefill_kernel[grid](q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E,
+                          q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+                          NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
+                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, UPCAST=INTERPRET,
+                          num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out
