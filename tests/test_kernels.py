@@ -1,0 +1,193 @@
+"""Kernels against their torch references (interpreter on CPU; tiny shapes).
+
+The data helpers here (random caches, shuffled block tables, tolerances) are shared with
+tests/gpu/test_kernels_gpu.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine.kernels as K
+from engine.kernels import reference as R
+
+DEV = "cpu"
+UNUSED_BLOCK = 1 << 30  # table entries past a sequence's end: reading one would fault or corrupt
+
+# Tolerances (max |out - ref| with ref in fp32; values are O(1)). fp32 runs exact dots under the
+# interpreter but tf32 on a GPU; bf16/fp16 are one rounding of the output plus operand rounding.
+ATOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+GPU_FP32_ATOL = 5e-3
+
+
+def random_cache(num_blocks, block_size, num_kv_heads, head_dim, dtype, device, gen):
+    def rand():
+        return torch.randn((num_blocks, block_size, num_kv_heads, head_dim), generator=gen, device=device).to(dtype)
+
+    return rand(), rand()
+
+
+def block_tables_for(context_lens: list[int], block_size: int, num_blocks: int, device, gen, extra: int = 1):
+    """Distinct random physical blocks for each sequence; width = most blocks needed + extra."""
+    need = [-(-n // block_size) for n in context_lens]
+    assert sum(need) <= num_blocks, "cache too small for the test's contexts"
+    perm = torch.randperm(num_blocks, generator=gen, device="cpu")
+    table = torch.full((len(context_lens), max(need, default=0) + extra), UNUSED_BLOCK, dtype=torch.int32)
+    used = 0
+    for b, k in enumerate(need):
+        table[b, :k] = perm[used:used + k]
+        used += k
+    return table.to(device)
+
+
+def assert_close(out, ref, dtype, what: str, atol: float | None = None):
+    assert not torch.isnan(out).any(), f"{what}: output has NaN (unwritten or 0/0)"
+    err = (out.float() - ref.float()).abs().max().item() if out.numel() else 0.0
+    tol = atol if atol is not None else ATOL[dtype]
+    rel = ((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12)).item() if out.numel() else 0.0
+    assert err <= tol, f"{what}: max abs error {err:.3g} > {tol:g} (relative L2 error {rel:.3g})"
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("block_size", [8, 16, 32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_store_kvcache_writes_exactly_the_mapped_slots_and_skips_padding(block_size, dtype):
+    g = gen(block_size)
+    k_cache, v_cache = random_cache(6, block_size, 2, 16, dtype, DEV, g)
+    n = 13
+    slots = torch.randperm(6 * block_size, generator=g)[:n]
+    slots[[2, 7]] = -1  # padding tokens
+    qkv = torch.randn(n, 5, 2, 16, generator=g).to(dtype)  # key/value as strided views of a fused output
+    key, value = qkv[:, 1], qkv[:, 3]
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    R.store_kvcache(key, value, k_ref, v_ref, slots)
+    K.store_kvcache(key, value, k_cache, v_cache, slots.to(torch.int32))
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref), "cache differs from the slot-mapped copy"
+
+
+DECODE_CASES = [  # (dtype, block_size, num_heads, num_kv_heads, head_dim, context_lens, num_splits)
+    (torch.float32, 8, 2, 2, 16, [0, 1, 8, 9, 37], None),
+    (torch.float32, 16, 8, 2, 16, [1, 15, 16, 17, 100], 3),
+    (torch.bfloat16, 16, 16, 2, 32, [0, 31, 33, 64], 4),
+    (torch.float16, 32, 8, 2, 16, [5, 96, 97], 2),
+    (torch.float32, 64, 8, 1, 16, [129, 1, 0], 1),
+    (torch.bfloat16, 128, 4, 1, 16, [200, 3], 5),
+]
+
+
+@pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}-g{c[2] // c[3]}-s{c[6]}")
+def test_paged_decode_matches_reference(case):
+    dtype, block_size, hq, hkv, d, ctx, splits = case
+    g = gen(sum(ctx) + block_size)
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 3
+    k_cache, v_cache = random_cache(num_blocks, block_size, hkv, d, dtype, DEV, g)
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, g)
+    context_lens = torch.tensor(ctx, dtype=torch.int32)
+    q = torch.randn(len(ctx), hq, d, generator=g).to(dtype)
+    out = torch.full_like(q, float("nan"))
+    K.paged_decode_attention(q, k_cache, v_cache, tables, context_lens, d**-0.5, num_splits=splits, out=out)
+    ref = R.paged_decode_attention(q, k_cache, v_cache, tables, context_lens, d**-0.5)
+    assert_close(out, ref, dtype, f"decode {case}")
+    assert (out[context_lens == 0] == 0).all(), "an empty context must give zeros"
+
+
+def test_paged_decode_reads_strided_queries_and_allocates_output():
+    g = gen(7)
+    k_cache, v_cache = random_cache(8, 8, 2, 16, torch.float32, DEV, g)
+    tables = block_tables_for([20, 11], 8, 8, DEV, g)
+    qkv = torch.randn(2, 12, 16, generator=g)
+    q = qkv[:, :8]  # strided over the batch, like a view into a fused QKV output
+    out = K.paged_decode_attention(q, k_cache, v_cache, tables, torch.tensor([20, 11], dtype=torch.int32), 0.3)
+    assert_close(out, R.paged_decode_attention(q, k_cache, v_cache, tables, torch.tensor([20, 11]), 0.3),
+                 torch.float32, "decode with strided q")
+
+
+PREFILL_CASES = [  # (dtype, block_size, hq, hkv, d, [(q_len, context_len)], config)
+    (torch.float32, 8, 2, 2, 16, [(5, 5), (1, 1), (7, 20)], (16, 16)),
+    (torch.float32, 16, 8, 2, 16, [(17, 17), (3, 40), (16, 16)], (16, 16)),
+    (torch.bfloat16, 16, 16, 2, 32, [(33, 47), (1, 64)], (16, 32)),
+    (torch.float16, 32, 4, 1, 16, [(40, 40), (9, 73)], (32, 16)),
+]
+
+
+@pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}-g{c[2] // c[3]}")
+def test_paged_prefill_matches_causal_reference_with_cached_context(case):
+    dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
+    g = gen(block_size * 31 + len(seqs))
+    ctx = [c for _, c in seqs]
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 2
+    k_cache, v_cache = random_cache(num_blocks, block_size, hkv, d, dtype, DEV, g)
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, g)
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32)
+    q = torch.randn(int(cu[-1]), hq, d, generator=g).to(dtype)
+    out = torch.full_like(q, float("nan"))
+    K.paged_prefill_attention(q, k_cache, v_cache, cu, torch.tensor(ctx, dtype=torch.int32), tables, d**-0.5,
+                              out=out, config=K.PrefillConfig(block_m=bm, block_n=bn))
+    ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, torch.tensor(ctx), tables, d**-0.5)
+    assert_close(out, ref, dtype, f"prefill {case}")
+
+
+def test_copy_blocks_copies_every_layer_k_and_v_exactly():
+    g = gen(3)
+    kv = torch.randn(3, 2, 10, 8, 2, 16, generator=g).to(torch.bfloat16)
+    pairs = torch.tensor([[1, 7], [4, 2], [1, 9]])
+    expected = kv.clone()
+    R.copy_blocks(expected, pairs)
+    K.copy_blocks(kv, pairs)
+    assert torch.equal(kv, expected), "copy_blocks changed something other than the destination blocks"
+
+
+def test_swapped_out_blocks_come_back_bit_exact():
+    g = gen(4)
+    dev_cache = torch.randn(2, 2, 12, 16, 2, 16, generator=g).to(torch.bfloat16)
+    host_cache = torch.randn(2, 2, 6, 16, 2, 16, generator=g).to(torch.bfloat16)
+    original = dev_cache.clone()
+    K.swap_blocks(dev_cache, host_cache, torch.tensor([[3, 5], [8, 0], [11, 2]]))
+    assert torch.equal(host_cache[:, :, [5, 0, 2]], original[:, :, [3, 8, 11]])
+    dev_cache[:, :, [3, 8, 11]] = torch.randn(2, 2, 3, 16, 2, 16, generator=g).to(torch.bfloat16)
+    K.swap_blocks(host_cache, dev_cache, torch.tensor([[5, 1], [0, 4], [2, 6]]))  # back, to other blocks
+    assert torch.equal(dev_cache[:, :, [1, 4, 6]].view(torch.int16), original[:, :, [3, 8, 11]].view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_with_and_without_residual(dtype):
+    g = gen(5)
+    x, r = torch.randn(5, 48, generator=g).to(dtype), torch.randn(5, 48, generator=g).to(dtype)
+    w = (1 + 0.1 * torch.randn(48, generator=g)).to(dtype)
+    for residual in (None, r):
+        out, res = K.rms_norm(x, w, 1e-5, residual)
+        ref_out, ref_res = R.rms_norm(x, w, 1e-5, residual)
+        assert_close(out, ref_out, dtype, "rms_norm")
+        assert torch.equal(res, ref_res), "the new residual must be x + residual in the model dtype"
+
+
+def test_rotary_embedding_rotates_strided_q_and_k_in_place():
+    g = gen(6)
+    qkv = torch.randn(7, 8 * 16, generator=g)
+    q, k = qkv[:, :64].view(7, 4, 16), qkv[:, 64:96].view(7, 2, 16)
+    q_ref, k_ref = q.clone(), k.clone()
+    untouched = qkv[:, 96:].clone()
+    pos = torch.randint(0, 100, (7,), generator=g)
+    cos_sin = K.rope_cache(16, 128, 10000.0, torch.device(DEV))
+    K.rotary_embedding(q, k, pos, cos_sin)
+    R.rotary_embedding(q_ref, k_ref, pos, cos_sin)
+    assert_close(q, q_ref, torch.float32, "rope q")
+    assert_close(k, k_ref, torch.float32, "rope k")
+    assert torch.equal(qkv[:, 96:], untouched), "rope wrote outside q and k"
+
+
+def test_silu_and_mul():
+    x = torch.randn(6, 2 * 40, generator=gen(8))
+    assert_close(K.silu_and_mul(x), R.silu_and_mul(x), torch.float32, "silu_and_mul")
+
+
+def test_default_num_splits_fills_the_gpu_for_one_long_sequence(monkeypatch):
+    monkeypatch.setattr(K.decode, "_num_sms", lambda _index: 132)
+    cuda = torch.device("cuda", 0)
+    assert 1 * 8 * K.default_num_splits(1, 8, 32768, cuda) >= 132, "one long sequence must fill the SMs"
+    assert K.default_num_splits(256, 8, 1024, cuda) == 1, "a large batch needs no split"
+    assert K.default_num_splits(1, 8, 16, cuda) == 1, "a short table cannot be split below 256 tokens a split"

@@ -1,0 +1,139 @@
+"""The Llama-style model: paged, stepwise forward == plain full-sequence causal forward."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.model import AttentionMetadata, LlamaModel, reference_forward
+from engine.weights import load_safetensors, save_safetensors
+from pagesim.specs import get_model
+
+BLOCK_SIZE = 8
+NUM_BLOCKS = 24
+ATOL_FP32 = 1e-4  # hidden states after the final norm are O(1)
+
+
+class PagedRun:
+    """A tiny hand-rolled scheduler: sequences own shuffled physical blocks; steps are built from
+    (seq, first_position, num_tokens) prefill chunks plus decode tokens, packed prefill-first."""
+
+    def __init__(self, model: LlamaModel, tokens: dict[str, torch.Tensor], seed: int = 0):
+        self.model, self.tokens = model, tokens
+        self.kv_cache = torch.randn(model.allocate_kv_cache(NUM_BLOCKS, BLOCK_SIZE).shape,
+                                    generator=torch.Generator().manual_seed(seed)).to(model.dtype)
+        self.free = torch.randperm(NUM_BLOCKS, generator=torch.Generator().manual_seed(seed + 1)).tolist()
+        self.tables: dict[str, list[int]] = {}
+        self.hidden: dict[str, dict[int, torch.Tensor]] = {name: {} for name in tokens}
+
+    def blocks_for(self, name: str, length: int) -> list[int]:
+        table = self.tables.setdefault(name, [])
+        while len(table) * BLOCK_SIZE < length:
+            table.append(self.free.pop())
+        return table
+
+    def table_tensor(self, names: list[str | None], width: int = 5) -> torch.Tensor:
+        """Block tables padded with an out-of-range id (a padding row has no blocks at all)."""
+        rows = [self.tables.get(n, []) + [1 << 30] * (width - len(self.tables.get(n, []))) for n in names]
+        return torch.tensor(rows, dtype=torch.int32).reshape(len(names), width)
+
+    def step(self, prefill: list[tuple[str, int, int]], decode: list[str | None]) -> None:
+        """prefill: (seq, start, count) chunks; decode: seq names (None = a padding row)."""
+        ids, pos, slots, owners = [], [], [], []
+        cu, ctx_p = [0], []
+        for name, start, count in prefill:
+            table = self.blocks_for(name, start + count)
+            for p in range(start, start + count):
+                ids.append(int(self.tokens[name][p])), pos.append(p), owners.append((name, p))
+                slots.append(table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE)
+            cu.append(cu[-1] + count)
+            ctx_p.append(start + count)
+        ctx_d = []
+        for name in decode:
+            if name is None:
+                ids.append(0), pos.append(0), slots.append(-1), owners.append(None), ctx_d.append(0)
+                continue
+            p = len(self.hidden[name])  # the next position of this sequence
+            table = self.blocks_for(name, p + 1)
+            ids.append(int(self.tokens[name][p])), pos.append(p), owners.append((name, p)), ctx_d.append(p + 1)
+            slots.append(table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE)
+        i32 = dict(dtype=torch.int32)
+        attn = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64), num_prefill_tokens=cu[-1],
+            num_decode_tokens=len(decode), cu_seqlens_q=torch.tensor(cu, **i32),
+            context_lens_prefill=torch.tensor(ctx_p, **i32),
+            block_tables_prefill=self.table_tensor([n for n, _, _ in prefill]),
+            max_seqlen_q=max((c for _, _, c in prefill), default=0),
+            context_lens_decode=torch.tensor(ctx_d, **i32),
+            block_tables_decode=self.table_tensor(decode))
+        hidden = self.model.forward(torch.tensor(ids), torch.tensor(pos), self.kv_cache, attn)
+        for row, owner in enumerate(owners):
+            if owner is not None:
+                self.hidden[owner[0]][owner[1]] = hidden[row]
+
+
+def test_paged_steps_match_full_sequence_forward():
+    """Chunked prefill, two sequences in one step, a prefix-cache hit that reads another sequence's
+    block, mixed prefill + decode steps with a padding row, all on shuffled physical blocks."""
+    model = LlamaModel.random(get_model("toy"), dtype=torch.float32, seed=1)
+    g = torch.Generator().manual_seed(2)
+    a = torch.randint(0, 256, (17,), generator=g)
+    c = torch.cat([a[:8], torch.randint(0, 256, (7,), generator=g)])  # shares a's first block
+    tokens = {"a": a, "b": torch.randint(0, 256, (9,), generator=g), "c": c}
+    run = PagedRun(model, tokens)
+    run.step([("a", 0, 5)], [])  # first chunk of a
+    run.step([("a", 5, 9), ("b", 0, 7)], [])  # a's second chunk reads its first from the cache
+    run.tables["c"] = run.tables["a"][:1]  # prefix-cache hit: c reuses a's first full block ...
+    run.hidden["c"] = {p: run.hidden["a"][p] for p in range(8)}
+    run.step([("c", 8, 5)], ["a", "b"])  # ... and prefills only its own tokens, beside two decodes
+    run.step([], ["a", None, "b", "c"])
+    run.step([], ["a", "c", None])
+    for name, toks in tokens.items():
+        done = sorted(run.hidden[name])
+        assert done == list(range(len(done))), f"{name}: positions computed out of order"
+        ref = reference_forward(model, toks[: len(done)])
+        got = torch.stack([run.hidden[name][p] for p in done])
+        err = (got - ref).abs().max().item()
+        assert err < ATOL_FP32, f"sequence {name}: paged forward differs from the full causal forward by {err:.3g}"
+
+
+def test_random_weights_are_deterministic_and_finite():
+    spec = get_model("toy")
+    m1, m2 = LlamaModel.random(spec, seed=3), LlamaModel.random(spec, seed=3)
+    assert torch.equal(m1.layers[1].qkv, m2.layers[1].qkv) and torch.equal(m1.lm_head, m2.lm_head)
+    assert not torch.equal(m1.layers[0].qkv, LlamaModel.random(spec, seed=4).layers[0].qkv)
+    logits = m1.compute_logits(reference_forward(m1, torch.arange(12)))
+    assert logits.shape == (12, spec.vocab_size) and logits.dtype == torch.float32 and logits.isfinite().all()
+
+
+def hf_state_dict(model: LlamaModel) -> dict[str, torch.Tensor]:
+    s, d = model.spec, model.spec.head_dim
+    out = {"model.embed_tokens.weight": model.embed, "model.norm.weight": model.norm, "lm_head.weight": model.lm_head}
+    for i, w in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        q, k, v = w.qkv.split([s.num_heads * d, s.num_kv_heads * d, s.num_kv_heads * d])
+        gate, up = w.gate_up.chunk(2)
+        out |= {p + "input_layernorm.weight": w.input_norm, p + "post_attention_layernorm.weight": w.post_norm,
+                p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k, p + "self_attn.v_proj.weight": v,
+                p + "self_attn.o_proj.weight": w.o_proj, p + "mlp.gate_proj.weight": gate,
+                p + "mlp.up_proj.weight": up, p + "mlp.down_proj.weight": w.down}
+    return out
+
+
+def test_safetensors_round_trip_loads_hf_llama_names(tmp_path):
+    spec = get_model("toy")
+    model = LlamaModel.random(spec, dtype=torch.bfloat16, seed=5)
+    save_safetensors(hf_state_dict(model), tmp_path / "model.safetensors")
+    loaded = LlamaModel.from_safetensors(spec, tmp_path, dtype=torch.bfloat16)
+    ids = torch.arange(10)
+    assert torch.equal(reference_forward(loaded, ids), reference_forward(model, ids)), "loaded model differs"
+
+
+def test_reads_files_written_by_the_safetensors_package(tmp_path):
+    st = __import__("pytest").importorskip("safetensors.torch")
+    tensors = {"a": torch.randn(3, 5).to(torch.bfloat16), "b": torch.arange(7, dtype=torch.int64)}
+    st.save_file(tensors, str(tmp_path / "x.safetensors"))
+    loaded = load_safetensors(tmp_path / "x.safetensors")
+    assert all(torch.equal(loaded[k], v) for k, v in tensors.items())
+    save_safetensors(tensors, tmp_path / "y.safetensors")
+    theirs = st.load_file(str(tmp_path / "y.safetensors"))
+    assert all(torch.equal(theirs[k], v) for k, v in tensors.items())
