@@ -1,0 +1,48 @@
+"""Memory accounting: every KV slot of the GPU cache is in exactly one category.
+
+The words follow DESIGN.md and Fig. 2 of the PagedAttention paper:
+
+- used: holds live K/V of a token;
+- reserved: allocated to a request for tokens it will still produce;
+- internal_fragmentation: allocated to a request but never to be filled;
+- external_fragmentation: free, but in pieces too small for the request at the
+  head of the queue (contiguous baseline only);
+- free;
+- cached: free for allocation but still holding a reusable prefix block.
+
+The six always sum to `total`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+CATEGORIES = ("used", "reserved", "internal_fragmentation", "external_fragmentation", "free", "cached")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAccounting:
+    used: int
+    reserved: int
+    internal_fragmentation: int
+    external_fragmentation: int
+    free: int
+    cached: int
+    total: int
+
+    def __post_init__(self) -> None:
+        parts = [getattr(self, c) for c in CATEGORIES]
+        if min(parts) < 0 or sum(parts) != self.total:
+            raise AssertionError(f"memory accounting broken: {self}")
+
+    @property
+    def allocated(self) -> int:
+        return self.used + self.reserved + self.internal_fragmentation
+
+    @property
+    def token_state_fraction(self) -> float:
+        """Used slots / allocated slots (PagedAttention's 'token states' share); 1.0 when nothing is allocated."""
+        return self.used / self.allocated if self.allocated else 1.0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

@@ -1,0 +1,124 @@
+"""The physical KV blocks of the GPU cache: free queue, reference counts, prefix-cache index.
+
+Invariants (checked by tests/test_kv_paged_properties.py):
+- a block is in the free queue exactly when its ref_cnt is 0;
+- the free queue is in eviction order: blocks are taken from the front and
+  freed blocks are appended at the back (least recently used first);
+- a block keeps its hash after it is freed, so it can still be hit, until it is
+  taken from the free queue for new content (then its hash is evicted);
+- `cached_block_hash_to_block` maps each hash to exactly one block holding it,
+  and every block with a hash is in the map.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+# Block event kinds, consumed by recorders.
+ALLOCATED, FREED, STORED, REMOVED = "allocated", "freed", "stored", "removed"
+
+
+@dataclass(slots=True, eq=False)
+class Block:
+    block_id: int
+    ref_cnt: int = 0
+    block_hash: int | None = None
+
+
+class BlockPool:
+    """`num_blocks` blocks; a free queue in LRU order with O(1) removal from the middle.
+
+    The free queue is an OrderedDict (a hash map over a doubly linked list):
+    popping the front, appending at the back and removing a touched block from
+    the middle are all O(1).
+    """
+
+    def __init__(self, num_blocks: int, enable_caching: bool = False, record_events: bool = False):
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
+        self.cached_block_hash_to_block: dict[int, Block] = {}
+        self.num_free_cached = 0  # blocks in the free queue that still hold a hash
+        self.num_extra_refs = 0  # sum over blocks in use of (ref_cnt - 1): sharing
+        self.events: list[tuple] | None = [] if record_events else None
+
+    # ---- queries -----------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free_queue)
+
+    @property
+    def usage(self) -> float:
+        """vLLM's kv_cache_usage_perc, as a fraction: blocks in use / all blocks."""
+        return self.num_used_blocks / self.num_blocks if self.num_blocks else 0.0
+
+    def get_cached_block(self, block_hash: int) -> Block | None:
+        return self.cached_block_hash_to_block.get(block_hash)
+
+    # ---- allocation ----------------------------------------------------------
+    def get_new_blocks(self, n: int) -> list[Block]:
+        """Take `n` blocks from the front of the free queue (caller checked there are enough)."""
+        if n > len(self.free_queue):
+            raise ValueError(f"asked for {n} blocks with {len(self.free_queue)} free")
+        out = []
+        popitem = self.free_queue.popitem
+        for _ in range(n):
+            _, block = popitem(last=False)
+            if block.block_hash is not None:
+                self._evict(block)
+            block.ref_cnt = 1
+            out.append(block)
+        if self.events is not None:
+            self.events.extend((ALLOCATED, b.block_id) for b in out)
+        return out
+
+    def _evict(self, block: Block) -> None:
+        del self.cached_block_hash_to_block[block.block_hash]
+        if self.events is not None:
+            self.events.append((REMOVED, block.block_id))
+        block.block_hash = None
+        self.num_free_cached -= 1
+
+    def touch(self, blocks: list[Block]) -> None:
+        """Add a reference to each block (a prefix-cache hit or a fork); free ones leave the queue."""
+        for block in blocks:
+            if block.ref_cnt == 0:
+                del self.free_queue[block.block_id]
+                if block.block_hash is not None:
+                    self.num_free_cached -= 1
+            else:
+                self.num_extra_refs += 1
+            block.ref_cnt += 1
+
+    def free_blocks(self, blocks) -> None:
+        """Drop one reference from each block, in the given order; unreferenced ones join the back of the queue.
+
+        Callers pass a request's blocks tail first, so that its prefix blocks,
+        the likeliest to be hit again, are evicted last.
+        """
+        for block in blocks:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self.free_queue[block.block_id] = block
+                if block.block_hash is not None:
+                    self.num_free_cached += 1
+                if self.events is not None:
+                    self.events.append((FREED, block.block_id))
+            else:
+                self.num_extra_refs -= 1
+
+    def cache_block(self, block: Block, block_hash: int) -> bool:
+        """Register a full block's content hash; False if another block already holds that content."""
+        if block.block_hash is not None or block_hash in self.cached_block_hash_to_block:
+            return False
+        block.block_hash = block_hash
+        self.cached_block_hash_to_block[block_hash] = block
+        if self.events is not None:
+            self.events.append((STORED, block.block_id))
+        return True

@@ -1,0 +1,125 @@
+"""Engine configuration, with the names vLLM users already know.
+
+One `Config` describes a run: the model and GPU it stands for, the KV-cache
+geometry, the scheduler's budgets and the memory-management policy (paged, or
+one of the contiguous reserve-ahead baselines that paging replaced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from pagesim.errors import UserError
+from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
+
+PREEMPTION_MODES = ("recompute", "swap")
+KV_LAYOUTS = ("paged", "contiguous")
+RESERVE_POLICIES = ("max", "pow2", "oracle")
+ALLOCATORS = ("first-fit", "buddy")
+
+
+@dataclass(slots=True)
+class Config:
+    model: str = "llama-3-8b"
+    gpu: str = "h200"
+    block_size: int = 16
+    num_gpu_blocks: int | None = None  # None: derived from gpu_memory_utilization
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    preemption_mode: str = "recompute"
+    swap_space: float = 4.0  # GiB of CPU memory for swapped-out blocks
+    watermark: float = 0.01  # fraction of GPU blocks kept free when admitting new requests
+    # Memory-management policy: "paged", or "contiguous" with a reserve policy.
+    kv_layout: str = "paged"
+    reserve_policy: str = "max"
+    allocator: str = "first-fit"
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ---- derived values -------------------------------------------------
+    @property
+    def model_spec(self) -> ModelSpec:
+        return get_model(self.model)
+
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        return get_gpu(self.gpu)
+
+    @property
+    def resolved_max_model_len(self) -> int:
+        return self.max_model_len or self.model_spec.max_position_embeddings
+
+    @property
+    def block_bytes(self) -> int:
+        return self.model_spec.kv_bytes_per_block(self.block_size)
+
+    @property
+    def resolved_num_gpu_blocks(self) -> int:
+        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights) / block bytes."""
+        if self.num_gpu_blocks is not None:
+            return self.num_gpu_blocks
+        budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.model_spec.weight_bytes
+        blocks = int(budget // self.block_bytes)
+        if blocks < 1:
+            raise UserError(
+                f"model {self.model} ({self.model_spec.weight_bytes / GIB:.1f} GiB of weights) leaves no KV-cache "
+                f"memory on {self.gpu} at gpu_memory_utilization={self.gpu_memory_utilization}"
+            )
+        return blocks
+
+    @property
+    def num_cpu_blocks(self) -> int:
+        return int(self.swap_space * GIB // self.block_bytes)
+
+    @property
+    def run_name(self) -> str:
+        return "paged" if self.kv_layout == "paged" else f"contiguous-{self.reserve_policy}"
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["resolved_num_gpu_blocks"] = self.resolved_num_gpu_blocks
+        d["resolved_max_model_len"] = self.resolved_max_model_len
+        d["num_cpu_blocks"] = self.num_cpu_blocks
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    # ---- validation -------------------------------------------------------
+    def validate(self) -> None:
+        self.model_spec, self.gpu_spec  # unknown names raise UserError
+        checks = [
+            (self.block_size >= 1, "block_size must be a positive integer"),
+            (self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "num_gpu_blocks must be at least 1"),
+            (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
+            (self.max_model_len is None or self.max_model_len >= 1, "max_model_len must be at least 1"),
+            (self.max_num_seqs >= 1, "max_num_seqs must be at least 1"),
+            (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be at least 1"),
+            (self.preemption_mode in PREEMPTION_MODES, f"preemption_mode must be one of {PREEMPTION_MODES}"),
+            (self.swap_space >= 0, "swap_space must be non-negative (GiB)"),
+            (0 <= self.watermark < 1, "watermark must be in [0, 1)"),
+            (self.kv_layout in KV_LAYOUTS, f"kv_layout must be one of {KV_LAYOUTS}"),
+            (self.reserve_policy in RESERVE_POLICIES, f"reserve_policy must be one of {RESERVE_POLICIES}"),
+            (self.allocator in ALLOCATORS, f"allocator must be one of {ALLOCATORS}"),
+            (
+                self.enable_chunked_prefill or self.max_num_batched_tokens >= self.resolved_max_model_len,
+                "without chunked prefill, max_num_batched_tokens must be at least max_model_len "
+                f"({self.max_num_batched_tokens} < {self.resolved_max_model_len})",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(f"invalid config: {message}")

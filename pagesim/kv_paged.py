@@ -1,0 +1,223 @@
+"""The paged KV-cache manager: block tables over a shared pool, prefix caching, fork, swap.
+
+A request's block table is `request.block_ids`: block i holds its tokens
+[i * block_size, (i + 1) * block_size). Blocks are allocated on demand, at most
+the current step's tokens ahead.
+
+Invariant: a block with ref_cnt > 1 is always full. Prefix-cache hits share
+only full blocks, and `fork` copies the parent's partial last block at once (it
+is the only shared block anybody would write: copy-on-write resolved at the
+fork), so shared blocks never need a copy later.
+"""
+
+from __future__ import annotations
+
+from pagesim.accounting import MemoryAccounting
+from pagesim.block_pool import Block, BlockPool
+from pagesim.config import Config
+from pagesim.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class PagedKVCacheManager:
+    def __init__(self, config: Config, record_events: bool = False):
+        self.block_size = config.block_size
+        self.num_gpu_blocks = config.resolved_num_gpu_blocks
+        self.enable_caching = config.enable_prefix_caching
+        self.pool = BlockPool(self.num_gpu_blocks, self.enable_caching, record_events)
+        self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
+        self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
+        self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id
+        self.prefix_cache_queries = 0  # tokens looked up
+        self.prefix_cache_hits = 0  # tokens found
+
+    # ---- admission -----------------------------------------------------------
+    def rejection_reason(self, request: Request) -> str | None:
+        need = cdiv(request.final_kv_len, self.block_size)
+        if need > self.num_gpu_blocks:
+            return (
+                f"needs {need} KV blocks for {request.final_kv_len} tokens but the cache has only "
+                f"{self.num_gpu_blocks} blocks"
+            )
+        return None
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[Block], int]:
+        """Longest run of cached full blocks matching the request's leading tokens.
+
+        At most num_tokens - 1 tokens can hit: the last token is always
+        recomputed, so that the step produces logits.
+        """
+        if not self.enable_caching:
+            return [], 0
+        bs = self.block_size
+        max_blocks = (request.num_tokens - 1) // bs
+        hashes = self._block_hashes(request, max_blocks)
+        hits: list[Block] = []
+        for h in hashes[:max_blocks]:
+            block = self.pool.get_cached_block(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits, len(hits) * bs
+
+    def _block_hashes(self, request: Request, num_blocks: int) -> list[int]:
+        """Chained hashes of (at least) the request's first `num_blocks` blocks, memoised on the request."""
+        hashes = request.block_hashes
+        parent = hashes[-1] if hashes else 0
+        for i in range(len(hashes), num_blocks):
+            parent = hash((parent, request.block_content_key(i, self.block_size)))
+            hashes.append(parent)
+        return hashes
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        computed_blocks: list[Block] = (),
+        num_computed_from_cache: int = 0,
+        admission: bool = False,
+        num_running: int = 1,
+    ) -> bool:
+        """Give the request room for `num_new_tokens` more tokens; False (and no change) if memory is short.
+
+        `computed_blocks` are prefix-cache hits for a request being admitted;
+        they count as computed. On admission, `watermark` of the cache is kept
+        free for the growth of running requests (unless none is running).
+        """
+        need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
+        if need > self.num_allocatable_blocks(computed_blocks, admission, num_running):
+            return False
+        pool = self.pool
+        if admission and self.enable_caching:
+            self.prefix_cache_queries += request.num_tokens
+            self.prefix_cache_hits += num_computed_from_cache
+        if computed_blocks:
+            pool.touch(computed_blocks)
+            request.block_ids.extend(b.block_id for b in computed_blocks)
+            request.num_computed_tokens += num_computed_from_cache
+            request.num_prefix_hit_tokens += num_computed_from_cache
+        if need > 0:
+            request.block_ids.extend(b.block_id for b in pool.get_new_blocks(need))
+        return True
+
+    def num_blocks_to_allocate(self, request, num_new_tokens, computed_blocks=(), num_computed_from_cache=0) -> int:
+        total = request.num_computed_tokens + num_computed_from_cache + num_new_tokens
+        return cdiv(total, self.block_size) - len(request.block_ids) - len(computed_blocks)
+
+    def num_allocatable_blocks(self, computed_blocks=(), admission: bool = False, num_running: int = 1) -> int:
+        """Free blocks a request may take now: hit blocks sitting in the free queue stop being free once
+        touched, and admission keeps the watermark free for running requests (unless none runs)."""
+        free_hits = sum(1 for b in computed_blocks if b.ref_cnt == 0)
+        available = self.pool.num_free_blocks - free_hits
+        if admission and num_running > 0:
+            available -= self.watermark_blocks
+        return available
+
+    def cache_full_blocks(self, request: Request, old_computed: int) -> None:
+        """Register the hashes of blocks that became full since `old_computed` tokens were computed."""
+        if not self.enable_caching:
+            return
+        bs = self.block_size
+        first, last = old_computed // bs, request.num_computed_tokens // bs
+        if last <= first:
+            return
+        hashes = self._block_hashes(request, last)
+        blocks = self.pool.blocks
+        for i in range(first, last):
+            self.pool.cache_block(blocks[request.block_ids[i]], hashes[i])
+
+    def free(self, request: Request) -> None:
+        """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
+        blocks = self.pool.blocks
+        self.pool.free_blocks(blocks[i] for i in reversed(request.block_ids))
+        request.block_ids = []
+
+    # ---- parallel sampling ----------------------------------------------------
+    def fork(self, parent: Request, child: Request) -> list[tuple[int, int]] | None:
+        """Share the parent's full blocks with the child and copy its partial last block.
+
+        Returns the (src, dst) block copies the executor must make before the
+        next forward pass, or None (and no change) if no block is free for the copy.
+        """
+        bs = self.block_size
+        num_full = parent.num_computed_tokens // bs
+        has_partial = len(parent.block_ids) > num_full
+        if has_partial and self.pool.num_free_blocks < 1:
+            return None
+        blocks = self.pool.blocks
+        shared = [blocks[i] for i in parent.block_ids[:num_full]]
+        self.pool.touch(shared)
+        child.block_ids = [b.block_id for b in shared]
+        child.block_hashes = list(parent.block_hashes[:num_full])
+        copies = []
+        if has_partial:
+            (dst,) = self.pool.get_new_blocks(1)
+            copies.append((parent.block_ids[num_full], dst.block_id))
+            child.block_ids.append(dst.block_id)
+        return copies
+
+    # ---- swapping ----------------------------------------------------------------
+    def swap_out(self, request: Request) -> list[tuple[int, int]] | None:
+        """Move the request's blocks to the CPU pool; (gpu, cpu) pairs, or None if the CPU pool is short."""
+        n = len(request.block_ids)
+        if n > len(self.free_cpu_blocks):
+            return None
+        mapping = [(g, self.free_cpu_blocks.pop()) for g in request.block_ids]
+        request.cpu_block_ids = [c for _, c in mapping]
+        self.free(request)
+        return mapping
+
+    def swap_in(self, request: Request, num_new_tokens: int, num_running: int) -> list[tuple[int, int]] | None:
+        """Bring a swapped request back with room for its next tokens; (cpu, gpu) pairs, or None if short."""
+        n = len(request.cpu_block_ids)
+        need = max(n, cdiv(request.num_computed_tokens + num_new_tokens, self.block_size))
+        available = self.pool.num_free_blocks - (self.watermark_blocks if num_running > 0 else 0)
+        if need > available:
+            return None
+        gpu = self.pool.get_new_blocks(need)
+        request.block_ids = [b.block_id for b in gpu]
+        mapping = list(zip(request.cpu_block_ids, request.block_ids[:n]))
+        self.free_cpu_blocks.extend(reversed(request.cpu_block_ids))
+        request.cpu_block_ids = []
+        return mapping
+
+    def free_swapped(self, request: Request) -> None:
+        self.free_cpu_blocks.extend(reversed(request.cpu_block_ids))
+        request.cpu_block_ids = []
+
+    # ---- accounting ------------------------------------------------------------
+    @property
+    def usage(self) -> float:
+        return self.pool.usage
+
+    def block_table(self, request: Request) -> list[int]:
+        return request.block_ids
+
+    def external_fragmentation(self, head: Request | None) -> int:
+        return 0
+
+    def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
+        """Slots per category. `running` are the requests holding GPU blocks."""
+        bs = self.block_size
+        pool = self.pool
+        used = internal = 0
+        for r in running:
+            used += r.num_computed_tokens
+            alloc = len(r.block_ids) * bs
+            if alloc > r.final_kv_len:
+                internal += alloc - r.final_kv_len
+        used -= pool.num_extra_refs * bs  # a shared block (always full) counts once
+        allocated = pool.num_used_blocks * bs
+        cached = pool.num_free_cached * bs
+        return MemoryAccounting(
+            used=used,
+            reserved=allocated - used - internal,
+            internal_fragmentation=internal,
+            external_fragmentation=0,
+            free=pool.num_free_blocks * bs - cached,
+            cached=cached,
+            total=self.num_gpu_blocks * bs,
+        )

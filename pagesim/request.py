@@ -1,0 +1,130 @@
+"""Request state, shared by the scheduler, the KV-cache managers and both executors.
+
+A request's tokens are its prompt followed by the tokens it has generated.
+`num_computed_tokens` of them have their K/V in the cache. A step computes
+`num_new_tokens` more; when it reaches `num_tokens` the step samples one token.
+The K/V of the very last sampled token is never written, so a request fills at
+most `final_kv_len = prompt_len + output_len - 1` slots.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class RequestStatus(enum.IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    SWAPPED = 2
+    FINISHED = 3
+    REJECTED = 4
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    output_len: int  # tokens the request generates (the trace's true output length)
+    seq_no: int = 0  # position in the trace; gives requests a stable integer identity
+    # Content keys of the prompt: token ids, or per-block hash ids of the trace at `hash_block_size`.
+    prompt_token_ids: tuple[int, ...] | None = None
+    prefix_hash_ids: tuple[int, ...] | None = None
+    hash_block_size: int | None = None
+    n: int = 1
+    priority: int = 0
+    parent_id: str | None = None  # set on the samples forked from a request with n > 1
+    sample_index: int = 0  # 0 for the request itself, i for its i-th forked sample
+
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    block_ids: list[int] = field(default_factory=list)  # GPU block table
+    cpu_block_ids: list[int] = field(default_factory=list)  # where a swapped-out request's blocks are
+    block_hashes: list[int] = field(default_factory=list)  # chained hashes of full blocks, computed lazily
+
+    # Metrics, in the executor's clock.
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_preemptions: int = 0
+    num_prefix_hit_tokens: int = 0
+    reject_reason: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def final_kv_len(self) -> int:
+        return self.prompt_len + self.output_len - 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status >= RequestStatus.FINISHED
+
+    @property
+    def is_decoding(self) -> bool:
+        """True when the next step computes exactly the last sampled token."""
+        return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
+
+    def block_content_key(self, index: int, block_size: int):
+        """What identifies the tokens of block `index`, for prefix-cache hashing.
+
+        Prompt blocks are keyed by their token ids when the trace has them, else
+        by the trace's per-block hash ids that overlap the block's token range
+        (re-blocking: a simulated block of size b covering tokens [i*b, (i+1)*b)
+        is keyed by the trace hash ids of blocks i*b // H .. ((i+1)*b - 1) // H,
+        chained with its parent so that equal keys at different depths differ).
+        Blocks holding generated tokens, or prompts with no content
+        information, get a key unique to the request, so they only ever hit for
+        the same request after a preemption.
+        """
+        start, end = index * block_size, (index + 1) * block_size
+        if end <= self.prompt_len:
+            if self.prompt_token_ids is not None:
+                return self.prompt_token_ids[start:end]
+            if self.prefix_hash_ids is not None and self.hash_block_size:
+                h = self.hash_block_size
+                lo, hi = start // h, (end - 1) // h
+                if hi < len(self.prefix_hash_ids):
+                    return self.prefix_hash_ids[lo : hi + 1]
+        if end <= self.prompt_len:
+            return (-1 - self.seq_no, index)
+        return (-1 - self.seq_no, index, self.sample_index)
+
+
+def requests_from_trace(trace) -> list[Request]:
+    """Build requests from a `pagesim.traces.Trace`, in arrival order."""
+    df = trace.df
+    cols = df.columns
+    token_ids = df["prompt_token_ids"].tolist() if "prompt_token_ids" in cols else None
+    hash_ids = df["prefix_hash_ids"].tolist() if "prefix_hash_ids" in cols else None
+    ns = df["n"].tolist() if "n" in cols else None
+    prios = df["priority"].tolist() if "priority" in cols else None
+    out = []
+    for i, (rid, t, p, o) in enumerate(
+        zip(df["request_id"].tolist(), df["arrival_time_s"].tolist(), df["prompt_len"].tolist(), df["output_len"].tolist())
+    ):
+        out.append(
+            Request(
+                request_id=str(rid),
+                arrival_time=float(t),
+                prompt_len=int(p),
+                output_len=int(o),
+                seq_no=i,
+                prompt_token_ids=_as_tuple(token_ids[i]) if token_ids is not None else None,
+                prefix_hash_ids=_as_tuple(hash_ids[i]) if hash_ids is not None else None,
+                hash_block_size=trace.hash_block_size,
+                n=int(ns[i]) if ns is not None and ns[i] == ns[i] else 1,
+                priority=int(prios[i]) if prios is not None and prios[i] == prios[i] else 0,
+            )
+        )
+    return out
+
+
+def _as_tuple(value) -> tuple[int, ...] | None:
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return tuple(int(v) for v in value)

@@ -1,0 +1,182 @@
+"""The discrete-event simulator: a trace replayed through the shared scheduler on simpy's clock.
+
+Two processes tell the story: `arrivals` releases each request into the
+scheduler at its arrival time; `engine` loops schedule -> cost model ->
+finish_step and, when there is nothing to do, sleeps until the next arrival.
+
+The exact fast path: when the scheduler certifies that the next k steps are
+identical pure-decode steps (`Scheduler.decode_run_limit`), the engine applies
+them at once (`Scheduler.run_decode_steps`) with their durations from the cost
+model's vectorised `decode_run_times`, and stops the run before the step that
+would start after the next arrival or snapshot. Per-request results and block
+decisions equal the step-by-step simulation (tests/test_fast_path.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+import simpy
+
+from pagesim.config import Config
+from pagesim.cost.features import StepFeatures
+from pagesim.loop import SchedulerStuck, run_step
+from pagesim.recorder import BlockSnapshot, Recorder
+from pagesim.request import Request, requests_from_trace
+from pagesim.scheduler import Scheduler
+
+
+class SimExecutor:
+    """Executes a plan by asking the cost model how long it would take."""
+
+    def __init__(self, cost_model):
+        self.cost_model = cost_model
+
+    def execute(self, plan) -> float:
+        return self.cost_model.step_time(StepFeatures.from_plan(plan))
+
+
+@dataclass
+class RunResult:
+    name: str
+    config: Config
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+    snapshots: list[BlockSnapshot]
+    sim_wall_s: float
+    num_steps: int
+    leaked_blocks: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    extra: dict = field(default_factory=dict)
+
+
+class Simulation:
+    def __init__(self, requests: list[Request], config: Config, cost_model, *, fast_path: bool = True,
+                 snapshot_times=(), progress=None, record_events: bool = False):
+        self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
+        self.config = config
+        self.cost_model = cost_model
+        self.fast_path = fast_path
+        self.snapshot_times = sorted(snapshot_times)
+        self.progress = progress
+        self.env = simpy.Environment()
+        self.scheduler = Scheduler(config, record_events)
+        self.executor = SimExecutor(cost_model)
+        self.recorder = Recorder(self.scheduler, StepFeatures.from_plan)
+        self.next_arrival = 0  # index of the next request to arrive
+        self.wakeup = self.env.event()
+
+    # ---- processes ------------------------------------------------------------
+    def arrivals(self):
+        env = self.env
+        for i, req in enumerate(self.requests):
+            if req.arrival_time > env.now:
+                yield env.timeout(req.arrival_time - env.now)
+            self.next_arrival = i + 1
+            self.scheduler.add_request(req)
+            if not self.wakeup.triggered:
+                self.wakeup.succeed()
+
+    def engine(self):
+        env, sched, rec = self.env, self.scheduler, self.recorder
+        snaps = list(self.snapshot_times)
+        empty_steps = 0
+        while True:
+            while snaps and snaps[0] <= env.now:
+                rec.snapshot(env.now)
+                snaps.pop(0)
+            if not sched.has_work():
+                if self.next_arrival >= len(self.requests):
+                    break
+                self.wakeup = env.event()
+                yield self.wakeup
+                continue
+            if self.progress is not None:
+                self.progress(env.now)
+            k = sched.decode_run_limit() if self.fast_path else 0
+            if k >= 2:
+                cut = min(self._next_arrival_time(), snaps[0] if snaps else float("inf"))
+                yield env.timeout(self._decode_run(k, cut) - env.now)
+                continue
+            plan, duration, _ = run_step(sched, self.executor, rec, env.now)
+            if plan.is_empty:
+                empty_steps += 1
+                if empty_steps > 2:
+                    raise SchedulerStuck(f"no progress with {sched.num_unfinished} unfinished requests at t={env.now}")
+                continue
+            empty_steps = 0
+            yield env.timeout(duration)
+        while snaps:
+            rec.snapshot(env.now)
+            snaps.pop(0)
+
+    def _next_arrival_time(self) -> float:
+        i = self.next_arrival
+        return self.requests[i].arrival_time if i < len(self.requests) else float("inf")
+
+    def _decode_run(self, k: int, cut: float) -> float:
+        """Apply up to k decode steps, none starting at or after `cut`; returns the end time."""
+        sched = self.scheduler
+        n = len(sched.running)
+        context = sum(r.num_computed_tokens for r in sched.running)
+        durations = self.cost_model.decode_run_times(n, context, k)
+        starts, ends = [], []
+        t = self.env.now
+        for d in durations.tolist():
+            if starts and t >= cut:
+                break
+            starts.append(t)
+            t += d
+            ends.append(t)
+        k = len(starts)
+        before = self.recorder.memory_state()
+        first_step = sched.step_id
+        run = sched.run_decode_steps(k, ends)
+        self.recorder.record_decode_run(first_step, starts, durations[:k], run, before)
+        return ends[-1]
+
+    # ---- running ----------------------------------------------------------------
+    def run(self, name: str | None = None) -> RunResult:
+        wall = time.perf_counter()
+        self.env.process(self.arrivals())
+        self.env.process(self.engine())
+        self.env.run()
+        wall = time.perf_counter() - wall
+        sched = self.scheduler
+        unfinished = [r for r in self.requests if not r.is_finished]
+        if unfinished:
+            raise SchedulerStuck(f"{len(unfinished)} requests neither finished nor rejected")
+        all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
+        steps = self.recorder.steps_frame()
+        return RunResult(
+            name=name or self.config.run_name,
+            config=self.config,
+            steps=steps,
+            requests=self.recorder.requests_frame(all_requests),
+            snapshots=self.recorder.snapshots,
+            sim_wall_s=wall,
+            num_steps=len(steps),
+            leaked_blocks=leaked_blocks(sched),
+            prefix_cache_queries=sched.kv.prefix_cache_queries,
+            prefix_cache_hits=sched.kv.prefix_cache_hits,
+        )
+
+
+def leaked_blocks(sched: Scheduler) -> int:
+    """GPU and CPU blocks still held once every request has ended (must be 0)."""
+    kv = sched.kv
+    if hasattr(kv, "pool"):
+        return kv.pool.num_used_blocks + (kv.num_cpu_blocks - len(kv.free_cpu_blocks))
+    return (kv.num_gpu_blocks - kv.allocator.num_free) + (kv.cpu.size - kv.cpu.num_free)
+
+
+def simulate(trace, config: Config, cost_model=None, **kwargs) -> RunResult:
+    """Replay a trace (a pagesim.traces.Trace) under `config`; fresh request state every call."""
+    if cost_model is None:
+        from pagesim.cost import make_cost_model
+
+        cost_model = make_cost_model("roofline", config)
+    return Simulation(requests_from_trace(trace), config, cost_model, **kwargs).run()

@@ -1,0 +1,107 @@
+"""Model and GPU specifications: the shapes and rates the KV accounting and cost models need.
+
+Figures come from the models' published configs (config.json on their model
+cards) and the GPU vendors' datasheets. `memory_bytes` is the memory the
+driver reports (what torch.cuda.get_device_properties shows), not the
+marketing figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pagesim.errors import UserError
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    dtype_bytes: int = 2
+    gated_mlp: bool = True  # SwiGLU (3 matrices) vs plain ReLU/GELU MLP (2)
+    tie_embeddings: bool = False
+    max_position_embeddings: int = 8192
+    rope_theta: float = 500000.0
+    rms_norm_eps: float = 1e-5
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token across every layer."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        return self.kv_bytes_per_token * block_size
+
+    @property
+    def num_params(self) -> int:
+        h, d = self.hidden_size, self.head_dim
+        attn = h * self.num_heads * d * 2 + h * self.num_kv_heads * d * 2
+        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
+        norms = 2 * h
+        embed = self.vocab_size * h * (1 if self.tie_embeddings else 2)
+        return self.num_layers * (attn + mlp + norms) + embed + h
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+    @property
+    def flops_per_token(self) -> int:
+        """Matmul FLOPs per token outside attention scores (2 per multiply-add); embedding lookup excluded."""
+        return 2 * (self.num_params - self.vocab_size * self.hidden_size * (0 if self.tie_embeddings else 1))
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    name: str
+    memory_bytes: int
+    hbm_bandwidth: float  # bytes/s, datasheet
+    bf16_flops: float  # dense FLOP/s, datasheet
+    pcie_bandwidth: float  # bytes/s host<->device, one direction, datasheet
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256),
+        ModelSpec("llama-3-70b", 80, 8192, 64, 8, 128, 28672, 128256),
+        ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-6),
+        ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6),
+        ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, max_position_embeddings=32768, rope_theta=1000000.0),
+        ModelSpec("opt-13b", 40, 5120, 40, 40, 128, 20480, 50272, gated_mlp=False, tie_embeddings=True, max_position_embeddings=2048),
+        # A toy shape for CPU tests of the real engine.
+        ModelSpec("toy", 2, 64, 4, 2, 16, 128, 256, max_position_embeddings=4096, rope_theta=10000.0),
+    ]
+}
+
+GPUS: dict[str, GPUSpec] = {
+    g.name: g
+    for g in [
+        GPUSpec("h200", 143771 * 1024**2, 4.8e12, 989e12, 64e9),
+        GPUSpec("h100", 81559 * 1024**2, 3.35e12, 989e12, 64e9),
+        GPUSpec("a100-80gb", 81920 * 1024**2, 2.039e12, 312e12, 32e9),
+    ]
+}
+
+
+def _lookup(table: dict, name: str, what: str):
+    key = name.lower()
+    if key not in table:
+        raise UserError(f"unknown {what} {name!r}; expected one of: {', '.join(sorted(table))}")
+    return table[key]
+
+
+def get_model(name: str) -> ModelSpec:
+    return _lookup(MODELS, name, "model")
+
+
+def get_gpu(name: str) -> GPUSpec:
+    return _lookup(GPUS, name, "GPU")

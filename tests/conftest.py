@@ -1,0 +1,45 @@
+"""Shared test set-up.
+
+Triton kernels run under the interpreter on machines without CUDA:
+TRITON_INTERPRET must be set before triton is first imported, so it is done
+here, before any test module imports engine.kernels.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+HAS_CUDA = _cuda_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+AZURE_DIR = SHARED_TRACES / "azure2023"
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def azure_dir() -> Path:
+    """The shared Azure 2023 traces; tests using it skip when the folder is absent."""
+    if not (AZURE_DIR / "AzureLLMInferenceTrace_conv.csv").exists():
+        pytest.skip(f"shared traces not present at {AZURE_DIR}")
+    return AZURE_DIR
