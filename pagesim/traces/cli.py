@@ -1,0 +1,67 @@
+"""`python -m pagesim trace info FILE` and `python -m pagesim trace synth ...`."""
+
+from __future__ import annotations
+
+import argparse
+
+from pagesim.traces.load import FORMATS, load_trace
+from pagesim.traces.own_format import write_trace
+from pagesim.traces.stats import trace_stats
+from pagesim.traces.synth import PRESETS, synthesize
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    trace = subparsers.add_parser("trace", help="inspect, convert and synthesize request traces")
+    sub = trace.add_subparsers(dest="trace_command", required=True)
+
+    info = sub.add_parser("info", help="statistics and load summary of a trace file")
+    info.add_argument("file")
+    info.add_argument("--format", default="auto", choices=FORMATS)
+    info.set_defaults(func=_info)
+
+    synth = sub.add_parser("synth", help="write a synthetic trace in pagesim's own format")
+    synth.add_argument("--preset", required=True, choices=list(PRESETS))
+    synth.add_argument("--num-requests", type=int, required=True)
+    synth.add_argument("--rate", type=float, required=True, help="mean arrival rate, requests per second")
+    synth.add_argument("--arrival", default="poisson", choices=["poisson", "gamma"])
+    synth.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma inter-arrival gaps")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--hash-block-size", type=int, default=16, help="tokens per prefix hash id (kshot, multiturn)")
+    synth.add_argument("--name", help="trace name recorded in the file (default: preset-N)")
+    synth.add_argument("--out", required=True)
+    synth.set_defaults(func=_synth)
+
+
+def _info(args: argparse.Namespace) -> int:
+    trace = load_trace(args.file, args.format)
+    print(f"trace {trace.name}")
+    print(format_stats(trace_stats(trace), trace.hash_block_size))
+    print(trace.summary)
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    trace = synthesize(
+        args.preset, num_requests=args.num_requests, rate=args.rate, arrival=args.arrival, cv=args.cv,
+        seed=args.seed, hash_block_size=args.hash_block_size, name=args.name,
+    )
+    write_trace(trace, args.out)
+    print(f"wrote {args.out}: {trace.summary}")
+    print(format_stats(trace_stats(trace), trace.hash_block_size))
+    return 0
+
+
+def format_stats(stats: dict, hash_block_size: int | None) -> str:
+    rate = "n/a" if stats["rate"] is None else f"{stats['rate']:.3f} req/s"
+    lines = [f"rows {stats['rows']}, span {stats['span_s']:.3f} s, rate {rate}"]
+    for key in ("prompt_len", "output_len"):
+        s = stats[key]
+        lines.append(
+            f"{key:<10}  mean {s['mean']:.1f}  p50 {s['p50']:g}  p90 {s['p90']:g}  p99 {s['p99']:g}  min {s['min']}  max {s['max']}"
+        )
+    ratio = stats["prefix_sharing_ratio"]
+    lines.append(
+        "prefix sharing: no hash ids" if ratio is None
+        else f"prefix sharing: {ratio:.1%} of prompt blocks seen in an earlier request ({hash_block_size} tokens per block)"
+    )
+    return "\n".join(lines)

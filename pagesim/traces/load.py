@@ -1,0 +1,109 @@
+"""load_trace: any supported file -> a validated Trace, with a summary of what was read and dropped."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pagesim.errors import UserError
+from pagesim.traces.csv_formats import read_azure, read_burstgpt, read_vidur
+from pagesim.traces.detect import detect
+from pagesim.traces.errors import TraceError
+from pagesim.traces.mooncake import read_mooncake
+from pagesim.traces.own_format import read_pagesim
+from pagesim.traces.schema import LoadSummary, Trace, by_arrival, to_frame
+from pagesim.traces.sharegpt import SHAREGPT_RATE, read_sharegpt
+from pagesim.traces.text import read_text
+
+READERS = {
+    "azure": read_azure,
+    "burstgpt": read_burstgpt,
+    "mooncake": read_mooncake,
+    "vidur": read_vidur,
+    "pagesim": read_pagesim,
+    "sharegpt": read_sharegpt,
+}
+FORMATS = ("auto", *READERS)
+
+
+def load_trace(
+    path: str | Path,
+    format: str = "auto",
+    *,
+    limit: int | None = None,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    time_scale: float = 1.0,
+    rate: float | None = None,
+    seed: int = 0,
+) -> Trace:
+    """Read, validate and normalise a trace file (see schema.py for what the result guarantees).
+
+    Steps, in order: keep arrivals in [start_s, end_s) seconds after the first arrival and re-base so the
+    first kept request arrives at 0; keep the first `limit` requests; divide arrival times by `time_scale`
+    (2.0 replays twice as fast); if `rate` is given, rescale arrival times so rows / span = `rate` req/s.
+    For ShareGPT, which has no arrival times, `rate` (default SHAREGPT_RATE) and `seed` drive the Poisson
+    arrivals instead. Raises TraceError for bad files, UserError for bad options.
+    """
+    _check_options(format, limit, start_s, end_s, time_scale, rate)
+    file = str(path)
+    text = read_text(path)
+    fmt = detect(text, file) if format == "auto" else format
+    if fmt == "sharegpt":
+        parsed = read_sharegpt(text, file, rate or SHAREGPT_RATE, seed)
+    else:
+        parsed = READERS[fmt](text, file)
+    if len(parsed.rows.lines) == 0:
+        raise TraceError(file, None, None, "at least one request", "none")
+    df, warnings = by_arrival(to_frame(parsed), parsed.rows)
+    dropped = dict(parsed.dropped)
+    df = _window(df, start_s, end_s, limit, dropped, file)
+    df["arrival_time_s"] = df["arrival_time_s"] / time_scale
+    if rate is not None and not parsed.rate_applied:
+        span = df["arrival_time_s"].iloc[-1]
+        if span <= 0:
+            raise TraceError(file, None, None, "arrivals spread over time, to rescale them to a rate", "all at once")
+        df["arrival_time_s"] = df["arrival_time_s"] * (len(df) / span / rate)
+    summary = LoadSummary(
+        parsed.rows_read, len(df), dropped, parsed.warnings + warnings, fmt, float(df["arrival_time_s"].iloc[-1])
+    )
+    block = parsed.hash_block_size if "prefix_hash_ids" in df else None
+    return Trace(df, parsed.name or Path(file).stem, summary, block)
+
+
+def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], file: str) -> pd.DataFrame:
+    t = df["arrival_time_s"].to_numpy()
+    before = t < start_s if start_s is not None else np.zeros(len(t), bool)
+    after = t >= end_s if end_s is not None else np.zeros(len(t), bool)
+    for reason, mask in ((f"arrives before start_s={start_s}", before), (f"arrives at or after end_s={end_s}", after)):
+        if mask.any():
+            dropped[reason] = int(mask.sum())
+    df = df[~(before | after)]
+    if len(df) == 0:
+        raise TraceError(file, None, None, f"at least one request arriving in [{start_s}, {end_s}) s", f"none of {len(t)}")
+    if limit is not None and len(df) > limit:
+        dropped[f"beyond limit={limit}"] = len(df) - limit
+        df = df.iloc[:limit]
+    df = df.reset_index(drop=True)
+    df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
+    return df
+
+
+def _check_options(format, limit, start_s, end_s, time_scale, rate) -> None:
+    positive = lambda x: isinstance(x, (int, float)) and math.isfinite(x) and x > 0  # noqa: E731
+    if format not in FORMATS:
+        raise UserError(f"unknown trace format {format!r}; expected one of {', '.join(FORMATS)}")
+    if limit is not None and not (isinstance(limit, int) and limit >= 1):
+        raise UserError(f"limit must be a positive integer, got {limit!r}")
+    for name, value in (("start_s", start_s), ("end_s", end_s)):
+        if value is not None and not (positive(value) or value == 0):
+            raise UserError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    if start_s is not None and end_s is not None and end_s <= start_s:
+        raise UserError(f"end_s ({end_s}) must be after start_s ({start_s})")
+    if not positive(time_scale):
+        raise UserError(f"time_scale must be a positive number, got {time_scale!r}")
+    if rate is not None and not positive(rate):
+        raise UserError(f"rate must be a positive number of requests per second, got {rate!r}")

@@ -1,0 +1,50 @@
+"""pagesim's own trace format: JSON lines, a header then one request per line.
+
+    {"pagesim_trace": 1, "name": "sharegpt-poisson-1k", "hash_block_size": 16}
+    {"request_id": "0", "arrival_time_s": 0.0, "prompt_len": 161, "output_len": 338, "prefix_hash_ids": [0, 1]}
+
+Request keys are the schema's column names; optional keys appear on every
+line or on none. Writing then reading gives an equal DataFrame (floats are
+written with repr precision).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from pagesim.traces.errors import EMPTY, TraceError
+from pagesim.traces.schema import COLUMNS, REQUIRED, Parsed, Rows, Trace
+from pagesim.traces.text import columns_of, json_objects
+
+VERSION = 1
+
+
+def read_pagesim(text: str, file: str) -> Parsed:
+    lines, objects = json_objects(text, file)
+    header = objects[0]
+    if header.get("pagesim_trace") != VERSION:
+        raise TraceError(file, lines[0], "pagesim_trace", f"a header line with \"pagesim_trace\": {VERSION}", header.get("pagesim_trace", EMPTY))
+    name, block = header.get("name"), header.get("hash_block_size")
+    if name is not None and not isinstance(name, str):
+        raise TraceError(file, lines[0], "name", "a string or null", name)
+    if block is not None and (not isinstance(block, int) or isinstance(block, bool) or block < 1):
+        raise TraceError(file, lines[0], "hash_block_size", "a positive integer or null", block)
+    lines, objects = lines[1:], objects[1:]
+    for line, obj in zip(lines, objects):
+        for key in obj:
+            if key not in COLUMNS:
+                raise TraceError(file, line, key, f"only the keys {', '.join(COLUMNS)}")
+    columns = columns_of(objects, {k: k for k in COLUMNS}, required=REQUIRED)
+    return Parsed(columns, Rows(file, np.array(lines, dtype=int)), len(objects), hash_block_size=block, name=name)
+
+
+def write_trace(trace: Trace, path: str | Path) -> None:
+    """Write `trace` in the own format (JSON lines, compact)."""
+    header = {"pagesim_trace": VERSION, "name": trace.name, "hash_block_size": trace.hash_block_size}
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps(header) + "\n")
+        for record in trace.df.to_dict("records"):
+            out.write(json.dumps(record, separators=(",", ":")) + "\n")

@@ -1,0 +1,218 @@
+"""The trace schema every loader produces and every consumer may rely on.
+
+One row per request, sorted by arrival, index 0..n-1:
+
+    request_id        str        unique
+    arrival_time_s    float      first = 0, non-decreasing
+    prompt_len        int        >= 1
+    output_len        int        >= 1
+    prefix_hash_ids   list[int]  optional; one id per *full* hash_block_size-token
+                                 block of the prompt (len == prompt_len // hash_block_size);
+                                 equal ids at equal positions mean equal prefixes
+    prompt_token_ids  list[int]  optional; len == prompt_len
+    n                 int        optional; >= 1 parallel samples
+    priority          int        optional
+
+Optional columns are either present for every row or absent from the frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from pagesim.traces.errors import EMPTY, TraceError
+
+REQUIRED = ("request_id", "arrival_time_s", "prompt_len", "output_len")
+OPTIONAL = ("prefix_hash_ids", "prompt_token_ids", "n", "priority")
+COLUMNS = REQUIRED + OPTIONAL
+MAX_INT = 2**31 - 1  # lengths, n and priority stay far below this
+INT64 = (-(2**63), 2**63 - 1)  # token and hash ids
+
+
+@dataclass(slots=True)
+class LoadSummary:
+    """What happened while loading: rows read from the file, requests kept, what was dropped and why."""
+
+    rows_read: int
+    rows_kept: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    format: str = ""
+    span_s: float = 0.0
+
+    def __str__(self) -> str:
+        out = [f"{self.format}: {self.rows_read} rows read, {self.rows_kept} requests kept, span {self.span_s:.3f} s"]
+        out += [f"  dropped {count}: {reason}" for reason, count in self.dropped.items()]
+        out += [f"  warning: {text}" for text in self.warnings]
+        return "\n".join(out)
+
+
+@dataclass(slots=True)
+class Trace:
+    df: pd.DataFrame
+    name: str
+    summary: LoadSummary
+    hash_block_size: int | None = None  # tokens per prefix_hash_ids entry; None without hash ids
+
+
+@dataclass(slots=True)
+class Rows:
+    """The file rows of a frame come from: row i was read at 1-based line `lines[i]`."""
+
+    file: str
+    lines: np.ndarray
+
+    def error(self, i: int, field: str | None, expected: str, got: object) -> TraceError:
+        return TraceError(self.file, int(self.lines[i]), field, expected, got)
+
+
+@dataclass(slots=True)
+class Parsed:
+    """A format reader's output: raw values under schema names, in file order, not yet validated."""
+
+    columns: dict[str, pd.Series]  # schema name -> raw values (strings, JSON values, numbers)
+    rows: Rows
+    rows_read: int
+    fields: dict[str, str] = field(default_factory=dict)  # schema name -> the file's name for it
+    time_unit_s: float = 1.0  # seconds per unit of the arrival column
+    hash_block_size: int | None = None
+    name: str | None = None  # the trace's own name, when the file records one
+    rate_applied: bool = False  # arrivals were synthesized at the requested rate (ShareGPT)
+    partial_last_hash: bool = False  # hash ids also cover the last, partial block (Mooncake)
+    dropped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def numbers(values: pd.Series) -> pd.Series:
+    """Values as float64; anything that is not a number (bools and containers included) becomes NaN."""
+    if values.dtype == object:
+        values = values.map(lambda v: None if isinstance(v, (bool, list, dict, tuple, np.ndarray)) else v)
+    return pd.to_numeric(values, errors="coerce").astype("float64")
+
+
+def _got(values: pd.Series, i: int) -> object:
+    value = values.iloc[i]
+    return EMPTY if value is None or (isinstance(value, float) and np.isnan(value)) else value
+
+
+def ints(values: pd.Series, rows: Rows, field: str, minimum: int | None) -> np.ndarray:
+    """Integer-valued entries as int64; raises at the first one that is empty, not an integer, or below `minimum`."""
+    num = numbers(values).to_numpy()
+    low = -MAX_INT if minimum is None else minimum
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(num) & (num == np.floor(num)) & (num >= low) & (num <= MAX_INT)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        wanted = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(minimum)
+        raise rows.error(i, field, wanted or f"an integer >= {minimum}", _got(values, i))
+    return num.astype(np.int64)
+
+
+def floats(values: pd.Series, rows: Rows, field: str) -> np.ndarray:
+    """Finite numbers as float64; raises at the first entry that is empty or not a finite number."""
+    num = numbers(values).to_numpy()
+    ok = np.isfinite(num)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise rows.error(i, field, "a finite number", _got(values, i))
+    return num
+
+
+def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, also: np.ndarray | None = None) -> list:
+    """Lists of int64 ids; row i must hold `sizes[i]` ids (or `also[i]`, then cut to `sizes[i]`)."""
+    out = []
+    for i, value in enumerate(values):
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        if not isinstance(value, (list, tuple)) or not all(_is_int64(x) for x in value):
+            raise rows.error(i, field, "a list of integers", _got(values, i))
+        if len(value) != sizes[i] and (also is None or len(value) != also[i]):
+            raise rows.error(i, field, f"{sizes[i]} ids", f"{len(value)} ids")
+        out.append([int(x) for x in value[: sizes[i]]])
+    return out
+
+
+def _is_int64(x: object) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and INT64[0] <= x <= INT64[1]
+
+
+def to_frame(p: Parsed) -> pd.DataFrame:
+    """Validate a reader's raw columns and build the schema frame (file order, times not yet re-based)."""
+    c, rows = p.columns, p.rows
+    name = lambda key: p.fields.get(key, key)  # noqa: E731
+    n = len(rows.lines)
+    ids = c["request_id"] if "request_id" in c else pd.Series([str(i) for i in range(n)], dtype=object)
+    df = pd.DataFrame(
+        {
+            "request_id": pd.Series(_request_ids(ids, rows, name("request_id")), dtype="str"),
+            "arrival_time_s": floats(c["arrival_time_s"], rows, name("arrival_time_s")) * p.time_unit_s,
+            "prompt_len": ints(c["prompt_len"], rows, name("prompt_len"), 1),
+            "output_len": ints(c["output_len"], rows, name("output_len"), 1),
+        }
+    )
+    if "prefix_hash_ids" in c:
+        if p.hash_block_size is None:
+            raise TraceError(rows.file, None, name("prefix_hash_ids"), "a hash_block_size for the prefix hash ids")
+        full, partial = np.divmod(df["prompt_len"].to_numpy(), p.hash_block_size)
+        also = full + (partial > 0) if p.partial_last_hash else None
+        df["prefix_hash_ids"] = int_lists(c["prefix_hash_ids"], rows, name("prefix_hash_ids"), full, also)
+    if "prompt_token_ids" in c:
+        df["prompt_token_ids"] = int_lists(c["prompt_token_ids"], rows, name("prompt_token_ids"), df["prompt_len"].to_numpy())
+    if "n" in c:
+        df["n"] = ints(c["n"], rows, name("n"), 1)
+    if "priority" in c:
+        df["priority"] = ints(c["priority"], rows, name("priority"), None)
+    return df
+
+
+def _request_ids(values: pd.Series, rows: Rows, field: str) -> list[str]:
+    seen: dict[str, int] = {}
+    for i, value in enumerate(values):
+        if not isinstance(value, str) or not value:
+            raise rows.error(i, field, "a non-empty string", _got(values, i))
+        if value in seen:
+            raise rows.error(i, field, f"a unique request id (also at line {seen[value]})", value)
+        seen[value] = int(rows.lines[i])
+    return list(values)
+
+
+def by_arrival(df: pd.DataFrame, rows: Rows) -> tuple[pd.DataFrame, list[str]]:
+    """Sort (stably) by arrival and re-base so the first arrival is 0; warns when the file was out of order."""
+    t = df["arrival_time_s"].to_numpy()
+    warnings = []
+    late = np.flatnonzero(np.diff(t) < 0)
+    if len(late):
+        warnings.append(
+            f"{rows.file}: {len(late)} rows arrive earlier than the row before them (first at line "
+            f"{int(rows.lines[late[0] + 1])}); sorted by arrival time"
+        )
+        df = df.iloc[np.argsort(t, kind="stable")].reset_index(drop=True)
+    if len(df):
+        df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
+    return df, warnings
+
+
+def trace_from_frame(df: pd.DataFrame, name: str, hash_block_size: int | None = None) -> Trace:
+    """Validate a frame built by other code and return it as a Trace (sorted and re-based as the schema says).
+
+    Errors name the frame by `name` and give the 1-based row position as the line.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TraceError(name, None, None, "a pandas DataFrame", type(df).__name__)
+    for column in df.columns:
+        if column not in COLUMNS:
+            raise TraceError(name, None, str(column), f"only the schema columns {', '.join(COLUMNS)}")
+    for column in REQUIRED:
+        if column not in df.columns:
+            raise TraceError(name, None, column, "a column of the trace schema")
+    if len(df) == 0:
+        raise TraceError(name, None, None, "at least one request")
+    rows = Rows(name, np.arange(1, len(df) + 1))
+    parsed = Parsed({k: df[k].reset_index(drop=True).astype(object) for k in df.columns}, rows, len(df), hash_block_size=hash_block_size)
+    frame, warnings = by_arrival(to_frame(parsed), rows)
+    span = float(frame["arrival_time_s"].iloc[-1])
+    summary = LoadSummary(len(df), len(frame), warnings=warnings, format="frame", span_s=span)
+    return Trace(frame, name, summary, hash_block_size if "prefix_hash_ids" in frame else None)

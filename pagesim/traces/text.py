@@ -1,0 +1,116 @@
+"""Reading a trace file's text, and JSON with line numbers: the failure paths all end in TraceError."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.traces.errors import TraceError
+
+_DECODER = json.JSONDecoder()
+_WHITESPACE = " \t\r\n"
+
+
+def read_text(path: str | Path) -> str:
+    """The file as text; rejects unreadable, empty, non-UTF-8 and binary files (NUL bytes)."""
+    file = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise TraceError(file, None, None, "a readable file", exc.strerror or str(exc)) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TraceError(file, line, None, "UTF-8 text (is this a binary or compressed file?)", data[exc.start : exc.start + 4]) from None
+    if not text.strip():
+        raise TraceError(file, None, None, "a non-empty trace file")
+    if "\x00" in text:
+        raise TraceError(file, text.count("\n", 0, text.index("\x00")) + 1, None, "text without NUL bytes (is this a binary file?)")
+    return text
+
+
+def _loads(text: str, file: str, line: int) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(file, line, None, f"valid JSON ({exc.msg} at column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # over-long integers, over-deep nesting
+        raise TraceError(file, line, None, "valid JSON within Python's limits", str(exc)[:60]) from None
+
+
+def json_lines(text: str, file: str) -> Iterator[tuple[int, object]]:
+    """(line number, value) for each non-blank line of a JSON-lines text."""
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            yield number, _loads(line, file, number)
+
+
+def first_json_line(text: str, file: str) -> tuple[int, object]:
+    return next(json_lines(text, file))
+
+
+def json_list(text: str, file: str) -> Iterator[tuple[int, object]]:
+    """(line where the item starts, item) for each item of a text holding one JSON list."""
+    line, counted = 1, 0
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in _WHITESPACE:
+            i += 1
+        return i
+
+    def line_at(i: int) -> int:
+        nonlocal line, counted
+        line += text.count("\n", counted, i)
+        counted = i
+        return line
+
+    i = skip(0)
+    if text[i : i + 1] != "[":
+        raise TraceError(file, line_at(i), None, "a JSON list ('[')")
+    i = skip(i + 1)
+    if text[i : i + 1] == "]":
+        i = skip(i + 1)
+    else:
+        while True:
+            try:
+                item, end = _DECODER.raw_decode(text, i)
+            except json.JSONDecodeError as exc:
+                raise TraceError(file, exc.lineno, None, f"valid JSON ({exc.msg} at column {exc.colno})") from None
+            except (ValueError, RecursionError) as exc:
+                raise TraceError(file, line_at(i), None, "valid JSON within Python's limits", str(exc)[:60]) from None
+            yield line_at(i), item
+            i = skip(end)
+            if text[i : i + 1] == ",":
+                i = skip(i + 1)
+            elif text[i : i + 1] == "]":
+                i = skip(i + 1)
+                break
+            else:
+                raise TraceError(file, line_at(i), None, "',' or ']' after a list item")
+    if i < len(text):
+        raise TraceError(file, line_at(i), None, "nothing after the JSON list")
+
+
+def json_objects(text: str, file: str) -> tuple[list[int], list[dict]]:
+    """Line numbers and objects of a JSON-lines text whose every value is an object."""
+    lines, objects = [], []
+    for line, obj in json_lines(text, file):
+        if not isinstance(obj, dict):
+            raise TraceError(file, line, None, "a JSON object on every line", type(obj).__name__)
+        lines.append(line)
+        objects.append(obj)
+    return lines, objects
+
+
+def columns_of(objects: list[dict], keys: dict[str, str], required: tuple[str, ...]) -> dict[str, pd.Series]:
+    """Schema name -> raw values, for the `required` names and each key some object has (None where one lacks it)."""
+    present = {k for obj in objects for k in obj}
+    return {
+        name: pd.Series([obj.get(key) for obj in objects], dtype=object)
+        for name, key in keys.items()
+        if key in present or name in required
+    }
