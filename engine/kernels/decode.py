@@ -37,10 +37,11 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                         NUM_SPLITS: tl.constexpr, UPCAST: tl.constexpr):
+                         STORE_LSE: tl.constexpr, UPCAST: tl.constexpr):
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    num_splits = tl.num_programs(2)
     ctx = tl.load(context_lens + b)
-    chunk = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(start + chunk, ctx)
 
@@ -75,23 +76,23 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     o_rows = o + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
     tl.store(o_rows + d[None, :], out.to(o.dtype.element_ty), mask=g[:, None] < GROUP)
-    if NUM_SPLITS > 1:
+    if STORE_LSE:
         part_lse = tl.where(l > 0, m + tl.log2(tl.where(l > 0, l, 1.0)), float("-inf"))
-        tl.store(lse + (b * NUM_KV_HEADS * GROUP + heads) * NUM_SPLITS + split, part_lse, mask=g < GROUP)
+        tl.store(lse + (b * NUM_KV_HEADS * GROUP + heads) * num_splits + split, part_lse, mask=g < GROUP)
 
 
 @triton.jit
-def _merge_splits_kernel(o_part, lse, out, stride_ob, stride_oh,
-                         NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+def _merge_splits_kernel(o_part, lse, out, stride_ob, stride_oh, num_splits,
+                         SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
     b, h = tl.program_id(0), tl.program_id(1)
     row = b * tl.num_programs(1) + h  # o_part [B, Hq, S, D] and lse [B, Hq, S] are contiguous
     s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, HEAD_DIM)
-    x = tl.load(lse + row * NUM_SPLITS + s, mask=s < NUM_SPLITS, other=float("-inf"))
+    x = tl.load(lse + row * num_splits + s, mask=s < num_splits, other=float("-inf"))
     top = tl.max(x, 0)
     w = tl.exp2(x - tl.where(top == float("-inf"), 0.0, top))  # empty splits weigh 0
-    parts = tl.load(o_part + (row * NUM_SPLITS + s[:, None]) * HEAD_DIM + d[None, :],
-                    mask=s[:, None] < NUM_SPLITS, other=0.0)
+    parts = tl.load(o_part + (row * num_splits + s[:, None]) * HEAD_DIM + d[None, :],
+                    mask=s[:, None] < num_splits, other=0.0)
     total = tl.sum(w, 0)
     merged = tl.sum(parts * w[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(out + b * stride_ob + h * stride_oh + d, merged.to(out.dtype.element_ty))
@@ -146,10 +147,10 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E,
         q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=cfg.block_n, NUM_SPLITS=num_splits,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=cfg.block_n, STORE_LSE=num_splits > 1,
         UPCAST=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1:
-        _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
+        _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
                                                  SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
                                                  HEAD_DIM=head_dim, num_warps=4)
     return out
