@@ -68,14 +68,15 @@ class BlockPool:
             raise ValueError(f"asked for {n} blocks with {len(self.free_queue)} free")
         out = []
         popitem = self.free_queue.popitem
+        events = self.events
         for _ in range(n):
             _, block = popitem(last=False)
             if block.block_hash is not None:
                 self._evict(block)
             block.ref_cnt = 1
             out.append(block)
-        if self.events is not None:
-            self.events.extend((ALLOCATED, b.block_id) for b in out)
+            if events is not None:
+                events.append((ALLOCATED, block.block_id))
         return out
 
     def _evict(self, block: Block) -> None:

@@ -15,8 +15,10 @@ from pagesim.errors import UserError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pagesim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    from pagesim import replay
     from pagesim.traces import cli as trace_cli
 
+    replay.register(sub)
     trace_cli.register(sub)
     return parser
 

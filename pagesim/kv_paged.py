@@ -34,6 +34,11 @@ class PagedKVCacheManager:
         self.prefix_cache_queries = 0  # tokens looked up
         self.prefix_cache_hits = 0  # tokens found
 
+    @property
+    def events(self) -> list[tuple] | None:
+        """Block events (kind, block_id) when recording was asked for."""
+        return self.pool.events
+
     # ---- admission -----------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
         need = cdiv(request.final_kv_len, self.block_size)

@@ -90,8 +90,11 @@ class Recorder:
         """`features_of(plan)` gives the step's StepFeatures (the cost model's view of the step)."""
         self.sched = scheduler
         self.features_of = features_of
-        self.rows: list[tuple] = []
-        self.chunks: list[dict[str, np.ndarray]] = []
+        self.rows: list[tuple] = []  # one per recorded step
+        self.runs: list[tuple] = []  # decode runs, kept compact (see record_decode_run)
+        self.run_times: list[tuple] = []
+        self.run_blocks: list[tuple] = []
+        self._memory_cache: tuple | None = None
         self.snapshots: list[BlockSnapshot] = []
         self._queries = 0
         self._hits = 0
@@ -103,93 +106,125 @@ class Recorder:
         self._queries, self._hits = kv.prefix_cache_queries, kv.prefix_cache_hits
         return dq, dh
 
-    def memory_state(self) -> tuple:
+    def _head(self) -> Request | None:
         s = self.sched
-        kv = s.kv
-        head = s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None)
-        acc = kv.accounting(s.running, head)
+        return s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None)
+
+    def memory_state(self) -> tuple:
+        """(blocks used, blocks cached, blocks free) + the accounting categories, now.
+
+        Between two recorded steps only arrivals happen, which can change the
+        head of the queue (and so external fragmentation) but nothing else: the
+        state recorded with the last step is reused when the head is the same.
+        """
+        head = self._head()
+        if self._memory_cache is not None and self._memory_cache[0] is head:
+            return self._memory_cache[1]
+        kv = self.sched.kv
+        acc = kv.accounting(self.sched.running, head)
         bs = kv.block_size
         allocated_blocks, cached_blocks = acc.allocated // bs, acc.cached // bs
-        return (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + tuple(
+        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + tuple(
             getattr(acc, c) for c in CATEGORIES
         )
+        self._memory_cache = (head, memory)
+        return memory
 
-    def record_step(self, start: float, duration: float, plan: StepPlan, num_running: int) -> None:
+    def _append_row(self, step: int, start: float, duration: float, num_running: int, features: tuple,
+                     num_preemptions: int) -> None:
         s = self.sched
-        f = self.features_of(plan)
+        self._memory_cache = None  # the step changed the state
         memory = self.memory_state()
         self.rows.append(
-            (plan.step_id, start, duration, num_running, len(s.waiting), len(s.swapped))
-            + tuple(getattr(f, c) for c in FEATURE_COLUMNS)
-            + (len(plan.preempted),)
+            (step, start, duration, num_running, len(s.waiting), len(s.swapped))
+            + features
+            + (num_preemptions,)
             + memory[:3]
             + self._prefix_deltas()
             + memory[3:]
         )
 
-    def record_decode_run(self, first_step: int, starts: np.ndarray, durations: np.ndarray, run: DecodeRun, before: tuple) -> None:
-        """Rows for a decode run; `before` is `memory_state()` taken just before the run was applied."""
-        self._flush_rows()
+    def record_step(self, start: float, duration: float, plan: StepPlan, num_running: int) -> None:
+        f = self.features_of(plan)
+        self._append_row(plan.step_id, start, duration, num_running, tuple(getattr(f, c) for c in FEATURE_COLUMNS),
+                         len(plan.preempted))
+
+    def record_decode_run(self, first_step: int, starts: np.ndarray, durations: np.ndarray, run: DecodeRun,
+                          before: tuple) -> None:
+        """Rows for a decode run; `before` is `memory_state()` taken just before the run was applied.
+
+        All but the last step are kept compactly and expanded in bulk by
+        steps_frame(); the last step (which may finish requests) is recorded
+        like any step, from the state.
+        """
         k, n = run.k, run.num_seqs
         s = self.sched
-        kv = s.kv
+        if k > 1:
+            self.runs.append((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped)) + before)
+            self.run_times.append((starts[:-1], durations[:-1]))
+            if run.blocks_per_step:
+                self.run_blocks.append((run.blocks_per_step[:-1], run.evicted_per_step[:-1],
+                                        run.internal_delta_per_step[:-1]))
+            else:
+                zeros = [0] * (k - 1)
+                self.run_blocks.append((zeros, zeros, zeros))
+        features = dict.fromkeys(FEATURE_COLUMNS, 0)
+        features["num_decode_seqs"] = n
+        features["decode_context_tokens"] = run.context_start + n * k
+        self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n,
+                         tuple(features.values()), 0)
+
+    def _runs_frame(self) -> pd.DataFrame:
+        """Expand the compact decode runs into one row per step, vectorised over all runs."""
+        kv = self.sched.kv
         bs = kv.block_size
-        j = np.arange(1, k + 1)
-        zeros = np.zeros(k, dtype=np.int64)
-        blocks_used0, cached0, _, used0, _, internal0, external0, _, _ = before
-        if run.blocks_per_step:
-            blocks_used = blocks_used0 + np.cumsum(run.blocks_per_step)
-            cached_blocks = cached0 - np.cumsum(run.evicted_per_step)
-            internal = internal0 + np.cumsum(run.internal_delta_per_step)
-        else:
-            blocks_used = np.full(k, blocks_used0)
-            cached_blocks = np.full(k, cached0)
-            internal = np.full(k, internal0)
-        used = used0 + n * j
+        meta = np.array(self.runs, dtype=np.int64).reshape(-1, 6 + 9)
+        K = meta[:, 1]
+        rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
+        offsets = np.cumsum(K) - K
+        j = np.arange(int(K.sum())) - np.repeat(offsets, K) + 1  # 1-based step within its run
+
+        def segment_cumsum(values):
+            cs = np.cumsum(values)
+            prior = np.concatenate([[0], cs])[offsets]
+            return cs - np.repeat(prior, K)
+
+        blocks = [np.concatenate([np.asarray(b[i], dtype=np.int64) for b in self.run_blocks]) for i in range(3)]
+        n = rep(2)
+        blocks_used = rep(6) + segment_cumsum(blocks[0])
+        cached_blocks = rep(7) - segment_cumsum(blocks[1])
+        internal = rep(11) + segment_cumsum(blocks[2])
+        used = rep(9) + n * j
         allocated = blocks_used * bs
+        external = rep(12)
+        zeros = np.zeros(len(j), dtype=np.int64)
         cols = {
-            "step": first_step + np.arange(k),
-            "time_s": starts,
-            "duration_s": durations,
-            "num_running": np.full(k, n),
-            "num_waiting": np.full(k, len(s.waiting)),
-            "num_swapped": np.full(k, len(s.swapped)),
-            "num_decode_seqs": np.full(k, n),
-            "decode_context_tokens": run.context_start + n * j,
-            "num_preemptions": zeros,
+            "step": rep(0) + j - 1,
+            "time_s": np.concatenate([t[0] for t in self.run_times]),
+            "duration_s": np.concatenate([t[1] for t in self.run_times]),
+            "num_running": n,
+            "num_waiting": rep(4),
+            "num_swapped": rep(5),
+            "num_decode_seqs": n,
+            "decode_context_tokens": rep(3) + n * j,
             "blocks_used": blocks_used,
             "blocks_cached": cached_blocks,
             "blocks_free": kv.num_gpu_blocks - blocks_used - cached_blocks,
             "used": used,
             "reserved": allocated - used - internal,
             "internal_fragmentation": internal,
-            "external_fragmentation": np.full(k, external0),
+            "external_fragmentation": external,
             "cached": cached_blocks * bs,
+            "free": kv.num_gpu_blocks * bs - allocated - external - cached_blocks * bs,
         }
-        cols["free"] = kv.num_gpu_blocks * bs - allocated - cols["external_fragmentation"] - cols["cached"]
-        for c in STEP_COLUMNS:
-            cols.setdefault(c, zeros)
-        # The last step may finish requests: its memory is read from the state.
-        last = self.memory_state()
-        for c, v in zip(("blocks_used", "blocks_cached", "blocks_free") + CATEGORIES, last):
-            cols[c] = cols[c].copy()
-            cols[c][-1] = v
-        dq, dh = self._prefix_deltas()
-        cols["prefix_cache_queries"], cols["prefix_cache_hits"] = zeros.copy(), zeros.copy()
-        cols["prefix_cache_queries"][-1], cols["prefix_cache_hits"][-1] = dq, dh
-        self.chunks.append(cols)
-
-    def _flush_rows(self) -> None:
-        if self.rows:
-            arr = list(zip(*self.rows))
-            self.chunks.append({c: np.asarray(v) for c, v in zip(STEP_COLUMNS, arr)})
-            self.rows = []
+        return pd.DataFrame({c: cols.get(c, zeros) for c in STEP_COLUMNS})
 
     def steps_frame(self) -> pd.DataFrame:
-        self._flush_rows()
-        if not self.chunks:
-            return pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_COLUMNS})
-        df = pd.DataFrame({c: np.concatenate([ch[c] for ch in self.chunks]) for c in STEP_COLUMNS})
+        frames = [pd.DataFrame.from_records(self.rows, columns=list(STEP_COLUMNS))]
+        if self.runs:
+            frames.append(self._runs_frame())
+        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        df = df.sort_values("step", kind="stable", ignore_index=True)
         total = self.sched.kv.num_gpu_blocks * self.sched.kv.block_size
         for c in CATEGORIES:
             df[f"{c}_frac"] = df[c] / total

@@ -24,6 +24,7 @@ Same inputs, same decisions: nothing here reads a clock or a random source.
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass, field
 
 from pagesim.config import Config
@@ -386,15 +387,16 @@ class Scheduler:
             blocks_per_step = [0] * k
             evicted_per_step = [0] * k
             internal_delta = [0] * k
-            for j, idx in crossings:
-                r = running[idx]
-                cached_before = pool.num_free_cached
-                (block,) = pool.get_new_blocks(1)
-                before = len(r.block_ids) * bs - r.final_kv_len
-                r.block_ids.append(block.block_id)
-                internal_delta[j] += max(0, before + bs) - max(0, before)
-                blocks_per_step[j] += 1
-                evicted_per_step[j] += cached_before - pool.num_free_cached
+            if crossings:
+                was_cached = [b.block_hash is not None for b in islice(pool.free_queue.values(), len(crossings))]
+                new_blocks = pool.get_new_blocks(len(crossings))
+                for (j, idx), block, cached in zip(crossings, new_blocks, was_cached):
+                    r = running[idx]
+                    before = len(r.block_ids) * bs - r.final_kv_len
+                    r.block_ids.append(block.block_id)
+                    internal_delta[j] += max(0, before + bs) - max(0, before)
+                    blocks_per_step[j] += 1
+                    evicted_per_step[j] += cached
             run.blocks_per_step = blocks_per_step
             run.evicted_per_step = evicted_per_step
             run.internal_delta_per_step = internal_delta

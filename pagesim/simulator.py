@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import simpy
 
@@ -67,6 +68,7 @@ class Simulation:
         self.executor = SimExecutor(cost_model)
         self.recorder = Recorder(self.scheduler, StepFeatures.from_plan)
         self.next_arrival = 0  # index of the next request to arrive
+        self.fast_path_steps = 0  # steps applied by the fast path
         self.wakeup = self.env.event()
 
     # ---- processes ------------------------------------------------------------
@@ -132,10 +134,11 @@ class Simulation:
             t += d
             ends.append(t)
         k = len(starts)
+        self.fast_path_steps += k
         before = self.recorder.memory_state()
         first_step = sched.step_id
         run = sched.run_decode_steps(k, ends)
-        self.recorder.record_decode_run(first_step, starts, durations[:k], run, before)
+        self.recorder.record_decode_run(first_step, np.asarray(starts), durations[:k], run, before)
         return ends[-1]
 
     # ---- running ----------------------------------------------------------------
@@ -162,6 +165,7 @@ class Simulation:
             leaked_blocks=leaked_blocks(sched),
             prefix_cache_queries=sched.kv.prefix_cache_queries,
             prefix_cache_hits=sched.kv.prefix_cache_hits,
+            extra={"fast_path_steps": self.fast_path_steps},
         )
 
 

@@ -1,0 +1,84 @@
+"""Run summaries: the figures `summary.json`, the CLI table and the dashboard show.
+
+Names follow vLLM's metrics where the meaning is the same (kv_cache_usage,
+num_preemptions, prefix-cache queries and hits). Memory fractions are
+time-weighted by step duration:
+
+- token_state_fraction = sum(used * dt) / sum(allocated * dt), PagedAttention's
+  share of allocated KV memory that holds token states;
+- reserved_fraction, internal_fragmentation_fraction: the same over allocated;
+- external_fragmentation_fraction: external fragmentation over the whole cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+LATENCY_KEYS = ("p50", "p90", "p99", "mean")
+
+
+def percentiles(values) -> dict[str, float | None]:
+    v = pd.Series(values, dtype="float64").dropna().to_numpy()
+    if not len(v):
+        return {k: None for k in LATENCY_KEYS}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean())}
+
+
+def _weighted(numerator: pd.Series, denominator: pd.Series, dt: pd.Series) -> float | None:
+    den = float((denominator * dt).sum())
+    return float((numerator * dt).sum()) / den if den > 0 else None
+
+
+def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int, sim_wall_s: float,
+              prefix_cache_queries: int, prefix_cache_hits: int) -> dict:
+    finished = requests[requests["state"] == "finished"]
+    own = requests[requests["parent_id"] == ""]  # samples forked for n > 1 are counted with their request
+    start = float(requests["arrival_time_s"].min()) if len(requests) else 0.0
+    end = float(finished["finish_s"].max()) if len(finished) else start
+    makespan = end - start
+    dt = steps["duration_s"] if len(steps) else pd.Series(dtype="float64")
+    allocated = steps["used"] + steps["reserved"] + steps["internal_fragmentation"]
+    total = steps[["used", "reserved", "internal_fragmentation", "external_fragmentation", "free", "cached"]].sum(axis=1)
+    weights = dt.where(dt > 0, 0.0)
+    busy = float(weights.sum())
+    return {
+        "num_requests": int(len(own)),
+        "num_finished": int((own["state"] == "finished").sum()),
+        "num_rejected": int((own["state"] == "rejected").sum()),
+        "num_samples": int(len(finished)),
+        "makespan_s": makespan,
+        "request_throughput": len(finished[finished["parent_id"] == ""]) / makespan if makespan > 0 else None,
+        "output_token_throughput": float(finished["output_len"].sum()) / makespan if makespan > 0 else None,
+        "ttft_s": percentiles(finished["ttft_s"]),
+        "tpot_s": percentiles(finished["tpot_s"]),
+        "e2e_s": percentiles(finished["e2e_s"]),
+        "num_preemptions": int(steps["num_preemptions"].sum()) if len(steps) else 0,
+        "mean_kv_cache_usage": float((steps["kv_cache_usage"] * weights).sum() / busy) if busy else None,
+        "token_state_fraction": _weighted(steps["used"], allocated, weights),
+        "reserved_fraction": _weighted(steps["reserved"], allocated, weights),
+        "internal_fragmentation_fraction": _weighted(steps["internal_fragmentation"], allocated, weights),
+        "external_fragmentation_fraction": _weighted(steps["external_fragmentation"], total, weights),
+        "peak_num_running": int(steps["num_running"].max()) if len(steps) else 0,
+        "mean_num_running": float((steps["num_running"] * weights).sum() / busy) if busy else 0.0,
+        "prefix_cache_queries": int(prefix_cache_queries),
+        "prefix_cache_hits": int(prefix_cache_hits),
+        "prefix_cache_hit_rate": prefix_cache_hits / prefix_cache_queries if prefix_cache_queries else None,
+        "leaked_blocks": int(leaked_blocks),
+        "num_steps": int(len(steps)),
+        "busy_s": busy,
+        "sim_wall_s": sim_wall_s,
+    }
+
+
+def summarize_run(result) -> dict:
+    """Summary of a simulator RunResult (or anything with the same fields)."""
+    return summarize(
+        result.steps,
+        result.requests,
+        leaked_blocks=result.leaked_blocks,
+        sim_wall_s=result.sim_wall_s,
+        prefix_cache_queries=result.prefix_cache_queries,
+        prefix_cache_hits=result.prefix_cache_hits,
+    )

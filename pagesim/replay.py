@@ -1,0 +1,166 @@
+"""`python -m pagesim replay TRACE ...`: the paged configuration and each baseline on one trace.
+
+Writes DIR/summary.json (config, trace, runs), DIR/steps.parquet and
+DIR/requests.csv (one row per step / request, with a `run` column), and prints
+a comparison table. The run options are shared with `live` (engine/live.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.config import Config
+from pagesim.metrics import summarize_run
+from pagesim.specs import GPUS, MODELS
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Trace and engine options shared by `replay` and `live`."""
+    p.add_argument("trace", help="trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim format)")
+    p.add_argument("--format", default="auto", help="trace format (default: detect from the content)")
+    p.add_argument("--limit", type=int, default=None, help="first N requests only")
+    p.add_argument("--start-s", type=float, default=None, help="time window start (s from the first arrival)")
+    p.add_argument("--end-s", type=float, default=None, help="time window end (s from the first arrival)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="replay at this multiple of the recorded rate")
+    p.add_argument("--rate", type=float, default=None, help="rescale arrivals to this mean rate (req/s)")
+    p.add_argument("--model", default="llama-3-8b", choices=sorted(MODELS))
+    p.add_argument("--gpu", default="h200", choices=sorted(GPUS))
+    p.add_argument("--block-size", type=int, default=16)
+    mem = p.add_mutually_exclusive_group()
+    mem.add_argument("--num-gpu-blocks", type=int, default=None)
+    mem.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--enable-prefix-caching", action="store_true")
+    p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute")
+    p.add_argument("--swap-space", type=float, default=4.0, help="GiB of CPU memory for swapped blocks")
+    p.add_argument("--watermark", type=float, default=0.01)
+    p.add_argument("--baseline", action="append", choices=["max", "pow2", "oracle"], default=[],
+                   help="also run this contiguous baseline (repeatable)")
+    p.add_argument("--cost-model", default="roofline", help="'roofline' or a profile JSON from `pagesim calibrate`")
+    p.add_argument("--out", required=True, help="output directory")
+
+
+def config_from_args(args) -> Config:
+    return Config(
+        model=args.model,
+        gpu=args.gpu,
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        enable_prefix_caching=args.enable_prefix_caching,
+        preemption_mode=args.preemption_mode,
+        swap_space=args.swap_space,
+        watermark=args.watermark,
+    )
+
+
+def trace_from_args(args):
+    from pagesim.traces import load_trace
+
+    return load_trace(args.trace, args.format, limit=args.limit, start_s=args.start_s, end_s=args.end_s,
+                      time_scale=args.time_scale, rate=args.rate)
+
+
+def run_configs(config: Config, baselines) -> list[Config]:
+    """The paged config, then one contiguous config per baseline policy."""
+    return [config] + [config.replace(kv_layout="contiguous", reserve_policy=b) for b in dict.fromkeys(baselines)]
+
+
+def trace_info(trace) -> dict:
+    df = trace.df
+    span = float(df["arrival_time_s"].max()) if len(df) else 0.0
+    return {"name": trace.name, "rows": int(len(df)), "span_s": span, "load_summary": str(trace.summary)}
+
+
+def write_run_dir(out: Path, config: Config, trace, results: dict, summaries: dict, extra: dict | None = None) -> None:
+    """summary.json, steps.parquet and requests.csv for a set of named runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"config": config.to_dict(), "trace": trace_info(trace), "runs": summaries}
+    summary.update(extra or {})
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
+    steps.to_parquet(out / "steps.parquet", index=False)
+    reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
+    reqs.to_csv(out / "requests.csv", index=False)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def comparison_table(summaries: dict) -> str:
+    def ms(d, k):
+        v = d[k]["p50"]
+        return f"{v * 1000:.0f}" if v is not None else "-"
+
+    rows = []
+    for name, s in summaries.items():
+        rows.append(
+            {
+                "run": name,
+                "finished": s["num_finished"],
+                "rejected": s["num_rejected"],
+                "req/s": s["request_throughput"],
+                "tok/s": s["output_token_throughput"],
+                "TTFT p50 ms": ms(s, "ttft_s"),
+                "TPOT p50 ms": ms(s, "tpot_s"),
+                "E2E p50 ms": ms(s, "e2e_s"),
+                "preempt": s["num_preemptions"],
+                "token states": s["token_state_fraction"],
+                "mean running": s["mean_num_running"],
+                "leaked": s["leaked_blocks"],
+            }
+        )
+    return pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
+
+
+def replay(args) -> int:
+    from tqdm import tqdm
+
+    from pagesim.cost import make_cost_model
+    from pagesim.request import requests_from_trace
+    from pagesim.simulator import Simulation
+
+    config = config_from_args(args)
+    trace = trace_from_args(args)
+    print(trace.summary)
+    span = trace_info(trace)["span_s"]
+    results, summaries = {}, {}
+    for cfg in run_configs(config, args.baseline):
+        cost = make_cost_model(args.cost_model, cfg)
+        with tqdm(total=round(span, 1), desc=cfg.run_name, unit="sim s", leave=False) as bar:
+
+            def progress(now, bar=bar):
+                bar.n = round(min(now, span), 1)
+                bar.refresh() if bar.n - bar.last_print_n > span / 100 else None
+
+            sim = Simulation(requests_from_trace(trace), cfg, cost, progress=progress)
+            result = sim.run()
+        results[cfg.run_name] = result
+        summaries[cfg.run_name] = summarize_run(result)
+        summaries[cfg.run_name]["cost_model"] = cost.describe()
+    write_run_dir(Path(args.out), config, trace, results, summaries,
+                  {"platform": platform.platform(), "python": platform.python_version()})
+    print(comparison_table(summaries))
+    print(f"wrote {args.out}/summary.json, steps.parquet, requests.csv")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("replay", help="simulate a trace: paged against contiguous baselines")
+    add_run_options(p)
+    p.set_defaults(func=replay)
