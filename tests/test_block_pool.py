@@ -1,0 +1,176 @@
+"""BlockPool: free queue in LRU order, reference counts, prefix-cache hashes kept until reuse.
+
+Example-based tests of the behaviours block_pool.py promises, plus a
+hypothesis state machine over the pool alone (the pool's bookkeeping after
+every operation, against a plain model of who holds which block).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from pagesim.block_pool import ALLOCATED, FREED, REMOVED, STORED, BlockPool
+
+
+def pool_invariants(pool: BlockPool) -> None:
+    free_ids = set(pool.free_queue)
+    assert free_ids == {b.block_id for b in pool.blocks if b.ref_cnt == 0}, "free queue != blocks with ref_cnt 0"
+    assert all(b.ref_cnt >= 0 for b in pool.blocks)
+    assert pool.num_free_blocks + pool.num_used_blocks == pool.num_blocks
+    for h, b in pool.cached_block_hash_to_block.items():
+        assert b.block_hash == h
+    hashed = [b for b in pool.blocks if b.block_hash is not None]
+    assert len(hashed) == len(pool.cached_block_hash_to_block)
+    assert pool.num_free_cached == sum(1 for b in hashed if b.ref_cnt == 0)
+    assert pool.num_extra_refs == sum(b.ref_cnt - 1 for b in pool.blocks if b.ref_cnt > 0)
+
+
+def test_new_blocks_come_from_the_front_and_freed_blocks_join_the_back():
+    pool = BlockPool(4)
+    a = pool.get_new_blocks(2)
+    assert [b.block_id for b in a] == [0, 1]
+    assert all(b.ref_cnt == 1 for b in a)
+    pool.free_blocks(reversed(a))  # a request frees tail first
+    assert list(pool.free_queue) == [2, 3, 1, 0]
+    assert [b.block_id for b in pool.get_new_blocks(4)] == [2, 3, 1, 0]
+    assert pool.num_free_blocks == 0 and pool.usage == 1.0
+    pool_invariants(pool)
+
+
+def test_asking_for_more_blocks_than_free_raises_and_changes_nothing():
+    pool = BlockPool(2)
+    pool.get_new_blocks(1)
+    with pytest.raises(ValueError):
+        pool.get_new_blocks(2)
+    assert pool.num_free_blocks == 1
+    pool_invariants(pool)
+
+
+def test_freed_block_keeps_its_hash_until_reused_then_it_is_evicted():
+    pool = BlockPool(2, enable_caching=True, record_events=True)
+    (b0,) = pool.get_new_blocks(1)
+    assert pool.cache_block(b0, 111)
+    pool.free_blocks([b0])
+    assert pool.get_cached_block(111) is b0 and pool.num_free_cached == 1
+    pool_invariants(pool)
+    # A hit on the free cached block takes it out of the free queue without evicting it.
+    pool.touch([b0])
+    assert b0.ref_cnt == 1 and 0 not in pool.free_queue and pool.num_free_cached == 0
+    pool.free_blocks([b0])
+    # Block 1 is older in the queue: it is reused first; then block 0 is reused and its hash evicted.
+    (x,) = pool.get_new_blocks(1)
+    assert x.block_id == 1 and pool.get_cached_block(111) is b0
+    (y,) = pool.get_new_blocks(1)
+    assert y is b0 and y.block_hash is None and pool.get_cached_block(111) is None
+    assert pool.num_free_cached == 0
+    assert (REMOVED, 0) in pool.events and (STORED, 0) in pool.events
+    assert pool.events[0] == (ALLOCATED, 0) and (FREED, 0) in pool.events
+    pool_invariants(pool)
+
+
+def test_same_content_is_indexed_once():
+    pool = BlockPool(3, enable_caching=True)
+    a, b = pool.get_new_blocks(2)
+    assert pool.cache_block(a, 7)
+    assert not pool.cache_block(b, 7), "a second block with the same content must not replace the first"
+    assert not pool.cache_block(a, 8), "a block is hashed once"
+    assert pool.get_cached_block(7) is a and b.block_hash is None
+    pool_invariants(pool)
+
+
+def test_touch_counts_sharing_and_free_drops_it():
+    pool = BlockPool(3, enable_caching=True)
+    (a,) = pool.get_new_blocks(1)
+    pool.cache_block(a, 5)
+    pool.touch([a])
+    pool.touch([a])
+    assert a.ref_cnt == 3 and pool.num_extra_refs == 2
+    pool.free_blocks([a, a])
+    assert a.ref_cnt == 1 and pool.num_extra_refs == 0 and 0 not in pool.free_queue
+    pool.free_blocks([a])
+    assert a.ref_cnt == 0 and pool.num_free_cached == 1
+    pool_invariants(pool)
+
+
+def test_usage_is_blocks_in_use_over_all_blocks():
+    pool = BlockPool(8)
+    pool.get_new_blocks(2)
+    assert pool.usage == 0.25
+
+
+class BlockPoolMachine(RuleBasedStateMachine):
+    """Random get/touch/free/cache sequences against a model: owner lists of block ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = BlockPool(6, enable_caching=True)
+        self.holders: list[list[int]] = []  # each holder: the block ids it references (one ref each)
+
+    @rule(n=st.integers(0, 3))
+    def get(self, n):
+        if n > self.pool.num_free_blocks:
+            with pytest.raises(ValueError):
+                self.pool.get_new_blocks(n)
+            return
+        evicting = [b for b in list(self.pool.free_queue.values())[:n] if b.block_hash is not None]
+        blocks = self.pool.get_new_blocks(n)
+        assert all(b.block_hash is None for b in blocks)
+        for b in evicting:
+            assert b.block_id not in [c.block_id for c in self.pool.cached_block_hash_to_block.values()]
+        self.holders.append([b.block_id for b in blocks])
+
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data())
+    def touch(self, data):
+        src = data.draw(st.sampled_from(self.holders))
+        hashed = [i for i in src if self.pool.blocks[i].block_hash is not None]
+        self.pool.touch([self.pool.blocks[i] for i in hashed])
+        self.holders.append(hashed)
+
+    @rule(h=st.integers(0, 4))
+    def touch_cached(self, h):
+        """A prefix-cache hit: a block found by hash, possibly sitting free in the queue."""
+        b = self.pool.get_cached_block(h)
+        if b is not None:
+            self.pool.touch([b])
+            self.holders.append([b.block_id])
+
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data())
+    def free(self, data):
+        i = data.draw(st.integers(0, len(self.holders) - 1))
+        ids = self.holders.pop(i)
+        self.pool.free_blocks(self.pool.blocks[j] for j in reversed(ids))
+
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data(), h=st.integers(0, 4))
+    def cache(self, data, h):
+        ids = data.draw(st.sampled_from(self.holders))
+        if ids:
+            b = self.pool.blocks[data.draw(st.sampled_from(ids))]
+            expect = b.block_hash is None and self.pool.get_cached_block(h) is None
+            assert self.pool.cache_block(b, h) == expect
+
+    @invariant()
+    def consistent(self):
+        pool_invariants(self.pool)
+        refs = [0] * self.pool.num_blocks
+        for ids in self.holders:
+            for i in ids:
+                refs[i] += 1
+        assert refs == [b.ref_cnt for b in self.pool.blocks], "ref counts differ from the holders"
+
+    def teardown(self):
+        while self.holders:
+            ids = self.holders.pop()
+            self.pool.free_blocks(self.pool.blocks[j] for j in ids)
+        assert self.pool.num_free_blocks == self.pool.num_blocks and self.pool.num_extra_refs == 0
+
+
+BlockPoolMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+)
+TestBlockPoolMachine = BlockPoolMachine.TestCase
