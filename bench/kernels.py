@@ -1,0 +1,320 @@
+"""Kernel benchmark (GPU): paged decode and prefill attention against their ceilings, and a full
+decode step of the Llama-3-8B-shaped model.
+
+    python -m bench.kernels --out bench/results/kernels-h200-DATE.json [--tune] [--skip-model]
+
+Shapes: Llama-3-8B attention (32 query heads, 8 KV heads, head dim 128), bf16, block size 16, random
+data, block tables shuffled over the physical blocks. Decode methods, side by side on the same data:
+  ours          paged_decode_attention (default config, automatic splits; --tune also sweeps configs)
+  ours_graph    the same call replayed from a CUDA graph (as the engine runs decode)
+  sdpa          torch SDPA on contiguous K/V [B, Hkv, ctx, D] with enable_gqa=True (no repeated KV),
+                FlashAttention backend where it accepts the call (the backend used is recorded)
+  gather_sdpa   gather the paged blocks into contiguous K/V, then the same SDPA (naive paged)
+  flashinfer    BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) on the same paged cache,
+                when flashinfer imports (else the reason is recorded)
+Timing: triton.testing.do_bench, median; it clears the L2 (a 256 MB write) before every repetition,
+so no run reads K/V from cache. TB/s = K and V bytes read / time; TFLOP/s = 4 * B * Hq * ctx * D / time
+(decode) or 2 * T^2 * Hq * D / time (causal prefill, half the square).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import platform
+import sys
+import traceback
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+import engine.kernels as K
+from engine.model import AttentionMetadata, LlamaModel
+from pagesim.specs import get_model
+
+HQ, HKV, D, BS = 32, 8, 128, 16
+BF16 = torch.bfloat16
+DEV = "cuda"
+DECODE_SHAPES = [(1, 32768), (16, 4096), (64, 4096), (256, 1024)]
+PREFILL_TOKENS = 4096
+STEP_BATCH, STEP_CONTEXT = 64, 1024
+HBM_BYTES_PER_S = 4.3e12  # device-to-device copy measured on this H200 (KINDS.md), bytes read + written
+DECODE_CONFIGS = [K.DecodeConfig(bn, w, s) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3)]
+PREFILL_CONFIGS = [K.PrefillConfig(*c) for c in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
+                                                  (128, 32, 4, 3), (64, 128, 4, 3), (128, 64, 8, 4), (128, 128, 8, 2)]]
+
+
+def seconds(fn, rep_ms: int = 200) -> float:
+    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median") * 1e-3
+
+
+def graph_of(fn):
+    """fn captured in a CUDA graph (after a warm-up run on a side stream); returns replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+SDPA_TRIES = [("flash", [SDPBackend.FLASH_ATTENTION]), ("cudnn", [SDPBackend.CUDNN_ATTENTION]),
+              ("efficient", [SDPBackend.EFFICIENT_ATTENTION]), ("math", [SDPBackend.MATH])]
+
+
+def sdpa(backends, q, k, v, causal):
+    with sdpa_kernel(backends):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+
+def pick_sdpa_backend(q, k, v, causal):
+    """The first SDPA backend (FlashAttention first) that accepts (q, k, v) with enable_gqa."""
+    for name, backends in SDPA_TRIES:
+        try:
+            sdpa(backends, q, k, v, causal)
+            return name, backends
+        except RuntimeError:
+            continue
+    raise RuntimeError("no SDPA backend ran")
+
+
+def load_flashinfer():
+    try:
+        import flashinfer
+        return flashinfer, None
+    except Exception as e:  # noqa: BLE001 (any import failure is recorded, not fatal)
+        return None, f"{type(e).__name__}: {e}"
+
+
+def decode_case(batch: int, ctx: int, tune: bool, flashinfer) -> dict:
+    g = torch.Generator(device=DEV).manual_seed(batch * 7 + ctx)
+    pages = ctx // BS
+    num_blocks = batch * pages
+    k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    v_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    tables = torch.randperm(num_blocks, generator=g, device=DEV).view(batch, pages).to(torch.int32)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn((batch, HQ, D), generator=g, device=DEV, dtype=BF16)
+    scale = D**-0.5
+    kv_bytes = 2 * batch * ctx * HKV * D * 2
+    flops = 4 * batch * HQ * ctx * D
+    row = {"batch": batch, "context": ctx, "kv_bytes": kv_bytes, "times_s": {}, "notes": {}}
+
+    def contiguous(cache):
+        return cache[tables.long()].view(batch, ctx, HKV, D).transpose(1, 2)
+
+    q4 = q[:, :, None]  # [B, Hq, 1, D]
+    k_contig, v_contig = contiguous(k_cache).contiguous(), contiguous(v_cache).contiguous()
+    name, backends = pick_sdpa_backend(q4, k_contig, v_contig, causal=False)
+    row["notes"]["sdpa_backend"] = name
+    expected = sdpa(backends, q4, k_contig, v_contig, False)[:, :, 0]
+    row["times_s"]["sdpa"] = seconds(lambda: sdpa(backends, q4, k_contig, v_contig, False))
+    del k_contig, v_contig
+
+    name, backends = pick_sdpa_backend(q4, contiguous(k_cache), contiguous(v_cache), causal=False)
+    row["notes"]["gather_sdpa_backend"] = name
+    row["times_s"]["gather_sdpa"] = seconds(lambda: sdpa(backends, q4, contiguous(k_cache), contiguous(v_cache), False))
+
+    def ours(cfg=None, splits=None):
+        return K.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale, num_splits=splits, config=cfg)
+
+    auto = K.default_num_splits(batch, HKV, pages * BS, q.device)
+    row["notes"]["auto_splits"] = auto
+    row["notes"]["ours_max_abs_diff_vs_sdpa"] = (ours().float() - expected.float()).abs().max().item()
+    row["times_s"]["ours"] = seconds(ours)
+    row["times_s"]["ours_graph"] = seconds(graph_of(ours))
+    if tune:
+        sweep = []
+        split_options = sorted({max(1, auto // 2), auto, 2 * auto} if auto > 1 else {1, 2})
+        for cfg in DECODE_CONFIGS:
+            for splits in split_options:
+                try:
+                    err = (ours(cfg, splits).float() - expected.float()).abs().max().item()
+                    t = seconds(lambda cfg=cfg, splits=splits: ours(cfg, splits), 60) if err < 0.05 else None
+                except Exception as e:  # noqa: BLE001 (a config that fails to compile is skipped)
+                    err, t = repr(e)[:200], None
+                sweep.append({"config": dataclasses.asdict(cfg), "splits": splits, "time_s": t, "err": err})
+        ok = [s for s in sweep if s["time_s"]]
+        best = min(ok, key=lambda s: s["time_s"])
+        row["tune"] = {"sweep": sweep, "best": best}
+        row["times_s"]["ours_best"] = best["time_s"]
+
+    if flashinfer is not None:
+        try:
+            ws = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
+            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+            indptr = torch.arange(batch + 1, dtype=torch.int32, device=DEV) * pages
+            last = torch.full((batch,), BS, dtype=torch.int32, device=DEV)
+            wrapper.plan(indptr, tables.flatten(), last, HQ, HKV, D, BS, pos_encoding_mode="NONE",
+                         q_data_type=BF16, kv_data_type=BF16, sm_scale=scale)
+            fi = lambda: wrapper.run(q, (k_cache, v_cache))  # noqa: E731
+            row["notes"]["flashinfer_max_abs_diff_vs_sdpa"] = (fi().float() - expected.float()).abs().max().item()
+            row["times_s"]["flashinfer"] = seconds(fi)
+        except Exception as e:  # noqa: BLE001
+            row["notes"]["flashinfer_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    row["tb_per_s"] = {k: kv_bytes / t / 1e12 for k, t in row["times_s"].items()}
+    row["tflop_per_s"] = {k: flops / t / 1e12 for k, t in row["times_s"].items()}
+    return row
+
+
+def prefill_case(tune: bool) -> dict:
+    t_len = PREFILL_TOKENS
+    g = torch.Generator(device=DEV).manual_seed(5)
+    pages = t_len // BS
+    k_cache = torch.randn((pages, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    v_cache = torch.randn((pages, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    table = torch.randperm(pages, generator=g, device=DEV).view(1, pages).to(torch.int32)
+    q = torch.randn((t_len, HQ, D), generator=g, device=DEV, dtype=BF16)
+    cu = torch.tensor([0, t_len], dtype=torch.int32, device=DEV)
+    lens = torch.tensor([t_len], dtype=torch.int32, device=DEV)
+    flops = 2 * t_len * t_len * HQ * D
+    row = {"tokens": t_len, "flops": flops, "times_s": {}, "notes": {}}
+
+    def contiguous(cache):
+        return cache[table[0].long()].view(1, t_len, HKV, D).transpose(1, 2).contiguous()
+
+    q4, k_contig, v_contig = q.transpose(0, 1)[None].contiguous(), contiguous(k_cache), contiguous(v_cache)
+    name, backends = pick_sdpa_backend(q4, k_contig, v_contig, causal=True)
+    row["notes"]["sdpa_backend"] = name
+    expected = sdpa(backends, q4, k_contig, v_contig, True)[0].transpose(0, 1)
+    row["times_s"]["sdpa"] = seconds(lambda: sdpa(backends, q4, k_contig, v_contig, True))
+
+    def ours(cfg=None):
+        return K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, table, D**-0.5, max_seqlen_q=t_len,
+                                         config=cfg)
+
+    row["notes"]["ours_max_abs_diff_vs_sdpa"] = (ours().float() - expected.float()).abs().max().item()
+    row["times_s"]["ours"] = seconds(ours)
+    if tune:
+        sweep = []
+        for cfg in PREFILL_CONFIGS:
+            try:
+                err = (ours(cfg).float() - expected.float()).abs().max().item()
+                t = seconds(lambda cfg=cfg: ours(cfg), 100) if err < 0.05 else None
+            except Exception as e:  # noqa: BLE001
+                err, t = repr(e)[:200], None
+            sweep.append({"config": dataclasses.asdict(cfg), "time_s": t, "err": err})
+        best = min((s for s in sweep if s["time_s"]), key=lambda s: s["time_s"])
+        row["tune"] = {"sweep": sweep, "best": best}
+        row["times_s"]["ours_best"] = best["time_s"]
+    row["tflop_per_s"] = {k: flops / t / 1e12 for k, t in row["times_s"].items()}
+    return row
+
+
+def model_step_case() -> dict:
+    spec = get_model("llama-3-8b")
+    torch.cuda.synchronize()
+    start = datetime.datetime.now()
+    model = LlamaModel.random(spec, device=DEV, dtype=BF16, seed=0)
+    torch.cuda.synchronize()
+    build_s = (datetime.datetime.now() - start).total_seconds()
+    batch, ctx = STEP_BATCH, STEP_CONTEXT
+    pages = ctx // BS
+    g = torch.Generator(device=DEV).manual_seed(1)
+    kv_cache = model.allocate_kv_cache(batch * pages, BS).normal_(generator=g)
+    tables = torch.randperm(batch * pages, generator=g, device=DEV).view(batch, pages).to(torch.int32)
+    pos = torch.full((batch,), ctx - 1, dtype=torch.int64, device=DEV)
+    attn = AttentionMetadata(slot_mapping=tables[:, (ctx - 1) // BS].long() * BS + (ctx - 1) % BS,
+                             num_prefill_tokens=0, num_decode_tokens=batch,
+                             context_lens_decode=torch.full((batch,), ctx, dtype=torch.int32, device=DEV),
+                             block_tables_decode=tables)
+    ids = torch.randint(0, spec.vocab_size, (batch,), generator=g, device=DEV)
+
+    def step():
+        return model.compute_logits(model.forward(ids, pos, kv_cache, attn))
+
+    logits = step()
+    finite = bool(logits.isfinite().all())
+    eager = seconds(step)
+    graph = seconds(graph_of(step))
+    embed_bytes = spec.vocab_size * spec.hidden_size * 2  # the embedding table is not read, only 64 rows
+    weight_bytes = spec.weight_bytes - embed_bytes
+    kv_bytes = batch * ctx * spec.kv_bytes_per_token
+    floor = (weight_bytes + kv_bytes) / HBM_BYTES_PER_S
+    return {"batch": batch, "context": ctx, "build_s": build_s, "logits_finite": finite,
+            "weight_bytes_read": weight_bytes, "kv_bytes_read": kv_bytes, "floor_s": floor,
+            "eager_s": eager, "graph_s": graph, "eager_ratio": eager / floor, "graph_ratio": graph / floor}
+
+
+def ceilings() -> dict:
+    x = torch.randn(1 << 30, device=DEV, dtype=BF16)  # 2 GiB
+    y = torch.empty_like(x)
+    copy_s = seconds(lambda: y.copy_(x))
+    del x, y
+    a, b = (torch.randn(8192, 8192, device=DEV, dtype=BF16) for _ in range(2))
+    mm_s = seconds(lambda: a @ b)
+    return {"copy_tb_per_s": 2 * (1 << 31) / copy_s / 1e12, "bf16_matmul_tflop_per_s": 2 * 8192**3 / mm_s / 1e12}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tune", action="store_true", help="sweep kernel configs and split counts")
+    parser.add_argument("--skip-model", action="store_true")
+    args = parser.parse_args()
+    flashinfer, fi_error = load_flashinfer()
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "gpu": torch.cuda.get_device_name(), "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+              "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+              "flashinfer": getattr(flashinfer, "__version__", None), "flashinfer_import_error": fi_error,
+              "command": " ".join([sys.executable.split("/")[-1], "-m", "bench.kernels", *sys.argv[1:]]),
+              "defaults": {"decode": dataclasses.asdict(K.DecodeConfig()),
+                           "prefill": dataclasses.asdict(K.PrefillConfig())}}
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    result["ceilings"] = ceilings()
+    result["decode"] = []
+    for batch, ctx in DECODE_SHAPES:
+        result["decode"].append(decode_case(batch, ctx, args.tune, flashinfer))
+        torch.cuda.empty_cache()
+        save()
+    result["prefill"] = prefill_case(args.tune)
+    save()
+    if not args.skip_model:
+        try:
+            result["model_step"] = model_step_case()
+        except Exception:  # noqa: BLE001
+            result["model_step"] = {"error": traceback.format_exc()[-2000:]}
+    save()
+    print_table(result)
+
+
+def print_table(r: dict) -> None:
+    c = r["ceilings"]
+    print(f"\n{r['gpu']}  torch {r['torch']}  triton {r['triton']}  flashinfer {r['flashinfer']}"
+          f"  copy {c['copy_tb_per_s']:.2f} TB/s  matmul {c['bf16_matmul_tflop_per_s']:.0f} TFLOP/s")
+    methods = ["ours", "ours_graph", "ours_best", "sdpa", "gather_sdpa", "flashinfer"]
+    print("decode TB/s  (B, ctx)  " + "  ".join(f"{m:>11}" for m in methods) + "  splits")
+    for d in r["decode"]:
+        tb = d["tb_per_s"]
+        cells = "  ".join(f"{tb[m]:11.2f}" if m in tb else f"{'-':>11}" for m in methods)
+        best = d.get("tune", {}).get("best", {})
+        print(f"  ({d['batch']:>3}, {d['context']:>5})      {cells}  auto {d['notes']['auto_splits']}"
+              + (f" best {best.get('splits')} {best.get('config')}" if best else ""))
+    p = r["prefill"]
+    tf = p["tflop_per_s"]
+    print(f"prefill {p['tokens']} causal TFLOP/s: ours {tf['ours']:.0f}"
+          + (f" (best {tf['ours_best']:.0f} {p['tune']['best']['config']})" if "ours_best" in tf else "")
+          + f"  sdpa[{p['notes']['sdpa_backend']}] {tf['sdpa']:.0f}  ratio {tf['ours'] / tf['sdpa']:.2f}")
+    m = r.get("model_step")
+    if m and "error" not in m:
+        print(f"8B decode step B={m['batch']} ctx={m['context']}: eager {m['eager_s'] * 1e3:.2f} ms"
+              f" ({m['eager_ratio']:.2f}x floor), graph {m['graph_s'] * 1e3:.2f} ms ({m['graph_ratio']:.2f}x),"
+              f" floor {m['floor_s'] * 1e3:.2f} ms; built in {m['build_s']:.1f} s")
+    elif m:
+        print("model step failed:", m["error"][-500:])
+
+
+if __name__ == "__main__":
+    main()
