@@ -34,15 +34,14 @@ class Prompt:
         self._pieces: list[tuple] = []  # pieces of the current, partial block
 
     def extend(self, key: Hashable, n_tokens: int) -> Prompt:
-        size, table = self.blocks.block_size, self.blocks.table
-        start = 0
+        size, table, ids, pieces = self.blocks.block_size, self.blocks.table, self.hash_ids, self._pieces
+        n, start = self.n_tokens, 0
         while start < n_tokens:
-            take = min(size - self.n_tokens % size, n_tokens - start)
-            self._pieces.append((key, start, start + take))
-            start += take
-            self.n_tokens += take
-            if self.n_tokens % size == 0:
-                parent = self.hash_ids[-1] if self.hash_ids else -1
-                self.hash_ids.append(table.setdefault((parent, tuple(self._pieces)), len(table)))
-                self._pieces = []
+            take = min(size - n % size, n_tokens - start)
+            pieces.append((key, start, start + take))
+            start, n = start + take, n + take
+            if n % size == 0:
+                ids.append(table.setdefault((ids[-1] if ids else -1, tuple(pieces)), len(table)))
+                pieces.clear()
+        self.n_tokens = n
         return self

@@ -44,6 +44,8 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     except (pd.errors.EmptyDataError, ValueError) as exc:
         raise TraceError(file, None, None, f"CSV text ({fmt} format)", str(exc)[:60]) from None
     df.columns = [str(c).strip() for c in df.columns]
+    if df.columns.duplicated().any():
+        raise TraceError(file, skip + 1, df.columns[df.columns.duplicated()][0], "each column named once in the header")
     for column in HEADERS[fmt]:
         if column not in df.columns:
             raise TraceError(file, skip + 1, column, f"a column named {column!r} in the header ({fmt} format: {', '.join(HEADERS[fmt])})")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pagesim.traces.errors import EMPTY, TraceError
-from pagesim.traces.schema import COLUMNS, REQUIRED, Parsed, Rows, Trace
+from pagesim.traces.schema import COLUMNS, MAX_INT, REQUIRED, Parsed, Rows, Trace
 from pagesim.traces.text import columns_of, json_objects
 
 VERSION = 1
@@ -30,7 +30,7 @@ def read_pagesim(text: str, file: str) -> Parsed:
     name, block = header.get("name"), header.get("hash_block_size")
     if name is not None and not isinstance(name, str):
         raise TraceError(file, lines[0], "name", "a string or null", name)
-    if block is not None and (not isinstance(block, int) or isinstance(block, bool) or block < 1):
+    if block is not None and (not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= MAX_INT):
         raise TraceError(file, lines[0], "hash_block_size", "a positive integer or null", block)
     lines, objects = lines[1:], objects[1:]
     for line, obj in zip(lines, objects):

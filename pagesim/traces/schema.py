@@ -30,6 +30,7 @@ OPTIONAL = ("prefix_hash_ids", "prompt_token_ids", "n", "priority")
 COLUMNS = REQUIRED + OPTIONAL
 MAX_INT = 2**31 - 1  # lengths, n and priority stay far below this
 INT64 = (-(2**63), 2**63 - 1)  # token and hash ids
+MAX_TIME = 1e15  # arrival times, in the file's unit; keeps differences and rescaling finite
 
 
 @dataclass(slots=True)
@@ -112,12 +113,13 @@ def ints(values: pd.Series, rows: Rows, field: str, minimum: int | None) -> np.n
 
 
 def floats(values: pd.Series, rows: Rows, field: str) -> np.ndarray:
-    """Finite numbers as float64; raises at the first entry that is empty or not a finite number."""
+    """Numbers as float64; raises at the first entry that is empty, not a number, or not below MAX_TIME in size."""
     num = numbers(values).to_numpy()
-    ok = np.isfinite(num)
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(num) < MAX_TIME
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
-        raise rows.error(i, field, "a finite number", _got(values, i))
+        raise rows.error(i, field, f"a number (of magnitude below {MAX_TIME:g})", _got(values, i))
     return num
 
 
@@ -127,7 +129,7 @@ def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, also
     for i, value in enumerate(values):
         if isinstance(value, np.ndarray):
             value = value.tolist()
-        if not isinstance(value, (list, tuple)) or not all(_is_int64(x) for x in value):
+        if not isinstance(value, (list, tuple)) or not _int64s(value):
             raise rows.error(i, field, "a list of integers", _got(values, i))
         if len(value) != sizes[i] and (also is None or len(value) != also[i]):
             raise rows.error(i, field, f"{sizes[i]} ids", f"{len(value)} ids")
@@ -135,8 +137,12 @@ def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, also
     return out
 
 
-def _is_int64(x: object) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and INT64[0] <= x <= INT64[1]
+def _int64s(values: list | tuple) -> bool:
+    if not values:
+        return True
+    if set(map(type, values)) <= {int}:  # the common case, checked at C speed
+        return INT64[0] <= min(values) and max(values) <= INT64[1]
+    return all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and INT64[0] <= x <= INT64[1] for x in values)
 
 
 def to_frame(p: Parsed) -> pd.DataFrame:
@@ -154,8 +160,8 @@ def to_frame(p: Parsed) -> pd.DataFrame:
         }
     )
     if "prefix_hash_ids" in c:
-        if p.hash_block_size is None:
-            raise TraceError(rows.file, None, name("prefix_hash_ids"), "a hash_block_size for the prefix hash ids")
+        if not (isinstance(p.hash_block_size, (int, np.integer)) and 1 <= p.hash_block_size <= MAX_INT):
+            raise TraceError(rows.file, None, name("prefix_hash_ids"), "a positive hash_block_size for the prefix hash ids", p.hash_block_size)
         full, partial = np.divmod(df["prompt_len"].to_numpy(), p.hash_block_size)
         also = full + (partial > 0) if p.partial_last_hash else None
         df["prefix_hash_ids"] = int_lists(c["prefix_hash_ids"], rows, name("prefix_hash_ids"), full, also)
@@ -171,12 +177,20 @@ def to_frame(p: Parsed) -> pd.DataFrame:
 def _request_ids(values: pd.Series, rows: Rows, field: str) -> list[str]:
     seen: dict[str, int] = {}
     for i, value in enumerate(values):
-        if not isinstance(value, str) or not value:
-            raise rows.error(i, field, "a non-empty string", _got(values, i))
+        if not isinstance(value, str) or not value or not _utf8(value):
+            raise rows.error(i, field, "a non-empty string of valid Unicode", _got(values, i))
         if value in seen:
             raise rows.error(i, field, f"a unique request id (also at line {seen[value]})", value)
         seen[value] = int(rows.lines[i])
     return list(values)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates, e.g. from a JSON "\\ud800"
+        return False
+    return True
 
 
 def by_arrival(df: pd.DataFrame, rows: Rows) -> tuple[pd.DataFrame, list[str]]:

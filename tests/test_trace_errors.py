@@ -1,0 +1,220 @@
+"""Every rejected input raises TraceError naming the file, the line and the field, and saying what was expected."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+
+from pagesim.errors import UserError
+from pagesim.traces import TraceError, load_trace, trace_from_frame
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+OK_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
+
+
+def load_error(tmp_path, text: str | bytes, name: str = "conv.csv", **kwargs) -> TraceError:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(TraceError) as info:
+        load_trace(path, **kwargs)
+    assert info.value.file == str(path)
+    return info.value
+
+
+def assert_error(err: TraceError, row: int | None, field: str | None, expected: str) -> None:
+    assert (err.row, err.field) == (row, field), str(err)
+    assert expected in err.expected, str(err)
+    message = str(err)
+    assert message.startswith(err.file)
+    if row is not None:
+        assert f"line {row}" in message
+    if field is not None:
+        assert f"field {field!r}" in message
+    assert f"expected {err.expected}" in message
+
+
+def test_message_reads_file_line_field_expected_got(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW * 15 + "2023-11-16 18:15:47.0,abc,44\n")
+    assert str(err) == f"{tmp_path / 'conv.csv'}, line 17, field 'ContextTokens': expected a positive integer, got 'abc'"
+    assert isinstance(err, UserError)
+
+
+@pytest.mark.parametrize(
+    "row, field, expected",
+    [
+        ("2023-11-16 18:15:47.0,-5,44", "ContextTokens", "a positive integer"),
+        ("2023-11-16 18:15:47.0,0,44", "ContextTokens", "a positive integer"),
+        ("2023-11-16 18:15:47.0,12.5,44", "ContextTokens", "a positive integer"),
+        ("2023-11-16 18:15:47.0,12,", "GeneratedTokens", "a positive integer"),
+        ("2023-11-16 18:15:47.0,12,nan", "GeneratedTokens", "a positive integer"),
+        ("2023-11-16 18:15:47.0,12,1e400", "GeneratedTokens", "a positive integer"),
+        ("yesterday,12,3", "TIMESTAMP", "a timestamp like"),
+        ("2023-13-45 99:00:00,12,3", "TIMESTAMP", "a timestamp like"),
+        (",12,3", "TIMESTAMP", "a timestamp like"),
+    ],
+)
+def test_bad_cells_name_line_and_column(tmp_path, row, field, expected):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + row + "\n" + OK_ROW)
+    assert_error(err, 3, field, expected)
+
+
+def test_empty_cell_is_reported_as_empty(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,,3\n")
+    assert str(err).endswith("got an empty value")
+
+
+def test_missing_column_names_the_column_and_the_header_line(tmp_path):
+    err = load_error(tmp_path, "TIMESTAMP,ContextTokens\n2023-11-16 18:15:47.0,12\n", format="azure")
+    assert_error(err, 1, "GeneratedTokens", "a column named 'GeneratedTokens'")
+
+
+def test_ragged_row_names_its_line(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + OK_ROW + "2023-11-16 18:15:47.0,1,2,3,4\n")
+    assert_error(err, 4, None, "as many comma-separated fields as the header")
+
+
+def test_unbalanced_quote_names_its_line(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + '"2023-11-16 18:15:47.0,1,2\n')
+    assert_error(err, 3, None, "balanced quotes")
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n"])
+def test_empty_file_is_rejected_as_a_whole(tmp_path, text):
+    assert_error(load_error(tmp_path, text), None, None, "a non-empty trace file")
+
+
+def test_header_only_file_has_no_requests(tmp_path):
+    assert_error(load_error(tmp_path, AZURE_HEADER), None, None, "at least one request")
+
+
+def test_undecodable_bytes_name_their_line(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER.encode() + OK_ROW.encode() + b"\xff\xfe\x00garbage\n")
+    assert_error(err, 3, None, "UTF-8 text")
+
+
+def test_compressed_file_is_rejected(tmp_path):
+    err = load_error(tmp_path, gzip.compress((AZURE_HEADER + OK_ROW).encode()), name="conv.csv.gz")
+    assert err.expected.startswith("UTF-8 text")
+
+
+def test_nul_bytes_are_rejected_as_binary(tmp_path):
+    assert_error(load_error(tmp_path, AZURE_HEADER + OK_ROW + "1,\x00,2\n"), 3, None, "without NUL bytes")
+
+
+def test_unknown_format_lists_the_known_ones(tmp_path):
+    err = load_error(tmp_path, "time,input,output\n1,2,3\n")
+    assert_error(err, 1, None, "a known trace format")
+    assert "ContextTokens" in err.expected and "mooncake" in err.expected
+
+
+def test_file_of_another_format_names_the_missing_column(tmp_path):
+    mooncake = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+    assert_error(load_error(tmp_path, mooncake, format="vidur"), 1, "arrived_at", "a column named 'arrived_at'")
+    assert_error(load_error(tmp_path, AZURE_HEADER + OK_ROW, format="mooncake"), 1, None, "valid JSON")
+
+
+def test_unknown_json_keys_are_not_a_format(tmp_path):
+    assert_error(load_error(tmp_path, '{"a": 1}\n', name="x.jsonl"), 1, None, "a known trace format")
+
+
+def test_json_syntax_error_names_line_and_column(tmp_path):
+    text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n{"timestamp": 1, "input_length": 10,, "output_length": 5}\n'
+    err = load_error(tmp_path, text, name="m.jsonl")
+    assert_error(err, 2, None, "valid JSON")
+    assert "column 37" in err.expected
+
+
+def test_json_lines_field_errors_name_the_key(tmp_path):
+    text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n\n{"timestamp": 1, "input_length": "ten", "output_length": 5}\n'
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 3, "input_length", "a positive integer")
+    text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n{"timestamp": 1, "input_length": 10}\n'
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 2, "output_length", "a positive integer")
+    text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n[1, 2]\n'
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 2, None, "a JSON object on every line")
+
+
+def test_mooncake_hash_ids_must_match_the_prompt_length(tmp_path):
+    text = '{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1]}\n'
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 1, "hash_ids", "2 ids")
+    text = '{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, true, 3]}\n'
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 1, "hash_ids", "a list of integers")
+
+
+def test_sharegpt_errors_name_the_conversation_line_and_turn(tmp_path):
+    text = '[\n {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},\n' \
+           ' {"conversations": [{"from": "human", "value": "hi"}, {"from": "robot", "value": "yo"}]}\n]'
+    assert_error(load_error(tmp_path, text, name="s.json"), 3, "conversations[1].from", "one of human")
+    text = '[\n {"conversations": [{"from": "human", "value": 5}]}\n]'
+    assert_error(load_error(tmp_path, text, name="s.json"), 2, "conversations[0].value", "a string")
+    text = '[\n {"conversations": "nope"}\n]'
+    assert_error(load_error(tmp_path, text, name="s.json"), 2, "conversations", "a list")
+    text = '[\n {"conversations": []},\n {"conversations": []}\n}'
+    assert_error(load_error(tmp_path, text, name="s.json"), 4, None, "',' or ']'")
+    text = '[\n {"conversations": []},\n {"conversations": [}\n]'
+    assert_error(load_error(tmp_path, text, name="s.json"), 3, None, "valid JSON")
+
+
+def test_own_format_header_and_keys_are_checked(tmp_path):
+    row = '{"request_id": "a", "arrival_time_s": 0, "prompt_len": 4, "output_len": 1}\n'
+    assert_error(load_error(tmp_path, '{"pagesim_trace": 2}\n' + row, name="p.jsonl"), 1, "pagesim_trace", '"pagesim_trace": 1')
+    bad_block = '{"pagesim_trace": 1, "hash_block_size": 0}\n'
+    assert_error(load_error(tmp_path, bad_block + row, name="p.jsonl"), 1, "hash_block_size", "a positive integer")
+    header = '{"pagesim_trace": 1, "name": "t", "hash_block_size": null}\n'
+    typo = '{"request_id": "b", "arrival_time_s": 1, "prompt_len": 4, "output_len": 1, "promt_len": 3}\n'
+    assert_error(load_error(tmp_path, header + row + typo, name="p.jsonl"), 3, "promt_len", "only the keys")
+    assert_error(load_error(tmp_path, header + row + row, name="p.jsonl"), 3, "request_id", "a unique request id (also at line 2)")
+    hashed = '{"request_id": "b", "arrival_time_s": 1, "prompt_len": 4, "output_len": 1, "prefix_hash_ids": []}\n'
+    assert_error(load_error(tmp_path, header + hashed, name="p.jsonl"), None, "prefix_hash_ids", "a positive hash_block_size")
+    assert_error(load_error(tmp_path, header + '{"request_id": 7, "arrival_time_s": 0, "prompt_len": 4, "output_len": 1}\n', name="p.jsonl"),
+                 2, "request_id", "a non-empty string")
+
+
+def test_trace_from_frame_names_the_frame_row_and_column():
+    df = pd.DataFrame({"request_id": ["a", "b"], "arrival_time_s": [0.0, 1.0], "prompt_len": [3, 0], "output_len": [1, 2]})
+    with pytest.raises(TraceError) as info:
+        trace_from_frame(df, "my frame")
+    assert_error(info.value, 2, "prompt_len", "a positive integer")
+    with pytest.raises(TraceError, match="field 'output_len': expected a column"):
+        trace_from_frame(df.drop(columns="output_len"), "my frame")
+    with pytest.raises(TraceError, match="field 'ttft'"):
+        trace_from_frame(df.assign(ttft=1.0), "my frame")
+
+
+def test_an_empty_time_window_is_an_error(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW, start_s=10.0)
+    assert_error(err, None, None, "at least one request arriving in [10.0, None) s")
+
+
+def test_rescaling_needs_arrivals_spread_over_time(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + OK_ROW, rate=2.0)
+    assert_error(err, None, None, "arrivals spread over time")
+
+
+@pytest.mark.parametrize(
+    "options", [dict(format="csv"), dict(limit=0), dict(time_scale=0), dict(rate=-1.0), dict(start_s=5, end_s=5), dict(end_s=float("nan"))]
+)
+def test_bad_options_are_user_errors(tmp_path, options):
+    path = tmp_path / "conv.csv"
+    path.write_text(AZURE_HEADER + OK_ROW)
+    with pytest.raises(UserError):
+        load_trace(path, **options)
+
+
+def test_missing_file_is_a_trace_error(tmp_path):
+    with pytest.raises(TraceError, match="expected a readable file"):
+        load_trace(tmp_path / "absent.csv")
+    with pytest.raises(TraceError, match="expected a readable file"):
+        load_trace(tmp_path)
+
+
+def test_errors_never_leak_other_exception_types_for_json_extremes(tmp_path):
+    deep = '{"timestamp": ' + "[" * 100000 + "]" * 100000 + ', "input_length": 1, "output_length": 1}\n'
+    assert load_error(tmp_path, deep, name="m.jsonl").row == 1
+    huge = '{"timestamp": 0, "input_length": 1' + "0" * 5000 + ', "output_length": 1}\n'
+    assert load_error(tmp_path, huge, name="m.jsonl").row == 1
+    surrogate = '{"pagesim_trace": 1}\n{"request_id": "\\ud800", "arrival_time_s": 0, "prompt_len": 1, "output_len": 1}\n'
+    assert_error(load_error(tmp_path, surrogate, name="p.jsonl"), 2, "request_id", "valid Unicode")
+    assert json.loads(surrogate.splitlines()[1])["request_id"] == "\ud800"
