@@ -138,7 +138,7 @@ def test_json_lines_field_errors_name_the_key(tmp_path):
 
 def test_mooncake_hash_ids_must_match_the_prompt_length(tmp_path):
     text = '{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1]}\n'
-    assert_error(load_error(tmp_path, text, name="m.jsonl"), 1, "hash_ids", "2 ids")
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 1, "hash_ids", "2 ids, one per full 512-token block")
     text = '{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, true, 3]}\n'
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 1, "hash_ids", "a list of integers")
 

@@ -7,12 +7,14 @@ from pagesim.errors import UserError
 _NOTHING = object()
 
 
-class _Empty:
+class Described(str):
+    """A description of what was found, shown as is: `got an empty value`, `got 12 ids`."""
+
     def __repr__(self) -> str:
-        return "an empty value"
+        return str(self)
 
 
-EMPTY = _Empty()  # `got` for an empty cell, a JSON null or a missing key
+EMPTY = Described("an empty value")  # an empty cell, a JSON null or a missing key
 
 
 class TraceError(UserError):

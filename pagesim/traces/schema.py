@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from pagesim.traces.errors import EMPTY, TraceError
+from pagesim.traces.errors import EMPTY, Described, TraceError
 
 REQUIRED = ("request_id", "arrival_time_s", "prompt_len", "output_len")
 OPTIONAL = ("prefix_hash_ids", "prompt_token_ids", "n", "priority")
@@ -99,16 +99,15 @@ def _got(values: pd.Series, i: int) -> object:
     return EMPTY if value is None or (isinstance(value, float) and np.isnan(value)) else value
 
 
-def ints(values: pd.Series, rows: Rows, field: str, minimum: int | None) -> np.ndarray:
-    """Integer-valued entries as int64; raises at the first one that is empty, not an integer, or below `minimum`."""
+def ints(values: pd.Series, rows: Rows, field: str, positive: bool = True) -> np.ndarray:
+    """Integer-valued entries (|x| <= MAX_INT) as int64; raises at the first one that is empty, not an
+    integer, or (when `positive`) below 1."""
     num = numbers(values).to_numpy()
-    low = -MAX_INT if minimum is None else minimum
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(num) & (num == np.floor(num)) & (num >= low) & (num <= MAX_INT)
+        ok = (num == np.floor(num)) & (num >= (1 if positive else -MAX_INT)) & (num <= MAX_INT)
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
-        wanted = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(minimum)
-        raise rows.error(i, field, wanted or f"an integer >= {minimum}", _got(values, i))
+        raise rows.error(i, field, "a positive integer" if positive else "an integer", _got(values, i))
     return num.astype(np.int64)
 
 
@@ -123,8 +122,8 @@ def floats(values: pd.Series, rows: Rows, field: str) -> np.ndarray:
     return num
 
 
-def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, also: np.ndarray | None = None) -> list:
-    """Lists of int64 ids; row i must hold `sizes[i]` ids (or `also[i]`, then cut to `sizes[i]`)."""
+def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, per: str, also: np.ndarray | None = None) -> list:
+    """Lists of int64 ids; row i must hold `sizes[i]` ids, one `per` unit (or `also[i]`, then cut to `sizes[i]`)."""
     out = []
     for i, value in enumerate(values):
         if isinstance(value, np.ndarray):
@@ -132,7 +131,7 @@ def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, also
         if not isinstance(value, (list, tuple)) or not _int64s(value):
             raise rows.error(i, field, "a list of integers", _got(values, i))
         if len(value) != sizes[i] and (also is None or len(value) != also[i]):
-            raise rows.error(i, field, f"{sizes[i]} ids", f"{len(value)} ids")
+            raise rows.error(i, field, f"{sizes[i]} ids, one per {per}", Described(f"{len(value)}"))
         out.append([int(x) for x in value[: sizes[i]]])
     return out
 
@@ -155,8 +154,8 @@ def to_frame(p: Parsed) -> pd.DataFrame:
         {
             "request_id": pd.Series(_request_ids(ids, rows, name("request_id")), dtype="str"),
             "arrival_time_s": floats(c["arrival_time_s"], rows, name("arrival_time_s")) * p.time_unit_s,
-            "prompt_len": ints(c["prompt_len"], rows, name("prompt_len"), 1),
-            "output_len": ints(c["output_len"], rows, name("output_len"), 1),
+            "prompt_len": ints(c["prompt_len"], rows, name("prompt_len")),
+            "output_len": ints(c["output_len"], rows, name("output_len")),
         }
     )
     if "prefix_hash_ids" in c:
@@ -164,13 +163,15 @@ def to_frame(p: Parsed) -> pd.DataFrame:
             raise TraceError(rows.file, None, name("prefix_hash_ids"), "a positive hash_block_size for the prefix hash ids", p.hash_block_size)
         full, partial = np.divmod(df["prompt_len"].to_numpy(), p.hash_block_size)
         also = full + (partial > 0) if p.partial_last_hash else None
-        df["prefix_hash_ids"] = int_lists(c["prefix_hash_ids"], rows, name("prefix_hash_ids"), full, also)
+        per = f"full {p.hash_block_size}-token block of the prompt"
+        df["prefix_hash_ids"] = int_lists(c["prefix_hash_ids"], rows, name("prefix_hash_ids"), full, per, also)
     if "prompt_token_ids" in c:
-        df["prompt_token_ids"] = int_lists(c["prompt_token_ids"], rows, name("prompt_token_ids"), df["prompt_len"].to_numpy())
+        sizes = df["prompt_len"].to_numpy()
+        df["prompt_token_ids"] = int_lists(c["prompt_token_ids"], rows, name("prompt_token_ids"), sizes, "prompt token")
     if "n" in c:
-        df["n"] = ints(c["n"], rows, name("n"), 1)
+        df["n"] = ints(c["n"], rows, name("n"))
     if "priority" in c:
-        df["priority"] = ints(c["priority"], rows, name("priority"), None)
+        df["priority"] = ints(c["priority"], rows, name("priority"), positive=False)
     return df
 
 

@@ -49,10 +49,6 @@ def json_lines(text: str, file: str) -> Iterator[tuple[int, object]]:
             yield number, _loads(line, file, number)
 
 
-def first_json_line(text: str, file: str) -> tuple[int, object]:
-    return next(json_lines(text, file))
-
-
 def json_list(text: str, file: str) -> Iterator[tuple[int, object]]:
     """(line where the item starts, item) for each item of a text holding one JSON list."""
     line, counted = 1, 0

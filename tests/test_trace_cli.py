@@ -1,0 +1,51 @@
+"""`python -m pagesim trace info` and `trace synth`, through pagesim.cli.main."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from test_trace_formats import SAMPLES
+
+from pagesim.cli import main
+from pagesim.traces import load_trace
+
+
+def test_info_prints_stats_and_summary(tmp_path, capsys):
+    path = tmp_path / "b.csv"
+    path.write_text(SAMPLES["burstgpt1"][1])
+    assert main(["trace", "info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "rows 2, span 113.000 s, rate 0.018 req/s" in out
+    assert "prompt_len  mean 444.5  p50 444.5" in out
+    assert "prefix sharing: no hash ids" in out
+    assert "burstgpt: 3 rows read, 2 requests kept" in out
+    assert "dropped 1: failed request (Response tokens = 0)" in out
+
+
+def test_synth_writes_an_own_format_trace_that_info_reads(tmp_path, capsys):
+    out = tmp_path / "k.jsonl"
+    argv = ["trace", "synth", "--preset", "kshot", "--num-requests", "50", "--rate", "4", "--arrival", "gamma", "--cv", "2", "--seed", "9", "--out", str(out)]
+    assert main(argv) == 0
+    trace = load_trace(out)
+    assert (len(trace.df), trace.name, trace.hash_block_size) == (50, "kshot-50", 16)
+    capsys.readouterr()
+    assert main(["trace", "info", str(out), "--format", "pagesim"]) == 0
+    info = capsys.readouterr().out
+    assert "rows 50" in info and "of prompt blocks seen in an earlier request (16 tokens per block)" in info
+
+
+def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "bad.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,x,1\n")
+    assert main(["trace", "info", str(path)]) == 2
+    assert capsys.readouterr().err == f"error: {path}, line 2, field 'ContextTokens': expected a positive integer, got 'x'\n"
+
+
+def test_python_dash_m_pagesim_trace_info_works(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text(SAMPLES["mooncake"][1])
+    done = subprocess.run([sys.executable, "-m", "pagesim", "trace", "info", str(path)], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert "rows 3" in done.stdout and "(512 tokens per block)" in done.stdout
