@@ -103,14 +103,15 @@ class BlockPool:
         Callers pass a request's blocks tail first, so that its prefix blocks,
         the likeliest to be hit again, are evicted last.
         """
+        free_queue, events = self.free_queue, self.events
         for block in blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                self.free_queue[block.block_id] = block
+                free_queue[block.block_id] = block
                 if block.block_hash is not None:
                     self.num_free_cached += 1
-                if self.events is not None:
-                    self.events.append((FREED, block.block_id))
+                if events is not None:
+                    events.append((FREED, block.block_id))
             else:
                 self.num_extra_refs -= 1
 

@@ -105,7 +105,7 @@ class PagedKVCacheManager:
             request.num_computed_tokens += num_computed_from_cache
             request.num_prefix_hit_tokens += num_computed_from_cache
         if need > 0:
-            request.block_ids.extend(b.block_id for b in pool.get_new_blocks(need))
+            request.block_ids.extend([b.block_id for b in pool.get_new_blocks(need)])
         return True
 
     def num_blocks_to_allocate(self, request, num_new_tokens, computed_blocks=(), num_computed_from_cache=0) -> int:
@@ -136,8 +136,7 @@ class PagedKVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
-        blocks = self.pool.blocks
-        self.pool.free_blocks(blocks[i] for i in reversed(request.block_ids))
+        self.pool.free_blocks(map(self.pool.blocks.__getitem__, reversed(request.block_ids)))
         request.block_ids = []
 
     # ---- parallel sampling ----------------------------------------------------

@@ -376,27 +376,30 @@ class Scheduler:
         running = self.running
         run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(r.num_computed_tokens for r in running))
         if isinstance(kv, PagedKVCacheManager):
-            crossings = []  # (step, running index): the step at which a request needs a new block
-            for idx, r in enumerate(running):
-                j = len(r.block_ids) * bs - r.num_computed_tokens
-                while j < k:
-                    crossings.append((j, idx))
-                    j += bs
-            crossings.sort()
+            # (step, running index) of every block allocation, in the order the step-by-step path makes them.
+            crossings = sorted(
+                (j, idx)
+                for idx, r in enumerate(running)
+                for j in range(len(r.block_ids) * bs - r.num_computed_tokens, k, bs)
+            )
             pool = kv.pool
             blocks_per_step = [0] * k
             evicted_per_step = [0] * k
             internal_delta = [0] * k
             if crossings:
-                was_cached = [b.block_hash is not None for b in islice(pool.free_queue.values(), len(crossings))]
-                new_blocks = pool.get_new_blocks(len(crossings))
-                for (j, idx), block, cached in zip(crossings, new_blocks, was_cached):
-                    r = running[idx]
-                    before = len(r.block_ids) * bs - r.final_kv_len
-                    r.block_ids.append(block.block_id)
-                    internal_delta[j] += max(0, before + bs) - max(0, before)
+                if pool.num_free_cached:
+                    cached = [b.block_hash is not None for b in islice(pool.free_queue.values(), len(crossings))]
+                    for (j, _), c in zip(crossings, cached):
+                        evicted_per_step[j] += c
+                # A request's last block is the only one that can reach past its final length.
+                for r in running:
+                    last = (r.final_kv_len - 1) // bs  # index of the block holding its last KV slot
+                    j = last * bs - r.num_computed_tokens  # the step that allocates it
+                    if last >= len(r.block_ids) and j < k:
+                        internal_delta[j] += (last + 1) * bs - r.final_kv_len
+                for (j, idx), block in zip(crossings, pool.get_new_blocks(len(crossings))):
+                    running[idx].block_ids.append(block.block_id)
                     blocks_per_step[j] += 1
-                    evicted_per_step[j] += cached
             run.blocks_per_step = blocks_per_step
             run.evicted_per_step = evicted_per_step
             run.internal_delta_per_step = internal_delta

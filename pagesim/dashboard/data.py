@@ -1,0 +1,128 @@
+"""Traces and replay runs for the dashboard, without Streamlit.
+
+The Replay page's default view must render in a few seconds on a 2-core CPU:
+the bundled ShareGPT-like trace (1000 requests, 10 req/s) on a KV cache capped
+at DEFAULT_NUM_GPU_BLOCKS blocks. With Llama-3-8B on an H200 at
+gpu_memory_utilization 0.9 the cache would hold ~55,000 blocks of 16 tokens and
+nothing would ever be short of memory; at 1024 blocks (16,384 token slots,
+2 GiB of K/V) paged attention runs near full and the reserve-ahead baselines
+queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pagesim.config import Config
+from pagesim.metrics import summarize_run
+from pagesim.replay import run_configs
+from pagesim.simulator import RunResult, simulate
+from pagesim.traces import Trace, TraceError, load_trace
+
+REPO = Path(__file__).resolve().parents[2]
+TRACES_DIR = REPO / "traces"
+DEFAULT_TRACE = "sharegpt-poisson-1k.jsonl"
+DEFAULT_NUM_GPU_BLOCKS = 1024
+DEFAULT_LIMIT = 1000
+NUM_SNAPSHOTS = 40
+BASELINES = ("max", "pow2", "oracle")
+
+
+def bundled_traces(folder: Path = TRACES_DIR) -> list[Path]:
+    """The traces shipped with pagesim (traces/*.jsonl), the ShareGPT-like default first."""
+    paths = sorted(folder.glob("*.jsonl"))
+    return sorted(paths, key=lambda p: (p.name != DEFAULT_TRACE, "sharegpt" not in p.name, p.name))
+
+
+def default_trace_path() -> Path:
+    """The bundled ShareGPT-like trace the Replay and Sweep pages open with."""
+    return TRACES_DIR / DEFAULT_TRACE
+
+
+def load_upload(name: str, data: bytes, *, format: str = "auto", limit: int | None = None) -> Trace:
+    """Load an uploaded file: it is written to a temporary folder under its original name, so the
+    trace is named after it and a TraceError reads `NAME, line R, field F: expected ...` (the
+    temporary folder is left out of the message). Raises TraceError or UserError."""
+    safe = Path(name).name.strip() or "upload"
+    with tempfile.TemporaryDirectory(prefix="pagesim-upload-") as tmp:
+        path = Path(tmp) / safe
+        path.write_bytes(data)
+        try:
+            return load_trace(path, format, limit=limit)
+        except TraceError as exc:
+            exc.file = safe
+            exc.args = (str(exc).replace(str(path), safe),)
+            raise
+
+
+def trace_fingerprint(trace: Trace) -> str:
+    """A content hash of the trace's requests (and name): the cache key of every run on it."""
+    h = hashlib.sha256(trace.name.encode())
+    h.update(str(trace.hash_block_size).encode())
+    for column in trace.df.columns:
+        values = trace.df[column]
+        h.update(column.encode())
+        if values.dtype == object or isinstance(values.dtype, pd.StringDtype):
+            h.update("\x1f".join(map(str, values.tolist())).encode())
+        else:
+            h.update(np.ascontiguousarray(values.to_numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
+def snapshot_times(trace: Trace, n: int = NUM_SNAPSHOTS) -> list[float]:
+    """n instants evenly spaced over the trace's arrivals: the block map's time slider."""
+    span = float(trace.df["arrival_time_s"].max()) if len(trace.df) else 0.0
+    return np.linspace(0.0, span, n).tolist() if n else []
+
+
+@dataclass
+class Run:
+    """One configuration's replay: the simulator's result and its summary (pagesim.metrics)."""
+
+    name: str
+    result: RunResult
+    summary: dict
+
+
+def replay(trace: Trace, config: Config, baselines=("max",), *, num_snapshots: int = NUM_SNAPSHOTS,
+           progress=None) -> dict[str, Run]:
+    """The paged config, then each contiguous baseline, on one trace; keyed by run name.
+
+    progress(fraction, text), if given, is called as the runs advance (fraction of all runs,
+    counting each run's progress through the trace's arrival span)."""
+    configs = run_configs(config, baselines)
+    times = snapshot_times(trace, num_snapshots)
+    span = times[-1] if times and times[-1] > 0 else 1.0
+    runs = {}
+    for i, cfg in enumerate(configs):
+        name = cfg.run_name
+        report = None
+        if progress is not None:
+            progress(i / len(configs), f"simulating {name} ({i + 1}/{len(configs)})")
+            report = _throttled(lambda now, i=i, name=name: progress(
+                (i + min(now / span, 1.0)) / len(configs), f"simulating {name} ({i + 1}/{len(configs)})"), span)
+        result = simulate(trace, cfg, snapshot_times=times, progress=report)
+        runs[name] = Run(name, result, summarize_run(result))
+    if progress is not None:
+        progress(1.0, "done")
+    return runs
+
+
+def _throttled(callback, span: float, levels: int = 50):
+    """callback(now), but only when now / span has crossed one of `levels` marks since the last call:
+    the simulator reports progress on every step, and each report is a message to the browser."""
+    last = [-1]
+
+    def report(now: float) -> None:
+        level = min(int(now / span * levels), levels)
+        if level != last[0]:
+            last[0] = level
+            callback(now)
+
+    return report
