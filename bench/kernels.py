@@ -44,9 +44,9 @@ DECODE_SHAPES = [(1, 32768), (16, 4096), (64, 4096), (256, 1024)]
 PREFILL_TOKENS = 4096
 STEP_BATCH, STEP_CONTEXT = 64, 1024
 HBM_BYTES_PER_S = 4.3e12  # device-to-device copy measured on this H200 (KINDS.md), bytes read + written
-DECODE_CONFIGS = [K.DecodeConfig(bn, w, s) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3)]
-PREFILL_CONFIGS = [K.PrefillConfig(*c) for c in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
-                                                  (128, 32, 4, 3), (64, 128, 4, 3), (128, 64, 8, 4), (128, 128, 8, 2)]]
+DECODE_CONFIGS = [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
+PREFILL_CONFIGS = [K.PrefillConfig(*c) for c in [(128, 128, 8, 3), (128, 128, 8, 2), (128, 128, 8, 4), (128, 64, 8, 3),
+                                                  (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 4, 3), (64, 64, 4, 3)]]
 
 
 def seconds(fn, rep_ms: int = 200) -> float:
@@ -75,15 +75,27 @@ def sdpa(backends, q, k, v, causal):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
 
 
-def pick_sdpa_backend(q, k, v, causal):
-    """The first SDPA backend (FlashAttention first) that accepts (q, k, v) with enable_gqa."""
-    for name, backends in SDPA_TRIES:
+def sdpa_variants(q, k, v, causal) -> dict:
+    """{backend name: fn} for every SDPA backend (not math) that accepts (q, k, v) with enable_gqa."""
+    out = {}
+    for name, backends in SDPA_TRIES[:-1]:
         try:
             sdpa(backends, q, k, v, causal)
-            return name, backends
-        except RuntimeError:
+            torch.cuda.synchronize()
+            out[name] = lambda backends=backends: sdpa(backends, q, k, v, causal)
+        except Exception:  # noqa: BLE001 (a backend that refuses the call is left out)
             continue
-    raise RuntimeError("no SDPA backend ran")
+    return out
+
+
+def timed(fn, rep_ms: int = 200) -> dict:
+    """Median seconds of eager calls and of CUDA-graph replays (None where capture fails)."""
+    out = {"eager": seconds(fn, rep_ms)}
+    try:
+        out["graph"] = seconds(graph_of(fn), rep_ms)
+    except Exception as e:  # noqa: BLE001 (recorded, not fatal)
+        out["graph"], out["graph_error"] = None, f"{type(e).__name__}: {str(e)[:200]}"
+    return out
 
 
 def load_flashinfer():
@@ -94,7 +106,23 @@ def load_flashinfer():
         return None, f"{type(e).__name__}: {e}"
 
 
+def flashinfer_decode(flashinfer, q, k_cache, v_cache, tables, scale, graph: bool):
+    batch, pages = tables.shape
+    indptr = torch.arange(batch + 1, dtype=torch.int32, device=DEV) * pages
+    indices = tables.flatten().contiguous()
+    last = torch.full((batch,), BS, dtype=torch.int32, device=DEV)
+    ws = torch.zeros(256 << 20, dtype=torch.uint8, device=DEV)
+    extra = dict(use_cuda_graph=True, paged_kv_indptr_buffer=indptr.clone(), paged_kv_indices_buffer=indices.clone(),
+                 paged_kv_last_page_len_buffer=last.clone()) if graph else {}
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True, **extra)
+    wrapper.plan(indptr, indices, last, HQ, HKV, D, BS, pos_encoding_mode="NONE", q_data_type=BF16,
+                 kv_data_type=BF16, sm_scale=scale)
+    return lambda: wrapper.run(q, (k_cache, v_cache))
+
+
 def decode_case(batch: int, ctx: int, tune: bool, flashinfer) -> dict:
+    """All methods on one (batch, context); primary times are CUDA-graph replays (GPU time, as a
+    serving engine runs decode), eager times beside them (they include Python launch overhead)."""
     g = torch.Generator(device=DEV).manual_seed(batch * 7 + ctx)
     pages = ctx // BS
     num_blocks = batch * pages
@@ -106,22 +134,22 @@ def decode_case(batch: int, ctx: int, tune: bool, flashinfer) -> dict:
     scale = D**-0.5
     kv_bytes = 2 * batch * ctx * HKV * D * 2
     flops = 4 * batch * HQ * ctx * D
-    row = {"batch": batch, "context": ctx, "kv_bytes": kv_bytes, "times_s": {}, "notes": {}}
+    row = {"batch": batch, "context": ctx, "kv_bytes": kv_bytes, "timings": {}, "notes": {}}
+    q4 = q[:, :, None]  # [B, Hq, 1, D]
 
     def contiguous(cache):
         return cache[tables.long()].view(batch, ctx, HKV, D).transpose(1, 2)
 
-    q4 = q[:, :, None]  # [B, Hq, 1, D]
     k_contig, v_contig = contiguous(k_cache).contiguous(), contiguous(v_cache).contiguous()
-    name, backends = pick_sdpa_backend(q4, k_contig, v_contig, causal=False)
-    row["notes"]["sdpa_backend"] = name
-    expected = sdpa(backends, q4, k_contig, v_contig, False)[:, :, 0]
-    row["times_s"]["sdpa"] = seconds(lambda: sdpa(backends, q4, k_contig, v_contig, False))
-    del k_contig, v_contig
-
-    name, backends = pick_sdpa_backend(q4, contiguous(k_cache), contiguous(v_cache), causal=False)
-    row["notes"]["gather_sdpa_backend"] = name
-    row["times_s"]["gather_sdpa"] = seconds(lambda: sdpa(backends, q4, contiguous(k_cache), contiguous(v_cache), False))
+    variants = sdpa_variants(q4, k_contig, v_contig, causal=False)
+    expected = next(iter(variants.values()))()[:, :, 0]
+    for name, fn in variants.items():
+        row["timings"][f"sdpa_{name}"] = timed(fn)
+    del k_contig, v_contig, variants
+    for name, backends in SDPA_TRIES[:-1]:
+        if f"sdpa_{name}" in row["timings"]:
+            row["timings"][f"gather_sdpa_{name}"] = timed(
+                lambda backends=backends: sdpa(backends, q4, contiguous(k_cache), contiguous(v_cache), False))
 
     def ours(cfg=None, splits=None):
         return K.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale, num_splits=splits, config=cfg)
@@ -129,40 +157,51 @@ def decode_case(batch: int, ctx: int, tune: bool, flashinfer) -> dict:
     auto = K.default_num_splits(batch, HKV, pages * BS, q.device)
     row["notes"]["auto_splits"] = auto
     row["notes"]["ours_max_abs_diff_vs_sdpa"] = (ours().float() - expected.float()).abs().max().item()
-    row["times_s"]["ours"] = seconds(ours)
-    row["times_s"]["ours_graph"] = seconds(graph_of(ours))
+    row["timings"]["ours"] = timed(ours)
     if tune:
         sweep = []
-        split_options = sorted({max(1, auto // 2), auto, 2 * auto} if auto > 1 else {1, 2})
+        split_options = sorted({max(1, auto // 2), auto, 2 * auto, 4 * auto} if auto > 1 else {1, 2})
         for cfg in DECODE_CONFIGS:
             for splits in split_options:
                 try:
                     err = (ours(cfg, splits).float() - expected.float()).abs().max().item()
-                    t = seconds(lambda cfg=cfg, splits=splits: ours(cfg, splits), 60) if err < 0.05 else None
+                    fn = graph_of(lambda cfg=cfg, splits=splits: ours(cfg, splits))
+                    t = seconds(fn, 60) if err < 0.05 else None
                 except Exception as e:  # noqa: BLE001 (a config that fails to compile is skipped)
                     err, t = repr(e)[:200], None
-                sweep.append({"config": dataclasses.asdict(cfg), "splits": splits, "time_s": t, "err": err})
-        ok = [s for s in sweep if s["time_s"]]
-        best = min(ok, key=lambda s: s["time_s"])
+                sweep.append({"config": dataclasses.asdict(cfg), "splits": splits, "graph_s": t, "err": err})
+        best = min((s for s in sweep if s["graph_s"]), key=lambda s: s["graph_s"])
         row["tune"] = {"sweep": sweep, "best": best}
-        row["times_s"]["ours_best"] = best["time_s"]
+        row["timings"]["ours_best"] = {"graph": best["graph_s"]}
 
     if flashinfer is not None:
         try:
-            ws = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
-            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
-            indptr = torch.arange(batch + 1, dtype=torch.int32, device=DEV) * pages
-            last = torch.full((batch,), BS, dtype=torch.int32, device=DEV)
-            wrapper.plan(indptr, tables.flatten(), last, HQ, HKV, D, BS, pos_encoding_mode="NONE",
-                         q_data_type=BF16, kv_data_type=BF16, sm_scale=scale)
-            fi = lambda: wrapper.run(q, (k_cache, v_cache))  # noqa: E731
+            fi = flashinfer_decode(flashinfer, q, k_cache, v_cache, tables, scale, graph=False)
             row["notes"]["flashinfer_max_abs_diff_vs_sdpa"] = (fi().float() - expected.float()).abs().max().item()
-            row["times_s"]["flashinfer"] = seconds(fi)
+            row["timings"]["flashinfer"] = {"eager": seconds(fi)}
+            fig = flashinfer_decode(flashinfer, q, k_cache, v_cache, tables, scale, graph=True)
+            row["timings"]["flashinfer"]["graph"] = seconds(graph_of(fig))
         except Exception as e:  # noqa: BLE001
             row["notes"]["flashinfer_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-    row["tb_per_s"] = {k: kv_bytes / t / 1e12 for k, t in row["times_s"].items()}
-    row["tflop_per_s"] = {k: flops / t / 1e12 for k, t in row["times_s"].items()}
+    summarize(row, kv_bytes, flops)
     return row
+
+
+def summarize(row: dict, kv_bytes: int, flops: int) -> None:
+    """Best SDPA / gather backend by graph time, TB/s and TFLOP/s per method and mode, target ratios."""
+    t = row["timings"]
+    for prefix in ("sdpa", "gather_sdpa"):
+        names = [k for k in t if k.startswith(prefix + "_") and t[k].get("graph")]
+        best = min(names, key=lambda k: t[k]["graph"])
+        row["notes"][f"{prefix}_best_backend"] = best[len(prefix) + 1:]
+        t[prefix] = dict(t[best])
+    row["tb_per_s"] = {m: {mode: kv_bytes / s / 1e12 for mode, s in v.items() if isinstance(s, float)}
+                       for m, v in t.items()}
+    row["tflop_per_s"] = {m: {mode: flops / s / 1e12 for mode, s in v.items() if isinstance(s, float)}
+                          for m, v in t.items()}
+    ours = t["ours"]["graph"]
+    row["ratios_graph"] = {f"ours_vs_{m}": t[m]["graph"] / ours for m in ("sdpa", "gather_sdpa", "flashinfer")
+                           if t.get(m, {}).get("graph")}
 
 
 def prefill_case(tune: bool) -> dict:
@@ -181,11 +220,14 @@ def prefill_case(tune: bool) -> dict:
     def contiguous(cache):
         return cache[table[0].long()].view(1, t_len, HKV, D).transpose(1, 2).contiguous()
 
-    q4, k_contig, v_contig = q.transpose(0, 1)[None].contiguous(), contiguous(k_cache), contiguous(v_cache)
-    name, backends = pick_sdpa_backend(q4, k_contig, v_contig, causal=True)
-    row["notes"]["sdpa_backend"] = name
-    expected = sdpa(backends, q4, k_contig, v_contig, True)[0].transpose(0, 1)
-    row["times_s"]["sdpa"] = seconds(lambda: sdpa(backends, q4, k_contig, v_contig, True))
+    q4 = q.transpose(0, 1)[None].contiguous()
+    variants = sdpa_variants(q4, contiguous(k_cache), contiguous(v_cache), causal=True)
+    expected = next(iter(variants.values()))()[0].transpose(0, 1)
+    for name, fn in variants.items():
+        row["times_s"][f"sdpa_{name}"] = seconds(fn)
+    best = min(variants, key=lambda n: row["times_s"][f"sdpa_{n}"])
+    row["notes"]["sdpa_best_backend"] = best
+    row["times_s"]["sdpa"] = row["times_s"][f"sdpa_{best}"]
 
     def ours(cfg=None):
         return K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, table, D**-0.5, max_seqlen_q=t_len,
@@ -206,6 +248,7 @@ def prefill_case(tune: bool) -> dict:
         row["tune"] = {"sweep": sweep, "best": best}
         row["times_s"]["ours_best"] = best["time_s"]
     row["tflop_per_s"] = {k: flops / t / 1e12 for k, t in row["times_s"].items()}
+    row["ours_vs_sdpa"] = row["tflop_per_s"]["ours"] / row["tflop_per_s"]["sdpa"]
     return row
 
 
@@ -294,24 +337,26 @@ def print_table(r: dict) -> None:
     c = r["ceilings"]
     print(f"\n{r['gpu']}  torch {r['torch']}  triton {r['triton']}  flashinfer {r['flashinfer']}"
           f"  copy {c['copy_tb_per_s']:.2f} TB/s  matmul {c['bf16_matmul_tflop_per_s']:.0f} TFLOP/s")
-    methods = ["ours", "ours_graph", "ours_best", "sdpa", "gather_sdpa", "flashinfer"]
-    print("decode TB/s  (B, ctx)  " + "  ".join(f"{m:>11}" for m in methods) + "  splits")
+    cols = [("ours", "graph"), ("ours_best", "graph"), ("sdpa", "graph"), ("gather_sdpa", "graph"),
+            ("flashinfer", "graph"), ("ours", "eager"), ("sdpa", "eager"), ("flashinfer", "eager")]
+    print("decode TB/s (graph replay | eager)  " + " ".join(f"{m[:11]:>11}" for m, _ in cols))
     for d in r["decode"]:
         tb = d["tb_per_s"]
-        cells = "  ".join(f"{tb[m]:11.2f}" if m in tb else f"{'-':>11}" for m in methods)
+        cells = " ".join(f"{tb[m][mode]:11.2f}" if mode in tb.get(m, {}) else f"{'-':>11}" for m, mode in cols)
         best = d.get("tune", {}).get("best", {})
-        print(f"  ({d['batch']:>3}, {d['context']:>5})      {cells}  auto {d['notes']['auto_splits']}"
-              + (f" best {best.get('splits')} {best.get('config')}" if best else ""))
+        print(f"  ({d['batch']:>3}, {d['context']:>5})  splits {d['notes']['auto_splits']:>3}       {cells}"
+              f"  sdpa={d['notes']['sdpa_best_backend']}"
+              + (f" best: {best.get('splits')} {tuple(best['config'].values())}" if best else ""))
     p = r["prefill"]
     tf = p["tflop_per_s"]
     print(f"prefill {p['tokens']} causal TFLOP/s: ours {tf['ours']:.0f}"
-          + (f" (best {tf['ours_best']:.0f} {p['tune']['best']['config']})" if "ours_best" in tf else "")
-          + f"  sdpa[{p['notes']['sdpa_backend']}] {tf['sdpa']:.0f}  ratio {tf['ours'] / tf['sdpa']:.2f}")
+          + (f" (best {tf['ours_best']:.0f} {tuple(p['tune']['best']['config'].values())})" if "ours_best" in tf else "")
+          + f"  sdpa[{p['notes']['sdpa_best_backend']}] {tf['sdpa']:.0f}  ratio {p['ours_vs_sdpa']:.2f}")
     m = r.get("model_step")
     if m and "error" not in m:
-        print(f"8B decode step B={m['batch']} ctx={m['context']}: eager {m['eager_s'] * 1e3:.2f} ms"
-              f" ({m['eager_ratio']:.2f}x floor), graph {m['graph_s'] * 1e3:.2f} ms ({m['graph_ratio']:.2f}x),"
-              f" floor {m['floor_s'] * 1e3:.2f} ms; built in {m['build_s']:.1f} s")
+        print(f"8B decode step B={m['batch']} ctx={m['context']}: graph {m['graph_s'] * 1e3:.2f} ms"
+              f" ({m['graph_ratio']:.2f}x floor), eager {m['eager_s'] * 1e3:.2f} ms ({m['eager_ratio']:.2f}x),"
+              f" floor {m['floor_s'] * 1e3:.2f} ms; weights built in {m['build_s']:.1f} s")
     elif m:
         print("model step failed:", m["error"][-500:])
 

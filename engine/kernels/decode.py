@@ -27,7 +27,9 @@ LOG2E = 1.4426950408889634
 
 @dataclass(frozen=True, slots=True)
 class DecodeConfig:
-    block_n: int = 64  # tokens per inner step
+    """Launch parameters; the defaults were the fastest on an H200 (bench/NOTES.md)."""
+
+    block_n: int | None = None  # tokens per inner step; None: 128 when the sequence is split, else 64
     num_warps: int = 4
     num_stages: int = 3
 
@@ -143,11 +145,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         o = torch.empty((batch, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
         lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
         sob, soh, sos = o.stride()[:3]
+    block_n = cfg.block_n or (128 if num_splits > 1 else 64)
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E,
         q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=cfg.block_n, STORE_LSE=num_splits > 1,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
         UPCAST=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
