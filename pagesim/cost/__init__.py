@@ -1,0 +1,30 @@
+"""Cost models: how long a step takes in the simulator.
+
+A cost model has `step_time(StepFeatures) -> seconds`, the vectorised
+`decode_run_times(num_seqs, context_start, k) -> array of k durations` for the
+simulator's fast path (equal to k step_time calls), and `describe() -> dict`.
+Two implementations: RooflineCostModel (from the specs, no GPU needed) and
+ProfileCostModel (fitted to timings from a real GPU by fit_profile).
+"""
+
+from __future__ import annotations
+
+from pagesim.config import Config
+from pagesim.cost.features import StepFeatures
+from pagesim.cost.profile import ProfileCostModel, fit_profile
+from pagesim.cost.roofline import RooflineCostModel
+from pagesim.errors import UserError
+
+__all__ = ["StepFeatures", "RooflineCostModel", "ProfileCostModel", "fit_profile", "make_cost_model"]
+
+
+def make_cost_model(spec: str, config: Config):
+    """'roofline', or the path of a profile JSON fitted for the config's model and GPU."""
+    if spec == "roofline":
+        return RooflineCostModel(config)
+    profile = ProfileCostModel.from_json(spec, block_size=config.block_size)
+    want = (config.model_spec.name, config.gpu_spec.name)
+    if (profile.model, profile.gpu) != want:
+        raise UserError(f"profile {spec}: fitted for {profile.model} on {profile.gpu}, but the config runs "
+                        f"{want[0]} on {want[1]}; use a profile of that pair, or --cost-model roofline")
+    return profile

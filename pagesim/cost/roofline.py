@@ -1,0 +1,106 @@
+"""The analytic cost model: two rooflines, one for the matmuls and one for attention, one after the other.
+
+    forward = max(weight bytes / mem_rate, dense flops / flop_rate)      the linear layers and LM head
+            + max(K/V bytes / mem_rate, attention flops / flop_rate)     attention and the K/V writes
+            + step_overhead_s + seq_overhead_s * sequences
+    mem_rate = hbm_bandwidth * mem_efficiency, flop_rate = bf16_flops * compute_efficiency
+    weight bytes    = every matrix once per step (the embedding table is only gathered: left out)
+    dense flops     = tokens * (flops_per_token - LM head) + sequences * LM head (2 per multiply-add;
+                      logits only for the rows that sample: at most one per sequence)
+    K/V bytes       = kv_bytes_per_token * (prefill_context_tokens + decode_context_tokens   read
+                                            + num_prefill_tokens + num_decode_seqs)          written
+    attention flops = 4 * head_dim * num_heads * num_layers per (query, key) pair (QK^T and PV):
+                      prefill_attn_pairs + decode_context_tokens
+    step    = forward (0 without tokens) + swapped blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)
+              + copied blocks * 2 * block_bytes / mem_rate
+
+Why two rooflines and not one max over the whole step: attention and the matmuls are separate
+kernels that run one after the other in every layer, so a decode batch's K/V streaming does not hide
+under a prefill chunk's matmuls (one max over the summed bytes and FLOPs would make a step of 1024
+prefill tokens + 128 decodes at 4k context ~40% cheaper than it is). Transfers are serialised with
+the forward pass (added). Activations are left out: in decode they are a few MB per layer and stay in
+the 50 MB L2; in a large prefill the step is compute-bound and their traffic (the SwiGLU's
+elementwise passes, ~3% of the matmul time at 8192 tokens) hides under the matmuls. A step with transfers but no tokens still pays the step overhead.
+
+The efficiencies are ceilings measured on an H200 (see the constants), so the model is an
+attainable bound, optimistic where kernels fall short of them: small batches pay per-kernel latency,
+and the weight-to-compute knee is soft. Measured on an H200, Llama-3-8B's dense matmuls alone
+(CUDA-graph replay) take 1.23x the first max() at 1 token, 1.3-1.5x at 32-192 tokens, 1.05x at 512
+and 0.99-1.02x from 1024 to 8192 tokens. A profile fitted on the real engine closes that gap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pagesim.config import Config
+from pagesim.cost.features import StepFeatures
+
+# A device-to-device copy of 4 GiB (torch copy_) moved 4.24 TB/s, bytes read + written, of an
+# H200's 4.8 TB/s datasheet: 0.88.
+MEM_EFFICIENCY = 0.9
+# Llama-3-8B's own dense matmuls (fused QKV, O, gate/up, down, LM head; bf16, CUDA-graph replay)
+# ran at 679-703 TFLOP/s for 1024-8192 tokens = 0.69-0.71 of 989; an 8192^3 square GEMM reaches
+# 769-798 (0.8), but the model's shapes are what a step runs.
+COMPUTE_EFFICIENCY = 0.7
+# Pinned-memory copies of 1 GiB: 41.6 GB/s host->device, 54.3 GB/s device->host of PCIe 5 x16's
+# 64 GB/s; mean ~48 GB/s = 0.75.
+PCIE_EFFICIENCY = 0.75
+# Host work a step cannot hide in an engine that replays decode steps as CUDA graphs: scheduling,
+# building the block tables and slot mapping, copying them to the GPU, sampling, reading the tokens
+# back; each is tens of microseconds in vLLM-class engines. Kernel latency inside the step
+# (~0.8 ms at batch 1 for Llama-3-8B, measured) is NOT in it: it belongs to a calibrated profile.
+STEP_OVERHEAD_S = 200e-6
+# Per-sequence host work (input rows, output processing) hides behind the GPU in engines that
+# overlap the host with the device; 0 by default, an override for engines that do not.
+SEQ_OVERHEAD_S = 0.0
+
+
+class RooflineCostModel:
+    def __init__(self, config: Config, *, mem_efficiency: float = MEM_EFFICIENCY,
+                 compute_efficiency: float = COMPUTE_EFFICIENCY, pcie_efficiency: float = PCIE_EFFICIENCY,
+                 step_overhead_s: float = STEP_OVERHEAD_S, seq_overhead_s: float = SEQ_OVERHEAD_S):
+        m, g = config.model_spec, config.gpu_spec
+        self.model, self.gpu = m.name, g.name
+        self.mem_efficiency, self.compute_efficiency, self.pcie_efficiency = mem_efficiency, compute_efficiency, pcie_efficiency
+        self.step_overhead_s, self.seq_overhead_s = step_overhead_s, seq_overhead_s
+        self.mem_rate = g.hbm_bandwidth * mem_efficiency  # bytes/s
+        self.flop_rate = g.bf16_flops * compute_efficiency  # FLOP/s
+        lm_head = 2 * m.vocab_size * m.hidden_size
+        self.weight_read_bytes = m.flops_per_token // 2 * m.dtype_bytes  # every parameter but the embedding table
+        self.kv_bytes = m.kv_bytes_per_token
+        self.dense_flops = m.flops_per_token - lm_head  # per token
+        self.lm_head_flops = lm_head  # per sampled sequence (an upper bound for prefill chunks)
+        self.attn_flops = 4 * m.head_dim * m.num_heads * m.num_layers  # per (query, key) pair
+        self.swap_s_per_block = config.block_bytes / (g.pcie_bandwidth * pcie_efficiency)
+        self.copy_s_per_block = 2 * config.block_bytes / self.mem_rate
+
+    def _forward_time(self, tokens, seqs, kv_read, pairs, maximum=max):
+        """Works on ints and on numpy arrays alike, with the same operations in the same order."""
+        dense = maximum(self.weight_read_bytes / self.mem_rate,
+                        (tokens * self.dense_flops + seqs * self.lm_head_flops) / self.flop_rate)
+        attention = maximum((kv_read + tokens) * self.kv_bytes / self.mem_rate, pairs * self.attn_flops / self.flop_rate)
+        return dense + attention + self.step_overhead_s + seqs * self.seq_overhead_s
+
+    def step_time(self, f: StepFeatures) -> float:
+        t = (f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+        tokens = f.num_prefill_tokens + f.num_decode_seqs
+        if tokens:
+            t += self._forward_time(tokens, f.num_prefill_seqs + f.num_decode_seqs,
+                                    f.prefill_context_tokens + f.decode_context_tokens,
+                                    f.prefill_attn_pairs + f.decode_context_tokens)
+        elif t:
+            t += self.step_overhead_s
+        return t
+
+    def decode_run_times(self, num_seqs: int, context_start: int, k: int) -> np.ndarray:
+        """Durations of k pure-decode steps; step j reads context_start + num_seqs * (j + 1) keys."""
+        if num_seqs == 0:
+            return np.zeros(k)
+        ctx = context_start + num_seqs * np.arange(1, k + 1, dtype=np.int64)
+        return self._forward_time(num_seqs, num_seqs, ctx, ctx, np.maximum)
+
+    def describe(self) -> dict:
+        return {"kind": "roofline", "model": self.model, "gpu": self.gpu, "mem_efficiency": self.mem_efficiency,
+                "compute_efficiency": self.compute_efficiency, "pcie_efficiency": self.pcie_efficiency,
+                "step_overhead_s": self.step_overhead_s, "seq_overhead_s": self.seq_overhead_s}
