@@ -37,7 +37,7 @@ def frames(draw):
     return trace_from_frame(df, draw(st.text(max_size=20)), block)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(trace=frames())
 def test_write_then_read_gives_an_equal_trace(tmp_path, trace):
     path = tmp_path / "t.jsonl"

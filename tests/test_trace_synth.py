@@ -2,8 +2,8 @@
 sharing where the workload shares prefixes.
 
 Tolerances are about 4 standard errors at the sizes used: Poisson and gamma rates within 6%
-(n = 5000, cv up to 2), multiturn rate within 12% (conversations arrive in clumps of turns), means
-within 5% (lognormal with sigma up to 1.3), medians within 3%.
+(n = 5000, cv up to 2) and 8% (kshot, n = 3000), multiturn rate within 15% (n = 3000; conversations
+arrive in clumps of turns), means within 5% (n = 20000, lognormal sigma up to 1.3), medians within 3%.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def test_arrival_rate_and_burstiness_match(arrival, cv):
 
 @pytest.mark.parametrize("preset", ["kshot", "multiturn"])
 def test_shared_prefix_presets_hit_the_rate_and_share_blocks(preset):
-    trace = synthesize(preset, num_requests=5000, rate=6.0, seed=3, hash_block_size=16)
+    trace = synthesize(preset, num_requests=3000, rate=6.0, seed=3, hash_block_size=16)
     stats = trace_stats(trace)
-    assert stats["rate"] == pytest.approx(6.0, rel=0.12 if preset == "multiturn" else 0.06)
+    assert stats["rate"] == pytest.approx(6.0, rel=0.15 if preset == "multiturn" else 0.08)
     assert trace.hash_block_size == 16
     assert stats["prefix_sharing_ratio"] > 0.5
 
