@@ -1,0 +1,397 @@
+"""The GPU executor: runs the shared scheduler's step plans on the real model and paged KV cache.
+
+`GPUExecutor.execute(plan) -> seconds` is the engine's side of pagesim.loop.run_step. One step:
+
+1. block copies (`plan.blocks_to_copy`: a fork's copy of the parent's last blocks);
+2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU;
+3. one forward pass over the packed batch, prefill chunks first, then one token per decoding
+   sequence; a token at position pos of a request is stored at slot
+   block_ids[pos // block_size] * block_size + pos % block_size;
+4. logits (and the greedy argmax) only for the sequences whose step reaches the end of their
+   tokens (num_computed_tokens + num_new_tokens == request.num_tokens): they sample.
+
+Copies come before swap-outs, not after: the scheduler hands out a fork's copies with the plan
+after the fork, and in that step the new sample (the most recently added running request) is the
+first swap victim; its swap-out must carry the copied block. The order is otherwise free: the
+scheduler never swaps in during a step that preempts, and a copy's blocks are held by the parent
+and the sample when the plan is made, so no swap-in targets them; the forward pass, the only
+writer of freed blocks, comes last.
+
+The executor keeps each request's tokens (prompt ids from engine.tokens, then the tokens it
+generates); it never changes scheduler state, which `Scheduler.finish_step` updates from the same
+plan. A forked sample starts from its parent's tokens; a request preempted with recompute keeps
+its tokens and re-feeds them.
+
+Decode-only steps run at a padded batch size (the next of 1, 2, 4, ..., 256, up to max_num_seqs;
+padding rows have slot -1 and context_len 0), replayed from a CUDA graph captured at start, or
+eagerly with the same shapes when graphs are off or on the CPU; prefill and mixed steps run
+eagerly at their exact size. Block tables are always cdiv(max_model_len, block_size) wide, so
+kernel shapes depend only on the batch size. The contiguous baseline needs nothing special: its
+block tables are runs of consecutive block ids.
+
+Timing: `execute` returns the wall time of the whole step (perf_counter, ending after a device
+synchronisation), host-side preparation included, as a live engine would see it;
+`last_gpu_time_s` is the same step's device time between two CUDA events (None on the CPU).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.kernels import copy_blocks, swap_blocks
+from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape
+from engine.tokens import prompt_token_ids
+from pagesim.config import Config
+from pagesim.request import Request
+from pagesim.specs import ModelSpec
+
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def graph_batch_sizes(max_num_seqs: int) -> list[int]:
+    """Padded decode batch sizes: the common sizes below max_num_seqs, then max_num_seqs itself (at most 256)."""
+    sizes = [b for b in GRAPH_BATCH_SIZES if b < max_num_seqs]
+    return sizes + [min(max_num_seqs, GRAPH_BATCH_SIZES[-1])]
+
+
+# ---- sizing the KV cache from the real device ---------------------------------------------------
+def kv_block_bytes(spec: ModelSpec, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes of one block in the engine's cache (every layer, K and V), at the engine's dtype."""
+    return int(np.prod(kv_cache_shape(spec, 1, block_size))) * torch.empty((), dtype=dtype).element_size()
+
+
+def activation_reserve_bytes(spec: ModelSpec, dtype: torch.dtype, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """Device memory to leave for one step's activations besides the KV cache and the weights.
+
+    The widest eager step has max_num_batched_tokens tokens live at once in: hidden, residual and
+    the normed input [T, H], QKV [T, (Hq + 2 Hkv) D], attention output [T, Hq D], gate/up [T, 2I] and
+    its activation [T, I]; plus logits for up to max_num_seqs sampling rows (dtype and fp32 copies,
+    and the CUDA-graph logits buffer). Counted once with 25% headroom and 512 MiB for the CUDA
+    context's allocator slack and the graphs' private pool.
+    """
+    s, t = spec, max_num_batched_tokens
+    elem = torch.empty((), dtype=dtype).element_size()
+    per_token = 3 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + s.num_heads * s.head_dim
+    per_token += 3 * s.intermediate_size
+    logits = max_num_seqs * s.vocab_size * (elem + 4 + 4)
+    return int(1.25 * (t * per_token * elem + logits)) + 512 * 2**20
+
+
+def num_gpu_blocks_for_device(config: Config, model: LlamaModel) -> int:
+    """KV blocks that fit in the device's free memory now (weights loaded) x gpu_memory_utilization.
+
+    Free memory comes from torch.cuda.mem_get_info, so other tenants of a shared GPU are
+    respected; the activation reserve (activation_reserve_bytes) is taken off first.
+    """
+    if model.device.type != "cuda":
+        raise ValueError("num_gpu_blocks_for_device needs the model on a CUDA device; give num_gpu_blocks instead")
+    torch.cuda.synchronize(model.device)
+    free, _total = torch.cuda.mem_get_info(model.device)
+    reserve = activation_reserve_bytes(model.spec, model.dtype, config.max_num_batched_tokens, config.max_num_seqs)
+    budget = free * config.gpu_memory_utilization - reserve
+    blocks = int(budget // kv_block_bytes(model.spec, config.block_size, model.dtype))
+    if blocks < 1:
+        raise ValueError(
+            f"no room for the KV cache: {free / 2**30:.1f} GiB free on {model.device} after the weights, "
+            f"x gpu_memory_utilization {config.gpu_memory_utilization}, leaves less than the "
+            f"{reserve / 2**30:.2f} GiB activation reserve plus one block"
+        )
+    return blocks
+
+
+def config_for_device(config: Config, model: LlamaModel) -> Config:
+    """`config` with num_gpu_blocks measured on the model's device, unless the user gave num_gpu_blocks."""
+    if config.num_gpu_blocks is not None:
+        return config
+    return config.replace(num_gpu_blocks=num_gpu_blocks_for_device(config, model))
+
+
+# ---- per-request token state ---------------------------------------------------------------------
+@dataclass(slots=True)
+class _Tokens:
+    ids: np.ndarray  # int64, capacity prompt_len + output_len
+    n: int  # tokens so far: the prompt, then the generated ones
+    prompt_len: int
+    num_samples: int  # the request's n (parallel sampling)
+
+    def append(self, token: int) -> None:
+        if self.n == len(self.ids):
+            self.ids = np.concatenate([self.ids, np.empty(max(16, len(self.ids)), dtype=np.int64)])
+        self.ids[self.n] = token
+        self.n += 1
+
+
+@dataclass(slots=True)
+class _DecodeGraph:
+    graph: object  # torch.cuda.CUDAGraph
+    logits: torch.Tensor  # [g, vocab] fp32, static output
+    tokens: torch.Tensor  # [g] int64, static output
+
+
+class GPUExecutor:
+    """Executes step plans on a LlamaModel with a paged KV cache; see the module docstring."""
+
+    def __init__(self, config: Config, model: LlamaModel | None = None, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype = torch.bfloat16, seed: int = 0, cuda_graphs: bool = True,
+                 keep_logits: bool = False):
+        if model is None:
+            device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            model = LlamaModel.random(config.model_spec, device, dtype, seed)
+        self.config = config
+        self.model = model
+        self.device = model.device
+        self.is_cuda = self.device.type == "cuda"
+        self.block_size = config.block_size
+        self.num_gpu_blocks = config.resolved_num_gpu_blocks
+        self.max_model_len = config.resolved_max_model_len
+        if self.max_model_len > model.spec.max_position_embeddings:
+            raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
+                             f"max_position_embeddings {model.spec.max_position_embeddings}")
+        self.max_blocks_per_seq = cdiv(self.max_model_len, self.block_size)
+        self.vocab_size = model.spec.vocab_size
+
+        self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size)
+        self.cpu_cache: torch.Tensor | None = None
+        if config.preemption_mode == "swap" and config.num_cpu_blocks > 0:
+            shape = kv_cache_shape(model.spec, config.num_cpu_blocks, self.block_size)
+            self.cpu_cache = torch.empty(shape, dtype=model.dtype, device="cpu", pin_memory=self.is_cuda)
+
+        self._tokens: dict[str, _Tokens] = {}
+        self._fork_prefixes: dict[str, np.ndarray] = {}  # released parents' prompt + first token, for late forks
+        self.keep_logits = keep_logits
+        self.last_logits: dict[str, torch.Tensor] | None = {} if keep_logits else None
+        self.last_gpu_time_s: float | None = None
+        self.num_steps = 0
+        self.num_graph_steps = 0  # decode steps replayed from a CUDA graph
+
+        # Decode-only steps: static buffers sized for the largest padded batch, shared by all graphs.
+        self.decode_sizes = graph_batch_sizes(config.max_num_seqs)
+        g, w = self.decode_sizes[-1], self.max_blocks_per_seq
+        dev = self.device
+        self._dec_i64 = torch.zeros((3, g), dtype=torch.int64, device=dev)  # input ids, positions, slots
+        self._dec_ctx = torch.zeros(g, dtype=torch.int32, device=dev)
+        self._dec_tables = torch.zeros((g, w), dtype=torch.int32, device=dev)
+        pin = self.is_cuda
+        self._host_i64 = torch.zeros((3, g), dtype=torch.int64, pin_memory=pin)
+        self._host_ctx = torch.zeros(g, dtype=torch.int32, pin_memory=pin)
+        self._host_tables = torch.zeros((g, w), dtype=torch.int32, pin_memory=pin)
+        self.graphs: dict[int, _DecodeGraph] = {}
+        if self.is_cuda:
+            self._ev_start = torch.cuda.Event(enable_timing=True)
+            self._ev_end = torch.cuda.Event(enable_timing=True)
+            if cuda_graphs:
+                self._capture_graphs()
+
+    # ---- tokens ----------------------------------------------------------------------------
+    def tokens_of(self, request_id: str) -> list[int]:
+        """The request's tokens so far: prompt ids, then the tokens it generated."""
+        t = self._tokens[request_id]
+        return t.ids[: t.n].tolist()
+
+    def release(self, request_id: str) -> None:
+        """Forget a finished request's tokens (a live run calls this for finished requests).
+
+        A request with n > 1 keeps its prompt and first token, which a sample forked from it
+        still needs if it first runs after its parent has finished.
+        """
+        t = self._tokens.pop(request_id, None)
+        if t is not None and t.num_samples > 1:
+            self._fork_prefixes[request_id] = t.ids[: t.prompt_len + 1].copy()
+        if self.last_logits is not None:
+            self.last_logits.pop(request_id, None)
+
+    def _tokens_for(self, req: Request) -> _Tokens:
+        t = self._tokens.get(req.request_id)
+        if t is not None:
+            if t.n != req.num_tokens:
+                raise RuntimeError(f"request {req.request_id}: the executor holds {t.n} tokens but the scheduler "
+                                   f"counts {req.num_tokens}; a step of this request ran without the executor")
+            return t
+        capacity = req.prompt_len + max(req.output_len, 1)
+        ids = np.empty(capacity, dtype=np.int64)
+        n = req.num_tokens
+        if req.parent_id is not None:  # a forked sample: its parent's tokens at the fork
+            parent = self._tokens.get(req.parent_id)
+            src = parent.ids[: parent.n] if parent is not None else self._fork_prefixes.get(req.parent_id)
+            if src is None or len(src) < n:
+                raise RuntimeError(f"sample {req.request_id} needs the first {n} tokens of its parent "
+                                   f"{req.parent_id}, which the executor does not hold")
+            ids[:n] = src[:n]
+        else:
+            if req.num_output_tokens:
+                raise RuntimeError(f"request {req.request_id} has {req.num_output_tokens} output tokens but the "
+                                   "executor never ran it")
+            ids[:n] = prompt_token_ids(req, self.vocab_size)
+        t = self._tokens[req.request_id] = _Tokens(ids, n, req.prompt_len, req.n)
+        return t
+
+    # ---- one step ---------------------------------------------------------------------------
+    def execute(self, plan) -> float:
+        """Run one step plan; returns its wall duration in seconds (device work included)."""
+        t0 = time.perf_counter()
+        if self.is_cuda:
+            self._ev_start.record()
+        with torch.inference_mode():
+            self._move_blocks(plan)
+            sampled = self._forward(plan) if plan.scheduled else None
+            if self.is_cuda:
+                self._ev_end.record()
+            if sampled is not None:
+                reqs, logits, tokens = sampled
+                for req, token in zip(reqs, tokens.tolist()):  # .tolist() waits for the device
+                    self._tokens[req.request_id].append(token)
+                if self.last_logits is not None:
+                    for i, req in enumerate(reqs):
+                        self.last_logits[req.request_id] = logits[i].clone()
+        if self.is_cuda:
+            self._ev_end.synchronize()
+            self.last_gpu_time_s = self._ev_start.elapsed_time(self._ev_end) / 1e3
+        self.num_steps += 1
+        return time.perf_counter() - t0
+
+    def _move_blocks(self, plan) -> None:
+        if plan.blocks_to_copy:
+            copy_blocks(self.kv_cache, torch.tensor(plan.blocks_to_copy, dtype=torch.int64))
+        if plan.blocks_to_swap_out or plan.blocks_to_swap_in:
+            if self.cpu_cache is None:
+                raise RuntimeError("the plan swaps blocks but the executor has no CPU cache "
+                                   "(preemption_mode is not 'swap' or swap_space is 0)")
+            if plan.blocks_to_swap_out:
+                swap_blocks(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
+            if plan.blocks_to_swap_in:
+                swap_blocks(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64))
+
+    def _check(self, s, t: _Tokens) -> None:
+        c, n = s.num_computed_tokens, s.num_new_tokens
+        if n < 1 or c + n > t.n:
+            raise RuntimeError(f"request {s.request_id}: step computes tokens {c}..{c + n - 1} but it has {t.n}")
+        if len(s.request.block_ids) * self.block_size < c + n:
+            raise RuntimeError(f"request {s.request_id}: {len(s.request.block_ids)} blocks cannot hold {c + n} tokens")
+
+    def _forward(self, plan):
+        prefills, decodes = [], []
+        for s in plan.scheduled:
+            t = self._tokens_for(s.request)
+            self._check(s, t)
+            (decodes if s.is_decode and s.num_new_tokens == 1 else prefills).append((s, t))
+        if not prefills and len(decodes) <= self.decode_sizes[-1]:
+            return self._decode_step(decodes)
+        return self._eager_step(prefills, decodes)
+
+    def _table_rows(self, out: np.ndarray, steps) -> None:
+        w = self.max_blocks_per_seq
+        for i, (s, _) in enumerate(steps):
+            ids = s.request.block_ids
+            k = min(len(ids), w)
+            out[i, :k] = ids[:k]
+
+    # ---- decode-only steps: padded, from a CUDA graph when one was captured ---------------------
+    def _decode_step(self, decodes):
+        b = len(decodes)
+        g = next(size for size in self.decode_sizes if size >= b)
+        bs = self.block_size
+        h64, hctx, htab = self._host_i64.numpy(), self._host_ctx.numpy(), self._host_tables.numpy()
+        h64[:, :g] = 0
+        h64[2, :g] = -1
+        hctx[:g] = 0
+        htab[:g] = 0
+        for i, (s, t) in enumerate(decodes):
+            pos = s.num_computed_tokens
+            h64[0, i], h64[1, i] = t.ids[pos], pos
+            h64[2, i] = s.request.block_ids[pos // bs] * bs + pos % bs
+            hctx[i] = pos + 1
+        self._table_rows(htab, decodes)
+        self._dec_i64[:, :g].copy_(self._host_i64[:, :g], non_blocking=True)
+        self._dec_ctx[:g].copy_(self._host_ctx[:g], non_blocking=True)
+        self._dec_tables[:g].copy_(self._host_tables[:g], non_blocking=True)
+        graph = self.graphs.get(g)
+        if graph is not None:
+            graph.graph.replay()
+            logits, tokens = graph.logits, graph.tokens
+            self.num_graph_steps += 1
+        else:
+            logits, tokens = self._decode_forward(g)
+        return [s.request for s, _ in decodes], logits[:b], tokens[:b]
+
+    def _decode_forward(self, g: int):
+        """Forward + logits + argmax of the first g rows of the decode buffers (what a graph captures)."""
+        ids, pos, slots = self._dec_i64[:, :g]
+        attn = AttentionMetadata(slot_mapping=slots, num_prefill_tokens=0, num_decode_tokens=g,
+                                 context_lens_decode=self._dec_ctx[:g], block_tables_decode=self._dec_tables[:g])
+        logits = self.model.compute_logits(self.model.forward(ids, pos, self.kv_cache, attn))
+        return logits, logits.argmax(dim=-1)
+
+    def _capture_graphs(self) -> None:
+        """One graph per padded decode size, largest first, sharing one memory pool.
+
+        Captured over padding only (slot -1, context 0): nothing is written to the cache.
+        """
+        self._dec_i64.zero_()
+        self._dec_i64[2].fill_(-1)
+        self._dec_ctx.zero_()
+        self._dec_tables.zero_()
+        pool = None
+        with torch.inference_mode():
+            for g in reversed(self.decode_sizes):
+                self._decode_forward(g)  # warm-up: compiles kernels, settles cuBLAS workspaces
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    logits, tokens = self._decode_forward(g)
+                pool = graph.pool()
+                self.graphs[g] = _DecodeGraph(graph, logits, tokens)
+        torch.cuda.synchronize(self.device)
+
+    # ---- prefill and mixed steps: eager, exact sizes --------------------------------------------
+    def _eager_step(self, prefills, decodes):
+        bs, w = self.block_size, self.max_blocks_per_seq
+        ids, pos, slots = [], [], []
+        cu, ctx_p, ctx_d, sample_rows, reqs = [0], [], [], [], []
+        for s, t in prefills:
+            c, n = s.num_computed_tokens, s.num_new_tokens
+            p = np.arange(c, c + n, dtype=np.int64)
+            table = np.asarray(s.request.block_ids[: cdiv(c + n, bs)], dtype=np.int64)
+            ids.append(t.ids[c : c + n]), pos.append(p), slots.append(table[p // bs] * bs + p % bs)
+            cu.append(cu[-1] + n)
+            ctx_p.append(c + n)
+            if c + n == t.n:
+                sample_rows.append(cu[-1] - 1)
+                reqs.append(s.request)
+        num_prefill = cu[-1]
+        for i, (s, t) in enumerate(decodes):
+            c = s.num_computed_tokens
+            ids.append(t.ids[c : c + 1]), pos.append(np.array([c], dtype=np.int64))
+            slots.append(np.array([s.request.block_ids[c // bs] * bs + c % bs], dtype=np.int64))
+            ctx_d.append(c + 1)
+            sample_rows.append(num_prefill + i)
+            reqs.append(s.request)
+        total = num_prefill + len(decodes)
+        host64 = np.concatenate(ids + pos + slots + [np.asarray(sample_rows, dtype=np.int64)])
+        tables = np.zeros((len(prefills) + len(decodes), w), dtype=np.int32)
+        self._table_rows(tables, prefills)
+        self._table_rows(tables[len(prefills):], decodes)
+        host32 = np.concatenate([np.asarray(cu + ctx_p + ctx_d, dtype=np.int32), tables.ravel()])
+        dev64 = torch.from_numpy(host64).to(self.device, non_blocking=True)
+        dev32 = torch.from_numpy(host32).to(self.device, non_blocking=True)
+        input_ids, positions, slot_mapping, rows = dev64.split([total, total, total, len(sample_rows)])
+        nb = len(prefills) + 1
+        cu_t, ctx_p_t, ctx_d_t, tables_t = dev32.split([nb, len(prefills), len(decodes), tables.size])
+        tables_t = tables_t.view(len(prefills) + len(decodes), w)
+        attn = AttentionMetadata(
+            slot_mapping=slot_mapping, num_prefill_tokens=num_prefill, num_decode_tokens=len(decodes),
+            cu_seqlens_q=cu_t, context_lens_prefill=ctx_p_t, block_tables_prefill=tables_t[: len(prefills)],
+            max_seqlen_q=max((s.num_new_tokens for s, _ in prefills), default=0),
+            context_lens_decode=ctx_d_t, block_tables_decode=tables_t[len(prefills):])
+        hidden = self.model.forward(input_ids, positions, self.kv_cache, attn)
+        if not reqs:
+            return [], hidden.new_empty((0, self.vocab_size), dtype=torch.float32), rows
+        logits = self.model.compute_logits(hidden[rows])
+        return reqs, logits, logits.argmax(dim=-1)

@@ -1,0 +1,317 @@
+"""The GPU executor end to end: the real scheduler's plans run on the real model give greedy decoding.
+
+Every scenario drives a pagesim Scheduler + GPUExecutor through pagesim.loop.run_step until all
+requests finish, then checks each finished request against a plain full-sequence forward
+(reference_forward over prompt + generated tokens, no cache): each generated token is the argmax
+of the reference logits at the position before it, and the logits of the request's last step
+match the reference's. On a CPU the kernels run under Triton's interpreter (toy model, fp32);
+tests/gpu/test_executor_gpu.py runs the same scenarios at Llama-3-8B shapes in bf16.
+
+The random model is made attention-sensitive (larger QKV and output projections) so that a
+token whose K/V is wrong, missing or someone else's changes the logits well beyond tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from engine.executor import GPUExecutor, config_for_device, graph_batch_sizes
+from engine.model import LlamaModel, reference_forward
+from engine.tokens import prompt_token_ids, splitmix64
+from pagesim.config import Config
+from pagesim.cost.features import StepFeatures
+from pagesim.loop import run_step
+from pagesim.recorder import Recorder
+from pagesim.request import Request, RequestStatus
+from pagesim.scheduler import Scheduler, StepPlan
+from pagesim.specs import GIB, get_model
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+BS = 8
+
+
+def sensitive_model(spec, device, dtype, seed: int = 1, qkv_gain: float = 4.0, o_gain: float = 16.0) -> LlamaModel:
+    """Random weights with sharper attention and a larger attention contribution to the residual."""
+    model = LlamaModel.random(spec, device=device, dtype=dtype, seed=seed)
+    for w in model.layers:
+        w.qkv.mul_(qkv_gain)
+        w.o_proj.mul_(o_gain)
+    return model
+
+
+@pytest.fixture(scope="module")
+def toy_model() -> LlamaModel:
+    return sensitive_model(get_model("toy"), DEV, torch.float32)
+
+
+# ---- driving the loop ---------------------------------------------------------------------------
+class PlanSpy:
+    """An executor wrapper that checks each plan before the real executor runs it (block tables are
+    live only until finish_step) and keeps the plans."""
+
+    def __init__(self, executor: GPUExecutor, check=None):
+        self.executor, self.check, self.plans = executor, check, []
+
+    def execute(self, plan: StepPlan) -> float:
+        if self.check is not None:
+            self.check(plan)
+        self.plans.append(plan)
+        return self.executor.execute(plan)
+
+
+@dataclasses.dataclass
+class Run:
+    scheduler: Scheduler
+    executor: GPUExecutor
+    plans: list[StepPlan]
+    durations: list[float]
+
+
+def run_to_completion(config: Config, model: LlamaModel, requests: list[Request], arrive_at: dict[str, int] = None,
+                      check=None, max_steps: int = 200, **executor_kw) -> Run:
+    """Run the shared loop until every request ends; request r is added before step arrive_at[r] (default 0)."""
+    arrive_at = arrive_at or {}
+    sched = Scheduler(config)
+    ex = GPUExecutor(config, model, keep_logits=True, **executor_kw)
+    spy = PlanSpy(ex, check)
+    rec = Recorder(sched, StepFeatures.from_plan)
+    pending = sorted(requests, key=lambda r: arrive_at.get(r.request_id, 0))
+    now, durations = 0.0, []
+    for step in range(max_steps):
+        while pending and arrive_at.get(pending[0].request_id, 0) <= step:
+            assert sched.add_request(pending.pop(0)), "scenario request rejected"
+        if not pending and not sched.has_work():
+            break
+        plan, duration, _ = run_step(sched, spy, rec, now)
+        if not plan.is_empty:
+            assert duration > 0, f"step {plan.step_id} reported a duration of {duration}"
+            durations.append(duration)
+        now += duration
+    else:
+        raise AssertionError(f"requests still unfinished after {max_steps} steps")
+    assert not sched.rejected, f"rejected: {[(r.request_id, r.reject_reason) for r in sched.rejected]}"
+    return Run(sched, ex, spy.plans, durations)
+
+
+def assert_greedy_matches_reference(run: Run, margin: float, logits_atol: float, min_cos: float = 1.0 - 1e-6):
+    """Every finished request's tokens are greedy decoding by the plain full-sequence forward.
+
+    margin: how far below the reference's top logit the engine's token may be (numerics of a
+    near tie); logits_atol / min_cos: the last step's logits against the reference's.
+    """
+    model, ex = run.executor.model, run.executor
+    finished = run.scheduler.finished
+    assert finished, "no request finished"
+    for req in finished:
+        rid = req.request_id
+        toks = ex.tokens_of(rid)
+        assert len(toks) == req.prompt_len + req.output_len, (
+            f"{rid}: the executor holds {len(toks)} tokens; expected prompt {req.prompt_len} + output {req.output_len}")
+        ids = torch.tensor(toks[:-1], device=model.device)
+        ref = model.compute_logits(reference_forward(model, ids))[req.prompt_len - 1:]
+        generated = torch.tensor(toks[req.prompt_len:], device=model.device)
+        gap = ref.max(dim=-1).values - ref.gather(1, generated[:, None])[:, 0]
+        worst = int(gap.argmax())
+        assert gap[worst] <= margin, (
+            f"{rid}: generated token {worst} ({int(generated[worst])}) is not the greedy token of the full forward "
+            f"({int(ref[worst].argmax())}); its logit is {float(gap[worst]):.3g} below the top")
+        last = ex.last_logits[rid]
+        err = (last - ref[-1]).abs().max().item()
+        cos = torch.nn.functional.cosine_similarity(last, ref[-1], dim=0).item()
+        assert err <= logits_atol and cos >= min_cos, (
+            f"{rid}: last-step logits differ from the full forward's by {err:.3g} (cosine {cos:.6f})")
+
+
+# ---- scenarios, in units of the block size (shared with the GPU tests) --------------------------
+def base_config(model_name: str, bs: int, **kw) -> Config:
+    kw = {"max_model_len": 8 * bs, "max_num_seqs": 8, "max_num_batched_tokens": 8 * bs, "num_gpu_blocks": 32} | kw
+    return Config(model=model_name, block_size=bs, **kw)
+
+
+def ids_for(seed: int, n: int, vocab: int) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.random.default_rng(seed).integers(0, vocab, n))
+
+
+def prefix_hit_scenario(model_name, bs, vocab, content="token_ids"):
+    """B shares A's first two blocks and arrives once A's prompt is in the cache."""
+    cfg = base_config(model_name, bs, enable_prefix_caching=True)
+    if content == "token_ids":
+        a_ids = ids_for(1, 2 * bs + 4, vocab)
+        b_ids = a_ids[: 2 * bs] + ids_for(2, 5, vocab)
+        a = Request("A", 0, len(a_ids), 3, seq_no=0, prompt_token_ids=a_ids)
+        b = Request("B", 0, len(b_ids), 3, seq_no=1, prompt_token_ids=b_ids)
+    else:  # trace hash ids only, one per block
+        a = Request("A", 0, 2 * bs + 4, 3, seq_no=0, prefix_hash_ids=(11, 12, 13), hash_block_size=bs)
+        b = Request("B", 0, 2 * bs + 5, 3, seq_no=1, prefix_hash_ids=(11, 12, 14), hash_block_size=bs)
+    return cfg, [a, b], {"B": 1}
+
+
+def chunked_scenario(model_name, bs, vocab):
+    cfg = base_config(model_name, bs, max_num_batched_tokens=bs)
+    return cfg, [Request("C", 0, 2 * bs + 5, 3, seq_no=0)], {}
+
+
+def preemption_scenario(model_name, bs, vocab, mode):
+    """Two requests fill 4 of 5 blocks; the third block each needs in decode runs out: the later one is preempted."""
+    block_bytes = get_model(model_name).kv_bytes_per_block(bs)
+    cfg = base_config(model_name, bs, num_gpu_blocks=5, preemption_mode=mode, swap_space=4.5 * block_bytes / GIB)
+    return cfg, [Request(f"P{i}", 0, 2 * bs - 2, 4, seq_no=i) for i in range(2)], {}
+
+
+def fork_scenario(model_name, bs, vocab):
+    cfg = base_config(model_name, bs)
+    return cfg, [Request("F", 0, bs + 5, 4, seq_no=0, n=2)], {}
+
+
+def contiguous_scenario(model_name, bs, vocab):
+    cfg = base_config(model_name, bs, kv_layout="contiguous", reserve_policy="max", max_model_len=3 * bs,
+                      num_gpu_blocks=12)
+    reqs = [Request(f"K{i}", 0, p, 3, seq_no=i) for i, p in enumerate((bs + 1, bs + 3, 2 * bs - 1))]
+    return cfg, reqs, {}
+
+
+def check_consecutive_tables(plan: StepPlan) -> None:
+    for s in plan.scheduled:
+        ids = s.block_ids
+        assert ids == list(range(ids[0], ids[0] + len(ids))), f"{s.request_id}: contiguous table is not a run: {ids}"
+
+
+# ---- CPU tests ---------------------------------------------------------------------------------
+TOL = dict(margin=1e-5, logits_atol=1e-4)
+
+
+@pytest.mark.parametrize("content", ["token_ids", "hash_ids"])
+def test_prefix_cache_hit_reads_identical_tokens(toy_model, content):
+    cfg, reqs, arrive = prefix_hit_scenario("toy", BS, toy_model.spec.vocab_size, content)
+    run = run_to_completion(cfg, toy_model, reqs, arrive)
+    a, b = reqs
+    assert b.num_prefix_hit_tokens == 2 * BS, f"B hit {b.num_prefix_hit_tokens} cached tokens; expected {2 * BS}"
+    assert run.executor.tokens_of("A")[: 2 * BS] == run.executor.tokens_of("B")[: 2 * BS]
+    assert_greedy_matches_reference(run, **TOL)
+
+
+def test_chunked_prefill(toy_model):
+    cfg, reqs, arrive = chunked_scenario("toy", BS, toy_model.spec.vocab_size)
+    run = run_to_completion(cfg, toy_model, reqs, arrive)
+    chunks = [s.num_new_tokens for p in run.plans for s in p.scheduled if not s.is_decode]
+    assert chunks == [BS, BS, 5], f"prefill chunks {chunks}"
+    assert_greedy_matches_reference(run, **TOL)
+
+
+def test_preemption_with_recompute_refeeds_generated_tokens(toy_model):
+    cfg, reqs, arrive = preemption_scenario("toy", BS, toy_model.spec.vocab_size, "recompute")
+    run = run_to_completion(cfg, toy_model, reqs, arrive)
+    assert run.scheduler.num_preemptions >= 1, "the scenario should force a preemption"
+    victim = next(r for r in reqs if r.num_preemptions)
+    recomputed = [s for p in run.plans for s in p.scheduled
+                  if s.request is victim and not s.is_decode and s.num_computed_tokens + s.num_new_tokens > victim.prompt_len]
+    assert recomputed, "the preempted request never recomputed its generated tokens"
+    assert_greedy_matches_reference(run, **TOL)
+
+
+def test_preemption_with_swap_brings_blocks_back(toy_model):
+    cfg, reqs, arrive = preemption_scenario("toy", BS, toy_model.spec.vocab_size, "swap")
+    assert cfg.num_cpu_blocks == 4
+    run = run_to_completion(cfg, toy_model, reqs, arrive)
+    assert any(p.blocks_to_swap_out for p in run.plans) and any(p.blocks_to_swap_in for p in run.plans), (
+        "the scenario should swap a request out and back in")
+    assert_greedy_matches_reference(run, **TOL)
+
+
+def test_parallel_sampling_fork_copies_the_partial_block(toy_model):
+    cfg, reqs, arrive = fork_scenario("toy", BS, toy_model.spec.vocab_size)
+    run = run_to_completion(cfg, toy_model, reqs, arrive)
+    assert any(p.blocks_to_copy for p in run.plans), "the fork should copy the parent's partial last block"
+    assert sorted(r.request_id for r in run.scheduler.finished) == ["F", "F#1"]
+    assert run.executor.tokens_of("F#1") == run.executor.tokens_of("F"), "greedy samples of one prompt must agree"
+    assert_greedy_matches_reference(run, **TOL)
+
+
+def test_contiguous_baseline_end_to_end(toy_model):
+    cfg, reqs, arrive = contiguous_scenario("toy", BS, toy_model.spec.vocab_size)
+    run = run_to_completion(cfg, toy_model, reqs, arrive, check=check_consecutive_tables)
+    assert max(len([s for s in p.scheduled if s.is_decode]) for p in run.plans) == 3  # a padded decode batch
+    assert_greedy_matches_reference(run, **TOL)
+
+
+def random_cache_bits(cache: torch.Tensor, seed: int) -> None:
+    """Fill a cache with random bit patterns (NaNs and infinities included): equality below is of bits."""
+    bits = torch.randint(-2**31, 2**31 - 1, cache.shape, generator=torch.Generator().manual_seed(seed),
+                         dtype=torch.int32)
+    cache.view(torch.int32).copy_(bits.to(cache.device))
+
+
+def test_swapped_out_blocks_come_back_bit_exact(toy_model):
+    cfg = base_config("toy", BS, preemption_mode="swap", swap_space=4.5 * get_model("toy").kv_bytes_per_block(BS) / GIB)
+    ex = GPUExecutor(cfg, toy_model)
+    random_cache_bits(ex.kv_cache, 0)
+    original = ex.kv_cache[:, :, [3, 7]].clone()
+    ex.execute(StepPlan(0, blocks_to_swap_out=[(3, 2), (7, 0)]))
+    ex.kv_cache[:, :, [3, 7]] = 0
+    ex.execute(StepPlan(1, blocks_to_swap_in=[(2, 9), (0, 4)]))
+    back = ex.kv_cache[:, :, [9, 4]]
+    assert torch.equal(back.view(torch.int32), original.view(torch.int32)), "swap out + in changed the blocks' bits"
+
+
+def test_fork_copies_run_before_swap_outs(toy_model):
+    """A sample forked last step is the first swap victim: its swap-out must carry the copied block."""
+    cfg = base_config("toy", BS, preemption_mode="swap", swap_space=4.5 * get_model("toy").kv_bytes_per_block(BS) / GIB)
+    ex = GPUExecutor(cfg, toy_model)
+    random_cache_bits(ex.kv_cache, 1)
+    ex.execute(StepPlan(0, blocks_to_copy=[(2, 6)], blocks_to_swap_out=[(6, 1)]))
+    assert torch.equal(ex.cpu_cache[:, :, 1].view(torch.int32), ex.kv_cache[:, :, 2].view(torch.int32)), (
+        "the swapped-out block does not hold the fork's copy")
+
+
+# ---- token ids -----------------------------------------------------------------------------------
+def test_token_ids_follow_prefix_cache_keys():
+    vocab = 1000
+    a = Request("a", 0, 40, 1, seq_no=1, prefix_hash_ids=(7, 8, 9), hash_block_size=16)
+    b = Request("b", 0, 44, 1, seq_no=2, prefix_hash_ids=(7, 8, 10), hash_block_size=16)
+    plain = Request("c", 0, 40, 1, seq_no=2)
+    short = Request("d", 0, 40, 1, seq_no=2, prefix_hash_ids=(7,), hash_block_size=16)
+    ta, tb, tc, td = (prompt_token_ids(r, vocab) for r in (a, b, plain, short))
+    assert (ta[:32] == tb[:32]).all(), "a shared trace hash block must give identical tokens"
+    assert (ta[32:40] != tb[32:40]).mean() > 0.9, "different hash blocks should give different tokens"
+    assert (td[:16] == ta[:16]).all() and (td[16:] == tc[16:]).all(), "beyond the hash ids: the request's own tokens"
+    assert (tc != prompt_token_ids(Request("e", 0, 40, 1, seq_no=3), vocab)).mean() > 0.9
+    assert ta.dtype == np.int64 and ta.min() >= 0 and ta.max() < vocab
+    assert (prompt_token_ids(a, vocab) == ta).all(), "token ids must be deterministic"
+    given = Request("g", 0, 5, 1, prompt_token_ids=(3, 999, 1000, 1001, 5))
+    assert prompt_token_ids(given, vocab).tolist() == [3, 999, 0, 1, 5], "given token ids pass through (mod vocab)"
+
+
+def test_splitmix64_matches_the_reference_values():
+    # splitmix64 seeded with 0 (Vigna's reference): next() = mix(0 + golden), mix(2 * golden), ...
+    out = splitmix64(np.array([0, 0x9E3779B97F4A7C15], dtype=np.uint64))
+    assert [hex(int(x)) for x in out] == ["0xe220a8397b1dcdaf", "0x6e789e6aa1b965f4"]
+
+
+# ---- sizing --------------------------------------------------------------------------------------
+def test_graph_batch_sizes_stop_at_max_num_seqs():
+    assert graph_batch_sizes(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert graph_batch_sizes(100) == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert graph_batch_sizes(1) == [1]
+    assert graph_batch_sizes(1024)[-1] == 256
+
+
+def test_config_for_device_keeps_a_given_block_count(toy_model):
+    cfg = base_config("toy", BS, num_gpu_blocks=17)
+    assert config_for_device(cfg, toy_model) is cfg
+    if toy_model.device.type == "cpu":
+        with pytest.raises(ValueError, match="CUDA"):
+            config_for_device(cfg.replace(num_gpu_blocks=None), toy_model)
+
+
+def test_requests_the_executor_never_saw_are_reported(toy_model):
+    cfg = base_config("toy", BS)
+    ex = GPUExecutor(cfg, toy_model)
+    sched = Scheduler(cfg)
+    req = Request("late", 0, 5, 3, num_output_tokens=1, status=RequestStatus.WAITING)
+    sched.add_request(req)
+    with pytest.raises(RuntimeError, match="never ran it"):
+        ex.execute(sched.schedule())
