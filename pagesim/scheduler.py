@@ -124,6 +124,13 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or self.swapped)
 
+    def leaked_blocks(self) -> int:
+        """GPU and CPU blocks still held; 0 once every request has ended."""
+        kv = self.kv
+        if isinstance(kv, PagedKVCacheManager):
+            return kv.pool.num_used_blocks + (kv.num_cpu_blocks - len(kv.free_cpu_blocks))
+        return (kv.num_gpu_blocks - kv.allocator.num_free) + (kv.cpu.size - kv.cpu.num_free)
+
     # ---- one step --------------------------------------------------------------------
     def schedule(self, now: float | None = None) -> StepPlan:
         cfg = self.config

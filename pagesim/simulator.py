@@ -162,19 +162,11 @@ class Simulation:
             snapshots=self.recorder.snapshots,
             sim_wall_s=wall,
             num_steps=len(steps),
-            leaked_blocks=leaked_blocks(sched),
+            leaked_blocks=sched.leaked_blocks(),
             prefix_cache_queries=sched.kv.prefix_cache_queries,
             prefix_cache_hits=sched.kv.prefix_cache_hits,
             extra={"fast_path_steps": self.fast_path_steps},
         )
-
-
-def leaked_blocks(sched: Scheduler) -> int:
-    """GPU and CPU blocks still held once every request has ended (must be 0)."""
-    kv = sched.kv
-    if hasattr(kv, "pool"):
-        return kv.pool.num_used_blocks + (kv.num_cpu_blocks - len(kv.free_cpu_blocks))
-    return (kv.num_gpu_blocks - kv.allocator.num_free) + (kv.cpu.size - kv.cpu.num_free)
 
 
 def simulate(trace, config: Config, cost_model=None, **kwargs) -> RunResult:

@@ -1,0 +1,293 @@
+"""Live GPU mode: a trace replayed in wall-clock time through the shared scheduler and the GPU executor,
+and calibration of the `profile` cost model on the same loop.
+
+Both use pagesim.loop.run_step with a wall clock, so a step's recorded
+duration covers scheduling, the forward pass and sampling. Back-to-back steps
+are then stitched (each step lasts until the next one starts), so the step
+durations of a busy stretch add up to its wall time and the recorder's
+bookkeeping is not lost between steps.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.config import Config
+from pagesim.cost.features import StepFeatures
+from pagesim.loop import run_step
+from pagesim.metrics import summarize
+from pagesim.recorder import Recorder
+from pagesim.request import Request, requests_from_trace
+from pagesim.scheduler import Scheduler
+
+
+def environment() -> dict:
+    """Hardware and software of this run, for the run directory."""
+    import torch
+    import triton
+
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_memory_bytes=props.total_memory, sm_count=props.multi_processor_count)
+        try:
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                            timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def stitch_durations(steps: pd.DataFrame, idle_after: set[int]) -> pd.DataFrame:
+    """Each step lasts until the next starts, unless the engine went idle after it."""
+    steps = steps.sort_values("step", ignore_index=True)
+    nxt = steps["time_s"].shift(-1)
+    busy = ~steps["step"].isin(idle_after) & nxt.notna()
+    steps["exec_s"] = steps["duration_s"]
+    steps.loc[busy, "duration_s"] = (nxt - steps["time_s"])[busy]
+    return steps
+
+
+class LiveRun:
+    """One trace through the scheduler and a GPU executor, arrivals released on the wall clock."""
+
+    def __init__(self, requests: list[Request], config: Config, executor, progress=None):
+        self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
+        self.config = config
+        self.executor = executor
+        self.scheduler = Scheduler(config)
+        self.recorder = Recorder(self.scheduler, StepFeatures.from_plan)
+        self.progress = progress
+        self.releases: list[tuple[str, float, float, int]] = []  # id, trace arrival, released at, release step
+        self.batches: list[tuple[int, str, str]] = []  # step, scheduled ids, preempted ids
+        self.gpu_times: dict[int, float | None] = {}
+        self.idle_after: set[int] = set()
+
+    def run(self) -> dict:
+        sched, rec, ex = self.scheduler, self.recorder, self.executor
+        clock = time.perf_counter
+        t0 = clock()
+        now = lambda: clock() - t0  # noqa: E731
+        i, n = 0, len(self.requests)
+        last_step = None
+        while i < n or sched.has_work():
+            t = now()
+            while i < n and self.requests[i].arrival_time <= t:
+                req = self.requests[i]
+                sched.add_request(req)
+                self.releases.append((req.request_id, req.arrival_time, t, sched.step_id))
+                i += 1
+            if not sched.has_work():
+                if last_step is not None:
+                    self.idle_after.add(last_step)
+                time.sleep(max(0.0, self.requests[i].arrival_time - now()))
+                continue
+            plan, _, outcome = run_step(sched, ex, rec, t, clock=now)
+            last_step = plan.step_id
+            self.gpu_times[plan.step_id] = getattr(ex, "last_gpu_time_s", None)
+            self.batches.append((plan.step_id, " ".join(s.request_id for s in plan.scheduled), " ".join(plan.preempted)))
+            if self.progress is not None and outcome.finished:
+                self.progress(len(outcome.finished))
+        wall = now()
+        steps = stitch_durations(rec.steps_frame(), self.idle_after)
+        steps["gpu_time_s"] = steps["step"].map(self.gpu_times).astype("float64")
+        all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
+        requests = rec.requests_frame(all_requests)
+        summary = summarize(steps, requests, leaked_blocks=sched.leaked_blocks(), sim_wall_s=wall,
+                            prefix_cache_queries=sched.kv.prefix_cache_queries,
+                            prefix_cache_hits=sched.kv.prefix_cache_hits)
+        summary["wall_s"] = wall
+        return {"steps": steps, "requests": requests, "summary": summary}
+
+    def releases_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.releases, columns=["request_id", "arrival_time_s", "released_s", "release_step"])
+
+    def batches_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.batches, columns=["step", "scheduled", "preempted"])
+
+
+def warm_up(executor, config: Config) -> None:
+    """Compile every kernel variant a run will meet (prefill, chunked prefill, mixed, decode) off the clock."""
+    cfg = config.replace(enable_prefix_caching=False, preemption_mode="recompute")
+    sched = Scheduler(cfg)
+    rec = Recorder(sched, StepFeatures.from_plan)
+    lengths = [(7, 3), (300, 5), (min(2048, cfg.resolved_max_model_len - 8), 3), (33, 9)]
+    for i, (p, o) in enumerate(lengths):
+        sched.add_request(Request(f"warmup-{i}", 0.0, p, o, seq_no=-1 - i))
+    clock = time.perf_counter
+    while sched.has_work():
+        run_step(sched, executor, rec, clock(), clock=clock)
+    executor.forget_finished() if hasattr(executor, "forget_finished") else None
+
+
+def make_executor(config: Config):
+    """A GPU executor, with num_gpu_blocks resolved from real free memory when it was not given."""
+    from engine.executor import GPUExecutor
+
+    return GPUExecutor(config)
+
+
+def live(args) -> int:
+    """`python -m pagesim live TRACE ...`: see README, Live mode."""
+    import torch
+    from tqdm import tqdm
+
+    from pagesim.errors import UserError
+    from pagesim.replay import config_from_args, trace_from_args, trace_info, write_run_dir
+    from pagesim.traces import trace_from_frame, write_trace
+
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        raise UserError("live mode needs a CUDA GPU (torch.cuda.is_available() is False)")
+    config = config_from_args(args)
+    if args.baseline:
+        config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
+    trace = trace_from_args(args)
+    executor = make_executor(config)
+    config = executor.config  # num_gpu_blocks as really allocated
+    warm_up(executor, config)
+    requests = requests_from_trace(trace)
+    with tqdm(total=len(requests), desc=f"live {config.run_name}", unit="req") as bar:
+        run = LiveRun(requests, config, executor, progress=bar.update)
+        out = run.run()
+    name = "live"
+    out_dir = Path(args.out)
+    result = type("Result", (), {"steps": out["steps"], "requests": out["requests"]})
+    write_run_dir(out_dir, config, trace, {name: result}, {name: out["summary"]},
+                  {"environment": environment(), "model_spec": _spec_dict(config), "time_scale": args.time_scale,
+                   "run_name": config.run_name, "executor": getattr(executor, "describe", lambda: {})()})
+    releases = run.releases_frame()
+    releases.to_csv(out_dir / "releases.csv", index=False)
+    run.batches_frame().to_parquet(out_dir / "batches.parquet", index=False)
+    # The arrivals as actually released: a recorded trace in the project's own format.
+    df = trace.df.set_index("request_id").loc[releases["request_id"]].reset_index()
+    df["arrival_time_s"] = releases["released_s"].to_numpy() - releases["released_s"].min()
+    recorded = trace_from_frame(df, f"{trace.name}-live-{config.run_name}", trace.hash_block_size)
+    write_trace(recorded, out_dir / "arrivals.jsonl")
+    print(f"wrote {out_dir}: {out['summary']['num_finished']} finished, {out['summary']['num_rejected']} rejected, "
+          f"{len(out['steps'])} steps in {out['summary']['wall_s']:.1f} s")
+    return 0
+
+
+def _spec_dict(config: Config) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(config.model_spec)
+
+
+# ---- calibration ------------------------------------------------------------------------------
+def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int, int, int]]]]:
+    """Synthetic workloads as (name, [(count, prompt_len, output_len), ...]), all released at t=0.
+
+    Decode grid: batch sizes 1..256 at contexts 128..4096 (capped at 256k cached tokens);
+    prefill grid: single prompts 16..8192 tokens; mixed: long prompts arriving into running decodes
+    (chunked prefill packs them with the decode tokens).
+    """
+    out = []
+    for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        for c in (128, 512, 1024, 2048, 4096):
+            if b * c <= 256 * 1024 and c + 24 <= max_model_len:
+                out.append((f"decode-b{b}-c{c}", [(b, c, 24)]))
+    for p in (16, 64, 256, 1024, 2048, 4096, 8000):
+        if p + 2 <= max_model_len:
+            out.append((f"prefill-{p}", [(1, p, 2)] * 3))
+    for b, p in ((8, 2048), (32, 1024), (64, 4096), (128, 512)):
+        if p + 48 <= max_model_len:
+            out.append((f"mixed-b{b}-p{p}", [(b, 256, 48), (4, p, 4)]))
+    return out
+
+
+def run_calibration(executor, config: Config, progress=None) -> pd.DataFrame:
+    """Run every calibration workload through the live loop; one row per step with its features and duration."""
+    frames = []
+    workloads = calibration_workloads(config.resolved_max_model_len)
+    seq = 0
+    for name, groups in workloads:
+        sched = Scheduler(config.replace(enable_prefix_caching=False))
+        rec = Recorder(sched, StepFeatures.from_plan)
+        for count, p, o in groups:
+            for _ in range(count):
+                seq += 1
+                sched.add_request(Request(f"cal-{seq}", 0.0, p, o, seq_no=seq))
+        clock = time.perf_counter
+        while sched.has_work():
+            run_step(sched, executor, rec, clock(), clock=clock)
+        steps = stitch_durations(rec.steps_frame(), set())
+        frames.append(steps.iloc[:-1].assign(workload=name))  # the last step has no successor to stitch to
+        if hasattr(executor, "forget_finished"):
+            executor.forget_finished()
+        if progress is not None:
+            progress(1)
+    return pd.concat(frames, ignore_index=True)
+
+
+def calibrate(args) -> int:
+    """`python -m pagesim calibrate --model M --out PROFILE.json`."""
+    import torch
+    from tqdm import tqdm
+
+    from pagesim.cost.profile import fit_profile
+    from pagesim.errors import UserError
+
+    if not torch.cuda.is_available():
+        raise UserError("calibration needs a CUDA GPU (torch.cuda.is_available() is False)")
+    config = Config(model=args.model, gpu=args.gpu, block_size=args.block_size,
+                    num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=256,
+                    max_num_batched_tokens=args.max_num_batched_tokens)
+    executor = make_executor(config)
+    config = executor.config
+    warm_up(executor, config)
+    workloads = calibration_workloads(config.resolved_max_model_len)
+    with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
+        rows = run_calibration(executor, config, progress=bar.update)
+    model, report = fit_profile(rows, config.model, config.gpu)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.to_json(out)
+    profile = json.loads(out.read_text())
+    profile.update(report=report, environment=environment(), config=config.to_dict(),
+                   workloads=[w for w, _ in workloads], command="python -m pagesim calibrate " + " ".join(args.argv))
+    out.write_text(json.dumps(profile, indent=2) + "\n")
+    rows.to_csv(out.with_suffix(".steps.csv"), index=False)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    from pagesim.replay import add_run_options
+
+    p = sub.add_parser("live", help="run a trace live on a CUDA GPU through the shared scheduler")
+    add_run_options(p)
+    p.add_argument("--allow-cpu", action="store_true", help=argparse_hidden())
+    p.set_defaults(func=live)
+    c = sub.add_parser("calibrate", help="time the GPU executor on a grid of steps and fit a profile cost model")
+    c.add_argument("--model", default="llama-3-8b")
+    c.add_argument("--gpu", default="h200")
+    c.add_argument("--block-size", type=int, default=16)
+    c.add_argument("--num-gpu-blocks", type=int, default=None)
+    c.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=calibrate)
+
+
+def argparse_hidden():
+    import argparse
+
+    return argparse.SUPPRESS
+

@@ -1,0 +1,212 @@
+"""`python -m pagesim validate DIR`: how accurately the simulator predicts a live GPU run (CPU is enough).
+
+Three levels, each written to DIR/validation.json and printed:
+
+- step level: the cost model's prediction for every recorded live step (its
+  features as the scheduler planned it) against the measured duration: MAPE and
+  p90 absolute percentage error;
+- decisions, in lockstep mode: the scheduler re-run with each request released
+  at the step where the live run released it; per step, the batch, the block
+  usage, the memory categories and the preemptions are compared with the live
+  run, and the steps that differ are counted (the scheduler is deterministic,
+  so any difference is a bug or a config mismatch);
+- request level: a free-running simulation (arrivals at the trace's times,
+  step times from the cost model) against the live run: TTFT, TPOT and
+  end-to-end latency p50/p90/p99, makespan, throughput and preemptions, each
+  as live, simulated and relative error.
+
+Also writes validation_steps.parquet (measured vs predicted per step),
+sim_steps.parquet and sim_requests.csv (the free-running simulation).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pagesim.accounting import CATEGORIES
+from pagesim.config import Config
+from pagesim.cost import make_cost_model
+from pagesim.cost.features import StepFeatures
+from pagesim.errors import UserError
+from pagesim.metrics import summarize_run
+from pagesim.recorder import FEATURE_COLUMNS
+from pagesim.request import requests_from_trace
+from pagesim.scheduler import Scheduler
+
+REQUEST_METRICS = [(f"{m}_{p}", m, p) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("p50", "p90", "p99")]
+RUN_FILES = ("summary.json", "steps.parquet", "requests.csv", "releases.csv", "batches.parquet", "arrivals.jsonl")
+
+
+def load_run(run_dir: str | Path) -> dict:
+    d = Path(run_dir)
+    missing = [f for f in RUN_FILES if not (d / f).exists()]
+    if missing:
+        raise UserError(f"{d}: not a live run directory (missing {', '.join(missing)}); "
+                        "expected the output of `python -m pagesim live`")
+    summary = json.loads((d / "summary.json").read_text())
+    return {
+        "dir": d,
+        "summary": summary,
+        "config": Config.from_dict(summary["config"]),
+        "steps": pd.read_parquet(d / "steps.parquet"),
+        "requests": pd.read_csv(d / "requests.csv", keep_default_na=False, na_values=[""]),
+        "releases": pd.read_csv(d / "releases.csv"),
+        "batches": pd.read_parquet(d / "batches.parquet").fillna(""),
+    }
+
+
+def _requests(run: dict, released_times: bool = False):
+    """The live run's requests, fresh, in trace order, with the trace's (or the released) arrival times."""
+    from pagesim.traces import load_trace
+
+    trace = load_trace(run["dir"] / "arrivals.jsonl")
+    reqs = requests_from_trace(trace)
+    rel = run["releases"].set_index("request_id")
+    col = "released_s" if released_times else "arrival_time_s"
+    for r in reqs:
+        r.arrival_time = float(rel.at[r.request_id, col])
+    return reqs
+
+
+def step_level(steps: pd.DataFrame, cost_model) -> tuple[dict, pd.DataFrame]:
+    rows = steps[(steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0]
+    predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(FEATURE_COLUMNS, vals)}))
+                          for vals in rows[list(FEATURE_COLUMNS)].itertuples(index=False)])
+    measured = rows["duration_s"].to_numpy(dtype=np.float64)
+    ape = np.abs(predicted / measured - 1)
+    table = rows[["step", "time_s"] + list(FEATURE_COLUMNS)].assign(measured_s=measured, predicted_s=predicted,
+                                                                     ape=ape)
+    report = {
+        "mape": float(ape.mean()) if len(ape) else None,
+        "p90_ape": float(np.percentile(ape, 90)) if len(ape) else None,
+        "n_steps": int(len(ape)),
+        "measured_total_s": float(measured.sum()),
+        "predicted_total_s": float(predicted.sum()),
+    }
+    return report, table
+
+
+def lockstep(run: dict) -> dict:
+    """Re-run the scheduler with the live run's release steps; compare every step's decisions."""
+    config: Config = run["config"]
+    sched = Scheduler(config)
+    reqs = _requests(run)
+    release_step = run["releases"].set_index("request_id")["release_step"]
+    pending = sorted(reqs, key=lambda r: (int(release_step[r.request_id]), r.seq_no))
+    steps = run["steps"].set_index("step")
+    batches = run["batches"].set_index("step")
+    compared = ["blocks_used", "num_running", *CATEGORIES]
+    i = 0
+    differing, first = 0, None
+    preempt_live = preempt_sim = 0
+    for step in steps.index:
+        while i < len(pending) and release_step[pending[i].request_id] <= step:
+            sched.add_request(pending[i])
+            i += 1
+        plan = sched.schedule(float(steps.at[step, "time_s"]))
+        num_running = len(sched.running)
+        sched.finish_step(plan, float(steps.at[step, "time_s"] + steps.at[step, "duration_s"]))
+        head = sched.swapped[0] if sched.swapped else (sched.waiting[0] if sched.waiting else None)
+        acc = sched.kv.accounting(sched.running, head)
+        sim = {"blocks_used": acc.allocated // sched.kv.block_size, "num_running": num_running, **acc.as_dict()}
+        live_row = steps.loc[step]
+        diffs = [c for c in compared if int(live_row[c]) != int(sim[c])]
+        if " ".join(s.request_id for s in plan.scheduled) != batches.at[step, "scheduled"]:
+            diffs.append("scheduled")
+        if " ".join(plan.preempted) != batches.at[step, "preempted"]:
+            diffs.append("preempted")
+        preempt_live += int(live_row["num_preemptions"])
+        preempt_sim += len(plan.preempted)
+        if diffs:
+            differing += 1
+            if first is None:
+                first = {"step": int(step), "fields": diffs}
+    return {
+        "n_steps_compared": int(len(steps)),
+        "n_steps_differing": differing,
+        "first_difference": first,
+        "preemptions_live": preempt_live,
+        "preemptions_sim": preempt_sim,
+        "compared": compared + ["scheduled", "preempted"],
+    }
+
+
+def request_level(run: dict, cost_model) -> tuple[dict, object]:
+    from pagesim.simulator import Simulation
+
+    sim = Simulation(_requests(run), run["config"], cost_model).run("sim")
+    live_s = run["summary"]["runs"]["live"]
+    sim_s = summarize_run(sim)
+    out = {}
+
+    def add(name, live, simulated):
+        rel = (simulated - live) / live if live not in (None, 0) and simulated is not None else None
+        out[name] = {"live": live, "sim": simulated, "rel_error": rel}
+
+    for name, metric, p in REQUEST_METRICS:
+        add(name, live_s[metric][p], sim_s[metric][p])
+    for key in ("makespan_s", "request_throughput", "output_token_throughput", "num_preemptions", "mean_num_running"):
+        add(key, live_s[key], sim_s[key])
+    return out, sim
+
+
+def validate(run_dir: str | Path, cost_model_spec: str | None = None) -> dict:
+    run = load_run(run_dir)
+    spec = cost_model_spec or "roofline"
+    cost = make_cost_model(spec, run["config"])
+    steps_report, step_table = step_level(run["steps"], cost)
+    decisions = lockstep(run)
+    requests_report, sim = request_level(run, cost)
+    report = {
+        "run": str(run_dir),
+        "cost_model": cost.describe(),
+        "step_level": steps_report,
+        "decisions": decisions,
+        "request_level": requests_report,
+    }
+    d = run["dir"]
+    (d / "validation.json").write_text(json.dumps(report, indent=2))
+    step_table.to_parquet(d / "validation_steps.parquet", index=False)
+    sim.steps.assign(run="sim").to_parquet(d / "sim_steps.parquet", index=False)
+    sim.requests.assign(run="sim").to_csv(d / "sim_requests.csv", index=False)
+    return report
+
+
+def format_report(report: dict) -> str:
+    s, d = report["step_level"], report["decisions"]
+    lines = [
+        f"validation of {report['run']} with cost model {report['cost_model'].get('kind')}",
+        f"step level ({s['n_steps']} steps): MAPE {_pct(s['mape'])}, p90 APE {_pct(s['p90_ape'])}",
+        f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
+        f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
+        f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}",
+    ]
+    for name, v in report["request_level"].items():
+        lines.append(f"{name:<24}{_num(v['live']):>12}{_num(v['sim']):>12}{_pct(v['rel_error']):>9}")
+    return "\n".join(lines)
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:+.1f}%" if v < 0 else f"{100 * v:.1f}%"
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def main(args) -> int:
+    report = validate(args.run_dir, args.cost_model)
+    print(format_report(report))
+    print(f"wrote {Path(args.run_dir) / 'validation.json'}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="compare a live GPU run with the simulator's prediction of it")
+    p.add_argument("run_dir", help="a directory written by `python -m pagesim live`")
+    p.add_argument("--cost-model", default=None, help="'roofline' (default) or a profile JSON")
+    p.set_defaults(func=main)
