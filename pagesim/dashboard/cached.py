@@ -1,0 +1,78 @@
+"""st.cache_data wrappers around the dashboard's expensive calls.
+
+Keys: a trace is keyed by its source (file path and modification time, upload
+bytes, or generator arguments); a run by the trace's content fingerprint and
+the config as JSON. Trace objects themselves travel in `_trace` arguments,
+which Streamlit does not hash.
+
+Progress bars are created *inside* the cached functions: Streamlit records the
+elements a cached function draws and replays them on a cache hit, and it can
+only replay elements the function created itself. Callers wrap the call in a
+placeholder and empty it afterwards, so neither the bar nor its replay stays on
+the page.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import streamlit as st
+
+from pagesim.config import Config
+from pagesim.dashboard import data, sweep
+from pagesim.dashboard.kernel_results import load_kernel_result
+from pagesim.dashboard.live_runs import LiveRun, load_live_run
+from pagesim.traces import Trace, load_trace
+from pagesim.traces.synth import synthesize
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def bundled_trace(path: str, mtime: float, limit: int | None) -> tuple[Trace, str]:
+    trace = load_trace(path, limit=limit)
+    return trace, data.trace_fingerprint(trace)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def uploaded_trace(name: str, content: bytes, format: str, limit: int | None) -> tuple[Trace, str]:
+    trace = data.load_upload(name, content, format=format, limit=limit)
+    return trace, data.trace_fingerprint(trace)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def synthetic_trace(preset: str, num_requests: int, rate: float, arrival: str, cv: float, seed: int) -> tuple[Trace, str]:
+    trace = synthesize(preset, num_requests=num_requests, rate=rate, arrival=arrival, cv=cv, seed=seed)
+    return trace, data.trace_fingerprint(trace)
+
+
+def config_key(config: Config) -> str:
+    return json.dumps(config.to_dict(), sort_keys=True, default=str)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def replay(trace_key: str, config_json: str, baselines: tuple[str, ...], num_snapshots: int,
+           _trace: Trace) -> dict[str, data.Run]:
+    """data.replay, cached by (trace fingerprint, config, baselines)."""
+    bar = st.progress(0.0, text="simulating")
+    config = Config.from_dict(json.loads(config_json))
+    return data.replay(_trace, config, baselines, num_snapshots=num_snapshots,
+                       progress=lambda fraction, text: bar.progress(min(fraction, 1.0), text=text))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def run_sweep(trace_key: str, base_json: str, grid_json: str, _trace: Trace):
+    """sweep.run_sweep, cached by (trace fingerprint, base config, grid)."""
+    bar = st.progress(0.0, text="starting worker processes")
+    base = Config.from_dict(json.loads(base_json))
+    return sweep.run_sweep(_trace, base, json.loads(grid_json),
+                           progress=lambda done, total: bar.progress(done / total, text=f"{done} of {total} configurations"))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def live_run(path: str, mtime: float) -> LiveRun:
+    return load_live_run(Path(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def kernel_result(path: str, mtime: float) -> dict:
+    return load_kernel_result(Path(path))

@@ -1,0 +1,110 @@
+"""Live GPU run directories (results/live/<name>/), as the Sim vs Live page reads them.
+
+A run directory holds:
+
+    summary.json              {"config", "trace", "runs": {"live": summary}, "hardware", "software"}
+    steps.parquet             the simulator's step columns (run = "live") + gpu_time_s
+    requests.csv              the simulator's request columns (run = "live")
+    validation.json           {"cost_model", "step_level": {mape, p90_ape, n_steps},
+                               "decisions": {n_steps_compared, n_steps_differing, preemptions_live, preemptions_sim},
+                               "request_level": {metric: {live, sim, rel_error}}}
+    validation_steps.parquet  step, time_s, measured_s, predicted_s
+    sim_steps.parquet         the free-running re-simulation of the same trace (simulator step columns)
+    sim_requests.csv          ... and its requests
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+LIVE_DIR = REPO / "results" / "live"
+LIVE_DIR_ENV = "PAGESIM_LIVE_RUNS"  # another folder of run directories (tests, other checkouts)
+FILES = ("summary.json", "steps.parquet", "requests.csv", "validation.json", "validation_steps.parquet",
+         "sim_steps.parquet", "sim_requests.csv")
+_STRING_COLUMNS = {"request_id": str, "parent_id": str, "state": str, "reason": str, "run": str}
+
+
+@dataclass
+class LiveRun:
+    path: Path
+    summary: dict
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+    validation: dict
+    validation_steps: pd.DataFrame
+    sim_steps: pd.DataFrame
+    sim_requests: pd.DataFrame
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def live_root() -> Path:
+    return Path(os.environ.get(LIVE_DIR_ENV) or LIVE_DIR)
+
+
+def find_live_runs(root: Path | None = None) -> list[Path]:
+    """Run directories (those with a summary.json) under root, newest name last."""
+    root = live_root() if root is None else root
+    return sorted(p.parent for p in root.glob("*/summary.json")) if root.is_dir() else []
+
+
+def read_requests(path: Path) -> pd.DataFrame:
+    """A requests CSV with ids and text columns as strings (an empty parent_id reads as '', as written)."""
+    df = pd.read_csv(path, dtype=_STRING_COLUMNS)
+    present = [c for c in _STRING_COLUMNS if c in df]
+    df[present] = df[present].fillna("")
+    return df
+
+
+def load_live_run(path: Path) -> LiveRun:
+    """Read a run directory; UserError naming the directory and the missing or unreadable file."""
+    path = Path(path)
+    missing = [f for f in FILES if not (path / f).is_file()]
+    if missing:
+        raise UserError(f"{path}: not a live run directory; missing {', '.join(missing)} (expected {', '.join(FILES)})")
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        validation = json.loads((path / "validation.json").read_text())
+        return LiveRun(
+            path=path,
+            summary=summary,
+            steps=pd.read_parquet(path / "steps.parquet"),
+            requests=read_requests(path / "requests.csv"),
+            validation=validation,
+            validation_steps=pd.read_parquet(path / "validation_steps.parquet"),
+            sim_steps=pd.read_parquet(path / "sim_steps.parquet"),
+            sim_requests=read_requests(path / "sim_requests.csv"),
+        )
+    except (OSError, ValueError, KeyError) as exc:  # JSON, parquet and CSV parse errors are ValueErrors
+        raise UserError(f"{path}: cannot read the live run ({type(exc).__name__}: {exc})") from None
+
+
+def extract_run_zip(content: bytes, dest: Path) -> Path:
+    """Unpack a zipped run directory into dest; the folder holding summary.json. Refuses members that
+    would land outside dest. UserError for a file that is not such a zip."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(content))
+    except zipfile.BadZipFile:
+        raise UserError("the upload is not a zip file; zip a live run directory (results/live/NAME/)") from None
+    dest = Path(dest).resolve()
+    with archive:
+        for member in archive.namelist():
+            if not (dest / member).resolve().is_relative_to(dest):
+                raise UserError(f"the zip holds a path outside its folder: {member!r}")
+        archive.extractall(dest)
+    found = sorted((p.parent for p in dest.rglob("summary.json")), key=lambda p: len(p.parts))
+    if not found:
+        raise UserError(f"the zip holds no summary.json; expected a live run directory with {', '.join(FILES)}")
+    return found[0]

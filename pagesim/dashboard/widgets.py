@@ -1,0 +1,132 @@
+"""Sidebar forms shared by the Replay and Sweep pages: where the trace comes from, and the engine config.
+
+Each returns None after showing the problem with st.error when the input is invalid (a TraceError or
+UserError message names the file, row and field), so pages never show a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pagesim.config import Config
+from pagesim.dashboard import cached, data
+from pagesim.errors import UserError
+from pagesim.specs import GIB, GPUS, MODELS
+from pagesim.traces import FORMATS, Trace
+from pagesim.traces.synth import PRESETS
+
+SOURCES = ("Bundled trace", "Upload a file", "Synthetic")
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+# Test seam: AppTest cannot drive st.file_uploader, so a (file name, bytes) pair placed in session
+# state under f"{prefix}.injected_upload" is handled exactly as an uploaded file would be.
+INJECTED_UPLOAD = "injected_upload"
+
+
+def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tuple[Trace, str] | None:
+    """Sidebar: a bundled trace, an uploaded file, or the synthetic generator's form. (trace, fingerprint)."""
+    sb = st.sidebar
+    sb.subheader("Trace")
+    bundled = data.bundled_traces()
+    sources = SOURCES if bundled else SOURCES[1:]
+    source = sb.radio("Source", sources, key=f"{prefix}.source", horizontal=False)
+    try:
+        if source == "Bundled trace":
+            names = [p.name for p in bundled]
+            name = sb.selectbox("Bundled trace (traces/)", names, key=f"{prefix}.bundled")
+            limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, default_limit, step=100,
+                                    key=f"{prefix}.limit")
+            path = data.TRACES_DIR / name
+            return cached.bundled_trace(str(path), path.stat().st_mtime, int(limit) or None)
+        if source == "Upload a file":
+            return _uploaded(prefix)
+        return _synthetic(prefix)
+    except UserError as exc:
+        st.error(str(exc))
+        return None
+
+
+def _uploaded(prefix: str) -> tuple[Trace, str] | None:
+    sb = st.sidebar
+    file = sb.file_uploader("Trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim)",
+                            key=f"{prefix}.upload")
+    fmt = sb.selectbox("Format", FORMATS, key=f"{prefix}.format")
+    limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, data.DEFAULT_LIMIT, step=100,
+                            key=f"{prefix}.upload_limit")
+    upload = (file.name, file.getvalue()) if file is not None else st.session_state.get(f"{prefix}.{INJECTED_UPLOAD}")
+    if upload is None:
+        st.info("Upload a trace file in the sidebar to replay it.")
+        return None
+    name, content = upload
+    return cached.uploaded_trace(name, content, fmt, int(limit) or None)
+
+
+def _synthetic(prefix: str) -> tuple[Trace, str]:
+    sb = st.sidebar
+    preset = sb.selectbox("Preset", list(PRESETS), key=f"{prefix}.preset", help="pagesim.traces.synth.PRESETS")
+    n = sb.number_input("Requests", 1, 1_000_000, 500, step=100, key=f"{prefix}.num_requests")
+    rate = sb.number_input("Rate (req/s)", 0.01, 10_000.0, 10.0, key=f"{prefix}.rate")
+    arrival = sb.selectbox("Arrival process", ["poisson", "gamma"], key=f"{prefix}.arrival")
+    cv = sb.number_input("Gamma CV (> 1 burstier than Poisson)", 0.05, 20.0, 2.0, key=f"{prefix}.cv",
+                         disabled=arrival == "poisson")
+    seed = sb.number_input("Seed", 0, 2**31 - 1, 0, key=f"{prefix}.seed")
+    return cached.synthetic_trace(preset, int(n), float(rate), arrival, float(cv) if arrival == "gamma" else 1.0,
+                                  int(seed))
+
+
+def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
+                   preemption: bool = True, prefix_caching: bool = True) -> Config | None:
+    """Sidebar: model, GPU, memory, block size, scheduler budgets and policies; the Config, or None after
+    st.error when it is invalid. Knobs a sweep varies can be left out (they keep Config's defaults)."""
+    sb = st.sidebar
+    sb.subheader("Engine")
+    models = [m for m in MODELS if m != "toy"]
+    model = sb.selectbox("Model", models, index=models.index("llama-3-8b"), key=f"{prefix}.model")
+    gpu = sb.selectbox("GPU", list(GPUS), key=f"{prefix}.gpu")
+    bs = 16
+    if block_size:
+        bs = sb.selectbox("block_size (tokens per block)", BLOCK_SIZES, index=BLOCK_SIZES.index(16),
+                          key=f"{prefix}.block_size")
+    changes = {}
+    if memory:
+        mode = sb.radio("KV-cache size", ["num_gpu_blocks", "gpu_memory_utilization"], key=f"{prefix}.memory_mode",
+                        horizontal=True)
+        if mode == "num_gpu_blocks":
+            changes["num_gpu_blocks"] = int(sb.number_input("num_gpu_blocks", 1, 10_000_000, data.DEFAULT_NUM_GPU_BLOCKS,
+                                                            step=256, key=f"{prefix}.num_gpu_blocks"))
+        else:
+            changes["gpu_memory_utilization"] = sb.slider("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01,
+                                                          key=f"{prefix}.gpu_memory_utilization")
+    max_num_seqs = sb.number_input("max_num_seqs", 1, 100_000, 256, key=f"{prefix}.max_num_seqs")
+    max_batched = sb.number_input("max_num_batched_tokens", 1, 10_000_000, 8192, step=1024,
+                                  key=f"{prefix}.max_num_batched_tokens")
+    chunked = sb.checkbox("enable_chunked_prefill", True, key=f"{prefix}.chunked")
+    if prefix_caching:
+        changes["enable_prefix_caching"] = sb.checkbox("enable_prefix_caching", False, key=f"{prefix}.prefix_caching")
+    if preemption:
+        changes["preemption_mode"] = sb.radio("preemption_mode", ["recompute", "swap"], key=f"{prefix}.preemption",
+                                              horizontal=True)
+    try:
+        config = Config(model=model, gpu=gpu, block_size=int(bs), max_num_seqs=int(max_num_seqs),
+                        max_num_batched_tokens=int(max_batched), enable_chunked_prefill=chunked, **changes)
+        if memory:
+            sb.caption(memory_caption(config))
+        return config
+    except UserError as exc:
+        st.error(str(exc))
+        return None
+
+
+def memory_caption(config: Config) -> str:
+    """The KV cache in blocks, token slots and GiB, and what the GPU would hold at utilization 0.9."""
+    blocks = config.resolved_num_gpu_blocks
+    gib = blocks * config.block_bytes / GIB
+    text = (f"{blocks:,} blocks × {config.block_size} tokens = {blocks * config.block_size:,} token slots "
+            f"= {gib:.2f} GiB of K/V for {config.model}")
+    if config.num_gpu_blocks is not None:
+        try:
+            full = config.replace(num_gpu_blocks=None, gpu_memory_utilization=0.9).resolved_num_gpu_blocks
+            text += f" (an {config.gpu} at gpu_memory_utilization 0.9 holds {full:,} blocks)"
+        except UserError:
+            pass
+    return text
+
