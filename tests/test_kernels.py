@@ -18,12 +18,13 @@ UNUSED_BLOCK = 1 << 30  # table entries past a sequence's end: reading one would
 # Tolerances (max |out - ref| with ref in fp32; values are O(1)). fp32 runs exact dots under the
 # interpreter but tf32 (Triton's default for fp32 tl.dot) on a GPU; bf16/fp16 are one rounding of
 # the output plus operand rounding.
-ATOL = {torch.float32: 5e-3 if DEV == "cuda" else 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+ATOL = {torch.float32: 1e-2 if DEV == "cuda" else 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
 def random_cache(num_blocks, block_size, num_kv_heads, head_dim, dtype, device, gen):
     def rand():
-        return torch.randn((num_blocks, block_size, num_kv_heads, head_dim), generator=gen, device=device).to(dtype)
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        return torch.randn(shape, generator=gen, device=gen.device).to(device, dtype)
 
     return rand(), rand()
 
