@@ -16,7 +16,6 @@ from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
 PREEMPTION_MODES = ("recompute", "swap")
 KV_LAYOUTS = ("paged", "contiguous")
 RESERVE_POLICIES = ("max", "pow2", "oracle")
-ALLOCATORS = ("first-fit", "buddy")
 
 
 @dataclass(slots=True)
@@ -37,7 +36,6 @@ class Config:
     # Memory-management policy: "paged", or "contiguous" with a reserve policy.
     kv_layout: str = "paged"
     reserve_policy: str = "max"
-    allocator: str = "first-fit"
     seed: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -113,7 +111,6 @@ class Config:
             (0 <= self.watermark < 1, "watermark must be in [0, 1)"),
             (self.kv_layout in KV_LAYOUTS, f"kv_layout must be one of {KV_LAYOUTS}"),
             (self.reserve_policy in RESERVE_POLICIES, f"reserve_policy must be one of {RESERVE_POLICIES}"),
-            (self.allocator in ALLOCATORS, f"allocator must be one of {ALLOCATORS}"),
             (
                 self.enable_chunked_prefill or self.max_num_batched_tokens >= self.resolved_max_model_len,
                 "without chunked prefill, max_num_batched_tokens must be at least max_model_len "
