@@ -15,6 +15,7 @@ the page.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import streamlit as st
@@ -22,7 +23,7 @@ import streamlit as st
 from pagesim.config import Config
 from pagesim.dashboard import data, sweep
 from pagesim.dashboard.kernel_results import load_kernel_result
-from pagesim.dashboard.live_runs import LiveRun, load_live_run
+from pagesim.dashboard.live_runs import LiveRun, extract_run_zip, load_live_run
 from pagesim.traces import Trace, load_trace
 from pagesim.traces.synth import synthesize
 
@@ -71,6 +72,15 @@ def run_sweep(trace_key: str, base_json: str, grid_json: str, _trace: Trace):
 @st.cache_data(show_spinner=False, max_entries=8)
 def live_run(path: str, mtime: float) -> LiveRun:
     return load_live_run(Path(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def zipped_live_run(name: str, content: bytes) -> LiveRun:
+    """A run directory uploaded as a zip, read from a temporary folder and named after the zip."""
+    with tempfile.TemporaryDirectory(prefix="pagesim-live-") as tmp:
+        run = load_live_run(extract_run_zip(content, Path(tmp)))
+    run.path = Path(Path(name).stem)
+    return run
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

@@ -85,6 +85,16 @@ def prefill_frame(result: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "tokens", "time_us", "tflop_per_s", "vs_sdpa"])
 
 
+def measurements_table(result: dict) -> pd.DataFrame:
+    """Decode and prefill rows in one table: kind, shape, method, time_us, tb_per_s, tflop_per_s, vs_sdpa."""
+    decode = decode_frame(result).assign(kind="decode")
+    prefill = prefill_frame(result)
+    prefill = prefill.assign(kind="prefill", shape=[f"T={t}" for t in prefill["tokens"]])
+    columns = ["kind", "shape", "method", "time_us", "tb_per_s", "tflop_per_s", "vs_sdpa"]
+    frames = [f.reindex(columns=columns) for f in (decode, prefill) if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
 def model_step_frame(result: dict) -> pd.DataFrame:
     """The full decode step of the 8B model (eager, CUDA graph) against its HBM floor, as label / value rows."""
     m = result.get("model_step") or {}

@@ -1,4 +1,98 @@
+"""Sim vs Live: a live GPU run against the simulator's prediction of the same trace."""
+
+from __future__ import annotations
+
 import streamlit as st
 
+from pagesim.dashboard import cached, figures, tables
+from pagesim.dashboard.live_runs import FILES, LiveRun, find_live_runs, live_root
+from pagesim.errors import UserError
+from pagesim.metrics import summarize
+
+PREFIX = "live"
+
+
+def render() -> None:
+    st.title("Sim vs Live")
+    st.caption("A trace replayed on a real GPU by the live engine (`python -m pagesim live`) and checked with "
+               "`python -m pagesim validate`: the cost model's step durations against the measured ones, the "
+               "scheduler's decisions in lockstep, and a free-running simulation's latencies against the live run's.")
+    run = choose_run()
+    if run is None:
+        return
+    show_run(run)
+
+
+def choose_run() -> LiveRun | None:
+    sb = st.sidebar
+    sb.subheader("Live run")
+    runs = find_live_runs()
+    upload = sb.file_uploader("…or upload a run directory as a .zip", type=["zip"], key=f"{PREFIX}.upload")
+    try:
+        if upload is not None:
+            return cached.zipped_live_run(upload.name, upload.getvalue())
+        if not runs:
+            st.info(f"No live GPU runs are committed yet: {live_root()} holds no run directory. A run directory "
+                    f"comes from `python -m pagesim live TRACE --out results/live/NAME` on a GPU machine, then "
+                    f"`python -m pagesim validate results/live/NAME`; it holds {', '.join(FILES)}. "
+                    "You can also upload one as a zip in the sidebar.")
+            return None
+        name = sb.selectbox("Run (results/live/)", [p.name for p in runs], key=f"{PREFIX}.run")
+        path = next(p for p in runs if p.name == name)
+        return cached.live_run(str(path), (path / "validation.json").stat().st_mtime)
+    except UserError as exc:
+        st.error(str(exc))
+        return None
+
+
+def show_run(run: LiveRun) -> None:
+    s = run.summary
+    trace = s.get("trace", {})
+    config = s.get("config", {})
+    st.markdown(f"**{run.name}**: trace {trace.get('name', '?')} ({trace.get('rows', '?')} requests), "
+                f"{config.get('model', '?')} · block_size {config.get('block_size', '?')} · "
+                f"{config.get('resolved_num_gpu_blocks', config.get('num_gpu_blocks', '?'))} GPU blocks · "
+                f"{s.get('run_name', config.get('kv_layout', ''))}")
+    with st.expander("Config, hardware and software"):
+        st.json({k: v for k, v in s.items() if k not in ("runs", "trace")} | {"trace": trace}, expanded=False)
+
+    st.subheader("Validation")
+    v = run.validation
+    cols = st.columns(2)
+    with cols[0]:
+        st.markdown("Step level and decisions")
+        st.dataframe(tables.step_level_table(v), hide_index=True)
+        kind = v.get("cost_model", {}).get("kind")
+        if kind:
+            st.caption(f"cost model: {kind}")
+    with cols[1]:
+        st.markdown("Request level")
+        st.dataframe(tables.request_level_table(v), hide_index=True,
+                     column_config={"relative error": st.column_config.NumberColumn(format="percent")})
+
+    st.subheader("Step durations")
+    cols = st.columns(2)
+    cols[0].plotly_chart(figures.step_time_scatter(run.validation_steps), key=f"{PREFIX}.scatter")
+    cols[1].plotly_chart(figures.step_error_histogram(run.validation_steps), key=f"{PREFIX}.hist")
+
+    st.subheader("Memory and running requests")
+    st.plotly_chart(figures.live_vs_sim_over_time(run.steps, run.sim_steps), key=f"{PREFIX}.time")
+
+    st.subheader("Request latencies")
+    st.plotly_chart(figures.latency_cdfs({"live": run.requests, "simulated": run.sim_requests}), key=f"{PREFIX}.cdf")
+    metric = st.radio("Per request", list(figures.LATENCIES), format_func=figures.LATENCIES.get, horizontal=True,
+                      index=2, key=f"{PREFIX}.metric")
+    st.plotly_chart(figures.request_latency_scatter(run.requests, run.sim_requests, metric), key=f"{PREFIX}.per_request")
+    summaries = {"live": s.get("runs", {}).get("live", {}), "simulated": simulated_summary(run)}
+    st.dataframe(tables.headline_table(summaries))
+
+
+def simulated_summary(run: LiveRun) -> dict:
+    steps = run.sim_steps
+    return summarize(steps, run.sim_requests, leaked_blocks=0, sim_wall_s=float("nan"),
+                     prefix_cache_queries=int(steps["prefix_cache_queries"].sum()),
+                     prefix_cache_hits=int(steps["prefix_cache_hits"].sum()))
+
+
 if __name__ == "__main__":
-    st.title("live")
+    render()

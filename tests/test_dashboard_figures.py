@@ -1,0 +1,345 @@
+"""The dashboard without Streamlit: figure builders, tables, trace and result loaders, and the sweep.
+
+Figures are checked by what they draw (trace names, counts, values), on small real runs of the
+simulator and on hand-made frames where an exact expectation is needed.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pagesim.config import Config
+from pagesim.dashboard import data, figures, kernel_results, live_runs, sweep, tables
+from pagesim.errors import UserError
+from pagesim.recorder import BlockSnapshot
+from pagesim.specs import GIB
+from pagesim.traces import TraceError, load_trace
+from pagesim.traces.synth import synthesize
+from tests.dashboard_fixtures import kernel_result, write_kernel_result, write_live_run
+
+BLOCKS = 600  # above max_model_len / block_size = 512, so the max baseline admits one request at a time
+CATEGORY_LABELS = ["used", "reserved", "internal fragmentation", "external fragmentation", "cached", "free"]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Paged and the max baseline on a small ShareGPT-like trace, tight enough to preempt and queue."""
+    trace = synthesize("sharegpt", num_requests=120, rate=20.0, seed=3)
+    return data.replay(trace, Config(num_gpu_blocks=BLOCKS), ["max"], num_snapshots=10)
+
+
+def steps_of(runs):
+    return {name: run.result.steps for name, run in runs.items()}
+
+
+# ---- memory and requests over time -----------------------------------------------------------------
+def test_memory_figure_stacks_the_six_categories_in_one_panel_per_run(runs):
+    fig = figures.memory_over_time(steps_of(runs))
+    assert [t.name for t in fig.data] == CATEGORY_LABELS * 2
+    assert {t.stackgroup for t in fig.data[:6]} == {"memory-1"} and {t.stackgroup for t in fig.data[6:]} == {"memory-2"}
+    assert [t.showlegend for t in fig.data] == [True] * 6 + [False] * 6  # one legend entry per category
+    assert fig.data[6].xaxis == "x2" and fig.layout.xaxis.matches == "x2"  # panels share the time axis
+    assert [a.text for a in fig.layout.annotations] == ["paged", "contiguous-max"]
+
+
+def test_memory_figure_stacks_to_the_whole_cache_at_every_point(runs):
+    fig = figures.memory_over_time(steps_of(runs))
+    for run in range(2):
+        total = sum(np.asarray(t.y, dtype=float) for t in fig.data[6 * run: 6 * run + 6])
+        assert np.allclose(total, 100.0), "memory categories must add up to 100% of KV slots"
+
+
+def test_long_step_tables_are_downsampled_to_time_buckets(runs):
+    steps = runs["contiguous-max"].result.steps
+    assert len(steps) > 300
+    fig = figures.memory_over_time({"contiguous-max": steps}, max_points=300)
+    assert all(len(t.x) <= 300 for t in fig.data)
+
+
+def test_time_buckets_are_duration_weighted_means_and_short_tables_pass_through():
+    steps = pd.DataFrame({"time_s": [0.0, 1.0, 1.5, 3.0], "duration_s": [1.0, 0.5, 1.5, 1.0],
+                          "num_running": [2.0, 4.0, 8.0, 1.0], "num_preemptions": [0, 1, 2, 0]})
+    assert figures.time_buckets(steps, ["num_running"], max_points=10).equals(steps[["time_s", "num_running"]])
+    b = figures.time_buckets(steps, ["num_running"], max_points=2, sums=["num_preemptions"])
+    # bucket 0 = t in [0, 1.5): steps 0 and 1; bucket 1: steps 2 and 3
+    assert b["time_s"].tolist() == [0.0, 1.5]
+    assert b["num_running"].tolist() == pytest.approx([(2 * 1 + 4 * 0.5) / 1.5, (8 * 1.5 + 1 * 1) / 2.5])
+    assert b["num_preemptions"].tolist() == [1, 2]
+
+
+def test_requests_figure_marks_the_steps_that_preempted(runs):
+    steps = steps_of(runs)
+    assert steps["paged"]["num_preemptions"].sum() > 0, "the fixture should preempt"
+    total = steps["paged"]["num_preemptions"].sum()
+    whole = figures.requests_over_time(steps, max_points=10**7)
+    assert [t.name for t in whole.data] == ["running", "waiting", "swapped", "preemptions"] * 2
+    preempting = steps["paged"][steps["paged"]["num_preemptions"] > 0]
+    assert sorted(whole.data[3].x) == sorted(preempting["time_s"])  # one mark per step that preempted
+    bucketed = figures.requests_over_time(steps, max_points=100).data[3]
+    assert len(bucketed.x) <= 100 and sum(bucketed.customdata) == total  # marks per bucket, none lost
+
+
+# ---- block map -------------------------------------------------------------------------------------------
+def frame(request_id, fill, ref_cnt, cached):
+    return pd.DataFrame({"block_id": range(len(request_id)), "request_id": request_id, "fill": fill,
+                         "ref_cnt": ref_cnt, "cached": cached})
+
+
+def test_block_codes_tell_free_cached_shared_owned_and_reserved_apart():
+    f = frame(["", "", "a", "a", "a", "b"], [0, 0, 16, 16, 0, 5], [0, 0, 2, 1, 1, 1],
+              [False, True, False, False, False, False])
+    codes = figures.block_codes(f)
+    n = len(figures.PALETTE)
+    assert codes[0] == 0 and codes[1] == 1 and codes[2] == 2  # free, cached, shared prefix
+    assert 3 <= codes[3] < 3 + n and codes[4] == codes[3] + n  # a's filled block, a's reserved-ahead block
+    assert 3 <= codes[5] < 3 + n
+    again = figures.block_codes(frame(["a"], [3], [1], [False]))
+    assert again[0] == codes[3], "a request keeps its colour from one snapshot (or run) to the next"
+
+
+def test_block_map_draws_one_grid_per_run_64_wide_with_a_legend(runs):
+    snaps = {name: run.result.snapshots[5].to_frame() for name, run in runs.items()}
+    fig = figures.block_maps(snaps, block_size=16, time_s=runs["paged"].result.snapshots[5].time_s)
+    heatmaps = [t for t in fig.data if t.type == "heatmap"]
+    assert [t.name for t in heatmaps] == ["blocks: paged", "blocks: contiguous-max"]
+    for h in heatmaps:
+        z = np.asarray(h.z, dtype=float)
+        assert z.shape == (-(-BLOCKS // 64), 64)
+        assert np.isnan(z).sum() == z.size - BLOCKS  # padding after the last block only
+    assert [t.name for t in fig.data if t.type == "scatter"] == list(figures.BLOCK_LEGEND)
+    owned = (snaps["contiguous-max"]["request_id"] != "").sum()
+    z = np.asarray(heatmaps[1].z, dtype=float).ravel()
+    assert (z[~np.isnan(z)] >= 3).sum() == owned
+
+
+def test_contiguous_block_map_shows_each_request_as_one_run_of_blocks(runs):
+    f = runs["contiguous-max"].result.snapshots[5].to_frame()
+    owned = f[f["request_id"] != ""]
+    assert len(owned)
+    for _, blocks in owned.groupby("request_id"):
+        ids = blocks["block_id"].to_numpy()
+        assert (np.diff(ids) == 1).all()
+
+
+def test_block_map_caps_the_blocks_drawn():
+    n = 1000
+    snap = BlockSnapshot(0.0, ["r"], np.zeros(n, dtype=np.int32), np.full(n, 16, dtype=np.int16),
+                         np.ones(n, dtype=np.int16), np.zeros(n, dtype=bool))
+    fig = figures.block_maps({"paged": snap.to_frame()}, 16, max_blocks=256)
+    assert np.asarray(fig.data[0].z).shape == (4, 64)
+    assert "first 256 drawn" in fig.layout.annotations[0].text
+
+
+def test_shared_and_cached_blocks_appear_with_prefix_caching():
+    trace = synthesize("kshot", num_requests=60, rate=20.0, seed=0)
+    result = data.replay(trace, Config(num_gpu_blocks=800, enable_prefix_caching=True), [], num_snapshots=8)
+    codes = np.concatenate([figures.block_codes(s.to_frame()) for s in result["paged"].result.snapshots])
+    assert (codes == 2).any(), "shared prefix blocks (ref_cnt > 1) must get their own colour"
+    assert (codes == 1).any(), "free blocks holding a cached prefix must get their own colour"
+
+
+# ---- latencies -----------------------------------------------------------------------------------------
+def test_latency_cdfs_have_one_line_per_run_and_metric(runs):
+    fig = figures.latency_cdfs({n: r.result.requests for n, r in runs.items()})
+    assert [t.name for t in fig.data] == ["paged"] * 3 + ["contiguous-max"] * 3
+    assert [t.xaxis for t in fig.data[:3]] == ["x", "x2", "x3"]
+    for t in fig.data:
+        assert t.y[-1] == pytest.approx(1.0) and np.all(np.diff(t.x) >= 0)
+    finished = runs["paged"].result.requests.query("state == 'finished'")
+    assert len(fig.data[0].x) == finished["ttft_s"].notna().sum()
+
+
+def test_ecdf_thins_long_samples_but_keeps_the_extremes():
+    x, p = figures.ecdf(np.arange(10_000)[::-1], max_points=100)
+    assert len(x) == 100 and x[0] == 0 and x[-1] == 9999 and p[-1] == 1.0
+
+
+# ---- sweep ---------------------------------------------------------------------------------------------
+def test_sweep_grid_gives_every_block_size_the_same_memory():
+    points = sweep.grid_points(Config(), {"block_size": [16, 256], "kv_cache_gib": [1.0]})
+    blocks = [cfg.resolved_num_gpu_blocks * cfg.block_bytes for _, cfg in points]
+    assert blocks == [GIB, GIB]
+    assert [p for p, _ in points] == [{"block_size": 16, "kv_cache_gib": 1.0}, {"block_size": 256, "kv_cache_gib": 1.0}]
+
+
+def test_sweep_grid_maps_layouts_and_rejects_unknown_parameters():
+    (_, cfg), = sweep.grid_points(Config(), {"layout": ["contiguous-pow2"]})
+    assert (cfg.kv_layout, cfg.reserve_policy) == ("contiguous", "pow2")
+    with pytest.raises(UserError, match="cannot sweep"):
+        sweep.grid_points(Config(), {"watermark": [0.1]})
+    with pytest.raises(UserError, match="at least one value for block_size"):
+        sweep.grid_points(Config(), {"block_size": []})
+
+
+def test_token_state_fraction_falls_as_block_size_grows_on_the_sharegpt_like_trace():
+    """PagedAttention (SOSP 2023, §7.2): on ShareGPT-like lengths larger blocks waste more of each
+    request's last block. The default sweep, run directly on the bundled trace."""
+    trace = load_trace(data.default_trace_path())
+    assert "sharegpt" in trace.name
+    result = sweep.run_sweep(trace, Config(), {"block_size": [16, 32, 64, 128, 256], "kv_cache_gib": [1.0]})
+    tsf = result.set_index("block_size")["token_state_fraction"]
+    assert tsf.is_monotonic_decreasing and tsf.is_unique, f"token-state fraction by block size:\n{tsf}"
+    assert tsf[16] > 0.95 and tsf[256] < 0.9
+
+
+def test_sweep_figure_has_a_line_per_series_in_each_panel():
+    results = pd.DataFrame({"block_size": [16, 32, 16, 32], "preemption_mode": ["recompute"] * 2 + ["swap"] * 2,
+                            **{k: [0.9, 0.8, 0.85, 0.75] for k in figures.SWEEP_PANELS}})
+    fig = figures.sweep_lines(results, "block_size", ["preemption_mode"])
+    assert [t.name for t in fig.data] == ["preemption_mode=recompute"] * 4 + ["preemption_mode=swap"] * 4
+    assert list(fig.data[0].x) == [16, 32]
+    assert fig.layout.xaxis.type == "log"
+
+
+# ---- tables --------------------------------------------------------------------------------------------
+def test_headline_table_has_the_figures_the_replay_page_promises(runs):
+    table = tables.headline_table({n: r.summary for n, r in runs.items()})
+    assert list(table.index) == ["paged", "contiguous-max"]
+    for column in ("throughput (req/s)", "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)",
+                   "E2E p50 (ms)", "E2E p99 (ms)", "preemptions", "token-state fraction", "peak running",
+                   "mean running"):
+        assert column in table
+    s = runs["paged"].summary
+    assert table.at["paged", "TTFT p99 (ms)"] == pytest.approx(s["ttft_s"]["p99"] * 1e3)
+    assert table.at["paged", "token-state fraction"] > table.at["contiguous-max", "token-state fraction"]
+
+
+def test_summary_frame_flattens_every_figure(runs):
+    f = tables.summary_frame({n: r.summary for n, r in runs.items()})
+    assert "ttft_s.p99" in f and "leaked_blocks" in f and list(f.index) == ["paged", "contiguous-max"]
+
+
+# ---- traces --------------------------------------------------------------------------------------------
+BAD_AZURE = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,abc,12\n"
+
+
+def test_a_malformed_upload_names_the_uploaded_file_row_and_field():
+    with pytest.raises(TraceError) as err:
+        data.load_upload("conv.csv", BAD_AZURE)
+    message = str(err.value)
+    assert message.startswith("conv.csv, line 3, field 'ContextTokens': expected"), message
+    assert "pagesim-upload" not in message, "the temporary folder must not leak into the message"
+
+
+def test_an_upload_loads_under_its_own_name():
+    good = BAD_AZURE.replace(b"abc", b"100")
+    trace = data.load_upload("../../etc/conv.csv", good)
+    assert trace.name == "conv" and len(trace.df) == 2
+
+
+def test_trace_fingerprint_follows_content():
+    a, b = synthesize("sharegpt", num_requests=50, seed=1), synthesize("sharegpt", num_requests=50, seed=1)
+    assert data.trace_fingerprint(a) == data.trace_fingerprint(b)
+    b.df.loc[3, "output_len"] += 1
+    assert data.trace_fingerprint(a) != data.trace_fingerprint(b)
+    k = synthesize("kshot", num_requests=20, seed=1)  # list-valued prefix_hash_ids column
+    assert len(data.trace_fingerprint(k)) == 16
+
+
+def test_the_sharegpt_like_bundled_trace_comes_first():
+    paths = data.bundled_traces()
+    assert paths and paths[0] == data.default_trace_path()
+
+
+def test_replay_reports_progress_up_to_done():
+    seen = []
+    data.replay(synthesize("sharegpt", num_requests=30, seed=2), Config(num_gpu_blocks=200), ["oracle"],
+                num_snapshots=4, progress=lambda f, text: seen.append((f, text)))
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(seen) < 200
+    assert any("contiguous-oracle (2/2)" in t for _, t in seen)
+
+
+# ---- live runs -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def live_dir(tmp_path_factory):
+    return write_live_run(tmp_path_factory.mktemp("live") / "fixture-run")
+
+
+def test_live_run_directory_loads_with_string_ids(live_dir):
+    run = live_runs.load_live_run(live_dir)
+    assert run.name == "fixture-run" and len(run.validation_steps) == len(run.steps)
+    assert (run.requests["parent_id"] == "").all() and run.requests["request_id"].dtype != np.int64
+    assert live_runs.find_live_runs(live_dir.parent) == [live_dir]
+
+
+def test_live_run_missing_files_are_named(live_dir, tmp_path):
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(UserError, match="missing steps.parquet, requests.csv"):
+        live_runs.load_live_run(tmp_path)
+
+
+def test_live_run_zip_is_extracted_and_unsafe_zips_refused(live_dir, tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for f in live_dir.iterdir():
+            z.write(f, f"fixture-run/{f.name}")
+    root = live_runs.extract_run_zip(buf.getvalue(), tmp_path / "a")
+    assert root.name == "fixture-run" and live_runs.load_live_run(root).summary["runs"]["live"]
+    evil = io.BytesIO()
+    with zipfile.ZipFile(evil, "w") as z:
+        z.writestr("../outside/summary.json", "{}")
+    with pytest.raises(UserError, match="outside its folder"):
+        live_runs.extract_run_zip(evil.getvalue(), tmp_path / "b")
+    with pytest.raises(UserError, match="not a zip"):
+        live_runs.extract_run_zip(b"hello", tmp_path / "c")
+
+
+def test_live_figures_draw_measured_against_predicted(live_dir):
+    run = live_runs.load_live_run(live_dir)
+    scatter = figures.step_time_scatter(run.validation_steps)
+    assert [t.name for t in scatter.data] == ["steps", "y = x"]
+    assert len(scatter.data[0].x) == len(run.validation_steps)
+    assert scatter.data[1].x[0] == scatter.data[1].y[0] and scatter.data[1].x[1] == scatter.data[1].y[1]
+    hist = figures.step_error_histogram(run.validation_steps)
+    assert hist.data[0].type == "histogram" and len(hist.data[0].x) == len(run.validation_steps)
+    over_time = figures.live_vs_sim_over_time(run.steps, run.sim_steps)
+    assert [t.name for t in over_time.data] == ["live", "live", "simulated", "simulated"]
+    per_request = figures.request_latency_scatter(run.requests, run.sim_requests, "e2e_s")
+    assert len(per_request.data[0].x) == (run.requests["state"] == "finished").sum()
+
+
+def test_validation_tables(live_dir):
+    v = live_runs.load_live_run(live_dir).validation
+    steps = tables.step_level_table(v)
+    assert steps["figure"].tolist()[:3] == ["steps compared", "step duration MAPE", "step duration p90 APE"]
+    assert steps["value"].iloc[5] is not None
+    req = tables.request_level_table(v)
+    assert req["metric"].tolist() == ["ttft_s_p50", "ttft_s_p99", "e2e_s_p50", "e2e_s_p99"]
+
+
+# ---- kernels -------------------------------------------------------------------------------------------
+def test_kernel_frames_and_bars_follow_the_bench_schema(tmp_path):
+    result = kernel_results.load_kernel_result(write_kernel_result(tmp_path))
+    decode = kernel_results.decode_frame(result)
+    assert len(decode) == 4 * 5 and set(decode["shape"]) == {"B=1, ctx=32768", "B=16, ctx=4096", "B=64, ctx=4096",
+                                                              "B=256, ctx=1024"}
+    assert decode.query("method == 'sdpa'")["vs_sdpa"].eq(1.0).all()
+    fig = figures.decode_bandwidth_bars(decode, result["ceilings"]["copy_tb_per_s"])
+    names = [t.name for t in fig.data]
+    assert names == ["paged (ours)", "paged (ours, CUDA graph)", "FlashInfer paged", "gather + SDPA (naive paged)",
+                     "SDPA contiguous (ceiling)"]
+    assert all(list(t.x) == list(dict.fromkeys(decode["shape"])) for t in fig.data)
+    assert fig.layout.barmode == "group" and fig.layout.shapes[0].y0 == 4.3
+    prefill = kernel_results.prefill_frame(result)
+    pfig = figures.prefill_flops_bars(prefill, 780.0)
+    assert list(pfig.data[0].x) == ["paged (ours)", "SDPA contiguous (ceiling)"]
+    table = kernel_results.measurements_table(result)
+    assert table["kind"].tolist().count("prefill") == 2 and len(table) == 22
+
+
+def test_kernel_results_are_found_newest_first_and_bad_files_named(tmp_path):
+    write_kernel_result(tmp_path, "kernels-h200-2026-11-28.json")
+    write_kernel_result(tmp_path, "kernels-h200-2026-11-29.json")
+    assert [p.name for p in kernel_results.find_kernel_results(tmp_path)] == ["kernels-h200-2026-11-29.json",
+                                                                                "kernels-h200-2026-11-28.json"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"gpu": "x"}')
+    with pytest.raises(UserError, match="bad.json: not a bench.kernels result"):
+        kernel_results.load_kernel_result(bad)
+    assert kernel_result()["decode"][0]["batch"] == 1
