@@ -36,7 +36,7 @@ from pagesim.scheduler import Scheduler
 from tests.helpers import assert_all_done, check_paged, check_plan, check_scheduler, swap_space_for
 
 MACHINE_SETTINGS = settings(
-    max_examples=600, stateful_step_count=60, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=700, stateful_step_count=60, deadline=None, suppress_health_check=list(HealthCheck)
 )
 
 # Prompts share prefixes: a prompt is a prefix of one of a few base prompts plus a random tail.
@@ -481,7 +481,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 SEEN: set[str] = set()
 SchedulerMachine.TestCase.settings = settings(
-    max_examples=500, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=600, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
 )
 TestSchedulerMachine = SchedulerMachine.TestCase
 
