@@ -162,9 +162,8 @@ def test_first_admission_is_first_come_first_served():
     order = [rid for st in steps for rid in st.plan.admitted]
     by_arrival = [r.request_id for _, r in sorted(zip(arrivals, reqs), key=lambda p: p[0])]
     assert order == by_arrival
-    assert [r.first_scheduled_time for r in sorted(reqs, key=lambda r: arrivals[reqs.index(r)])] == sorted(
-        r.first_scheduled_time for r in reqs
-    )
+    times = [r.first_scheduled_time for _, r in sorted(zip(arrivals, reqs), key=lambda p: p[0])]
+    assert times == sorted(times), "a later arrival was first scheduled before an earlier one"
     assert any(len(st.waiting_after) >= 2 for st in steps), "the workload was meant to queue"
 
 
