@@ -39,7 +39,7 @@ def choose_run() -> LiveRun | None:
             return None
         name = sb.selectbox("Run (results/live/)", [p.name for p in runs], key=f"{PREFIX}.run")
         path = next(p for p in runs if p.name == name)
-        return cached.live_run(str(path), (path / "validation.json").stat().st_mtime)
+        return cached.live_run(str(path), max(f.stat().st_mtime for f in path.iterdir()))
     except UserError as exc:
         st.error(str(exc))
         return None

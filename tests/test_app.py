@@ -1,0 +1,246 @@
+"""The dashboard run by Streamlit's AppTest (in-process, no browser): every page renders without an
+exception, knobs re-run the page and change what it shows, and bad input shows a readable message.
+
+What AppTest does not cover: it cannot drive st.file_uploader, so uploads are tested through the
+page's documented seam (session_state["<page>.injected_upload"] = (file name, bytes), handled by the
+same code as a real upload: widgets._uploaded -> cached.uploaded_trace -> data.load_upload), and
+zip uploads of live runs through live_runs.extract_run_zip in test_dashboard_figures.py. Charts are
+checked as the plotly specs Streamlit would send; that they draw is tests/test_browser.py's job.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pagesim.dashboard.kernel_results import RESULTS_DIR_ENV
+from pagesim.dashboard.live_runs import LIVE_DIR_ENV
+from tests.conftest import REPO
+from tests.dashboard_fixtures import write_kernel_result, write_live_run
+
+APP = str(REPO / "app.py")
+PAGES = "pagesim/dashboard/pages"
+TIMEOUT = 180  # seconds per run: generous for a loaded 2-core CI machine
+
+
+def app(page: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    if page is not None:
+        at.switch_page(f"{PAGES}/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at: AppTest) -> list[go.Figure]:
+    """The plotly figures on the page, rebuilt from the JSON specs sent to the browser."""
+    return [go.Figure(_typed_arrays(json.loads(el.proto.spec))) for el in at.get("plotly_chart")]
+
+
+def _typed_arrays(value):
+    """plotly.js typed arrays ({"dtype": "f8", "bdata": base64, "shape": "r, c"}) back to numpy arrays."""
+    if isinstance(value, dict):
+        if "bdata" in value and "dtype" in value:
+            array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+            shape = value.get("shape")
+            return array.reshape([int(n) for n in str(shape).split(",")]) if shape else array
+        return {k: _typed_arrays(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed_arrays(v) for v in value]
+    return value
+
+
+def trace_names(fig: go.Figure) -> list[str]:
+    return [t.name for t in fig.data]
+
+
+def metrics(at: AppTest) -> list[tuple[str, str]]:
+    return [(m.label, m.value) for m in at.metric]
+
+
+# ---- Replay ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def replay():
+    return app()
+
+
+def test_replay_default_renders_paged_against_the_max_baseline(replay):
+    assert not replay.error
+    assert replay.title[0].value == "Replay"
+    specs = charts(replay)
+    assert len(specs) == 4  # memory, requests, block map, latency CDFs
+    memory, requests, blocks, latency = specs
+    assert trace_names(memory)[:6] == ["used", "reserved", "internal fragmentation", "external fragmentation",
+                                       "cached", "free"]
+    assert len(memory.data) == 12 and [a.text for a in memory.layout.annotations] == ["paged", "contiguous-max"]
+    assert trace_names(requests).count("preemptions") == 2
+    assert trace_names(blocks)[:2] == ["blocks: paged", "blocks: contiguous-max"]
+    assert trace_names(latency) == ["paged"] * 3 + ["contiguous-max"] * 3
+    table = replay.dataframe[0].value
+    assert list(table.index) == ["paged", "contiguous-max"]
+    assert table.at["paged", "token-state fraction"] > 0.9 > table.at["contiguous-max", "token-state fraction"]
+    labels = [label for label, _ in metrics(replay)]
+    assert labels.count("KV memory holding token states") == 2
+    captions = " ".join(c.value for c in replay.sidebar.caption)
+    assert "1,024 blocks × 16 tokens" in captions, "the default memory cap must be stated in the UI"
+
+
+def test_replay_block_size_knob_reruns_and_changes_the_output(replay):
+    before = replay.dataframe[0].value.copy()
+    replay.selectbox(key="replay.block_size").set_value(128).run()
+    assert not replay.exception
+    after = replay.dataframe[0].value
+    assert after.at["paged", "token-state fraction"] < before.at["paged", "token-state fraction"]
+    assert "1,024 blocks × 128 tokens" in " ".join(c.value for c in replay.sidebar.caption)
+    replay.selectbox(key="replay.block_size").set_value(16).run()
+
+
+def test_replay_baselines_add_one_run_each():
+    at = app()
+    at.multiselect(key="replay.baselines").set_value(["max", "pow2", "oracle"]).run()
+    assert not at.exception
+    assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]
+    assert len(charts(at)[0].data) == 6 * 4
+
+
+def test_replay_time_slider_scrubs_the_block_map(replay):
+    first = charts(replay)[2]
+    slider = replay.select_slider(key="replay.snapshot")
+    slider.set_value(0).run()
+    assert not replay.exception
+    early = charts(replay)[2]
+    assert early.layout.title.text != first.layout.title.text  # "at t = ... s"
+    assert not np.array_equal(np.asarray(early.data[0].z, dtype=float), np.asarray(first.data[0].z, dtype=float),
+                              equal_nan=True)
+
+
+MALFORMED = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,-5,12\n"
+
+
+def test_replay_malformed_upload_shows_the_validation_message_without_a_traceback():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["replay.injected_upload"] = ("conv.csv", MALFORMED)
+    at.run()
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    assert not at.exception
+    (error,) = at.error
+    assert error.value.startswith("conv.csv, line 3, field 'ContextTokens': expected "), error.value
+    assert error.value.endswith("got '-5'") and "Traceback" not in error.value
+    assert not at.get("plotly_chart")
+
+
+def test_replay_valid_upload_is_replayed():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["replay.injected_upload"] = ("conv.csv", MALFORMED.replace(b"-5", b"500"))
+    at.run()
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    assert not at.exception and not at.error
+    assert "conv" in " ".join(e.label for e in at.expander)
+    assert len(charts(at)) == 4
+
+
+def test_replay_invalid_config_shows_the_config_error():
+    at = app()
+    at.checkbox(key="replay.chunked").uncheck().run()
+    at.number_input(key="replay.max_num_batched_tokens").set_value(2048).run()
+    assert not at.exception
+    assert "without chunked prefill, max_num_batched_tokens must be at least max_model_len" in at.error[0].value
+
+
+def test_replay_synthetic_source():
+    at = app()
+    at.radio(key="replay.source").set_value("Synthetic").run()
+    at.selectbox(key="replay.preset").set_value("kshot").run()
+    at.checkbox(key="replay.prefix_caching").check().run()
+    assert not at.exception and not at.error
+    assert "kshot-500" in " ".join(e.label for e in at.expander)
+    assert len(charts(at)) == 4
+
+
+# ---- Sweep ----------------------------------------------------------------------------------------------
+def test_sweep_default_is_the_block_size_study():
+    at = app("sweep")
+    assert not at.error
+    (spec,) = charts(at)
+    assert trace_names(spec) == ["paged"] * 4
+    assert list(spec.data[0].x) == [8, 16, 32, 64, 128, 256]
+    results = at.dataframe[0].value
+    assert results["block_size"].tolist() == [8, 16, 32, 64, 128, 256]
+    assert results["token_state_fraction"].is_monotonic_decreasing
+    assert any("Paged token-state fraction" in c.value for c in at.caption)
+
+
+def test_sweep_grid_form_reruns_with_the_submitted_grid():
+    at = app("sweep")
+    at.multiselect(key="sweep.block_sizes").set_value([16, 256])
+    at.multiselect(key="sweep.modes").set_value(["recompute", "swap"])
+    at.sidebar.button[0].click().run()
+    assert not at.exception and not at.error
+    results = at.dataframe[0].value
+    assert len(results) == 4 and set(results["preemption_mode"]) == {"recompute", "swap"}
+    assert trace_names(charts(at)[0])[0] in ("preemption_mode=recompute", "block_size=16")
+
+
+def test_sweep_empty_grid_value_is_reported():
+    at = app("sweep")
+    at.multiselect(key="sweep.gib").set_value([])
+    at.sidebar.button[0].click().run()
+    assert not at.exception
+    assert "choose at least one value for kv_cache_gib" in at.error[0].value
+
+
+# ---- Sim vs Live ----------------------------------------------------------------------------------------
+def test_live_page_says_plainly_when_no_run_exists(tmp_path, monkeypatch):
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    assert "No live GPU runs are committed yet" in at.info[0].value
+    assert not at.get("plotly_chart")
+
+
+def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
+    write_live_run(tmp_path / "fixture-run")
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    names = [trace_names(s) for s in charts(at)]
+    assert names == [["steps", "y = x"], ["steps"], ["live", "live", "simulated", "simulated"],
+                     ["live"] * 3 + ["simulated"] * 3, ["requests", "y = x"]]
+    step_table, request_table, headline = (d.value for d in at.dataframe)
+    assert step_table["figure"].iloc[0] == "steps compared"
+    assert request_table["metric"].iloc[0] == "ttft_s_p50"
+    assert list(headline.index) == ["live", "simulated"]
+    at.radio(key="live.metric").set_value("ttft_s").run()
+    assert "TTFT per request" in charts(at)[-1].layout.title.text
+
+
+def test_live_page_reports_a_broken_run_directory(tmp_path, monkeypatch):
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "summary.json").write_text("{}")
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert "not a live run directory; missing steps.parquet" in at.error[0].value
+
+
+# ---- Kernels --------------------------------------------------------------------------------------------
+def test_kernels_page_says_plainly_when_no_result_exists(tmp_path, monkeypatch):
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
+    at = app("kernels")
+    assert not at.error and "No kernel benchmark results are committed yet" in at.info[0].value
+
+
+def test_kernels_page_shows_bandwidth_and_prefill_against_the_ceilings(tmp_path, monkeypatch):
+    write_kernel_result(tmp_path)
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
+    at = app("kernels")
+    assert not at.error
+    decode, prefill = charts(at)
+    assert "SDPA contiguous (ceiling)" in trace_names(decode) and "gather + SDPA (naive paged)" in trace_names(decode)
+    assert decode.layout.barmode == "group"
+    assert list(prefill.data[0].x) == ["paged (ours)", "SDPA contiguous (ceiling)"]
+    assert ("GPU", "Fixture GPU") in metrics(at)
+    assert len(at.dataframe[-1].value) == 22
