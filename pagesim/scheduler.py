@@ -97,6 +97,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.step_id = 0
         self.pending_copies: list[tuple[int, int]] = []  # from forks, made at the start of the next step
+        self.reserved_seats = 0  # running seats held for the samples of admitted requests with n > 1
 
     # ---- requests in ---------------------------------------------------------------
     def add_request(self, request: Request) -> bool:
@@ -113,6 +114,8 @@ class Scheduler:
 
     def rejection_reason(self, request: Request) -> str | None:
         total = request.prompt_len + request.output_len
+        if request.n > self.config.max_num_seqs:
+            return f"n = {request.n} parallel samples exceed max_num_seqs {self.config.max_num_seqs}"
         if total > self.max_model_len:
             return f"prompt + output = {total} tokens exceeds max_model_len {self.max_model_len}"
         return self.kv.rejection_reason(request)
@@ -167,7 +170,7 @@ class Scheduler:
 
         if not plan.preempted:
             # 2. Swapped-out requests come back first.
-            while self.swapped and budget > 0 and len(running) < cfg.max_num_seqs:
+            while self.swapped and budget > 0 and self._has_seats(self.swapped[0]):
                 req = self.swapped[0]
                 num_new = req.num_tokens - req.num_computed_tokens
                 if num_new > budget:
@@ -178,6 +181,7 @@ class Scheduler:
                 if mapping is None:
                     break
                 self.swapped.popleft()
+                self.reserved_seats += self._seats(req) - 1
                 plan.blocks_to_swap_in.extend(mapping)
                 plan.swapped_in.append(req.request_id)
                 req.status = RequestStatus.RUNNING
@@ -186,7 +190,7 @@ class Scheduler:
                 budget -= num_new
 
             # 3. Waiting requests, first come first served.
-            while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs and not self.swapped:
+            while self.waiting and budget > 0 and not self.swapped and self._has_seats(self.waiting[0]):
                 req = self.waiting[0]
                 hits, num_hit = kv.get_computed_blocks(req)
                 num_new = req.num_tokens - req.num_computed_tokens - num_hit
@@ -197,6 +201,7 @@ class Scheduler:
                 if not kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running)):
                     break
                 self.waiting.popleft()
+                self.reserved_seats += self._seats(req) - 1
                 req.status = RequestStatus.RUNNING
                 running.append(req)
                 plan.admitted.append(req.request_id)
@@ -212,7 +217,18 @@ class Scheduler:
                 s.request.first_scheduled_time = now
         return plan
 
+    @staticmethod
+    def _seats(req: Request) -> int:
+        """Running slots a request takes: n for a request whose samples are not forked yet, else 1."""
+        return req.n if req.n > 1 and req.parent_id is None and req.first_token_time is None else 1
+
+    def _has_seats(self, req: Request, n_running: int | None = None) -> bool:
+        """max_num_seqs counts sequences, including the samples a request will fork."""
+        n = len(self.running) if n_running is None else n_running
+        return n + self.reserved_seats + self._seats(req) <= self.config.max_num_seqs
+
     def _preempt(self, req: Request, plan: StepPlan) -> None:
+        self.reserved_seats -= self._seats(req) - 1
         self.num_preemptions += 1
         req.num_preemptions += 1
         plan.preempted.append(req.request_id)
@@ -259,7 +275,11 @@ class Scheduler:
         outcome.finished.append(req)
 
     def _fork_samples(self, parent: Request, now: float, outcome: StepOutcome) -> None:
-        """Parallel sampling: n - 1 samples share the parent's prompt blocks (the last one copied)."""
+        """Parallel sampling: n - 1 samples share the parent's prompt blocks (the last one copied).
+
+        They take the running seats reserved for them when the parent was admitted.
+        """
+        self.reserved_seats -= parent.n - 1
         for k in range(1, parent.n):
             child = Request(
                 request_id=f"{parent.request_id}#{k}",
@@ -328,7 +348,9 @@ class Scheduler:
         """Whether schedule() would let the head of the swapped (else waiting) queue in now."""
         cfg = self.config
         budget = cfg.max_num_batched_tokens - n_running
-        if n_running >= cfg.max_num_seqs or budget <= 0:
+        if budget <= 0:
+            return False
+        if not self._has_seats(self.swapped[0] if self.swapped else self.waiting[0], n_running):
             return False
         kv = self.kv
         head = self.swapped[0] if self.swapped else self.waiting[0]

@@ -175,20 +175,16 @@ def check_scheduler(s: Scheduler):
     return check_contiguous(s.kv, s.running, list(s.swapped), head)
 
 
-def check_plan(s: Scheduler, plan: StepPlan, running_before: list[str], count_forks: bool = True) -> None:
-    """A plan within its budgets, with block tables that cover its tokens (checked right after schedule()).
-
-    `count_forks=False` leaves forked samples (n > 1) out of the max_num_seqs check: the core lets them exceed it
-    (see test_scheduler.py::test_forked_samples_respect_max_num_seqs).
-    """
+def check_plan(s: Scheduler, plan: StepPlan, running_before: list[str]) -> None:
+    """A plan within its budgets, with block tables that cover its tokens (checked right after schedule())."""
     cfg: Config = s.config
     bs = s.kv.block_size
     total = sum(x.num_new_tokens for x in plan.scheduled)
     assert total <= cfg.max_num_batched_tokens, f"step {plan.step_id} computes {total} tokens > budget"
     assert total == plan.num_tokens
-    seqs = [x.request for x in plan.scheduled if count_forks or x.request.parent_id is None]
+    seqs = [x.request for x in plan.scheduled]
     assert len(seqs) <= cfg.max_num_seqs, f"step {plan.step_id} runs {len(seqs)} sequences > max_num_seqs"
-    running = [r for r in s.running if count_forks or r.parent_id is None]
+    running = s.running
     assert len(running) <= cfg.max_num_seqs, f"{len(running)} running requests > max_num_seqs {cfg.max_num_seqs}"
     ids = [x.request_id for x in plan.scheduled]
     assert len(ids) == len(set(ids)), f"step {plan.step_id} schedules a request twice"

@@ -434,7 +434,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         s = self.scheduler
         accepted = s.add_request(r)
         too_long = len(prompt) + output_len > s.max_model_len
-        assert accepted == (not too_long and s.kv.rejection_reason(r) is None)
+        too_many_samples = n > s.config.max_num_seqs
+        assert accepted == (not too_long and not too_many_samples and s.kv.rejection_reason(r) is None)
         if not accepted:
             assert r.status == RequestStatus.REJECTED and r.reject_reason
             self.saw.add("rejected")
@@ -447,7 +448,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         s = self.scheduler
         running_before = [r.request_id for r in s.running]
         plan = s.schedule(self.now)
-        check_plan(s, plan, running_before, count_forks=not any(r.n > 1 for r in self.requests))
+        check_plan(s, plan, running_before)
         check_scheduler(s)
         if plan.preempted:
             self.saw.add("preempted")

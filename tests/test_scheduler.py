@@ -274,7 +274,7 @@ def test_n_samples_finish_and_fork_copies_reach_the_next_plan(layout):
         plan = s.schedule(now)
         assert set(expected_copies) <= set(plan.blocks_to_copy), "a fork's copy is missing from the next plan"
         expected_copies = []
-        check_plan(s, plan, before, count_forks=False)
+        check_plan(s, plan, before)
         check_scheduler(s)
         now += 1.0
         outcome = s.finish_step(plan, now)
@@ -305,14 +305,18 @@ def test_n_samples_finish_and_fork_copies_reach_the_next_plan(layout):
         assert len({x.request_id for x in samples}) == r.n
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: forked samples join `running` without regard to max_num_seqs")
 def test_forked_samples_respect_max_num_seqs():
     """max_num_seqs bounds the sequences in a step; an n > 1 request's samples are sequences too.
 
-    Minimal example: max_num_seqs=1 and one request with n=2. After its prefill
-    the sample is forked straight into `running`, and the next plan runs two
-    sequences. (vLLM v0 counts a request as n sequences when admitting it.)
+    A request with n = 2 takes two seats when admitted (as vLLM v0 counts a sequence group), so with
+    max_num_seqs = 2 the second such request waits until the first one's samples finish; a request
+    with more samples than max_num_seqs is rejected with the reason.
     """
-    s = Scheduler(config(max_num_seqs=1))
-    (r,) = make_requests([dict(prompt_len=3, output_len=3, n=2)])
-    drive(s, [r])  # check_plan asserts len(scheduled) and len(running) <= max_num_seqs at every step
+    s = Scheduler(config(max_num_seqs=2))
+    a, b, too_many = make_requests([dict(prompt_len=3, output_len=3, n=2), dict(prompt_len=3, output_len=3, n=2),
+                                    dict(prompt_len=3, output_len=3, n=3)])
+    assert not s.add_request(too_many) and "max_num_seqs" in too_many.reject_reason
+    drive(s, [a, b])  # check_plan asserts len(scheduled) and len(running) <= max_num_seqs at every step
+    b_admitted = min(x.first_scheduled_time for x in s.finished if (x.parent_id or x.request_id) == b.request_id)
+    a_done = max(x.finish_time for x in s.finished if (x.parent_id or x.request_id) == a.request_id)
+    assert b_admitted >= a_done, "the second n=2 request was admitted while the first held both seats"
