@@ -103,6 +103,8 @@ class LiveRun:
             last_step = plan.step_id
             self.gpu_times[plan.step_id] = getattr(ex, "last_gpu_time_s", None)
             self.batches.append((plan.step_id, " ".join(s.request_id for s in plan.scheduled), " ".join(plan.preempted)))
+            for r in outcome.finished:
+                ex.release(r.request_id)
             if self.progress is not None and outcome.finished:
                 self.progress(len(outcome.finished))
         wall = now()
@@ -125,6 +127,8 @@ class LiveRun:
 
 def warm_up(executor, config: Config) -> None:
     """Compile every kernel variant a run will meet (prefill, chunked prefill, mixed, decode) off the clock."""
+    if not getattr(executor, "is_cuda", False):
+        return  # nothing to compile ahead on the CPU (the interpreter runs kernels as Python)
     cfg = config.replace(enable_prefix_caching=False, preemption_mode="recompute")
     sched = Scheduler(cfg)
     rec = Recorder(sched, StepFeatures.from_plan)
@@ -133,15 +137,27 @@ def warm_up(executor, config: Config) -> None:
         sched.add_request(Request(f"warmup-{i}", 0.0, p, o, seq_no=-1 - i))
     clock = time.perf_counter
     while sched.has_work():
-        run_step(sched, executor, rec, clock(), clock=clock)
-    executor.forget_finished() if hasattr(executor, "forget_finished") else None
+        _, _, outcome = run_step(sched, executor, rec, clock(), clock=clock)
+        for r in outcome.finished:
+            executor.release(r.request_id)
 
 
 def make_executor(config: Config):
-    """A GPU executor, with num_gpu_blocks resolved from real free memory when it was not given."""
-    from engine.executor import GPUExecutor
+    """A GPU executor over a model with random weights; num_gpu_blocks measured on the device unless given.
 
-    return GPUExecutor(config)
+    On a machine without CUDA (tests), the model runs in fp32 on the CPU with the Triton interpreter.
+    """
+    import torch
+
+    from engine.executor import GPUExecutor, config_for_device
+    from engine.model import LlamaModel
+
+    cuda = torch.cuda.is_available()
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = LlamaModel.random(config.model_spec, "cuda" if cuda else "cpu", dtype, config.seed)
+    if cuda:
+        config = config_for_device(config, model)
+    return GPUExecutor(config, model, cuda_graphs=cuda)
 
 
 def live(args) -> int:
@@ -227,11 +243,11 @@ def run_calibration(executor, config: Config, progress=None) -> pd.DataFrame:
                 sched.add_request(Request(f"cal-{seq}", 0.0, p, o, seq_no=seq))
         clock = time.perf_counter
         while sched.has_work():
-            run_step(sched, executor, rec, clock(), clock=clock)
+            _, _, outcome = run_step(sched, executor, rec, clock(), clock=clock)
+            for r in outcome.finished:
+                executor.release(r.request_id)
         steps = stitch_durations(rec.steps_frame(), set())
         frames.append(steps.iloc[:-1].assign(workload=name))  # the last step has no successor to stitch to
-        if hasattr(executor, "forget_finished"):
-            executor.forget_finished()
         if progress is not None:
             progress(1)
     return pd.concat(frames, ignore_index=True)
