@@ -72,8 +72,9 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert not replay.error
     assert replay.title[0].value == "Replay"
     specs = charts(replay)
-    assert len(specs) == 4  # memory, requests, block map, latency CDFs
-    memory, requests, blocks, latency = specs
+    assert len(specs) == 5  # trace, memory, requests, block map, latency CDFs
+    trace, memory, requests, blocks, latency = specs
+    assert trace_names(trace) == ["arrivals", "prompt_len", "output_len"]
     assert trace_names(memory)[:6] == ["used", "reserved", "internal fragmentation", "external fragmentation",
                                        "cached", "free"]
     assert len(memory.data) == 12 and [a.text for a in memory.layout.annotations] == ["paged", "contiguous-max"]
@@ -86,7 +87,7 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     labels = [label for label, _ in metrics(replay)]
     assert labels.count("KV memory holding token states") == 2
     captions = " ".join(c.value for c in replay.sidebar.caption)
-    assert "1,024 blocks × 16 tokens" in captions, "the default memory cap must be stated in the UI"
+    assert "2,048 blocks × 16 tokens" in captions, "the default memory cap must be stated in the UI"
 
 
 def test_replay_block_size_knob_reruns_and_changes_the_output(replay):
@@ -95,7 +96,7 @@ def test_replay_block_size_knob_reruns_and_changes_the_output(replay):
     assert not replay.exception
     after = replay.dataframe[0].value
     assert after.at["paged", "token-state fraction"] < before.at["paged", "token-state fraction"]
-    assert "1,024 blocks × 128 tokens" in " ".join(c.value for c in replay.sidebar.caption)
+    assert "2,048 blocks × 128 tokens" in " ".join(c.value for c in replay.sidebar.caption)
     replay.selectbox(key="replay.block_size").set_value(16).run()
 
 
@@ -104,15 +105,15 @@ def test_replay_baselines_add_one_run_each():
     at.multiselect(key="replay.baselines").set_value(["max", "pow2", "oracle"]).run()
     assert not at.exception
     assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]
-    assert len(charts(at)[0].data) == 6 * 4
+    assert len(charts(at)[1].data) == 6 * 4
 
 
 def test_replay_time_slider_scrubs_the_block_map(replay):
-    first = charts(replay)[2]
+    first = charts(replay)[3]
     slider = replay.select_slider(key="replay.snapshot")
     slider.set_value(0).run()
     assert not replay.exception
-    early = charts(replay)[2]
+    early = charts(replay)[3]
     assert early.layout.title.text != first.layout.title.text  # "at t = ... s"
     assert not np.array_equal(np.asarray(early.data[0].z, dtype=float), np.asarray(first.data[0].z, dtype=float),
                               equal_nan=True)
@@ -140,7 +141,7 @@ def test_replay_valid_upload_is_replayed():
     at.radio(key="replay.source").set_value("Upload a file").run()
     assert not at.exception and not at.error
     assert "conv" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 4
+    assert len(charts(at)) == 5
 
 
 def test_replay_invalid_config_shows_the_config_error():
@@ -158,7 +159,7 @@ def test_replay_synthetic_source():
     at.checkbox(key="replay.prefix_caching").check().run()
     assert not at.exception and not at.error
     assert "kshot-500" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 4
+    assert len(charts(at)) == 5
 
 
 # ---- Sweep ----------------------------------------------------------------------------------------------
@@ -182,7 +183,8 @@ def test_sweep_grid_form_reruns_with_the_submitted_grid():
     assert not at.exception and not at.error
     results = at.dataframe[0].value
     assert len(results) == 4 and set(results["preemption_mode"]) == {"recompute", "swap"}
-    assert trace_names(charts(at)[0])[0] in ("preemption_mode=recompute", "block_size=16")
+    (spec,) = charts(at)  # x axis: block size; one line per preemption mode
+    assert trace_names(spec) == ["preemption_mode=recompute"] * 4 + ["preemption_mode=swap"] * 4
 
 
 def test_sweep_empty_grid_value_is_reported():

@@ -37,6 +37,18 @@ def steps_of(runs):
     return {name: run.result.steps for name, run in runs.items()}
 
 
+# ---- the trace -------------------------------------------------------------------------------------------
+def test_trace_overview_shows_arrival_rate_and_length_distributions():
+    trace = synthesize("sharegpt", num_requests=400, rate=8.0, seed=0)
+    fig = figures.trace_overview(trace.df, bins=20)
+    assert [t.name for t in fig.data] == ["arrivals", "prompt_len", "output_len"]
+    arrivals = fig.data[0]
+    assert len(arrivals.x) == 20
+    span = trace.df["arrival_time_s"].max()
+    assert sum(arrivals.y) * span / 20 == pytest.approx(400)  # req/s x bin width = requests
+    assert list(fig.data[1].x) == trace.df["prompt_len"].tolist()
+
+
 # ---- memory and requests over time -----------------------------------------------------------------
 def test_memory_figure_stacks_the_six_categories_in_one_panel_per_run(runs):
     fig = figures.memory_over_time(steps_of(runs))

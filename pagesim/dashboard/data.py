@@ -3,10 +3,11 @@
 The Replay page's default view must render in a few seconds on a 2-core CPU:
 the bundled ShareGPT-like trace (1000 requests, 10 req/s) on a KV cache capped
 at DEFAULT_NUM_GPU_BLOCKS blocks. With Llama-3-8B on an H200 at
-gpu_memory_utilization 0.9 the cache would hold ~55,000 blocks of 16 tokens and
-nothing would ever be short of memory; at 1024 blocks (16,384 token slots,
-2 GiB of K/V) paged attention runs near full and the reserve-ahead baselines
-queue.
+gpu_memory_utilization 0.9 the cache would hold ~57,000 blocks of 16 tokens and
+nothing would ever be short of memory; at 2048 blocks (32,768 token slots,
+4 GiB of K/V) paged attention never needs more than about half of it while the
+`max` baseline, which reserves max_model_len = 8192 slots per request, fits
+only three requests at a time and queues the rest.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pagesim.traces import Trace, TraceError, load_trace
 REPO = Path(__file__).resolve().parents[2]
 TRACES_DIR = REPO / "traces"
 DEFAULT_TRACE = "sharegpt-poisson-1k.jsonl"
-DEFAULT_NUM_GPU_BLOCKS = 1024
+DEFAULT_NUM_GPU_BLOCKS = 2048
 DEFAULT_LIMIT = 1000
 NUM_SNAPSHOTS = 40
 BASELINES = ("max", "pow2", "oracle")

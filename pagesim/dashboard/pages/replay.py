@@ -51,11 +51,14 @@ def render() -> None:
 
 
 def show_trace(trace) -> None:
+    """The trace's load summary and shape. Drawn before the simulations run, so the browser loads the
+    charting library while the server simulates."""
     stats = trace_stats(trace)
     rate = f"{stats['rate']:.2f} req/s" if stats["rate"] else "all at once"
     with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} requests over {stats['span_s']:.1f} s ({rate}); "
                      f"prompt mean {stats['prompt_len']['mean']:.0f}, output mean {stats['output_len']['mean']:.0f} tokens"):
         st.text(str(trace.summary))
+    st.plotly_chart(figures.trace_overview(trace.df), key=f"{PREFIX}.trace")
 
 
 def headline(runs: dict[str, data.Run]) -> None:

@@ -1,0 +1,238 @@
+"""The dashboard in a real browser: `streamlit run app.py` served to headless Debian Chromium via playwright.
+
+Each page is opened and must draw its plotly charts (a `.js-plotly-plot` with its SVG) without a
+Streamlit exception box. The Replay page's default render time, from navigation start to its charts
+drawn, is measured on a freshly started server (cold cache: the simulations run) and again on a
+second visit (cached), and written to test-artifacts/browser/render_times.json; it is reported, not
+asserted (the waits' timeouts are the only bound). Screenshots go to test-artifacts/browser/, and
+also to docs/screenshots/ when PAGESIM_UPDATE_SCREENSHOTS=1.
+
+A second server points the Sim vs Live and Kernels pages at fixture results (tests/dashboard_fixtures.py:
+not GPU measurements) so their charts are checked too; those screenshots stay in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from pagesim.dashboard.kernel_results import RESULTS_DIR_ENV
+from pagesim.dashboard.live_runs import LIVE_DIR_ENV
+from tests.conftest import REPO
+from tests.dashboard_fixtures import write_kernel_result, write_live_run
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+SCREENSHOTS = REPO / "docs" / "screenshots"
+UPDATE_SCREENSHOTS = os.environ.get("PAGESIM_UPDATE_SCREENSHOTS") == "1"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync"]
+WIDTH = 1440
+RENDER_TIMEOUT_MS = 240_000  # generous: a cold Sweep runs its simulations on a loaded 2-core machine
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
+]
+
+# Plotly charts each page draws by default (Sim vs Live and Kernels: when they have results to show).
+PAGES = {"replay": 5, "sweep": 1}
+FIXTURE_PAGES = {"live": 5, "kernels": 2}
+
+# True once every expected chart has an SVG drawn and Streamlit has stopped running the script;
+# records performance.now() (ms since navigation start) the first time it holds.
+CHARTS_DRAWN = """
+([n, stamp]) => {
+  const drawn = [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('svg.main-svg'));
+  const running = document.querySelector('[data-testid="stStatusWidget"]');
+  const body = document.querySelector('[data-testid="stMainBlockContainer"]');
+  const ready = drawn.length >= n && body !== null && body.innerText.length > 0 && (n > 0 || !running);
+  if (ready && window[stamp] === undefined) window[stamp] = performance.now();
+  return ready;
+}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`streamlit run app.py` on a free port, stopped by its process id (terminate, then kill)."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        self.port = free_port()
+        self.url = f"http://localhost:{self.port}"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.port", str(self.port), "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"],
+            cwd=REPO, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200 and r.read().strip() == b"ok":
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"streamlit did not answer {self.url}/_stcore/health within {timeout_s} s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=15)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+def serve(env: dict[str, str], name: str):
+    server = Server(env, ARTIFACTS / f"{name}.log")
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def server():
+    yield from serve({}, "streamlit")
+
+
+@pytest.fixture(scope="module")
+def fixture_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser-results")
+    write_live_run(root / "live" / "fixture-run")
+    write_kernel_result(root / "kernels")
+    yield from serve({LIVE_DIR_ENV: str(root / "live"), RESULTS_DIR_ENV: str(root / "kernels")}, "streamlit-fixtures")
+
+
+def open_page(browser, url: str, charts: int, stamp: str = "__drawn"):
+    """Open url in a fresh tab and wait for `charts` plotly charts to draw; (tab, seconds from navigation
+    start to drawn)."""
+    tab = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.goto(url, wait_until="domcontentloaded")
+    tab.wait_for_function(CHARTS_DRAWN, arg=[charts, stamp], timeout=RENDER_TIMEOUT_MS, polling="raf")
+    drawn_s = tab.evaluate(f"window['{stamp}']") / 1000
+    settle(tab)
+    assert tab.locator('[data-testid="stException"]').count() == 0, f"{url} shows an exception"
+    assert not errors, f"{url} raised JavaScript errors: {errors}"
+    return tab, drawn_s
+
+
+def settle(tab, quiet_s: float = 1.0, timeout_s: float = 60.0) -> None:
+    """Wait until Streamlit's 'running' indicator has stayed away for quiet_s."""
+    deadline, quiet_since = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        if tab.locator('[data-testid="stStatusWidget"]').count():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        time.sleep(0.1)
+
+
+def screenshot(tab, name: str, *, docs: bool) -> Path:
+    """The whole page (the viewport grown to the main container's height) into test-artifacts/, and into
+    docs/screenshots/ when asked to update them."""
+    height = tab.evaluate("""() => {
+        const main = document.querySelector('[data-testid="stMain"]') || document.body;
+        return Math.max(main.scrollHeight, document.body.scrollHeight);
+    }""")
+    tab.set_viewport_size({"width": WIDTH, "height": min(max(int(height) + 40, 800), 12000)})
+    tab.wait_for_timeout(800)  # plotly redraws after the resize
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    tab.screenshot(path=str(path), full_page=True)
+    if docs and UPDATE_SCREENSHOTS:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, SCREENSHOTS / f"{name}.png")
+    return path
+
+
+def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
+    tab, cold_s = open_page(browser, f"{server.url}/", PAGES["replay"])  # the default page lives at /
+    text = tab.inner_text('[data-testid="stMainBlockContainer"]')
+    assert "contiguous-max" in text and "paged" in text and "Page not found" not in tab.content()
+    assert tab.locator(".js-plotly-plot").count() == PAGES["replay"]
+    screenshot(tab, "replay", docs=True)
+    tab.close()
+    warm, warm_s = open_page(browser, f"{server.url}/", PAGES["replay"])
+    warm.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    record = {
+        "replay_default_render_s": round(cold_s, 3),
+        "replay_default_render_cached_s": round(warm_s, 3),
+        "measured": "navigation start -> all 5 plotly charts drawn (performance.now), headless Chromium",
+        "cold": "first visit after `streamlit run app.py` started: the paged and contiguous-max simulations run",
+        "cached": "second visit: results from st.cache_data",
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    (ARTIFACTS / "render_times.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"Replay default render: {cold_s:.2f} s cold, {warm_s:.2f} s cached")
+
+
+@pytest.mark.parametrize("page", ["sweep", "live", "kernels"])
+def test_page_renders(browser, server, page):
+    committed = page == "sweep" or bool(find(page))
+    tab, _ = open_page(browser, f"{server.url}/{page}", PAGES[page] if page == "sweep" else
+                       FIXTURE_PAGES[page] if committed else 0)
+    text = tab.inner_text('[data-testid="stMainBlockContainer"]')
+    if page == "sweep":
+        assert "Paged token-state fraction" in text
+    elif not committed:
+        assert "committed yet" in text, "without results the page must say so plainly"
+    screenshot(tab, page, docs=True)
+    tab.close()
+
+
+def find(page: str):
+    from pagesim.dashboard.kernel_results import find_kernel_results
+    from pagesim.dashboard.live_runs import find_live_runs
+
+    return find_live_runs() if page == "live" else find_kernel_results()
+
+
+@pytest.mark.parametrize("page", ["live", "kernels"])
+def test_result_pages_draw_their_charts_from_fixture_results(browser, fixture_server, page):
+    tab, _ = open_page(browser, f"{fixture_server.url}/{page}", FIXTURE_PAGES[page])
+    assert tab.locator(".js-plotly-plot").count() == FIXTURE_PAGES[page]
+    screenshot(tab, f"{page}-fixture", docs=False)
+    tab.close()
