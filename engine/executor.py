@@ -176,13 +176,11 @@ class GPUExecutor:
         self.decode_sizes = graph_batch_sizes(config.max_num_seqs)
         g, w = self.decode_sizes[-1], self.max_blocks_per_seq
         dev = self.device
-        self._dec_i64 = torch.zeros((3, g), dtype=torch.int64, device=dev)  # input ids, positions, slots
-        self._dec_ctx = torch.zeros(g, dtype=torch.int32, device=dev)
-        self._dec_tables = torch.zeros((g, w), dtype=torch.int32, device=dev)
-        pin = self.is_cuda
-        self._host_i64 = torch.zeros((3, g), dtype=torch.int64, pin_memory=pin)
-        self._host_ctx = torch.zeros(g, dtype=torch.int32, pin_memory=pin)
-        self._host_tables = torch.zeros((g, w), dtype=torch.int32, pin_memory=pin)
+        shapes = {"ids": ((g,), torch.int64), "pos": ((g,), torch.int64), "slots": ((g,), torch.int64),
+                  "ctx": ((g,), torch.int32), "tables": ((g, w), torch.int32)}
+        self._dec = {k: torch.zeros(shape, dtype=dt, device=dev) for k, (shape, dt) in shapes.items()}
+        self._host = {k: torch.zeros(shape, dtype=dt, pin_memory=self.is_cuda) for k, (shape, dt) in shapes.items()}
+        self._host_np = {k: t.numpy() for k, t in self._host.items()}
         self.graphs: dict[int, _DecodeGraph] = {}
         if self.is_cuda:
             self._ev_start = torch.cuda.Event(enable_timing=True)
@@ -298,20 +296,15 @@ class GPUExecutor:
         b = len(decodes)
         g = next(size for size in self.decode_sizes if size >= b)
         bs = self.block_size
-        h64, hctx, htab = self._host_i64.numpy(), self._host_ctx.numpy(), self._host_tables.numpy()
-        h64[:, :g] = 0
-        h64[2, :g] = -1
-        hctx[:g] = 0
-        htab[:g] = 0
+        h = self._host_np
+        h["ids"][:g], h["pos"][:g], h["slots"][:g], h["ctx"][:g], h["tables"][:g] = 0, 0, -1, 0, 0
         for i, (s, t) in enumerate(decodes):
             pos = s.num_computed_tokens
-            h64[0, i], h64[1, i] = t.ids[pos], pos
-            h64[2, i] = s.request.block_ids[pos // bs] * bs + pos % bs
-            hctx[i] = pos + 1
-        self._table_rows(htab, decodes)
-        self._dec_i64[:, :g].copy_(self._host_i64[:, :g], non_blocking=True)
-        self._dec_ctx[:g].copy_(self._host_ctx[:g], non_blocking=True)
-        self._dec_tables[:g].copy_(self._host_tables[:g], non_blocking=True)
+            h["ids"][i], h["pos"][i], h["ctx"][i] = t.ids[pos], pos, pos + 1
+            h["slots"][i] = s.request.block_ids[pos // bs] * bs + pos % bs
+        self._table_rows(h["tables"], decodes)
+        for k, buf in self._dec.items():  # pinned -> device, asynchronous; the step ends with a sync
+            buf[:g].copy_(self._host[k][:g], non_blocking=True)
         graph = self.graphs.get(g)
         if graph is not None:
             graph.graph.replay()
@@ -323,10 +316,10 @@ class GPUExecutor:
 
     def _decode_forward(self, g: int):
         """Forward + logits + argmax of the first g rows of the decode buffers (what a graph captures)."""
-        ids, pos, slots = self._dec_i64[:, :g]
-        attn = AttentionMetadata(slot_mapping=slots, num_prefill_tokens=0, num_decode_tokens=g,
-                                 context_lens_decode=self._dec_ctx[:g], block_tables_decode=self._dec_tables[:g])
-        logits = self.model.compute_logits(self.model.forward(ids, pos, self.kv_cache, attn))
+        d = self._dec
+        attn = AttentionMetadata(slot_mapping=d["slots"][:g], num_prefill_tokens=0, num_decode_tokens=g,
+                                 context_lens_decode=d["ctx"][:g], block_tables_decode=d["tables"][:g])
+        logits = self.model.compute_logits(self.model.forward(d["ids"][:g], d["pos"][:g], self.kv_cache, attn))
         return logits, logits.argmax(dim=-1)
 
     def _capture_graphs(self) -> None:
@@ -334,10 +327,9 @@ class GPUExecutor:
 
         Captured over padding only (slot -1, context 0): nothing is written to the cache.
         """
-        self._dec_i64.zero_()
-        self._dec_i64[2].fill_(-1)
-        self._dec_ctx.zero_()
-        self._dec_tables.zero_()
+        for buf in self._dec.values():
+            buf.zero_()
+        self._dec["slots"].fill_(-1)
         pool = None
         with torch.inference_mode():
             for g in reversed(self.decode_sizes):
