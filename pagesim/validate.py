@@ -53,8 +53,9 @@ def load_run(run_dir: str | Path) -> dict:
         "summary": summary,
         "config": Config.from_dict(summary["config"]),
         "steps": pd.read_parquet(d / "steps.parquet"),
-        "requests": pd.read_csv(d / "requests.csv", keep_default_na=False, na_values=[""]),
-        "releases": pd.read_csv(d / "releases.csv"),
+        "requests": pd.read_csv(d / "requests.csv", dtype={"request_id": str, "parent_id": str},
+                                keep_default_na=False, na_values=[""]),
+        "releases": pd.read_csv(d / "releases.csv", dtype={"request_id": str}),
         "batches": pd.read_parquet(d / "batches.parquet").fillna(""),
     }
 
