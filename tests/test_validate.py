@@ -1,0 +1,122 @@
+"""`pagesim validate` on committed H200 live runs (no GPU needed), and live/simulator file schemas."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pagesim.cli import main
+from pagesim.config import Config
+from pagesim.cost import make_cost_model
+from pagesim.cost.features import StepFeatures
+from pagesim.simulator import simulate
+from pagesim.traces import load_trace
+
+REPO = Path(__file__).resolve().parent.parent
+LIVE = REPO / "results" / "live"
+PROFILE = REPO / "results" / "profiles" / "h200-llama-3-8b.json"
+RUN = "pair-conv-paged"  # the shortest committed run
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    """A copy of a committed live run, validated with the committed profile (the original stays untouched)."""
+    d = tmp_path_factory.mktemp("live") / RUN
+    shutil.copytree(LIVE / RUN, d)
+    for f in ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv"):
+        (d / f).unlink(missing_ok=True)
+    assert main(["validate", str(d), "--cost-model", str(PROFILE)]) == 0
+    return d, json.loads((d / "validation.json").read_text())
+
+
+def test_step_level_error_equals_a_direct_computation(validated):
+    d, report = validated
+    steps = pd.read_parquet(d / "steps.parquet")
+    config = Config.from_dict(json.loads((d / "summary.json").read_text())["config"])
+    cost = make_cost_model(str(PROFILE), config)
+    ape = []
+    for row in steps.to_dict("records"):
+        f = StepFeatures(**{k: int(row[k]) for k in StepFeatures.__slots__})
+        if f.num_prefill_tokens + f.num_decode_seqs:
+            ape.append(abs(cost.step_time(f) / row["duration_s"] - 1))
+    assert report["step_level"]["n_steps"] == len(ape)
+    assert report["step_level"]["mape"] == pytest.approx(np.mean(ape), rel=1e-9)
+    assert report["step_level"]["p90_ape"] == pytest.approx(np.percentile(ape, 90), rel=1e-9)
+
+
+def test_lockstep_replay_makes_the_live_run_decisions(validated):
+    d, report = validated
+    steps = pd.read_parquet(d / "steps.parquet")
+    decisions = report["decisions"]
+    assert decisions["n_steps_compared"] == len(steps)
+    assert decisions["n_steps_differing"] == 0, decisions["first_difference"]
+    assert decisions["preemptions_live"] == decisions["preemptions_sim"] == int(steps["num_preemptions"].sum())
+
+
+def test_request_level_live_figures_equal_a_direct_computation(validated):
+    d, report = validated
+    req = pd.read_csv(d / "requests.csv")
+    done = req[req["state"] == "finished"]
+    rl = report["request_level"]
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        for p in (50, 90, 99):
+            assert rl[f"{metric}_p{p}"]["live"] == pytest.approx(np.percentile(done[metric].dropna(), p), rel=1e-9)
+    makespan = done["finish_s"].max() - req["arrival_time_s"].min()
+    assert rl["makespan_s"]["live"] == pytest.approx(makespan, rel=1e-9)
+    assert rl["request_throughput"]["live"] == pytest.approx(len(done) / makespan, rel=1e-9)
+    sim = pd.read_csv(d / "sim_requests.csv")
+    sim_done = sim[sim["state"] == "finished"]
+    sim_makespan = sim_done["finish_s"].max() - sim["arrival_time_s"].min()
+    assert rl["makespan_s"]["sim"] == pytest.approx(sim_makespan, rel=1e-9)
+    for v in rl.values():
+        if v["rel_error"] is not None:
+            assert v["rel_error"] == pytest.approx((v["sim"] - v["live"]) / v["live"], rel=1e-9)
+
+
+def test_committed_validations_show_identical_decisions():
+    """Every committed live run was replayed in lockstep without a single differing step."""
+    runs = sorted(LIVE.glob("*/validation.json"))
+    assert len(runs) >= 3
+    for path in runs:
+        decisions = json.loads(path.read_text())["decisions"]
+        assert decisions["n_steps_differing"] == 0, (path.parent.name, decisions["first_difference"])
+
+
+def test_live_and_simulator_files_have_the_same_schema(tmp_path):
+    live_steps = pd.read_parquet(LIVE / RUN / "steps.parquet")
+    live_requests = pd.read_csv(LIVE / RUN / "requests.csv")
+    trace = load_trace(LIVE / RUN / "arrivals.jsonl", limit=20)
+    out = tmp_path / "sim"
+    from pagesim.traces import write_trace
+
+    write_trace(trace, tmp_path / "t.jsonl")
+    assert main(["replay", str(tmp_path / "t.jsonl"), "--num-gpu-blocks", "4096", "--out", str(out)]) == 0
+    sim_steps = pd.read_parquet(out / "steps.parquet")
+    sim_requests = pd.read_csv(out / "requests.csv")
+    live_only = {"gpu_time_s", "exec_s"}  # measured on the GPU only
+    assert set(live_steps.columns) - live_only == set(sim_steps.columns)
+    assert list(live_requests.columns) == list(sim_requests.columns)
+    assert set(simulate(trace, Config(num_gpu_blocks=4096)).steps.columns) | {"run"} == set(sim_steps.columns)
+
+
+def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
+    """The live loop with the toy model on the CPU (Triton interpreter): files written, then validated."""
+    trace = load_trace(REPO / "traces" / "sharegpt-poisson-1k.jsonl", limit=4)
+    df = trace.df.assign(prompt_len=[5, 9, 3, 7], output_len=[3, 2, 4, 2])
+    from pagesim.traces import trace_from_frame, write_trace
+
+    write_trace(trace_from_frame(df, "tiny"), tmp_path / "tiny.jsonl")
+    out = tmp_path / "live"
+    rc = main(["live", str(tmp_path / "tiny.jsonl"), "--allow-cpu", "--model", "toy", "--num-gpu-blocks", "8",
+               "--max-model-len", "32", "--max-num-batched-tokens", "32", "--block-size", "4", "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
+    assert {"environment", "model_spec", "config"} <= set(summary)
+    assert main(["validate", str(out)]) == 0
+    assert json.loads((out / "validation.json").read_text())["decisions"]["n_steps_differing"] == 0
