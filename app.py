@@ -10,7 +10,7 @@ PAGES = "pagesim/dashboard/pages"
 
 st.set_page_config(page_title="pagesim", page_icon=":material/memory:", layout="wide")
 st.navigation([
-    st.Page(f"{PAGES}/replay.py", title="Replay", icon=":material/play_arrow:", url_path="replay", default=True),
+    st.Page(f"{PAGES}/replay.py", title="Replay", icon=":material/play_arrow:", default=True),
     st.Page(f"{PAGES}/sweep.py", title="Sweep", icon=":material/tune:", url_path="sweep"),
     st.Page(f"{PAGES}/live.py", title="Sim vs Live", icon=":material/compare_arrows:", url_path="live"),
     st.Page(f"{PAGES}/kernels.py", title="Kernels", icon=":material/speed:", url_path="kernels"),

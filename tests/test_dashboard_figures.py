@@ -7,6 +7,7 @@ simulator and on hand-made frames where an exact expectation is needed.
 from __future__ import annotations
 
 import io
+import shutil
 import zipfile
 
 import numpy as np
@@ -286,6 +287,18 @@ def test_live_run_missing_files_are_named(live_dir, tmp_path):
         live_runs.load_live_run(tmp_path)
 
 
+def test_a_live_run_not_yet_validated_loads_without_its_validation_and_lists_last(live_dir, tmp_path):
+    fresh, done = tmp_path / "a-fresh", tmp_path / "b-done"
+    fresh.mkdir()
+    for f in live_runs.RUN_FILES:
+        shutil.copy(live_dir / f, fresh / f)
+    shutil.copytree(live_dir, done)
+    run = live_runs.load_live_run(fresh)
+    assert not run.validated and run.sim_steps is None and len(run.steps)
+    assert live_runs.load_live_run(done).validated
+    assert live_runs.find_live_runs(tmp_path) == [done, fresh]
+
+
 def test_live_run_zip_is_extracted_and_unsafe_zips_refused(live_dir, tmp_path):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -329,20 +342,45 @@ def test_validation_tables(live_dir):
 def test_kernel_frames_and_bars_follow_the_bench_schema(tmp_path):
     result = kernel_results.load_kernel_result(write_kernel_result(tmp_path))
     decode = kernel_results.decode_frame(result)
-    assert len(decode) == 4 * 5 and set(decode["shape"]) == {"B=1, ctx=32768", "B=16, ctx=4096", "B=64, ctx=4096",
-                                                              "B=256, ctx=1024"}
+    per_shape = sum(len(v) for v in result["decode"][0]["timings"].values())
+    assert len(decode) == 4 * per_shape
+    assert set(decode["shape"]) == {"B=1, ctx=32768", "B=16, ctx=4096", "B=64, ctx=4096", "B=256, ctx=1024"}
     assert decode.query("method == 'sdpa'")["vs_sdpa"].eq(1.0).all()
+    ours = decode.query("method == 'ours' and mode == 'graph'")
+    assert ours["tb_per_s"].tolist() == pytest.approx([4.3 * 0.95] * 4)
+    assert kernel_results.primary_mode(decode) == "graph"
     fig = figures.decode_bandwidth_bars(decode, result["ceilings"]["copy_tb_per_s"])
-    names = [t.name for t in fig.data]
-    assert names == ["paged (ours)", "paged (ours, CUDA graph)", "FlashInfer paged", "gather + SDPA (naive paged)",
-                     "SDPA contiguous (ceiling)"]
+    assert [t.name for t in fig.data] == ["paged (ours)", "paged (ours, tuned config)", "FlashInfer paged",
+                                          "gather + SDPA (naive paged)", "SDPA on contiguous K/V (ceiling)"]
     assert all(list(t.x) == list(dict.fromkeys(decode["shape"])) for t in fig.data)
-    assert fig.layout.barmode == "group" and fig.layout.shapes[0].y0 == 4.3
+    assert list(fig.data[-1].y) == pytest.approx([4.3] * 4)  # the ceiling bars, graph timings
+    assert fig.layout.barmode == "group" and fig.layout.shapes[0].y0 == 4.3 and "graph" in fig.layout.title.text
     prefill = kernel_results.prefill_frame(result)
     pfig = figures.prefill_flops_bars(prefill, 780.0)
-    assert list(pfig.data[0].x) == ["paged (ours)", "SDPA contiguous (ceiling)"]
+    assert list(pfig.data[0].x) == ["paged (ours)", "SDPA on contiguous K/V (ceiling)"]
+    assert list(pfig.data[0].y) == pytest.approx([310, 500])
     table = kernel_results.measurements_table(result)
-    assert table["kind"].tolist().count("prefill") == 2 and len(table) == 22
+    assert table["kind"].tolist().count("prefill") == 4 and len(table) == len(decode) + 4
+    assert kernel_results.sdpa_backends(result)["B=1, ctx=32768"] == "cudnn"
+
+
+def test_bare_kernel_times_read_as_eager():
+    result = {"decode": [{"batch": 2, "context": 64, "kv_bytes": 10**6, "times_s": {"ours": 1e-6, "sdpa": 5e-7}}]}
+    decode = kernel_results.decode_frame(result)
+    assert decode["mode"].tolist() == ["eager", "eager"] and decode["tb_per_s"].tolist() == pytest.approx([1.0, 2.0])
+    assert decode["vs_sdpa"].tolist() == pytest.approx([0.5, 1.0])
+    assert [t.name for t in figures.decode_bandwidth_bars(decode).data] == ["paged (ours)",
+                                                                             "SDPA on contiguous K/V (ceiling)"]
+
+
+@pytest.mark.parametrize("path", kernel_results.find_kernel_results(kernel_results.RESULTS_DIR), ids=lambda p: p.name)
+def test_committed_kernel_results_draw(path):
+    result = kernel_results.load_kernel_result(path)
+    decode = kernel_results.decode_frame(result)
+    fig = figures.decode_bandwidth_bars(decode, result.get("ceilings", {}).get("copy_tb_per_s"))
+    names = [t.name for t in fig.data]
+    assert "paged (ours)" in names and "SDPA on contiguous K/V (ceiling)" in names
+    assert all(np.isfinite(np.asarray(t.y, dtype=float)).all() for t in fig.data)
 
 
 def test_kernel_results_are_found_newest_first_and_bad_files_named(tmp_path):

@@ -17,7 +17,8 @@ from plotly.subplots import make_subplots
 
 from pagesim.accounting import CATEGORIES
 
-MAX_POINTS = 2000
+MAX_POINTS = 1000  # about one point per pixel of a wide chart
+
 # Drawing order of the stacked memory area, bottom to top, with labels and colours.
 MEMORY_LAYERS = {
     "used": ("used", "#2ca02c"),
@@ -75,11 +76,21 @@ def time_buckets(steps: pd.DataFrame, columns, max_points: int = MAX_POINTS, sum
     return out.reset_index(drop=True)
 
 
+def _header(fig: go.Figure, title: str, height: int, top: int = 100) -> go.Figure:
+    """Title on the first line at the top left, the legend on the line below it, then the subplots
+    (whose titles need the rest of the `top` margin)."""
+    fig.update_layout(
+        height=height, margin=dict(t=top, b=40, l=60, r=20),
+        title=dict(text=title, x=0.0, xanchor="left", xref="paper", y=1.0, yanchor="top", yref="container",
+                   pad=dict(t=12)),
+        legend=dict(orientation="h", x=0.0, xanchor="left", y=1.0 - 40 / height, yanchor="top", yref="container"))
+    return fig
+
+
 def _panels(names, title: str, row_height: int = 220) -> go.Figure:
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.06 if len(names) > 1 else 0,
                         subplot_titles=list(names))
-    fig.update_layout(title=title, height=90 + row_height * len(names), margin=dict(t=80, b=40, l=60, r=20),
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
+    _header(fig, title, 110 + row_height * len(names))
     fig.update_xaxes(title_text="time (s)", row=len(names), col=1)
     return fig
 
@@ -121,11 +132,10 @@ def requests_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = 
 # ---- block map -----------------------------------------------------------------------------------------
 BLOCK_MAP_WIDTH = 64
 MAX_BLOCKS_DRAWN = 64 * 128
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
-           "#756bb1", "#636363"]
-FREE, CACHED, SHARED = "#f4f4f4", "#9ecae1", "#000000"
-BLOCK_LEGEND = {"free": FREE, "cached (reusable prefix)": CACHED, "shared prefix (ref_cnt > 1)": SHARED,
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#393b79",
+           "#637939", "#843c39", "#7b4173", "#e6550d", "#31a354", "#3182bd", "#a55194"]  # no greys, no gold
+FREE, CACHED, SHARED = "#f4f4f4", "#555555", "#ffd700"
+BLOCK_LEGEND = {"free": FREE, "cached prefix (free, reusable)": CACHED, "shared prefix (ref_cnt > 1)": SHARED,
                 "owned by a request (one colour each)": PALETTE[0],
                 "reserved ahead (allocated, no tokens yet)": "#c6dbef"}
 
@@ -176,16 +186,16 @@ def block_maps(snapshots: dict[str, pd.DataFrame], block_size: int, time_s: floa
         text = np.concatenate([_hover(f, block_size), np.full(pad, "")]).reshape(-1, width)
         fig.add_trace(go.Heatmap(z=z, text=text, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n_codes - 0.5,
                                  showscale=False, xgap=1, ygap=1, name=f"blocks: {run}"), row=row, col=1)
-        fig.update_yaxes(autorange="reversed", showticklabels=False, row=row, col=1)
-        fig.update_xaxes(showticklabels=False, row=row, col=1)
+        fig.update_yaxes(autorange="reversed", showticklabels=False, ticks="", showgrid=False, zeroline=False,
+                         row=row, col=1)
+        fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, row=row, col=1)
     for label, color in BLOCK_LEGEND.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label,
                                  marker=dict(symbol="square", size=12, color=color, line=dict(width=1, color="#999"))))
     when = "" if time_s is None else f" at t = {time_s:.1f} s"
-    fig.update_layout(title=f"Physical KV blocks{when} ({width} per row)", plot_bgcolor="white",
-                      height=120 + sum(max(r, 4) * 14 for r in rows_per_map) + 40 * len(names),
-                      margin=dict(t=90, b=20, l=20, r=20),
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
+    _header(fig, f"Physical KV blocks{when} ({width} per row)",
+            140 + sum(max(r, 4) * 14 for r in rows_per_map) + 40 * len(names))
+    fig.update_layout(plot_bgcolor="white", margin=dict(l=20, r=20, b=20))
     return fig
 
 
@@ -228,7 +238,7 @@ def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
                           row=1, col=col)
             fig.update_xaxes(type="log", title_text="seconds", row=1, col=col)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
-    fig.update_layout(title="Latency CDFs (finished requests)", height=380, margin=dict(t=80, b=40, l=60, r=20))
+    _header(fig, "Latency CDFs (finished requests)", 400)
     return fig
 
 
@@ -244,7 +254,7 @@ SWEEP_PANELS = {
 def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -> go.Figure:
     """Sweep results against the swept parameter `x`: one line per combination of the `series` columns."""
     fig = make_subplots(rows=2, cols=2, subplot_titles=list(SWEEP_PANELS.values()), horizontal_spacing=0.1,
-                        vertical_spacing=0.16)
+                        vertical_spacing=0.2)
     groups = results.groupby(list(series), sort=False) if series else [((), results)]
     for i, (key, g) in enumerate(groups):
         key = key if isinstance(key, tuple) else (key,)
@@ -262,7 +272,7 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
         for c in (1, 2):
             fig.update_xaxes(title_text=x, row=r, col=c, **(dict(type="log", tickvals=sorted(results[x].unique()))
                                                                if log_x else {}))
-    fig.update_layout(title=f"Sweep over {x}", height=640, margin=dict(t=80, b=40, l=60, r=20))
+    _header(fig, f"Sweep over {x}", 680)
     return fig
 
 
@@ -307,7 +317,7 @@ def live_vs_sim_over_time(live_steps: pd.DataFrame, sim_steps: pd.DataFrame, max
         fig.add_trace(go.Scatter(x=b["time_s"], y=b["num_running"], name=name, legendgroup=name, showlegend=False,
                                  mode="lines", line=dict(color=color)), row=2, col=1)
     fig.update_xaxes(title_text="time (s)", row=2, col=1)
-    fig.update_layout(title="Live vs simulated over time", height=520, margin=dict(t=80, b=40, l=60, r=20))
+    _header(fig, "Live vs simulated over time", 540)
     return fig
 
 
@@ -329,51 +339,55 @@ def request_latency_scatter(live: pd.DataFrame, sim: pd.DataFrame, metric: str =
 
 
 # ---- kernels -------------------------------------------------------------------------------------------
-KERNEL_METHODS = {
+KERNEL_METHODS = {  # the methods the charts show, in order; per-backend variants stay in the table
     "ours": "paged (ours)",
-    "ours_graph": "paged (ours, CUDA graph)",
-    "ours_best": "paged (ours, tuned)",
+    "ours_best": "paged (ours, tuned config)",
     "flashinfer": "FlashInfer paged",
     "gather_sdpa": "gather + SDPA (naive paged)",
-    "sdpa": "SDPA contiguous (ceiling)",
+    "sdpa": "SDPA on contiguous K/V (ceiling)",
 }
 
 
-def _method_order(methods) -> list[str]:
-    known = [m for m in KERNEL_METHODS if m in set(methods)]
-    return known + sorted(set(methods) - set(known))
+def _primary(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    mode = "graph" if "mode" in frame and (frame["mode"] == "graph").any() else "eager"
+    rows = frame[frame["mode"] == mode] if "mode" in frame else frame
+    return rows[rows["method"].isin(KERNEL_METHODS)], mode
 
 
 def decode_bandwidth_bars(decode: pd.DataFrame, copy_tb_per_s: float | None = None) -> go.Figure:
-    """Grouped bars of achieved K/V read bandwidth (TB/s) per decode shape and method.
+    """Grouped bars of achieved K/V read bandwidth (TB/s) per decode shape and method, CUDA-graph
+    times when the results have them.
 
-    decode: one row per (shape, method) with columns shape, method, tb_per_s (kernel_results.decode_frame)."""
+    decode: kernel_results.decode_frame(...) (shape, method, mode, tb_per_s)."""
+    rows, mode = _primary(decode)
     fig = go.Figure()
     shapes = list(dict.fromkeys(decode["shape"]))
-    for i, m in enumerate(_method_order(decode["method"])):
-        d = decode[decode["method"] == m].set_index("shape").reindex(shapes)
-        fig.add_trace(go.Bar(x=shapes, y=d["tb_per_s"], name=KERNEL_METHODS.get(m, m),
-                             marker_color=RUN_COLORS[i % len(RUN_COLORS)],
-                             hovertemplate=f"{KERNEL_METHODS.get(m, m)}<br>%{{x}}<br>%{{y:.2f}} TB/s<extra></extra>"))
+    for m in (m for m in KERNEL_METHODS if m in set(rows["method"])):
+        d = rows[rows["method"] == m].set_index("shape").reindex(shapes)
+        fig.add_trace(go.Bar(x=shapes, y=d["tb_per_s"], name=KERNEL_METHODS[m],
+                             marker_color=RUN_COLORS[list(KERNEL_METHODS).index(m)],
+                             hovertemplate=f"{KERNEL_METHODS[m]}<br>%{{x}}<br>%{{y:.2f}} TB/s<extra></extra>"))
     if copy_tb_per_s:
         fig.add_hline(y=copy_tb_per_s, line=dict(color="#555", dash="dash"),
-                      annotation_text=f"device copy {copy_tb_per_s:.2f} TB/s", annotation_position="top left")
-    fig.update_layout(barmode="group", title="Decode attention: K/V bytes read per second", yaxis_title="TB/s",
-                      xaxis_title="batch × context", height=460, margin=dict(t=60, b=40, l=60, r=20))
+                      annotation_text=f"device-to-device copy {copy_tb_per_s:.2f} TB/s", annotation_position="top left")
+    fig.update_layout(barmode="group", title=f"Decode attention: K/V bytes read per second ({mode} timings)",
+                      yaxis_title="TB/s", xaxis_title="batch × context", height=460,
+                      margin=dict(t=60, b=40, l=60, r=20))
     return fig
 
 
 def prefill_flops_bars(prefill: pd.DataFrame, matmul_tflop_per_s: float | None = None) -> go.Figure:
     """Bars of causal prefill attention TFLOP/s per method (kernel_results.prefill_frame)."""
-    order = _method_order(prefill["method"])
-    p = prefill.set_index("method").reindex(order)
-    fig = go.Figure(go.Bar(x=[KERNEL_METHODS.get(m, m) for m in order], y=p["tflop_per_s"], name="prefill",
-                           marker_color=[RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(order))],
+    rows, mode = _primary(prefill)
+    order = [m for m in KERNEL_METHODS if m in set(rows["method"])]
+    p = rows.set_index("method").reindex(order)
+    fig = go.Figure(go.Bar(x=[KERNEL_METHODS[m] for m in order], y=p["tflop_per_s"], name="prefill",
+                           marker_color=[RUN_COLORS[list(KERNEL_METHODS).index(m)] for m in order],
                            hovertemplate="%{x}<br>%{y:.0f} TFLOP/s<extra></extra>"))
     if matmul_tflop_per_s:
         fig.add_hline(y=matmul_tflop_per_s, line=dict(color="#555", dash="dash"),
                       annotation_text=f"bf16 matmul {matmul_tflop_per_s:.0f} TFLOP/s", annotation_position="top left")
     tokens = int(prefill["tokens"].iloc[0]) if "tokens" in prefill and len(prefill) else None
-    fig.update_layout(title=f"Prefill attention{f' ({tokens} tokens, causal)' if tokens else ''}: TFLOP/s",
+    fig.update_layout(title=f"Prefill attention{f' ({tokens} tokens, causal)' if tokens else ''}: TFLOP/s ({mode} timings)",
                       yaxis_title="TFLOP/s", height=420, margin=dict(t=60, b=40, l=60, r=20))
     return fig

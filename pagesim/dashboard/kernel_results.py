@@ -3,14 +3,19 @@
 The file (bench/kernels.py):
 
     {"date", "gpu", "sms", "torch", "triton", "python", "flashinfer", "flashinfer_import_error", "command",
-     "defaults": {...}, "ceilings": {"copy_tb_per_s", "bf16_matmul_tflop_per_s"},
-     "decode": [{"batch", "context", "kv_bytes", "times_s": {method: s}, "tb_per_s": {method: TB/s},
-                 "tflop_per_s": {method: TFLOP/s}, "notes": {...}, "tune"?: {...}}, ...],
-     "prefill": {"tokens", "flops", "times_s", "tflop_per_s", "notes", "tune"?},
+     "defaults", "ceilings": {"copy_tb_per_s", "bf16_matmul_tflop_per_s"},
+     "decode": [{"batch", "context", "kv_bytes", "timings": {method: {"graph": s, "eager": s}},
+                 "tb_per_s": {method: {mode: TB/s}}, "tflop_per_s": {method: {mode: TFLOP/s}},
+                 "notes": {"sdpa_best_backend", ...}, "ratios_graph", "tune"?}, ...],
+     "prefill": {"tokens", "flops", "times_s": {method: s}, "tflop_per_s": {method: TFLOP/s}, "notes", "tune"?},
      "model_step"?: {"batch", "context", "eager_s", "graph_s", "floor_s", ...} or {"error"}}
 
-Methods: ours, ours_graph, ours_best (with --tune), sdpa (contiguous K/V: the ceiling a paged kernel
-is measured against), gather_sdpa (gather the blocks, then SDPA: the naive paged baseline), flashinfer.
+Decode methods: ours, ours_best (with --tune), flashinfer, sdpa_<backend> and gather_sdpa_<backend> for
+each SDPA backend that accepts the call, and sdpa / gather_sdpa = the fastest backend: SDPA on
+contiguous K/V is the ceiling a paged kernel is measured against, gather + SDPA (copy the blocks into
+place, then SDPA) the naive way to run a paged cache. CUDA-graph replay ("graph") is the primary
+time; "eager" includes Python launch overhead. A bare number instead of {mode: s} (older files, and
+prefill) is an eager time.
 """
 
 from __future__ import annotations
@@ -53,36 +58,59 @@ def shape_label(batch: int, context: int) -> str:
     return f"B={batch}, ctx={context}"
 
 
+DECODE_COLUMNS = ["shape", "batch", "context", "method", "mode", "time_us", "tb_per_s", "tflop_per_s", "vs_sdpa"]
+
+
+def _modes(value) -> dict[str, float]:
+    """{mode: seconds} from {"graph": s, "eager": s}, or from a bare number (an eager time)."""
+    if isinstance(value, dict):
+        return {m: float(v) for m, v in value.items() if isinstance(v, (int, float)) and v}
+    return {"eager": float(value)} if isinstance(value, (int, float)) and value else {}
+
+
 def decode_frame(result: dict) -> pd.DataFrame:
-    """One row per (decode shape, method): shape, batch, context, method, time_us, tb_per_s, tflop_per_s,
-    and vs_sdpa (time of contiguous SDPA / time of this method: 1.0 matches the ceiling)."""
+    """One row per (decode shape, method, timing mode): time_us, tb_per_s (K/V bytes read / time),
+    tflop_per_s, and vs_sdpa (contiguous SDPA's time / this time, same mode: 1.0 matches the ceiling)."""
     rows = []
     for case in result.get("decode", []):
-        times = case.get("times_s", {})
-        sdpa = times.get("sdpa")
-        for method, t in times.items():
-            rows.append({
-                "shape": shape_label(case["batch"], case["context"]),
-                "batch": case["batch"],
-                "context": case["context"],
-                "method": method,
-                "time_us": t * 1e6,
-                "tb_per_s": case.get("tb_per_s", {}).get(method),
-                "tflop_per_s": case.get("tflop_per_s", {}).get(method),
-                "vs_sdpa": sdpa / t if sdpa and t else None,
-            })
-    return pd.DataFrame(rows, columns=["shape", "batch", "context", "method", "time_us", "tb_per_s", "tflop_per_s",
-                                       "vs_sdpa"])
+        timings = case.get("timings") or case.get("times_s") or {}
+        sdpa = _modes(timings.get("sdpa"))
+        flops = case.get("tflop_per_s", {})
+        for method, value in timings.items():
+            for mode, t in _modes(value).items():
+                tflop = _modes(flops.get(method)).get(mode)
+                rows.append({
+                    "shape": shape_label(case["batch"], case["context"]), "batch": case["batch"],
+                    "context": case["context"], "method": method, "mode": mode, "time_us": t * 1e6,
+                    "tb_per_s": case["kv_bytes"] / t / 1e12 if case.get("kv_bytes") else None,
+                    "tflop_per_s": tflop, "vs_sdpa": sdpa[mode] / t if mode in sdpa else None,
+                })
+    return pd.DataFrame(rows, columns=DECODE_COLUMNS)
+
+
+def primary_mode(frame: pd.DataFrame) -> str:
+    """The timing mode a chart shows: CUDA-graph replay when the file has it, else eager."""
+    return "graph" if (frame["mode"] == "graph").any() else "eager"
+
+
+def sdpa_backends(result: dict) -> dict[str, str]:
+    """The SDPA backend that set the ceiling, per decode shape (notes.sdpa_best_backend)."""
+    return {shape_label(c["batch"], c["context"]): c.get("notes", {}).get("sdpa_best_backend")
+            for c in result.get("decode", []) if c.get("notes", {}).get("sdpa_best_backend")}
 
 
 def prefill_frame(result: dict) -> pd.DataFrame:
-    """One row per prefill method: method, tokens, time_us, tflop_per_s, vs_sdpa."""
+    """One row per prefill method and timing mode: method, mode, tokens, time_us, tflop_per_s, vs_sdpa."""
     p = result.get("prefill") or {}
-    times = p.get("times_s", {})
-    sdpa = times.get("sdpa")
-    rows = [{"method": m, "tokens": p.get("tokens"), "time_us": t * 1e6, "tflop_per_s": p.get("tflop_per_s", {}).get(m),
-             "vs_sdpa": sdpa / t if sdpa and t else None} for m, t in times.items()]
-    return pd.DataFrame(rows, columns=["method", "tokens", "time_us", "tflop_per_s", "vs_sdpa"])
+    timings = p.get("timings") or p.get("times_s") or {}
+    sdpa = _modes(timings.get("sdpa"))
+    rows = []
+    for method, value in timings.items():
+        for mode, t in _modes(value).items():
+            rows.append({"method": method, "mode": mode, "tokens": p.get("tokens"), "time_us": t * 1e6,
+                         "tflop_per_s": p["flops"] / t / 1e12 if p.get("flops") else None,
+                         "vs_sdpa": sdpa[mode] / t if mode in sdpa else None})
+    return pd.DataFrame(rows, columns=["method", "mode", "tokens", "time_us", "tflop_per_s", "vs_sdpa"])
 
 
 def measurements_table(result: dict) -> pd.DataFrame:
@@ -90,7 +118,7 @@ def measurements_table(result: dict) -> pd.DataFrame:
     decode = decode_frame(result).assign(kind="decode")
     prefill = prefill_frame(result)
     prefill = prefill.assign(kind="prefill", shape=[f"T={t}" for t in prefill["tokens"]])
-    columns = ["kind", "shape", "method", "time_us", "tb_per_s", "tflop_per_s", "vs_sdpa"]
+    columns = ["kind", "shape", "method", "mode", "time_us", "tb_per_s", "tflop_per_s", "vs_sdpa"]
     frames = [f.reindex(columns=columns) for f in (decode, prefill) if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 

@@ -1,6 +1,7 @@
 """Live GPU run directories (results/live/<name>/), as the Sim vs Live page reads them.
 
-A run directory holds:
+A run directory holds the first three files from `python -m pagesim live`, and the
+rest once `python -m pagesim validate DIR` has compared it with the simulator:
 
     summary.json              {"config", "trace", "runs": {"live": summary}, "hardware", "software"}
     steps.parquet             the simulator's step columns (run = "live") + gpu_time_s
@@ -29,25 +30,32 @@ from pagesim.errors import UserError
 REPO = Path(__file__).resolve().parents[2]
 LIVE_DIR = REPO / "results" / "live"
 LIVE_DIR_ENV = "PAGESIM_LIVE_RUNS"  # another folder of run directories (tests, other checkouts)
-FILES = ("summary.json", "steps.parquet", "requests.csv", "validation.json", "validation_steps.parquet",
-         "sim_steps.parquet", "sim_requests.csv")
+RUN_FILES = ("summary.json", "steps.parquet", "requests.csv")  # written by `python -m pagesim live`
+VALIDATION_FILES = ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv")  # by validate
+FILES = RUN_FILES + VALIDATION_FILES
 _STRING_COLUMNS = {"request_id": str, "parent_id": str, "state": str, "reason": str, "run": str}
 
 
 @dataclass
 class LiveRun:
+    """A live run; the validation fields are None until `python -m pagesim validate DIR` has run."""
+
     path: Path
     summary: dict
     steps: pd.DataFrame
     requests: pd.DataFrame
-    validation: dict
-    validation_steps: pd.DataFrame
-    sim_steps: pd.DataFrame
-    sim_requests: pd.DataFrame
+    validation: dict | None = None
+    validation_steps: pd.DataFrame | None = None
+    sim_steps: pd.DataFrame | None = None
+    sim_requests: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def validated(self) -> bool:
+        return self.validation is not None
 
 
 def live_root() -> Path:
@@ -55,9 +63,14 @@ def live_root() -> Path:
 
 
 def find_live_runs(root: Path | None = None) -> list[Path]:
-    """Run directories (those with a summary.json) under root, newest name last."""
+    """Run directories (those with a summary.json) under root: validated ones first, then by name."""
     root = live_root() if root is None else root
-    return sorted(p.parent for p in root.glob("*/summary.json")) if root.is_dir() else []
+    runs = sorted(p.parent for p in root.glob("*/summary.json")) if root.is_dir() else []
+    return sorted(runs, key=lambda p: not is_validated(p))
+
+
+def is_validated(path: Path) -> bool:
+    return all((path / f).is_file() for f in VALIDATION_FILES)
 
 
 def read_requests(path: Path) -> pd.DataFrame:
@@ -69,24 +82,22 @@ def read_requests(path: Path) -> pd.DataFrame:
 
 
 def load_live_run(path: Path) -> LiveRun:
-    """Read a run directory; UserError naming the directory and the missing or unreadable file."""
+    """Read a run directory; UserError naming the directory and the missing or unreadable file. The
+    validation files are read when all of them are there."""
     path = Path(path)
-    missing = [f for f in FILES if not (path / f).is_file()]
+    missing = [f for f in RUN_FILES if not (path / f).is_file()]
     if missing:
-        raise UserError(f"{path}: not a live run directory; missing {', '.join(missing)} (expected {', '.join(FILES)})")
+        raise UserError(f"{path}: not a live run directory; missing {', '.join(missing)} "
+                        f"(expected {', '.join(RUN_FILES)}, and after validation {', '.join(VALIDATION_FILES)})")
     try:
-        summary = json.loads((path / "summary.json").read_text())
-        validation = json.loads((path / "validation.json").read_text())
-        return LiveRun(
-            path=path,
-            summary=summary,
-            steps=pd.read_parquet(path / "steps.parquet"),
-            requests=read_requests(path / "requests.csv"),
-            validation=validation,
-            validation_steps=pd.read_parquet(path / "validation_steps.parquet"),
-            sim_steps=pd.read_parquet(path / "sim_steps.parquet"),
-            sim_requests=read_requests(path / "sim_requests.csv"),
-        )
+        run = LiveRun(path=path, summary=json.loads((path / "summary.json").read_text()),
+                      steps=pd.read_parquet(path / "steps.parquet"), requests=read_requests(path / "requests.csv"))
+        if is_validated(path):
+            run.validation = json.loads((path / "validation.json").read_text())
+            run.validation_steps = pd.read_parquet(path / "validation_steps.parquet")
+            run.sim_steps = pd.read_parquet(path / "sim_steps.parquet")
+            run.sim_requests = read_requests(path / "sim_requests.csv")
+        return run
     except (OSError, ValueError, KeyError) as exc:  # JSON, parquet and CSV parse errors are ValueErrors
         raise UserError(f"{path}: cannot read the live run ({type(exc).__name__}: {exc})") from None
 
@@ -106,5 +117,5 @@ def extract_run_zip(content: bytes, dest: Path) -> Path:
         archive.extractall(dest)
     found = sorted((p.parent for p in dest.rglob("summary.json")), key=lambda p: len(p.parts))
     if not found:
-        raise UserError(f"the zip holds no summary.json; expected a live run directory with {', '.join(FILES)}")
+        raise UserError(f"the zip holds no summary.json; expected a live run directory with {', '.join(RUN_FILES)}")
     return found[0]

@@ -6,7 +6,7 @@ import streamlit as st
 
 from pagesim.dashboard import cached, figures
 from pagesim.dashboard.kernel_results import (decode_frame, find_kernel_results, measurements_table, model_step_frame,
-                                              prefill_frame, results_root)
+                                              prefill_frame, results_root, sdpa_backends)
 from pagesim.errors import UserError
 
 PREFIX = "kernels"
@@ -35,6 +35,11 @@ def render() -> None:
     decode = decode_frame(result)
     st.subheader("Decode")
     st.plotly_chart(figures.decode_bandwidth_bars(decode, ceilings.get("copy_tb_per_s")), key=f"{PREFIX}.decode")
+    backends = sdpa_backends(result)
+    if backends:
+        st.caption("The SDPA ceiling is the fastest SDPA backend on each shape ("
+                   + ", ".join(f"{shape}: {b}" for shape, b in backends.items())
+                   + "); every backend's time is in the table below.")
     prefill = prefill_frame(result)
     if len(prefill):
         st.subheader("Prefill")
@@ -52,7 +57,8 @@ def render() -> None:
         "time_us": st.column_config.NumberColumn("time (µs)", format="%.1f"),
         "tb_per_s": st.column_config.NumberColumn("TB/s", format="%.2f"),
         "tflop_per_s": st.column_config.NumberColumn("TFLOP/s", format="%.1f"),
-        "vs_sdpa": st.column_config.NumberColumn("SDPA time / time", format="%.2f"),
+        "vs_sdpa": st.column_config.NumberColumn("SDPA time / time", format="%.2f",
+                                                 help="1.00: as fast as SDPA on contiguous K/V (same timing mode)"),
     })
     st.download_button("kernels.csv", lambda: table.to_csv(index=False), file_name="kernels.csv", mime="text/csv",
                        key=f"{PREFIX}.dl")

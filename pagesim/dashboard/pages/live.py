@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pagesim.dashboard import cached, figures, tables
-from pagesim.dashboard.live_runs import FILES, LiveRun, find_live_runs, live_root
+from pagesim.dashboard.live_runs import RUN_FILES, VALIDATION_FILES, LiveRun, find_live_runs, is_validated, live_root
 from pagesim.errors import UserError
 from pagesim.metrics import summarize
 
@@ -20,7 +20,13 @@ def render() -> None:
     run = choose_run()
     if run is None:
         return
-    show_run(run)
+    describe(run)
+    if run.validated:
+        show_validation(run)
+    else:
+        st.warning(f"{run.name} has not been validated yet: run `python -m pagesim validate {run.path}` to compare "
+                   f"it with the simulator (it writes {', '.join(VALIDATION_FILES)}). The live run alone:")
+        show_live_only(run)
 
 
 def choose_run() -> LiveRun | None:
@@ -33,11 +39,12 @@ def choose_run() -> LiveRun | None:
             return cached.zipped_live_run(upload.name, upload.getvalue())
         if not runs:
             st.info(f"No live GPU runs are committed yet: {live_root()} holds no run directory. A run directory "
-                    f"comes from `python -m pagesim live TRACE --out results/live/NAME` on a GPU machine, then "
-                    f"`python -m pagesim validate results/live/NAME`; it holds {', '.join(FILES)}. "
-                    "You can also upload one as a zip in the sidebar.")
+                    f"comes from `python -m pagesim live TRACE --out results/live/NAME` on a GPU machine "
+                    f"({', '.join(RUN_FILES)}), then `python -m pagesim validate results/live/NAME` "
+                    f"({', '.join(VALIDATION_FILES)}). You can also upload one as a zip in the sidebar.")
             return None
-        name = sb.selectbox("Run (results/live/)", [p.name for p in runs], key=f"{PREFIX}.run")
+        labels = {p.name: p.name + ("" if is_validated(p) else " (not validated)") for p in runs}
+        name = sb.selectbox("Run (results/live/)", list(labels), format_func=labels.get, key=f"{PREFIX}.run")
         path = next(p for p in runs if p.name == name)
         return cached.live_run(str(path), max(f.stat().st_mtime for f in path.iterdir()))
     except UserError as exc:
@@ -45,35 +52,40 @@ def choose_run() -> LiveRun | None:
         return None
 
 
-def show_run(run: LiveRun) -> None:
+def describe(run: LiveRun) -> None:
     s = run.summary
-    trace = s.get("trace", {})
-    config = s.get("config", {})
-    st.markdown(f"**{run.name}**: trace {trace.get('name', '?')} ({trace.get('rows', '?')} requests), "
-                f"{config.get('model', '?')} · block_size {config.get('block_size', '?')} · "
-                f"{config.get('resolved_num_gpu_blocks', config.get('num_gpu_blocks', '?'))} GPU blocks · "
+    trace, config = s.get("trace", {}), s.get("config", {})
+    hardware = s.get("environment", s.get("hardware", {}))
+    st.markdown(f"**{run.name}**: trace {trace.get('name', '?')} ({trace.get('rows', '?')} requests, "
+                f"{trace.get('span_s', 0):.0f} s) · {config.get('model', '?')} on "
+                f"{hardware.get('gpu', config.get('gpu', '?'))} · block_size {config.get('block_size', '?')} · "
+                f"{config.get('resolved_num_gpu_blocks', config.get('num_gpu_blocks', '?')):,} GPU blocks · "
                 f"{s.get('run_name', config.get('kv_layout', ''))}")
-    with st.expander("Config, hardware and software"):
-        st.json({k: v for k, v in s.items() if k not in ("runs", "trace")} | {"trace": trace}, expanded=False)
+    with st.expander("Config, trace, hardware and software"):
+        st.json({k: v for k, v in s.items() if k != "runs"}, expanded=False)
 
+
+def show_validation(run: LiveRun) -> None:
     st.subheader("Validation")
     v = run.validation
     cols = st.columns(2)
     with cols[0]:
-        st.markdown("Step level and decisions")
+        st.markdown("Step level and decisions (lockstep)")
         st.dataframe(tables.step_level_table(v), hide_index=True)
         kind = v.get("cost_model", {}).get("kind")
         if kind:
-            st.caption(f"cost model: {kind}")
+            st.caption(f"cost model: {kind}" + (f" ({v['cost_model']['source']})" if v["cost_model"].get("source") else ""))
     with cols[1]:
-        st.markdown("Request level")
+        st.markdown("Request level (free-running simulation)")
         st.dataframe(tables.request_level_table(v), hide_index=True,
                      column_config={"relative error": st.column_config.NumberColumn(format="percent")})
 
     st.subheader("Step durations")
     cols = st.columns(2)
-    cols[0].plotly_chart(figures.step_time_scatter(run.validation_steps), key=f"{PREFIX}.scatter")
-    cols[1].plotly_chart(figures.step_error_histogram(run.validation_steps), key=f"{PREFIX}.hist")
+    with cols[0]:
+        st.plotly_chart(figures.step_time_scatter(run.validation_steps), key=f"{PREFIX}.scatter")
+    with cols[1]:
+        st.plotly_chart(figures.step_error_histogram(run.validation_steps), key=f"{PREFIX}.hist")
 
     st.subheader("Memory and running requests")
     st.plotly_chart(figures.live_vs_sim_over_time(run.steps, run.sim_steps), key=f"{PREFIX}.time")
@@ -83,8 +95,15 @@ def show_run(run: LiveRun) -> None:
     metric = st.radio("Per request", list(figures.LATENCIES), format_func=figures.LATENCIES.get, horizontal=True,
                       index=2, key=f"{PREFIX}.metric")
     st.plotly_chart(figures.request_latency_scatter(run.requests, run.sim_requests, metric), key=f"{PREFIX}.per_request")
-    summaries = {"live": s.get("runs", {}).get("live", {}), "simulated": simulated_summary(run)}
+    summaries = {"live": run.summary.get("runs", {}).get("live", {}), "simulated": simulated_summary(run)}
     st.dataframe(tables.headline_table(summaries))
+
+
+def show_live_only(run: LiveRun) -> None:
+    st.plotly_chart(figures.memory_over_time({"live": run.steps}), key=f"{PREFIX}.memory")
+    st.plotly_chart(figures.requests_over_time({"live": run.steps}), key=f"{PREFIX}.requests")
+    st.plotly_chart(figures.latency_cdfs({"live": run.requests}), key=f"{PREFIX}.cdf")
+    st.dataframe(tables.headline_table({"live": run.summary.get("runs", {}).get("live", {})}))
 
 
 def simulated_summary(run: LiveRun) -> dict:

@@ -42,7 +42,7 @@ def render() -> None:
     series = [k for k in varied if k != x]
     st.plotly_chart(figures.sweep_lines(results, x, series), key=f"{PREFIX}.figure")
     finding(results)
-    st.dataframe(results, hide_index=True, height=320)
+    st.dataframe(results, hide_index=True)
     st.download_button("sweep.csv", lambda: results.to_csv(index=False), file_name="sweep.csv", mime="text/csv",
                        key=f"{PREFIX}.dl")
 
