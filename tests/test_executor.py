@@ -308,9 +308,11 @@ def test_mixed_load_matches_greedy_reference(toy_model):
 
 def random_cache_bits(cache: torch.Tensor, seed: int) -> None:
     """Fill a cache with random bit patterns (NaNs and infinities included): equality below is of bits."""
-    bits = torch.randint(-2**31, 2**31 - 1, cache.shape, generator=torch.Generator().manual_seed(seed),
-                         dtype=torch.int32)
-    cache.view(torch.int32).copy_(bits.to(cache.device))
+    as_int = cache.view({4: torch.int32, 2: torch.int16}[cache.element_size()])
+    info = torch.iinfo(as_int.dtype)
+    bits = torch.randint(info.min, info.max, as_int.shape, generator=torch.Generator().manual_seed(seed),
+                         dtype=as_int.dtype)
+    as_int.copy_(bits.to(cache.device))
 
 
 def test_swapped_out_blocks_come_back_bit_exact(toy_model):
