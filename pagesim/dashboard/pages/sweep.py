@@ -20,7 +20,7 @@ def render() -> None:
                "PagedAttention paper's block-size study (Kwon et al., SOSP 2023, §7.2): block sizes 8–256 on a "
                "ShareGPT-like trace at equal KV memory. Larger blocks leave more of each request's last block "
                "empty, so less of the allocated memory holds token states.")
-    loaded = widgets.trace_source(PREFIX)
+    loaded = widgets.trace_source(PREFIX, default_limit=0)  # the whole trace (Replay keeps its first 500)
     base = widgets.config_sidebar(PREFIX, memory=False, block_size=False, preemption=False, prefix_caching=False)
     grid = grid_form()
     if loaded is None or base is None:
