@@ -88,6 +88,8 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert labels.count("KV memory holding token states") == 2
     captions = " ".join(c.value for c in replay.sidebar.caption)
     assert "2,048 blocks × 16 tokens" in captions, "the default memory cap must be stated in the UI"
+    assert [b.proto.label for b in replay.get("download_button")] == ["steps.csv", "requests.csv", "summary.csv"]
+    assert not replay.get("progress"), "the progress bar is removed once the runs are done"
 
 
 def test_replay_block_size_knob_reruns_and_changes_the_output(replay):

@@ -56,7 +56,8 @@ def show_trace(trace) -> None:
     stats = trace_stats(trace)
     rate = f"{stats['rate']:.2f} req/s" if stats["rate"] else "all at once"
     with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} requests over {stats['span_s']:.1f} s ({rate}); "
-                     f"prompt mean {stats['prompt_len']['mean']:.0f}, output mean {stats['output_len']['mean']:.0f} tokens"):
+                     f"prompt mean {stats['prompt_len']['mean']:.0f}, output mean {stats['output_len']['mean']:.0f} tokens",
+                     expanded=bool(trace.summary.warnings)):
         st.text(str(trace.summary))
     st.plotly_chart(figures.trace_overview(trace.df), key=f"{PREFIX}.trace")
 
