@@ -329,6 +329,19 @@ def test_live_figures_draw_measured_against_predicted(live_dir):
     assert len(per_request.data[0].x) == (run.requests["state"] == "finished").sum()
 
 
+@pytest.mark.parametrize("path", live_runs.find_live_runs(live_runs.LIVE_DIR), ids=lambda p: p.name)
+def test_committed_live_runs_draw(path):
+    run = live_runs.load_live_run(path)
+    assert run.validated, f"{path} has no validation files"
+    figures.step_time_scatter(run.validation_steps)
+    figures.step_error_histogram(run.validation_steps)
+    over_time = figures.live_vs_sim_over_time(run.steps, run.sim_steps)
+    assert all(len(t.x) for t in over_time.data)
+    cdfs = figures.latency_cdfs({"live": run.requests, "simulated": run.sim_requests})
+    assert all(len(t.x) for t in cdfs.data)
+    assert len(tables.request_level_table(run.validation)) and len(tables.step_level_table(run.validation))
+
+
 def test_validation_tables(live_dir):
     v = live_runs.load_live_run(live_dir).validation
     steps = tables.step_level_table(v)
