@@ -3,9 +3,10 @@ exception, knobs re-run the page and change what it shows, and bad input shows a
 
 What AppTest does not cover: it cannot drive st.file_uploader, so uploads are tested through the
 page's documented seam (session_state["<page>.injected_upload"] = (file name, bytes), handled by the
-same code as a real upload: widgets._uploaded -> cached.uploaded_trace -> data.load_upload), and
-zip uploads of live runs through live_runs.extract_run_zip in test_dashboard_figures.py. Charts are
-checked as the plotly specs Streamlit would send; that they draw is tests/test_browser.py's job.
+same code as a real upload: widgets._uploaded -> cached.uploaded_trace -> data.load_upload); a real
+upload through st.file_uploader is tests/test_browser.py's, and zip uploads of live runs are tested
+through live_runs.extract_run_zip in test_dashboard_figures.py. Charts are checked as the plotly
+specs Streamlit would send; that they draw is tests/test_browser.py's job.
 """
 
 from __future__ import annotations

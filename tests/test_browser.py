@@ -7,6 +7,7 @@ second visit (cached), and written to test-artifacts/browser/render_times.json; 
 asserted (the waits' timeouts are the only bound). Screenshots go to test-artifacts/browser/, and
 also to docs/screenshots/ when PAGESIM_UPDATE_SCREENSHOTS=1.
 
+A malformed file is uploaded through the real st.file_uploader and must show the validation message.
 A second server points the Sim vs Live and Kernels pages at fixture results (tests/dashboard_fixtures.py:
 not GPU measurements) so their charts are checked too; those screenshots stay in test-artifacts/.
 """
@@ -243,4 +244,21 @@ def test_result_pages_draw_their_charts_from_fixture_results(browser, fixture_se
     tab, _ = open_page(browser, f"{fixture_server.url}/{page}", FIXTURE_PAGES[page])
     assert tab.locator(".js-plotly-plot").count() == FIXTURE_PAGES[page]
     screenshot(tab, f"{page}-fixture", docs=False)
+    tab.close()
+
+
+def test_malformed_upload_in_the_browser_shows_the_validation_message(browser, server, tmp_path):
+    """The real st.file_uploader path (AppTest cannot drive it): upload a CSV with a bad cell."""
+    bad = tmp_path / "conv.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                   "2023-11-16 18:15:50.9951690,-5,12\n")
+    tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"])
+    tab.get_by_text("Upload a file").click()
+    tab.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(bad))
+    error = tab.locator('[data-testid="stAlertContentError"]')
+    error.wait_for(timeout=60_000)
+    assert error.inner_text().startswith("conv.csv, line 3, field 'ContextTokens': expected ")
+    settle(tab)
+    assert tab.locator('[data-testid="stException"]').count() == 0
+    screenshot(tab, "replay-malformed-upload", docs=False)
     tab.close()
