@@ -254,17 +254,63 @@ def run_calibration(executor, config: Config, progress=None) -> pd.DataFrame:
 
 
 def calibrate(args) -> int:
-    """`python -m pagesim calibrate --model M --out PROFILE.json`."""
-    import torch
-    from tqdm import tqdm
+    """`python -m pagesim calibrate --model M --out PROFILE.json`, or `--refit ROWS.csv` to refit saved steps.
 
+    Both fit with whole calibration workloads held out in turn (fit_profile(holdout="workload")): the
+    report's errors are those of models that never saw the step's workload. --refit needs no GPU: it
+    refits the rows a calibration saved (PROFILE.steps.csv) and keeps the measurement's environment,
+    config and workloads from the profile already at --out, so the committed profile is reproducible.
+    """
     from pagesim.cost.profile import fit_profile
     from pagesim.errors import UserError
 
+    max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
+    command = "python -m pagesim " + " ".join(args.argv)
+    out = Path(args.out)
+
+    def write(model, report: dict, extras: dict) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        model.to_json(out)
+        profile = json.loads(out.read_text())
+        profile.update(report=report, **extras, command=command)
+        out.write_text(json.dumps(profile, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
+
+    if args.refit:
+        rows_path = Path(args.refit)
+        if not rows_path.is_file():
+            raise UserError(f"--refit {rows_path}: no such file; expected the *.steps.csv a calibration saved")
+        try:
+            rows = pd.read_csv(rows_path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise UserError(f"--refit {rows_path}: not a CSV of calibration steps ({e})") from None
+        extras = {}
+        if out.is_file():  # the profile these rows came from: its measurement's records carry over
+            try:
+                previous = json.loads(out.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                previous = None
+            if isinstance(previous, dict):
+                extras = {k: previous[k] for k in ("environment", "config", "workloads") if k in previous}
+            measured = extras.get("config") or {}
+            if (measured.get("model", args.model), measured.get("gpu", args.gpu)) != (args.model, args.gpu):
+                raise UserError(f"--out {out} holds a profile of {measured.get('model')} on {measured.get('gpu')}, "
+                                f"not {args.model} on {args.gpu}; pass the matching --model/--gpu or another --out")
+            max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
+        if "workloads" not in extras and "workload" in rows:
+            extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
+        model, report = fit_profile(rows, args.model, args.gpu, holdout="workload", max_num_seqs=max_num_seqs)
+        write(model, report, extras)
+        return 0
+
+    import torch
+    from tqdm import tqdm
+
     if not torch.cuda.is_available():
-        raise UserError("calibration needs a CUDA GPU (torch.cuda.is_available() is False)")
+        raise UserError("calibration needs a CUDA GPU (torch.cuda.is_available() is False); "
+                        "--refit ROWS.csv refits saved calibration steps without one")
     config = Config(model=args.model, gpu=args.gpu, block_size=args.block_size,
-                    num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=256,
+                    num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=args.max_num_batched_tokens)
     executor = make_executor(config)
     config = executor.config
@@ -272,16 +318,11 @@ def calibrate(args) -> int:
     workloads = calibration_workloads(config.resolved_max_model_len)
     with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
         rows = run_calibration(executor, config, progress=bar.update)
-    model, report = fit_profile(rows, config.model, config.gpu)
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    model.to_json(out)
-    profile = json.loads(out.read_text())
-    profile.update(report=report, environment=environment(), config=config.to_dict(),
-                   workloads=[w for w, _ in workloads], command="python -m pagesim calibrate " + " ".join(args.argv))
-    out.write_text(json.dumps(profile, indent=2) + "\n")
-    rows.to_csv(out.with_suffix(".steps.csv"), index=False)
-    print(json.dumps(report, indent=2))
+    rows.to_csv(out.with_suffix(".steps.csv"), index=False)  # first, so a failed fit can be refitted
+    model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs)
+    write(model, report, {"environment": environment(), "config": config.to_dict(),
+                          "workloads": [w for w, _ in workloads]})
     return 0
 
 
@@ -299,6 +340,8 @@ def register(sub) -> None:
     c.add_argument("--num-gpu-blocks", type=int, default=None)
     c.add_argument("--max-num-batched-tokens", type=int, default=8192)
     c.add_argument("--out", required=True)
+    c.add_argument("--refit", metavar="ROWS.csv", default=None,
+                   help="refit the profile from calibration steps saved earlier (PROFILE.steps.csv); no GPU needed")
     c.set_defaults(func=calibrate)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,14 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
-from pagesim.cost.profile import FEATURES
+from pagesim.cost.profile import SINGLE_FEATURES, graph_batch_sizes
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, StepPlan
 
 CONFIG = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=1000)
+REPO = Path(__file__).resolve().parent.parent
+COMMITTED_PROFILE = REPO / "results" / "profiles" / "h200-llama-3-8b.json"
+SIZES = graph_batch_sizes(256)  # 1, 2, 4, ..., 256
 
 
 def features(prefill=(), decode=()) -> StepFeatures:
@@ -32,19 +37,23 @@ def features(prefill=(), decode=()) -> StepFeatures:
 
 
 def calibration_grid() -> list[StepFeatures]:
-    """Steps like a calibration run's: prefill chunks, decode batches, and mixes of both."""
+    """Steps like a calibration run's: prefill chunks, decode batches (at graph sizes and between them), mixes."""
     steps = [features(prefill=[(c, q)]) for q in (16, 64, 256, 1024, 4096, 8192) for c in (0, 1024, 8192)]
     for n in (1, 4, 16, 64, 128, 256):
         for ctx in (128, 1024, 4096):
-            steps.append(features(decode=[ctx] * n))
             steps += [features(prefill=[(0, q)], decode=[ctx] * n) for q in (128, 1024)]
+    steps += [features(prefill=[(0, q)] * k, decode=[1024] * 8) for q in (32, 256, 1024) for k in (2, 4, 8)]
+    for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 100, 128, 200, 256):
+        steps += [features(decode=[ctx] * n) for ctx in (128, 1024, 4096)]
     return steps
 
 
-def frame(steps: list[StepFeatures], duration) -> pd.DataFrame:
+def frame(steps: list[StepFeatures], duration, workload_size: int | None = None) -> pd.DataFrame:
     rows = [{name: getattr(f, name) for name in StepFeatures.__slots__} for f in steps]
     df = pd.DataFrame(rows)
     df["duration_s"] = [duration(f) for f in steps]
+    if workload_size:  # consecutive rows grouped into named workloads, as run_calibration's are
+        df["workload"] = [f"w{i // workload_size}" for i in range(len(df))]
     return df
 
 
@@ -55,7 +64,33 @@ def roofline() -> RooflineCostModel:
 
 @pytest.fixture(scope="module")
 def profile(roofline) -> ProfileCostModel:
+    """A profile with CUDA-graph decode steps (the default), fitted to the roofline."""
     return fit_profile(frame(calibration_grid(), roofline.step_time), "llama-3-8b", "h200")[0]
+
+
+@pytest.fixture(scope="module")
+def single_profile(roofline) -> ProfileCostModel:
+    """The former single model (no graph sizes), as profiles written before graphs were modelled."""
+    return fit_profile(frame(calibration_grid(), roofline.step_time), "llama-3-8b", "h200", max_num_seqs=None)[0]
+
+
+@pytest.fixture(scope="module")
+def committed() -> ProfileCostModel:
+    return make_cost_model(str(COMMITTED_PROFILE), CONFIG)
+
+
+# Eager coefficients (prefill and mixed steps) and graph coefficients (decode-only steps at a padded size).
+TRUTH = {"intercept": 20e-3, "num_prefill_tokens": 2e-6, "num_prefill_seqs": 1e-4, "num_decode_seqs": 2e-5,
+         "decode_context_tokens": 6e-8, "prefill_attn_pairs": 1.2e-9, "tokens_over_knee": 2e-5,
+         "graph_intercept": 5e-3, "graph_context_tokens": 3.5e-8, "graph_pad_2": 2e-4, "graph_pad_4": 2e-4,
+         "graph_pad_8": 3e-4, "graph_pad_16": 3e-4, "graph_pad_32": 5e-4, "graph_pad_64": 5e-4,
+         "graph_pad_128": 1e-3, "graph_pad_256": 2.5e-3}
+TRUTH_KNEE = 1218  # one of the fitter's candidate knees
+
+
+def known_profile() -> ProfileCostModel:
+    return ProfileCostModel("llama-3-8b", "h200", {**TRUTH, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}, TRUTH_KNEE,
+                            graph_batch_sizes=SIZES)
 
 
 # ---- features ---------------------------------------------------------------------------
@@ -119,7 +154,7 @@ counts = st.integers(0, 5000)
 feature_values = st.fixed_dictionaries({name: counts for name in StepFeatures.__slots__})
 
 
-@pytest.mark.parametrize("which", ["roofline", "profile"])
+@pytest.mark.parametrize("which", ["roofline", "profile", "single_profile", "committed"])
 @settings(max_examples=200, deadline=None)
 @given(base=feature_values, more=feature_values)
 def test_more_work_is_never_cheaper(request, which, base, more):
@@ -130,9 +165,9 @@ def test_more_work_is_never_cheaper(request, which, base, more):
     assert t1 >= t0, f"{which}: {bigger} costs {t1} s, less than {base} at {t0} s"
 
 
-@pytest.mark.parametrize("which", ["roofline", "profile"])
-@pytest.mark.parametrize("num_seqs, context_start, k", [(1, 0, 1), (1, 100, 50), (37, 12345, 300), (256, 10**6, 700),
-                                                        (0, 0, 5)])
+@pytest.mark.parametrize("which", ["roofline", "profile", "single_profile", "committed"])
+@pytest.mark.parametrize("num_seqs, context_start, k", [(1, 0, 1), (1, 100, 50), (37, 12345, 300), (64, 5000, 40),
+                                                        (65, 5000, 40), (256, 10**6, 700), (300, 10**6, 30), (0, 0, 5)])
 def test_decode_run_times_equal_step_by_step(request, which, num_seqs, context_start, k):
     model = request.getfixturevalue(which)
     run = model.decode_run_times(num_seqs, context_start, k)
@@ -142,8 +177,73 @@ def test_decode_run_times_equal_step_by_step(request, which, num_seqs, context_s
     np.testing.assert_allclose(run, one_by_one, rtol=1e-12, atol=0, err_msg=f"{which}: vectorised decode run differs")
 
 
+# ---- profile: graph steps at the padded batch size ------------------------------------------
+def test_graph_batch_sizes_are_the_executors():
+    pytest.importorskip("torch")  # engine.executor needs it; pagesim duplicates its rule to stay torch-free
+    from engine.executor import graph_batch_sizes as engine_sizes
+
+    for max_num_seqs in (1, 2, 3, 8, 100, 128, 255, 256, 257, 1024):
+        assert graph_batch_sizes(max_num_seqs) == tuple(engine_sizes(max_num_seqs)), max_num_seqs
+
+
+def test_decode_steps_cost_what_their_padded_graph_costs():
+    model = known_profile()
+    ctx = 50_000
+
+    def decode(n):
+        return model.step_time(StepFeatures(num_decode_seqs=n, decode_context_tokens=ctx))
+
+    # 33..64 sequences replay the 64-row graph: the same fixed cost, whatever the number of real rows.
+    assert model.padded_batch(33) == model.padded_batch(64) == 64 and model.padded_batch(65) == 128
+    assert decode(33) == decode(48) == decode(64) < decode(65) == decode(128)
+    base = TRUTH["graph_intercept"] + sum(TRUTH[f"graph_pad_{s}"] for s in SIZES[1:7])
+    assert decode(40) == pytest.approx(base + TRUTH["graph_context_tokens"] * ctx, rel=1e-12)
+    # Above the largest graph, or with any prefill token, the step runs eagerly: the eager formula.
+    assert model.padded_batch(257) is None
+    eager = StepFeatures(num_prefill_tokens=10, num_prefill_seqs=1, prefill_attn_pairs=55, num_decode_seqs=40,
+                         decode_context_tokens=ctx)
+    expected = (TRUTH["intercept"] + 10 * TRUTH["num_prefill_tokens"] + TRUTH["num_prefill_seqs"]
+                + 40 * TRUTH["num_decode_seqs"] + ctx * TRUTH["decode_context_tokens"] + 55 * TRUTH["prefill_attn_pairs"])
+    assert model.step_time(eager) == pytest.approx(expected, rel=1e-12)
+    assert decode(300) == pytest.approx(TRUTH["intercept"] + 300 * TRUTH["num_decode_seqs"]
+                                        + ctx * TRUTH["decode_context_tokens"], rel=1e-12)
+
+
+def test_forward_times_equal_step_time_row_by_row(profile, single_profile, committed):
+    df = frame(calibration_grid() + [features(decode=[100] * 300)], lambda f: 1.0)
+    for model in (profile, single_profile, committed, known_profile()):
+        one_by_one = [model.step_time(f) for f in calibration_grid() + [features(decode=[100] * 300)]]
+        np.testing.assert_allclose(model.forward_times(df), one_by_one, rtol=1e-12, atol=0)
+
+
 # ---- profile: fitting ------------------------------------------------------------------------
-def test_fit_recovers_a_known_linear_model():
+def test_fit_recovers_a_known_model_with_padded_batch_structure():
+    known = known_profile()
+    rng = np.random.default_rng(1)
+    steps = calibration_grid() * 3
+    noisy = frame(steps, known.step_time)
+    noisy["duration_s"] *= 1 + 0.01 * rng.standard_normal(len(noisy))  # 1% timing noise
+    noisy.loc[5, "duration_s"] *= 10  # a pause (a JIT compile): the absolute-error fit ignores it
+    fitted, report = fit_profile(noisy, "llama-3-8b", "h200")
+    assert report["knee_tokens"] == TRUTH_KNEE and fitted.graph_batch_sizes == SIZES
+    for name, value in TRUTH.items():
+        if not name.startswith("graph_pad_"):
+            assert fitted.coefficients[name] == pytest.approx(value, rel=0.1), f"{name}: fitted {fitted.coefficients[name]:.3g}, true {value:.3g}"
+    # Each graph's fixed cost (graph_intercept plus the increments up to its size) within the 1% noise.
+    for size in SIZES:
+        ours, true = (m.step_time(StepFeatures(num_decode_seqs=size)) for m in (fitted, known))
+        assert ours == pytest.approx(true, rel=0.01), f"graph of {size}: fitted {ours:.4g} s, true {true:.4g} s"
+    clean = frame(calibration_grid(), known.step_time)
+    assert np.abs(fitted.forward_times(clean) / clean["duration_s"] - 1).mean() < 0.005
+    assert report["p90_ape"] < 0.02 and report["n_test"] == round(len(steps) * 0.2)
+    assert set(report["by_kind"]) == {"graph", "eager"} and report["by_kind"]["graph"]["n"] > 0
+    # Decode batches between two graph sizes cost what the larger graph costs.
+    for n, g in ((3, 4), (24, 32), (100, 128), (200, 256)):
+        f = StepFeatures(num_decode_seqs=n, decode_context_tokens=1000 * n)
+        assert fitted.step_time(f) == fitted.step_time(StepFeatures(num_decode_seqs=g, decode_context_tokens=1000 * n))
+
+
+def test_fit_of_the_single_model_recovers_a_known_linear_model():
     truth = {"intercept": 4e-3, "prefill_step": 3e-4, "num_prefill_tokens": 2e-6, "num_decode_seqs": 5e-6,
              "decode_context_tokens": 3e-8, "prefill_attn_pairs": 8e-10, "tokens_over_knee": 2e-5}
     knee = 256  # one of the fitter's candidate knees
@@ -152,15 +252,63 @@ def test_fit_recovers_a_known_linear_model():
     steps = calibration_grid() * 3
     noisy = frame(steps, known.step_time)
     noisy["duration_s"] *= 1 + 0.01 * rng.standard_normal(len(noisy))  # 1% timing noise
-    fitted, report = fit_profile(noisy, "llama-3-8b", "h200")
-    assert report["knee_tokens"] == knee
+    fitted, report = fit_profile(noisy, "llama-3-8b", "h200", max_num_seqs=None)
+    assert report["knee_tokens"] == knee and fitted.graph_batch_sizes == ()
     for name, value in truth.items():
         assert fitted.coefficients[name] == pytest.approx(value, rel=0.1), f"{name}: fitted {fitted.coefficients[name]:.3g}, true {value:.3g}"
     assert report["mape"] < 0.015 and report["n_test"] == round(len(steps) * 0.2)
 
 
+def test_fit_keeps_eager_steps_at_least_as_dear_as_graph_steps():
+    # Rows where eager steps look cheaper than graph steps (noise, a bad grid): the fit raises the eager
+    # intercept and context cost so adding a prefill token to a decode batch never makes it cheaper.
+    cheap_eager = {**TRUTH, "intercept": 1e-3, "decode_context_tokens": 1e-8}
+    model = ProfileCostModel("llama-3-8b", "h200", {**cheap_eager, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0},
+                             TRUTH_KNEE, graph_batch_sizes=SIZES)
+    fitted, report = fit_profile(frame(calibration_grid(), model.step_time), "llama-3-8b", "h200")
+    assert set(report["raised"]) == {"intercept", "decode_context_tokens"}
+    c = fitted.coefficients
+    assert c["decode_context_tokens"] >= c["graph_context_tokens"]
+    for n in range(1, 257):  # the eager formula at n sequences covers the graph that n sequences replay
+        graph = fitted.step_time(StepFeatures(num_decode_seqs=n))
+        assert c["intercept"] + n * c["num_decode_seqs"] + c["tokens_over_knee"] * max(n - fitted.knee_tokens, 0) >= graph * (1 - 1e-12)
+    decode = StepFeatures(num_decode_seqs=256, decode_context_tokens=10**6)
+    mixed = StepFeatures(num_prefill_tokens=1, num_prefill_seqs=1, prefill_attn_pairs=1, num_decode_seqs=256,
+                         decode_context_tokens=10**6)
+    assert fitted.step_time(mixed) >= fitted.step_time(decode)
+
+
+def test_holdout_by_workload_is_cross_validation_over_whole_workloads():
+    known = known_profile()
+    rng = np.random.default_rng(2)
+    steps = calibration_grid() * 2
+    df = frame(steps, known.step_time, workload_size=9)
+    df["duration_s"] *= 1 + 0.01 * rng.standard_normal(len(df))
+    model, report = fit_profile(df, "llama-3-8b", "h200", holdout="workload", test_fraction=0.25, seed=3)
+    workloads = sorted(df["workload"].unique())
+    folds = report["fold_workloads"]
+    assert report["holdout"] == "workload" and report["folds"] == len(folds) == 4
+    assert sorted(w for fold in folds for w in fold) == workloads and all(folds)  # a partition of the workloads
+    assert report["n_workloads"] == len(workloads) and report["n_train"] == report["n_test"] == len(df)
+    # Each held-out row is predicted by a model fitted without its workload.
+    ape = np.zeros(len(df))
+    for held_out in folds:
+        out = df["workload"].isin(held_out).to_numpy()
+        part, _ = fit_profile(df[~out], "llama-3-8b", "h200", holdout="workload", test_fraction=0)
+        ape[out] = np.abs(part.forward_times(df[out]) / df["duration_s"][out] - 1)
+    assert report["mape"] == pytest.approx(ape.mean(), rel=1e-9)
+    # The returned model is fitted on every row: the same as with nothing held out.
+    everything, _ = fit_profile(df, "llama-3-8b", "h200", holdout="workload", test_fraction=0)
+    assert model.coefficients == everything.coefficients
+    with pytest.raises(UserError, match="'workload' column"):
+        fit_profile(df.drop(columns="workload"), "llama-3-8b", "h200", holdout="workload")
+    with pytest.raises(UserError, match="holdout 'random'"):
+        fit_profile(df, "llama-3-8b", "h200", holdout="random")
+
+
 def test_fit_to_the_roofline_is_close(roofline):
-    _, report = fit_profile(frame(calibration_grid(), roofline.step_time), "llama-3-8b", "h200")
+    # The roofline has no CUDA graphs (no padding, no eager launch cost): the single model describes it.
+    _, report = fit_profile(frame(calibration_grid(), roofline.step_time), "llama-3-8b", "h200", max_num_seqs=None)
     assert report["mape"] < 0.03 and report["p90_ape"] < 0.05, f"linear profile misses the roofline: {report}"
 
 
@@ -179,6 +327,9 @@ def test_fit_rejects_rows_it_cannot_use():
     df.loc[3, "duration_s"] = -1.0
     with pytest.raises(UserError, match="row 3"):
         fit_profile(df, "llama-3-8b", "h200")
+    prefill_only = frame([f for f in calibration_grid() if f.num_prefill_tokens], lambda f: 1e-3)
+    with pytest.raises(UserError, match="decode-only .*CUDA-graph"):
+        fit_profile(prefill_only, "llama-3-8b", "h200")
 
 
 # ---- profile: files ------------------------------------------------------------------------
@@ -186,13 +337,36 @@ def test_profile_json_round_trip(profile, tmp_path):
     path = tmp_path / "h200.json"
     profile.to_json(path)
     d = json.loads(path.read_text())
-    assert d["kind"] == "profile" and d["features"] == list(FEATURES)
+    assert d["kind"] == "profile" and d["features"] == list(profile.feature_names)
+    assert d["graph_batch_sizes"] == list(SIZES) and "graph_pad_64" in d["features"] and "prefill_step" not in d["features"]
     assert {"model", "gpu", "coefficients", "fit", "created"} <= d.keys() and {"mape", "n_train", "n_test"} <= d["fit"].keys()
     loaded = make_cost_model(str(path), CONFIG)
     assert loaded.coefficients == profile.coefficients and loaded.knee_tokens == profile.knee_tokens
+    assert loaded.graph_batch_sizes == SIZES
     for f in calibration_grid()[::7] + [StepFeatures(num_swap_out_blocks=2, num_copy_blocks=1)]:
         assert loaded.step_time(f) == profile.step_time(f)
     assert loaded.describe()["kind"] == "profile" and loaded.describe()["source"] == str(path)
+    assert loaded.describe()["graph_batch_sizes"] == list(SIZES)
+
+
+def test_profile_without_graph_sizes_is_the_former_single_model(tmp_path):
+    # A profile file as written before CUDA-graph steps were modelled: every step by one formula.
+    coef = {"intercept": 5e-3, "prefill_step": 2e-2, "num_prefill_tokens": 0.0, "num_decode_seqs": 1.6e-5,
+            "decode_context_tokens": 3.6e-8, "prefill_attn_pairs": 1.5e-9, "tokens_over_knee": 2.2e-5}
+    old = {"kind": "profile", "model": "llama-3-8b", "gpu": "h200", "features": list(SINGLE_FEATURES),
+           "coefficients": {**coef, "swap_s_per_byte": 2e-11, "copy_s_per_byte": 4e-13}, "knee_tokens": 1218,
+           "fit": {"mape": 0.045, "n_train": 1, "n_test": 1}, "created": ""}
+    loaded = make_cost_model(_write(tmp_path, json.dumps(old)), CONFIG)
+    assert loaded.graph_batch_sizes == () and loaded.padded_batch(33) is None
+    decode = StepFeatures(num_decode_seqs=33, decode_context_tokens=40_000)
+    assert loaded.step_time(decode) == (coef["intercept"] + 33 * coef["num_decode_seqs"]
+                                        + 40_000 * coef["decode_context_tokens"])
+    mixed = StepFeatures(num_prefill_tokens=2000, num_prefill_seqs=1, prefill_attn_pairs=2001000, num_decode_seqs=33,
+                         decode_context_tokens=40_000)
+    expected = (coef["intercept"] + coef["prefill_step"] + 33 * coef["num_decode_seqs"]
+                + 40_000 * coef["decode_context_tokens"] + 2001000 * coef["prefill_attn_pairs"]
+                + (2033 - 1218) * coef["tokens_over_knee"])
+    assert loaded.step_time(mixed) == pytest.approx(expected, rel=1e-12)
 
 
 def _write(tmp_path, text: str):
@@ -207,6 +381,10 @@ def _write(tmp_path, text: str):
     (lambda d: d["coefficients"].update(intercept="fast"), r"coefficients\['intercept'\] is 'fast'"),
     (lambda d: d["coefficients"].pop("swap_s_per_byte"), r"coefficients\['swap_s_per_byte'\]"),
     (lambda d: d["features"].append("moon_phase"), "unknown feature.*moon_phase"),
+    (lambda d: d["features"].append("graph_pad_512"), "unknown feature.*graph_pad_512"),
+    (lambda d: d.pop("graph_batch_sizes"), "unknown feature.*graph_intercept.*need 'graph_batch_sizes'"),
+    (lambda d: d.update(graph_batch_sizes=[1, 4, 2]), "'graph_batch_sizes' is \\[1, 4, 2\\]"),
+    (lambda d: d.update(graph_batch_sizes="1,2"), "'graph_batch_sizes' is '1,2'"),
     (lambda d: d.update(model="gpt-5"), "unknown model 'gpt-5'"),
     (lambda d: d.update(knee_tokens=-3), "knee_tokens"),
 ])
@@ -241,3 +419,49 @@ def test_profile_for_another_model_or_gpu_is_refused(profile, tmp_path):
 def test_cost_package_does_not_import_torch():
     code = "import sys, pagesim.cost; assert 'torch' not in sys.modules, 'pagesim.cost imported torch'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- calibrate --refit and the committed profile ---------------------------------------------
+def test_refit_cli_writes_a_loadable_profile_without_a_gpu(tmp_path, capsys):
+    known = known_profile()
+    rows = frame(calibration_grid() * 2, known.step_time, workload_size=12)
+    rows["exec_s"] = rows["duration_s"]  # extra columns of a saved calibration pass through unused
+    csv = tmp_path / "cal.steps.csv"
+    rows.to_csv(csv, index=False)
+    out = tmp_path / "profiles" / "cal.json"
+    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["command"] == f"python -m pagesim calibrate --refit {csv} --out {out}"
+    assert d["report"]["holdout"] == "workload" and d["report"]["mape"] < 0.02
+    assert d["workloads"] == list(dict.fromkeys(rows["workload"])) and d["graph_batch_sizes"] == list(SIZES)
+    loaded = make_cost_model(str(out), CONFIG)
+    for f in calibration_grid()[::5]:
+        assert loaded.step_time(f) == pytest.approx(known.step_time(f), rel=1e-3)
+    assert json.loads(capsys.readouterr().out)["holdout"] == "workload"
+
+    # Refitting over a calibration's profile keeps the records of the measurement.
+    records = {"environment": {"gpu": "NVIDIA H200"}, "config": {"model": "llama-3-8b", "gpu": "h200", "max_num_seqs": 64},
+               "workloads": ["a", "b"]}
+    out.write_text(json.dumps({**d, **records, "report": {}, "command": "old"}))
+    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out)]) == 0
+    d2 = json.loads(out.read_text())
+    assert {k: d2[k] for k in records} == records and d2["report"]["holdout"] == "workload"
+    assert d2["graph_batch_sizes"] == [1, 2, 4, 8, 16, 32, 64]  # from the measured engine's max_num_seqs
+    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out), "--gpu", "h100"]) == 2
+    assert "holds a profile of llama-3-8b on h200" in capsys.readouterr().err
+    assert cli_main(["calibrate", "--refit", str(tmp_path / "nope.csv"), "--out", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_committed_profile_is_reproduced_by_refit(committed):
+    d = json.loads(COMMITTED_PROFILE.read_text())
+    assert d["graph_batch_sizes"] == list(SIZES) and d["report"]["holdout"] == "workload"
+    assert d["command"] == ("python -m pagesim calibrate --refit results/profiles/h200-llama-3-8b.steps.csv "
+                            "--out results/profiles/h200-llama-3-8b.json")
+    assert {"environment", "config", "workloads"} <= d.keys()
+    rows = pd.read_csv(COMMITTED_PROFILE.with_suffix(".steps.csv"))
+    refitted, report = fit_profile(rows, "llama-3-8b", "h200", holdout="workload", max_num_seqs=d["config"]["max_num_seqs"])
+    assert refitted.knee_tokens == committed.knee_tokens
+    for name, value in committed.coefficients.items():
+        assert refitted.coefficients[name] == pytest.approx(value, rel=1e-6, abs=1e-15), name
+    assert report["mape"] == pytest.approx(d["report"]["mape"], rel=1e-6)

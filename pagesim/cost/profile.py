@@ -1,25 +1,58 @@
-"""A cost model fitted to step timings measured on a real GPU: linear in a few features of the step.
+"""A cost model fitted to step timings measured on a real GPU: two small linear models, one per way a step runs.
 
-    forward = intercept + prefill_step * [any prefill tokens] + num_prefill_tokens + num_decode_seqs
-              + decode_context_tokens + prefill_attn_pairs + tokens_over_knee * max(0, tokens - knee)
-    (each term times its coefficient), plus swap and copy time from PCIe and HBM bandwidth as in the roofline.
+The engine runs a step in one of two ways (engine/executor.py), and so does this model:
 
-Why these features:
-- intercept: the weights are read once per step whatever its size, plus the step's fixed overhead;
-- prefill_step: pure-decode steps replay a CUDA graph, steps with prefill run eagerly and pay the
-  launches of every kernel once;
-- num_prefill_tokens, num_decode_seqs: per-token work below the knee (K/V writes, norms, per-row host work);
-- decode_context_tokens: decode attention streams each sequence's K/V (memory-bound);
-- prefill_attn_pairs: prefill attention does work per (query, key) pair (compute-bound);
-- tokens_over_knee: the dense matmuls turn from weight-bound to compute-bound once the step has more
-  tokens than the knee (a few hundred for an 8B model on an H200), the roofline's max() as a hinge.
-  The knee is chosen from a grid by the fit, not assumed.
-Coefficients are kept non-negative, so more work is never predicted cheaper.
+- graph steps: decode-only steps of at most the largest captured batch replay a CUDA graph captured
+  at a PADDED batch size g, the next of `graph_batch_sizes` (1, 2, 4, ..., 256 for max_num_seqs 256);
+  the padding rows run through every matmul, so the cost is the graph's own:
+
+    graph = graph_intercept + sum of graph_pad_<s> over the sizes s <= g (s > 1) + graph_context_tokens * C
+
+  graph_pad_<s> is what the graph of size s costs more than the one below it (matmuls, LM head,
+  sampling over s rows; the decode-attention grid has s rows); every step between two sizes costs the
+  same. C = decode_context_tokens: decode attention streams every sequence's K/V (memory-bound).
+
+- eager steps: steps with any prefill token (and decode batches above the largest graph) run kernel
+  by kernel at their exact size, launched from Python:
+
+    eager = intercept + num_prefill_tokens + num_prefill_seqs + num_decode_seqs + decode_context_tokens
+            + prefill_attn_pairs + tokens_over_knee * max(0, tokens - knee)   (each term times its coefficient)
+
+  intercept: the weights read once plus launching every kernel of the step from the host (the launches,
+  not the GPU, set the time of a small eager step: 20-25 ms on an H200 against ~5 ms for a graph replay);
+  num_prefill_seqs, num_decode_seqs: per-sequence host work (input rows, prefill metadata, block-table
+  rows) and per-row work below the knee; decode_context_tokens, prefill_attn_pairs: attention (K/V
+  streamed by decodes, (query, key) pairs of prefill chunks); tokens_over_knee: the dense matmuls turn
+  from weight-bound to compute-bound once the step has more tokens than the knee, the roofline's max()
+  as a hinge. The knee is chosen from a grid by the fit.
+
+Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
+tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
+sizes only add cost, and the fit keeps eager steps at least as dear as graph steps with as many
+sequences and as much context (raising intercept or decode_context_tokens if needed: on an H200 the
+eager launches cost far more than any graph, so this never binds), so more work is never predicted
+cheaper, across the two kinds too.
+
+The fit minimises the mean absolute relative error (the MAPE that validation reports) by iteratively
+reweighted non-negative least squares: each kind's prediction is the median of the steps like it, and
+a rare host pause in the calibration rows (three in the H200 rows, 0.16-2.1 s, likely JIT compiles of a
+new kernel specialisation) does not pull the fit. A profile without `graph_batch_sizes` (written before
+graphs were modelled) is the former single model: the eager formula plus prefill_step (for any prefill
+token) applied to every step.
+
+Known limit: the features are sums over the step, so the model cannot see how the context is spread over
+the sequences. The decode-attention kernel gives each sequence num_splits programs per KV head (ceil(2 *
+SMs / (rows * KV heads)): 1 from 64 rows up for Llama-3-8B on an H200) that walk their share of its keys
+one tile after the other; a step's attention then lasts at least as long as its longest sequence's share
+takes (~1 us per key of it on an H200, measured in the calibration rows where 4k-token sequences decode
+among short ones). Calibration batches are uniform; live batches with a few long sequences among short
+ones run up to ~20% longer than predicted (pair-conv-paged: 33-64 sequences, one at 4k+ tokens).
 """
 
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,17 +68,34 @@ from pagesim.specs import get_gpu, get_model
 if TYPE_CHECKING:
     import pandas as pd
 
-FEATURES = ("intercept", "prefill_step", "num_prefill_tokens", "num_decode_seqs", "decode_context_tokens",
-            "prefill_attn_pairs", "tokens_over_knee")
+# Features of eager steps (and, without graphs, of every step); the values _terms computes, in order.
+FEATURES = ("intercept", "prefill_step", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
+            "decode_context_tokens", "prefill_attn_pairs", "tokens_over_knee")
+EAGER_FEATURES = tuple(f for f in FEATURES if f != "prefill_step")  # fitted when graph steps have their own model
+SINGLE_FEATURES = tuple(f for f in FEATURES if f != "num_prefill_seqs")  # the former single model
+GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens")  # plus graph_pad_<size> for each size above the first
 TRANSFERS = ("swap_s_per_byte", "copy_s_per_byte")
-INPUT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "decode_context_tokens", "prefill_attn_pairs")
+INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
+                 "prefill_attn_pairs")
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
+# engine.executor's padded decode sizes (pagesim must not import the engine, which needs torch).
+_COMMON_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def _terms(p_tokens, d_seqs, d_ctx, pairs, knee, maximum=max):
+def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
+    """The executor's CUDA-graph batch sizes: the common sizes below max_num_seqs, then max_num_seqs (at most 256)."""
+    sizes = [b for b in _COMMON_GRAPH_SIZES if b < max_num_seqs]
+    return tuple(sizes + [min(max_num_seqs, _COMMON_GRAPH_SIZES[-1])])
+
+
+def graph_features(sizes) -> tuple[str, ...]:
+    return GRAPH_FEATURES + tuple(f"graph_pad_{s}" for s in sizes[1:])
+
+
+def _terms(p_tokens, p_seqs, d_seqs, d_ctx, pairs, knee, maximum=max):
     """The feature values in FEATURES order, for scalars or (with np.maximum) numpy arrays."""
-    return (1, (p_tokens > 0) * 1, p_tokens, d_seqs, d_ctx, pairs, maximum(p_tokens + d_seqs - knee, 0))
+    return (1, (p_tokens > 0) * 1, p_tokens, p_seqs, d_seqs, d_ctx, pairs, maximum(p_tokens + d_seqs - knee, 0))
 
 
 @dataclass
@@ -58,26 +108,59 @@ class ProfileCostModel:
     fit: dict = field(default_factory=dict)
     created: str = ""
     source: str | None = None  # the file it was read from
+    graph_batch_sizes: tuple[int, ...] = ()  # () = no graph model: every step by the eager formula
 
     def __post_init__(self):
-        self._c = tuple(float(self.coefficients.get(name, 0.0)) for name in FEATURES)
+        self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
+        coef = self.coefficients
+        self._c = tuple(float(coef.get(name, 0.0)) for name in FEATURES)
+        sizes = self.graph_batch_sizes
+        # Fixed cost of each graph: graph_intercept plus the increments up to its size (one sum, shared by
+        # step_time and decode_run_times so both give the same float).
+        base = float(coef.get("graph_intercept", 0.0))
+        self._graph_base = []
+        for i, s in enumerate(sizes):
+            if i:
+                base += float(coef.get(f"graph_pad_{s}", 0.0))
+            self._graph_base.append(base)
+        self._graph_max = sizes[-1] if sizes else 0
+        self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
+        self._idle = self._graph_base[0] if sizes else self._c[0]
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size)
-        self.swap_s_per_block = self.coefficients["swap_s_per_byte"] * block_bytes
-        self.copy_s_per_block = self.coefficients["copy_s_per_byte"] * block_bytes
+        self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
+        self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
 
-    def _forward_time(self, p_tokens, d_seqs, d_ctx, pairs):
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        if self.graph_batch_sizes:
+            return EAGER_FEATURES + graph_features(self.graph_batch_sizes)
+        return SINGLE_FEATURES
+
+    def padded_batch(self, num_decode_seqs: int) -> int | None:
+        """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
+        if 0 < num_decode_seqs <= self._graph_max:
+            return self.graph_batch_sizes[bisect_left(self.graph_batch_sizes, num_decode_seqs)]
+        return None
+
+    def _eager_time(self, p_tokens, p_seqs, d_seqs, d_ctx, pairs):
         t = 0.0
-        for c, x in zip(self._c, _terms(p_tokens, d_seqs, d_ctx, pairs, self.knee_tokens)):
+        for c, x in zip(self._c, _terms(p_tokens, p_seqs, d_seqs, d_ctx, pairs, self.knee_tokens)):
             t = t + c * x
         return t
+
+    def _graph_time(self, d_seqs: int, d_ctx):
+        return self._graph_base[bisect_left(self.graph_batch_sizes, d_seqs)] + self._graph_ctx * d_ctx
 
     def step_time(self, f: StepFeatures) -> float:
         t = (f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
         if f.num_prefill_tokens or f.num_decode_seqs:
-            t += self._forward_time(f.num_prefill_tokens, f.num_decode_seqs, f.decode_context_tokens,
-                                    f.prefill_attn_pairs)
+            if not f.num_prefill_tokens and f.num_decode_seqs <= self._graph_max:
+                t += self._graph_time(f.num_decode_seqs, f.decode_context_tokens)
+            else:
+                t += self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
+                                      f.decode_context_tokens, f.prefill_attn_pairs)
         elif t:
-            t += self._c[0]
+            t += self._idle
         return t
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int) -> np.ndarray:
@@ -85,19 +168,38 @@ class ProfileCostModel:
         if num_seqs == 0:
             return np.zeros(k)
         ctx = context_start + num_seqs * np.arange(1, k + 1, dtype=np.int64)
-        return self._forward_time(0, num_seqs, ctx, 0)
+        if num_seqs <= self._graph_max:
+            return self._graph_time(num_seqs, ctx)
+        return self._eager_time(0, 0, num_seqs, ctx, 0)
+
+    def forward_times(self, rows) -> np.ndarray:
+        """Forward time of each row (a frame or dict of INPUT_COLUMNS arrays): step_time without transfers, vectorised."""
+        p, ps, n, c, pairs = (np.asarray(rows[col], dtype=np.float64) for col in INPUT_COLUMNS)
+        out = np.zeros(len(p))
+        eager = (p > 0) | (n > self._graph_max)
+        eager_terms = _terms(p[eager], ps[eager], n[eager], c[eager], pairs[eager], self.knee_tokens, np.maximum)
+        out[eager] = sum(coef * x for coef, x in zip(self._c, eager_terms))
+        graph = ~eager & (n > 0)
+        if graph.any():
+            idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
+            out[graph] = np.asarray(self._graph_base)[idx] + self._graph_ctx * c[graph]
+        return out
 
     def describe(self) -> dict:
-        return {"kind": "profile", "source": self.source, "model": self.model, "gpu": self.gpu,
-                "knee_tokens": self.knee_tokens, "coefficients": dict(self.coefficients), "fit": dict(self.fit),
-                "created": self.created}
+        d = {"kind": "profile", "source": self.source, "model": self.model, "gpu": self.gpu,
+             "knee_tokens": self.knee_tokens, "coefficients": dict(self.coefficients), "fit": dict(self.fit),
+             "created": self.created}
+        if self.graph_batch_sizes:
+            d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        return d
 
     # ---- files ---------------------------------------------------------------------
     def to_json(self, path: str | Path) -> None:
-        features = [f for f in FEATURES if f in self.coefficients]
-        d = {"kind": "profile", "model": self.model, "gpu": self.gpu, "features": features,
-             "coefficients": self.coefficients, "knee_tokens": self.knee_tokens, "fit": self.fit,
-             "created": self.created}
+        features = [f for f in self.feature_names if f in self.coefficients]
+        d = {"kind": "profile", "model": self.model, "gpu": self.gpu, "features": features}
+        if self.graph_batch_sizes:
+            d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
     @classmethod
@@ -117,9 +219,18 @@ class ProfileCostModel:
             raise UserError(f"profile {p}: missing key(s) {', '.join(missing)}; expected {', '.join(REQUIRED_KEYS)}")
         if d["kind"] != "profile":
             raise UserError(f"profile {p}: 'kind' is {d['kind']!r}, expected 'profile'")
-        unknown = [f for f in d["features"] if f not in FEATURES]
+        sizes = d.get("graph_batch_sizes", [])
+        if (not isinstance(sizes, list) or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)
+                or any(a >= b for a, b in zip(sizes, sizes[1:]))):
+            raise UserError(f"profile {p}: 'graph_batch_sizes' is {sizes!r}, expected increasing positive integers "
+                            "(the engine's CUDA-graph decode batch sizes)")
+        known = (EAGER_FEATURES + graph_features(sizes)) if sizes else SINGLE_FEATURES
+        if not isinstance(d["features"], list):
+            raise UserError(f"profile {p}: 'features' must be a list of feature names")
+        unknown = [f for f in d["features"] if f not in known]
         if unknown:
-            raise UserError(f"profile {p}: unknown feature(s) {unknown}; expected some of {list(FEATURES)}")
+            hint = "" if sizes or not any(str(f).startswith("graph_") for f in unknown) else " (graph features need 'graph_batch_sizes')"
+            raise UserError(f"profile {p}: unknown feature(s) {unknown}; expected some of {list(known)}{hint}")
         coef = d["coefficients"]
         if not isinstance(coef, dict):
             raise UserError(f"profile {p}: 'coefficients' must be an object of feature name -> seconds")
@@ -132,49 +243,160 @@ class ProfileCostModel:
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS]},
-                       d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p))
+                       d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes))
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
 
 # ---- fitting ---------------------------------------------------------------------------
-def _design(rows, knee: int) -> np.ndarray:
-    cols = [np.asarray(rows[c], dtype=np.float64) for c in INPUT_COLUMNS]
-    return np.column_stack([np.broadcast_to(np.asarray(t, dtype=np.float64), cols[0].shape)
-                            for t in _terms(*cols, knee, np.maximum)])
-
-
-def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Least squares with x >= 0: refit without the most negative coefficient until none is negative."""
+def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min |a x - b| subject to x >= 0 (Lawson and Hanson's active-set method), columns rescaled first."""
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
     a = a / scale
-    active = list(range(a.shape[1]))
-    while True:
-        x_active = np.linalg.lstsq(a[:, active], b, rcond=None)[0]
-        worst = int(np.argmin(x_active))
-        if x_active[worst] >= 0 or len(active) == 1:
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * max(m, n) * max(1.0, np.abs(a).sum(axis=0).max())
+    w = a.T @ (b - a @ x)
+    for _ in range(3 * n + 10):
+        if passive.all() or w[~passive].max() <= tol:
             break
-        active.pop(worst)
-    x = np.zeros(a.shape[1])
-    x[active] = np.maximum(x_active, 0)
-    return x / scale, [i for i in range(a.shape[1]) if i not in active]
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > tol).all():
+                break
+            bad = passive & (z <= tol)
+            alpha = np.min(x[bad] / (x[bad] - z[bad]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        x = z
+        w = a.T @ (b - a @ x)
+    return np.maximum(x, 0.0) / scale
+
+
+def _fit_relative_l1(a: np.ndarray, y: np.ndarray, iters: int = 100, floor: float = 1e-3) -> tuple[np.ndarray, float]:
+    """x >= 0 minimising mean |a x / y - 1|, by reweighted least squares (weights 1 / max(|residual|, floor)).
+
+    Returns x and its mean absolute relative error on these rows.
+    """
+    m = a / y[:, None]
+    w = np.ones(len(y))
+    best_err, best_x, previous = np.inf, np.zeros(a.shape[1]), np.inf
+    for _ in range(iters):
+        sw = np.sqrt(w)
+        x = _nnls(m * sw[:, None], sw)
+        r = np.abs(m @ x - 1)
+        err = float(r.mean())
+        if err < best_err:
+            best_err, best_x = err, x
+        if err >= previous * (1 - 1e-7):  # no longer improving
+            break
+        previous = err
+        w = 1 / np.maximum(r, floor)
+    return best_x, best_err
+
+
+def _columns(rows) -> dict[str, np.ndarray]:
+    return {c: np.asarray(rows[c], dtype=np.float64) for c in INPUT_COLUMNS}
+
+
+def _eager_design(cols, sel, knee, names) -> np.ndarray:
+    values = dict(zip(FEATURES, _terms(cols["num_prefill_tokens"][sel], cols["num_prefill_seqs"][sel],
+                                       cols["num_decode_seqs"][sel], cols["decode_context_tokens"][sel],
+                                       cols["prefill_attn_pairs"][sel], knee, np.maximum)))
+    return np.column_stack([np.broadcast_to(np.asarray(values[f], dtype=np.float64), (len(sel),)) for f in names])
+
+
+def _graph_design(cols, sel, sizes) -> np.ndarray:
+    n = cols["num_decode_seqs"][sel]
+    g = np.asarray(sizes)[np.searchsorted(sizes, n, side="left")]
+    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel]] + [(g >= s) * 1.0 for s in sizes[1:]])
+
+
+def _fit_coefficients(cols, y, sel, sizes, knees) -> dict:
+    """Both kinds' coefficients from the rows in `sel` (indices); returns them with the knee and fit details."""
+    rows_idx = np.asarray(sel)
+    is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= (sizes[-1] if sizes else 0))
+    graph_rows, eager_rows = rows_idx[is_graph], rows_idx[~is_graph]
+    names = EAGER_FEATURES if sizes else SINGLE_FEATURES
+    coefficients: dict[str, float] = {}
+    dropped: list[str] = []
+    raised: list[str] = []
+    abs_err = []
+    if sizes:
+        gnames = graph_features(sizes)
+        if len(graph_rows) < 2 * len(gnames):
+            raise UserError(f"calibration rows: {len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
+                            f"least {2 * len(gnames)}; or fit a single model (max_num_seqs=None)")
+        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes), y[graph_rows])
+        coefficients.update(zip(gnames, map(float, x)))
+        dropped += [f for f, v in zip(gnames, x) if v == 0]
+        abs_err.append(err * len(graph_rows))
+    if len(eager_rows) < 2 * len(names):
+        raise UserError(f"calibration rows: {len(eager_rows)} usable {'eager (prefill or mixed) ' if sizes else ''}"
+                        f"training rows, need at least {2 * len(names)}")
+    best = None
+    for knee in knees:
+        x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names), y[eager_rows])
+        if best is None or err < best[0]:
+            best = (err, knee, x)
+    err, knee, x = best
+    eager = dict(zip(names, map(float, x)))
+    dropped += [f for f, v in eager.items() if v == 0]
+    if sizes:
+        # An eager step never costs less than a graph step with fewer sequences and less context:
+        # intercept + num_decode_seqs * n (+ the hinge) covers every graph's fixed cost at n sequences,
+        # and decode_context_tokens is at least graph_context_tokens.
+        n = np.arange(1, sizes[-1] + 1)
+        graph_base = np.cumsum([coefficients["graph_intercept"]] + [coefficients[f"graph_pad_{s}"] for s in sizes[1:]])
+        eager_floor = (eager["intercept"] + eager["num_decode_seqs"] * n
+                       + eager["tokens_over_knee"] * np.maximum(n - knee, 0))
+        shortfall = float(np.max(graph_base[np.searchsorted(sizes, n)] - eager_floor))
+        if shortfall > 0:
+            eager["intercept"] += shortfall
+            raised.append("intercept")
+        if eager["decode_context_tokens"] < coefficients["graph_context_tokens"]:
+            eager["decode_context_tokens"] = coefficients["graph_context_tokens"]
+            raised.append("decode_context_tokens")
+    coefficients = {**eager, **coefficients}
+    abs_err.append(err * len(eager_rows))
+    return {"coefficients": coefficients, "knee": knee, "dropped": dropped, "raised": raised,
+            "train_mape": float(sum(abs_err) / len(rows_idx))}
 
 
 def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
-                knees: tuple[int, ...] = KNEES) -> tuple[ProfileCostModel, dict]:
-    """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-back rows.
+                knees: tuple[int, ...] = KNEES, holdout: str = "rows",
+                max_num_seqs: int | None = 256) -> tuple[ProfileCostModel, dict]:
+    """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
-    `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the forward pass). Rows without tokens or
-    with swaps/copies are left out (transfer costs come from the bandwidths). The fit minimises the
-    squared relative error, so short steps count as much as long ones. A seeded permutation holds back
-    `test_fraction` of the rows; the knee is the one in `knees` with the least training error.
+    `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
+    swaps/copies are left out (transfer costs come from the bandwidths). Each kind of step (graph,
+    eager; see the module docstring) gets its own coefficients, fitted to the least mean absolute
+    relative error; the knee is the one in `knees` with the least training error. The graph sizes
+    are the executor's for `max_num_seqs` (the calibrated engine's); None fits the former single model.
+
+    holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
+    fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
+    round(1 / test_fraction) folds of them in turn (cross-validation), so each reported error is that
+    of a model that never saw the step's workload; the returned model is then fitted on every row.
     """
     missing = [c for c in (*INPUT_COLUMNS, "duration_s") if c not in rows]
     if missing:
         raise UserError(f"calibration rows lack column(s) {', '.join(missing)}; expected {', '.join(INPUT_COLUMNS)}, duration_s")
+    if holdout not in ("rows", "workload"):
+        raise UserError(f"holdout {holdout!r}: expected 'rows' or 'workload'")
+    if holdout == "workload" and "workload" not in rows:
+        raise UserError("holdout='workload' needs a 'workload' column naming each row's calibration workload")
+    if not 0 <= test_fraction < 1:
+        raise UserError(f"test_fraction {test_fraction}: expected at least 0 and below 1")
     m, g = get_model(model), get_gpu(gpu)
-    keep = (np.asarray(rows["num_prefill_tokens"]) + np.asarray(rows["num_decode_seqs"])) > 0
+    sizes = graph_batch_sizes(max_num_seqs) if max_num_seqs else ()
+    cols = _columns(rows)
+    keep = (cols["num_prefill_tokens"] + cols["num_decode_seqs"]) > 0
     for c in ("num_swap_out_blocks", "num_swap_in_blocks", "num_copy_blocks"):
         if c in rows:
             keep &= np.asarray(rows[c]) == 0
@@ -183,31 +405,60 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     bad = idx[~(y[idx] > 0) | ~np.isfinite(y[idx])]
     if len(bad):
         raise UserError(f"calibration rows: duration_s must be a positive number of seconds; row {bad[0]} has {y[bad[0]]!r}")
-    n_test = int(round(len(idx) * test_fraction))
-    perm = np.random.default_rng(seed).permutation(idx)
-    test, train = perm[:n_test], perm[n_test:]
-    if len(train) < 2 * len(FEATURES):
-        raise UserError(f"calibration rows: {len(train)} usable training rows, need at least {2 * len(FEATURES)}")
+    transfers = {"swap_s_per_byte": 1 / (g.pcie_bandwidth * PCIE_EFFICIENCY),
+                 "copy_s_per_byte": 2 / (g.hbm_bandwidth * MEM_EFFICIENCY)}
 
-    def relative_errors(knee, coef, sel):
-        return _design(rows, knee)[sel] @ coef / y[sel] - 1
+    def make(fitted, fit=None):
+        return ProfileCostModel(m.name, g.name, {**fitted["coefficients"], **transfers}, fitted["knee"], fit=fit or {},
+                                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                graph_batch_sizes=sizes)
 
-    best = None
-    for knee in knees:
-        a = _design(rows, knee)[train]
-        coef, dropped = _nonnegative_lstsq(a / y[train, None], np.ones(len(train)))
-        rms = float(np.sqrt(np.mean(relative_errors(knee, coef, train) ** 2)))
-        if best is None or rms < best[0]:
-            best = (rms, knee, coef, dropped)
-    _, knee, coef, dropped = best
-    ape = np.abs(relative_errors(knee, coef, test if len(test) else train))
-    fit = {"mape": float(ape.mean()), "p90_ape": float(np.percentile(ape, 90)), "n_train": len(train),
-           "n_test": len(test)}
-    coefficients = dict(zip(FEATURES, map(float, coef)))
-    coefficients["swap_s_per_byte"] = 1 / (g.pcie_bandwidth * PCIE_EFFICIENCY)
-    coefficients["copy_s_per_byte"] = 2 / (g.hbm_bandwidth * MEM_EFFICIENCY)
-    profile = ProfileCostModel(m.name, g.name, coefficients, knee, fit=fit,
-                               created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    report = dict(fit, knee_tokens=knee, dropped=[FEATURES[i] for i in dropped], n_left_out=int((~keep).sum()),
-                  train_rms_relative_error=best[0])
+    predicted = np.full(len(y), np.nan)
+    if holdout == "rows":
+        n_test = int(round(len(idx) * test_fraction))
+        perm = np.random.default_rng(seed).permutation(idx)
+        test, train = perm[:n_test], perm[n_test:]
+        final = _fit_coefficients(cols, y, train, sizes, knees)
+        scored = test if len(test) else train
+        predicted[scored] = make(final).forward_times({c: v[scored] for c, v in cols.items()})
+        folds = n_workloads = fold_workloads = None
+    else:
+        names = np.asarray(rows["workload"]).astype(str)[idx]
+        workloads = np.unique(names)
+        n_workloads = len(workloads)
+        folds = min(n_workloads, max(2, int(round(1 / test_fraction)))) if test_fraction else 0
+        if folds and n_workloads < 2:
+            raise UserError(f"calibration rows: {n_workloads} workload(s); holding out whole workloads needs at least 2")
+        order = np.random.default_rng(seed).permutation(workloads)
+        fold_workloads = [sorted(order[f::folds].tolist()) for f in range(folds)]
+        for held_out in fold_workloads:
+            out = np.isin(names, held_out)
+            part = _fit_coefficients(cols, y, idx[~out], sizes, knees)
+            predicted[idx[out]] = make(part).forward_times({c: v[idx[out]] for c, v in cols.items()})
+        final = _fit_coefficients(cols, y, idx, sizes, knees)
+        if not folds:  # nothing held out: the training error
+            predicted[idx] = make(final).forward_times({c: v[idx] for c, v in cols.items()})
+        train = scored = idx
+        n_test = len(idx) if folds else 0
+    ape = np.abs(predicted[scored] / y[scored] - 1)
+    is_graph = (cols["num_prefill_tokens"][scored] == 0) & (cols["num_decode_seqs"][scored] <= (sizes[-1] if sizes else 0))
+
+    def summary(a):
+        return {"mape": float(a.mean()), "p90_ape": float(np.percentile(a, 90)), "n": int(len(a))} if len(a) else None
+
+    fit = {"mape": float(ape.mean()), "p90_ape": float(np.percentile(ape, 90)), "n_train": int(len(train)),
+           "n_test": int(n_test), "holdout": holdout}
+    if folds is not None:
+        fit.update(folds=folds, n_workloads=n_workloads)
+    by_kind = {"graph": summary(ape[is_graph]), "eager": summary(ape[~is_graph])} if sizes else None
+    if by_kind:
+        fit["by_kind"] = by_kind
+    profile = make(final, fit)
+    report = dict(fit, knee_tokens=final["knee"], dropped=final["dropped"], raised=final["raised"],
+                  n_left_out=int((~keep).sum()), train_mape=final["train_mape"],
+                  objective="mean absolute relative error")
+    if sizes:
+        report["graph_batch_sizes"] = list(sizes)
+    if fold_workloads:
+        report["fold_workloads"] = fold_workloads
     return profile, report
