@@ -46,3 +46,17 @@ class MemoryAccounting:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+def request_slots(running, block_size: int) -> tuple[int, int]:
+    """(tokens with live K/V, allocated slots beyond the final length) summed over requests' block tables.
+
+    Shared blocks are counted once per table that holds them; callers correct for sharing.
+    """
+    used = internal = 0
+    for r in running:
+        used += r.num_computed_tokens
+        beyond = len(r.block_ids) * block_size - r.final_kv_len
+        if beyond > 0:
+            internal += beyond
+    return used, internal

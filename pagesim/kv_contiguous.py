@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 
-from pagesim.accounting import MemoryAccounting
+from pagesim.accounting import MemoryAccounting, request_slots
 from pagesim.config import Config
 from pagesim.kv_paged import cdiv
 from pagesim.request import Request
@@ -184,12 +184,7 @@ class ContiguousKVCacheManager:
 
     def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
         bs = self.block_size
-        used = internal = 0
-        for r in running:
-            used += r.num_computed_tokens
-            alloc = len(r.block_ids) * bs
-            if alloc > r.final_kv_len:
-                internal += alloc - r.final_kv_len
+        used, internal = request_slots(running, bs)
         allocated = (self.num_gpu_blocks - self.allocator.num_free) * bs
         external = self.external_fragmentation(head)
         return MemoryAccounting(

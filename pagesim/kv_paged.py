@@ -12,7 +12,7 @@ fork), so shared blocks never need a copy later.
 
 from __future__ import annotations
 
-from pagesim.accounting import MemoryAccounting
+from pagesim.accounting import MemoryAccounting, request_slots
 from pagesim.block_pool import Block, BlockPool
 from pagesim.config import Config
 from pagesim.request import Request
@@ -207,12 +207,7 @@ class PagedKVCacheManager:
         """Slots per category. `running` are the requests holding GPU blocks."""
         bs = self.block_size
         pool = self.pool
-        used = internal = 0
-        for r in running:
-            used += r.num_computed_tokens
-            alloc = len(r.block_ids) * bs
-            if alloc > r.final_kv_len:
-                internal += alloc - r.final_kv_len
+        used, internal = request_slots(running, bs)
         used -= pool.num_extra_refs * bs  # a shared block (always full) counts once
         allocated = pool.num_used_blocks * bs
         cached = pool.num_free_cached * bs
