@@ -399,6 +399,7 @@ def test_committed_kernel_results_draw(path):
 def test_kernel_results_are_found_newest_first_and_bad_files_named(tmp_path):
     write_kernel_result(tmp_path, "kernels-h200-2026-11-28.json")
     write_kernel_result(tmp_path, "kernels-h200-2026-11-29.json")
+    (tmp_path / "sim-speed.json").write_text('{"bench": "sim_speed"}')  # another benchmark's result: not listed
     assert [p.name for p in kernel_results.find_kernel_results(tmp_path)] == ["kernels-h200-2026-11-29.json",
                                                                                 "kernels-h200-2026-11-28.json"]
     bad = tmp_path / "bad.json"

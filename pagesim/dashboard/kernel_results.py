@@ -38,9 +38,12 @@ def results_root() -> Path:
 
 
 def find_kernel_results(root: Path | None = None) -> list[Path]:
-    """Result files under root, newest (by name, which carries the date) first."""
+    """Kernel result files (`kernels-*.json`) under root, newest (by name, which carries the date) first.
+
+    Other benchmarks write their results beside them (bench/results/sim-speed.json); they are not listed.
+    """
     root = results_root() if root is None else root
-    return sorted(root.glob("*.json"), reverse=True) if root.is_dir() else []
+    return sorted(root.glob("kernels-*.json"), reverse=True) if root.is_dir() else []
 
 
 def load_kernel_result(path: Path) -> dict:
