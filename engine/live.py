@@ -208,14 +208,33 @@ def _spec_dict(config: Config) -> dict:
 
 
 # ---- calibration ------------------------------------------------------------------------------
-def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int, int, int]]]]:
-    """Synthetic workloads as (name, [(count, prompt_len, output_len), ...]), all released at t=0.
+def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int, ...]]]]:
+    """Synthetic workloads as (name, [(count, prompt_len, output_len[, release_step]), ...]).
 
-    Decode grid: batch sizes 1..256 at contexts 128..4096 (capped at 256k cached tokens);
-    prefill grid: single prompts 16..8192 tokens; mixed: long prompts arriving into running decodes
-    (chunked prefill packs them with the decode tokens).
+    A group is released before the workload's step `release_step` (0, the default: at the start).
+    Decode grid: uniform batches of 1..256 sequences at contexts 128..4096 (capped at 256k cached
+    tokens); prefill grid: single prompts 16..8192 tokens; mixed: long prompts arriving into running
+    decodes (chunked prefill packs them with the decode tokens); skew: b short sequences (128 or 1024
+    tokens) decoding with one long one (2k-6k), b + 1 = 16..128 rows, so that the longest sequence
+    and the total context vary apart (the decode kernel's time follows the longest sequence once it
+    stops splitting sequences, profile.py); arrive: small prompts (64-512 tokens) released one at a
+    time into a running decode batch (some with a long sequence in it): small eager mixed steps.
     """
     out = []
+    for b in (15, 31, 47, 63, 127):
+        for short in (128, 1024):
+            for long in (2048, 4096, 6144):
+                if long + 24 <= max_model_len:
+                    out.append((f"skew-b{b}-s{short}-l{long}", [(1, long, 24), (b, short, 24)]))
+    budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
+    for b, c, long in ((8, 1024, 0), (32, 512, 0), (32, 512, 4096), (64, 1024, 0), (63, 256, 6144), (128, 512, 0),
+                       (127, 512, 4096), (200, 256, 0)):
+        if max(c, long) + 48 > max_model_len:
+            continue
+        first = -(-(b * c + long) // budget) + 2  # a couple of decode-only steps before the first arrival
+        groups = ([(1, long, 48)] if long else []) + [(b, c, 48)]
+        groups += [(1, p, 3, first + 4 * i) for i, p in enumerate((64, 128, 256, 512) * 2)]
+        out.append((f"arrive-b{b}-c{c}" + (f"-l{long}" if long else ""), groups))
     for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         for c in (128, 512, 1024, 2048, 4096):
             if b * c <= 256 * 1024 and c + 24 <= max_model_len:
@@ -229,25 +248,38 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     return out
 
 
-def run_calibration(executor, config: Config, progress=None) -> pd.DataFrame:
-    """Run every calibration workload through the live loop; one row per step with its features and duration."""
+def run_calibration(executor, config: Config, progress=None, workloads=None, on_workload=None) -> pd.DataFrame:
+    """Run every calibration workload through the live loop; one row per step with its features and duration.
+
+    `on_workload(rows so far)` is called after each workload (calibrate saves them as it goes).
+    """
     frames = []
-    workloads = calibration_workloads(config.resolved_max_model_len)
+    if workloads is None:
+        workloads = calibration_workloads(config.resolved_max_model_len)
     seq = 0
     for name, groups in workloads:
         sched = Scheduler(config.replace(enable_prefix_caching=False))
         rec = Recorder(sched, StepFeatures.from_plan)
-        for count, p, o in groups:
+        pending = []  # (release step, request), in release order
+        for count, p, o, *release in groups:
             for _ in range(count):
                 seq += 1
-                sched.add_request(Request(f"cal-{seq}", 0.0, p, o, seq_no=seq))
+                pending.append((release[0] if release else 0, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq)))
+        pending.sort(key=lambda x: x[0])
         clock = time.perf_counter
-        while sched.has_work():
+        i = 0
+        while i < len(pending) or sched.has_work():
+            # Release what is due; an idle engine takes the next group at once (no step is ever empty).
+            while i < len(pending) and (pending[i][0] <= sched.step_id or not sched.has_work()):
+                sched.add_request(pending[i][1])
+                i += 1
             _, _, outcome = run_step(sched, executor, rec, clock(), clock=clock)
             for r in outcome.finished:
                 executor.release(r.request_id)
         steps = stitch_durations(rec.steps_frame(), set())
         frames.append(steps.iloc[:-1].assign(workload=name))  # the last step has no successor to stitch to
+        if on_workload is not None:
+            on_workload(pd.concat(frames, ignore_index=True))
         if progress is not None:
             progress(1)
     return pd.concat(frames, ignore_index=True)
@@ -316,10 +348,15 @@ def calibrate(args) -> int:
     config = executor.config
     warm_up(executor, config)
     workloads = calibration_workloads(config.resolved_max_model_len)
-    with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
-        rows = run_calibration(executor, config, progress=bar.update)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(out.with_suffix(".steps.csv"), index=False)  # first, so a failed fit can be refitted
+    rows_path = out.with_suffix(".steps.csv")
+
+    def save(rows_so_far: pd.DataFrame) -> None:  # after every workload, so an interrupted calibration can be refitted
+        rows_so_far.to_csv(rows_path, index=False)
+
+    with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
+        rows = run_calibration(executor, config, progress=bar.update, workloads=workloads, on_workload=save)
+    rows.to_csv(rows_path, index=False)  # before the fit, so a failed fit can be refitted
     model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs)
     write(model, report, {"environment": environment(), "config": config.to_dict(),
                           "workloads": [w for w, _ in workloads]})

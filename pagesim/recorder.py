@@ -26,6 +26,7 @@ FEATURE_COLUMNS = (
     "prefill_context_tokens",
     "num_decode_seqs",
     "decode_context_tokens",
+    "max_decode_context",
     "num_swap_out_blocks",
     "num_swap_in_blocks",
     "num_copy_blocks",
@@ -160,7 +161,8 @@ class Recorder:
         k, n = run.k, run.num_seqs
         s = self.sched
         if k > 1:
-            self.runs.append((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped)) + before)
+            self.runs.append((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped),
+                              run.max_context_start) + before)
             self.run_times.append((starts[:-1], durations[:-1]))
             if run.blocks_per_step:
                 self.run_blocks.append((run.blocks_per_step[:-1], run.evicted_per_step[:-1],
@@ -171,6 +173,7 @@ class Recorder:
         features = dict.fromkeys(FEATURE_COLUMNS, 0)
         features["num_decode_seqs"] = n
         features["decode_context_tokens"] = run.context_start + n * k
+        features["max_decode_context"] = run.max_context_start + k if n else 0
         self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n,
                          tuple(features.values()), 0)
 
@@ -178,7 +181,8 @@ class Recorder:
         """Expand the compact decode runs into one row per step, vectorised over all runs."""
         kv = self.sched.kv
         bs = kv.block_size
-        meta = np.array(self.runs, dtype=np.int64).reshape(-1, 6 + 9)
+        # first step, k, n, context, waiting, swapped, max context; then memory_state()'s 3 + 6 values
+        meta = np.array(self.runs, dtype=np.int64).reshape(-1, 7 + 9)
         K = meta[:, 1]
         rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
         offsets = np.cumsum(K) - K
@@ -191,12 +195,12 @@ class Recorder:
 
         blocks = [np.concatenate([np.asarray(b[i], dtype=np.int64) for b in self.run_blocks]) for i in range(3)]
         n = rep(2)
-        blocks_used = rep(6) + segment_cumsum(blocks[0])
-        cached_blocks = rep(7) - segment_cumsum(blocks[1])
-        internal = rep(11) + segment_cumsum(blocks[2])
-        used = rep(9) + n * j
+        blocks_used = rep(7) + segment_cumsum(blocks[0])
+        cached_blocks = rep(8) - segment_cumsum(blocks[1])
+        internal = rep(12) + segment_cumsum(blocks[2])
+        used = rep(10) + n * j
         allocated = blocks_used * bs
-        external = rep(12)
+        external = rep(13)
         zeros = np.zeros(len(j), dtype=np.int64)
         cols = {
             "step": rep(0) + j - 1,
@@ -207,6 +211,7 @@ class Recorder:
             "num_swapped": rep(5),
             "num_decode_seqs": n,
             "decode_context_tokens": rep(3) + n * j,
+            "max_decode_context": rep(6) + j,
             "blocks_used": blocks_used,
             "blocks_cached": cached_blocks,
             "blocks_free": kv.num_gpu_blocks - blocks_used - cached_blocks,

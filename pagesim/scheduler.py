@@ -403,7 +403,8 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         running = self.running
-        run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(r.num_computed_tokens for r in running))
+        run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(r.num_computed_tokens for r in running),
+                        max_context_start=max((r.num_computed_tokens for r in running), default=0))
         if isinstance(kv, PagedKVCacheManager):
             # (step, running index) of every block allocation, in the order the step-by-step path makes them.
             crossings = sorted(
@@ -456,6 +457,7 @@ class DecodeRun:
     k: int
     num_seqs: int
     context_start: int  # tokens in the cache for the running requests before the first step
+    max_context_start: int = 0  # the most any one of them has then (step j, 0-based, reads max + j + 1 for it)
     blocks_per_step: list[int] = field(default_factory=list)
     evicted_per_step: list[int] = field(default_factory=list)
     internal_delta_per_step: list[int] = field(default_factory=list)

@@ -124,7 +124,8 @@ class Simulation:
         sched = self.scheduler
         n = len(sched.running)
         context = sum(r.num_computed_tokens for r in sched.running)
-        durations = self.cost_model.decode_run_times(n, context, k)
+        longest = max((r.num_computed_tokens for r in sched.running), default=0)
+        durations = self.cost_model.decode_run_times(n, context, k, longest)
         starts, ends = [], []
         t = self.env.now
         for d in durations.tolist():

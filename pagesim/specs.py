@@ -66,6 +66,7 @@ class GPUSpec:
     hbm_bandwidth: float  # bytes/s, datasheet
     bf16_flops: float  # dense FLOP/s, datasheet
     pcie_bandwidth: float  # bytes/s host<->device, one direction, datasheet
+    sm_count: int = 0  # streaming multiprocessors (the engine's decode kernel sizes its grid to them); 0: unknown
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -85,9 +86,9 @@ MODELS: dict[str, ModelSpec] = {
 GPUS: dict[str, GPUSpec] = {
     g.name: g
     for g in [
-        GPUSpec("h200", 143771 * 1024**2, 4.8e12, 989e12, 64e9),
-        GPUSpec("h100", 81559 * 1024**2, 3.35e12, 989e12, 64e9),
-        GPUSpec("a100-80gb", 81920 * 1024**2, 2.039e12, 312e12, 32e9),
+        GPUSpec("h200", 143771 * 1024**2, 4.8e12, 989e12, 64e9, 132),
+        GPUSpec("h100", 81559 * 1024**2, 3.35e12, 989e12, 64e9, 132),
+        GPUSpec("a100-80gb", 81920 * 1024**2, 2.039e12, 312e12, 32e9, 108),
     ]
 }
 

@@ -4,12 +4,14 @@ Three levels, each written to DIR/validation.json and printed:
 
 - step level: the cost model's prediction for every recorded live step (its
   features as the scheduler planned it) against the measured duration: MAPE and
-  p90 absolute percentage error;
+  p90 absolute percentage error. Feature columns a run was recorded without
+  (max_decode_context, added after the first H200 runs) are taken from the
+  lockstep replay's plans, which are the live run's plans (checked step by step);
 - decisions, in lockstep mode: the scheduler re-run with each request released
   at the step where the live run released it; per step, the batch, the block
-  usage, the memory categories and the preemptions are compared with the live
-  run, and the steps that differ are counted (the scheduler is deterministic,
-  so any difference is a bug or a config mismatch);
+  usage, the memory categories, the preemptions and the recorded step features
+  are compared with the live run, and the steps that differ are counted (the
+  scheduler is deterministic, so any difference is a bug or a config mismatch);
 - request level: a free-running simulation (arrivals at the trace's times,
   step times from the cost model) against the live run: TTFT, TPOT and
   end-to-end latency p50/p90/p99, makespan, throughput and preemptions, each
@@ -73,6 +75,17 @@ def _requests(run: dict, released_times: bool = False):
     return reqs
 
 
+def with_replayed_features(steps: pd.DataFrame, replayed: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The live steps with the FEATURE_COLUMNS they lack filled in from the lockstep replay's plans."""
+    missing = [c for c in FEATURE_COLUMNS if c not in steps]
+    if not missing:
+        return steps, []
+    filled = steps.merge(replayed[["step", *missing]], on="step", how="left", validate="one_to_one")
+    if filled[missing].isna().any().any():
+        raise UserError(f"steps without a replayed plan; cannot fill in {', '.join(missing)}")
+    return filled.astype({c: np.int64 for c in missing}), missing
+
+
 def step_level(steps: pd.DataFrame, cost_model) -> tuple[dict, pd.DataFrame]:
     rows = steps[(steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0]
     predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(FEATURE_COLUMNS, vals)}))
@@ -91,8 +104,11 @@ def step_level(steps: pd.DataFrame, cost_model) -> tuple[dict, pd.DataFrame]:
     return report, table
 
 
-def lockstep(run: dict) -> dict:
-    """Re-run the scheduler with the live run's release steps; compare every step's decisions."""
+def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
+    """Re-run the scheduler with the live run's release steps; compare every step's decisions.
+
+    Returns the report and the replayed plans' features (step + FEATURE_COLUMNS, one row per step).
+    """
     config: Config = run["config"]
     sched = Scheduler(config)
     reqs = _requests(run)
@@ -101,6 +117,8 @@ def lockstep(run: dict) -> dict:
     steps = run["steps"].set_index("step")
     batches = run["batches"].set_index("step")
     compared = ["blocks_used", "num_running", *CATEGORIES]
+    recorded = [c for c in FEATURE_COLUMNS if c in steps.columns]
+    features = []
     i = 0
     differing, first = 0, None
     preempt_live = preempt_sim = 0
@@ -109,6 +127,8 @@ def lockstep(run: dict) -> dict:
             sched.add_request(pending[i])
             i += 1
         plan = sched.schedule(float(steps.at[step, "time_s"]))
+        f = StepFeatures.from_plan(plan)
+        features.append((int(step), *(getattr(f, c) for c in FEATURE_COLUMNS)))
         num_running = len(sched.running)
         sched.finish_step(plan, float(steps.at[step, "time_s"] + steps.at[step, "duration_s"]))
         head = sched.swapped[0] if sched.swapped else (sched.waiting[0] if sched.waiting else None)
@@ -120,20 +140,23 @@ def lockstep(run: dict) -> dict:
             diffs.append("scheduled")
         if " ".join(plan.preempted) != batches.at[step, "preempted"]:
             diffs.append("preempted")
+        if any(int(live_row[c]) != getattr(f, c) for c in recorded):
+            diffs.append("features")
         preempt_live += int(live_row["num_preemptions"])
         preempt_sim += len(plan.preempted)
         if diffs:
             differing += 1
             if first is None:
                 first = {"step": int(step), "fields": diffs}
-    return {
+    report = {
         "n_steps_compared": int(len(steps)),
         "n_steps_differing": differing,
         "first_difference": first,
         "preemptions_live": preempt_live,
         "preemptions_sim": preempt_sim,
-        "compared": compared + ["scheduled", "preempted"],
+        "compared": compared + ["scheduled", "preempted", "features"],
     }
+    return report, pd.DataFrame(features, columns=["step", *FEATURE_COLUMNS])
 
 
 def request_level(run: dict, cost_model) -> tuple[dict, object]:
@@ -159,8 +182,10 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None) -> dict:
     run = load_run(run_dir)
     spec = cost_model_spec or "roofline"
     cost = make_cost_model(spec, run["config"])
-    steps_report, step_table = step_level(run["steps"], cost)
-    decisions = lockstep(run)
+    decisions, replayed = lockstep(run)
+    steps, filled = with_replayed_features(run["steps"], replayed)
+    steps_report, step_table = step_level(steps, cost)
+    steps_report["features_from_replay"] = filled
     requests_report, sim = request_level(run, cost)
     report = {
         "run": str(run_dir),
@@ -181,7 +206,8 @@ def format_report(report: dict) -> str:
     s, d = report["step_level"], report["decisions"]
     lines = [
         f"validation of {report['run']} with cost model {report['cost_model'].get('kind')}",
-        f"step level ({s['n_steps']} steps): MAPE {_pct(s['mape'])}, p90 APE {_pct(s['p90_ape'])}",
+        f"step level ({s['n_steps']} steps): MAPE {_pct(s['mape'])}, p90 APE {_pct(s['p90_ape'])}"
+        + (f" ({', '.join(s['features_from_replay'])} from the lockstep replay)" if s.get("features_from_replay") else ""),
         f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
         f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
         f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}",

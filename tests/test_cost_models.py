@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
-from pagesim.cost.profile import SINGLE_FEATURES, graph_batch_sizes
+from pagesim.cost.profile import SINGLE_FEATURES, graph_batch_sizes, num_splits
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, StepPlan
@@ -33,7 +33,8 @@ def features(prefill=(), decode=()) -> StepFeatures:
         num_prefill_tokens=sum(q for _, q in prefill), num_prefill_seqs=len(prefill),
         prefill_attn_pairs=sum(q * c + q * (q + 1) // 2 for c, q in prefill),
         prefill_context_tokens=sum(c + q for c, q in prefill),
-        num_decode_seqs=len(decode), decode_context_tokens=sum(c + 1 for c in decode))
+        num_decode_seqs=len(decode), decode_context_tokens=sum(c + 1 for c in decode),
+        max_decode_context=max(decode, default=-1) + 1)
 
 
 def calibration_grid() -> list[StepFeatures]:
@@ -46,6 +47,14 @@ def calibration_grid() -> list[StepFeatures]:
     for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 100, 128, 200, 256):
         steps += [features(decode=[ctx] * n) for ctx in (128, 1024, 4096)]
     return steps
+
+
+def skewed_grid() -> list[StepFeatures]:
+    """Short sequences with one long one (the calibration's skew workloads): the longest sets the attention time."""
+    steps = []
+    for n in (16, 32, 48, 64, 128):
+        steps += [features(decode=[short] * (n - 1) + [long]) for short in (128, 1024) for long in (2048, 6144)]
+    return steps + [features(prefill=[(0, q)], decode=[256] * 47 + [long]) for q in (64, 512) for long in (256, 4096)]
 
 
 def frame(steps: list[StepFeatures], duration, workload_size: int | None = None) -> pd.DataFrame:
@@ -65,7 +74,7 @@ def roofline() -> RooflineCostModel:
 @pytest.fixture(scope="module")
 def profile(roofline) -> ProfileCostModel:
     """A profile with CUDA-graph decode steps (the default), fitted to the roofline."""
-    return fit_profile(frame(calibration_grid(), roofline.step_time), "llama-3-8b", "h200")[0]
+    return fit_profile(frame(calibration_grid() + skewed_grid(), roofline.step_time), "llama-3-8b", "h200")[0]
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +93,14 @@ TRUTH = {"intercept": 20e-3, "num_prefill_tokens": 2e-6, "num_prefill_seqs": 1e-
          "decode_context_tokens": 6e-8, "prefill_attn_pairs": 1.2e-9, "tokens_over_knee": 2e-5,
          "graph_intercept": 5e-3, "graph_context_tokens": 3.5e-8, "graph_pad_2": 2e-4, "graph_pad_4": 2e-4,
          "graph_pad_8": 3e-4, "graph_pad_16": 3e-4, "graph_pad_32": 5e-4, "graph_pad_64": 5e-4,
-         "graph_pad_128": 1e-3, "graph_pad_256": 2.5e-3}
+         "graph_pad_128": 1e-3, "graph_pad_256": 2.5e-3, "graph_max_context": 1e-6, "max_decode_context": 1.2e-6}
 TRUTH_KNEE = 1218  # one of the fitter's candidate knees
+TRUTH_LANES = 32  # one of the fitter's candidate lanes
 
 
 def known_profile() -> ProfileCostModel:
     return ProfileCostModel("llama-3-8b", "h200", {**TRUTH, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}, TRUTH_KNEE,
-                            graph_batch_sizes=SIZES)
+                            graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES)
 
 
 # ---- features ---------------------------------------------------------------------------
@@ -103,8 +113,9 @@ def test_features_from_plan_count_causal_pairs_and_context():
     f = StepFeatures.from_plan(plan)
     # chunk 1: 4 new tokens, nothing cached: 1+2+3+4 = 10 pairs; chunk 2: 3 after 10: 3*10 + 1+2+3 = 36.
     assert (f.num_prefill_tokens, f.num_prefill_seqs, f.prefill_attn_pairs, f.prefill_context_tokens) == (7, 2, 46, 17)
-    # decodes read their computed tokens and the new one: 8 + 21.
-    assert (f.num_decode_seqs, f.decode_context_tokens) == (2, 29)
+    # decodes read their computed tokens and the new one: 8 + 21; the longest 21.
+    assert (f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context) == (2, 29, 21)
+    assert StepFeatures.from_plan(StepPlan(1, scheduled=[sched(0, 4, False)])).max_decode_context == 0
     assert (f.num_swap_out_blocks, f.num_swap_in_blocks, f.num_copy_blocks) == (1, 2, 1)
 
 
@@ -165,13 +176,15 @@ def test_more_work_is_never_cheaper(request, which, base, more):
     assert t1 >= t0, f"{which}: {bigger} costs {t1} s, less than {base} at {t0} s"
 
 
-@pytest.mark.parametrize("which", ["roofline", "profile", "single_profile", "committed"])
-@pytest.mark.parametrize("num_seqs, context_start, k", [(1, 0, 1), (1, 100, 50), (37, 12345, 300), (64, 5000, 40),
-                                                        (65, 5000, 40), (256, 10**6, 700), (300, 10**6, 30), (0, 0, 5)])
-def test_decode_run_times_equal_step_by_step(request, which, num_seqs, context_start, k):
-    model = request.getfixturevalue(which)
-    run = model.decode_run_times(num_seqs, context_start, k)
-    one_by_one = [model.step_time(StepFeatures(num_decode_seqs=num_seqs, decode_context_tokens=context_start + num_seqs * (j + 1)))
+@pytest.mark.parametrize("which", ["roofline", "profile", "single_profile", "committed", "known"])
+@pytest.mark.parametrize("num_seqs, context_start, longest, k", [
+    (1, 0, 0, 1), (1, 100, 100, 50), (37, 12345, 4000, 300), (37, 12345, 334, 30), (64, 5000, 4000, 40),
+    (65, 5000, 300, 40), (16, 20000, 6000, 30), (256, 10**6, 5000, 700), (300, 10**6, 4000, 30), (0, 0, 0, 5)])
+def test_decode_run_times_equal_step_by_step(request, which, num_seqs, context_start, longest, k):
+    model = known_profile() if which == "known" else request.getfixturevalue(which)
+    run = model.decode_run_times(num_seqs, context_start, k, longest)
+    one_by_one = [model.step_time(StepFeatures(num_decode_seqs=num_seqs, decode_context_tokens=context_start + num_seqs * (j + 1),
+                                               max_decode_context=(longest + j + 1) * (num_seqs > 0)))
                   for j in range(k)]
     assert isinstance(run, np.ndarray) and run.shape == (k,)
     np.testing.assert_allclose(run, one_by_one, rtol=1e-12, atol=0, err_msg=f"{which}: vectorised decode run differs")
@@ -197,22 +210,65 @@ def test_decode_steps_cost_what_their_padded_graph_costs():
     assert model.padded_batch(33) == model.padded_batch(64) == 64 and model.padded_batch(65) == 128
     assert decode(33) == decode(48) == decode(64) < decode(65) == decode(128)
     base = TRUTH["graph_intercept"] + sum(TRUTH[f"graph_pad_{s}"] for s in SIZES[1:7])
-    assert decode(40) == pytest.approx(base + TRUTH["graph_context_tokens"] * ctx, rel=1e-12)
+    stream = ctx / TRUTH_LANES  # no sequence longer than that: the batch's K/V stream sets the longest-term
+    assert decode(40) == pytest.approx(base + TRUTH["graph_context_tokens"] * ctx + TRUTH["graph_max_context"] * stream,
+                                       rel=1e-12)
     # Above the largest graph, or with any prefill token, the step runs eagerly: the eager formula.
     assert model.padded_batch(257) is None
     eager = StepFeatures(num_prefill_tokens=10, num_prefill_seqs=1, prefill_attn_pairs=55, num_decode_seqs=40,
                          decode_context_tokens=ctx)
     expected = (TRUTH["intercept"] + 10 * TRUTH["num_prefill_tokens"] + TRUTH["num_prefill_seqs"]
-                + 40 * TRUTH["num_decode_seqs"] + ctx * TRUTH["decode_context_tokens"] + 55 * TRUTH["prefill_attn_pairs"])
+                + 40 * TRUTH["num_decode_seqs"] + ctx * TRUTH["decode_context_tokens"] + 55 * TRUTH["prefill_attn_pairs"]
+                + stream * TRUTH["max_decode_context"])
     assert model.step_time(eager) == pytest.approx(expected, rel=1e-12)
     assert decode(300) == pytest.approx(TRUTH["intercept"] + 300 * TRUTH["num_decode_seqs"]
-                                        + ctx * TRUTH["decode_context_tokens"], rel=1e-12)
+                                        + ctx * TRUTH["decode_context_tokens"] + stream * TRUTH["max_decode_context"],
+                                        rel=1e-12)
+
+
+def test_num_splits_are_the_decode_kernels(monkeypatch):
+    torch = pytest.importorskip("torch")  # engine.kernels.decode needs it; pagesim duplicates its rule
+    from engine.kernels import decode
+
+    monkeypatch.setattr(decode, "_num_sms", lambda index: 132)  # an H200's SMs, without a GPU
+    for rows in (1, 2, 3, 8, 9, 16, 17, 32, 33, 64, 200, 256, 300):
+        assert num_splits(rows, 2 * 132, 8) == decode.default_num_splits(rows, 8, 64 * 256, torch.device("cuda", 0)), rows
+    assert num_splits(33, 264, 8) == 1 and num_splits(32, 264, 8) == 2 and num_splits(16, 264, 8) == 3
+
+
+def test_the_longest_sequence_sets_the_decode_attention_time():
+    model = known_profile()
+    c = TRUTH["graph_max_context"]
+    base = TRUTH["graph_intercept"] + sum(TRUTH[f"graph_pad_{s}"] for s in SIZES[1:7])  # the 64-row graph
+    # 48 sequences: one program per sequence and KV head. A uniform batch of 48 x 1000 keys streams
+    # 48000 keys over 32 lanes (1500 each): longer than any one sequence's serial walk (1000).
+    uniform = features(decode=[999] * 48)
+    assert model.step_time(uniform) == pytest.approx(base + TRUTH["graph_context_tokens"] * 48000 + c * 1500, rel=1e-12)
+    # About as many keys with one sequence at 6000: its walk (6000 keys) outlasts the stream (1499).
+    skewed = features(decode=[892] * 47 + [5999])
+    assert (skewed.decode_context_tokens, skewed.max_decode_context) == (47971, 6000)
+    assert model.step_time(skewed) == pytest.approx(base + TRUTH["graph_context_tokens"] * 47971 + c * 6000, rel=1e-12)
+    assert model.step_time(skewed) - model.step_time(uniform) > 4e-3
+    # 16 rows: the kernel splits each sequence 3 ways, so the longest program walks a third of it.
+    small = StepFeatures(num_decode_seqs=16, decode_context_tokens=10000, max_decode_context=6000)
+    assert model.step_time(small) == pytest.approx(TRUTH["graph_intercept"] + sum(TRUTH[f"graph_pad_{s}"] for s in SIZES[1:5])
+                                                   + TRUTH["graph_context_tokens"] * 10000 + c * 2000, rel=1e-12)
+    # Eager steps (a prefill token) pay the same way, at their own coefficient.
+    mixed = dict(num_prefill_tokens=1, num_prefill_seqs=1, prefill_attn_pairs=1, num_decode_seqs=48, decode_context_tokens=48000)
+    long, short = (model.step_time(StepFeatures(**mixed, max_decode_context=m)) for m in (6000, 1000))
+    assert long - short == pytest.approx(TRUTH["max_decode_context"] * (6000 - 1500), rel=1e-9)
+    # A profile without the term (fitted before it existed) ignores the longest sequence.
+    old = ProfileCostModel("llama-3-8b", "h200", {k: v for k, v in model.coefficients.items()
+                                                  if k not in ("graph_max_context", "max_decode_context")},
+                           TRUTH_KNEE, graph_batch_sizes=SIZES)
+    assert old.step_time(skewed) == old.step_time(StepFeatures(num_decode_seqs=48, decode_context_tokens=47971))
 
 
 def test_forward_times_equal_step_time_row_by_row(profile, single_profile, committed):
-    df = frame(calibration_grid() + [features(decode=[100] * 300)], lambda f: 1.0)
+    grid = calibration_grid() + skewed_grid() + [features(decode=[100] * 300), features(decode=[100] * 299 + [5000])]
+    df = frame(grid, lambda f: 1.0)
     for model in (profile, single_profile, committed, known_profile()):
-        one_by_one = [model.step_time(f) for f in calibration_grid() + [features(decode=[100] * 300)]]
+        one_by_one = [model.step_time(f) for f in grid]
         np.testing.assert_allclose(model.forward_times(df), one_by_one, rtol=1e-12, atol=0)
 
 
@@ -220,12 +276,13 @@ def test_forward_times_equal_step_time_row_by_row(profile, single_profile, commi
 def test_fit_recovers_a_known_model_with_padded_batch_structure():
     known = known_profile()
     rng = np.random.default_rng(1)
-    steps = calibration_grid() * 3
+    steps = calibration_grid() * 3 + skewed_grid() * 3
     noisy = frame(steps, known.step_time)
     noisy["duration_s"] *= 1 + 0.01 * rng.standard_normal(len(noisy))  # 1% timing noise
     noisy.loc[5, "duration_s"] *= 10  # a pause (a JIT compile): the absolute-error fit ignores it
     fitted, report = fit_profile(noisy, "llama-3-8b", "h200")
     assert report["knee_tokens"] == TRUTH_KNEE and fitted.graph_batch_sizes == SIZES
+    assert report["max_context_lanes"] == fitted.max_context_lanes == TRUTH_LANES
     for name, value in TRUTH.items():
         if not name.startswith("graph_pad_"):
             assert fitted.coefficients[name] == pytest.approx(value, rel=0.1), f"{name}: fitted {fitted.coefficients[name]:.3g}, true {value:.3g}"
@@ -233,7 +290,7 @@ def test_fit_recovers_a_known_model_with_padded_batch_structure():
     for size in SIZES:
         ours, true = (m.step_time(StepFeatures(num_decode_seqs=size)) for m in (fitted, known))
         assert ours == pytest.approx(true, rel=0.01), f"graph of {size}: fitted {ours:.4g} s, true {true:.4g} s"
-    clean = frame(calibration_grid(), known.step_time)
+    clean = frame(calibration_grid() + skewed_grid(), known.step_time)
     assert np.abs(fitted.forward_times(clean) / clean["duration_s"] - 1).mean() < 0.005
     assert report["p90_ape"] < 0.02 and report["n_test"] == round(len(steps) * 0.2)
     assert set(report["by_kind"]) == {"graph", "eager"} and report["by_kind"]["graph"]["n"] > 0
@@ -387,6 +444,8 @@ def _write(tmp_path, text: str):
     (lambda d: d.update(graph_batch_sizes="1,2"), "'graph_batch_sizes' is '1,2'"),
     (lambda d: d.update(model="gpt-5"), "unknown model 'gpt-5'"),
     (lambda d: d.update(knee_tokens=-3), "knee_tokens"),
+    (lambda d: d.update(max_context_lanes=-1), "'max_context_lanes' is -1"),
+    (lambda d: d.pop("max_context_lanes"), "need 'max_context_lanes'"),
 ])
 def test_bad_profile_files_are_named_in_the_error(profile, tmp_path, mutate, message):
     path = tmp_path / "good.json"
@@ -424,7 +483,7 @@ def test_cost_package_does_not_import_torch():
 # ---- calibrate --refit and the committed profile ---------------------------------------------
 def test_refit_cli_writes_a_loadable_profile_without_a_gpu(tmp_path, capsys):
     known = known_profile()
-    rows = frame(calibration_grid() * 2, known.step_time, workload_size=12)
+    rows = frame((calibration_grid() + skewed_grid()) * 2, known.step_time, workload_size=12)
     rows["exec_s"] = rows["duration_s"]  # extra columns of a saved calibration pass through unused
     csv = tmp_path / "cal.steps.csv"
     rows.to_csv(csv, index=False)

@@ -333,7 +333,7 @@ def test_fork_copies_run_before_swap_outs(toy_model):
     ex = GPUExecutor(cfg, toy_model)
     random_cache_bits(ex.kv_cache, 1)
     ex.execute(StepPlan(0, blocks_to_copy=[(2, 6)], blocks_to_swap_out=[(6, 1)]))
-    assert torch.equal(ex.cpu_cache[:, :, 1].view(torch.int32), ex.kv_cache[:, :, 2].view(torch.int32)), (
+    assert torch.equal(ex.cpu_cache[:, :, 1].view(torch.int32), ex.kv_cache[:, :, 2].cpu().view(torch.int32)), (
         "the swapped-out block does not hold the fork's copy")
 
 

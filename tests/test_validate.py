@@ -14,6 +14,9 @@ from pagesim.cli import main
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
+from pagesim.recorder import FEATURE_COLUMNS
+from pagesim.request import requests_from_trace
+from pagesim.scheduler import Scheduler
 from pagesim.simulator import simulate
 from pagesim.traces import load_trace
 
@@ -34,19 +37,47 @@ def validated(tmp_path_factory):
     return d, json.loads((d / "validation.json").read_text())
 
 
+def replayed_features(d: Path, config: Config) -> dict[int, StepFeatures]:
+    """Each step's features from the scheduler re-run with the live run's release steps (its plans)."""
+    releases = pd.read_csv(d / "releases.csv", dtype={"request_id": str}).set_index("request_id")
+    release = releases["release_step"]
+    reqs = sorted(requests_from_trace(load_trace(d / "arrivals.jsonl")), key=lambda r: (release[r.request_id], r.seq_no))
+    for r in reqs:
+        r.arrival_time = float(releases.at[r.request_id, "arrival_time_s"])
+    steps = pd.read_parquet(d / "steps.parquet")
+    sched, out, i = Scheduler(config), {}, 0
+    for step, t, dur in zip(steps["step"], steps["time_s"], steps["duration_s"]):
+        while i < len(reqs) and release[reqs[i].request_id] <= step:
+            sched.add_request(reqs[i])
+            i += 1
+        plan = sched.schedule(t)
+        out[int(step)] = StepFeatures.from_plan(plan)
+        sched.finish_step(plan, t + dur)
+    return out
+
+
 def test_step_level_error_equals_a_direct_computation(validated):
     d, report = validated
     steps = pd.read_parquet(d / "steps.parquet")
     config = Config.from_dict(json.loads((d / "summary.json").read_text())["config"])
     cost = make_cost_model(str(PROFILE), config)
+    # The committed runs were recorded before max_decode_context existed: it comes from their replayed plans,
+    # whose other features are the recorded ones.
+    assert "max_decode_context" not in steps and report["step_level"]["features_from_replay"] == ["max_decode_context"]
+    replayed = replayed_features(d, config)
+    recorded = [c for c in FEATURE_COLUMNS if c in steps]
+    assert all(int(row[c]) == getattr(replayed[row["step"]], c) for row in steps.to_dict("records") for c in recorded)
+    assert any(f.max_decode_context * f.num_decode_seqs > f.decode_context_tokens for f in replayed.values())  # skewed
     ape = []
     for row in steps.to_dict("records"):
-        f = StepFeatures(**{k: int(row[k]) for k in StepFeatures.__slots__})
+        f = replayed[row["step"]]
         if f.num_prefill_tokens + f.num_decode_seqs:
             ape.append(abs(cost.step_time(f) / row["duration_s"] - 1))
     assert report["step_level"]["n_steps"] == len(ape)
     assert report["step_level"]["mape"] == pytest.approx(np.mean(ape), rel=1e-9)
     assert report["step_level"]["p90_ape"] == pytest.approx(np.percentile(ape, 90), rel=1e-9)
+    table = pd.read_parquet(d / "validation_steps.parquet")
+    assert (table["max_decode_context"] == [replayed[s].max_decode_context for s in table["step"]]).all()
 
 
 def test_lockstep_replay_makes_the_live_run_decisions(validated):
@@ -99,7 +130,8 @@ def test_live_and_simulator_files_have_the_same_schema(tmp_path):
     sim_steps = pd.read_parquet(out / "steps.parquet")
     sim_requests = pd.read_csv(out / "requests.csv")
     live_only = {"gpu_time_s", "exec_s"}  # measured on the GPU only
-    assert set(live_steps.columns) - live_only == set(sim_steps.columns)
+    recorded_since = {"max_decode_context"} - set(live_steps.columns)  # a column added after this run was recorded
+    assert set(live_steps.columns) - live_only == set(sim_steps.columns) - recorded_since
     assert list(live_requests.columns) == list(sim_requests.columns)
     assert set(simulate(trace, Config(num_gpu_blocks=4096)).steps.columns) | {"run"} == set(sim_steps.columns)
 
@@ -118,5 +150,8 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
     assert {"environment", "model_spec", "config"} <= set(summary)
+    assert "max_decode_context" in pd.read_parquet(out / "steps.parquet")
     assert main(["validate", str(out)]) == 0
-    assert json.loads((out / "validation.json").read_text())["decisions"]["n_steps_differing"] == 0
+    report = json.loads((out / "validation.json").read_text())
+    assert report["decisions"]["n_steps_differing"] == 0 and "features" in report["decisions"]["compared"]
+    assert report["step_level"]["features_from_replay"] == []  # recorded live, and equal to the replay's

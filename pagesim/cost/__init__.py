@@ -1,8 +1,10 @@
 """Cost models: how long a step takes in the simulator.
 
 A cost model has `step_time(StepFeatures) -> seconds`, the vectorised
-`decode_run_times(num_seqs, context_start, k) -> array of k durations` for the
-simulator's fast path (equal to k step_time calls), and `describe() -> dict`.
+`decode_run_times(num_seqs, context_start, k, max_context_start) -> array of k
+durations` for the simulator's fast path (equal to k step_time calls: step j,
+0-based, has decode_context_tokens = context_start + num_seqs * (j + 1) and
+max_decode_context = max_context_start + j + 1), and `describe() -> dict`.
 Two implementations: RooflineCostModel (from the specs, no GPU needed) and
 ProfileCostModel (fitted to timings from a real GPU by fit_profile).
 """

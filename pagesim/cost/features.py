@@ -16,6 +16,11 @@ class StepFeatures:
     decode sequence with c computed tokens reads the K/V of c + 1 tokens (its
     own new one included). Recompute after preemption is no special case: it is
     the prefill it causes.
+
+    max_decode_context is the longest of those decode reads (0 without decodes):
+    the engine's decode kernel walks each sequence's keys serially within a
+    program, so a step lasts at least as long as its longest sequence takes,
+    which the sums cannot show.
     """
 
     num_prefill_tokens: int = 0
@@ -24,6 +29,7 @@ class StepFeatures:
     prefill_context_tokens: int = 0  # sum of c + q over prefill chunks (K/V read)
     num_decode_seqs: int = 0
     decode_context_tokens: int = 0  # sum of c + 1 over decode sequences (K/V read)
+    max_decode_context: int = 0  # max of c + 1 over decode sequences (0 if none)
     num_swap_out_blocks: int = 0
     num_swap_in_blocks: int = 0
     num_copy_blocks: int = 0
@@ -34,16 +40,18 @@ class StepFeatures:
 
     @classmethod
     def from_plan(cls, plan: StepPlan) -> "StepFeatures":
-        p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = 0
+        p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = 0
         for s in plan.scheduled:
             c, q = s.num_computed_tokens, s.num_new_tokens
             if s.is_decode:
                 d_seqs += 1
                 d_ctx += c + q
+                if c + q > d_max:
+                    d_max = c + q
             else:
                 p_tokens += q
                 p_seqs += 1
                 p_pairs += q * c + q * (q + 1) // 2
                 p_ctx += c + q
-        return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx,
+        return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx, d_max,
                    len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy))

@@ -7,16 +7,20 @@ The engine runs a step in one of two ways (engine/executor.py), and so does this
   the padding rows run through every matmul, so the cost is the graph's own:
 
     graph = graph_intercept + sum of graph_pad_<s> over the sizes s <= g (s > 1) + graph_context_tokens * C
+            + graph_max_context * longest
 
   graph_pad_<s> is what the graph of size s costs more than the one below it (matmuls, LM head,
   sampling over s rows; the decode-attention grid has s rows); every step between two sizes costs the
   same. C = decode_context_tokens: decode attention streams every sequence's K/V (memory-bound).
+  longest = max(C / max_context_lanes, ceil(max_decode_context / num_splits(g))): see "The longest
+  sequence" below.
 
 - eager steps: steps with any prefill token (and decode batches above the largest graph) run kernel
   by kernel at their exact size, launched from Python:
 
     eager = intercept + num_prefill_tokens + num_prefill_seqs + num_decode_seqs + decode_context_tokens
-            + prefill_attn_pairs + tokens_over_knee * max(0, tokens - knee)   (each term times its coefficient)
+            + max_decode_context * longest + prefill_attn_pairs + tokens_over_knee * max(0, tokens - knee)
+            (each term times its coefficient)
 
   intercept: the weights read once plus launching every kernel of the step from the host (the launches,
   not the GPU, set the time of a small eager step: 20-25 ms on an H200 against ~5 ms for a graph replay);
@@ -24,29 +28,47 @@ The engine runs a step in one of two ways (engine/executor.py), and so does this
   rows) and per-row work below the knee; decode_context_tokens, prefill_attn_pairs: attention (K/V
   streamed by decodes, (query, key) pairs of prefill chunks); tokens_over_knee: the dense matmuls turn
   from weight-bound to compute-bound once the step has more tokens than the knee, the roofline's max()
-  as a hinge. The knee is chosen from a grid by the fit.
+  as a hinge. The knee is chosen from a grid by the fit. longest is the graph formula's, with the
+  padded size of the decode rows where a graph covers them (else their number) for g.
+
+The longest sequence. The decode-attention kernel (engine/kernels/decode.py) runs one program per
+(sequence, KV head, split) and each program walks its share of the sequence's keys one tile after the
+other; num_splits(rows) = min(64, ceil(2 * SMs / (rows * KV heads))) (1 from 33 rows up for
+Llama-3-8B on an H200: 132 SMs, 8 KV heads; the engine also caps it at max_model_len // 256, which only
+matters for a single row and is left out). Such a kernel lasts the longer of two times: streaming the
+whole batch's K/V with the GPU full (C / lanes, lanes = how many sequences' serial programs it takes to
+saturate memory) and the longest program's own walk (ceil(max_decode_context / num_splits) keys). The
+feature `longest` is that max in keys; graph_max_context / max_decode_context is the time of one key
+of a serial walk (all layers). With uniform batches the first term rules from `lanes` sequences up and
+the second below; a batch of short sequences with one long one is ruled by the long one, which the
+sums alone cannot see. Both terms only add cost as C or max_decode_context grow, so more work is never
+cheaper. max_context_lanes is chosen from a grid by the fit of graph steps; eager steps use the same.
 
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
 sizes only add cost, and the fit keeps eager steps at least as dear as graph steps with as many
-sequences and as much context (raising intercept or decode_context_tokens if needed: on an H200 the
-eager launches cost far more than any graph, so this never binds), so more work is never predicted
-cheaper, across the two kinds too.
+sequences and as much context (raising intercept, decode_context_tokens or max_decode_context if
+needed: on an H200 the eager launches cost far more than any graph, so this never binds), so more work
+is never predicted cheaper, across the two kinds too.
 
 The fit minimises the mean absolute relative error (the MAPE that validation reports) by iteratively
 reweighted non-negative least squares: each kind's prediction is the median of the steps like it, and
 a rare host pause in the calibration rows (three in the H200 rows, 0.16-2.1 s, likely JIT compiles of a
 new kernel specialisation) does not pull the fit. A profile without `graph_batch_sizes` (written before
 graphs were modelled) is the former single model: the eager formula plus prefill_step (for any prefill
-token) applied to every step.
+token) applied to every step (it has no longest-sequence term either).
 
-Known limit: the features are sums over the step, so the model cannot see how the context is spread over
-the sequences. The decode-attention kernel gives each sequence num_splits programs per KV head (ceil(2 *
-SMs / (rows * KV heads)): 1 from 64 rows up for Llama-3-8B on an H200) that walk their share of its keys
-one tile after the other; a step's attention then lasts at least as long as its longest sequence's share
-takes (~1 us per key of it on an H200, measured in the calibration rows where 4k-token sequences decode
-among short ones). Calibration batches are uniform; live batches with a few long sequences among short
-ones run up to ~20% longer than predicted (pair-conv-paged: 33-64 sequences, one at 4k+ tokens).
+On the H200 (results/profiles/h200-llama-3-8b.json, 2026-11-29) the fit chose max_context_lanes 45 and
+~0.79 us per key of the longest walk: a decode batch of short sequences with one at 6k tokens costs ~4 ms
+more than its total context says. Held out by workload, graph steps are predicted to 3.7% (9.6% by the
+same fit without the term, on the same rows).
+
+Known limits: apart from the longest sequence, the model sees sums over the step, not how the context is
+spread over the other sequences (the second-longest sequence matters when two long ones share the
+kernel's last wave), nor K/V shared through the prefix cache (read once into L2 for many sequences:
+cheaper than its bytes). Eager steps of a few hundred tokens are bound by launching kernels from Python:
+on the H200 they took 14-47 ms for the same shape in the calibration, so their coefficients are the
+least certain.
 """
 
 from __future__ import annotations
@@ -70,14 +92,17 @@ if TYPE_CHECKING:
 
 # Features of eager steps (and, without graphs, of every step); the values _terms computes, in order.
 FEATURES = ("intercept", "prefill_step", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
-            "decode_context_tokens", "prefill_attn_pairs", "tokens_over_knee")
+            "decode_context_tokens", "max_decode_context", "prefill_attn_pairs", "tokens_over_knee")
 EAGER_FEATURES = tuple(f for f in FEATURES if f != "prefill_step")  # fitted when graph steps have their own model
-SINGLE_FEATURES = tuple(f for f in FEATURES if f != "num_prefill_seqs")  # the former single model
-GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens")  # plus graph_pad_<size> for each size above the first
+SINGLE_FEATURES = tuple(f for f in FEATURES if f not in ("num_prefill_seqs", "max_decode_context"))  # the former single model
+# plus graph_pad_<size> for each size above the first
+GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context")
 TRANSFERS = ("swap_s_per_byte", "copy_s_per_byte")
 INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
-                 "prefill_attn_pairs")
+                 "prefill_attn_pairs", "max_decode_context")
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
+LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
+MAX_SPLITS = 64  # engine.kernels.decode.default_num_splits' cap
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
 # engine.executor's padded decode sizes (pagesim must not import the engine, which needs torch).
 _COMMON_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -93,9 +118,41 @@ def graph_features(sizes) -> tuple[str, ...]:
     return GRAPH_FEATURES + tuple(f"graph_pad_{s}" for s in sizes[1:])
 
 
-def _terms(p_tokens, p_seqs, d_seqs, d_ctx, pairs, knee, maximum=max):
+def _terms(p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, knee, maximum=max):
     """The feature values in FEATURES order, for scalars or (with np.maximum) numpy arrays."""
-    return (1, (p_tokens > 0) * 1, p_tokens, p_seqs, d_seqs, d_ctx, pairs, maximum(p_tokens + d_seqs - knee, 0))
+    return (1, (p_tokens > 0) * 1, p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, maximum(p_tokens + d_seqs - knee, 0))
+
+
+def decode_split_programs(gpu: str) -> int:
+    """How many programs the engine's decode kernel aims at (2 per SM); 0 when the SM count is unknown."""
+    return 2 * get_gpu(gpu).sm_count
+
+
+def num_splits(rows, programs: int, kv_heads: int):
+    """engine.kernels.decode.default_num_splits for `rows` decode rows (ints or an int array), without
+    its max_model_len // 256 cap (32 at 8192 tokens: it only binds for a single row)."""
+    if not programs:
+        return rows * 0 + 1
+    if isinstance(rows, np.ndarray):
+        return np.maximum(1, np.minimum(-(-programs // np.maximum(rows * kv_heads, 1)), MAX_SPLITS))
+    return max(1, min(-(-programs // max(rows * kv_heads, 1)), MAX_SPLITS))
+
+
+def _splits_array(n: np.ndarray, sizes, programs: int, kv_heads: int) -> np.ndarray:
+    """num_splits for arrays of decode-row counts: the padded graph size's where a graph covers them."""
+    rows = np.asarray(n, dtype=np.int64)
+    if sizes:
+        covered = (rows > 0) & (rows <= sizes[-1])
+        padded = np.asarray(sizes, dtype=np.int64)[np.minimum(np.searchsorted(sizes, rows, side="left"), len(sizes) - 1)]
+        rows = np.where(covered, padded, rows)
+    return num_splits(rows, programs, kv_heads)
+
+
+def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
+    """The `longest` feature (module docstring): max(d_ctx / lanes, ceil(max_ctx / splits)); 0 if lanes is 0."""
+    if not lanes:
+        return d_ctx * 0
+    return maximum(d_ctx / lanes, -(-max_ctx // splits))
 
 
 @dataclass
@@ -109,11 +166,16 @@ class ProfileCostModel:
     created: str = ""
     source: str | None = None  # the file it was read from
     graph_batch_sizes: tuple[int, ...] = ()  # () = no graph model: every step by the eager formula
+    max_context_lanes: int = 0  # 0: no longest-sequence term (profiles fitted before it existed)
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
+        self.max_context_lanes = int(self.max_context_lanes) if self.graph_batch_sizes else 0
         coef = self.coefficients
         self._c = tuple(float(coef.get(name, 0.0)) for name in FEATURES)
+        self._programs = decode_split_programs(self.gpu)
+        self._kv_heads = get_model(self.model).num_kv_heads
+        self._graph_max_ctx = float(coef.get("graph_max_context", 0.0))
         sizes = self.graph_batch_sizes
         # Fixed cost of each graph: graph_intercept plus the increments up to its size (one sum, shared by
         # step_time and decode_run_times so both give the same float).
@@ -125,6 +187,7 @@ class ProfileCostModel:
             self._graph_base.append(base)
         self._graph_max = sizes[-1] if sizes else 0
         self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
+        self._graph_splits = tuple(num_splits(s, self._programs, self._kv_heads) for s in sizes)
         self._idle = self._graph_base[0] if sizes else self._c[0]
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size)
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
@@ -142,48 +205,69 @@ class ProfileCostModel:
             return self.graph_batch_sizes[bisect_left(self.graph_batch_sizes, num_decode_seqs)]
         return None
 
-    def _eager_time(self, p_tokens, p_seqs, d_seqs, d_ctx, pairs):
+    def _splits(self, d_seqs: int) -> int:
+        """num_splits of the decode kernel for this many decode rows: the padded size's where a graph covers it."""
+        if d_seqs <= self._graph_max:
+            return self._graph_splits[bisect_left(self.graph_batch_sizes, d_seqs)] if d_seqs else 1
+        return num_splits(d_seqs, self._programs, self._kv_heads)
+
+    def _eager_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, maximum=max):
+        longest = longest_keys(d_ctx, max_ctx, self._splits(d_seqs), self.max_context_lanes, maximum)
         t = 0.0
-        for c, x in zip(self._c, _terms(p_tokens, p_seqs, d_seqs, d_ctx, pairs, self.knee_tokens)):
+        for c, x in zip(self._c, _terms(p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, self.knee_tokens, maximum)):
             t = t + c * x
         return t
 
-    def _graph_time(self, d_seqs: int, d_ctx):
-        return self._graph_base[bisect_left(self.graph_batch_sizes, d_seqs)] + self._graph_ctx * d_ctx
+    def _graph_time(self, d_seqs: int, d_ctx, max_ctx, maximum=max):
+        i = bisect_left(self.graph_batch_sizes, d_seqs)
+        longest = longest_keys(d_ctx, max_ctx, self._graph_splits[i], self.max_context_lanes, maximum)
+        return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx * longest
 
     def step_time(self, f: StepFeatures) -> float:
         t = (f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
         if f.num_prefill_tokens or f.num_decode_seqs:
             if not f.num_prefill_tokens and f.num_decode_seqs <= self._graph_max:
-                t += self._graph_time(f.num_decode_seqs, f.decode_context_tokens)
+                t += self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context)
             else:
                 t += self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
-                                      f.decode_context_tokens, f.prefill_attn_pairs)
+                                      f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
         elif t:
             t += self._idle
         return t
 
-    def decode_run_times(self, num_seqs: int, context_start: int, k: int) -> np.ndarray:
-        """Durations of k pure-decode steps; step j reads context_start + num_seqs * (j + 1) keys."""
+    def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int) -> np.ndarray:
+        """Durations of k pure-decode steps; step j (0-based) reads context_start + num_seqs * (j + 1) keys,
+        max_context_start + j + 1 of them for its longest sequence."""
         if num_seqs == 0:
             return np.zeros(k)
-        ctx = context_start + num_seqs * np.arange(1, k + 1, dtype=np.int64)
+        steps = np.arange(1, k + 1, dtype=np.int64)
+        ctx = context_start + num_seqs * steps
+        longest = max_context_start + steps
         if num_seqs <= self._graph_max:
-            return self._graph_time(num_seqs, ctx)
-        return self._eager_time(0, 0, num_seqs, ctx, 0)
+            return self._graph_time(num_seqs, ctx, longest, np.maximum)
+        return self._eager_time(0, 0, num_seqs, ctx, longest, 0, np.maximum)
 
     def forward_times(self, rows) -> np.ndarray:
         """Forward time of each row (a frame or dict of INPUT_COLUMNS arrays): step_time without transfers, vectorised."""
-        p, ps, n, c, pairs = (np.asarray(rows[col], dtype=np.float64) for col in INPUT_COLUMNS)
+        p, ps, n, c, pairs, mx = (np.asarray(rows[col], dtype=np.float64) for col in INPUT_COLUMNS)
         out = np.zeros(len(p))
         eager = (p > 0) | (n > self._graph_max)
-        eager_terms = _terms(p[eager], ps[eager], n[eager], c[eager], pairs[eager], self.knee_tokens, np.maximum)
+        splits = self._splits_of(n)
+        lanes = self.max_context_lanes
+        longest = longest_keys(c, mx, splits, lanes, np.maximum)
+        eager_terms = _terms(p[eager], ps[eager], n[eager], c[eager], longest[eager], pairs[eager], self.knee_tokens,
+                             np.maximum)
         out[eager] = sum(coef * x for coef, x in zip(self._c, eager_terms))
         graph = ~eager & (n > 0)
         if graph.any():
             idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
-            out[graph] = np.asarray(self._graph_base)[idx] + self._graph_ctx * c[graph]
+            out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * c[graph]
+                          + self._graph_max_ctx * longest[graph])
         return out
+
+    def _splits_of(self, n: np.ndarray) -> np.ndarray:
+        """_splits for an array of decode-row counts."""
+        return _splits_array(n, self.graph_batch_sizes, self._programs, self._kv_heads)
 
     def describe(self) -> dict:
         d = {"kind": "profile", "source": self.source, "model": self.model, "gpu": self.gpu,
@@ -191,6 +275,8 @@ class ProfileCostModel:
              "created": self.created}
         if self.graph_batch_sizes:
             d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        if self.max_context_lanes:
+            d["max_context_lanes"] = self.max_context_lanes
         return d
 
     # ---- files ---------------------------------------------------------------------
@@ -199,6 +285,8 @@ class ProfileCostModel:
         d = {"kind": "profile", "model": self.model, "gpu": self.gpu, "features": features}
         if self.graph_batch_sizes:
             d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        if self.max_context_lanes:
+            d["max_context_lanes"] = self.max_context_lanes
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
@@ -240,10 +328,18 @@ class ProfileCostModel:
                 raise UserError(f"profile {p}: coefficients[{name!r}] is {value!r}, expected a finite number")
         if isinstance(d["knee_tokens"], bool) or not isinstance(d["knee_tokens"], int) or d["knee_tokens"] < 0:
             raise UserError(f"profile {p}: 'knee_tokens' is {d['knee_tokens']!r}, expected a non-negative integer")
+        lanes = d.get("max_context_lanes", 0)
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 0:
+            raise UserError(f"profile {p}: 'max_context_lanes' is {lanes!r}, expected a non-negative integer")
+        uses_longest = any(f in ("graph_max_context", "max_decode_context") for f in d["features"])
+        if uses_longest and not lanes:
+            raise UserError(f"profile {p}: features graph_max_context/max_decode_context need 'max_context_lanes' "
+                            "(a positive integer)")
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS]},
-                       d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes))
+                       d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
+                       lanes)
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
@@ -304,21 +400,28 @@ def _columns(rows) -> dict[str, np.ndarray]:
     return {c: np.asarray(rows[c], dtype=np.float64) for c in INPUT_COLUMNS}
 
 
-def _eager_design(cols, sel, knee, names) -> np.ndarray:
+def _longest(cols, sel, split, lanes) -> np.ndarray:
+    """The `longest` feature of the rows in sel (split: (sizes, programs, kv_heads))."""
+    return longest_keys(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel],
+                        _splits_array(cols["num_decode_seqs"][sel], *split), lanes, np.maximum)
+
+
+def _eager_design(cols, sel, knee, names, longest) -> np.ndarray:
     values = dict(zip(FEATURES, _terms(cols["num_prefill_tokens"][sel], cols["num_prefill_seqs"][sel],
-                                       cols["num_decode_seqs"][sel], cols["decode_context_tokens"][sel],
+                                       cols["num_decode_seqs"][sel], cols["decode_context_tokens"][sel], longest,
                                        cols["prefill_attn_pairs"][sel], knee, np.maximum)))
     return np.column_stack([np.broadcast_to(np.asarray(values[f], dtype=np.float64), (len(sel),)) for f in names])
 
 
-def _graph_design(cols, sel, sizes) -> np.ndarray:
+def _graph_design(cols, sel, sizes, longest) -> np.ndarray:
     n = cols["num_decode_seqs"][sel]
     g = np.asarray(sizes)[np.searchsorted(sizes, n, side="left")]
-    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel]] + [(g >= s) * 1.0 for s in sizes[1:]])
+    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel], longest]
+                           + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
-def _fit_coefficients(cols, y, sel, sizes, knees) -> dict:
-    """Both kinds' coefficients from the rows in `sel` (indices); returns them with the knee and fit details."""
+def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) -> dict:
+    """Both kinds' coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
     rows_idx = np.asarray(sel)
     is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= (sizes[-1] if sizes else 0))
     graph_rows, eager_rows = rows_idx[is_graph], rows_idx[~is_graph]
@@ -327,12 +430,19 @@ def _fit_coefficients(cols, y, sel, sizes, knees) -> dict:
     dropped: list[str] = []
     raised: list[str] = []
     abs_err = []
+    lanes = 0
     if sizes:
         gnames = graph_features(sizes)
         if len(graph_rows) < 2 * len(gnames):
             raise UserError(f"calibration rows: {len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
                             f"least {2 * len(gnames)}; or fit a single model (max_num_seqs=None)")
-        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes), y[graph_rows])
+        best_graph = None
+        for k in lanes_grid:
+            x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes, _longest(cols, graph_rows, split, k)),
+                                      y[graph_rows])
+            if best_graph is None or err < best_graph[0]:
+                best_graph = (err, k, x)
+        err, lanes, x = best_graph
         coefficients.update(zip(gnames, map(float, x)))
         dropped += [f for f, v in zip(gnames, x) if v == 0]
         abs_err.append(err * len(graph_rows))
@@ -340,8 +450,9 @@ def _fit_coefficients(cols, y, sel, sizes, knees) -> dict:
         raise UserError(f"calibration rows: {len(eager_rows)} usable {'eager (prefill or mixed) ' if sizes else ''}"
                         f"training rows, need at least {2 * len(names)}")
     best = None
+    longest = _longest(cols, eager_rows, split, lanes) if sizes else np.zeros(len(eager_rows))
     for knee in knees:
-        x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names), y[eager_rows])
+        x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names, longest), y[eager_rows])
         if best is None or err < best[0]:
             best = (err, knee, x)
     err, knee, x = best
@@ -362,22 +473,27 @@ def _fit_coefficients(cols, y, sel, sizes, knees) -> dict:
         if eager["decode_context_tokens"] < coefficients["graph_context_tokens"]:
             eager["decode_context_tokens"] = coefficients["graph_context_tokens"]
             raised.append("decode_context_tokens")
+        # Both kinds share `lanes` and the splits (the padded size's), so this makes the eager term the larger.
+        if eager["max_decode_context"] < coefficients["graph_max_context"]:
+            eager["max_decode_context"] = coefficients["graph_max_context"]
+            raised.append("max_decode_context")
     coefficients = {**eager, **coefficients}
     abs_err.append(err * len(eager_rows))
-    return {"coefficients": coefficients, "knee": knee, "dropped": dropped, "raised": raised,
+    return {"coefficients": coefficients, "knee": knee, "lanes": lanes, "dropped": dropped, "raised": raised,
             "train_mape": float(sum(abs_err) / len(rows_idx))}
 
 
 def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
                 knees: tuple[int, ...] = KNEES, holdout: str = "rows",
-                max_num_seqs: int | None = 256) -> tuple[ProfileCostModel, dict]:
+                max_num_seqs: int | None = 256, lanes: tuple[int, ...] = LANES) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
     `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
     swaps/copies are left out (transfer costs come from the bandwidths). Each kind of step (graph,
     eager; see the module docstring) gets its own coefficients, fitted to the least mean absolute
-    relative error; the knee is the one in `knees` with the least training error. The graph sizes
-    are the executor's for `max_num_seqs` (the calibrated engine's); None fits the former single model.
+    relative error; the knee is the one in `knees` with the least training error, and max_context_lanes
+    the one in `lanes` with the least training error of graph steps. The graph sizes are the executor's
+    for `max_num_seqs` (the calibrated engine's); None fits the former single model.
 
     holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
     fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
@@ -395,6 +511,9 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
         raise UserError(f"test_fraction {test_fraction}: expected at least 0 and below 1")
     m, g = get_model(model), get_gpu(gpu)
     sizes = graph_batch_sizes(max_num_seqs) if max_num_seqs else ()
+    split = (sizes, decode_split_programs(g.name), m.num_kv_heads)
+    if not lanes or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in lanes):
+        raise UserError(f"lanes {lanes!r}: expected positive integers")
     cols = _columns(rows)
     keep = (cols["num_prefill_tokens"] + cols["num_decode_seqs"]) > 0
     for c in ("num_swap_out_blocks", "num_swap_in_blocks", "num_copy_blocks"):
@@ -411,14 +530,17 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     def make(fitted, fit=None):
         return ProfileCostModel(m.name, g.name, {**fitted["coefficients"], **transfers}, fitted["knee"], fit=fit or {},
                                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                graph_batch_sizes=sizes)
+                                graph_batch_sizes=sizes, max_context_lanes=fitted["lanes"])
+
+    def fit(sel):
+        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes)
 
     predicted = np.full(len(y), np.nan)
     if holdout == "rows":
         n_test = int(round(len(idx) * test_fraction))
         perm = np.random.default_rng(seed).permutation(idx)
         test, train = perm[:n_test], perm[n_test:]
-        final = _fit_coefficients(cols, y, train, sizes, knees)
+        final = fit(train)
         scored = test if len(test) else train
         predicted[scored] = make(final).forward_times({c: v[scored] for c, v in cols.items()})
         folds = n_workloads = fold_workloads = None
@@ -433,9 +555,9 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
         fold_workloads = [sorted(order[f::folds].tolist()) for f in range(folds)]
         for held_out in fold_workloads:
             out = np.isin(names, held_out)
-            part = _fit_coefficients(cols, y, idx[~out], sizes, knees)
+            part = fit(idx[~out])
             predicted[idx[out]] = make(part).forward_times({c: v[idx[out]] for c, v in cols.items()})
-        final = _fit_coefficients(cols, y, idx, sizes, knees)
+        final = fit(idx)
         if not folds:  # nothing held out: the training error
             predicted[idx] = make(final).forward_times({c: v[idx] for c, v in cols.items()})
         train = scored = idx
@@ -459,6 +581,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
                   objective="mean absolute relative error")
     if sizes:
         report["graph_batch_sizes"] = list(sizes)
+        report["max_context_lanes"] = final["lanes"]
     if fold_workloads:
         report["fold_workloads"] = fold_workloads
     return profile, report

@@ -21,6 +21,8 @@ prefill tokens + 128 decodes at 4k context ~40% cheaper than it is). Transfers a
 the forward pass (added). Activations are left out: in decode they are a few MB per layer and stay in
 the 50 MB L2; in a large prefill the step is compute-bound and their traffic (the SwiGLU's
 elementwise passes, ~3% of the matmul time at 8192 tokens) hides under the matmuls. A step with transfers but no tokens still pays the step overhead.
+StepFeatures.max_decode_context is not used: a roofline sees totals, so a batch with one long sequence
+among short ones costs what a uniform batch of the same total context costs.
 
 The efficiencies are ceilings measured on an H200 (see the constants), so the model is an
 attainable bound, optimistic where kernels fall short of them: small batches pay per-kernel latency,
@@ -93,8 +95,13 @@ class RooflineCostModel:
             t += self.step_overhead_s
         return t
 
-    def decode_run_times(self, num_seqs: int, context_start: int, k: int) -> np.ndarray:
-        """Durations of k pure-decode steps; step j reads context_start + num_seqs * (j + 1) keys."""
+    def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int) -> np.ndarray:
+        """Durations of k pure-decode steps; step j reads context_start + num_seqs * (j + 1) keys.
+
+        max_context_start (the longest sequence's cached tokens at the start) is ignored: a roofline
+        counts bytes and FLOPs, not how they are spread over the sequences (an attainable bound; the
+        engine's serial per-sequence decode programs are the profile's business).
+        """
         if num_seqs == 0:
             return np.zeros(k)
         ctx = context_start + num_seqs * np.arange(1, k + 1, dtype=np.int64)
