@@ -177,7 +177,7 @@ class Recorder:
         self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n,
                          tuple(features.values()), 0)
 
-    def _runs_frame(self) -> pd.DataFrame:
+    def _runs_columns(self) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs."""
         kv = self.sched.kv
         bs = kv.block_size
@@ -222,14 +222,21 @@ class Recorder:
             "cached": cached_blocks * bs,
             "free": kv.num_gpu_blocks * bs - allocated - external - cached_blocks * bs,
         }
-        return pd.DataFrame({c: cols.get(c, zeros) for c in STEP_COLUMNS})
+        return {c: cols.get(c, zeros) for c in STEP_COLUMNS}
 
     def steps_frame(self) -> pd.DataFrame:
-        frames = [pd.DataFrame.from_records(self.rows, columns=list(STEP_COLUMNS))]
+        """One row per step, in step order (recorded rows and expanded decode runs interleaved)."""
+        if self.rows:
+            by_column = list(zip(*self.rows))
+            cols = {c: np.asarray(by_column[i]) for i, c in enumerate(STEP_COLUMNS)}
+        else:
+            cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}
         if self.runs:
-            frames.append(self._runs_frame())
-        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        df = df.sort_values("step", kind="stable", ignore_index=True)
+            runs = self._runs_columns()
+            cols = {c: np.concatenate([cols[c], runs[c]]) for c in STEP_COLUMNS}
+            order = np.argsort(cols["step"], kind="stable")
+            cols = {c: v[order] for c, v in cols.items()}
+        df = pd.DataFrame(cols)
         total = self.sched.kv.num_gpu_blocks * self.sched.kv.block_size
         for c in CATEGORIES:
             df[f"{c}_frac"] = df[c] / total
