@@ -10,6 +10,7 @@ bookkeeping is not lost between steps.
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import subprocess
@@ -368,7 +369,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("live", help="run a trace live on a CUDA GPU through the shared scheduler")
     add_run_options(p)
-    p.add_argument("--allow-cpu", action="store_true", help=argparse_hidden())
+    p.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)  # tests: the toy model on the CPU
     p.set_defaults(func=live)
     c = sub.add_parser("calibrate", help="time the GPU executor on a grid of steps and fit a profile cost model")
     c.add_argument("--model", default="llama-3-8b")
@@ -380,10 +381,3 @@ def register(sub) -> None:
     c.add_argument("--refit", metavar="ROWS.csv", default=None,
                    help="refit the profile from calibration steps saved earlier (PROFILE.steps.csv); no GPU needed")
     c.set_defaults(func=calibrate)
-
-
-def argparse_hidden():
-    import argparse
-
-    return argparse.SUPPRESS
-
