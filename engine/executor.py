@@ -46,20 +46,10 @@ from engine.kernels import copy_blocks, swap_blocks
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
+from pagesim.cost.profile import graph_batch_sizes  # one rule, shared with the cost model that prices the graphs
+from pagesim.kv_paged import cdiv
 from pagesim.request import Request
 from pagesim.specs import ModelSpec
-
-GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def graph_batch_sizes(max_num_seqs: int) -> list[int]:
-    """Padded decode batch sizes: the common sizes below max_num_seqs, then max_num_seqs itself (at most 256)."""
-    sizes = [b for b in GRAPH_BATCH_SIZES if b < max_num_seqs]
-    return sizes + [min(max_num_seqs, GRAPH_BATCH_SIZES[-1])]
 
 
 # ---- sizing the KV cache from the real device ---------------------------------------------------

@@ -363,9 +363,9 @@ def test_splitmix64_matches_the_reference_values():
 
 # ---- sizing --------------------------------------------------------------------------------------
 def test_graph_batch_sizes_stop_at_max_num_seqs():
-    assert graph_batch_sizes(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    assert graph_batch_sizes(100) == [1, 2, 4, 8, 16, 32, 64, 100]
-    assert graph_batch_sizes(1) == [1]
+    assert graph_batch_sizes(256) == (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    assert graph_batch_sizes(100) == (1, 2, 4, 8, 16, 32, 64, 100)
+    assert graph_batch_sizes(1) == (1,)
     assert graph_batch_sizes(1024)[-1] == 256
 
 

@@ -104,14 +104,14 @@ KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens,
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
 MAX_SPLITS = 64  # engine.kernels.decode.default_num_splits' cap
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
-# engine.executor's padded decode sizes (pagesim must not import the engine, which needs torch).
-_COMMON_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# The padded decode batch sizes the engine captures CUDA graphs at; engine.executor imports this rule.
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
-    """The executor's CUDA-graph batch sizes: the common sizes below max_num_seqs, then max_num_seqs (at most 256)."""
-    sizes = [b for b in _COMMON_GRAPH_SIZES if b < max_num_seqs]
-    return tuple(sizes + [min(max_num_seqs, _COMMON_GRAPH_SIZES[-1])])
+    """The CUDA-graph batch sizes: the common sizes below max_num_seqs, then max_num_seqs (at most 256)."""
+    sizes = [b for b in GRAPH_BATCH_SIZES if b < max_num_seqs]
+    return tuple(sizes + [min(max_num_seqs, GRAPH_BATCH_SIZES[-1])])
 
 
 def graph_features(sizes) -> tuple[str, ...]:
