@@ -26,6 +26,7 @@ class Config:
     num_gpu_blocks: int | None = None  # None: derived from gpu_memory_utilization
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None  # None: the model's max_position_embeddings
+    tensor_parallel_size: int = 1  # GPUs per replica: weights and KV heads are split over them
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     enable_chunked_prefill: bool = True
@@ -57,18 +58,26 @@ class Config:
 
     @property
     def block_bytes(self) -> int:
-        return self.model_spec.kv_bytes_per_block(self.block_size)
+        """Bytes of one KV block on one GPU: its share of the KV heads (all of them without tensor parallelism)."""
+        m = self.model_spec
+        return m.kv_bytes_per_block(self.block_size) * m.kv_heads_per_gpu(self.tensor_parallel_size) // m.num_kv_heads
+
+    @property
+    def weight_bytes_per_gpu(self) -> int:
+        """Weights each GPU holds: every matrix (and the embedding) split over the tensor-parallel GPUs."""
+        return -(-self.model_spec.weight_bytes // self.tensor_parallel_size)
 
     @property
     def resolved_num_gpu_blocks(self) -> int:
-        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights) / block bytes."""
+        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights per GPU) / block bytes per GPU."""
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
-        budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.model_spec.weight_bytes
+        budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.weight_bytes_per_gpu
         blocks = int(budget // self.block_bytes)
         if blocks < 1:
+            tp = f" per GPU at tensor_parallel_size={self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
             raise UserError(
-                f"model {self.model} ({self.model_spec.weight_bytes / GIB:.1f} GiB of weights) leaves no KV-cache "
+                f"model {self.model} ({self.weight_bytes_per_gpu / GIB:.1f} GiB of weights{tp}) leaves no KV-cache "
                 f"memory on {self.gpu} at gpu_memory_utilization={self.gpu_memory_utilization}"
             )
         return blocks
@@ -104,6 +113,12 @@ class Config:
             (self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "num_gpu_blocks must be at least 1"),
             (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
             (self.max_model_len is None or self.max_model_len >= 1, "max_model_len must be at least 1"),
+            (self.tensor_parallel_size >= 1, "tensor_parallel_size must be at least 1"),
+            (self.tensor_parallel_size < 1 or self.model_spec.num_heads % self.tensor_parallel_size == 0,
+             f"tensor_parallel_size {self.tensor_parallel_size} must divide {self.model}'s "
+             f"{self.model_spec.num_heads} attention heads"),
+            (self.tensor_parallel_size == 1 or self.gpu_spec.nvlink_bandwidth > 0,
+             f"tensor_parallel_size > 1 needs a GPU with NVLink; {self.gpu} has none in its spec"),
             (self.max_num_seqs >= 1, "max_num_seqs must be at least 1"),
             (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be at least 1"),
             (self.preemption_mode in PREEMPTION_MODES, f"preemption_mode must be one of {PREEMPTION_MODES}"),
