@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     from engine import live
-    from pagesim import replay, sweep, validate
+    from pagesim import plan, replay, sweep, validate
     from pagesim.traces import cli as trace_cli
 
     replay.register(sub)
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     live.register(sub)
     validate.register(sub)
     sweep.register(sub)
+    plan.register(sub)
     return parser
 
 
