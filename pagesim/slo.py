@@ -83,7 +83,8 @@ def evaluate(requests: pd.DataFrame, slos: list[SLO], makespan_s: float | None) 
         met &= within
         value = None
         if len(values):  # linear interpolation next to an infinite value gives inf (two infinite: nan -> inf)
-            value = float(np.nan_to_num(np.percentile(values, PERCENTILES[slo.percentile]), nan=np.inf))
+            with np.errstate(invalid="ignore"):
+                value = float(np.nan_to_num(np.percentile(values, PERCENTILES[slo.percentile]), nan=np.inf))
         out[f"slo_{slo.name}_s"] = value
         out[f"slo_{slo.name}_met"] = value is not None and value <= slo.threshold_s
     n_met = int(met.sum())
