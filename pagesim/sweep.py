@@ -144,16 +144,22 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
     writer = _Writer(results, old)
     from tqdm import tqdm
 
+    if backend not in ("ray", "local"):
+        raise UserError(f"--backend {backend!r}: expected ray or local")
+    run = _run_ray if backend == "ray" else _run_local
     with tqdm(total=len(points), initial=len(points) - len(todo), desc="sweep", unit="config",
               disable=not progress) as bar:
-        run = _run_ray if backend == "ray" else _run_local
-        if backend not in ("ray", "local"):
-            raise UserError(f"--backend {backend!r}: expected ray or local")
-        for row in run(trace, base, todo, address=address, num_cpus=num_cpus):
-            writer.add(row)
-            bar.update(1)
-            if on_row is not None:
-                on_row(row, bar.n, len(points))
+        done = len(points) - len(todo)
+        try:
+            for row in run(trace, base, todo, address=address, num_cpus=num_cpus):
+                writer.add(row)
+                done += 1
+                bar.update(1)
+                if on_row is not None:
+                    on_row(row, done, len(points))
+        except BaseException:  # interrupted (Ctrl-C, a dead driver): keep what finished, for the resume
+            writer.close()
+            raise
     return writer.close()
 
 
