@@ -212,6 +212,9 @@ def _run_ray(trace, base, points, *, address=None, num_cpus=None):
 
     started = not ray.is_initialized()
     if started:
+        # Ray starts its workers at nice 15, below every other process of the machine; a sweep on a shared
+        # machine then crawls. Ask for the ordinary priority (an explicit RAY_worker_niceness still wins).
+        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     try:
@@ -273,7 +276,13 @@ def sweep(args, parser) -> int:
     print(trace.summary)
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
     out = Path(args.out)
-    df = run_sweep(trace, base, points, out, backend=args.backend, address=args.address, num_cpus=args.num_cpus)
+    try:
+        df = run_sweep(trace, base, points, out, backend=args.backend, address=args.address, num_cpus=args.num_cpus)
+    except KeyboardInterrupt:
+        done = len(pd.read_parquet(out / "results.parquet")) if (out / "results.parquet").exists() else 0
+        print(f"interrupted: {done} of {len(points)} configurations in {out / 'results.parquet'}; "
+              "run the same command again to resume")
+        return 130
     errors = int((df["status"] == "error").sum()) if "status" in df else 0
     print(f"{len(df)} configurations in {out / 'results.parquet'} ({errors} errors)")
     if errors:
