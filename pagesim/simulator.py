@@ -24,6 +24,7 @@ import simpy
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
+from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import SchedulerStuck, run_step
 from pagesim.recorder import BlockSnapshot, Recorder
 from pagesim.request import Request, requests_from_trace
@@ -50,8 +51,7 @@ class RunResult:
     sim_wall_s: float
     num_steps: int
     leaked_blocks: int
-    prefix_cache_queries: int
-    prefix_cache_hits: int
+    prefix_cache: PrefixCacheStats
     extra: dict = field(default_factory=dict)
 
 
@@ -174,8 +174,7 @@ class Simulation:
             sim_wall_s=wall,
             num_steps=len(steps),
             leaked_blocks=sched.leaked_blocks(),
-            prefix_cache_queries=sched.kv.prefix_cache_queries,
-            prefix_cache_hits=sched.kv.prefix_cache_hits,
+            prefix_cache=sched.kv.prefix_cache_stats,
             extra={"fast_path_steps": self.fast_path_steps},
         )
 
