@@ -11,13 +11,17 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from pagesim.accounting import CATEGORIES
 from pagesim.request import Request, RequestStatus
-from pagesim.scheduler import DecodeRun, Scheduler, StepPlan
+from pagesim.scheduler import Scheduler, StepPlan
+
+if TYPE_CHECKING:
+    from pagesim.fast_path import DecodeRun
 
 FEATURE_COLUMNS = (
     "num_prefill_tokens",

@@ -277,13 +277,13 @@ class Scheduler:
                 if req.n > 1 and req.parent_id is None:
                     self._fork_samples(req, now, outcome)
             if req.num_output_tokens >= req.output_len:
-                self._finish(req, now, outcome)
+                self.finish_request(req, now, outcome)
         if outcome.finished:
             done = {id(r) for r in outcome.finished}
             self.running = [r for r in self.running if id(r) not in done]
         return outcome
 
-    def _finish(self, req: Request, now: float, outcome: StepOutcome) -> None:
+    def finish_request(self, req: Request, now: float, outcome: StepOutcome) -> None:
         req.status = RequestStatus.FINISHED
         req.finish_time = now
         self.kv.free(req)
@@ -318,7 +318,7 @@ class Scheduler:
             copies = self.kv.fork(parent, child)
             outcome.forked.append(child)
             if child.num_output_tokens >= child.output_len:
-                self._finish(child, now, outcome)
+                self.finish_request(child, now, outcome)
                 continue
             if copies is None:  # no block for the copy: the sample recomputes its prompt later
                 child.num_computed_tokens = 0
@@ -328,86 +328,3 @@ class Scheduler:
             self.pending_copies.extend(copies)
             child.status = RequestStatus.RUNNING
             self.running.append(child)
-
-    # ---- the exact fast path ---------------------------------------------------------
-    def decode_run_limit(self) -> int:
-        """How many next steps are certainly identical pure-decode steps of the same running set.
-
-        0 unless every running request is decoding and will be scheduled, no
-        fork copy is pending, and the heads of the swapped and waiting queues
-        cannot be admitted now (they then stay blocked: free memory only
-        shrinks and the batch stays the same). The limit is the fewest
-        remaining output tokens of a running request (the step in which one
-        finishes is the run's last) and the most steps whose block allocations
-        all fit in the free blocks (so no allocation fails and nobody is preempted).
-        The caller also stops the run at the next arrival.
-        """
-        running = self.running
-        cfg = self.config
-        n = len(running)
-        if not n or self.pending_copies or n > cfg.max_num_batched_tokens:
-            return 0
-        limit = 1 << 62
-        for r in running:
-            if not r.is_decoding:
-                return 0
-            left = r.output_len - r.num_output_tokens
-            if left < limit:
-                limit = left
-        if (self.swapped or self.waiting) and self._head_could_be_admitted(n):
-            return 0
-        return self.kv.max_decode_steps(running, limit)
-
-    def _head_could_be_admitted(self, n_running: int) -> bool:
-        """Whether schedule() would let the head of the swapped (else waiting) queue in now."""
-        budget = self.config.max_num_batched_tokens - n_running
-        if budget <= 0:
-            return False
-        head = self.swapped[0] if self.swapped else self.waiting[0]
-        return self.admission(head, budget, n_running, swapped=bool(self.swapped)) is not None
-
-    def run_decode_steps(self, k: int, step_ends: list[float]) -> "DecodeRun":
-        """Apply k pure-decode steps at once, exactly as k schedule()/finish_step() pairs would.
-
-        Blocks are taken from the free queue in the order the step-by-step
-        path takes them (step by step, running order within a step).
-        `step_ends[j]` is the time step j ends. Requires k <= decode_run_limit().
-        """
-        kv = self.kv
-        bs = kv.block_size
-        running = self.running
-        run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(r.num_computed_tokens for r in running),
-                        max_context_start=max((r.num_computed_tokens for r in running), default=0))
-        blocks = kv.allocate_decode_steps(running, k)
-        run.blocks_per_step = blocks.blocks_per_step
-        run.evicted_per_step = blocks.evicted_per_step
-        run.internal_delta_per_step = blocks.internal_delta_per_step
-        self.step_id += k
-        end = step_ends[k - 1]
-        outcome = StepOutcome()
-        for r in running:
-            old = r.num_computed_tokens
-            r.num_computed_tokens = old + k
-            kv.cache_full_blocks(r, old)
-            r.num_output_tokens += k
-            if r.num_output_tokens >= r.output_len:
-                self._finish(r, end, outcome)
-        if outcome.finished:
-            done = {id(r) for r in outcome.finished}
-            self.running = [r for r in running if id(r) not in done]
-        run.outcome = outcome
-        return run
-
-
-@dataclass(slots=True)
-class DecodeRun:
-    """What a batch of k identical decode steps did, for recorders (per-step lists have length k)."""
-
-    k: int
-    num_seqs: int
-    context_start: int  # tokens in the cache for the running requests before the first step
-    max_context_start: int = 0  # the most any one of them has then (step j, 0-based, reads max + j + 1 for it)
-    blocks_per_step: list[int] = field(default_factory=list)
-    evicted_per_step: list[int] = field(default_factory=list)
-    internal_delta_per_step: list[int] = field(default_factory=list)
-    outcome: StepOutcome | None = None
