@@ -25,6 +25,7 @@ balance (its `leaked_blocks` is 0 at the end).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from itertools import chain
@@ -33,6 +34,7 @@ import pandas as pd
 import simpy
 
 from pagesim.config import Config
+from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import SchedulerStuck
 from pagesim.metrics import summarize_run
 from pagesim.request import Request, requests_from_trace
@@ -123,8 +125,8 @@ class ClusterSimulation:
             sim_wall_s=wall,
             num_steps=sum(p.num_steps for p in parts),
             leaked_blocks=sum(p.leaked_blocks for p in parts),
-            prefix_cache_queries=sum(p.prefix_cache_queries for p in parts),
-            prefix_cache_hits=sum(p.prefix_cache_hits for p in parts),
+            prefix_cache=PrefixCacheStats(*(sum(getattr(p.prefix_cache, f.name) for p in parts)
+                                            for f in dataclasses.fields(PrefixCacheStats))),
             extra={"num_replicas": len(parts), "router": self.router,
                    "fast_path_steps": sum(r.fast_path_steps for r in self.replicas),
                    "replicas": [summarize_run(p) for p in parts]},
@@ -138,7 +140,7 @@ class ClusterSimulation:
         return RunResult(
             name=f"replica-{k}", config=self.config, steps=steps, requests=rep.recorder.requests_frame(own),
             snapshots=[], sim_wall_s=wall, num_steps=len(steps), leaked_blocks=sched.leaked_blocks(),
-            prefix_cache_queries=sched.kv.prefix_cache_queries, prefix_cache_hits=sched.kv.prefix_cache_hits,
+            prefix_cache=sched.kv.prefix_cache_stats,
         )
 
 

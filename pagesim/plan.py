@@ -117,7 +117,7 @@ def plan(args, parser) -> int:
     from pagesim.cluster import ROUTERS
     from pagesim.replay import trace_from_args
     from pagesim.slo import parse_slos
-    from pagesim.sweep import NOT_SWEPT, parse_grid, run_sweep
+    from pagesim.sweep import NOT_SWEPT, parse_grid, prepare_sweep_dir, run_sweep
 
     slos = parse_slos(args.slo)
     if not slos:
@@ -142,6 +142,7 @@ def plan(args, parser) -> int:
     if not points:
         raise UserError(f"no deployment of {args.model} on at most {args.max_gpus} {args.gpu} GPUs: "
                         + "; ".join(skipped))
+    prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
     print(trace.summary)
     print(f"plan: {len(points)} candidates on at most {args.max_gpus} GPUs" + "".join(f"\n  skipped {s}" for s in skipped))

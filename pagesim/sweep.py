@@ -32,7 +32,7 @@ FLUSH_S = 2.0
 LAYOUTS = ("paged", "max", "pow2", "oracle")
 EXTRA_PARAMETERS = ("layout", "kv_cache_gib")
 TRACE_OPTIONS = ("trace", "format", "limit", "start_s", "end_s", "time_scale", "rate")
-NOT_SWEPT = TRACE_OPTIONS + ("out", "baseline", "slo", "func", "argv", "command", "grid", "backend", "address", "num_cpus")
+NOT_SWEPT = TRACE_OPTIONS + ("out", "force", "baseline", "slo", "func", "argv", "command", "grid", "backend", "address", "num_cpus")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -163,6 +163,16 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
     return writer.close()
 
 
+def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
+    """--out before any work: a directory holding a sweep (sweep.json) resumes; any other must be new or empty."""
+    from pagesim.outputs import prepare_output_dir
+
+    out = Path(out)
+    if (out / "sweep.json").is_file():
+        return out
+    return prepare_output_dir(out, force)
+
+
 def check_or_write_manifest(out: Path, trace, base: dict) -> None:
     """sweep.json: what every row of this directory shares; a resume with other fixed options is refused."""
     fixed = {k: v for k, v in sorted(base.items()) if k not in ("func", "argv", "command", "grid", "out")}
@@ -272,6 +282,7 @@ def sweep(args, parser) -> int:
 
     points = parse_grid(args.grid, parser)
     parse_slos(args.slo)  # bad --slo: an error now, not a thousand error rows
+    prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
     print(trace.summary)
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}

@@ -113,3 +113,12 @@ def test_ray_sweep_runs_tasks_keeps_error_rows_and_resumes(ray_local, trace, bas
     assert seen == [config_id(points[3])]
     assert len(df) == 4
     assert ray_local.is_initialized(), "the sweep must not shut down a Ray instance it did not start"
+
+
+def test_sweep_refuses_a_non_empty_directory_that_holds_no_sweep(tmp_path, capsys):
+    from pagesim.cli import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    rc = main(["sweep", str(TRACES / "multiturn-300.jsonl"), "--grid", "block_size=16", "--backend", "local",
+               "--out", str(tmp_path)])
+    assert rc == 2 and "directory exists and is not empty" in capsys.readouterr().err
