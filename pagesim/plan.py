@@ -113,11 +113,44 @@ def _clean(v):
     return v.item() if hasattr(v, "item") else v
 
 
+def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None = None, routers=None,
+             backend: str = "ray", address: str | None = None, num_cpus: int | None = None, progress: bool = True,
+             on_row=None) -> dict:
+    """Evaluate every candidate (a resumable sweep in `out`), choose, write plan.json and pareto.csv; the report."""
+    from pagesim.cluster import ROUTERS
+    from pagesim.sweep import run_sweep
+
+    search = dict(SEARCH if search is None else search)
+    routers = list(ROUTERS if routers is None else routers)
+    base = {**base, "slo": [str(s) for s in slos], "replicas": 1, "router": "round-robin"}
+    points, skipped = candidates(base, max_gpus, search, routers)
+    if not points:
+        raise UserError(f"no deployment of {base['model']} on at most {max_gpus} {base['gpu']} GPUs: "
+                        + "; ".join(skipped))
+    out = Path(out)
+    df = run_sweep(trace, base, points, out, backend=backend, address=address, num_cpus=num_cpus,
+                   progress=progress, on_row=on_row)
+    if "num_gpus" not in df:
+        raise UserError(f"every candidate failed; see {out / 'results.parquet'} (first error: {df['error'].iloc[0]})")
+    rec, runner = choose(df)
+    front = pareto(df)
+    front.to_csv(out / "pareto.csv", index=False)
+    report = {
+        "slos": [str(s) for s in slos], "trace": trace.name, "model": base["model"], "gpu": base["gpu"],
+        "max_gpus": max_gpus, "search": search | {"router": routers},
+        "recommendation": rec, "runner_up": runner, "evaluated": int(len(df)),
+        "failed": int((df["status"] != "ok").sum()), "skipped": skipped,
+        "pareto": front.to_dict("records"), "candidates": df.to_dict("records"),
+    }
+    (out / "plan.json").write_text(_dumps(report))
+    return json.loads(_dumps(report))
+
+
 def plan(args, parser) -> int:
     from pagesim.cluster import ROUTERS
     from pagesim.replay import trace_from_args
     from pagesim.slo import parse_slos
-    from pagesim.sweep import NOT_SWEPT, parse_grid, prepare_sweep_dir, run_sweep
+    from pagesim.sweep import NOT_SWEPT, parse_grid, prepare_sweep_dir
 
     slos = parse_slos(args.slo)
     if not slos:
@@ -136,32 +169,17 @@ def plan(args, parser) -> int:
         axis = parse_grid([text], parser)
         key = next(iter(axis[0]))
         search[key] = [p[key] for p in axis]
-    base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
-    base.update(replicas=1, router="round-robin")
-    points, skipped = candidates(base, args.max_gpus, search, routers)
-    if not points:
-        raise UserError(f"no deployment of {args.model} on at most {args.max_gpus} {args.gpu} GPUs: "
-                        + "; ".join(skipped))
+    base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
     prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
     print(trace.summary)
-    print(f"plan: {len(points)} candidates on at most {args.max_gpus} GPUs" + "".join(f"\n  skipped {s}" for s in skipped))
     out = Path(args.out)
-    df = run_sweep(trace, base, points, out, backend=args.backend, address=args.address, num_cpus=args.num_cpus)
-    if "num_gpus" not in df:
-        raise UserError(f"every candidate failed; see {out / 'results.parquet'} (first error: {df['error'].iloc[0]})")
-    rec, runner = choose(df)
-    front = pareto(df)
-    front.to_csv(out / "pareto.csv", index=False)
-    report = {
-        "slos": [str(s) for s in slos], "trace": trace.name, "model": args.model, "gpu": args.gpu,
-        "max_gpus": args.max_gpus, "search": search | {"router": routers},
-        "recommendation": rec, "runner_up": runner, "evaluated": int(len(df)),
-        "failed": int((df["status"] != "ok").sum()), "skipped": skipped,
-        "pareto": front.to_dict("records"), "candidates": df.to_dict("records"),
-    }
-    (out / "plan.json").write_text(_dumps(report))
-    print(front.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, backend=args.backend,
+                      address=args.address, num_cpus=args.num_cpus)
+    print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"
+          + "".join(f"\n  skipped {s}" for s in report["skipped"]))
+    print(pd.DataFrame(report["pareto"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    rec, runner = report["recommendation"], report["runner_up"]
     if rec is None:
         print(f"no candidate meets {', '.join(map(str, slos))}; closest:\n  " + describe(runner, slos))
     else:

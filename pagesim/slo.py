@@ -97,5 +97,8 @@ def evaluate(requests: pd.DataFrame, slos: list[SLO], makespan_s: float | None) 
 
 def missed(summary: dict, slos: list[SLO]) -> list[str]:
     """The SLOs a summary (with `evaluate`'s keys) misses, as 'ttft_p99 1.8 s > 1 s'."""
-    return [f"{s.name} {summary[f'slo_{s.name}_s']:.3g} s > {s.threshold_s:g} s"
+    def shown(v):
+        return f"{v:.3g}" if v is not None and np.isfinite(v) else "inf"
+
+    return [f"{s.name} {shown(summary[f'slo_{s.name}_s'])} s > {s.threshold_s:g} s"
             for s in slos if not summary[f"slo_{s.name}_met"]]
