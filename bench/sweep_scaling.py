@@ -3,7 +3,7 @@
 The sweep is the issue's: a 2,000-request trace (traces/azure-conv-like-2k.jsonl) over a grid of block size,
 max_num_seqs, max_num_batched_tokens, KV memory and preemption mode; --configs N takes the first N points of
 that 1,000-point grid (all of them by default). Each worker count runs in a fresh Ray instance and a fresh output
-directory; wall time includes Ray's start-up. Writes a JSON result with the time and speed-up per worker count.
+directory; `wall_s` is the sweep alone, `ray_start_s` Ray's start-up before it. Writes a JSON result with the time and speed-up per worker count.
 The target (issue 15): >= 12x faster with 16 workers than with 1 on the H200 machine's 16 cores.
 
     python bench/sweep_scaling.py --workers 1,2 [--configs 40] [--out bench/results/sweep-scaling-cpu2.json]
@@ -49,15 +49,23 @@ def main() -> int:
     points = parse_grid(GRID, sub)[: args.configs]
     trace = load_trace(str(TRACE))
     runs = []
+    import ray
+
     for n in workers:
         out = Path(tempfile.mkdtemp(prefix=f"sweep-scaling-{n}-"))
+        os.environ.setdefault("RAY_worker_niceness", "0")  # as run_sweep does for an instance it starts
         t = time.perf_counter()
-        df = run_sweep(trace, base, points, out, backend="ray", num_cpus=n, progress=True)
+        ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        start_s = time.perf_counter() - t
+        t = time.perf_counter()
+        df = run_sweep(trace, base, points, out, backend="ray", progress=True)
         wall = time.perf_counter() - t
+        ray.shutdown()
         errors = int((df["status"] == "error").sum())
-        runs.append({"workers": n, "configs": len(df), "errors": errors, "wall_s": wall,
+        runs.append({"workers": n, "configs": len(df), "errors": errors, "ray_start_s": start_s, "wall_s": wall,
                      "configs_per_s": len(df) / wall, "mean_sim_wall_s": float(df["sim_wall_s"].mean())})
-        print(f"{n} workers: {len(df)} configurations in {wall:.1f} s ({len(df) / wall:.2f}/s, {errors} errors)")
+        print(f"{n} workers: {len(df)} configurations in {wall:.1f} s ({len(df) / wall:.2f}/s, {errors} errors; "
+              f"Ray started in {start_s:.1f} s)")
         shutil.rmtree(out, ignore_errors=True)
     one = next((r for r in runs if r["workers"] == 1), None)
     for r in runs:
@@ -65,7 +73,7 @@ def main() -> int:
     result = {
         "bench": "sweep_scaling", "trace": TRACE.name, "trace_requests": int(len(trace.df)), "grid": GRID,
         "slos": SLOS, "configs": len(points), "runs": runs, "target": ">= 12x with 16 workers vs 1",
-        "cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+        "cpu_count": os.cpu_count(), "load_average_at_end": os.getloadavg(), "platform": platform.platform(), "python": platform.python_version(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": "python " + " ".join(sys.argv),
     }
