@@ -1,11 +1,12 @@
 """Multi-replica simulation: N engines behind a router, on one simpy clock.
 
-Each replica is a `Simulation` (its own Scheduler, KV-cache manager and
-recorder) whose engine process runs on the cluster's shared environment; the
-cluster's `arrivals` process replaces the replicas' own: at each arrival the
-router picks a replica and queues the request there. Every replica sees the
-global next arrival time, so its fast path stops where the step-by-step loop
-would meet an arrival (a request may be routed to it).
+Each replica has its own Scheduler, KV-cache manager, executor and recorder
+(a `Simulation`'s) and runs the one driver loop (`pagesim.loop.drive`) as a
+process on the cluster's shared simpy environment; the cluster's `arrivals`
+process is the router: at each arrival it picks a replica and queues the
+request there. Every replica's loop sees the cluster's next arrival time, so
+its fast path stops where the step-by-step loop would meet an arrival (a
+request may be routed to it) and an idle replica wakes at each arrival.
 
 Routers (the load a router sees is a replica's outstanding tokens: the prompt
 and generated tokens of its unfinished requests, what their KV cache holds or
@@ -35,7 +36,7 @@ import simpy
 
 from pagesim.config import Config
 from pagesim.kv_manager import PrefixCacheStats
-from pagesim.loop import SchedulerStuck
+from pagesim.loop import SchedulerStuck, SimClock, drive
 from pagesim.metrics import summarize_run
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -68,6 +69,29 @@ ROUTE = {
 }
 
 
+class _RoutedArrivals:
+    """What one replica's driver loop (pagesim.loop.drive) sees of the arrivals.
+
+    The cluster's router process queues each request on its replica at its arrival time, so there is
+    nothing to release here; `next_time` is the cluster's next arrival (a fast-path run stops before
+    it, an idle replica wakes at it: a request may be routed to it), and the arrivals are exhausted
+    once the router has routed the last request.
+    """
+
+    def __init__(self, cluster: "ClusterSimulation"):
+        self.cluster = cluster
+
+    @property
+    def exhausted(self) -> bool:
+        return self.cluster.next_index >= len(self.cluster.requests)
+
+    def next_time(self) -> float:
+        return self.cluster.next_time()
+
+    def release(self, sched: Scheduler, now: float) -> None:
+        pass
+
+
 class ClusterSimulation:
     def __init__(self, requests: list[Request], config: Config, cost_model, *, num_replicas: int,
                  router: str = "round-robin", fast_path: bool = True):
@@ -77,33 +101,38 @@ class ClusterSimulation:
         self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
         self.config = config
         self.router = router
-        self.replicas = [Simulation(self.requests, config, cost_model, fast_path=fast_path, env=self.env)
-                         for _ in range(num_replicas)]
+        self.fast_path = cost_model if fast_path else None
+        # Each replica: its own scheduler, KV cache, executor and recorder (a Simulation's), on the shared clock.
+        self.replicas = [Simulation([], config, cost_model, env=self.env) for _ in range(num_replicas)]
         self.routed: list[list[Request]] = [[] for _ in range(num_replicas)]
+        self.next_index = 0  # the next request to route
+
+    def next_time(self) -> float:
+        i = self.next_index
+        return self.requests[i].arrival_time if i < len(self.requests) else float("inf")
 
     def arrivals(self):
-        env, reps = self.env, self.replicas
-        scheds = [r.scheduler for r in reps]
+        """The router: each request, at its arrival time, to the replica the routing rule picks."""
+        env = self.env
+        scheds = [r.scheduler for r in self.replicas]
         route = ROUTE[self.router]
         for i, req in enumerate(self.requests):
             if req.arrival_time > env.now:
                 yield env.timeout(req.arrival_time - env.now)
             k = route(req, scheds, i)
             self.routed[k].append(req)
-            for rep in reps:
-                rep.next_arrival = i + 1
             scheds[k].add_request(req)
-            if not reps[k].wakeup.triggered:
-                reps[k].wakeup.succeed()
-        for rep in reps:  # no more arrivals: idle engines may end
-            if not rep.wakeup.triggered:
-                rep.wakeup.succeed()
+            self.next_index = i + 1
+
+    def engine(self, k: int):
+        rep = self.replicas[k]
+        return (yield from drive(rep.scheduler, rep.executor, rep.recorder, _RoutedArrivals(self), SimClock(self.env),
+                                 fast_path=self.fast_path))
 
     def run(self, name: str | None = None) -> RunResult:
         wall = time.perf_counter()
         self.env.process(self.arrivals())
-        for rep in self.replicas:
-            self.env.process(rep.engine())
+        engines = [self.env.process(self.engine(k)) for k in range(len(self.replicas))]
         gc_was_enabled = gc.isenabled()
         gc.disable()  # as Simulation.run: the replay makes no cycles worth collecting
         try:
@@ -128,7 +157,7 @@ class ClusterSimulation:
             prefix_cache=PrefixCacheStats(*(sum(getattr(p.prefix_cache, f.name) for p in parts)
                                             for f in dataclasses.fields(PrefixCacheStats))),
             extra={"num_replicas": len(parts), "router": self.router,
-                   "fast_path_steps": sum(r.fast_path_steps for r in self.replicas),
+                   "fast_path_steps": sum(e.value.fast_path_steps for e in engines),
                    "replicas": [summarize_run(p) for p in parts]},
         )
 
