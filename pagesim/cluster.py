@@ -103,7 +103,7 @@ class ClusterSimulation:
         self.router = router
         self.fast_path = cost_model if fast_path else None
         # Each replica: its own scheduler, KV cache, executor and recorder (a Simulation's), on the shared clock.
-        self.replicas = [Simulation([], config, cost_model, env=self.env) for _ in range(num_replicas)]
+        self.replicas = [Simulation([], config, cost_model) for _ in range(num_replicas)]
         self.routed: list[list[Request]] = [[] for _ in range(num_replicas)]
         self.next_index = 0  # the next request to route
 

@@ -57,14 +57,14 @@ class RunResult:
 
 class Simulation:
     def __init__(self, requests: list[Request], config: Config, cost_model, *, fast_path: bool = True,
-                 snapshot_times=(), progress=None, record_events: bool = False, env: simpy.Environment | None = None):
+                 snapshot_times=(), progress=None, record_events: bool = False):
         self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
         self.config = config
         self.cost_model = cost_model
         self.fast_path = fast_path
         self.snapshot_times = sorted(snapshot_times)
         self.progress = progress
-        self.env = env or simpy.Environment()  # a shared one when this is one replica of a cluster
+        self.env = simpy.Environment()
         self.scheduler = Scheduler(config, record_events)
         self.executor = SimExecutor(cost_model)
         self.recorder = Recorder(self.scheduler, StepFeatures.from_plan)
