@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 
 from pagesim.errors import UserError
-from pagesim.traces.csv_formats import read_azure, read_burstgpt, read_vidur
+from pagesim.traces.csv_formats import HEADERS, read_azure, read_burstgpt, read_fast, read_vidur
 from pagesim.traces.detect import detect
 from pagesim.traces.errors import TraceError
 from pagesim.traces.mooncake import read_mooncake
 from pagesim.traces.own_format import read_pagesim
 from pagesim.traces.schema import LoadSummary, Trace, by_arrival, to_frame
 from pagesim.traces.sharegpt import SHAREGPT_RATE, read_sharegpt
-from pagesim.traces.text import read_text
+from pagesim.traces.text import check_trace_file, read_head, read_text
 
 READERS = {
     "azure": read_azure,
@@ -50,12 +50,16 @@ def load_trace(
     """
     _check_options(format, limit, start_s, end_s, time_scale, rate)
     file = str(path)
-    text = read_text(path)
-    fmt = detect(text, file) if format == "auto" else format
-    if fmt == "sharegpt":
-        parsed = read_sharegpt(text, file, rate or SHAREGPT_RATE, seed)
-    else:
-        parsed = READERS[fmt](text, file)
+    check_trace_file(path)  # before any read: devices, pipes and oversize files are refused
+    fmt = _format(path, file) if format == "auto" else format
+    parsed = read_fast(file, fmt) if fmt in HEADERS else None
+    if parsed is None:
+        text = read_text(path)
+        if fmt == "sharegpt":
+            parsed = read_sharegpt(text, file, rate or SHAREGPT_RATE, seed)
+        else:
+            parsed = READERS[fmt](text, file)
+        del text
     if len(parsed.rows.lines) == 0:
         raise TraceError(file, None, None, "at least one request", "none")
     df, warnings = by_arrival(to_frame(parsed), parsed.rows)
@@ -72,6 +76,17 @@ def load_trace(
     )
     block = parsed.hash_block_size if "prefix_hash_ids" in df else None
     return Trace(df, parsed.name or Path(file).stem, summary, block)
+
+
+def _format(path: str | Path, file: str) -> str:
+    """The detected format, from the file's first lines (the whole file when those do not tell)."""
+    head = read_head(path)
+    if head is not None:
+        try:
+            return detect(head, file)
+        except TraceError:
+            pass
+    return detect(read_text(path), file)
 
 
 def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], file: str) -> pd.DataFrame:
