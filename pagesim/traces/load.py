@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pagesim.errors import UserError
+from pagesim.errors import OptionError, UserError
+from pagesim.options import readable
 from pagesim.traces.csv_formats import HEADERS, read_azure, read_burstgpt, read_fast, read_vidur
 from pagesim.traces.detect import detect
 from pagesim.traces.errors import TraceError
@@ -65,12 +66,17 @@ def load_trace(
     df, warnings = by_arrival(to_frame(parsed), parsed.rows)
     dropped = dict(parsed.dropped)
     df = _window(df, start_s, end_s, limit, dropped, file)
-    df["arrival_time_s"] = df["arrival_time_s"] / time_scale
+    recorded = df["arrival_time_s"].to_numpy()
+    with np.errstate(over="ignore", under="ignore"):
+        scaled = recorded / time_scale
     if rate is not None and not parsed.rate_applied:
-        span = df["arrival_time_s"].iloc[-1]
+        span = scaled[-1]
         if span <= 0:
             raise TraceError(file, None, None, "arrivals spread over time, to rescale them to a rate", "all at once")
-        df["arrival_time_s"] = df["arrival_time_s"] * (len(df) / span / rate)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = scaled * (len(df) / span / rate)
+    _check_arrivals(recorded, scaled, time_scale, rate if not parsed.rate_applied else None)
+    df["arrival_time_s"] = scaled
     summary = LoadSummary(
         parsed.rows_read, len(df), dropped, parsed.warnings + warnings, fmt, float(df["arrival_time_s"].iloc[-1])
     )
@@ -105,6 +111,21 @@ def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], fi
     df = df.reset_index(drop=True)
     df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
     return df
+
+
+def _check_arrivals(recorded: np.ndarray, scaled: np.ndarray, time_scale: float, rate: float | None) -> None:
+    """Rescaled arrivals must stay finite and keep every gap (no overflow to inf, no underflow to equal times)."""
+    parts = ([] if time_scale == 1 and rate is not None else ["{time_scale} " + readable(time_scale)])
+    parts += [] if rate is None else ["{rate} " + readable(rate)]
+    what, verb = " with ".join(parts), "makes"
+    if not np.isfinite(scaled).all():
+        raise OptionError(f"{what} {verb} arrival times overflow (the last would arrive at {readable(scaled[-1])} s); "
+                          "choose a value nearer 1 req/s or 1x")
+    with np.errstate(invalid="ignore"):
+        lost = (np.diff(recorded) > 0) & (np.diff(scaled) <= 0)
+    if lost.any():
+        raise OptionError(f"{what} {verb} {int(lost.sum()):,} arrivals fall on the same instant as the one before them; "
+                          "choose a value nearer 1 req/s or 1x")
 
 
 def _check_options(format, limit, start_s, end_s, time_scale, rate) -> None:
