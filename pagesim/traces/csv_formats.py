@@ -124,7 +124,8 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     blank = df.isna().all(axis=1).to_numpy()
     dropped = {"blank line": int(blank.sum())} if blank.any() else {}
     rows = Rows(file, np.arange(skip + 2, skip + len(df) + 2)[~blank])
-    return df[~blank].reset_index(drop=True), rows, len(df) - int(blank.sum()), dropped
+    df = df[~blank].reset_index(drop=True).astype(object)
+    return df.where(df.notna(), None), rows, len(df), dropped  # an empty cell is None: NaN is a value ('nan')
 
 
 def read_azure(text: str, file: str) -> Parsed:

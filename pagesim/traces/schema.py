@@ -96,7 +96,7 @@ def numbers(values: pd.Series) -> pd.Series:
 
 def _got(values: pd.Series, i: int) -> object:
     value = values.iloc[i]
-    return EMPTY if value is None or (isinstance(value, float) and np.isnan(value)) else value
+    return EMPTY if value is None else value  # a NaN is shown as nan: an empty cell or JSON null is None
 
 
 def ints(values: pd.Series, rows: Rows, field: str, positive: bool = True) -> np.ndarray:

@@ -87,11 +87,16 @@ def read_text(path: str | Path) -> str:
     return text
 
 
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """`Unterminated string starting at column 5`, not `... starting at at column 5`."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
 def _loads(text: str, file: str, line: int) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(file, line, None, f"valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise TraceError(file, line, None, f"valid JSON ({_json_problem(exc)})") from None
     except (ValueError, RecursionError) as exc:  # over-long integers, over-deep nesting
         raise TraceError(file, line, None, "valid JSON within Python's limits", str(exc)[:60]) from None
 
@@ -129,7 +134,7 @@ def json_list(text: str, file: str) -> Iterator[tuple[int, object]]:
             try:
                 item, end = _DECODER.raw_decode(text, i)
             except json.JSONDecodeError as exc:
-                raise TraceError(file, exc.lineno, None, f"valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise TraceError(file, exc.lineno, None, f"valid JSON ({_json_problem(exc)})") from None
             except (ValueError, RecursionError) as exc:
                 raise TraceError(file, line_at(i), None, "valid JSON within Python's limits", str(exc)[:60]) from None
             yield line_at(i), item
