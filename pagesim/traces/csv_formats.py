@@ -73,7 +73,7 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
     if fmt == "azure":  # seconds since the earliest, as pandas' Timedelta.total_seconds computes them
         ns = out[time_col].view(np.int64)
         ns -= ns.min()
-        out[time_col] = ns / 10**9
+        out[time_col] = pd.TimedeltaIndex(ns.view("timedelta64[ns]")).total_seconds().to_numpy()
         del ns
     elif not (np.abs(out[time_col]) < MAX_TIME).all() or (fmt == "vidur" and out[time_col].min() < 0):
         return None

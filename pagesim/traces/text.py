@@ -45,11 +45,13 @@ def check_trace_file(path: str | Path) -> int:
     if stat.S_ISDIR(info.st_mode):
         raise TraceError(file, None, None, "a readable file", "Is a directory")
     if not stat.S_ISREG(info.st_mode):
-        raise TraceError(file, None, None, "a regular file (save a device's or a pipe's output to a file first)", "a device or pipe")
+        raise TraceError(file, None, None, "a regular file (save a device's or a pipe's output to a file first)", Described("a device or pipe"))
     limit = max_trace_bytes()
     if info.st_size > limit:
-        raise TraceError(file, None, None, f"a trace file of at most {limit / 1e6:,.0f} MB (set {MAX_TRACE_MB_VAR} to raise the limit)",
-                         Described(f"{info.st_size / 1e6:,.0f} MB"))
+        from pagesim.options import readable
+
+        raise TraceError(file, None, None, f"a trace file of at most {readable(limit / 1e6)} MB (set {MAX_TRACE_MB_VAR} to raise the limit)",
+                         Described(f"{readable(info.st_size / 1e6)} MB"))
     return info.st_size
 
 
