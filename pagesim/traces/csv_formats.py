@@ -73,7 +73,10 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
     if fmt == "azure":  # seconds since the earliest, as pandas' Timedelta.total_seconds computes them
         ns = out[time_col].view(np.int64)
         ns -= ns.min()
-        out[time_col] = pd.TimedeltaIndex(ns.view("timedelta64[ns]")).total_seconds().to_numpy()
+        seconds = np.empty(len(ns))
+        for i in range(0, len(ns), 1 << 20):  # in slices: pandas' total_seconds makes several temporaries
+            seconds[i : i + (1 << 20)] = pd.TimedeltaIndex(ns[i : i + (1 << 20)].view("timedelta64[ns]")).total_seconds()
+        out[time_col] = seconds
         del ns
     elif not (np.abs(out[time_col]) < MAX_TIME).all() or (fmt == "vidur" and out[time_col].min() < 0):
         return None

@@ -63,20 +63,24 @@ def load_trace(
         del text
     if len(parsed.rows.lines) == 0:
         raise TraceError(file, None, None, "at least one request", "none")
-    df, warnings = by_arrival(to_frame(parsed), parsed.rows)
+    df = to_frame(parsed)
+    parsed.columns.clear()  # the frame holds what is needed; the raw columns go
+    df, warnings = by_arrival(df, parsed.rows)
     dropped = dict(parsed.dropped)
     df = _window(df, start_s, end_s, limit, dropped, file)
-    recorded = df["arrival_time_s"].to_numpy()
-    with np.errstate(over="ignore", under="ignore"):
-        scaled = recorded / time_scale
-    if rate is not None and not parsed.rate_applied:
-        span = scaled[-1]
-        if span <= 0:
-            raise TraceError(file, None, None, "arrivals spread over time, to rescale them to a rate", "all at once")
-        with np.errstate(over="ignore", invalid="ignore"):
-            scaled = scaled * (len(df) / span / rate)
-    _check_arrivals(recorded, scaled, time_scale, rate if not parsed.rate_applied else None)
-    df["arrival_time_s"] = scaled
+    rescale = rate is not None and not parsed.rate_applied
+    if time_scale != 1 or rescale:
+        recorded = df["arrival_time_s"].to_numpy()
+        with np.errstate(over="ignore", under="ignore"):
+            scaled = recorded / time_scale
+        if rescale:
+            span = scaled[-1]
+            if span <= 0:
+                raise TraceError(file, None, None, "arrivals spread over time, to rescale them to a rate", "all at once")
+            with np.errstate(over="ignore", invalid="ignore"):
+                scaled = scaled * (len(df) / span / rate)
+        _check_arrivals(recorded, scaled, time_scale, rate if rescale else None)
+        df["arrival_time_s"] = scaled
     summary = LoadSummary(
         parsed.rows_read, len(df), dropped, parsed.warnings + warnings, fmt, float(df["arrival_time_s"].iloc[-1])
     )
@@ -102,14 +106,16 @@ def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], fi
     for reason, mask in ((f"arrives before start_s={start_s}", before), (f"arrives at or after end_s={end_s}", after)):
         if mask.any():
             dropped[reason] = int(mask.sum())
-    df = df[~(before | after)]
+    if before.any() or after.any():  # (a copy of the frame only when rows go)
+        df = df[~(before | after)]
     if len(df) == 0:
         raise TraceError(file, None, None, f"at least one request arriving in [{start_s}, {end_s}) s", f"none of {len(t)}")
     if limit is not None and len(df) > limit:
         dropped[f"beyond limit={limit}"] = len(df) - limit
         df = df.iloc[:limit]
     df = df.reset_index(drop=True)
-    df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
+    if df["arrival_time_s"].iloc[0] != 0:
+        df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
     return df
 
 

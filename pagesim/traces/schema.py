@@ -220,7 +220,7 @@ def by_arrival(df: pd.DataFrame, rows: Rows) -> tuple[pd.DataFrame, list[str]]:
             f"{int(rows.lines[late[0] + 1])}); sorted by arrival time"
         )
         df = df.iloc[np.argsort(t, kind="stable")].reset_index(drop=True)
-    if len(df):
+    if len(df) and df["arrival_time_s"].iloc[0] != 0:
         df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
     return df, warnings
 
