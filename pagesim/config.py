@@ -66,17 +66,11 @@ class Config:
 
     @property
     def resolved_num_gpu_blocks(self) -> int:
-        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights) / block bytes."""
+        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights) / block bytes (validate() checks >= 1)."""
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
         budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.model_spec.weight_bytes
-        blocks = int(budget // self.block_bytes)
-        if blocks < 1:
-            raise UserError(
-                f"model {self.model} ({self.model_spec.weight_bytes / GIB:.1f} GiB of weights) leaves no KV-cache "
-                f"memory on {self.gpu} at gpu_memory_utilization={self.gpu_memory_utilization}"
-            )
-        return blocks
+        return int(budget // self.block_bytes)
 
     @property
     def num_cpu_blocks(self) -> int:
@@ -150,10 +144,13 @@ class Config:
         if self.num_gpu_blocks is not None and self.num_gpu_blocks > MAX_SIMULATED_BLOCKS:
             _fail(f"{{num_gpu_blocks}} {self.num_gpu_blocks:,}: the simulator holds {limit}")
         if self.num_gpu_blocks is None:
-            budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.model_spec.weight_bytes
-            if budget // self.block_bytes > MAX_SIMULATED_BLOCKS:
+            blocks = self.resolved_num_gpu_blocks
+            if blocks < 1:
+                _fail(f"model {self.model} ({self.model_spec.weight_bytes / GIB:.1f} GiB of weights) leaves no KV-cache memory "
+                      f"on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization}: raise it or pass {{num_gpu_blocks}}")
+            if blocks > MAX_SIMULATED_BLOCKS:
                 _fail(f"{self.model} on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization} with "
-                      f"{{block_size}} {self.block_size} gives {int(budget // self.block_bytes):,} GPU blocks; the simulator "
+                      f"{{block_size}} {self.block_size} gives {blocks:,} GPU blocks; the simulator "
                       f"holds {limit}: pass {{num_gpu_blocks}}, a larger {{block_size}} or a smaller {{gpu_memory_utilization}}")
         if self.preemption_mode == "swap" and self.num_cpu_blocks > MAX_SIMULATED_BLOCKS:
             _fail(f"{{swap_space}} {readable(self.swap_space)} GiB is {self.num_cpu_blocks:,} host blocks of {self.block_bytes:,} bytes; "

@@ -39,8 +39,12 @@ def result_warnings(run: str, requests: pd.DataFrame) -> list[str]:
     n, k = len(own), len(rejected)
     if n == 0 or k == 0 or k <= REJECTED_SHARE * n:
         return []
-    reasons = rejected["reason"].value_counts() if "reason" in rejected else pd.Series(dtype=int)
-    top = f"; most often: {reasons.index[0]} ({readable(int(reasons.iloc[0]))})" if len(reasons) else ""
+    top = ""
+    if "reason" in rejected and len(rejected):
+        reasons = rejected["reason"].astype(str)
+        kinds = reasons.str.replace(r"\d[\d,.]*", "#", regex=True)  # reasons of one kind differ in their figures
+        kind = kinds.value_counts().index[0]
+        top = f"; most often ({readable(int((kinds == kind).sum()))}): {reasons[kinds == kind].iloc[0]}"
     if k == n:
         return [f"{run}: every request ({readable(n)}) was rejected{top}"]
     return [f"{run}: {readable(k)} of {readable(n)} requests ({k / n:.1%}) were rejected{top}"]

@@ -135,17 +135,17 @@ def _check_arrivals(recorded: np.ndarray, scaled: np.ndarray, time_scale: float,
 
 
 def _check_options(format, limit, start_s, end_s, time_scale, rate) -> None:
-    positive = lambda x: isinstance(x, (int, float)) and math.isfinite(x) and x > 0  # noqa: E731
+    positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0  # noqa: E731
     if format not in FORMATS:
-        raise UserError(f"unknown trace format {format!r}; expected one of {', '.join(FORMATS)}")
-    if limit is not None and not (isinstance(limit, int) and limit >= 1):
-        raise UserError(f"limit must be a positive integer, got {limit!r}")
+        raise OptionError(f"unknown trace {{format}} {format!r}; expected one of {', '.join(FORMATS)}")
+    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
+        raise OptionError(f"{{limit}} must be a positive integer, got {limit!r}")
     for name, value in (("start_s", start_s), ("end_s", end_s)):
         if value is not None and not (positive(value) or value == 0):
-            raise UserError(f"{name} must be a non-negative number of seconds, got {value!r}")
+            raise OptionError(f"{{{name}}} must be a non-negative number of seconds, got {value!r}")
     if start_s is not None and end_s is not None and end_s <= start_s:
-        raise UserError(f"end_s ({end_s}) must be after start_s ({start_s})")
+        raise OptionError(f"{{end_s}} ({end_s}) must be after {{start_s}} ({start_s})")
     if not positive(time_scale):
-        raise UserError(f"time_scale must be a positive number, got {time_scale!r}")
+        raise OptionError(f"{{time_scale}} must be a positive number, got {time_scale!r}")
     if rate is not None and not positive(rate):
-        raise UserError(f"rate must be a positive number of requests per second, got {rate!r}")
+        raise OptionError(f"{{rate}} must be a positive number of requests per second, got {rate!r}")
