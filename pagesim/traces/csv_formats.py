@@ -7,7 +7,8 @@ The header is the first non-blank line; data rows are one per line after it
 Wholly blank lines are dropped and counted.
 
 Large files: `fast_columns` reads the needed columns typed, with pyarrow's
-block-wise multi-threaded reader (no Python object per cell). It gives up
+streaming reader in 16 MB blocks (no Python object per cell; one thread, as
+read-ahead threads piled up batches on a busy machine: 880 MB peak once). It gives up
 (returns None) at the first thing that is not plainly valid, and the careful
 string-based path below then reads the file again to report where and why.
 """
@@ -48,7 +49,7 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
         options = pacsv.ConvertOptions(column_types=types, include_columns=list(HEADERS[fmt]))
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in HEADERS[fmt]}
         try:
-            with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES),
+            with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
                                 parse_options=pacsv.ParseOptions(ignore_empty_lines=False), convert_options=options) as reader:
                 for batch in reader:
                     for name in HEADERS[fmt]:
