@@ -218,3 +218,19 @@ def test_negative_offsets_are_errors_naming_the_line(tmp_path):
     own.write_text('{"pagesim_trace": 1}\n{"request_id": "a", "arrival_time_s": -1, "prompt_len": 3, "output_len": 2}\n')
     line = one_error(pagesim("trace", "info", own))
     assert line == f"error: {own}, line 2, field 'arrival_time_s': expected a non-negative offset in seconds from the trace start, got -1"
+
+
+def test_trace_messages_say_nan_and_name_minified_sharegpt_items(tmp_path):
+    from pagesim.traces import TraceError, load_trace
+
+    own = tmp_path / "n.jsonl"
+    own.write_text('{"pagesim_trace": 1}\n{"request_id": "a", "arrival_time_s": 0, "prompt_len": NaN, "output_len": 2}\n')
+    with pytest.raises(TraceError, match=r"line 2, field 'prompt_len': expected a positive integer, got nan$"):
+        load_trace(own)
+    minified = tmp_path / "s.json"
+    minified.write_text('[{"id": "a", "conversations": []}, {"id": "x7f", "conversations": [{"from": "robot", "value": "hi"}]}]')
+    with pytest.raises(TraceError, match=r"""line 1, field "\[1\] \(id 'x7f'\) conversations\[0\]\.from": expected one of"""):
+        load_trace(minified)
+    minified.write_text('[{"id": "a", "conversations": [{"from": "human", "value": "unterminated')
+    with pytest.raises(TraceError, match=r"expected valid JSON \(Unterminated string starting at column \d+\)$"):
+        load_trace(minified)
