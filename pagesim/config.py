@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pagesim.errors import OptionError, UserError
+from pagesim.errors import OptionError
 from pagesim.options import readable
 from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
 
