@@ -56,9 +56,7 @@ def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--ou
 def _make_dir(directory: Path, where: str) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise UserError(f"{where}: a parent path is a file, not a directory") from None
-    except NotADirectoryError:
+    except (FileExistsError, NotADirectoryError):
         raise UserError(f"{where}: a parent path is a file, not a directory") from None
     except PermissionError:
         raise UserError(f"{where}: no permission to create the directory {directory}") from None
