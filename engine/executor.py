@@ -142,9 +142,7 @@ class GPUExecutor:
         self.block_size = config.block_size
         self.num_gpu_blocks = config.resolved_num_gpu_blocks
         self.max_model_len = config.resolved_max_model_len
-        if self.max_model_len > model.spec.max_position_embeddings:
-            raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
-                             f"max_position_embeddings {model.spec.max_position_embeddings}")
+        model.ensure_positions(self.max_model_len)  # Config refuses a longer one unless allow_long_max_model_len
         self.max_blocks_per_seq = cdiv(self.max_model_len, self.block_size)
         self.vocab_size = model.spec.vocab_size
 

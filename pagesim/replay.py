@@ -35,6 +35,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     mem.add_argument("--num-gpu-blocks", type=int, default=None)
     mem.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--allow-long-max-model-len", action="store_true",
+                   help="accept a --max-model-len beyond the model's window (as vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN)")
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
@@ -56,6 +58,7 @@ def config_from_args(args) -> Config:
         num_gpu_blocks=args.num_gpu_blocks,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
+        allow_long_max_model_len=getattr(args, "allow_long_max_model_len", False),
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         enable_chunked_prefill=args.enable_chunked_prefill,
