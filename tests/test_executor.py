@@ -385,3 +385,21 @@ def test_requests_the_executor_never_saw_are_reported(toy_model):
     sched.add_request(req)
     with pytest.raises(RuntimeError, match="never ran it"):
         ex.execute(sched.schedule())
+
+
+def test_max_model_len_beyond_the_window_is_refused_unless_allowed():
+    from pagesim.errors import UserError
+
+    with pytest.raises(UserError, match="exceeds llama-3-8b's window of 8192 positions"):
+        Config(model="llama-3-8b", max_model_len=32768)
+    assert Config(model="llama-3.1-8b", max_model_len=32768).resolved_max_model_len == 32768
+    assert Config(model="llama-3-8b", max_model_len=32768, allow_long_max_model_len=True).resolved_max_model_len == 32768
+
+
+def test_an_allowed_long_max_model_len_extends_the_engine_rope_table():
+    spec = get_model("toy")
+    model = LlamaModel.random(spec, device=DEV, dtype=torch.float32)
+    cfg = Config(model="toy", block_size=BS, num_gpu_blocks=4, max_num_seqs=2, max_model_len=2 * spec.max_position_embeddings,
+                 allow_long_max_model_len=True)
+    GPUExecutor(cfg, model, cuda_graphs=False)
+    assert model.cos_sin.shape[0] == 2 * spec.max_position_embeddings
