@@ -126,6 +126,24 @@ class _DecodeGraph:
     tokens: torch.Tensor  # [g] int64, static output
 
 
+def _pack_aligned(parts: list[np.ndarray], dtype) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """One host buffer holding each part at a 16-byte-aligned offset, and each part's (start, end).
+
+    Triton specializes a kernel on whether each pointer argument is 16-byte aligned, so views into
+    one packed upload must start aligned, or the number of prefills and decodes in a step would pick
+    a kernel variant (built mid-run on its first appearance: a stall of up to a second).
+    """
+    align = 16 // np.dtype(dtype).itemsize
+    spans, start = [], 0
+    for part in parts:
+        spans.append((start, start + len(part)))
+        start += -(-len(part) // align) * align
+    buf = np.zeros(max(start, 1), dtype=dtype)
+    for part, (a, b) in zip(parts, spans):
+        buf[a:b] = part
+    return buf, spans
+
+
 class GPUExecutor:
     """Executes step plans on a LlamaModel with a paged KV cache; see the module docstring."""
 
@@ -354,22 +372,23 @@ class GPUExecutor:
             sample_rows.append(num_prefill + i)
             reqs.append(s.request)
         total = num_prefill + len(decodes)
-        host64 = np.concatenate(ids + pos + slots + [np.asarray(sample_rows, dtype=np.int64)])
-        tables = np.zeros((len(prefills) + len(decodes), w), dtype=np.int32)
-        self._table_rows(tables, prefills)
-        self._table_rows(tables[len(prefills):], decodes)
-        host32 = np.concatenate([np.asarray(cu + ctx_p + ctx_d, dtype=np.int32), tables.ravel()])
+        tables_p = np.zeros((len(prefills), w), dtype=np.int32)
+        tables_d = np.zeros((len(decodes), w), dtype=np.int32)
+        self._table_rows(tables_p, prefills)
+        self._table_rows(tables_d, decodes)
+        host64, at64 = _pack_aligned([np.concatenate(ids), np.concatenate(pos), np.concatenate(slots),
+                                      np.asarray(sample_rows)], np.int64)
+        host32, at32 = _pack_aligned([np.asarray(cu), np.asarray(ctx_p), np.asarray(ctx_d), tables_p.ravel(),
+                                      tables_d.ravel()], np.int32)
         dev64 = torch.from_numpy(host64).to(self.device, non_blocking=True)
         dev32 = torch.from_numpy(host32).to(self.device, non_blocking=True)
-        input_ids, positions, slot_mapping, rows = dev64.split([total, total, total, len(sample_rows)])
-        nb = len(prefills) + 1
-        cu_t, ctx_p_t, ctx_d_t, tables_t = dev32.split([nb, len(prefills), len(decodes), tables.size])
-        tables_t = tables_t.view(len(prefills) + len(decodes), w)
+        input_ids, positions, slot_mapping, rows = (dev64[a:b] for a, b in at64)
+        cu_t, ctx_p_t, ctx_d_t, tables_p_t, tables_d_t = (dev32[a:b] for a, b in at32)
         attn = AttentionMetadata(
             slot_mapping=slot_mapping, num_prefill_tokens=num_prefill, num_decode_tokens=len(decodes),
-            cu_seqlens_q=cu_t, context_lens_prefill=ctx_p_t, block_tables_prefill=tables_t[: len(prefills)],
+            cu_seqlens_q=cu_t, context_lens_prefill=ctx_p_t, block_tables_prefill=tables_p_t.view(-1, w),
             max_seqlen_q=max((s.num_new_tokens for s, _ in prefills), default=0),
-            context_lens_decode=ctx_d_t, block_tables_decode=tables_t[len(prefills):])
+            context_lens_decode=ctx_d_t, block_tables_decode=tables_d_t.view(-1, w))
         hidden = self.model.forward(input_ids, positions, self.kv_cache, attn)
         if not reqs:
             return [], hidden.new_empty((0, self.vocab_size), dtype=torch.float32), rows
