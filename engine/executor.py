@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.kernels import copy_blocks, swap_blocks
+from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention, swap_blocks
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
@@ -177,6 +177,7 @@ class GPUExecutor:
         self.last_gpu_time_s: float | None = None
         self.num_steps = 0
         self.num_graph_steps = 0  # decode steps replayed from a CUDA graph
+        self.num_graph_captures = 0  # CUDA graphs captured so far (all at start)
 
         # Decode-only steps: static buffers sized for the largest padded batch, shared by all graphs.
         self.decode_sizes = graph_batch_sizes(config.max_num_seqs)
@@ -346,7 +347,31 @@ class GPUExecutor:
                     logits, tokens = self._decode_forward(g)
                 pool = graph.pool()
                 self.graphs[g] = _DecodeGraph(graph, logits, tokens)
+                self.num_graph_captures += 1
         torch.cuda.synchronize(self.device)
+
+    def warm_decode_variants(self) -> int:
+        """Launch the decode attention once for every split count an eager (mixed) step can use.
+
+        A mixed step runs decode attention at its exact decode batch size b, and the split count
+        (default_num_splits) picks kernel variants (the merge's padded split count, whether it is a
+        multiple of 16); every b from 1 to max_num_seqs is covered here. Returns the variants launched.
+        """
+        spec, w = self.model.spec, self.max_blocks_per_seq
+        seen = set()
+        with torch.inference_mode():
+            for b in range(1, self.config.max_num_seqs + 1):
+                splits = default_num_splits(b, spec.num_kv_heads, w * self.block_size, self.device)
+                if splits in seen:
+                    continue
+                seen.add(splits)
+                q = torch.zeros((b, spec.num_heads, spec.head_dim), dtype=self.model.dtype, device=self.device)
+                tables = torch.zeros((b, w), dtype=torch.int32, device=self.device)
+                ctx = torch.ones((b,), dtype=torch.int32, device=self.device)
+                paged_decode_attention(q, self.kv_cache[0, 0], self.kv_cache[0, 1], tables, ctx, self.model.scale)
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+        return len(seen)
 
     # ---- prefill and mixed steps: eager, exact sizes --------------------------------------------
     def _eager_step(self, prefills, decodes):

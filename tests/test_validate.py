@@ -34,7 +34,7 @@ def validated(tmp_path_factory):
     for f in ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv"):
         (d / f).unlink(missing_ok=True)
     assert main(["validate", str(d), "--cost-model", str(PROFILE)]) == 0
-    return d, json.loads((d / "validation.json").read_text())
+    return d, json.loads((d / "validation" / "validation.json").read_text())
 
 
 def replayed_features(d: Path, config: Config) -> dict[int, StepFeatures]:
@@ -76,7 +76,7 @@ def test_step_level_error_equals_a_direct_computation(validated):
     assert report["step_level"]["n_steps"] == len(ape)
     assert report["step_level"]["mape"] == pytest.approx(np.mean(ape), rel=1e-9)
     assert report["step_level"]["p90_ape"] == pytest.approx(np.percentile(ape, 90), rel=1e-9)
-    table = pd.read_parquet(d / "validation_steps.parquet")
+    table = pd.read_parquet(d / "validation" / "validation_steps.parquet")
     assert (table["max_decode_context"] == [replayed[s].max_decode_context for s in table["step"]]).all()
 
 
@@ -100,7 +100,7 @@ def test_request_level_live_figures_equal_a_direct_computation(validated):
     makespan = done["finish_s"].max() - req["arrival_time_s"].min()
     assert rl["makespan_s"]["live"] == pytest.approx(makespan, rel=1e-9)
     assert rl["request_throughput"]["live"] == pytest.approx(len(done) / makespan, rel=1e-9)
-    sim = pd.read_csv(d / "sim_requests.csv")
+    sim = pd.read_csv(d / "validation" / "sim_requests.csv")
     sim_done = sim[sim["state"] == "finished"]
     sim_makespan = sim_done["finish_s"].max() - sim["arrival_time_s"].min()
     assert rl["makespan_s"]["sim"] == pytest.approx(sim_makespan, rel=1e-9)
@@ -111,7 +111,7 @@ def test_request_level_live_figures_equal_a_direct_computation(validated):
 
 def test_committed_validations_show_identical_decisions():
     """Every committed live run was replayed in lockstep without a single differing step."""
-    runs = sorted(LIVE.glob("*/validation.json"))
+    runs = sorted(set(LIVE.glob("*/validation.json")) | set(LIVE.glob("*/validation/validation.json")))
     assert len(runs) >= 3
     for path in runs:
         decisions = json.loads(path.read_text())["decisions"]
@@ -151,7 +151,13 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
     assert {"environment", "model_spec", "config"} <= set(summary)
     assert "max_decode_context" in pd.read_parquet(out / "steps.parquet")
-    assert main(["validate", str(out)]) == 0
-    report = json.loads((out / "validation.json").read_text())
+    assert main(["validate", str(out)]) == 2  # no profile recorded: never a silent roofline
+    assert main(["validate", str(out), "--cost-model", "roofline"]) == 0
+    assert main(["validate", str(out), "--cost-model", "roofline"]) == 2  # would overwrite: needs --force
+    assert main(["validate", str(out), "--cost-model", "roofline", "--force"]) == 0
+    report = json.loads((out / "validation" / "validation.json").read_text())
+    assert set(report["step_level"]["by_kind"]) <= {"graph decode", "eager decode", "mixed", "prefill", "swap"}
+    assert len(report["step_level"]["worst_steps"]) == min(10, report["step_level"]["n_steps"])
+    assert {"itl_s_p50", "itl_s_p90", "itl_s_p99"} <= set(report["request_level"])
     assert report["decisions"]["n_steps_differing"] == 0 and "features" in report["decisions"]["compared"]
     assert report["step_level"]["features_from_replay"] == []  # recorded live, and equal to the replay's
