@@ -3,7 +3,8 @@
 `GPUExecutor.execute(plan) -> seconds` is the engine's side of pagesim.loop.run_step. One step:
 
 1. block copies (`plan.blocks_to_copy`: a fork's copy of the parent's last blocks);
-2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU;
+2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU (engine.kernels.swap: a pinned block-major CPU
+   cache, one asynchronous copy per run of blocks, no host sync);
 3. one forward pass over the packed batch, prefill chunks first, then one token per decoding
    sequence; a token at position pos of a request is stored at slot
    block_ids[pos // block_size] * block_size + pos % block_size;
@@ -42,7 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention, swap_blocks
+from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention
+from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
@@ -167,7 +169,7 @@ class GPUExecutor:
         self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size)
         self.cpu_cache: torch.Tensor | None = None
         if config.preemption_mode == "swap" and config.num_cpu_blocks > 0:
-            shape = kv_cache_shape(model.spec, config.num_cpu_blocks, self.block_size)
+            shape = cpu_cache_shape(tuple(self.kv_cache.shape), config.num_cpu_blocks)  # block-major, pinned
             self.cpu_cache = torch.empty(shape, dtype=model.dtype, device="cpu", pin_memory=self.is_cuda)
 
         self._tokens: dict[str, _Tokens] = {}
@@ -270,9 +272,9 @@ class GPUExecutor:
                 raise RuntimeError("the plan swaps blocks but the executor has no CPU cache "
                                    "(preemption_mode is not 'swap' or swap_space is 0)")
             if plan.blocks_to_swap_out:
-                swap_blocks(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
+                swap_out(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
             if plan.blocks_to_swap_in:
-                swap_blocks(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64))
+                swap_in(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64))
 
     def _check(self, s, t: _Tokens) -> None:
         c, n = s.num_computed_tokens, s.num_new_tokens

@@ -241,6 +241,7 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
     """
     import shutil
 
+    from engine.kernels.swap import measure_swap_bandwidth
     from pagesim.errors import UserError
 
     target = out_dir / "profile.json"
@@ -254,7 +255,9 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         rows = run_calibration(executor, cal, workloads=workloads)
         rows.to_csv(out_dir / "profile.steps.csv", index=False)
         fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
-                                          "workloads": [w for w, _ in workloads]}, "live --calibrate")
+                                          "workloads": [w for w, _ in workloads],
+                                          "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache)},
+                      "live --calibrate")
         return {"path": target.name, "source": "live --calibrate", "calibration_s": time.perf_counter() - t0,
                 "calibration_workloads": len(workloads)}
     if getattr(args, "profile", None):
@@ -274,6 +277,9 @@ def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, c
     out.parent.mkdir(parents=True, exist_ok=True)
     model.to_json(out)
     profile = json.loads(out.read_text())
+    swap = extras.get("swap_bandwidth")
+    if swap:  # the measured host-link figure replaces the datasheet's (engine.kernels.swap.measure_swap_bandwidth)
+        profile["coefficients"]["swap_s_per_byte"] = 0.5 * (1 / swap["swap_out_bytes_per_s"] + 1 / swap["swap_in_bytes_per_s"])
     profile.update(report=report, **extras, command=command)
     out.write_text(json.dumps(profile, indent=2) + "\n")
     return report
@@ -404,7 +410,8 @@ def calibrate(args) -> int:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 previous = None
             if isinstance(previous, dict):
-                extras = {k: previous[k] for k in ("environment", "config", "workloads") if k in previous}
+                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth")
+                          if k in previous}
             measured = extras.get("config") or {}
             if (measured.get("model", args.model), measured.get("gpu", args.gpu)) != (args.model, args.gpu):
                 raise UserError(f"--out {out} holds a profile of {measured.get('model')} on {measured.get('gpu')}, "
@@ -417,6 +424,8 @@ def calibrate(args) -> int:
 
     import torch
     from tqdm import tqdm
+
+    from engine.kernels.swap import measure_swap_bandwidth
 
     t_start = time.perf_counter()
     if not torch.cuda.is_available():
@@ -441,6 +450,7 @@ def calibrate(args) -> int:
     t_fit = time.perf_counter()
     write(rows, config, {"environment": environment(), "config": config.to_dict(),
                          "workloads": [w for w, _ in workloads],
+                         "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache),
                          "calibration_s": t_fit - t_start})
     return 0
 

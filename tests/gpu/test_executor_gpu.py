@@ -115,7 +115,7 @@ def test_swap_round_trip_is_bit_exact_with_pinned_memory(model):
     cfg = Config(model=NAME, block_size=BS, max_model_len=1024, max_num_seqs=4, num_gpu_blocks=64,
                  preemption_mode="swap", swap_space=8.5 * get_model(NAME).kv_bytes_per_block(BS) / GIB)
     ex = GPUExecutor(cfg, model, cuda_graphs=False)
-    assert ex.cpu_cache is not None and ex.cpu_cache.is_pinned() and ex.cpu_cache.shape[2] == 8
+    assert ex.cpu_cache is not None and ex.cpu_cache.is_pinned() and ex.cpu_cache.shape[0] == 8
     random_cache_bits(ex.kv_cache, 0)
     original = ex.kv_cache[:, :, [3, 40, 7]].clone()
     ex.execute(StepPlan(0, blocks_to_copy=[(3, 41)], blocks_to_swap_out=[(41, 5), (40, 0), (7, 7)]))
