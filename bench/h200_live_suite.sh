@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The committed H200 results of live mode II (issue 13), in two device calls:
 #   bash bench/h200_live_suite.sh a  RESULTS TRACES   # GPU tests, same-machine calibration, re-runs, swap/preemption windows
-#   bash bench/h200_live_suite.sh b  RESULTS TRACES   # long-context windows (live --calibrate), more re-runs
+#   bash bench/h200_live_suite.sh b  RESULTS TRACES   # long-context windows (live --calibrate)
+#   bash bench/h200_live_suite.sh c  RESULTS TRACES   # the other re-runs, with part a's profile (copy it in first)
+# From a copy of the code inside another checkout, export PAGESIM_GIT_COMMIT=<the code's commit> first.
 # TRACES holds the Azure 2023 CSVs (from ../shared/traces/azure2023; never committed). Each live run records
 # its profile (DIR/profile.json); validate them on any CPU with `python -m pagesim validate DIR`.
 set -uo pipefail
@@ -31,8 +33,15 @@ if [ "$PART" = b ]; then
   LONG="--model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching"
   BUDGET=330 run live traces/longdoc-a.jsonl $LONG --calibrate --out "$R/live/longdoc-a"
   run live traces/longdoc-b.jsonl $LONG --profile "$R/live/longdoc-a/profile.json" --out "$R/live/longdoc-b"
+fi
+if [ "$PART" = c ]; then
   run live "$T/AzureLLMInferenceTrace_code.csv" --start-s 600 --end-s 660 --profile "$P" \
       --out "$R/live/azure-code-600-660"
+  # The paper's claim: same window, same KV memory (4096 blocks = 65,536 token slots), arrivals compressed 20x.
+  run live "$CONV" --start-s 600 --limit 200 --time-scale 20 --num-gpu-blocks 4096 --profile "$P" \
+      --out "$R/live/pair-conv-paged"
+  run live "$CONV" --start-s 600 --limit 200 --time-scale 20 --num-gpu-blocks 4096 --baseline max --profile "$P" \
+      --out "$R/live/pair-conv-contiguous-max"
 fi
 for d in "$R"/live/*/; do
   [ -f "$d/summary.json" ] && python3 -c "

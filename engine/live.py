@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import time
@@ -48,9 +49,9 @@ def environment() -> dict:
                                             capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
-    try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                            timeout=10).stdout.strip() or None
+    try:  # PAGESIM_GIT_COMMIT: the code's commit when it runs from a copy inside another checkout
+        info["git_commit"] = os.environ.get("PAGESIM_GIT_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         pass
     return info
