@@ -41,6 +41,7 @@ from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
 from pagesim.errors import UserError
 from pagesim.metrics import summarize_run
+from pagesim.outputs import prepare_output_dir
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -240,11 +241,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     """Validate a live run; files go to `out` (default DIR/validation/), which must not already hold a
     validation unless `force`."""
     run = load_run(run_dir)
-    out_dir = Path(out) if out is not None else run["dir"] / "validation"
-    existing = [f for f in VALIDATION_FILES if (out_dir / f).exists()]
-    if existing and not force:
-        raise UserError(f"{out_dir} already holds a validation ({', '.join(existing)}); pass --force to overwrite "
-                        "it, or --out DIR to write elsewhere")
+    out_dir = prepare_output_dir(out if out is not None else run["dir"] / "validation", force)
     spec = cost_model_spec or default_cost_model(run)
     cost = make_cost_model(spec, run["config"])
     decisions, replayed = lockstep(run)
@@ -263,7 +260,6 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
             "warmup_s", "compilations_during_run", "graph_captures_during_run")},
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
     step_table.to_parquet(out_dir / "validation_steps.parquet", index=False)
     sim.steps.assign(run="sim").to_parquet(out_dir / "sim_steps.parquet", index=False)

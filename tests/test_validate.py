@@ -22,8 +22,8 @@ from pagesim.traces import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 LIVE = REPO / "results" / "live"
-PROFILE = REPO / "results" / "profiles" / "h200-llama-3-8b.json"
 RUN = "pair-conv-paged"  # the shortest committed run
+PROFILE = LIVE / RUN / "profile.json"  # the profile the run recorded (fitted on its machine the same day)
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +31,10 @@ def validated(tmp_path_factory):
     """A copy of a committed live run, validated with the committed profile (the original stays untouched)."""
     d = tmp_path_factory.mktemp("live") / RUN
     shutil.copytree(LIVE / RUN, d)
-    for f in ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv"):
-        (d / f).unlink(missing_ok=True)
-    assert main(["validate", str(d), "--cost-model", str(PROFILE)]) == 0
+    shutil.rmtree(d / "validation", ignore_errors=True)
+    steps = pd.read_parquet(d / "steps.parquet")  # as runs recorded before max_decode_context existed
+    steps.drop(columns=["max_decode_context"], errors="ignore").to_parquet(d / "steps.parquet", index=False)
+    assert main(["validate", str(d)]) == 0  # defaults to the run's own profile.json
     return d, json.loads((d / "validation" / "validation.json").read_text())
 
 
@@ -61,7 +62,7 @@ def test_step_level_error_equals_a_direct_computation(validated):
     steps = pd.read_parquet(d / "steps.parquet")
     config = Config.from_dict(json.loads((d / "summary.json").read_text())["config"])
     cost = make_cost_model(str(PROFILE), config)
-    # The committed runs were recorded before max_decode_context existed: it comes from their replayed plans,
+    # The fixture drops max_decode_context, as in runs recorded before it existed: it comes from the replayed plans,
     # whose other features are the recorded ones.
     assert "max_decode_context" not in steps and report["step_level"]["features_from_replay"] == ["max_decode_context"]
     replayed = replayed_features(d, config)
