@@ -55,6 +55,10 @@ def step_level_table(validation: dict) -> pd.DataFrame:
         ("preemptions (live)", dec.get("preemptions_live")),
         ("preemptions (simulated)", dec.get("preemptions_sim")),
     ]
+    rows += [(f"step MAPE, {kind} ({k.get('n_steps')} steps)", _pct(k.get("mape")))
+             for kind, k in step.get("by_kind", {}).items()]
+    if "n_steps_over_2x_prediction" in step:
+        rows.append(("steps slower than 2x their prediction", step["n_steps_over_2x_prediction"]))
     return pd.DataFrame(rows, columns=["figure", "value"]).astype({"value": "string"})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from pagesim.dashboard import cached, figures, tables
@@ -86,6 +87,10 @@ def show_validation(run: LiveRun) -> None:
         st.plotly_chart(figures.step_time_scatter(run.validation_steps), key=f"{PREFIX}.scatter")
     with cols[1]:
         st.plotly_chart(figures.step_error_histogram(run.validation_steps), key=f"{PREFIX}.hist")
+
+    if v.get("step_level", {}).get("worst_steps"):
+        st.markdown("The ten worst steps (absolute percentage error) and their features")
+        st.dataframe(pd.DataFrame(v["step_level"]["worst_steps"]), hide_index=True)
 
     st.subheader("Memory and running requests")
     st.plotly_chart(figures.live_vs_sim_over_time(run.steps, run.sim_steps), key=f"{PREFIX}.time")
