@@ -8,22 +8,22 @@ means, so a bucket shows the memory state averaged over the time it covers).
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pagesim.specs import GIB
-
-from pagesim.dashboard.palette import (MORE_RUNS, PREEMPTION, QUEUES, SHARED, STATES, WAITING_FREE, request_colors,
+from pagesim.dashboard.palette import (MORE_RUNS, PREEMPTION, QUEUES, SHARED, STATES, WAITING_FREE, request_color,
                                        run_color)
+from pagesim.specs import GIB
 
 MAX_POINTS = 1000  # about one point per pixel of a wide chart
 
 # Drawing order of the stacked memory area, bottom to top, with labels and colours (palette.STATES).
 MEMORY_LAYERS = STATES
 LATENCIES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
-MS_TICKS = dict(dtick=1, minor=dict(showgrid=True, ticks=""))  # log axes: a label per decade only
 
 
 # ---- the trace -------------------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ def time_buckets(steps: pd.DataFrame, columns, max_points: int = MAX_POINTS, sum
     return out.reset_index(drop=True)
 
 
-def _header(fig: go.Figure, title: str, height: int, top: int = 100) -> go.Figure:
+def header(fig: go.Figure, title: str, height: int, top: int = 100) -> go.Figure:
     """Title on the first line at the top left, the legend on the line below it, then the subplots
     (whose titles need the rest of the `top` margin)."""
     fig.update_layout(
@@ -82,13 +82,19 @@ def _panels(names, title: str, row_height: int = 220, shared_time: bool = True) 
     """One row per run. shared_time=False gives each run its own time axis, so a baseline that drains
     for minutes does not squeeze a run that finished early into a sliver of the width."""
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=shared_time,
-                        vertical_spacing=(0.06 if shared_time else 0.1) if len(names) > 1 else 0,
-                        subplot_titles=list(names))
-    _header(fig, title, 110 + row_height * len(names))
+                        vertical_spacing=_spacing(len(names), shared_time), subplot_titles=list(names))
+    header(fig, title, 110 + row_height * len(names))
     for row in range(1, len(names) + 1):
         if row == len(names) or not shared_time:
             fig.update_xaxes(title_text="time (s)", row=row, col=1)
     return fig
+
+
+def _spacing(rows: int, shared_time: bool) -> float:
+    """Room between panels: with a time axis under each panel, its title needs about 75 px."""
+    if rows < 2:
+        return 0
+    return 0.06 if shared_time else min(75 / (220 * rows), 0.3)
 
 
 def mark_time(fig: go.Figure, row: int, time_s: float | None, end_s: float) -> None:
@@ -144,9 +150,9 @@ def requests_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = 
     right-hand axis (its total in the panel title)."""
     titles = [f"{run}: {int(steps['num_preemptions'].sum()):,} preemptions" for run, steps in steps_by_run.items()]
     fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=shared_time, subplot_titles=titles,
-                        vertical_spacing=(0.06 if shared_time else 0.1) if len(titles) > 1 else 0,
+                        vertical_spacing=_spacing(len(titles), shared_time),
                         specs=[[{"secondary_y": True}]] * len(titles))
-    _header(fig, "Requests over time", 110 + 220 * len(titles))
+    header(fig, "Requests over time", 110 + 220 * len(titles))
     for row, (run, steps) in enumerate(steps_by_run.items(), 1):
         steps = steps.assign(preemptions_total=steps["num_preemptions"].cumsum())
         b = time_buckets(steps, list(QUEUES), max_points, sums=["num_preemptions"])
@@ -159,8 +165,10 @@ def requests_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = 
                                  hovertemplate="%{y:,} preemptions by t=%{x:.2f} s<extra></extra>"),
                       row=row, col=1, secondary_y=True)
         fig.update_yaxes(title_text="requests", rangemode="tozero", row=row, col=1, secondary_y=False)
-        fig.update_yaxes(title_text="preemptions", rangemode="tozero", showgrid=False, row=row, col=1,
-                         secondary_y=True)
+        total = int(steps["num_preemptions"].sum())
+        fig.update_yaxes(title_text="preemptions", range=[0, max(total, 1) * 1.05], tickformat=",d",
+                         dtick=max(1, -(-total // 4)), showgrid=False,
+                         row=row, col=1, secondary_y=True)
         if row == len(titles) or not shared_time:
             fig.update_xaxes(title_text="time (s)", row=row, col=1)
         mark_time(fig, row, time_s, _end(steps))
@@ -207,7 +215,9 @@ def block_codes(blocks: pd.DataFrame, by: str = "request") -> tuple[np.ndarray, 
     """(colour code of each block of a BlockSnapshot frame, the colours the codes index).
 
     Codes 0 free, 1 cached, 2 shared; by "state": 3 used, 4 reserved; by "request": 3 + 2k the k-th
-    request in block order, 4 + 2k the same request's blocks that hold no token yet (pale)."""
+    request in the view, 4 + 2k the same request's blocks that hold no token yet (pale). A request's
+    colour follows its number in the trace (palette.request_color), so it keeps it across snapshots and
+    runs, and requests that run together get different hues."""
     owner = blocks["request_id"].astype(str).to_numpy()
     owned = owner != ""
     empty = blocks["fill"].to_numpy() == 0
@@ -216,15 +226,20 @@ def block_codes(blocks: pd.DataFrame, by: str = "request") -> tuple[np.ndarray, 
         colors = [FREE, CACHED, SHARED, USED, RESERVED]
         codes = np.where(owned, np.where(empty, 4, 3), codes)
     else:
-        ids, first = np.unique(owner[owned], return_index=True)
-        order = ids[np.argsort(first)]  # requests in block order: neighbours get distant hues
-        palette = request_colors(len(order))
+        ids = np.unique(owner[owned])
+        palette = [request_color(request_index(r)) for r in ids]
         colors = [FREE, CACHED, SHARED, *(c for p in palette for c in (p, _lighten(p)))]
-        rank = {r: k for k, r in enumerate(order)}
-        k = np.array([rank.get(r, 0) for r in owner], dtype=np.int64)
+        k = np.searchsorted(ids, owner).clip(0, max(len(ids) - 1, 0))
         codes = np.where(owned, 3 + 2 * k + empty, codes)
     codes = np.where(owned & (blocks["ref_cnt"].to_numpy() > 1), 2, codes)
     return codes, colors
+
+
+def request_index(request_id: str) -> int:
+    """A request's number in its trace: the id's leading integer (a parallel sample "12.1" is 12's),
+    else a hash of the id."""
+    head = request_id.split(".")[0]
+    return int(head) if head.isdigit() else zlib.crc32(request_id.encode())
 
 
 def _colorscale(colors: list[str]) -> list:
@@ -266,7 +281,7 @@ def block_maps(snapshots: dict[str, pd.DataFrame], block_size: int, time_s: floa
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label,
                                  marker=dict(symbol="square", size=12, color=color, line=dict(width=1, color="#999"))))
     when = "" if time_s is None else f" at t = {time_s:.1f} s"
-    _header(fig, f"Physical KV blocks{when} ({width} per row)",
+    header(fig, f"Physical KV blocks{when} ({width} per row)",
             140 + sum(max(r, 4) * 14 for r in rows_per_map) + 40 * len(names))
     fig.update_layout(plot_bgcolor="white", margin=dict(l=20, r=20, b=20))
     return fig
@@ -317,8 +332,7 @@ def log_time_axis(fig: go.Figure, values, *, row=None, col=None, axis: str = "x"
     lo, hi = (float(v.min()), float(v.max())) if len(v) else (1e-3, 1.0)
     ticks = [d for d in DECADES if lo / 10 < d <= hi * 10] or [1e-3, 1.0]
     update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-    update(type="log", tickvals=ticks, ticktext=[duration_label(t) for t in ticks], minor=dict(ticks="", showgrid=True),
-           row=row, col=col)
+    update(type="log", tickvals=ticks, ticktext=[duration_label(t) for t in ticks], row=row, col=col)
 
 
 def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
@@ -339,7 +353,7 @@ def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
         values = pd.concat([r[metric] for r in requests_by_run.values()]) if requests_by_run else []
         log_time_axis(fig, values, row=1, col=col)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
-    _header(fig, "Latency CDFs (finished requests)", 400)
+    header(fig, "Latency CDFs (finished requests)", 400)
     return fig
 
 
@@ -389,7 +403,7 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
                                                                if log_x else {}))
     log_time_axis(fig, results["ttft_p50_s"], row=2, col=1, axis="y")
     log_time_axis(fig, results["e2e_p50_s"], row=2, col=2, axis="y")
-    _header(fig, f"Sweep over {x}", 700, top=110)
+    header(fig, f"Sweep over {x}", 700, top=110)
     fig.update_layout(legend=dict(font=dict(size=11)))
     return fig
 
@@ -436,7 +450,7 @@ def live_vs_sim_over_time(live_steps: pd.DataFrame, sim_steps: pd.DataFrame, max
         fig.add_trace(go.Scatter(x=b["time_s"], y=b["num_running"], name=name, legendgroup=name, showlegend=False,
                                  mode="lines", line=dict(color=color)), row=2, col=1)
     fig.update_xaxes(title_text="time (s)", row=2, col=1)
-    _header(fig, "Live vs simulated over time", 540)
+    header(fig, "Live vs simulated over time", 540)
     return fig
 
 

@@ -2,8 +2,8 @@
 
 Memory states (DESIGN.md's six words, plus the block map's shared prefix blocks) have one colour in
 every chart and in the block map; runs have colours from a darker family that no state uses; request
-queues are greys told apart by dash. A request in the block map gets a hue of its own in the view
-(golden-angle hues, so neighbours differ), and its hover names it.
+queues are greys told apart by dash. A request in the block map gets a hue from its number in the
+trace (golden-angle hues, so requests that run together differ), and its hover names it.
 """
 
 from __future__ import annotations
@@ -42,12 +42,10 @@ def run_color(name: str, index: int = 0) -> str:
     return RUNS.get(name) or MORE_RUNS[index % len(MORE_RUNS)]
 
 
-def request_colors(n: int) -> list[str]:
-    """n colours for the requests in one view, none repeated: golden-angle hues at three lightnesses."""
-    colors = []
-    for i in range(n):
-        hue = (i * 0.6180339887) % 1.0
-        light = (0.42, 0.55, 0.32)[(i // 7) % 3]
-        r, g, b = colorsys.hls_to_rgb(hue, light, 0.65)
-        colors.append(f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}")
-    return colors
+def request_color(index: int) -> str:
+    """The colour of the index-th request of a trace: golden-angle hues (any run of consecutive requests,
+    those that run together, gets well-spread hues) at three lightnesses; the same in every snapshot."""
+    hue = (0.58 + index * 0.6180339887) % 1.0  # starting from blue
+    light = (0.42, 0.55, 0.32)[index % 3]
+    r, g, b = colorsys.hls_to_rgb(hue, light, 0.65)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pagesim.dashboard.figures import MAX_POINTS, duration_label, log_time_axis, time_buckets
+from pagesim.dashboard.figures import MAX_POINTS, header, duration_label, log_time_axis, time_buckets
 from pagesim.dashboard.palette import QUEUES, run_color
 
 SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL"}
@@ -112,10 +112,7 @@ def latency_histograms(requests_by_run: dict[str, pd.DataFrame], steps_by_run: d
             fig.add_vline(x=slo[metric], line=dict(color="#d32f2f", width=2, dash="dash"), row=1, col=col,
                           annotation_text=f"SLO {duration_label(slo[metric])}", annotation_position="top right")
     fig.update_yaxes(title_text="% of samples", rangemode="tozero", row=1, col=1)
-    fig.update_layout(height=380, margin=dict(t=80, b=40, l=60, r=20),
-                      title=dict(text="Latency histograms (finished requests; ITL per decode token) with the SLOs",
-                                 x=0, xanchor="left"),
-                      legend=dict(orientation="h", x=0, y=1.14, yanchor="bottom"))
+    header(fig, "Latency histograms (finished requests; ITL per decode token), SLOs dashed", 420)
     return fig
 
 
@@ -143,9 +140,8 @@ def gantt(requests: pd.DataFrame, start_s: float, end_s: float, max_requests: in
                                  x=rejected["arrival_time_s"], mode="markers", name="rejected",
                                  marker=dict(symbol="x", color="#d32f2f", size=8), customdata=rejected["reason"],
                                  hovertemplate="rejected: %{customdata}<extra></extra>"))
-    fig.update_layout(barmode="overlay", title=f"Requests arriving in {start_s:.1f}–{end_s:.1f} s "
-                                               f"({len(r)} shown): queued, prefill, decode",
-                      xaxis_title="time (s)", yaxis=dict(autorange="reversed", title="request", type="category"),
-                      height=min(140 + 14 * max(len(r), 5), 2400), margin=dict(t=60, b=40, l=80, r=20),
-                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"), bargap=0.25)
+    header(fig, f"Requests arriving in {start_s:.1f}–{end_s:.1f} s ({len(r)} shown): queued, prefill, decode",
+            min(160 + 14 * max(len(r), 5), 2400), top=90)
+    fig.update_layout(barmode="overlay", xaxis_title="time (s)", bargap=0.25,
+                      yaxis=dict(autorange="reversed", title="request", type="category"))
     return fig

@@ -19,9 +19,8 @@ def prefix_cache_hit_rate(summary: dict) -> float | None:
 
 
 def headline_table(summaries: dict[str, dict]) -> pd.DataFrame:
-    """One row per run, the figures that tell runs apart (latency p99s and the rest are in summary_frame):
-    requests finished and rejected, throughput, latency p50s in ms, preemptions, memory shares, prefix-cache
-    hit rate and makespan.
+    """One row per run: requests finished and rejected, throughput, latency percentiles in ms, preemptions,
+    memory shares, prefix-cache hit rate, running set and makespan (every figure: summary_frame).
 
     summaries: run name -> pagesim.metrics.summarize(...) dict."""
     rows = []
@@ -35,11 +34,15 @@ def headline_table(summaries: dict[str, dict]) -> pd.DataFrame:
             "TTFT p50 (ms)": _ms(s, "ttft_s", "p50"),
             "TTFT p99 (ms)": _ms(s, "ttft_s", "p99"),
             "TPOT p50 (ms)": _ms(s, "tpot_s", "p50"),
+            "TPOT p99 (ms)": _ms(s, "tpot_s", "p99"),
             "E2E p50 (ms)": _ms(s, "e2e_s", "p50"),
+            "E2E p99 (ms)": _ms(s, "e2e_s", "p99"),
             "preemptions": s.get("num_preemptions"),
             "token-state fraction": s.get("token_state_fraction"),
             "external fragmentation": s.get("external_fragmentation_fraction"),
             "prefix-cache hit rate": prefix_cache_hit_rate(s),
+            "peak running": s.get("peak_num_running"),
+            "mean running": s.get("mean_num_running"),
             "makespan (s)": s.get("makespan_s"),
         })
     return pd.DataFrame(rows).set_index("run")

@@ -93,19 +93,22 @@ def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
 
 
 def _ratio(value, base, higher_is_better: bool) -> dict:
-    """st.metric delta arguments for value against the paged run's: "×0.09 vs paged", red when worse."""
+    """st.metric delta arguments for value against the paged run's: "×0.09" (of paged's), red when worse."""
     if value is None or base is None or not base:
         return {}
     r = value / base
     if abs(r - 1) < 0.005:
         return dict(delta="same as paged", delta_arrow="off", delta_color="gray")
     better = (r > 1) == higher_is_better
-    return dict(delta=f"×{r:.3g} vs paged", delta_arrow="up" if r > 1 else "down",
+    return dict(delta=f"×{r:,.0f}" if r >= 100 else f"×{r:.2g}", delta_arrow="up" if r > 1 else "down",
                 delta_color="green" if better else "red")
 
 
 def headline(runs: dict[str, data.Run], config) -> None:
     """Per run, one row of headline numbers, each baseline's against paged (×ratio)."""
+    if "paged" in runs and len(runs) > 1:
+        st.caption("Below each baseline's number: its ratio to paged's (×0.28 = 0.28 times paged's), red where "
+                   "the baseline is worse.")
     base = runs.get("paged")
     base = base.summary if base is not None else None
     swap = config.preemption_mode == "swap"
@@ -123,7 +126,7 @@ def headline(runs: dict[str, data.Run], config) -> None:
             cols[col].metric(label, "–" if value is None else text(value), help=help,
                              **(_ratio(value, ref, higher_is_better) if against is not None else {}))
 
-        show(1, "Throughput", "request_throughput", lambda v: f"{v:.2f} req/s", True)
+        show(1, "Throughput (req/s)", "request_throughput", lambda v: f"{v:.2f}", True)
         show(2, "TTFT p50", lambda x: x["ttft_s"]["p50"], figures.duration_label, False)
         show(3, "TPOT p50", lambda x: x["tpot_s"]["p50"], figures.duration_label, False)
         show(4, "KV memory holding token states", "token_state_fraction", lambda v: f"{v:.1%}", True,
@@ -183,7 +186,7 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool) -> None:
         if st.toggle("Play", key=PLAY, help=f"advance the time every {FRAME_S:g} s") != playing:
             st.rerun()  # the whole page: the section's refresh interval starts or stops
     with cols[2]:
-        by = st.segmented_control("Colour blocks by", ["request", "memory state"], default="request", bind=URL,
+        by = st.segmented_control("Colour blocks by", ["request", "state"], default="request", bind=URL,
                                   key=f"{PREFIX}.colour_by", required=True)
     t = times[i]
     steps = {name: run.result.steps for name, run in runs.items()}
@@ -207,7 +210,7 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool) -> None:
             notes[name] = f": finished at {snap.time_s:.1f} s"
         frames[name] = snap.to_frame()
     st.subheader("Block map")
-    st.plotly_chart(figures.block_maps(frames, config.block_size, t, by="state" if by == "memory state" else "request",
+    st.plotly_chart(figures.block_maps(frames, config.block_size, t, by=by,
                                        notes=notes), key=f"{PREFIX}.blocks")
     st.caption("Each cell is one physical KV block of the GPU cache, in block-id order. Paged attention scatters a "
                "request's blocks anywhere; the contiguous baseline needs one run of consecutive blocks per request, "
