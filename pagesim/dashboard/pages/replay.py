@@ -55,7 +55,7 @@ def render() -> None:
                                help="off: each run on its own time axis, so a baseline that drains for minutes "
                                     "does not squeeze the others")
             playing = st.session_state.get(PLAY, False)
-            st.fragment(time_section, run_every=FRAME_S if playing else None)(runs, config, shared)
+            st.fragment(time_section, run_every=FRAME_S if playing else None)(runs, config, shared, playing)
     if serving_tab.open:
         with serving_tab:
             serving_view(runs)
@@ -160,9 +160,10 @@ def slider_times(runs: dict[str, data.Run]) -> list[float]:
     return [s.time_s for s in longest.result.snapshots]
 
 
-def time_section(runs: dict[str, data.Run], config, shared_time: bool) -> None:
+def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: bool) -> None:
     """The time slider (over the longest run), the memory and request charts marked at its time, and the
-    block map at it: a fragment, so scrubbing or playing reruns only this section."""
+    block map at it: a fragment, so scrubbing or playing reruns only this section. `played`: whether
+    the page set the fragment to rerun every FRAME_S (Play was on at the last full run)."""
     times = slider_times(runs)
     if not times:
         st.info("No block snapshots were recorded for this run.")
@@ -183,7 +184,7 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool) -> None:
         i = st.select_slider("Time (block map and chart markers)", options=list(range(len(times))),
                              format_func=lambda k: f"{times[k]:.1f} s", bind=URL, key=SNAPSHOT)
     with cols[1]:
-        if st.toggle("Play", key=PLAY, help=f"advance the time every {FRAME_S:g} s") != playing:
+        if st.toggle("Play", key=PLAY, help=f"advance the time every {FRAME_S:g} s") != played:
             st.rerun()  # the whole page: the section's refresh interval starts or stops
     with cols[2]:
         by = st.segmented_control("Colour blocks by", ["request", "state"], default="request", bind=URL,
