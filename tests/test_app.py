@@ -306,11 +306,15 @@ def test_sweep_default_is_the_block_size_study():
     assert any("Paged token-state fraction" in c.value for c in at.caption)
 
 
-def test_sweep_grid_form_reruns_with_the_submitted_grid():
+def test_sweep_grid_edits_wait_for_run_and_say_so():
     at = app("sweep")
-    at.multiselect(key="sweep.block_sizes").set_value([16, 256])
-    at.multiselect(key="sweep.modes").set_value(["recompute", "swap"])
-    at.sidebar.button[0].click().run()
+    at.get("button_group")[0].set_value([16, 256]).run()  # block_size
+    assert not at.exception
+    assert "press **Run sweep**" in at.warning[0].value
+    assert at.dataframe[0].value["block_size"].tolist() == [8, 16, 32, 64, 128, 256], "not run yet"
+    at.get("button_group")[2].set_value(["recompute", "swap"])
+    at.button(key="sweep.run").click().run()
+    assert not at.warning, "the notice goes once the grid has run"
     assert not at.exception and not at.error
     results = at.dataframe[0].value
     assert len(results) == 4 and set(results["preemption_mode"]) == {"recompute", "swap"}
@@ -320,8 +324,8 @@ def test_sweep_grid_form_reruns_with_the_submitted_grid():
 
 def test_sweep_empty_grid_value_is_reported():
     at = app("sweep")
-    at.multiselect(key="sweep.gib").set_value([])
-    at.sidebar.button[0].click().run()
+    at.get("button_group")[1].set_value([])  # KV-cache size
+    at.button(key="sweep.run").click().run()
     assert not at.exception
     assert "choose at least one value for kv_cache_gib" in at.error[0].value
 
@@ -355,10 +359,24 @@ def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
                      ["live"] * 3 + ["simulated"] * 3, ["requests", "y = x"]]
     step_table, request_table, headline = (d.value for d in at.dataframe)
     assert step_table["figure"].iloc[0] == "steps compared"
-    assert request_table["metric"].iloc[0] == "ttft_s_p50"
+    assert request_table["metric"].tolist() == ["TTFT p50 (ms)", "TTFT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)"]
     assert list(headline.index) == ["live", "simulated"]
     at.radio(key="live.metric").set_value("ttft_s").run()
     assert "TTFT per request" in charts(at)[-1].layout.title.text
+
+
+def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch):
+    write_live_run(tmp_path / "pair-x-paged")
+    write_live_run(tmp_path / "pair-x-contiguous-max", num_requests=30)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    partner = at.selectbox(key="live.partner")
+    assert partner.value != "(none)", "a pair-* run opens beside its partner"
+    assert any("Side by side" in h.value for h in at.subheader)
+    assert set(at.dataframe[0].value.index) == {"pair-x-paged", "pair-x-contiguous-max"}
+    partner.set_value("(none)").run()
+    assert not any("Side by side" in h.value for h in at.subheader)
 
 
 def test_live_page_shows_a_run_not_yet_validated_on_its_own(tmp_path, monkeypatch):

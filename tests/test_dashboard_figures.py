@@ -390,12 +390,14 @@ def test_live_figures_draw_measured_against_predicted(live_dir):
     assert [t.name for t in scatter.data] == ["steps", "y = x"]
     assert len(scatter.data[0].x) == len(run.validation_steps)
     assert scatter.data[1].x[0] == scatter.data[1].y[0] and scatter.data[1].x[1] == scatter.data[1].y[1]
+    assert scatter.layout.xaxis.type == "log" and scatter.layout.yaxis.type == "log"
     hist = figures.step_error_histogram(run.validation_steps)
     assert hist.data[0].type == "histogram" and len(hist.data[0].x) == len(run.validation_steps)
     over_time = figures.live_vs_sim_over_time(run.steps, run.sim_steps)
     assert [t.name for t in over_time.data] == ["live", "live", "simulated", "simulated"]
     per_request = figures.request_latency_scatter(run.requests, run.sim_requests, "e2e_s")
     assert len(per_request.data[0].x) == (run.requests["state"] == "finished").sum()
+    assert per_request.layout.xaxis.type == "log" and "ms" in " ".join(per_request.layout.xaxis.ticktext)
 
 
 @pytest.mark.parametrize("path", live_runs.find_live_runs(live_runs.LIVE_DIR), ids=lambda p: p.name)

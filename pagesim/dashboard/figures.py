@@ -410,20 +410,23 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
 
 # ---- live vs simulated ---------------------------------------------------------------------------------
 def step_time_scatter(validation_steps: pd.DataFrame, max_points: int = 20000) -> go.Figure:
-    """Measured (x) vs predicted (y) step durations in ms, with the y = x line."""
+    """Measured (x) vs predicted (y) step durations on log axes (ms and s), with the y = x line."""
     v = validation_steps
     if len(v) > max_points:
         v = v.iloc[np.linspace(0, len(v) - 1, max_points).round().astype(int)]
-    ms_measured, ms_predicted = v["measured_s"] * 1e3, v["predicted_s"] * 1e3
-    top = float(max(ms_measured.max(), ms_predicted.max(), 1e-3)) if len(v) else 1.0
+    v = v[(v["measured_s"] > 0) & (v["predicted_s"] > 0)]
+    both = v[["measured_s", "predicted_s"]].to_numpy()
+    lo, hi = (float(both.min()), float(both.max())) if len(v) else (1e-3, 1.0)
     fig = go.Figure([
-        go.Scattergl(x=ms_measured, y=ms_predicted, mode="markers", name="steps", marker=dict(size=4, opacity=0.5),
-                     customdata=v["step"], hovertemplate="step %{customdata}<br>measured %{x:.3f} ms<br>"
-                                                         "predicted %{y:.3f} ms<extra></extra>"),
-        go.Scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line=dict(color="#555", dash="dash")),
+        go.Scattergl(x=v["measured_s"], y=v["predicted_s"], mode="markers", name="steps",
+                     marker=dict(size=4, opacity=0.5, color=run_color("simulated")), customdata=v["step"],
+                     hovertemplate="step %{customdata}<br>measured %{x:.4g} s<br>predicted %{y:.4g} s<extra></extra>"),
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(color="#555", dash="dash")),
     ])
+    log_time_axis(fig, both, axis="x")
+    log_time_axis(fig, both, axis="y")
     fig.update_layout(title="Step duration: measured on the GPU vs predicted by the cost model", height=420,
-                      xaxis_title="measured (ms)", yaxis_title="predicted (ms)", margin=dict(t=60, b=40, l=60, r=20))
+                      xaxis_title="measured", yaxis_title="predicted", margin=dict(t=60, b=40, l=60, r=20))
     return fig
 
 
