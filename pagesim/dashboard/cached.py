@@ -65,6 +65,14 @@ def replay(trace_key: str, config_json: str, baselines: tuple[str, ...], num_sna
                        progress=lambda fraction, text: bar.progress(min(fraction, 1.0), text=text))
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def once(name: str, key: str, _build):
+    """What `_build()` returns (a figure, a trace's statistics), built once per (name, key): key names
+    everything it is drawn from (the trace's fingerprint, the config, the baselines, the view's
+    settings), so a new session or a rerun of the same view gets it ready-made. Read-only, like the runs."""
+    return _build()
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def run_sweep(trace_key: str, base_json: str, grid_json: str, _trace: Trace):
     """sweep.run_sweep, cached by (trace fingerprint, base config, grid)."""

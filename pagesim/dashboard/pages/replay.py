@@ -18,6 +18,13 @@ VIEWS = ("Memory", "Serving (vLLM metrics)", "Latency and requests")
 PLAY = f"{PREFIX}.play"
 SNAPSHOT = f"{PREFIX}.snapshot"
 FRAME_S = 1.5  # seconds between frames while playing
+RUNS_KEY = f"{PREFIX}.runs_key"  # what the runs on the page were simulated from: the key of their cached figures
+
+
+def chart(name: str, params, build) -> None:
+    """st.plotly_chart of a figure cached by what it shows: the runs on the page and `params`."""
+    fig = cached.once(name, f"{st.session_state[RUNS_KEY]}|{params}", build)
+    st.plotly_chart(fig, key=f"{PREFIX}.{name}")
 
 
 def render() -> None:
@@ -36,7 +43,7 @@ def render() -> None:
     if loaded is None or config is None:
         return
     trace, trace_key = loaded
-    show_trace(trace)
+    show_trace(trace, trace_key)
     slot = st.empty()
     try:
         with slot.container():
@@ -46,6 +53,7 @@ def render() -> None:
         st.error(str(exc))
         return
     slot.empty()
+    st.session_state[RUNS_KEY] = f"{trace_key}|{cached.config_key(config)}|{','.join(baselines)}"
     rejection_banner(runs, config.resolved_max_model_len)
     headline(runs, config)
     memory_tab, serving_tab, latency_tab = st.tabs(VIEWS, bind=URL, key=f"{PREFIX}.view")
@@ -61,21 +69,20 @@ def render() -> None:
             serving_view(runs)
     if latency_tab.open:
         with latency_tab:
-            st.plotly_chart(figures.latency_cdfs({name: run.result.requests for name, run in runs.items()}),
-                            key=f"{PREFIX}.latency")
+            chart("latency", "", lambda: figures.latency_cdfs({name: run.result.requests for name, run in runs.items()}))
             request_table(runs)
 
 
-def show_trace(trace) -> None:
+def show_trace(trace, trace_key: str) -> None:
     """The trace's load summary and shape. Drawn before the simulations run, so the browser loads the
     charting library while the server simulates."""
-    stats = trace_stats(trace)
+    stats = cached.once("trace_stats", trace_key, lambda: trace_stats(trace))
     rate = f"{stats['rate']:.2f} req/s" if stats["rate"] else "all at once"
     with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} requests over {stats['span_s']:.1f} s ({rate}); "
                      f"prompt mean {stats['prompt_len']['mean']:,.0f}, output mean {stats['output_len']['mean']:,.0f} tokens",
                      expanded=bool(trace.summary.warnings)):
         st.text(str(trace.summary))
-    st.plotly_chart(figures.trace_overview(trace.df), key=f"{PREFIX}.trace")
+    st.plotly_chart(cached.once("trace", trace_key, lambda: figures.trace_overview(trace.df)), key=f"{PREFIX}.trace")
 
 
 def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
@@ -191,16 +198,15 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
                                   key=f"{PREFIX}.colour_by", required=True)
     t = times[i]
     steps = {name: run.result.steps for name, run in runs.items()}
-    st.plotly_chart(figures.memory_over_time(steps, time_s=t, shared_time=shared_time, watermark=config.watermark),
-                    key=f"{PREFIX}.memory")
+    chart("memory", (t, shared_time),
+          lambda: figures.memory_over_time(steps, time_s=t, shared_time=shared_time, watermark=config.watermark))
     st.caption(f"**free while requests wait** (grey): free slots at steps where requests are queued: the next "
                f"request's allocation plus the watermark ({config.watermark:.0%} of blocks, kept free when admitting) "
                f"does not fit in them. For contiguous-max one reservation is max_model_len slots, so up to one "
                f"reservation's worth of memory idles while requests wait.")
-    st.plotly_chart(figures.requests_over_time(steps, time_s=t, shared_time=shared_time), key=f"{PREFIX}.requests")
+    chart("requests", (t, shared_time), lambda: figures.requests_over_time(steps, time_s=t, shared_time=shared_time))
     if config.preemption_mode == "swap":
-        st.plotly_chart(figures.swap_over_time(steps, config.block_bytes, config.swap_space, time_s=t),
-                        key=f"{PREFIX}.swap")
+        chart("swap", t, lambda: figures.swap_over_time(steps, config.block_bytes, config.swap_space, time_s=t))
     frames, notes = {}, {}
     for name, run in runs.items():
         snaps = run.result.snapshots
@@ -209,10 +215,10 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
         snap = snaps[min(i, len(snaps) - 1)]
         if i >= len(snaps) - 1 and snap.time_s < t - 1e-9:
             notes[name] = f": finished at {snap.time_s:.1f} s"
-        frames[name] = snap.to_frame()
+        frames[name] = snap
     st.subheader("Block map")
-    st.plotly_chart(figures.block_maps(frames, config.block_size, t, by=by,
-                                       notes=notes), key=f"{PREFIX}.blocks")
+    chart("blocks", (i, by), lambda: figures.block_maps({n: snap.to_frame() for n, snap in frames.items()}, config.block_size, t,
+                                                  by=by, notes=notes))
     st.caption("Each cell is one physical KV block of the GPU cache, in block-id order. Paged attention scatters a "
                "request's blocks anywhere; the contiguous baseline needs one run of consecutive blocks per request, "
                "so free gaps between runs (external fragmentation) and pale reserved tails show where memory goes. "
@@ -226,8 +232,8 @@ def serving_view(runs: dict[str, data.Run]) -> None:
     times = slider_times(runs)
     t = times[st.session_state[SNAPSHOT]] if times and st.session_state.get(SNAPSHOT) is not None \
         and st.session_state[SNAPSHOT] < len(times) else None
-    st.plotly_chart(serving.kv_cache_usage(steps, time_s=t), key=f"{PREFIX}.kv_usage")
-    st.plotly_chart(serving.queues(steps, time_s=t), key=f"{PREFIX}.queues")
+    chart("kv_usage", t, lambda: serving.kv_cache_usage(steps, time_s=t))
+    chart("queues", t, lambda: serving.queues(steps, time_s=t))
     st.markdown("**Service-level objectives** (thresholds in ms)")
     cols = st.columns(3)
     slo = {
@@ -236,7 +242,7 @@ def serving_view(runs: dict[str, data.Run]) -> None:
         "itl_s": cols[2].number_input("ITL SLO (ms)", 0.1, 1e6, 100.0, step=10.0, bind=URL, key=f"{PREFIX}.slo_itl"),
     }
     slo = {k: v / 1e3 for k, v in slo.items()}
-    st.plotly_chart(serving.latency_histograms(requests, steps, slo), key=f"{PREFIX}.histograms")
+    chart("histograms", sorted(slo.items()), lambda: serving.latency_histograms(requests, steps, slo))
     rows = []
     for name in runs:
         a = serving.attainment(requests[name], steps[name], slo)
@@ -262,7 +268,7 @@ def timeline(runs: dict[str, data.Run]) -> None:
     end = float(requests["arrival_time_s"].max()) if len(requests) else 0.0
     start, stop = cols[1].slider("Arrivals in (s)", 0.0, max(end, 0.1), (0.0, min(5.0, max(end, 0.1))), step=0.1,
                                  bind=URL, key=f"{PREFIX}.gantt_window")
-    st.plotly_chart(serving.gantt(requests, start, stop + 1e-9), key=f"{PREFIX}.gantt")
+    chart("gantt", (run, start, stop), lambda: serving.gantt(requests, start, stop + 1e-9))
 
 
 def request_table(runs: dict[str, data.Run]) -> None:
