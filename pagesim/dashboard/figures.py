@@ -94,7 +94,7 @@ def _spacing(rows: int, shared_time: bool) -> float:
     """Room between panels: with a time axis under each panel, its title needs about 75 px."""
     if rows < 2:
         return 0
-    return 0.06 if shared_time else min(75 / (220 * rows), 0.3)
+    return 0.06 if shared_time else min(90 / (220 * rows), 0.3)
 
 
 def mark_time(fig: go.Figure, row: int, time_s: float | None, end_s: float) -> None:
@@ -205,7 +205,7 @@ MAX_BLOCKS_DRAWN = 64 * 128
 FREE, CACHED, USED, RESERVED = (STATES[k][1] for k in ("free", "cached", "used", "reserved"))
 STATE_LEGEND = {"used (holds tokens)": USED, "reserved ahead (allocated, no tokens yet)": RESERVED,
                 "shared prefix (ref_cnt > 1)": SHARED, "cached prefix (free, reusable)": CACHED, "free": FREE}
-REQUEST_LEGEND = {"owned by a request (a colour per request in view; hover names it)": "#5c6bc0",
+REQUEST_LEGEND = {"owned by a request (a colour per request; hover names it)": "#5c6bc0",
                   "reserved ahead (the request's colour, pale)": _lighten("#5c6bc0"),
                   "shared prefix (ref_cnt > 1)": SHARED, "cached prefix (free, reusable)": CACHED, "free": FREE}
 BLOCK_LEGEND = REQUEST_LEGEND

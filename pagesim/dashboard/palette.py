@@ -27,10 +27,11 @@ WAITING_FREE = "#bdbdbd"  # free slots while requests wait: the next admission d
 PREEMPTION = "#212121"
 
 # Runs: dark, saturated hues (no green, amber, salmon, red or light blue), stable by name.
-RUNS = {"paged": "#283593", "contiguous-max": "#6a1b9a", "contiguous-pow2": "#00695c",
-        "contiguous-oracle": "#795548", "live": "#283593", "simulated": "#ad1457"}
-MORE_RUNS = ["#283593", "#6a1b9a", "#00695c", "#795548", "#ad1457", "#37474f", "#827717", "#4e342e",
+RUNS = {"paged": "#283593", "contiguous-max": "#00838f", "contiguous-pow2": "#8e24aa",
+        "contiguous-oracle": "#795548", "live": "#283593", "simulated": "#00838f"}
+MORE_RUNS = ["#283593", "#00838f", "#8e24aa", "#795548", "#37474f", "#827717", "#ad1457", "#4e342e",
              "#0277bd", "#880e4f"]
+SLO = "#212121"  # threshold lines
 
 # Request queues (one panel per run): greys told apart by dash.
 QUEUES = {"num_running": ("running", "#212121", "solid"), "num_waiting": ("waiting", "#757575", "dash"),

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pagesim.dashboard.figures import MAX_POINTS, header, duration_label, log_time_axis, time_buckets
-from pagesim.dashboard.palette import QUEUES, run_color
+from pagesim.dashboard.palette import QUEUES, SLO, run_color
 
 SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL"}
 PHASES = {"queued": "#bdbdbd", "prefill": "#ffb300", "decode": "#283593"}
@@ -109,7 +109,7 @@ def latency_histograms(requests_by_run: dict[str, pd.DataFrame], steps_by_run: d
                           row=1, col=col)
         log_time_axis(fig, values, row=1, col=col)
         if metric in slo:
-            fig.add_vline(x=slo[metric], line=dict(color="#d32f2f", width=2, dash="dash"), row=1, col=col,
+            fig.add_vline(x=slo[metric], line=dict(color=SLO, width=2, dash="dash"), row=1, col=col,
                           annotation_text=f"SLO {duration_label(slo[metric])}", annotation_position="top right")
     fig.update_yaxes(title_text="% of samples", rangemode="tozero", row=1, col=1)
     header(fig, "Latency histograms (finished requests; ITL per decode token), SLOs dashed", 420)

@@ -136,8 +136,9 @@ def headline(runs: dict[str, data.Run], config) -> None:
         show(1, "Throughput (req/s)", "request_throughput", lambda v: f"{v:.2f}", True)
         show(2, "TTFT p50", lambda x: x["ttft_s"]["p50"], figures.duration_label, False)
         show(3, "TPOT p50", lambda x: x["tpot_s"]["p50"], figures.duration_label, False)
-        show(4, "KV memory holding token states", "token_state_fraction", lambda v: f"{v:.1%}", True,
-             help="used slots / allocated slots, time-weighted")
+        show(4, "Token-state share", "token_state_fraction", lambda v: f"{v:.1%}", True,
+             help="of the KV memory allocated, the share holding token states (used / allocated slots), "
+                  "time-weighted")
         show(5, "Preemptions", "num_preemptions", lambda v: f"{v:,}", False)
         show(6, "Rejected", "num_rejected", lambda v: f"{v:,}", False)
         i = 7
