@@ -319,6 +319,8 @@ def duration_label(seconds: float) -> str:
     if seconds < 1:
         ms = seconds * 1e3
         return f"{ms:.2g} ms" if ms < 10 else f"{ms:.0f} ms"
+    if abs(seconds - round(seconds)) < 1e-9:
+        return f"{seconds:,.0f} s"  # axis ticks: 1 s, 10 s
     return f"{seconds:,.1f} s"
 
 
@@ -331,8 +333,11 @@ def log_time_axis(fig: go.Figure, values, *, row=None, col=None, axis: str = "x"
     v = v[v > 0]
     lo, hi = (float(v.min()), float(v.max())) if len(v) else (1e-3, 1.0)
     ticks = [d for d in DECADES if lo / 10 < d <= hi * 10] or [1e-3, 1.0]
+    if hi / lo < 300:  # two decades or less: label 2x and 5x too
+        ticks = sorted(t * m for t in ticks for m in (1, 2, 5) if lo / 2 <= t * m <= hi * 2)
     update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-    update(type="log", tickvals=ticks, ticktext=[duration_label(t) for t in ticks], row=row, col=col)
+    narrow = {"range": [np.log10(ticks[0]), np.log10(ticks[-1])]} if hi / lo < 10 and len(ticks) > 1 else {}
+    update(type="log", tickvals=ticks, ticktext=[duration_label(t) for t in ticks], row=row, col=col, **narrow)
 
 
 def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
