@@ -92,7 +92,7 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert list(table.index) == ["paged", "contiguous-max"]
     assert table.at["paged", "token-state fraction"] > 0.9 > table.at["contiguous-max", "token-state fraction"]
     labels = [label for label, _ in metrics(replay)]
-    assert labels.count("Token-state share") == 2 and labels.count("Rejected") == 2
+    assert labels.count("Token states") == 2 and labels.count("Rejected") == 2
     captions = " ".join(c.value for c in replay.sidebar.caption)
     assert "2,048 blocks × 16 tokens" in captions and "4.00 GiB" in captions, "the memory cap is stated in the UI"
     assert not replay.get("progress"), "the progress bar is removed once the runs are done"

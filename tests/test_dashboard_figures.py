@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pagesim.config import Config
-from pagesim.dashboard import data, figures, kernel_results, live_runs, palette, serving, sweep, tables
+from pagesim.dashboard import block_map, data, figures, kernel_results, live_runs, palette, serving, sweep, tables
 from pagesim.errors import UserError
 from pagesim.recorder import BlockSnapshot
 from pagesim.specs import GIB
@@ -125,7 +125,7 @@ def test_requests_figure_marks_the_steps_that_preempted(runs):
     assert whole.layout.annotations[0].text == f"paged: {total:,} preemptions"
 
 
-# ---- block map -------------------------------------------------------------------------------------------
+# ---- block map (block_map.py) ---
 def frame(request_id, fill, ref_cnt, cached):
     return pd.DataFrame({"block_id": range(len(request_id)), "request_id": request_id, "fill": fill,
                          "ref_cnt": ref_cnt, "cached": cached})
@@ -134,41 +134,41 @@ def frame(request_id, fill, ref_cnt, cached):
 def test_block_codes_tell_free_cached_shared_owned_and_reserved_apart():
     f = frame(["", "", "a", "a", "a", "b"], [0, 0, 16, 16, 0, 5], [0, 0, 2, 1, 1, 1],
               [False, True, False, False, False, False])
-    codes, colors = figures.block_codes(f)
+    codes, colors = block_map.block_codes(f)
     assert codes[0] == 0 and codes[1] == 1 and codes[2] == 2  # free, cached, shared prefix
     assert codes[3] >= 3 and codes[4] == codes[3] + 1  # a's filled block, a's reserved-ahead block (pale)
     assert codes[5] >= 3 and colors[codes[5]] != colors[codes[3]]
-    again, again_colors = figures.block_codes(frame(["b", "a"], [3, 3], [1, 1], [False, False]))
+    again, again_colors = block_map.block_codes(frame(["b", "a"], [3, 3], [1, 1], [False, False]))
     assert again_colors[again[1]] == colors[codes[3]], "a request keeps its colour from one snapshot to the next"
-    by_state, state_colors = figures.block_codes(f, "state")
-    assert [state_colors[c] for c in by_state] == [figures.FREE, figures.CACHED, palette.SHARED, figures.USED,
-                                                   figures.RESERVED, figures.USED]
+    by_state, state_colors = block_map.block_codes(f, "state")
+    assert [state_colors[c] for c in by_state] == [block_map.FREE, block_map.CACHED, palette.SHARED, block_map.USED,
+                                                   block_map.RESERVED, block_map.USED]
 
 
 def test_requests_that_run_together_get_different_colours():
     colors = [palette.request_color(i) for i in range(300)]
     for start in range(0, 300 - 32):
         assert len(set(colors[start:start + 32])) == 32
-    assert figures.block_codes(frame(["7", "8"], [1, 1], [1, 1], [False, False]))[1][3] == palette.request_color(7)
+    assert block_map.block_codes(frame(["7", "8"], [1, 1], [1, 1], [False, False]))[1][3] == palette.request_color(7)
 
 
 def test_state_colours_are_the_same_everywhere_and_unlike_run_colours():
     states = {color for _, color in palette.STATES.values()}
-    assert {figures.FREE, figures.CACHED, figures.USED, figures.RESERVED} <= states
+    assert {block_map.FREE, block_map.CACHED, block_map.USED, block_map.RESERVED} <= states
     assert not states & set(palette.MORE_RUNS) and not states & set(palette.RUNS.values())
     assert palette.run_color("contiguous-max") != palette.run_color("paged")
 
 
 def test_block_map_draws_one_grid_per_run_64_wide_with_a_legend(runs):
     snaps = {name: run.result.snapshots[5].to_frame() for name, run in runs.items()}
-    fig = figures.block_maps(snaps, block_size=16, time_s=runs["paged"].result.snapshots[5].time_s)
+    fig = block_map.block_maps(snaps, block_size=16, time_s=runs["paged"].result.snapshots[5].time_s)
     heatmaps = [t for t in fig.data if t.type == "heatmap"]
     assert [t.name for t in heatmaps] == ["blocks: paged", "blocks: contiguous-max"]
     for h in heatmaps:
         z = np.asarray(h.z, dtype=float)
         assert z.shape == (-(-BLOCKS // 64), 64)
         assert np.isnan(z).sum() == z.size - BLOCKS  # padding after the last block only
-    assert [t.name for t in fig.data if t.type == "scatter"] == list(figures.REQUEST_LEGEND)
+    assert [t.name for t in fig.data if t.type == "scatter"] == list(block_map.REQUEST_LEGEND)
     owned = (snaps["contiguous-max"]["request_id"] != "").sum()
     z = np.asarray(heatmaps[1].z, dtype=float).ravel()
     assert (z[~np.isnan(z)] >= 3).sum() == owned
@@ -187,7 +187,7 @@ def test_block_map_caps_the_blocks_drawn():
     n = 1000
     snap = BlockSnapshot(0.0, ["r"], np.zeros(n, dtype=np.int32), np.full(n, 16, dtype=np.int16),
                          np.ones(n, dtype=np.int16), np.zeros(n, dtype=bool))
-    fig = figures.block_maps({"paged": snap.to_frame()}, 16, max_blocks=256)
+    fig = block_map.block_maps({"paged": snap.to_frame()}, 16, max_blocks=256)
     assert np.asarray(fig.data[0].z).shape == (4, 64)
     assert "first 256 drawn" in fig.layout.annotations[0].text
 
@@ -195,7 +195,7 @@ def test_block_map_caps_the_blocks_drawn():
 def test_shared_and_cached_blocks_appear_with_prefix_caching():
     trace = synthesize("kshot", num_requests=60, rate=20.0, seed=0)
     result = data.replay(trace, Config(num_gpu_blocks=800, enable_prefix_caching=True), [], num_snapshots=8)
-    codes = np.concatenate([figures.block_codes(s.to_frame())[0] for s in result["paged"].result.snapshots])
+    codes = np.concatenate([block_map.block_codes(s.to_frame())[0] for s in result["paged"].result.snapshots])
     assert (codes == 2).any(), "shared prefix blocks (ref_cnt > 1) must get their own colour"
     assert (codes == 1).any(), "free blocks holding a cached prefix must get their own colour"
 
@@ -555,6 +555,8 @@ def test_latency_histograms_draw_the_slo_thresholds_and_attainment_counts_them(r
     fig = serving.latency_histograms(requests, steps, slo)
     assert [t.name for t in fig.data] == ["paged", "contiguous-max"] * 3  # TTFT, TPOT, ITL
     assert sorted(s.x0 for s in fig.layout.shapes) == sorted(slo.values())
+    for axis, limit in zip(("xaxis", "xaxis2", "xaxis3"), slo.values()):
+        assert max(fig.layout[axis].tickvals) >= limit, "each SLO line is inside its axis"
     for t in fig.data:
         assert sum(t.y) == pytest.approx(100)
     paged = requests["paged"]

@@ -107,7 +107,7 @@ def latency_histograms(requests_by_run: dict[str, pd.DataFrame], steps_by_run: d
                                      customdata=[f"{duration_label(a)}–{duration_label(b)}" for a, b in zip(edges[:-1], edges[1:])],
                                      hovertemplate=f"{run}<br>{label} %{{customdata}}<br>%{{y:.1f}}%<extra></extra>"),
                           row=1, col=col)
-        log_time_axis(fig, values, row=1, col=col)
+        log_time_axis(fig, np.append(values, slo.get(metric, values[0])), row=1, col=col)  # the SLO line in view
         if metric in slo:
             fig.add_vline(x=slo[metric], line=dict(color=SLO, width=2, dash="dash"), row=1, col=col,
                           annotation_text=f"SLO {duration_label(slo[metric])}", annotation_position="top right")

@@ -7,7 +7,7 @@ import io
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import cached, data, figures, serving, tables, widgets
+from pagesim.dashboard import block_map, cached, data, figures, serving, tables, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 from pagesim.specs import GIB
@@ -136,7 +136,7 @@ def headline(runs: dict[str, data.Run], config) -> None:
         show(1, "Throughput (req/s)", "request_throughput", lambda v: f"{v:.2f}", True)
         show(2, "TTFT p50", lambda x: x["ttft_s"]["p50"], figures.duration_label, False)
         show(3, "TPOT p50", lambda x: x["tpot_s"]["p50"], figures.duration_label, False)
-        show(4, "Token-state share", "token_state_fraction", lambda v: f"{v:.1%}", True,
+        show(4, "Token states", "token_state_fraction", lambda v: f"{v:.1%}", True,
              help="of the KV memory allocated, the share holding token states (used / allocated slots), "
                   "time-weighted")
         show(5, "Preemptions", "num_preemptions", lambda v: f"{v:,}", False)
@@ -218,8 +218,8 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
             notes[name] = f": finished at {snap.time_s:.1f} s"
         frames[name] = snap
     st.subheader("Block map")
-    chart("blocks", (i, by), lambda: figures.block_maps({n: snap.to_frame() for n, snap in frames.items()}, config.block_size, t,
-                                                  by=by, notes=notes))
+    chart("blocks", (i, by), lambda: block_map.block_maps({n: snap.to_frame() for n, snap in frames.items()},
+                                                          config.block_size, t, by=by, notes=notes))
     st.caption("Each cell is one physical KV block of the GPU cache, in block-id order. Paged attention scatters a "
                "request's blocks anywhere; the contiguous baseline needs one run of consecutive blocks per request, "
                "so free gaps between runs (external fragmentation) and pale reserved tails show where memory goes. "
