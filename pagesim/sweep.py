@@ -32,7 +32,7 @@ FLUSH_S = 2.0
 LAYOUTS = ("paged", "max", "pow2", "oracle")
 EXTRA_PARAMETERS = ("layout", "kv_cache_gib")
 TRACE_OPTIONS = ("trace", "format", "limit", "start_s", "end_s", "time_scale", "rate")
-NOT_SWEPT = TRACE_OPTIONS + ("out", "force", "baseline", "slo", "func", "argv", "command", "grid", "backend", "address", "num_cpus")
+NOT_SWEPT = TRACE_OPTIONS + ("out", "force", "baseline", "slo", "func", "argv", "command", "command_parser", "grid", "backend", "address", "num_cpus")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -79,8 +79,8 @@ def _convert(key: str, value: str, action, text: str):
         return value.lower() in TRUE
     try:
         return action.type(value) if action.type else value
-    except (TypeError, ValueError):
-        raise bad(f"a valid {action.type.__name__}") from None
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+        raise bad(str(exc) if isinstance(exc, argparse.ArgumentTypeError) else f"a valid {action.type.__name__}") from None
 
 
 def config_id(params: dict) -> str:
@@ -175,7 +175,7 @@ def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
 
 def check_or_write_manifest(out: Path, trace, base: dict) -> None:
     """sweep.json: what every row of this directory shares; a resume with other fixed options is refused."""
-    fixed = {k: v for k, v in sorted(base.items()) if k not in ("func", "argv", "command", "grid", "out")}
+    fixed = {k: v for k, v in sorted(base.items()) if k not in ("func", "argv", "command", "command_parser", "grid", "out")}
     manifest = {"trace": trace.name, "rows": int(len(trace.df)), "fixed_options": fixed}
     path = out / "sweep.json"
     manifest = json.loads(json.dumps(manifest, default=str))
