@@ -79,8 +79,10 @@ def _convert(key: str, value: str, action, text: str):
         return value.lower() in TRUE
     try:
         return action.type(value) if action.type else value
-    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-        raise bad(str(exc) if isinstance(exc, argparse.ArgumentTypeError) else f"a valid {action.type.__name__}") from None
+    except argparse.ArgumentTypeError as exc:
+        raise UserError(f"--grid {text!r}: {key}: {exc}") from None
+    except (TypeError, ValueError):
+        raise bad(f"a valid {action.type.__name__}") from None
 
 
 def config_id(params: dict) -> str:

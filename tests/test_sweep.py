@@ -59,7 +59,8 @@ def test_grid_is_the_cross_product_with_typed_values(parser):
     ("block_size", "expected NAME=V1,V2"),
     ("limit=1,2", "cannot sweep 'limit'"),
     ("colour=red", "cannot sweep 'colour'"),
-    ("block_size=16,big", "'big' is not a valid int for block_size"),
+    ("block_size=16,big", "block_size: expected a whole number"),
+    ("max_num_seqs=0", "max_num_seqs: expected"),
     ("router=random", "'random' is not one of"),
     ("enable_prefix_caching=maybe", "not true or false"),
 ])
@@ -70,14 +71,14 @@ def test_bad_grid_is_a_one_line_error_naming_the_flag(parser, text, message):
 
 def test_a_failing_configuration_is_an_error_row(trace, base):
     row = run_config(trace, base, {"max_num_seqs": 0})
-    assert row["status"] == "error" and "max_num_seqs must be at least 1" in row["error"]
+    assert row["status"] == "error" and "--max-num-seqs must be at least 1" in row["error"]
     ok = run_config(trace, base, {"max_num_seqs": 8, "replicas": 2})
     assert ok["status"] == "ok" and ok["num_finished"] + ok["num_rejected"] == 30
     assert ok["num_gpus"] == 2 and 0 <= ok["slo_attainment"] <= 1
 
 
 def test_local_sweep_streams_rows_and_resumes_after_an_interruption(trace, base, parser, tmp_path):
-    points = parse_grid(["max_num_seqs=0,4,8", "block_size=16,32"], parser)
+    points = parse_grid(["kv_cache_gib=0.00001,1,2", "block_size=16,32"], parser)  # 10 KiB: not one block
 
     def stop_after_two(row, done, total):
         if done == 2:
@@ -92,8 +93,9 @@ def test_local_sweep_streams_rows_and_resumes_after_an_interruption(trace, base,
                    on_row=lambda row, done, total: seen.append(row["config_id"]))
     assert len(seen) == 4 and not set(seen) & set(first["config_id"]), "the resume re-ran a finished configuration"
     assert sorted(df["config_id"]) == sorted(config_id(p) for p in points)
-    assert (df.loc[df["max_num_seqs"] == 0, "status"] == "error").all()
-    assert (df.loc[df["max_num_seqs"] > 0, "status"] == "ok").all()
+    assert (df.loc[df["kv_cache_gib"] < 1, "status"] == "error").all()
+    assert df.loc[df["kv_cache_gib"] < 1, "error"].str.contains("GiB holds no block").all()
+    assert (df.loc[df["kv_cache_gib"] >= 1, "status"] == "ok").all()
 
 
 def test_resume_with_other_fixed_options_is_refused(trace, base, tmp_path):
@@ -104,7 +106,7 @@ def test_resume_with_other_fixed_options_is_refused(trace, base, tmp_path):
 
 
 def test_ray_sweep_runs_tasks_keeps_error_rows_and_resumes(ray_local, trace, base, parser, tmp_path):
-    points = parse_grid(["max_num_seqs=0,8", "replicas=1,2"], parser)
+    points = parse_grid(["kv_cache_gib=0.00001,1", "replicas=1,2"], parser)
     df = run_sweep(trace, base, points[:3], tmp_path, backend="ray", progress=False)
     assert len(df) == 3 and set(df["status"]) == {"ok", "error"}
     seen = []
