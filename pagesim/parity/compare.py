@@ -58,7 +58,7 @@ class ParityResult:
     rows: list[dict] = field(default_factory=list)  # one per step: both sides and whether they differ
     stuck: str | None = None
     num_preemptions: int = 0  # vLLM side
-    prefix_cache_queries: int = 0  # tokens looked up on admission (pagesim side)
+    prefix_cache_queries: int = 0  # prompt tokens looked up at first admission (pagesim side)
     prefix_cache_hits: int = 0
 
     @property
@@ -136,6 +136,6 @@ def run_parity(config: Config, make_requests, steps: list[int], policy: str = "f
             break
         step += 1
     result.num_preemptions = sum(len(r["vllm"]["preempted"]) for r in result.rows)
-    kv = pg.scheduler.kv
-    result.prefix_cache_queries, result.prefix_cache_hits = kv.prefix_cache_queries, kv.prefix_cache_hits
+    stats = pg.scheduler.kv.prefix_cache_stats
+    result.prefix_cache_queries, result.prefix_cache_hits = stats.queries, stats.hits
     return result
