@@ -41,7 +41,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-prefix-caching", action="store_true")
     p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute")
     p.add_argument("--swap-space", type=float, default=4.0, help="GiB of CPU memory for swapped blocks")
-    p.add_argument("--watermark", type=float, default=0.01)
+    p.add_argument("--watermark", type=float, default=0.0)
     p.add_argument("--baseline", action="append", choices=["max", "pow2", "oracle"], default=[],
                    help="also run this contiguous baseline (repeatable)")
     p.add_argument("--cost-model", default="roofline", help="'roofline' or a profile JSON from `pagesim calibrate`")

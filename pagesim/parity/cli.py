@@ -25,7 +25,7 @@ def register(sub) -> None:
                    help="a request arrives at step floor(arrival_time / STEP_S) on both sides (default 0.02)")
     p.add_argument("--policy", choices=["fcfs", "priority"], default="fcfs",
                    help="scheduling policy (priority uses the trace's priority field, lower first)")
-    p.set_defaults(func=parity, watermark=0.0)
+    p.set_defaults(func=parity)
 
 
 def _oracle_available() -> None:
