@@ -90,6 +90,9 @@ def check_parity_config(config: Config) -> None:
         raise UserError("parity compares the paged KV manager only (vLLM has no contiguous baseline)")
     if config.preemption_mode != "recompute":
         raise UserError("parity needs --preemption-mode recompute (vLLM v1 has no swap preemption)")
+    if config.max_num_batched_tokens < config.max_num_seqs:
+        raise UserError(f"vLLM requires --max-num-batched-tokens ({config.max_num_batched_tokens}) >= "
+                        f"--max-num-seqs ({config.max_num_seqs})")
     usable = config.resolved_num_gpu_blocks - 1  # vLLM reserves block 0 as its null block
     need = -(-config.resolved_max_model_len // config.block_size)
     if need > usable:
