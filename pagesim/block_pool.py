@@ -8,8 +8,8 @@ Invariants (checked by tests/test_kv_paged_properties.py):
 - block 0 is the null block: never in the free queue, never allocated;
 - a block keeps its hash after it is freed, so it can still be hit, until it is
   taken from the free queue for new content (then its hash is evicted);
-- `cached_block_hash_to_block` maps each hash to exactly one block holding it,
-  and every block with a hash is in the map.
+- `cached_block_hash_to_block` maps each hash to the blocks holding it (one or
+  more, as vLLM's BlockHashToBlockMap), and every block with a hash is in it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class BlockPool:
         # Block 0 is vLLM's null block (vllm/v1/core/block_pool.py BlockPool.__init__): never allocated,
         # so `num_blocks` blocks hold num_blocks - 1 blocks of KV.
         self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks[1:])
-        self.cached_block_hash_to_block: dict[bytes, Block] = {}
+        self.cached_block_hash_to_block: dict[bytes, dict[int, Block]] = {}  # hash -> holders, first inserted first
         self.num_free_cached = 0  # blocks in the free queue that still hold a hash
         self.num_extra_refs = 0  # sum over blocks in use of (ref_cnt - 1): sharing
         self.events: list[tuple] | None = [] if record_events else None
@@ -63,7 +63,9 @@ class BlockPool:
         return self.num_blocks - 1 - len(self.free_queue)
 
     def get_cached_block(self, block_hash: bytes) -> Block | None:
-        return self.cached_block_hash_to_block.get(block_hash)
+        """The first cached block holding this content (vLLM's BlockHashToBlockMap.get_one_block)."""
+        holders = self.cached_block_hash_to_block.get(block_hash)
+        return next(iter(holders.values())) if holders else None
 
     def cached_free_blocks(self) -> list[Block]:
         """Free blocks that still hold a cached prefix."""
@@ -94,7 +96,10 @@ class BlockPool:
         return out
 
     def _evict(self, block: Block) -> None:
-        del self.cached_block_hash_to_block[block.block_hash]
+        holders = self.cached_block_hash_to_block[block.block_hash]
+        del holders[block.block_id]
+        if not holders:
+            del self.cached_block_hash_to_block[block.block_hash]
         if self.events is not None:
             self.events.append((REMOVED, block.block_id))
         block.block_hash = None
@@ -138,11 +143,13 @@ class BlockPool:
             free_queue.move_to_end(block.block_id, last=False)
 
     def cache_block(self, block: Block, block_hash: bytes) -> bool:
-        """Register a full block's content hash; False if another block already holds that content."""
-        if block.block_hash is not None or block_hash in self.cached_block_hash_to_block:
+        """Register a full block's content hash; False if the block has one already. Two blocks may hold
+        the same content (computed before either was cached): both are indexed, as in vLLM, so the
+        content stays findable until the last copy is evicted."""
+        if block.block_hash is not None:
             return False
         block.block_hash = block_hash
-        self.cached_block_hash_to_block[block_hash] = block
+        self.cached_block_hash_to_block.setdefault(block_hash, {})[block.block_id] = block
         if self.events is not None:
             self.events.append((STORED, block.block_id))
         return True

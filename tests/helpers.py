@@ -72,12 +72,14 @@ def check_paged(kv: PagedKVCacheManager, holders: list[Request], swapped: list[R
     assert pool.num_free_blocks + in_use == n - 1, "free + used blocks != num_gpu_blocks - 1 (the null block)"
     assert pool.num_used_blocks == in_use
     # Hash index.
-    for h, block in pool.cached_block_hash_to_block.items():
-        assert block.block_hash == h, f"hash index maps {h} to block {block.block_id} holding {block.block_hash}"
+    for h, holders in pool.cached_block_hash_to_block.items():
+        assert holders, f"hash {h} indexed with no block"
+        for block in holders.values():
+            assert block.block_hash == h, f"hash index maps {h} to block {block.block_id} holding {block.block_hash}"
     hashed = [b for b in pool.blocks if b.block_hash is not None]
     for b in hashed:
-        assert pool.cached_block_hash_to_block.get(b.block_hash) is b, f"block {b.block_id}'s hash is not indexed"
-    assert len(hashed) == len(pool.cached_block_hash_to_block)
+        assert b.block_id in pool.cached_block_hash_to_block.get(b.block_hash, {}), f"block {b.block_id}'s hash is not indexed"
+    assert len(hashed) == sum(len(v) for v in pool.cached_block_hash_to_block.values())
     if not kv.enable_caching:
         assert not hashed, "a block got a hash with prefix caching off"
     assert pool.num_free_cached == sum(1 for b in hashed if b.ref_cnt == 0), "num_free_cached is wrong"

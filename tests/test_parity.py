@@ -61,11 +61,21 @@ def workloads(draw, chunked=None):
         specs.append((draw(st.integers(0, 6)), prompt_len, draw(st.integers(1, 3 * max_model_len // 2)), ids))
     specs.sort(key=lambda s: s[0])
 
-    def make():
-        return [Request(f"r{i}", float(step), p, o, seq_no=i, prefix_hash_ids=ids, hash_block_size=bs)
-                for i, (step, p, o, ids) in enumerate(specs)]
+    return config, Requests(specs, bs), [s[0] for s in specs]
 
-    return config, make, [s[0] for s in specs]
+
+class Requests:
+    """Fresh requests from (release step, prompt_len, output_len, prefix hash ids) specs; shows them when a test fails."""
+
+    def __init__(self, specs, block_size):
+        self.specs, self.block_size = specs, block_size
+
+    def __call__(self) -> list[Request]:
+        return [Request(f"r{i}", float(step), p, o, seq_no=i, prefix_hash_ids=ids, hash_block_size=self.block_size)
+                for i, (step, p, o, ids) in enumerate(self.specs)]
+
+    def __repr__(self) -> str:
+        return f"Requests({self.specs!r}, {self.block_size})"
 
 
 def _assert_parity(workload):
