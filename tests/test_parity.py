@@ -92,18 +92,9 @@ def _assert_parity(workload):
 
 @needs_vllm
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
-@given(workloads(chunked=True))
-def test_every_step_matches_vllm_on_small_workloads_with_chunked_prefill(workload):
-    _assert_parity(workload)
-
-
-@needs_vllm
-@pytest.mark.xfail(reason="known remaining difference: without chunked prefill, a preempted request resuming with "
-                          "prefix caching can get a different prefix hit than in vLLM (found by hypothesis, not yet "
-                          "explained; see the README's pagesim vs vLLM v1 section)", strict=False)
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
-@given(workloads(chunked=False))
-def test_every_step_matches_vllm_on_small_workloads_without_chunked_prefill(workload):
+@given(workloads())
+def test_every_step_matches_vllm_on_small_workloads(workload):
+    """Chunked prefill on/off, prefix caching on/off with shared prefixes, memory pressure forcing preemption."""
     _assert_parity(workload)
 
 
