@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-
 from pagesim.errors import UserError
 
 DIFF_EXIT = 1
@@ -41,19 +39,19 @@ def _oracle_available() -> None:
 def parity(args) -> int:
     import pandas as pd
 
+    from pagesim.outputs import prepare_output_dir
     from pagesim.parity.compare import release_steps, run_parity
     from pagesim.replay import config_from_args, trace_from_args
     from pagesim.request import requests_from_trace
 
     if args.baseline:
         raise UserError("--baseline does not apply to parity (vLLM has no contiguous baseline)")
+    out = prepare_output_dir(args.out, args.force)  # before any work
     config = config_from_args(args)
     trace = trace_from_args(args)
     _oracle_available()
     steps = release_steps(requests_from_trace(trace), args.step_s)
     result = run_parity(config, lambda: requests_from_trace(trace), steps, policy=args.policy)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     summary = {**result.summary(), "trace": trace.name, "step_s": args.step_s}
     (out / "parity.json").write_text(json.dumps(summary, indent=2))
     table = pd.DataFrame(
