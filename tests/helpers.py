@@ -74,9 +74,9 @@ def check_paged(kv: PagedKVCacheManager, holders: list[Request], swapped: list[R
     assert pool.num_free_blocks + in_use == n - 1, "free + used blocks != num_gpu_blocks - 1 (the null block)"
     assert pool.num_used_blocks == in_use
     # Hash index.
-    for h, holders in pool.cached_block_hash_to_block.items():
-        assert holders, f"hash {h} indexed with no block"
-        for block in holders.values():
+    for h, copies in pool.cached_block_hash_to_block.items():
+        assert copies, f"hash {h} indexed with no block"
+        for block in copies.values():
             assert block.block_hash == h, f"hash index maps {h} to block {block.block_id} holding {block.block_hash}"
     hashed = [b for b in pool.blocks if b.block_hash is not None]
     for b in hashed:
@@ -302,7 +302,7 @@ def assert_all_done(scheduler: Scheduler, requests: list[Request]) -> None:
     assert not scheduler.running and not scheduler.waiting and not scheduler.swapped
     kv = scheduler.kv
     if isinstance(kv, PagedKVCacheManager):
-        assert kv.pool.num_free_blocks == kv.num_gpu_blocks, "GPU blocks leaked"
+        assert kv.pool.num_free_blocks == kv.pool.num_usable_blocks, "GPU blocks leaked (all but the null block must be free)"
         assert all(b.ref_cnt == 0 for b in kv.pool.blocks)
         assert kv.pool.num_extra_refs == 0
         assert len(kv.free_cpu_blocks) == kv.num_cpu_blocks, "CPU blocks leaked"
