@@ -26,10 +26,11 @@ class PagedKVCacheManager:
 
     def __init__(self, config: Config, record_events: bool = False):
         self.block_size = config.block_size
-        self.num_gpu_blocks = config.resolved_num_gpu_blocks
         self.enable_caching = config.enable_prefix_caching
-        self.pool = BlockPool(self.num_gpu_blocks, record_events)
-        self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
+        self.pool = BlockPool(config.resolved_num_gpu_blocks, record_events)
+        # Blocks that hold KV: all but vLLM's null block (usage, accounting and recorders count these).
+        self.num_gpu_blocks = self.pool.num_usable_blocks
+        self.watermark_blocks = int(config.watermark * config.resolved_num_gpu_blocks)  # vLLM: of all blocks
         self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
         self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id
         self.prefix_cache_stats = PrefixCacheStats()
@@ -42,10 +43,10 @@ class PagedKVCacheManager:
     # ---- admission -----------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
         need = cdiv(request.final_kv_len, self.block_size)
-        if need > self.pool.num_usable_blocks:
+        if need > self.num_gpu_blocks:
             return (
                 f"needs {need} KV blocks for {request.final_kv_len} tokens but the cache has only "
-                f"{self.pool.num_usable_blocks} usable blocks ({self.num_gpu_blocks} minus the null block)"
+                f"{self.num_gpu_blocks} usable blocks ({self.pool.num_blocks} minus the null block)"
             )
         return None
 
@@ -279,5 +280,5 @@ class PagedKVCacheManager:
             external_fragmentation=0,
             free=pool.num_free_blocks * bs - cached,
             cached=cached,
-            total=pool.num_usable_blocks * bs,  # the null block holds no KV
+            total=self.num_gpu_blocks * bs,  # the null block holds no KV
         )

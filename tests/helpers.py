@@ -40,13 +40,13 @@ def check_paged(kv: PagedKVCacheManager, holders: list[Request], swapped: list[R
     """Pool, sharing, hash index, CPU pool and accounting invariants; `holders` are all requests holding GPU blocks."""
     pool = kv.pool
     bs = kv.block_size
-    n = kv.num_gpu_blocks
-    assert len(pool.blocks) == n
+    n = kv.num_gpu_blocks  # blocks that hold KV; block 0 is the null block
+    assert len(pool.blocks) == n + 1
     # Block tables: no block twice in one table; ref_cnt = number of tables holding the block.
     tables = Counter()
     for r in holders:
         assert len(set(r.block_ids)) == len(r.block_ids), f"{r.request_id} holds a block twice: {r.block_ids}"
-        assert all(0 <= b < n for b in r.block_ids), f"{r.request_id} holds a block id out of range: {r.block_ids}"
+        assert all(1 <= b <= n for b in r.block_ids), f"{r.request_id} holds a block id out of range: {r.block_ids}"
         tables.update(r.block_ids)
     for b in pool.blocks:
         assert b.ref_cnt == tables[b.block_id], (
@@ -71,7 +71,7 @@ def check_paged(kv: PagedKVCacheManager, holders: list[Request], swapped: list[R
     assert pool.blocks[0].ref_cnt == 0 and 0 not in free_ids, "the null block 0 was handed out"
     assert all(b.ref_cnt >= 0 for b in pool.blocks), "negative reference count"
     in_use = sum(1 for b in pool.blocks if b.ref_cnt > 0)
-    assert pool.num_free_blocks + in_use == n - 1, "free + used blocks != num_gpu_blocks - 1 (the null block)"
+    assert pool.num_free_blocks + in_use == n, "free + used blocks != num_gpu_blocks (all but the null block)"
     assert pool.num_used_blocks == in_use
     # Hash index.
     for h, copies in pool.cached_block_hash_to_block.items():

@@ -74,7 +74,7 @@ def test_freed_block_keeps_its_hash_until_reused_then_it_is_evicted():
 
 
 def test_same_content_in_two_blocks_stays_findable_until_both_are_evicted():
-    pool = BlockPool(4)
+    pool = BlockPool(3)
     a, b = pool.get_new_blocks(2)
     assert pool.cache_block(a, 7)
     assert pool.cache_block(b, 7), "a second copy of the content is indexed too (vLLM's BlockHashToBlockMap)"

@@ -157,7 +157,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
         r = self._new_request(prompt, output_len)
         reason = self.kv.rejection_reason(r)
         need = cdiv(r.final_kv_len, self.bs)
-        assert (reason is not None) == (need > self.kv.num_gpu_blocks - 1)
+        assert (reason is not None) == (need > self.kv.num_gpu_blocks)
         if reason is None:
             self.waiting.append(r)
 
@@ -390,7 +390,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
             self._abort(r)
         check_paged(self.kv, [], [])
         pool = self.kv.pool
-        assert pool.num_free_blocks == self.kv.num_gpu_blocks - 1, "GPU blocks leaked"
+        assert pool.num_free_blocks == self.kv.num_gpu_blocks, "GPU blocks leaked"
         assert len(self.kv.free_cpu_blocks) == self.kv.num_cpu_blocks, "CPU blocks leaked"
         assert pool.num_extra_refs == 0 and all(b.ref_cnt == 0 for b in pool.blocks)
         acc = self.kv.accounting([])
