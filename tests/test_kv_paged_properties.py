@@ -463,7 +463,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.requests.append(r)
         s = self.scheduler
         accepted = s.add_request(r)
-        too_long = len(prompt) + output_len > s.max_model_len
+        too_long = len(prompt) >= s.max_model_len  # vLLM rejects such prompts; a long output is cut instead
         too_many_samples = n > s.config.max_num_seqs
         assert accepted == (not too_long and not too_many_samples and s.kv.rejection_reason(r) is None)
         if not accepted:
