@@ -40,7 +40,7 @@ class Config:
     enable_prefix_caching: bool = False
     preemption_mode: str = "recompute"
     swap_space: float = 4.0  # GiB of CPU memory for swapped-out blocks
-    watermark: float = 0.01  # fraction of GPU blocks kept free when admitting new requests
+    watermark: float = 0.0  # fraction of GPU blocks kept free when admitting new requests (vLLM's default: 0)
     # Memory-management policy: "paged", or "contiguous" with a reserve policy.
     kv_layout: str = "paged"
     reserve_policy: str = "max"

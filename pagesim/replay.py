@@ -55,7 +55,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute",
                    help="what happens to a preempted request's KV blocks")
     p.add_argument("--swap-space", type=non_negative_float, default=4.0, help="GiB of CPU memory for swapped blocks")
-    p.add_argument("--watermark", type=fraction_below_one, default=0.01,
+    p.add_argument("--watermark", type=fraction_below_one, default=0.0,
                    help="share of GPU blocks kept free when admitting requests")
     p.add_argument("--baseline", action="append", choices=["max", "pow2", "oracle"], default=[],
                    help="also run this contiguous baseline (repeatable)")
