@@ -129,9 +129,8 @@ def comparison_table(summaries: dict) -> str:
 
 
 def replay(args) -> int:
-    from tqdm import tqdm
-
     from pagesim.cost import make_cost_model
+    from pagesim.progress import sim_progress
     from pagesim.request import requests_from_trace
     from pagesim.simulator import Simulation
 
@@ -142,12 +141,7 @@ def replay(args) -> int:
     results, summaries = {}, {}
     for cfg in run_configs(config, args.baseline):
         cost = make_cost_model(args.cost_model, cfg)
-        with tqdm(total=round(span, 1), desc=cfg.run_name, unit="sim s", leave=False) as bar:
-
-            def progress(now, bar=bar):
-                bar.n = round(min(now, span), 1)
-                bar.refresh() if bar.n - bar.last_print_n > span / 100 else None
-
+        with sim_progress(span, cfg.run_name) as progress:
             sim = Simulation(requests_from_trace(trace), cfg, cost, progress=progress)
             result = sim.run()
         results[cfg.run_name] = result
