@@ -1,14 +1,14 @@
 """`python -m pagesim replay TRACE ...`: the paged configuration and each baseline on one trace.
 
 Writes DIR/summary.json (config, trace, runs), DIR/steps.parquet and
-DIR/requests.csv (one row per step / request, with a `run` column), and prints
+DIR/requests.parquet (one row per step / request, with a `run` column; see
+pagesim/results.py, which also reads them back), and prints
 a comparison table. The run options are shared with `live` (engine/live.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 from pathlib import Path
 
@@ -85,21 +85,12 @@ def trace_info(trace) -> dict:
 
 
 def write_run_dir(out: Path, config: Config, trace, results: dict, summaries: dict, extra: dict | None = None) -> None:
-    """summary.json, steps.parquet and requests.csv for a set of named runs."""
-    out.mkdir(parents=True, exist_ok=True)
+    """summary.json, steps.parquet and requests.parquet for a set of named runs (pagesim/results.py)."""
+    from pagesim.results import write_run_files
+
     summary = {"config": config.to_dict(), "trace": trace_info(trace), "runs": summaries}
     summary.update(extra or {})
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-    steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
-    steps.to_parquet(out / "steps.parquet", index=False)
-    reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
-    reqs.to_csv(out / "requests.csv", index=False)
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    write_run_files(out, config, trace, results, summary)
 
 
 def comparison_table(summaries: dict) -> str:
@@ -150,7 +141,7 @@ def replay(args) -> int:
     write_run_dir(Path(args.out), config, trace, results, summaries,
                   {"platform": platform.platform(), "python": platform.python_version()})
     print(comparison_table(summaries))
-    print(f"wrote {args.out}/summary.json, steps.parquet, requests.csv")
+    print(f"wrote {args.out}/summary.json, steps.parquet, requests.parquet")
     return 0
 
 

@@ -37,15 +37,16 @@ from pagesim.errors import UserError
 from pagesim.metrics import summarize_run
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
+from pagesim.results import read_requests, read_steps, requests_path
 from pagesim.scheduler import Scheduler
 
 REQUEST_METRICS = [(f"{m}_{p}", m, p) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("p50", "p90", "p99")]
-RUN_FILES = ("summary.json", "steps.parquet", "requests.csv", "releases.csv", "batches.parquet", "arrivals.jsonl")
+RUN_FILES = ("summary.json", "steps.parquet", "requests.parquet", "releases.csv", "batches.parquet", "arrivals.jsonl")
 
 
 def load_run(run_dir: str | Path) -> dict:
     d = Path(run_dir)
-    missing = [f for f in RUN_FILES if not (d / f).exists()]
+    missing = [f for f in RUN_FILES if not (d / f).exists() and not (f == "requests.parquet" and requests_path(d).exists())]
     if missing:
         raise UserError(f"{d}: not a live run directory (missing {', '.join(missing)}); "
                         "expected the output of `python -m pagesim live`")
@@ -54,9 +55,8 @@ def load_run(run_dir: str | Path) -> dict:
         "dir": d,
         "summary": summary,
         "config": Config.from_dict(summary["config"]),
-        "steps": pd.read_parquet(d / "steps.parquet"),
-        "requests": pd.read_csv(d / "requests.csv", dtype={"request_id": str, "parent_id": str},
-                                keep_default_na=False, na_values=[""]),
+        "steps": read_steps(d / "steps.parquet"),
+        "requests": read_requests(requests_path(d)),
         "releases": pd.read_csv(d / "releases.csv", dtype={"request_id": str}),
         "batches": pd.read_parquet(d / "batches.parquet").fillna(""),
     }

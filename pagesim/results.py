@@ -1,0 +1,275 @@
+"""Run files on disk: what `replay` and `live` write, and the one reader every consumer uses.
+
+    DIR/summary.json       config, trace, per-run summaries, provenance
+    DIR/steps.parquet      one row per step of every run (zstd); `run` is categorical
+    DIR/requests.parquet   one row per request of every run, typed: the source of truth
+
+Columns that follow from others are not stored; `read_steps` / `read_requests`
+derive them (the memory fractions, `kv_cache_usage`, `blocks_free`, `free`,
+`cached`, a `step` equal to the row number, and the latencies `ttft_s`,
+`tpot_s`, `e2e_s`). The writer drops a derivable column only when the derivation
+reproduces it exactly, so reading a run back gives the frames the simulator
+made. Integer columns have fixed narrow types (int32; int64 for sums that can
+outgrow it). Each parquet file's metadata holds the provenance (`pagesim` key):
+schema version, config, per-run geometry, trace fingerprint, git commit; the
+same goes in summary.json.
+
+Older runs with requests.csv (committed results/live/*) are read too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pagesim.accounting import CATEGORIES
+
+SCHEMA_VERSION = 2  # 1: steps.parquet with every column + requests.csv
+METADATA_KEY = b"pagesim"
+COMPRESSION = "zstd"
+WIDE_COLUMNS = {"prefill_attn_pairs", "prefill_context_tokens", "decode_context_tokens"}  # sums: int64
+FLOAT_COLUMNS = {"time_s", "duration_s", "arrival_time_s", "first_scheduled_s", "first_token_s", "finish_s"}
+STRING_COLUMNS = ("request_id", "parent_id")
+CATEGORY_COLUMNS = ("run", "state", "reason")
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+
+
+# ---- derived columns -------------------------------------------------------------------------
+def _geometry(df: pd.DataFrame, runs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (num_gpu_blocks, block_size) from the per-run geometry in the metadata."""
+    if "run" not in df or not runs:
+        raise ValueError("steps without run geometry")
+    names = df["run"].astype(str).to_numpy()
+    blocks = np.array([runs[n]["num_gpu_blocks"] for n in names], dtype=np.int64) if len(runs) > 1 else \
+        np.full(len(df), next(iter(runs.values()))["num_gpu_blocks"], dtype=np.int64)
+    bs = np.array([runs[n]["block_size"] for n in names], dtype=np.int64) if len(runs) > 1 else \
+        np.full(len(df), next(iter(runs.values()))["block_size"], dtype=np.int64)
+    return blocks, bs
+
+
+def _step_numbers(df: pd.DataFrame) -> np.ndarray:
+    return df.groupby("run", observed=True, sort=False).cumcount().to_numpy() if "run" in df else np.arange(len(df))
+
+
+def _derive_step_column(name: str, df: pd.DataFrame, runs: dict):
+    """The value of a derivable step column from the stored ones (None if its inputs are missing)."""
+    blocks, bs = _geometry(df, runs)
+    if name == "step":
+        return _step_numbers(df)
+    if name == "blocks_free":
+        return blocks - df["blocks_used"].to_numpy(np.int64) - df["blocks_cached"].to_numpy(np.int64)
+    if name == "cached":
+        return df["blocks_cached"].to_numpy(np.int64) * bs
+    if name == "free":
+        others = sum(df[c].to_numpy(np.int64) for c in CATEGORIES if c != "free")
+        return blocks * bs - others
+    return None
+
+
+STEP_DERIVED = ("step", "blocks_free", "cached", "free")
+
+
+def add_derived_step_columns(df: pd.DataFrame, runs: dict) -> pd.DataFrame:
+    """The fractions of the whole cache per category and vLLM's kv_cache_usage (blocks in use / all)."""
+    blocks, bs = _geometry(df, runs)
+    total = blocks * bs
+    for c in CATEGORIES:
+        df[f"{c}_frac"] = df[c].to_numpy() / total
+    df["kv_cache_usage"] = df["blocks_used"].to_numpy() / blocks
+    return df
+
+
+def add_latencies(df: pd.DataFrame) -> pd.DataFrame:
+    """ttft_s, tpot_s, e2e_s from the request times (NaN where they do not apply), as the recorder computes them."""
+    finished = (df["state"] == "finished").to_numpy()
+    first, finish, arrival = (df[c].to_numpy(np.float64) for c in ("first_token_s", "finish_s", "arrival_time_s"))
+    out = df["output_len"].to_numpy(np.int64)
+    df["ttft_s"] = first - arrival
+    df["tpot_s"] = np.where(finished & (out > 1), (finish - first) / np.maximum(out - 1, 1), np.nan)
+    df["e2e_s"] = np.where(finished, finish - arrival, np.nan)
+    return df
+
+
+# ---- writing -----------------------------------------------------------------------------------
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    out = {}
+    for c in df.columns:
+        v = df[c]
+        if c in CATEGORY_COLUMNS:
+            out[c] = v.astype("category")
+        elif c in STRING_COLUMNS:
+            out[c] = v.astype(str)
+        elif c in FLOAT_COLUMNS or v.dtype.kind == "f":
+            out[c] = v.astype(np.float64)
+        elif v.dtype.kind in "iub":
+            out[c] = v.astype(np.int64 if c in WIDE_COLUMNS else np.int32)
+        else:
+            out[c] = v
+    return pd.DataFrame(out, copy=False)
+
+
+def _table(df: pd.DataFrame, metadata: dict) -> pa.Table:
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(metadata)})
+
+
+def steps_for_disk(steps: pd.DataFrame, runs: dict) -> tuple[pd.DataFrame, list[str]]:
+    """The stored columns (derived ones dropped where the derivation is exact) and the names dropped."""
+    derived = [c for c in [f"{c}_frac" for c in CATEGORIES] + ["kv_cache_usage"] if c in steps]
+    if derived:
+        again = add_derived_step_columns(steps[["run", "blocks_used"] + list(CATEGORIES)].copy(), runs)
+        wrong = [c for c in derived if not np.array_equal(again[c].to_numpy(), steps[c].to_numpy(), equal_nan=True)]
+        if wrong:
+            raise AssertionError(f"step columns {wrong} do not follow from the run geometry {runs}")
+    steps = steps.drop(columns=derived)
+    dropped = []
+    for c in STEP_DERIVED:
+        if c in steps:
+            value = _derive_step_column(c, steps, runs)
+            if value is not None and np.array_equal(steps[c].to_numpy(), value):
+                dropped.append(c)
+    return _typed(steps.drop(columns=dropped)), dropped
+
+
+def requests_for_disk(requests: pd.DataFrame) -> pd.DataFrame:
+    derived = add_latencies(requests[[c for c in requests.columns if c not in LATENCIES]].copy())
+    exact = all(c not in requests or np.array_equal(requests[c].to_numpy(np.float64), derived[c].to_numpy(),
+                                                    equal_nan=True) for c in LATENCIES)
+    if not exact:
+        raise AssertionError("request latencies do not follow from the request times")
+    return _typed(requests.drop(columns=[c for c in LATENCIES if c in requests]))
+
+
+def trace_fingerprint(trace) -> str:
+    """sha256 (first 16 hex digits) of the trace's requests, independent of process and PYTHONHASHSEED."""
+    df = trace.df
+    h = hashlib.sha256()
+    for c in df.columns:
+        v = df[c]
+        h.update(c.encode())
+        h.update(pd.util.hash_pandas_object(v.astype(str) if v.dtype == object else v, index=False).to_numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout pagesim runs from (+ '-dirty' with local changes); None outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+        if rev.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return rev.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(config_dict: dict, trace, runs: dict) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "git_commit": git_commit(), "trace_fingerprint": trace_fingerprint(trace),
+            "config": config_dict, "runs": runs}
+
+
+def run_geometry(config, results: dict) -> dict:
+    """{run name: {num_gpu_blocks, block_size}}, from each result's config (else the shared one)."""
+    out = {}
+    for name, r in results.items():
+        cfg = getattr(r, "config", None) or config
+        out[name] = {"num_gpu_blocks": int(cfg.resolved_num_gpu_blocks), "block_size": int(cfg.block_size)}
+    return out
+
+
+def write_run_files(out: Path, config, trace, results: dict, summary: dict) -> None:
+    """summary.json (with provenance), steps.parquet and requests.parquet for a set of named runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs = run_geometry(config, results)
+    meta = provenance(config.to_dict(), trace, runs)
+    summary = {**summary, "provenance": {k: v for k, v in meta.items() if k != "config"}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
+    steps, dropped = steps_for_disk(steps, runs)
+    pq.write_table(_table(steps, {**meta, "derived": dropped}), out / "steps.parquet", compression=COMPRESSION)
+    reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
+    pq.write_table(_table(requests_for_disk(reqs), meta), out / "requests.parquet", compression=COMPRESSION)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# ---- reading -----------------------------------------------------------------------------------
+def parquet_metadata(path: Path) -> dict:
+    meta = pq.read_schema(path).metadata or {}
+    return json.loads(meta[METADATA_KEY]) if METADATA_KEY in meta else {}
+
+
+def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A steps.parquet with every column the simulator produces (derived ones computed here).
+
+    Files written before schema 2 (every column stored) are returned as they are.
+    """
+    path = Path(path)
+    meta = parquet_metadata(path)
+    df = pd.read_parquet(path, columns=columns)
+    if not meta:
+        return df
+    runs = meta["runs"]
+    for c in meta.get("derived", []):
+        if columns is None or c in columns:
+            df[c] = _derive_step_column(c, df, runs)
+    if columns is None:
+        df = add_derived_step_columns(df, runs)
+        order = [c for c in _step_order() if c in df] + [c for c in df.columns if c not in _step_order()]
+        df = df[order]
+    return df
+
+
+def _step_order() -> tuple[str, ...]:
+    from pagesim.recorder import STEP_COLUMNS
+
+    return STEP_COLUMNS + tuple(f"{c}_frac" for c in CATEGORIES) + ("kv_cache_usage",)
+
+
+def read_requests(path: str | Path) -> pd.DataFrame:
+    """Requests of a run: requests.parquet, or (older runs) requests.csv with ids and text as strings."""
+    path = Path(path)
+    if path.suffix == ".csv" or (not path.exists() and path.with_suffix(".csv").exists()):
+        df = pd.read_csv(path.with_suffix(".csv"), dtype={c: str for c in STRING_COLUMNS + CATEGORY_COLUMNS},
+                         keep_default_na=False, na_values={c: [""] for c in _CSV_NUMERIC})
+        return df
+    df = pd.read_parquet(path)
+    for c in ("state", "reason"):
+        if c in df:
+            df[c] = df[c].astype(str)
+    df = add_latencies(df)
+    from pagesim.recorder import REQUEST_COLUMNS
+
+    order = [c for c in REQUEST_COLUMNS if c in df] + [c for c in df.columns if c not in REQUEST_COLUMNS]
+    return df[order]
+
+
+_CSV_NUMERIC = ("arrival_time_s", "first_scheduled_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s")
+
+
+def requests_path(run_dir: str | Path, stem: str = "requests") -> Path:
+    """DIR/requests.parquet, or DIR/requests.csv for runs written before schema 2."""
+    d = Path(run_dir)
+    parquet = d / f"{stem}.parquet"
+    return parquet if parquet.exists() or not (d / f"{stem}.csv").exists() else d / f"{stem}.csv"
+
+
+def read_run(run_dir: str | Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """(summary, steps, requests) of a run directory written by `replay` or `live`."""
+    d = Path(run_dir)
+    return json.loads((d / "summary.json").read_text()), read_steps(d / "steps.parquet"), \
+        read_requests(requests_path(d))
