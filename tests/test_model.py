@@ -148,3 +148,20 @@ def test_reads_files_written_by_the_safetensors_package(tmp_path):
     save_safetensors(tensors, tmp_path / "y.safetensors")
     theirs = st.load_file(str(tmp_path / "y.safetensors"))
     assert all(torch.equal(theirs[k], v) for k, v in tensors.items())
+
+
+def test_a_truncated_or_lying_safetensors_file_is_refused(tmp_path):
+    """Header offsets beyond the file (a truncated download) are an error naming the file, not garbage weights."""
+    import pytest
+
+    save_safetensors({"a": torch.randn(64, 64)}, tmp_path / "x.safetensors")
+    data = (tmp_path / "x.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="cut.safetensors"):
+        load_safetensors(tmp_path / "cut.safetensors")
+
+
+def test_fp8_tensors_round_trip(tmp_path):
+    t = torch.randn(4, 8).to(torch.float8_e4m3fn)
+    save_safetensors({"w": t}, tmp_path / "f.safetensors")
+    assert torch.equal(load_safetensors(tmp_path / "f.safetensors")["w"].view(torch.uint8), t.view(torch.uint8))
