@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pagesim.config import Config
-from pagesim.metrics import summarize, summarize_run
+from pagesim.metrics import prefix_cache_kwargs, summarize, summarize_run
 from pagesim.replay import run_configs, write_run_dir
 from pagesim.results import SCHEMA_VERSION, parquet_metadata, read_requests, read_run, requests_path
 from pagesim.simulator import simulate
@@ -42,7 +42,7 @@ def test_a_run_read_back_gives_the_same_frames_and_summary(tmp_path):
         pd.testing.assert_frame_equal(s, r.steps, check_dtype=False)
         pd.testing.assert_frame_equal(q, r.requests, check_dtype=False)
         again = summarize(s, q, leaked_blocks=r.leaked_blocks, sim_wall_s=r.sim_wall_s,
-                          prefix_cache_queries=r.prefix_cache_queries, prefix_cache_hits=r.prefix_cache_hits)
+                          **prefix_cache_kwargs(r.prefix_cache))
         assert again == summaries[name], f"summary of {name} changed on the round trip"
 
 
