@@ -29,15 +29,20 @@ class Block:
 class BlockPool:
     """`num_blocks` blocks; a free queue in LRU order with O(1) removal from the middle.
 
-    The free queue is an OrderedDict (a hash map over a doubly linked list):
-    popping the front, appending at the back and removing a touched block from
-    the middle are all O(1).
+    Blocks are created lazily: the free queue is the never-used blocks (ids
+    `num_created`.. `num_blocks - 1`, in id order, implicitly at its front: it
+    starts as all blocks in id order and freed blocks join its back) followed
+    by `freed`, an OrderedDict (a hash map over a doubly linked list) of blocks
+    freed since, least recently freed first. Popping the front, appending at the
+    back and removing a touched block from the middle are all O(1), and a pool
+    holds objects only for blocks that have been used.
     """
 
     def __init__(self, num_blocks: int, record_events: bool = False):
         self.num_blocks = num_blocks
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
+        self.created_blocks: list[Block] = []  # block i at index i, for every id taken at least once
+        self.num_created = 0  # ids below this have been taken from the never-used front of the queue
+        self.freed: OrderedDict[int, Block] = OrderedDict()
         self.cached_block_hash_to_block: dict[bytes, Block] = {}
         self.num_free_cached = 0  # blocks in the free queue that still hold a hash
         self.num_extra_refs = 0  # sum over blocks in use of (ref_cnt - 1): sharing
@@ -46,18 +51,33 @@ class BlockPool:
     # ---- queries -----------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_queue)
+        return self.num_blocks - self.num_created + len(self.freed)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self.free_queue)
+        return self.num_created - len(self.freed)
+
+    @property
+    def blocks(self) -> list[Block]:
+        """Every block, by id (creates the never-used ones: for inspection, not for the hot path)."""
+        created = self.created_blocks
+        created.extend(Block(i) for i in range(len(created), self.num_blocks))
+        return created
+
+    @property
+    def free_queue(self) -> OrderedDict[int, Block]:
+        """The whole free queue in eviction order (a copy, for inspection)."""
+        blocks = self.blocks
+        queue = OrderedDict((i, blocks[i]) for i in range(self.num_created, self.num_blocks))
+        queue.update(self.freed)
+        return queue
 
     def get_cached_block(self, block_hash: bytes) -> Block | None:
         return self.cached_block_hash_to_block.get(block_hash)
 
     def cached_free_blocks(self) -> list[Block]:
         """Free blocks that still hold a cached prefix."""
-        return [b for b in self.free_queue.values() if b.block_hash is not None]
+        return [b for b in self.freed.values() if b.block_hash is not None]
 
     # ---- allocation ----------------------------------------------------------
     def get_new_blocks(self, n: int, evicted: list[bool] | None = None) -> list[Block]:
@@ -66,21 +86,36 @@ class BlockPool:
         A taken block that still held a cached prefix loses it (is evicted);
         with `evicted`, one flag per block taken says whether it was.
         """
-        if n > len(self.free_queue):
-            raise ValueError(f"asked for {n} blocks with {len(self.free_queue)} free")
+        if n > self.num_free_blocks:
+            raise ValueError(f"asked for {n} blocks with {self.num_free_blocks} free")
         out = []
-        popitem = self.free_queue.popitem
         events = self.events
-        for _ in range(n):
-            _, block = popitem(last=False)
+        fresh = min(n, self.num_blocks - self.num_created)
+        if fresh:
+            created, start = self.created_blocks, self.num_created
+            created.extend(Block(i) for i in range(len(created), start + fresh))
+            out = created[start : start + fresh]
+            for block in out:
+                block.ref_cnt = 1
+            self.num_created = start + fresh
             if evicted is not None:
-                evicted.append(block.block_hash is not None)
-            if block.block_hash is not None:
-                self._evict(block)
-            block.ref_cnt = 1
-            out.append(block)
+                evicted.extend([False] * fresh)
             if events is not None:
-                events.append((ALLOCATED, block.block_id))
+                events.extend((ALLOCATED, b.block_id) for b in out)
+        if n > fresh:
+            popitem = self.freed.popitem
+            for _ in range(n - fresh):
+                block = popitem(last=False)[1]
+                if block.block_hash is not None:
+                    if evicted is not None:
+                        evicted.append(True)
+                    self._evict(block)
+                elif evicted is not None:
+                    evicted.append(False)
+                block.ref_cnt = 1
+                out.append(block)
+                if events is not None:
+                    events.append((ALLOCATED, block.block_id))
         return out
 
     def _evict(self, block: Block) -> None:
@@ -93,8 +128,8 @@ class BlockPool:
     def touch(self, blocks: list[Block]) -> None:
         """Add a reference to each block (a prefix-cache hit or a fork); free ones leave the queue."""
         for block in blocks:
-            if block.ref_cnt == 0:
-                del self.free_queue[block.block_id]
+            if block.ref_cnt == 0:  # a free block with a hash: in `freed`, never in the never-used front
+                del self.freed[block.block_id]
                 if block.block_hash is not None:
                     self.num_free_cached -= 1
             else:
@@ -107,11 +142,11 @@ class BlockPool:
         Callers pass a request's blocks tail first, so that its prefix blocks,
         the likeliest to be hit again, are evicted last.
         """
-        free_queue, events = self.free_queue, self.events
+        freed, events = self.freed, self.events
         for block in blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                free_queue[block.block_id] = block
+                freed[block.block_id] = block
                 if block.block_hash is not None:
                     self.num_free_cached += 1
                 if events is not None:

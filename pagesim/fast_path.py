@@ -76,7 +76,7 @@ def run_decode_steps(sched: Scheduler, k: int, step_ends: list[float]) -> Decode
     run.evicted_per_step = blocks.evicted_per_step
     run.internal_delta_per_step = blocks.internal_delta_per_step
     sched.step_id += k
-    end = step_ends[k - 1]
+    end = float(step_ends[k - 1])
     outcome = StepOutcome()
     for r in running:
         old = r.num_computed_tokens
@@ -101,17 +101,12 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
     context = sum(r.num_computed_tokens for r in sched.running)
     longest = max((r.num_computed_tokens for r in sched.running), default=0)
     durations = cost_model.decode_run_times(n, context, k, longest)
-    starts, ends = [], []
-    t = now
-    for d in durations.tolist():
-        if starts and t >= cut:
-            break
-        starts.append(t)
-        t += d
-        ends.append(t)
-    k = len(starts)
+    # times[j] = now + d0 + ... + d(j-1), added one at a time as a step-by-step clock would (cumsum is sequential)
+    times = np.cumsum(np.concatenate(([now], durations)))
+    k = max(1, int(np.searchsorted(times[:k], cut, side="left")))  # steps starting before cut; the first always
     before = recorder.memory_state()
     first_step = sched.step_id
+    ends = times[1 : k + 1]
     run = run_decode_steps(sched, k, ends)
-    recorder.record_decode_run(first_step, np.asarray(starts), durations[:k], run, before)
-    return k, ends[-1]
+    recorder.record_decode_run(first_step, times[:k], durations[:k], run, before)
+    return k, float(ends[-1])

@@ -125,13 +125,13 @@ class PagedKVCacheManager:
         if last <= first:
             return
         hashes = request_block_hashes(request, last, bs)
-        blocks = self.pool.blocks
+        blocks = self.pool.created_blocks
         for i in range(first, last):
             self.pool.cache_block(blocks[request.block_ids[i]], hashes[i])
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
-        self.pool.free_blocks(map(self.pool.blocks.__getitem__, reversed(request.block_ids)))
+        self.pool.free_blocks(map(self.pool.created_blocks.__getitem__, reversed(request.block_ids)))
         request.block_ids = []
 
     # ---- parallel sampling ----------------------------------------------------
@@ -146,7 +146,7 @@ class PagedKVCacheManager:
         has_partial = len(parent.block_ids) > num_full
         if has_partial and self.pool.num_free_blocks < 1:
             return None
-        blocks = self.pool.blocks
+        blocks = self.pool.created_blocks
         shared = [blocks[i] for i in parent.block_ids[:num_full]]
         self.pool.touch(shared)
         child.block_ids = [b.block_id for b in shared]

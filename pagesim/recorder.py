@@ -97,7 +97,7 @@ class BlockSnapshot:
 
 
 class Recorder:
-    def __init__(self, scheduler: Scheduler, features_of, sink=None, chunk_steps: int = CHUNK_STEPS):
+    def __init__(self, scheduler: Scheduler, features_of, sink=None, chunk_steps: int | None = None):
         """`features_of(plan)` gives the step's StepFeatures (the cost model's view of the step).
 
         Every `chunk_steps` steps the rows so far become one chunk of columns (numpy arrays, in
@@ -107,7 +107,7 @@ class Recorder:
         self.sched = scheduler
         self.features_of = features_of
         self.sink = sink
-        self.chunk_steps = chunk_steps
+        self.chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
         self.chunks: list[dict[str, np.ndarray]] = []
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -84,13 +85,14 @@ def trace_info(trace) -> dict:
     return {"name": trace.name, "rows": int(len(df)), "span_s": span, "load_summary": str(trace.summary)}
 
 
-def write_run_dir(out: Path, config: Config, trace, results: dict, summaries: dict, extra: dict | None = None) -> None:
-    """summary.json, steps.parquet and requests.parquet for a set of named runs (pagesim/results.py)."""
+def write_run_dir(out: Path, config: Config, trace, results: dict, summaries: dict, extra: dict | None = None,
+                  steps_written: bool = False) -> None:
+    """summary.json, steps.parquet (unless `steps_written`) and requests.parquet for named runs (pagesim/results.py)."""
     from pagesim.results import write_run_files
 
     summary = {"config": config.to_dict(), "trace": trace_info(trace), "runs": summaries}
     summary.update(extra or {})
-    write_run_files(out, config, trace, results, summary)
+    write_run_files(out, config, trace, results, summary, steps_written)
 
 
 def comparison_table(summaries: dict) -> str:
@@ -119,27 +121,46 @@ def comparison_table(summaries: dict) -> str:
     return pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
 
-def replay(args) -> int:
+def simulate_runs(trace, config: Config, baselines, cost_model: str, out: Path, progress: bool = False):
+    """Simulate the paged config and each baseline, streaming the step tables to out/steps.parquet.
+
+    Returns ({run name: RunResult}, {run name: summary}); each result's `steps` holds only the columns
+    the summary needs (the whole table is on disk).
+    """
     from pagesim.cost import make_cost_model
     from pagesim.progress import sim_progress
     from pagesim.request import requests_from_trace
+    from pagesim.results import StepsWriter, run_geometry
     from pagesim.simulator import Simulation
+
+    configs = run_configs(config, baselines)
+    span = trace_info(trace)["span_s"]
+    results, summaries = {}, {}
+    out.mkdir(parents=True, exist_ok=True)
+    geometry = run_geometry(config, {cfg.run_name: type("R", (), {"config": cfg}) for cfg in configs})
+    with StepsWriter(out / "steps.parquet", config, trace, geometry) as writer:
+        for cfg in configs:
+            cost = make_cost_model(cost_model, cfg)
+            with sim_progress(span, cfg.run_name) if progress else nullcontext() as report:
+                sim = Simulation(requests_from_trace(trace), cfg, cost, progress=report,
+                                 steps_sink=writer.sink(cfg.run_name))
+                result = sim.run()
+            result.steps = writer.summary_steps(cfg.run_name)
+            results[cfg.run_name] = result
+            summaries[cfg.run_name] = summarize_run(result)
+            summaries[cfg.run_name]["cost_model"] = cost.describe()
+    return results, summaries
+
+
+def replay(args) -> int:
 
     config = config_from_args(args)
     trace = trace_from_args(args)
     print(trace.summary)
-    span = trace_info(trace)["span_s"]
-    results, summaries = {}, {}
-    for cfg in run_configs(config, args.baseline):
-        cost = make_cost_model(args.cost_model, cfg)
-        with sim_progress(span, cfg.run_name) as progress:
-            sim = Simulation(requests_from_trace(trace), cfg, cost, progress=progress)
-            result = sim.run()
-        results[cfg.run_name] = result
-        summaries[cfg.run_name] = summarize_run(result)
-        summaries[cfg.run_name]["cost_model"] = cost.describe()
-    write_run_dir(Path(args.out), config, trace, results, summaries,
-                  {"platform": platform.platform(), "python": platform.python_version()})
+    out = Path(args.out)
+    results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, progress=True)
+    write_run_dir(out, config, trace, results, summaries,
+                  {"platform": platform.platform(), "python": platform.python_version()}, steps_written=True)
     print(comparison_table(summaries))
     print(f"wrote {args.out}/summary.json, steps.parquet, requests.parquet")
     return 0

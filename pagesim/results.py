@@ -109,6 +109,8 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
         elif c in FLOAT_COLUMNS or v.dtype.kind == "f":
             out[c] = v.astype(np.float64)
         elif v.dtype.kind in "iub":
+            if c not in WIDE_COLUMNS and len(v) and (v.max() > np.iinfo(np.int32).max or v.min() < np.iinfo(np.int32).min):
+                raise OverflowError(f"column {c} holds {v.max()}, beyond the int32 the file format gives it")
             out[c] = v.astype(np.int64 if c in WIDE_COLUMNS else np.int32)
         else:
             out[c] = v
@@ -187,18 +189,85 @@ def run_geometry(config, results: dict) -> dict:
     return out
 
 
-def write_run_files(out: Path, config, trace, results: dict, summary: dict) -> None:
-    """summary.json (with provenance), steps.parquet and requests.parquet for a set of named runs."""
+def write_run_files(out: Path, config, trace, results: dict, summary: dict, steps_written: bool = False) -> None:
+    """summary.json (with provenance), steps.parquet and requests.parquet for a set of named runs.
+
+    steps_written: steps.parquet is already there (a StepsWriter streamed it during the runs).
+    """
     out.mkdir(parents=True, exist_ok=True)
     runs = run_geometry(config, results)
     meta = provenance(config.to_dict(), trace, runs)
     summary = {**summary, "provenance": {k: v for k, v in meta.items() if k != "config"}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-    steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
-    steps, dropped = steps_for_disk(steps, runs)
-    pq.write_table(_table(steps, {**meta, "derived": dropped}), out / "steps.parquet", compression=COMPRESSION)
+    if not steps_written:
+        steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
+        steps, dropped = steps_for_disk(steps, runs)
+        pq.write_table(_table(steps, {**meta, "derived": dropped}), out / "steps.parquet", compression=COMPRESSION)
     reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
     pq.write_table(_table(requests_for_disk(reqs), meta), out / "requests.parquet", compression=COMPRESSION)
+
+
+SUMMARY_STEP_COLUMNS = ("duration_s", "num_running", "num_preemptions", "blocks_used") + CATEGORIES
+
+
+class StepsWriter:
+    """steps.parquet written while the runs go: each chunk of steps a Recorder hands over (`sink(name)`) is
+    a row group, with the derived columns left out (checked exact, chunk by chunk). The columns the
+    run summary needs are kept (`summary_steps(name)`), the rest is only on disk."""
+
+    def __init__(self, path: Path, config, trace, runs: dict):
+        self.path, self.runs = Path(path), runs
+        self.meta = {**provenance(config.to_dict(), trace, runs), "derived": list(STEP_DERIVED)}
+        self.categories = list(runs)
+        self.writer: pq.ParquetWriter | None = None
+        self.kept: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in runs}
+        self.written: dict[str, int] = dict.fromkeys(runs, 0)
+
+    def sink(self, name: str):
+        return lambda columns: self.write(name, columns)
+
+    def write(self, name: str, columns: dict[str, np.ndarray]) -> None:
+        df = pd.DataFrame(columns, copy=False)
+        df["run"] = pd.Categorical.from_codes(np.full(len(df), self.categories.index(name), dtype=np.int8),
+                                              categories=self.categories)
+        first = self.written[name]
+        if not np.array_equal(df["step"].to_numpy(), np.arange(first, first + len(df))):
+            raise AssertionError(f"run {name}: steps {first}.. are not numbered in order")
+        for c in STEP_DERIVED[1:]:
+            if not np.array_equal(df[c].to_numpy(), _derive_step_column(c, df, self.runs)):
+                raise AssertionError(f"run {name}: column {c} does not follow from the others")
+        self.kept[name].append({c: _narrow_copy(df[c].to_numpy()) for c in SUMMARY_STEP_COLUMNS})
+        df = _typed(df.drop(columns=list(STEP_DERIVED)))
+        table = _table(df, self.meta)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, compression=COMPRESSION)
+        self.writer.write_table(table)
+        self.written[name] = first + len(df)
+
+    def summary_steps(self, name: str) -> pd.DataFrame:
+        """The run's steps with the columns summarize() reads (kv_cache_usage derived)."""
+        chunks = self.kept.pop(name)
+        cols = {c: np.concatenate([ch[c] for ch in chunks]) if chunks else np.zeros(0, dtype=np.int64)
+                for c in SUMMARY_STEP_COLUMNS}
+        df = pd.DataFrame(cols, copy=False)
+        df["kv_cache_usage"] = df["blocks_used"].to_numpy() / self.runs[name]["num_gpu_blocks"]
+        return df
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _narrow_copy(v: np.ndarray) -> np.ndarray:
+    if v.dtype.kind in "iu" and (not len(v) or (v.min() >= np.iinfo(np.int32).min and v.max() <= np.iinfo(np.int32).max)):
+        return v.astype(np.int32)
+    return v.copy()
 
 
 def _json_default(o):

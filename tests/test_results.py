@@ -92,3 +92,26 @@ def test_committed_runs_with_requests_csv_still_read(run):
     req = read_requests(requests_path(LIVE / run))
     assert req["request_id"].map(type).eq(str).all() and not req["parent_id"].isna().any()
     assert (req["state"] == "finished").sum() > 0
+
+
+def test_steps_streamed_in_small_chunks_equal_the_whole_table(tmp_path, monkeypatch):
+    """Chunks of 7 steps, to disk (replay's streaming) and in memory, give the table recorded whole."""
+    import pagesim.recorder
+    from pagesim.replay import simulate_runs
+
+    trace = load_trace(ROOT / "traces" / "kshot-shared-prefix-500.jsonl", limit=120)
+    config = Config(enable_prefix_caching=True, num_gpu_blocks=1500)
+    whole = {c.run_name: simulate(trace, c) for c in run_configs(config, ["max"])}
+    monkeypatch.setattr(pagesim.recorder, "CHUNK_STEPS", 7)
+    results, summaries = simulate_runs(trace, config, ["max"], "roofline", tmp_path)
+    write_run_dir(tmp_path, config, trace, results, summaries, steps_written=True)
+    _, steps, _ = read_run(tmp_path)
+    for name, r in whole.items():
+        assert len(r.steps) > 50
+        pd.testing.assert_frame_equal(steps[steps["run"] == name].drop(columns="run").reset_index(drop=True),
+                                      r.steps, check_dtype=False)
+        in_memory = simulate(trace, r.config)
+        pd.testing.assert_frame_equal(in_memory.steps, r.steps, check_dtype=False)
+        expected = summarize_run(r)
+        assert {k: v for k, v in summaries[name].items() if k not in ("sim_wall_s", "cost_model")} == \
+            {k: v for k, v in expected.items() if k != "sim_wall_s"}
