@@ -11,8 +11,9 @@ per-request figures (exactness), which is checked and printed.
 Cases: a loaded synthetic trace (sharegpt preset, 20k requests at 50 req/s);
 the Azure 2023 conversation trace with the default config and with Vidur's
 comparison options (llama-2-7b, a100-80gb, 128 seqs, 4,096 tokens per batch);
-with --million, a 1M-request synthetic trace (50 req/s), this tree only unless
---million-old.
+Azure conv with two baselines (this tree only: steps.parquet size and read time);
+with --million, a 1M-request synthetic trace (50 req/s) through replay's streaming path, this tree
+only unless --million-old.
 
     python bench/sim_speed.py [--out bench/results/sim-speed.json] [--repeat N] [--million] [--only CASE]
 """
@@ -83,11 +84,13 @@ def main() -> int:
     cases = [("synthetic-20k", synth_trace(work / "sharegpt-20k.jsonl", 20_000), [], True)]
     if AZURE_CONV.exists():
         cases += [("azure-conv-default", AZURE_CONV, [], True),
-                  ("azure-conv-vidur-options", AZURE_CONV, VIDUR_OPTIONS, True)]
+                  ("azure-conv-vidur-options", AZURE_CONV, VIDUR_OPTIONS, True),
+                  ("azure-conv-two-baselines-files", AZURE_CONV, ["--baseline", "max", "--baseline", "oracle"], False)]
     else:
         print(f"skipping the Azure cases: {AZURE_CONV} not found")
     if args.million or args.million_old:
-        cases.append(("synthetic-1m", synth_trace(work / "sharegpt-1m.jsonl", 1_000_000), [], args.million_old))
+        cases.append(("synthetic-1m", synth_trace(work / "sharegpt-1m.jsonl", 1_000_000), ["--stream"],
+                      args.million_old))
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     report = []
@@ -96,14 +99,16 @@ def main() -> int:
         for label, tree in [("new", ROOT)] + ([("old", old)] if with_old else []):
             best = None
             for i in range(args.repeat):
-                r = time_case(tree, trace, options, work / f"{name}-{label}-{i}")
+                opts = [o for o in options if o != "--stream" or label == "new"]
+                r = time_case(tree, trace, opts, work / f"{name}-{label}-{i}")
                 if best is None or r["runs"][0]["sim_s"] < best["runs"][0]["sim_s"]:
                     best = r
             entry[label] = best
             r0 = best["runs"][0]
             print(f"{name:26} {label}: sim {r0['sim_s']:7.2f} s  {r0['num_steps']:>8} steps  "
                   f"{r0['us_per_step']:6.1f} us/step  load {best['load_s']:5.2f} s  write {best['write_s']:5.2f} s  "
-                  f"peak RSS {best['peak_rss_mb']:6.0f} MB  files {best['files']}", flush=True)
+                  f"peak RSS {best['peak_rss_mb']:6.0f} MB  steps read {best['steps_read_with_derived_s']:.2f} s  "
+                  f"files {best['files']}", flush=True)
         if "old" in entry:
             new_r, old_r = entry["new"]["runs"][0], entry["old"]["runs"][0]
             entry["ratio_per_step"] = old_r["us_per_step"] / new_r["us_per_step"]
