@@ -163,3 +163,34 @@ class BlockPool:
         if self.events is not None:
             self.events.append((STORED, block.block_id))
         return True
+
+
+class FreeIdStack:
+    """Free block ids as a stack whose pop() gives the lowest never-used id once the returned ones are
+    gone; the same order as list(range(n - 1, -1, -1)) with ids pushed back on top, without the list."""
+
+    __slots__ = ("num_ids", "next_fresh", "returned")
+
+    def __init__(self, num_ids: int):
+        self.num_ids = num_ids
+        self.next_fresh = 0
+        self.returned: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.returned) + self.num_ids - self.next_fresh
+
+    def __iter__(self):
+        """Bottom to top, as the list would be."""
+        yield from range(self.num_ids - 1, self.next_fresh - 1, -1)
+        yield from self.returned
+
+    def pop(self) -> int:
+        if self.returned:
+            return self.returned.pop()
+        if self.next_fresh >= self.num_ids:
+            raise IndexError("pop from an empty FreeIdStack")
+        self.next_fresh += 1
+        return self.next_fresh - 1
+
+    def extend(self, ids) -> None:
+        self.returned.extend(ids)

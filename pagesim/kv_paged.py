@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pagesim.accounting import MemoryAccounting, request_slots
 from pagesim.block_hash import request_block_hashes
-from pagesim.block_pool import Block, BlockPool
+from pagesim.block_pool import Block, BlockPool, FreeIdStack
 from pagesim.config import Config
 from pagesim.kv_manager import DecodeBlocks, PrefixCacheStats
 from pagesim.request import Request
@@ -31,7 +31,7 @@ class PagedKVCacheManager:
         self.pool = BlockPool(self.num_gpu_blocks, record_events)
         self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
         self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
-        self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id
+        self.free_cpu_blocks = FreeIdStack(self.num_cpu_blocks)  # pop() gives the lowest id
         self.prefix_cache_stats = PrefixCacheStats()
 
     @property

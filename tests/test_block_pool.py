@@ -198,3 +198,34 @@ BlockPoolMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
 )
 TestBlockPoolMachine = BlockPoolMachine.TestCase
+
+
+def test_free_id_stack_pops_like_the_reversed_list_it_replaces():
+    from pagesim.block_pool import FreeIdStack
+
+    stack, plain = FreeIdStack(6), list(range(5, -1, -1))
+    for op in ["pop", "pop", "pop", ("push", [1, 0]), "pop", "pop", "pop", ("push", [2]), "pop", "pop", "pop"]:
+        if op == "pop":
+            assert stack.pop() == plain.pop()
+        else:
+            stack.extend(op[1])
+            plain.extend(op[1])
+        assert list(stack) == plain and len(stack) == len(plain)
+
+
+def test_a_whole_gpu_pool_holds_no_block_objects_until_blocks_are_used():
+    """issue #11 item 2: the toy model on an H200 at block size 1 is ~530M blocks; the pool must not build them."""
+    import tracemalloc
+
+    from pagesim.config import Config
+    from pagesim.kv_paged import PagedKVCacheManager
+
+    config = Config(model="toy", gpu="h200", block_size=1, preemption_mode="swap", swap_space=64)
+    tracemalloc.start()
+    kv = PagedKVCacheManager(config)
+    kv.pool.get_new_blocks(1000)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert kv.num_gpu_blocks > 100_000_000 and kv.num_cpu_blocks > 1_000_000
+    assert peak < 5_000_000, f"{peak / 1e6:.0f} MB for an empty cache"
+    assert kv.pool.num_free_blocks == kv.num_gpu_blocks - 1000 and len(kv.free_cpu_blocks) == kv.num_cpu_blocks
