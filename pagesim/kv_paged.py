@@ -12,6 +12,8 @@ fork), so shared blocks never need a copy later.
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.accounting import MemoryAccounting, request_slots
 from pagesim.block_hash import request_block_hashes
 from pagesim.block_pool import Block, BlockPool, FreeIdStack
@@ -84,10 +86,18 @@ class PagedKVCacheManager:
         they count as computed. On admission, `watermark` of the cache is kept
         free for the growth of running requests (unless none is running).
         """
+        pool = self.pool
+        if not admission and not computed_blocks:  # a running request's next tokens: the common case, inlined
+            need = -(-(request.num_computed_tokens + num_new_tokens) // self.block_size) - len(request.block_ids)
+            if need <= 0:
+                return True
+            if need > pool.num_blocks - pool.num_created + len(pool.freed):  # pool.num_free_blocks
+                return False
+            request.block_ids.extend([b.block_id for b in pool.get_new_blocks(need)])
+            return True
         need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
         if need > self.num_allocatable_blocks(computed_blocks, admission, num_running):
             return False
-        pool = self.pool
         if admission and self.enable_caching:
             self.prefix_cache_stats.record(request, num_computed_from_cache)
         if computed_blocks:
@@ -206,10 +216,14 @@ class PagedKVCacheManager:
         free = self.pool.num_free_blocks
         if self._decode_blocks_needed(running, limit) <= free:
             return limit
+        # k steps need sum over requests of cdiv(k - room, bs) blocks (0 when k <= room), where room is the
+        # slots a request's blocks hold beyond its computed tokens: cdiv(c + k, bs) - b = cdiv(k - room, bs).
+        bs = self.block_size
+        room = np.array([len(r.block_ids) * bs - r.num_computed_tokens for r in running], dtype=np.int64)
         lo, hi = 0, limit  # needed(lo) <= free < needed(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self._decode_blocks_needed(running, mid) <= free:
+            if int(np.maximum(-((room - mid) // bs), 0).sum()) <= free:
                 lo = mid
             else:
                 hi = mid
