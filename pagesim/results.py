@@ -7,7 +7,8 @@
 Columns that follow from others are not stored; `read_steps` / `read_requests`
 derive them (the memory fractions, `kv_cache_usage`, `blocks_free`, `free`,
 `cached`, a `step` equal to the row number, and the latencies `ttft_s`,
-`tpot_s`, `e2e_s`). The writer drops a derivable column only when the derivation
+`tpot_s`, `e2e_s`). `time_s` is stored as `idle_before_s`, the idle time
+before each step (0.0 for nearly all), and rebuilt bit for bit. The writer drops a derivable column only when the derivation
 reproduces it exactly, so reading a run back gives the frames the simulator
 made. Integer columns have fixed narrow types (int32; int64 for sums that can
 outgrow it). Each parquet file's metadata holds the provenance (`pagesim` key):
@@ -42,20 +43,31 @@ LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 
 
 # ---- derived columns -------------------------------------------------------------------------
+def _run_codes(df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    run = df["run"] if isinstance(df["run"].dtype, pd.CategoricalDtype) else df["run"].astype("category")
+    return run.cat.codes.to_numpy(), [str(c) for c in run.cat.categories]
+
+
 def _geometry(df: pd.DataFrame, runs: dict) -> tuple[np.ndarray, np.ndarray]:
     """Per-row (num_gpu_blocks, block_size) from the per-run geometry in the metadata."""
     if "run" not in df or not runs:
         raise ValueError("steps without run geometry")
-    names = df["run"].astype(str).to_numpy()
-    blocks = np.array([runs[n]["num_gpu_blocks"] for n in names], dtype=np.int64) if len(runs) > 1 else \
-        np.full(len(df), next(iter(runs.values()))["num_gpu_blocks"], dtype=np.int64)
-    bs = np.array([runs[n]["block_size"] for n in names], dtype=np.int64) if len(runs) > 1 else \
-        np.full(len(df), next(iter(runs.values()))["block_size"], dtype=np.int64)
+    codes, names = _run_codes(df)
+    blocks = np.array([runs[n]["num_gpu_blocks"] for n in names], dtype=np.int64)[codes]
+    bs = np.array([runs[n]["block_size"] for n in names], dtype=np.int64)[codes]
     return blocks, bs
 
 
 def _step_numbers(df: pd.DataFrame) -> np.ndarray:
-    return df.groupby("run", observed=True, sort=False).cumcount().to_numpy() if "run" in df else np.arange(len(df))
+    """Row number within each run (runs are stored one after the other)."""
+    if "run" not in df:
+        return np.arange(len(df))
+    codes, _ = _run_codes(df)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.zeros(0, dtype=np.int64)
+    if len(starts) != len(np.unique(codes)):  # a run split in pieces: count the general way
+        return df.groupby("run", observed=True, sort=False).cumcount().to_numpy()
+    lengths = np.diff(np.r_[starts, len(codes)])
+    return np.arange(len(codes)) - np.repeat(starts, lengths)
 
 
 def _derive_step_column(name: str, df: pd.DataFrame, runs: dict):
@@ -74,6 +86,38 @@ def _derive_step_column(name: str, df: pd.DataFrame, runs: dict):
 
 
 STEP_DERIVED = ("step", "blocks_free", "cached", "free")
+IDLE = "idle_before_s"  # stored in place of time_s: 0.0 for all but the steps after an idle gap
+
+
+def idle_before(time_s: np.ndarray, duration_s: np.ndarray, prev_end: float) -> np.ndarray:
+    """g with time_s[i] == (time_s[i-1] + duration_s[i-1]) + g[i] exactly in float64 (prev_end before row 0).
+
+    g is the idle time before each step; time_s is rebuilt from it by `times_from_idle`.
+    """
+    prev = np.concatenate(([prev_end], time_s[:-1] + duration_s[:-1]))
+    g = time_s - prev
+    for _ in range(4):  # the difference is exact unless the gap is far longer than the time before it
+        off = (prev + g) != time_s
+        if not off.any():
+            return g
+        g[off] = np.nextafter(g[off], np.where((prev + g)[off] < time_s[off], np.inf, -np.inf))
+    raise AssertionError("step start times cannot be stored as idle gaps exactly")
+
+
+def times_from_idle(idle_s: np.ndarray, duration_s: np.ndarray) -> np.ndarray:
+    """time_s from the idle gaps: ((g0 + d0) + g1) + d1 ..., added one at a time (cumsum is sequential)."""
+    inter = np.empty(2 * len(idle_s))
+    inter[0::2], inter[1::2] = idle_s, duration_s
+    return np.cumsum(inter)[0::2]
+
+
+def _run_segments(df: pd.DataFrame) -> list[slice]:
+    if "run" not in df or not len(df):
+        return [slice(0, len(df))]
+    codes, _ = _run_codes(df)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    return [slice(int(a), int(b)) for a, b in zip(starts, ends)]
 
 
 def add_derived_step_columns(df: pd.DataFrame, runs: dict) -> pd.DataFrame:
@@ -117,6 +161,19 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, copy=False)
 
 
+def write_options(schema: pa.Schema) -> dict:
+    """zstd; floats byte-stream-split and integers delta-packed (about a third smaller than plain zstd
+    on step tables, whose counts change little from one step to the next)."""
+    encodings = {}
+    for f in schema:
+        if pa.types.is_floating(f.type):
+            encodings[f.name] = "BYTE_STREAM_SPLIT"
+        elif pa.types.is_integer(f.type):
+            encodings[f.name] = "DELTA_BINARY_PACKED"
+    dictionary = [f.name for f in schema if f.name not in encodings]
+    return {"compression": COMPRESSION, "use_dictionary": dictionary, "column_encoding": encodings}
+
+
 def _table(df: pd.DataFrame, metadata: dict) -> pa.Table:
     table = pa.Table.from_pandas(df, preserve_index=False)
     return table.replace_schema_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(metadata)})
@@ -137,6 +194,11 @@ def steps_for_disk(steps: pd.DataFrame, runs: dict) -> tuple[pd.DataFrame, list[
             value = _derive_step_column(c, steps, runs)
             if value is not None and np.array_equal(steps[c].to_numpy(), value):
                 dropped.append(c)
+    if "time_s" in steps and "duration_s" in steps:
+        t, d = steps["time_s"].to_numpy(np.float64), steps["duration_s"].to_numpy(np.float64)
+        steps = steps.assign(**{IDLE: np.concatenate([idle_before(t[seg], d[seg], 0.0)
+                                                      for seg in _run_segments(steps)] or [np.zeros(0)])})
+        dropped.append("time_s")
     return _typed(steps.drop(columns=dropped)), dropped
 
 
@@ -202,9 +264,11 @@ def write_run_files(out: Path, config, trace, results: dict, summary: dict, step
     if not steps_written:
         steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
         steps, dropped = steps_for_disk(steps, runs)
-        pq.write_table(_table(steps, {**meta, "derived": dropped}), out / "steps.parquet", compression=COMPRESSION)
+        table = _table(steps, {**meta, "derived": dropped})
+        pq.write_table(table, out / "steps.parquet", **write_options(table.schema))
     reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
-    pq.write_table(_table(requests_for_disk(reqs), meta), out / "requests.parquet", compression=COMPRESSION)
+    table = _table(requests_for_disk(reqs), meta)
+    pq.write_table(table, out / "requests.parquet", **write_options(table.schema))
 
 
 SUMMARY_STEP_COLUMNS = ("duration_s", "num_running", "num_preemptions", "blocks_used") + CATEGORIES
@@ -217,7 +281,8 @@ class StepsWriter:
 
     def __init__(self, path: Path, config, trace, runs: dict):
         self.path, self.runs = Path(path), runs
-        self.meta = {**provenance(config.to_dict(), trace, runs), "derived": list(STEP_DERIVED)}
+        self.meta = {**provenance(config.to_dict(), trace, runs), "derived": list(STEP_DERIVED) + ["time_s"]}
+        self.prev_end = dict.fromkeys(runs, 0.0)  # end of each run's last written step
         self.categories = list(runs)
         self.writer: pq.ParquetWriter | None = None
         self.kept: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in runs}
@@ -237,10 +302,14 @@ class StepsWriter:
             if not np.array_equal(df[c].to_numpy(), _derive_step_column(c, df, self.runs)):
                 raise AssertionError(f"run {name}: column {c} does not follow from the others")
         self.kept[name].append({c: _narrow_copy(df[c].to_numpy()) for c in SUMMARY_STEP_COLUMNS})
-        df = _typed(df.drop(columns=list(STEP_DERIVED)))
+        t, d = df["time_s"].to_numpy(np.float64), df["duration_s"].to_numpy(np.float64)
+        df[IDLE] = idle_before(t, d, self.prev_end[name])
+        if len(df):
+            self.prev_end[name] = float(t[-1] + d[-1])
+        df = _typed(df.drop(columns=list(STEP_DERIVED) + ["time_s"]))
         table = _table(df, self.meta)
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, table.schema, compression=COMPRESSION)
+            self.writer = pq.ParquetWriter(self.path, table.schema, **write_options(table.schema))
         self.writer.write_table(table)
         self.written[name] = first + len(df)
 
@@ -283,24 +352,29 @@ def parquet_metadata(path: Path) -> dict:
 
 
 def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """A steps.parquet with every column the simulator produces (derived ones computed here).
+    """A steps.parquet with every column the simulator produces (derived ones computed here), or `columns`.
 
     Files written before schema 2 (every column stored) are returned as they are.
     """
     path = Path(path)
     meta = parquet_metadata(path)
-    df = pd.read_parquet(path, columns=columns)
+    df = pd.read_parquet(path)
     if not meta:
-        return df
+        return df if columns is None else df[columns]
     runs = meta["runs"]
+    if IDLE in df:
+        idle, d = df[IDLE].to_numpy(np.float64), df["duration_s"].to_numpy(np.float64)
+        time_s = np.empty(len(df))
+        for seg in _run_segments(df):
+            time_s[seg] = times_from_idle(idle[seg], d[seg])
+        df = df.drop(columns=IDLE)
+        df["time_s"] = time_s
     for c in meta.get("derived", []):
-        if columns is None or c in columns:
+        if c != "time_s":
             df[c] = _derive_step_column(c, df, runs)
-    if columns is None:
-        df = add_derived_step_columns(df, runs)
-        order = [c for c in _step_order() if c in df] + [c for c in df.columns if c not in _step_order()]
-        df = df[order]
-    return df
+    df = add_derived_step_columns(df, runs)
+    order = [c for c in _step_order() if c in df] + [c for c in df.columns if c not in _step_order()]
+    return df[order if columns is None else columns]
 
 
 def _step_order() -> tuple[str, ...]:
