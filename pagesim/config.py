@@ -74,6 +74,11 @@ class Config:
         return -(-self.model_spec.weight_bytes // self.tensor_parallel_size)
 
     @property
+    def usable_gpu_blocks(self) -> int:
+        """Blocks that can hold KV: paged reserves block 0 as vLLM's null block; the contiguous baseline uses all."""
+        return self.resolved_num_gpu_blocks - (1 if self.kv_layout == "paged" else 0)
+
+    @property
     def resolved_num_gpu_blocks(self) -> int:
         """`num_gpu_blocks` if given, else (GPU memory x utilization - weights per GPU) / block bytes per GPU
         (validate() checks >= 1)."""

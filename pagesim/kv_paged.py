@@ -29,7 +29,7 @@ class PagedKVCacheManager:
         self.enable_caching = config.enable_prefix_caching
         self.pool = BlockPool(config.resolved_num_gpu_blocks, record_events)
         # Blocks that hold KV: all but vLLM's null block (usage, accounting and recorders count these).
-        self.num_gpu_blocks = self.pool.num_usable_blocks
+        self.num_gpu_blocks = self.pool.num_usable_blocks  # == config.usable_gpu_blocks
         self.watermark_blocks = int(config.watermark * config.resolved_num_gpu_blocks)  # vLLM: of all blocks
         self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
         self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id

@@ -198,9 +198,31 @@ def comparison_table(summaries: dict) -> str:
     return pd.DataFrame(rows).to_string(index=False, float_format=readable)
 
 
-def replay(args) -> int:
+def simulate_runs(trace, config: Config, baselines, cost_model: str, out: Path, *, replicas: int = 1,
+                  router: str = "round-robin", slos=(), progress: bool = False):
+    """Simulate the paged config and each baseline: ({run name: RunResult}, {run name: summary}).
+
+    With one replica the step tables stream to out/steps.parquet in chunks as they are recorded, and each
+    result keeps only the columns its summary reads (write_run_dir(..., steps_written=True) then).
+    """
     from pagesim.progress import sim_progress
     from pagesim.results import StepsWriter, run_geometry
+
+    configs = run_configs(config, baselines)
+    span = trace_info(trace)["span_s"]
+    results, summaries = {}, {}
+    stream = replicas == 1
+    geometry = run_geometry(config, {cfg.run_name: type("R", (), {"config": cfg}) for cfg in configs})
+    with StepsWriter(out / "steps.parquet", config, trace, geometry) if stream else nullcontext() as writer:
+        for cfg in configs:
+            with sim_progress(span, cfg.run_name) if progress else nullcontext() as report:
+                results[cfg.run_name], summaries[cfg.run_name] = simulate_run(
+                    trace, cfg, cost_model=cost_model, replicas=replicas, router=router, slos=slos,
+                    progress=report, steps_writer=writer)
+    return results, summaries
+
+
+def replay(args) -> int:
     from pagesim.slo import parse_slos
 
     config = config_from_args(args)
@@ -210,22 +232,13 @@ def replay(args) -> int:
     print(trace.summary)
     warnings: list[str] = []
     emit(config_warnings(config, trace), warnings)
-    span = trace_info(trace)["span_s"]
-    configs = run_configs(config, args.baseline)
-    results, summaries = {}, {}
-    stream = args.replicas == 1  # one replica: steps go to steps.parquet in chunks as the simulation runs
-    geometry = run_geometry(config, {cfg.run_name: type("R", (), {"config": cfg}) for cfg in configs})
-    with StepsWriter(out / "steps.parquet", config, trace, geometry) if stream else nullcontext() as writer:
-        for cfg in configs:
-            with sim_progress(span, cfg.run_name) as progress:
-                result, summary = simulate_run(trace, cfg, cost_model=args.cost_model, replicas=args.replicas,
-                                               router=args.router, slos=slos, progress=progress, steps_writer=writer)
-            results[cfg.run_name] = result
-            summaries[cfg.run_name] = summary
-            emit(result_warnings(cfg.run_name, result.requests), warnings)
+    results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
+                                       router=args.router, slos=slos, progress=True)
+    for name, result in results.items():
+        emit(result_warnings(name, result.requests), warnings)
     write_run_dir(out, config, trace, results, summaries,
                   {"platform": platform.platform(), "python": platform.python_version(), **provenance(args.argv),
-                   "warnings": warnings}, steps_written=stream)
+                   "warnings": warnings}, steps_written=args.replicas == 1)
     print(comparison_table(summaries))
     if args.replicas > 1:
         print(replica_table(summaries))

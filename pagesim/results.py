@@ -243,11 +243,12 @@ def provenance(config_dict: dict, trace, runs: dict) -> dict:
 
 
 def run_geometry(config, results: dict) -> dict:
-    """{run name: {num_gpu_blocks, block_size}}, from each result's config (else the shared one)."""
+    """{run name: {num_gpu_blocks (the KV manager's usable blocks), block_size}}, from each result's config
+    (else the shared one)."""
     out = {}
     for name, r in results.items():
         cfg = getattr(r, "config", None) or config
-        out[name] = {"num_gpu_blocks": int(cfg.resolved_num_gpu_blocks), "block_size": int(cfg.block_size)}
+        out[name] = {"num_gpu_blocks": int(cfg.usable_gpu_blocks), "block_size": int(cfg.block_size)}
     return out
 
 
