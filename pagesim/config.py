@@ -16,6 +16,8 @@ from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
 PREEMPTION_MODES = ("recompute", "swap")
 KV_LAYOUTS = ("paged", "contiguous")
 RESERVE_POLICIES = ("max", "pow2", "oracle")
+# Bytes per K/V element of each cache dtype; "auto" stores the model's own dtype (None here).
+KV_CACHE_DTYPE_BYTES = {"auto": None, "fp8": 1}
 
 
 @dataclass(slots=True)
@@ -33,6 +35,7 @@ class Config:
     preemption_mode: str = "recompute"
     swap_space: float = 4.0  # GiB of CPU memory for swapped-out blocks
     watermark: float = 0.01  # fraction of GPU blocks kept free when admitting new requests
+    kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "fp8": e4m3 with per-layer K and V scales (vLLM)
     # Memory-management policy: "paged", or "contiguous" with a reserve policy.
     kv_layout: str = "paged"
     reserve_policy: str = "max"
@@ -56,8 +59,13 @@ class Config:
         return self.max_model_len or self.model_spec.max_position_embeddings
 
     @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes of one cached K or V element: 1 for fp8, else the model's dtype."""
+        return KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype) or self.model_spec.dtype_bytes
+
+    @property
     def block_bytes(self) -> int:
-        return self.model_spec.kv_bytes_per_block(self.block_size)
+        return self.model_spec.kv_bytes_per_block(self.block_size, self.kv_dtype_bytes)
 
     @property
     def resolved_num_gpu_blocks(self) -> int:
@@ -109,6 +117,7 @@ class Config:
             (self.preemption_mode in PREEMPTION_MODES, f"preemption_mode must be one of {PREEMPTION_MODES}"),
             (self.swap_space >= 0, "swap_space must be non-negative (GiB)"),
             (0 <= self.watermark < 1, "watermark must be in [0, 1)"),
+            (self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES, f"kv_cache_dtype must be one of {tuple(KV_CACHE_DTYPE_BYTES)}"),
             (self.kv_layout in KV_LAYOUTS, f"kv_layout must be one of {KV_LAYOUTS}"),
             (self.reserve_policy in RESERVE_POLICIES, f"reserve_policy must be one of {RESERVE_POLICIES}"),
             (

@@ -42,6 +42,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute")
     p.add_argument("--swap-space", type=float, default=4.0, help="GiB of CPU memory for swapped blocks")
     p.add_argument("--watermark", type=float, default=0.01)
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
+                   help="KV-cache storage: auto (the model's dtype) or fp8 (e4m3, per-layer K/V scales; half the bytes)")
     p.add_argument("--baseline", action="append", choices=["max", "pow2", "oracle"], default=[],
                    help="also run this contiguous baseline (repeatable)")
     p.add_argument("--cost-model", default="roofline", help="'roofline' or a profile JSON from `pagesim calibrate`")
@@ -63,6 +65,7 @@ def config_from_args(args) -> Config:
         preemption_mode=args.preemption_mode,
         swap_space=args.swap_space,
         watermark=args.watermark,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
 
 

@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.features import StepFeatures
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
 from pagesim.errors import UserError
@@ -167,6 +168,7 @@ class ProfileCostModel:
     source: str | None = None  # the file it was read from
     graph_batch_sizes: tuple[int, ...] = ()  # () = no graph model: every step by the eager formula
     max_context_lanes: int = 0  # 0: no longest-sequence term (profiles fitted before it existed)
+    kv_cache_dtype: str = "auto"  # the engine's cache dtype when the timings were taken (Config.kv_cache_dtype)
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -189,7 +191,7 @@ class ProfileCostModel:
         self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
         self._graph_splits = tuple(num_splits(s, self._programs, self._kv_heads) for s in sizes)
         self._idle = self._graph_base[0] if sizes else self._c[0]
-        block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size)
+        block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
         self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
 
@@ -287,6 +289,8 @@ class ProfileCostModel:
             d["graph_batch_sizes"] = list(self.graph_batch_sizes)
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.kv_cache_dtype != "auto":
+            d["kv_cache_dtype"] = self.kv_cache_dtype
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
@@ -335,11 +339,14 @@ class ProfileCostModel:
         if uses_longest and not lanes:
             raise UserError(f"profile {p}: features graph_max_context/max_decode_context need 'max_context_lanes' "
                             "(a positive integer)")
+        kv_dtype = d.get("kv_cache_dtype", "auto")
+        if kv_dtype not in KV_CACHE_DTYPE_BYTES:
+            raise UserError(f"profile {p}: 'kv_cache_dtype' is {kv_dtype!r}, expected one of {list(KV_CACHE_DTYPE_BYTES)}")
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes)
+                       lanes, kv_dtype)
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 

@@ -9,6 +9,8 @@
                       logits only for the rows that sample: at most one per sequence)
     K/V bytes       = kv_bytes_per_token * (prefill_context_tokens + decode_context_tokens   read
                                             + num_prefill_tokens + num_decode_seqs)          written
+                      at the cache's dtype (kv_cache_dtype fp8: 1 byte per element; dequantised in registers,
+                      the attention FLOPs stay bf16's)
     attention flops = 4 * head_dim * num_heads * num_layers per (query, key) pair (QK^T and PV):
                       prefill_attn_pairs + decode_context_tokens
     step    = forward (0 without tokens) + swapped blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)
@@ -70,7 +72,7 @@ class RooflineCostModel:
         self.flop_rate = g.bf16_flops * compute_efficiency  # FLOP/s
         lm_head = 2 * m.vocab_size * m.hidden_size
         self.weight_read_bytes = m.flops_per_token // 2 * m.dtype_bytes  # every parameter but the embedding table
-        self.kv_bytes = m.kv_bytes_per_token
+        self.kv_bytes = m.kv_bytes_per_token_at(config.kv_dtype_bytes)  # an fp8 cache reads and writes half
         self.dense_flops = m.flops_per_token - lm_head  # per token
         self.lm_head_flops = lm_head  # per sampled sequence (an upper bound for prefill chunks)
         self.attn_flops = 4 * m.head_dim * m.num_heads * m.num_layers  # per (query, key) pair
