@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from engine.kernels import copy_blocks, swap_blocks
-from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape
+from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
 from pagesim.cost.profile import graph_batch_sizes  # one rule, shared with the cost model that prices the graphs
@@ -54,7 +54,7 @@ from pagesim.specs import ModelSpec
 
 # ---- sizing the KV cache from the real device ---------------------------------------------------
 def kv_block_bytes(spec: ModelSpec, block_size: int, dtype: torch.dtype) -> int:
-    """Bytes of one block in the engine's cache (every layer, K and V), at the engine's dtype."""
+    """Bytes of one block in the engine's cache (every layer, K and V), at the cache's dtype."""
     return int(np.prod(kv_cache_shape(spec, 1, block_size))) * torch.empty((), dtype=dtype).element_size()
 
 
@@ -87,7 +87,8 @@ def num_gpu_blocks_for_device(config: Config, model: LlamaModel) -> int:
     free, _total = torch.cuda.mem_get_info(model.device)
     reserve = activation_reserve_bytes(model.spec, model.dtype, config.max_num_batched_tokens, config.max_num_seqs)
     budget = free * config.gpu_memory_utilization - reserve
-    blocks = int(budget // kv_block_bytes(model.spec, config.block_size, model.dtype))
+    cache_dtype = kv_cache_torch_dtype(config.kv_cache_dtype, model.dtype)
+    blocks = int(budget // kv_block_bytes(model.spec, config.block_size, cache_dtype))
     if blocks < 1:
         raise ValueError(
             f"no room for the KV cache: {free / 2**30:.1f} GiB free on {model.device} after the weights, "
@@ -148,11 +149,11 @@ class GPUExecutor:
         self.max_blocks_per_seq = cdiv(self.max_model_len, self.block_size)
         self.vocab_size = model.spec.vocab_size
 
-        self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size)
+        self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size, config.kv_cache_dtype)
         self.cpu_cache: torch.Tensor | None = None
         if config.preemption_mode == "swap" and config.num_cpu_blocks > 0:
             shape = kv_cache_shape(model.spec, config.num_cpu_blocks, self.block_size)
-            self.cpu_cache = torch.empty(shape, dtype=model.dtype, device="cpu", pin_memory=self.is_cuda)
+            self.cpu_cache = torch.empty(shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.is_cuda)
 
         self._tokens: dict[str, _Tokens] = {}
         self._fork_prefixes: dict[str, np.ndarray] = {}  # released parents' prompt + first token, for late forks
