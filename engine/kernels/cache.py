@@ -45,8 +45,12 @@ def _round_to_e4m3(x):
 
 @triton.jit
 def _quantize(x, scale_ptr, out_ty):
-    """x / scale, saturated to e4m3's +-448 (as vLLM), rounded to nearest even, in out_ty (fp8)."""
-    y = tl.clamp(x.to(tl.float32) / tl.load(scale_ptr), -448.0, 448.0)
+    """x / scale, saturated to e4m3's +-448 (as vLLM), rounded to nearest even, in out_ty (fp8).
+
+    The division is correctly rounded (a GPU's default fp32 '/' is not), so the bits equal torch's
+    (x.float() / scale).clamp(-448, 448).to(float8_e4m3fn) on every device.
+    """
+    y = tl.clamp(tl.math.div_rn(x.to(tl.float32), tl.load(scale_ptr)), -448.0, 448.0)  # IEEE division, as torch
     return _round_to_e4m3(y).to(out_ty)
 
 
