@@ -47,7 +47,7 @@ from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
 from pagesim.cost.profile import graph_batch_sizes  # one rule, shared with the cost model that prices the graphs
-from pagesim.kv_paged import cdiv
+from pagesim.utils import cdiv
 from pagesim.request import Request
 from pagesim.specs import ModelSpec
 

@@ -22,7 +22,7 @@ import pandas as pd
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
 from pagesim.loop import run_step
-from pagesim.metrics import summarize
+from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.recorder import Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -114,8 +114,7 @@ class LiveRun:
         all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
         requests = rec.requests_frame(all_requests)
         summary = summarize(steps, requests, leaked_blocks=sched.leaked_blocks(), sim_wall_s=wall,
-                            prefix_cache_queries=sched.kv.prefix_cache_queries,
-                            prefix_cache_hits=sched.kv.prefix_cache_hits)
+                            **prefix_cache_kwargs(sched.kv.prefix_cache_stats))
         summary["wall_s"] = wall
         return {"steps": steps, "requests": requests, "summary": summary}
 

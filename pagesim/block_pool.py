@@ -23,7 +23,7 @@ ALLOCATED, FREED, STORED, REMOVED = "allocated", "freed", "stored", "removed"
 class Block:
     block_id: int
     ref_cnt: int = 0
-    block_hash: int | None = None
+    block_hash: bytes | None = None  # prefix-cache key (block_hash.py) while the block holds a cached full block
 
 
 class BlockPool:
@@ -34,12 +34,11 @@ class BlockPool:
     the middle are all O(1).
     """
 
-    def __init__(self, num_blocks: int, enable_caching: bool = False, record_events: bool = False):
+    def __init__(self, num_blocks: int, record_events: bool = False):
         self.num_blocks = num_blocks
-        self.enable_caching = enable_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
-        self.cached_block_hash_to_block: dict[int, Block] = {}
+        self.cached_block_hash_to_block: dict[bytes, Block] = {}
         self.num_free_cached = 0  # blocks in the free queue that still hold a hash
         self.num_extra_refs = 0  # sum over blocks in use of (ref_cnt - 1): sharing
         self.events: list[tuple] | None = [] if record_events else None
@@ -53,17 +52,20 @@ class BlockPool:
     def num_used_blocks(self) -> int:
         return self.num_blocks - len(self.free_queue)
 
-    @property
-    def usage(self) -> float:
-        """vLLM's kv_cache_usage_perc, as a fraction: blocks in use / all blocks."""
-        return self.num_used_blocks / self.num_blocks if self.num_blocks else 0.0
-
-    def get_cached_block(self, block_hash: int) -> Block | None:
+    def get_cached_block(self, block_hash: bytes) -> Block | None:
         return self.cached_block_hash_to_block.get(block_hash)
 
+    def cached_free_blocks(self) -> list[Block]:
+        """Free blocks that still hold a cached prefix."""
+        return [b for b in self.free_queue.values() if b.block_hash is not None]
+
     # ---- allocation ----------------------------------------------------------
-    def get_new_blocks(self, n: int) -> list[Block]:
-        """Take `n` blocks from the front of the free queue (caller checked there are enough)."""
+    def get_new_blocks(self, n: int, evicted: list[bool] | None = None) -> list[Block]:
+        """Take `n` blocks in eviction order: least recently freed first (caller checked there are enough).
+
+        A taken block that still held a cached prefix loses it (is evicted);
+        with `evicted`, one flag per block taken says whether it was.
+        """
         if n > len(self.free_queue):
             raise ValueError(f"asked for {n} blocks with {len(self.free_queue)} free")
         out = []
@@ -71,6 +73,8 @@ class BlockPool:
         events = self.events
         for _ in range(n):
             _, block = popitem(last=False)
+            if evicted is not None:
+                evicted.append(block.block_hash is not None)
             if block.block_hash is not None:
                 self._evict(block)
             block.ref_cnt = 1
@@ -115,7 +119,7 @@ class BlockPool:
             else:
                 self.num_extra_refs -= 1
 
-    def cache_block(self, block: Block, block_hash: int) -> bool:
+    def cache_block(self, block: Block, block_hash: bytes) -> bool:
         """Register a full block's content hash; False if another block already holds that content."""
         if block.block_hash is not None or block_hash in self.cached_block_hash_to_block:
             return False

@@ -20,8 +20,9 @@ import bisect
 
 from pagesim.accounting import MemoryAccounting, request_slots
 from pagesim.config import Config
-from pagesim.kv_paged import cdiv
+from pagesim.kv_manager import DecodeBlocks, PrefixCacheStats
 from pagesim.request import Request
+from pagesim.utils import cdiv
 
 
 class FirstFitAllocator:
@@ -68,6 +69,8 @@ class FirstFitAllocator:
 
 
 class ContiguousKVCacheManager:
+    """Implements pagesim.kv_manager.KVCacheManager with one contiguous run of blocks per request."""
+
     def __init__(self, config: Config, record_events: bool = False):
         self.block_size = config.block_size
         self.num_gpu_blocks = config.resolved_num_gpu_blocks
@@ -76,8 +79,7 @@ class ContiguousKVCacheManager:
         self.allocator = FirstFitAllocator(self.num_gpu_blocks)
         self.cpu = FirstFitAllocator(config.num_cpu_blocks if config.preemption_mode == "swap" else 0)
         self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
+        self.prefix_cache_stats = PrefixCacheStats()  # stays empty: no prefix caching here
         self.events = [] if record_events else None
 
     def reserve_tokens(self, request: Request) -> int:
@@ -103,6 +105,11 @@ class ContiguousKVCacheManager:
     def get_computed_blocks(self, request: Request) -> tuple[list, int]:
         return [], 0
 
+    def _can_place(self, n: int, admission: bool, num_running: int) -> bool:
+        if admission and num_running > 0 and self.allocator.num_free - n < self.watermark_blocks:
+            return False
+        return self.allocator.largest_extent >= n
+
     def _place(self, request: Request, n: int, admission: bool, num_running: int) -> bool:
         if admission and num_running > 0 and self.allocator.num_free - n < self.watermark_blocks:
             return False
@@ -113,6 +120,10 @@ class ContiguousKVCacheManager:
         if self.events is not None:
             self.events.append(("allocated_run", start, n))
         return True
+
+    def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
+                     admission: bool = False, num_running: int = 1) -> bool:
+        return bool(request.block_ids) or self._can_place(self.run_blocks(request), admission, num_running)
 
     def allocate_slots(
         self,
@@ -157,6 +168,9 @@ class ContiguousKVCacheManager:
         self.free(request)
         return mapping
 
+    def can_swap_in(self, request: Request, num_new_tokens: int, num_running: int) -> bool:
+        return self._can_place(self.run_blocks(request), admission=True, num_running=num_running)
+
     def swap_in(self, request: Request, num_new_tokens: int, num_running: int) -> list[tuple[int, int]] | None:
         if not self._place(request, self.run_blocks(request), admission=True, num_running=num_running):
             return None
@@ -169,12 +183,17 @@ class ContiguousKVCacheManager:
             self.cpu.free(request.cpu_block_ids[0], len(request.cpu_block_ids))
         request.cpu_block_ids = []
 
-    @property
-    def usage(self) -> float:
-        return 1 - self.allocator.num_free / self.num_gpu_blocks
+    def max_decode_steps(self, running: list[Request], limit: int) -> int:
+        return limit  # decode steps grow inside the reserved runs
 
-    def block_table(self, request: Request) -> list[int]:
-        return request.block_ids
+    def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
+        return DecodeBlocks([0] * k, [0] * k, [0] * k)
+
+    def num_held_blocks(self) -> int:
+        return (self.num_gpu_blocks - self.allocator.num_free) + (self.cpu.size - self.cpu.num_free)
+
+    def cached_block_ids(self) -> list[int]:
+        return []
 
     def external_fragmentation(self, head: Request | None) -> int:
         """Free slots in extents too small for the run the head of the queue needs (0 with no head)."""

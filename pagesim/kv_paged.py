@@ -13,26 +13,26 @@ fork), so shared blocks never need a copy later.
 from __future__ import annotations
 
 from pagesim.accounting import MemoryAccounting, request_slots
+from pagesim.block_hash import request_block_hashes
 from pagesim.block_pool import Block, BlockPool
 from pagesim.config import Config
+from pagesim.kv_manager import DecodeBlocks, PrefixCacheStats
 from pagesim.request import Request
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from pagesim.utils import cdiv
 
 
 class PagedKVCacheManager:
+    """Implements pagesim.kv_manager.KVCacheManager with block tables over one BlockPool."""
+
     def __init__(self, config: Config, record_events: bool = False):
         self.block_size = config.block_size
         self.num_gpu_blocks = config.resolved_num_gpu_blocks
         self.enable_caching = config.enable_prefix_caching
-        self.pool = BlockPool(self.num_gpu_blocks, self.enable_caching, record_events)
+        self.pool = BlockPool(self.num_gpu_blocks, record_events)
         self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
         self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
         self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id
-        self.prefix_cache_queries = 0  # tokens looked up
-        self.prefix_cache_hits = 0  # tokens found
+        self.prefix_cache_stats = PrefixCacheStats()
 
     @property
     def events(self) -> list[tuple] | None:
@@ -59,23 +59,15 @@ class PagedKVCacheManager:
             return [], 0
         bs = self.block_size
         max_blocks = (request.num_tokens - 1) // bs
-        hashes = self._block_hashes(request, max_blocks)
+        hashes = request_block_hashes(request, max_blocks, bs)
         hits: list[Block] = []
+        get = self.pool.get_cached_block
         for h in hashes[:max_blocks]:
-            block = self.pool.get_cached_block(h)
+            block = get(h)
             if block is None:
                 break
             hits.append(block)
         return hits, len(hits) * bs
-
-    def _block_hashes(self, request: Request, num_blocks: int) -> list[int]:
-        """Chained hashes of (at least) the request's first `num_blocks` blocks, memoised on the request."""
-        hashes = request.block_hashes
-        parent = hashes[-1] if hashes else 0
-        for i in range(len(hashes), num_blocks):
-            parent = hash((parent, request.block_content_key(i, self.block_size)))
-            hashes.append(parent)
-        return hashes
 
     def allocate_slots(
         self,
@@ -97,16 +89,19 @@ class PagedKVCacheManager:
             return False
         pool = self.pool
         if admission and self.enable_caching:
-            self.prefix_cache_queries += request.num_tokens
-            self.prefix_cache_hits += num_computed_from_cache
+            self.prefix_cache_stats.record(request, num_computed_from_cache)
         if computed_blocks:
             pool.touch(computed_blocks)
             request.block_ids.extend(b.block_id for b in computed_blocks)
             request.num_computed_tokens += num_computed_from_cache
-            request.num_prefix_hit_tokens += num_computed_from_cache
         if need > 0:
             request.block_ids.extend([b.block_id for b in pool.get_new_blocks(need)])
         return True
+
+    def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
+                     admission: bool = False, num_running: int = 1) -> bool:
+        need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
+        return need <= self.num_allocatable_blocks(computed_blocks, admission, num_running)
 
     def num_blocks_to_allocate(self, request, num_new_tokens, computed_blocks=(), num_computed_from_cache=0) -> int:
         total = request.num_computed_tokens + num_computed_from_cache + num_new_tokens
@@ -129,7 +124,7 @@ class PagedKVCacheManager:
         first, last = old_computed // bs, request.num_computed_tokens // bs
         if last <= first:
             return
-        hashes = self._block_hashes(request, last)
+        hashes = request_block_hashes(request, last, bs)
         blocks = self.pool.blocks
         for i in range(first, last):
             self.pool.cache_block(blocks[request.block_ids[i]], hashes[i])
@@ -174,14 +169,19 @@ class PagedKVCacheManager:
         self.free(request)
         return mapping
 
+    def _swap_in_blocks(self, request: Request, num_new_tokens: int) -> int:
+        return max(len(request.cpu_block_ids), cdiv(request.num_computed_tokens + num_new_tokens, self.block_size))
+
+    def can_swap_in(self, request: Request, num_new_tokens: int, num_running: int) -> bool:
+        available = self.pool.num_free_blocks - (self.watermark_blocks if num_running > 0 else 0)
+        return self._swap_in_blocks(request, num_new_tokens) <= available
+
     def swap_in(self, request: Request, num_new_tokens: int, num_running: int) -> list[tuple[int, int]] | None:
         """Bring a swapped request back with room for its next tokens; (cpu, gpu) pairs, or None if short."""
-        n = len(request.cpu_block_ids)
-        need = max(n, cdiv(request.num_computed_tokens + num_new_tokens, self.block_size))
-        available = self.pool.num_free_blocks - (self.watermark_blocks if num_running > 0 else 0)
-        if need > available:
+        if not self.can_swap_in(request, num_new_tokens, num_running):
             return None
-        gpu = self.pool.get_new_blocks(need)
+        n = len(request.cpu_block_ids)
+        gpu = self.pool.get_new_blocks(self._swap_in_blocks(request, num_new_tokens))
         request.block_ids = [b.block_id for b in gpu]
         mapping = list(zip(request.cpu_block_ids, request.block_ids[:n]))
         self.free_cpu_blocks.extend(reversed(request.cpu_block_ids))
@@ -192,16 +192,60 @@ class PagedKVCacheManager:
         self.free_cpu_blocks.extend(reversed(request.cpu_block_ids))
         request.cpu_block_ids = []
 
-    # ---- accounting ------------------------------------------------------------
-    @property
-    def usage(self) -> float:
-        return self.pool.usage
+    # ---- runs of decode steps ------------------------------------------------------
+    def _decode_blocks_needed(self, running: list[Request], k: int) -> int:
+        bs = self.block_size
+        total = 0
+        for r in running:
+            extra = cdiv(r.num_computed_tokens + k, bs) - len(r.block_ids)
+            if extra > 0:
+                total += extra
+        return total
 
-    def block_table(self, request: Request) -> list[int]:
-        return request.block_ids
+    def max_decode_steps(self, running: list[Request], limit: int) -> int:
+        free = self.pool.num_free_blocks
+        if self._decode_blocks_needed(running, limit) <= free:
+            return limit
+        lo, hi = 0, limit  # needed(lo) <= free < needed(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._decode_blocks_needed(running, mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
-    def external_fragmentation(self, head: Request | None) -> int:
-        return 0
+    def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
+        """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
+        bs = self.block_size
+        # (step, running index) of every block allocation.
+        crossings = sorted(
+            (j, idx)
+            for idx, r in enumerate(running)
+            for j in range(len(r.block_ids) * bs - r.num_computed_tokens, k, bs)
+        )
+        out = DecodeBlocks([0] * k, [0] * k, [0] * k)
+        if not crossings:
+            return out
+        # A request's last block is the only one that can reach past its final length.
+        for r in running:
+            last = (r.final_kv_len - 1) // bs  # index of the block holding its last KV slot
+            j = last * bs - r.num_computed_tokens  # the step that allocates it
+            if last >= len(r.block_ids) and j < k:
+                out.internal_delta_per_step[j] += (last + 1) * bs - r.final_kv_len
+        evicted: list[bool] = []
+        for (j, idx), block, was_cached in zip(crossings, self.pool.get_new_blocks(len(crossings), evicted), evicted):
+            running[idx].block_ids.append(block.block_id)
+            out.blocks_per_step[j] += 1
+            out.evicted_per_step[j] += was_cached
+        return out
+
+    # ---- state ------------------------------------------------------------------
+    def num_held_blocks(self) -> int:
+        return self.pool.num_used_blocks + (self.num_cpu_blocks - len(self.free_cpu_blocks))
+
+    def cached_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.pool.cached_free_blocks()]
 
     def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
         """Slots per category. `running` are the requests holding GPU blocks."""

@@ -8,6 +8,16 @@ time-weighted by step duration:
   share of allocated KV memory that holds token states;
 - reserved_fraction, internal_fragmentation_fraction: the same over allocated;
 - external_fragmentation_fraction: external fragmentation over the whole cache.
+
+Prefix caching (token counts, see pagesim.kv_manager.PrefixCacheStats):
+
+- prefix_cache_hit_rate = prompt tokens served from the cache at requests'
+  first admission / their prompt tokens (prefix_cache_hits / prefix_cache_queries).
+  Comparable across configurations and with a trace's ideal (`trace info`);
+- prefix_cache_recompute_hit_rate = tokens served from the cache when requests
+  are admitted again after a recompute preemption / the tokens they had to
+  recompute then (prompt + generated so far).
+Both are None when nothing was looked up (prefix caching off, or no preemption).
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ def _weighted(numerator: pd.Series, denominator: pd.Series, dt: pd.Series) -> fl
 
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int, sim_wall_s: float,
-              prefix_cache_queries: int, prefix_cache_hits: int) -> dict:
+              prefix_cache_queries: int, prefix_cache_hits: int, prefix_cache_recompute_queries: int = 0,
+              prefix_cache_recompute_hits: int = 0) -> dict:
     finished = requests[requests["state"] == "finished"]
     own = requests[requests["parent_id"] == ""]  # samples forked for n > 1 are counted with their request
     start = float(requests["arrival_time_s"].min()) if len(requests) else 0.0
@@ -65,6 +76,10 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int
         "prefix_cache_queries": int(prefix_cache_queries),
         "prefix_cache_hits": int(prefix_cache_hits),
         "prefix_cache_hit_rate": prefix_cache_hits / prefix_cache_queries if prefix_cache_queries else None,
+        "prefix_cache_recompute_queries": int(prefix_cache_recompute_queries),
+        "prefix_cache_recompute_hits": int(prefix_cache_recompute_hits),
+        "prefix_cache_recompute_hit_rate": (prefix_cache_recompute_hits / prefix_cache_recompute_queries
+                                            if prefix_cache_recompute_queries else None),
         "leaked_blocks": int(leaked_blocks),
         "num_steps": int(len(steps)),
         "busy_s": busy,
@@ -79,6 +94,15 @@ def summarize_run(result) -> dict:
         result.requests,
         leaked_blocks=result.leaked_blocks,
         sim_wall_s=result.sim_wall_s,
-        prefix_cache_queries=result.prefix_cache_queries,
-        prefix_cache_hits=result.prefix_cache_hits,
+        **prefix_cache_kwargs(result.prefix_cache),
     )
+
+
+def prefix_cache_kwargs(stats) -> dict[str, int]:
+    """summarize()'s prefix-cache arguments from a PrefixCacheStats."""
+    return {
+        "prefix_cache_queries": stats.queries,
+        "prefix_cache_hits": stats.hits,
+        "prefix_cache_recompute_queries": stats.recompute_queries,
+        "prefix_cache_recompute_hits": stats.recompute_hits,
+    }

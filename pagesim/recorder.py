@@ -11,13 +11,17 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from pagesim.accounting import CATEGORIES
 from pagesim.request import Request, RequestStatus
-from pagesim.scheduler import DecodeRun, Scheduler, StepPlan
+from pagesim.scheduler import Scheduler, StepPlan
+
+if TYPE_CHECKING:
+    from pagesim.fast_path import DecodeRun
 
 FEATURE_COLUMNS = (
     "num_prefill_tokens",
@@ -102,9 +106,10 @@ class Recorder:
 
     # ---- steps ------------------------------------------------------------------
     def _prefix_deltas(self) -> tuple[int, int]:
-        kv = self.sched.kv
-        dq, dh = kv.prefix_cache_queries - self._queries, kv.prefix_cache_hits - self._hits
-        self._queries, self._hits = kv.prefix_cache_queries, kv.prefix_cache_hits
+        """First-admission prefix-cache queries and hits (tokens) since the last recorded step."""
+        stats = self.sched.kv.prefix_cache_stats
+        dq, dh = stats.queries - self._queries, stats.hits - self._hits
+        self._queries, self._hits = stats.queries, stats.hits
         return dq, dh
 
     def _head(self) -> Request | None:
@@ -277,10 +282,7 @@ class Recorder:
             fill[table] = np.maximum(fill[table], filled)
             np.add.at(ref, table, 1)
         cached = np.zeros(num_blocks, dtype=bool)
-        if hasattr(kv, "pool"):
-            for b in kv.pool.free_queue.values():
-                if b.block_hash is not None:
-                    cached[b.block_id] = True
+        cached[np.asarray(kv.cached_block_ids(), dtype=np.int64)] = True
         self.snapshots.append(BlockSnapshot(time_s, ids, owner, fill, ref, cached))
 
     # ---- requests ----------------------------------------------------------------

@@ -42,14 +42,14 @@ class Request:
     num_output_tokens: int = 0
     block_ids: list[int] = field(default_factory=list)  # GPU block table
     cpu_block_ids: list[int] = field(default_factory=list)  # where a swapped-out request's blocks are
-    block_hashes: list[int] = field(default_factory=list)  # chained hashes of full blocks, computed lazily
+    block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache keys of full blocks (block_hash.py), memoised
 
     # Metrics, in the executor's clock.
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finish_time: float | None = None
     num_preemptions: int = 0
-    num_prefix_hit_tokens: int = 0
+    num_prefix_hit_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
     reject_reason: str | None = None
 
     @property
@@ -69,30 +69,31 @@ class Request:
         """True when the next step computes exactly the last sampled token."""
         return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
 
-    def block_content_key(self, index: int, block_size: int):
-        """What identifies the tokens of block `index`, for prefix-cache hashing.
+    def block_content_key(self, index: int, block_size: int) -> tuple[bytes, tuple[int, ...]]:
+        """(kind, values): what identifies the tokens of block `index`, for prefix-cache keys.
 
-        Prompt blocks are keyed by their token ids when the trace has them, else
-        by the trace's per-block hash ids that overlap the block's token range
-        (re-blocking: a simulated block of size b covering tokens [i*b, (i+1)*b)
-        is keyed by the trace hash ids of blocks i*b // H .. ((i+1)*b - 1) // H,
-        chained with its parent so that equal keys at different depths differ).
-        Blocks holding generated tokens, or prompts with no content
-        information, get a key unique to the request, so they only ever hit for
-        the same request after a preemption.
+        Full prompt blocks are keyed by their token ids (kind b"T") when the
+        trace has them, else by the trace's per-block hash ids (b"H") that
+        overlap the block's token range (re-blocking: a simulated block of size
+        b covering tokens [i*b, (i+1)*b) is keyed by the trace hash ids of
+        blocks i*b // H .. ((i+1)*b - 1) // H; the chain through the parent key
+        makes equal ids at different depths differ). Other full prompt blocks
+        get a key of the request (b"R": trace position, block index), shared by
+        its forked samples; blocks reaching into generated tokens get a key of
+        the sample (b"S"). Those hit only for the same request after a preemption.
         """
         start, end = index * block_size, (index + 1) * block_size
         if end <= self.prompt_len:
-            if self.prompt_token_ids is not None:
-                return self.prompt_token_ids[start:end]
-            if self.prefix_hash_ids is not None and self.hash_block_size:
-                h = self.hash_block_size
+            ids = self.prompt_token_ids
+            if ids is not None and end <= len(ids):
+                return b"T", ids[start:end]
+            hashes, h = self.prefix_hash_ids, self.hash_block_size
+            if hashes is not None and h:
                 lo, hi = start // h, (end - 1) // h
-                if hi < len(self.prefix_hash_ids):
-                    return self.prefix_hash_ids[lo : hi + 1]
-        if end <= self.prompt_len:
-            return (-1 - self.seq_no, index)
-        return (-1 - self.seq_no, index, self.sample_index)
+                if hi < len(hashes):
+                    return b"H", hashes[lo : hi + 1]
+            return b"R", (self.seq_no, index)
+        return b"S", (self.seq_no, index, self.sample_index)
 
 
 def requests_from_trace(trace) -> list[Request]:

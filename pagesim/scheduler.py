@@ -24,12 +24,12 @@ Same inputs, same decisions: nothing here reads a clock or a random source.
 from __future__ import annotations
 
 from collections import deque
-from itertools import islice
 from dataclasses import dataclass, field
 
 from pagesim.config import Config
 from pagesim.kv_contiguous import ContiguousKVCacheManager
-from pagesim.kv_paged import PagedKVCacheManager, cdiv
+from pagesim.kv_manager import KVCacheManager
+from pagesim.kv_paged import PagedKVCacheManager
 from pagesim.request import Request, RequestStatus
 
 
@@ -72,13 +72,22 @@ class StepPlan:
         return not self.scheduled and not self.blocks_to_swap_out
 
 
+def clip_to_budget(num_new_tokens: int, budget: int, chunked: bool) -> int:
+    """Tokens a request computes this step with `budget` left: all of them, a chunk of `budget` with
+    chunked prefill, or 0 (it waits) when they do not fit unchunked."""
+    if num_new_tokens <= budget:
+        return num_new_tokens
+    return budget if chunked else 0
+
+
 @dataclass(slots=True)
 class StepOutcome:
     finished: list[Request] = field(default_factory=list)
     forked: list[Request] = field(default_factory=list)
 
 
-def make_kv_manager(config: Config, record_events: bool = False):
+def make_kv_manager(config: Config, record_events: bool = False) -> KVCacheManager:
+    """The manager of the configured layout; the scheduler knows it only through the KVCacheManager protocol."""
     if config.kv_layout == "paged":
         return PagedKVCacheManager(config, record_events)
     return ContiguousKVCacheManager(config, record_events)
@@ -87,7 +96,7 @@ def make_kv_manager(config: Config, record_events: bool = False):
 class Scheduler:
     def __init__(self, config: Config, record_events: bool = False):
         self.config = config
-        self.kv = make_kv_manager(config, record_events)
+        self.kv: KVCacheManager = make_kv_manager(config, record_events)
         self.max_model_len = config.resolved_max_model_len
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -129,10 +138,7 @@ class Scheduler:
 
     def leaked_blocks(self) -> int:
         """GPU and CPU blocks still held; 0 once every request has ended."""
-        kv = self.kv
-        if isinstance(kv, PagedKVCacheManager):
-            return kv.pool.num_used_blocks + (kv.num_cpu_blocks - len(kv.free_cpu_blocks))
-        return (kv.num_gpu_blocks - kv.allocator.num_free) + (kv.cpu.size - kv.cpu.num_free)
+        return self.kv.num_held_blocks()
 
     # ---- one step --------------------------------------------------------------------
     def schedule(self, now: float | None = None) -> StepPlan:
@@ -150,12 +156,10 @@ class Scheduler:
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = req.num_tokens - req.num_computed_tokens
-            if num_new > budget:
-                if not chunked:
-                    i += 1
-                    continue
-                num_new = budget
+            num_new = clip_to_budget(req.num_tokens - req.num_computed_tokens, budget, chunked)
+            if not num_new:
+                i += 1
+                continue
             while not kv.allocate_slots(req, num_new):
                 victim = running.pop()
                 self._preempt(victim, plan)
@@ -170,16 +174,13 @@ class Scheduler:
 
         if not plan.preempted:
             # 2. Swapped-out requests come back first.
-            while self.swapped and budget > 0 and self._has_seats(self.swapped[0]):
+            while self.swapped and budget > 0:
                 req = self.swapped[0]
-                num_new = req.num_tokens - req.num_computed_tokens
-                if num_new > budget:
-                    if not chunked:
-                        break
-                    num_new = budget
-                mapping = kv.swap_in(req, num_new, len(running))
-                if mapping is None:
+                admit = self.admission(req, budget, len(running), swapped=True)
+                if admit is None:
                     break
+                num_new = admit[0]
+                mapping = kv.swap_in(req, num_new, len(running))
                 self.swapped.popleft()
                 self.reserved_seats += self._seats(req) - 1
                 plan.blocks_to_swap_in.extend(mapping)
@@ -190,16 +191,13 @@ class Scheduler:
                 budget -= num_new
 
             # 3. Waiting requests, first come first served.
-            while self.waiting and budget > 0 and not self.swapped and self._has_seats(self.waiting[0]):
+            while self.waiting and budget > 0 and not self.swapped:
                 req = self.waiting[0]
-                hits, num_hit = kv.get_computed_blocks(req)
-                num_new = req.num_tokens - req.num_computed_tokens - num_hit
-                if num_new > budget:
-                    if not chunked:
-                        break
-                    num_new = budget
-                if not kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running)):
+                admit = self.admission(req, budget, len(running), swapped=False)
+                if admit is None:
                     break
+                num_new, hits, num_hit = admit
+                kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running))
                 self.waiting.popleft()
                 self.reserved_seats += self._seats(req) - 1
                 req.status = RequestStatus.RUNNING
@@ -216,6 +214,24 @@ class Scheduler:
             if s.request.first_scheduled_time is None:
                 s.request.first_scheduled_time = now
         return plan
+
+    def admission(self, req: Request, budget: int, num_running: int, swapped: bool) -> tuple[int, list, int] | None:
+        """(tokens to compute, prefix-hit blocks, hit tokens) if `req`, at the head of the swapped
+        (`swapped`) or waiting queue, would be let in now with `budget` tokens left and `num_running`
+        requests running; None if not. A pure question: schedule() and the fast path both ask it."""
+        if not self._has_seats(req, num_running):
+            return None
+        kv = self.kv
+        hits, num_hit = ([], 0) if swapped else kv.get_computed_blocks(req)
+        num_new = clip_to_budget(req.num_tokens - req.num_computed_tokens - num_hit, budget,
+                                 self.config.enable_chunked_prefill)
+        if not num_new:
+            return None
+        if swapped:
+            ok = kv.can_swap_in(req, num_new, num_running)
+        else:
+            ok = kv.can_allocate(req, num_new, hits, num_hit, admission=True, num_running=num_running)
+        return (num_new, hits, num_hit) if ok else None
 
     @staticmethod
     def _seats(req: Request) -> int:
@@ -261,13 +277,13 @@ class Scheduler:
                 if req.n > 1 and req.parent_id is None:
                     self._fork_samples(req, now, outcome)
             if req.num_output_tokens >= req.output_len:
-                self._finish(req, now, outcome)
+                self.finish_request(req, now, outcome)
         if outcome.finished:
             done = {id(r) for r in outcome.finished}
             self.running = [r for r in self.running if id(r) not in done]
         return outcome
 
-    def _finish(self, req: Request, now: float, outcome: StepOutcome) -> None:
+    def finish_request(self, req: Request, now: float, outcome: StepOutcome) -> None:
         req.status = RequestStatus.FINISHED
         req.finish_time = now
         self.kv.free(req)
@@ -302,7 +318,7 @@ class Scheduler:
             copies = self.kv.fork(parent, child)
             outcome.forked.append(child)
             if child.num_output_tokens >= child.output_len:
-                self._finish(child, now, outcome)
+                self.finish_request(child, now, outcome)
                 continue
             if copies is None:  # no block for the copy: the sample recomputes its prompt later
                 child.num_computed_tokens = 0
@@ -312,153 +328,3 @@ class Scheduler:
             self.pending_copies.extend(copies)
             child.status = RequestStatus.RUNNING
             self.running.append(child)
-
-    # ---- the exact fast path ---------------------------------------------------------
-    def decode_run_limit(self) -> int:
-        """How many next steps are certainly identical pure-decode steps of the same running set.
-
-        0 unless every running request is decoding and will be scheduled, no
-        fork copy is pending, and the heads of the swapped and waiting queues
-        cannot be admitted now (they then stay blocked: free memory only
-        shrinks and the batch stays the same). The limit is the fewest
-        remaining output tokens of a running request (the step in which one
-        finishes is the run's last) and the most steps whose block allocations
-        all fit in the free blocks (so no allocation fails and nobody is preempted).
-        The caller also stops the run at the next arrival.
-        """
-        running = self.running
-        cfg = self.config
-        n = len(running)
-        if not n or self.pending_copies or n > cfg.max_num_batched_tokens:
-            return 0
-        limit = 1 << 62
-        for r in running:
-            if not r.is_decoding:
-                return 0
-            left = r.output_len - r.num_output_tokens
-            if left < limit:
-                limit = left
-        if (self.swapped or self.waiting) and self._head_could_be_admitted(n):
-            return 0
-        if isinstance(self.kv, PagedKVCacheManager):
-            limit = min(limit, self._steps_fitting_in_free_blocks(limit))
-        return limit
-
-    def _head_could_be_admitted(self, n_running: int) -> bool:
-        """Whether schedule() would let the head of the swapped (else waiting) queue in now."""
-        cfg = self.config
-        budget = cfg.max_num_batched_tokens - n_running
-        if budget <= 0:
-            return False
-        if not self._has_seats(self.swapped[0] if self.swapped else self.waiting[0], n_running):
-            return False
-        kv = self.kv
-        head = self.swapped[0] if self.swapped else self.waiting[0]
-        hits, num_hit = ([], 0) if self.swapped else kv.get_computed_blocks(head)
-        num_new = head.num_tokens - head.num_computed_tokens - num_hit
-        if num_new > budget:
-            if not cfg.enable_chunked_prefill:
-                return False
-            num_new = budget
-        if isinstance(kv, ContiguousKVCacheManager):
-            need = kv.run_blocks(head)
-            return kv.allocator.largest_extent >= need and kv.allocator.num_free - need >= kv.watermark_blocks
-        if self.swapped:
-            need = max(len(head.cpu_block_ids), cdiv(head.num_computed_tokens + num_new, kv.block_size))
-        else:
-            need = kv.num_blocks_to_allocate(head, num_new, hits, num_hit)
-        return need <= kv.num_allocatable_blocks(hits, admission=True, num_running=n_running)
-
-    def _steps_fitting_in_free_blocks(self, limit: int) -> int:
-        """Largest k <= limit such that k decode steps of every running request need at most the free blocks."""
-        bs = self.kv.block_size
-        free = self.kv.pool.num_free_blocks
-
-        def blocks_needed(k: int) -> int:
-            total = 0
-            for r in self.running:
-                extra = cdiv(r.num_computed_tokens + k, bs) - len(r.block_ids)
-                if extra > 0:
-                    total += extra
-            return total
-
-        if blocks_needed(limit) <= free:
-            return limit
-        lo, hi = 0, limit  # blocks_needed(lo) <= free < blocks_needed(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if blocks_needed(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-    def run_decode_steps(self, k: int, step_ends: list[float]) -> "DecodeRun":
-        """Apply k pure-decode steps at once, exactly as k schedule()/finish_step() pairs would.
-
-        Blocks are taken from the free queue in the order the step-by-step
-        path takes them (step by step, running order within a step).
-        `step_ends[j]` is the time step j ends. Requires k <= decode_run_limit().
-        """
-        kv = self.kv
-        bs = kv.block_size
-        running = self.running
-        run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(r.num_computed_tokens for r in running),
-                        max_context_start=max((r.num_computed_tokens for r in running), default=0))
-        if isinstance(kv, PagedKVCacheManager):
-            # (step, running index) of every block allocation, in the order the step-by-step path makes them.
-            crossings = sorted(
-                (j, idx)
-                for idx, r in enumerate(running)
-                for j in range(len(r.block_ids) * bs - r.num_computed_tokens, k, bs)
-            )
-            pool = kv.pool
-            blocks_per_step = [0] * k
-            evicted_per_step = [0] * k
-            internal_delta = [0] * k
-            if crossings:
-                if pool.num_free_cached:
-                    cached = [b.block_hash is not None for b in islice(pool.free_queue.values(), len(crossings))]
-                    for (j, _), c in zip(crossings, cached):
-                        evicted_per_step[j] += c
-                # A request's last block is the only one that can reach past its final length.
-                for r in running:
-                    last = (r.final_kv_len - 1) // bs  # index of the block holding its last KV slot
-                    j = last * bs - r.num_computed_tokens  # the step that allocates it
-                    if last >= len(r.block_ids) and j < k:
-                        internal_delta[j] += (last + 1) * bs - r.final_kv_len
-                for (j, idx), block in zip(crossings, pool.get_new_blocks(len(crossings))):
-                    running[idx].block_ids.append(block.block_id)
-                    blocks_per_step[j] += 1
-            run.blocks_per_step = blocks_per_step
-            run.evicted_per_step = evicted_per_step
-            run.internal_delta_per_step = internal_delta
-        self.step_id += k
-        end = step_ends[k - 1]
-        outcome = StepOutcome()
-        for r in running:
-            old = r.num_computed_tokens
-            r.num_computed_tokens = old + k
-            kv.cache_full_blocks(r, old)
-            r.num_output_tokens += k
-            if r.num_output_tokens >= r.output_len:
-                self._finish(r, end, outcome)
-        if outcome.finished:
-            done = {id(r) for r in outcome.finished}
-            self.running = [r for r in running if id(r) not in done]
-        run.outcome = outcome
-        return run
-
-
-@dataclass(slots=True)
-class DecodeRun:
-    """What a batch of k identical decode steps did, for recorders (per-step lists have length k)."""
-
-    k: int
-    num_seqs: int
-    context_start: int  # tokens in the cache for the running requests before the first step
-    max_context_start: int = 0  # the most any one of them has then (step j, 0-based, reads max + j + 1 for it)
-    blocks_per_step: list[int] = field(default_factory=list)
-    evicted_per_step: list[int] = field(default_factory=list)
-    internal_delta_per_step: list[int] = field(default_factory=list)
-    outcome: StepOutcome | None = None

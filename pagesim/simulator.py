@@ -5,8 +5,8 @@ scheduler at its arrival time; `engine` loops schedule -> cost model ->
 finish_step and, when there is nothing to do, sleeps until the next arrival.
 
 The exact fast path: when the scheduler certifies that the next k steps are
-identical pure-decode steps (`Scheduler.decode_run_limit`), the engine applies
-them at once (`Scheduler.run_decode_steps`) with their durations from the cost
+identical pure-decode steps (`fast_path.decode_run_limit`), the engine applies
+them at once (`fast_path.decode_run`) with their durations from the cost
 model's vectorised `decode_run_times`, and stops the run before the step that
 would start after the next arrival or snapshot. Per-request results and block
 decisions equal the step-by-step simulation (tests/test_fast_path.py).
@@ -18,12 +18,13 @@ import gc
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 import simpy
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
+from pagesim.fast_path import decode_run, decode_run_limit
+from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import SchedulerStuck, run_step
 from pagesim.recorder import BlockSnapshot, Recorder
 from pagesim.request import Request, requests_from_trace
@@ -50,8 +51,7 @@ class RunResult:
     sim_wall_s: float
     num_steps: int
     leaked_blocks: int
-    prefix_cache_queries: int
-    prefix_cache_hits: int
+    prefix_cache: PrefixCacheStats
     extra: dict = field(default_factory=dict)
 
 
@@ -99,10 +99,12 @@ class Simulation:
                 continue
             if self.progress is not None:
                 self.progress(env.now)
-            k = sched.decode_run_limit() if self.fast_path else 0
+            k = decode_run_limit(sched) if self.fast_path else 0
             if k >= 2:
                 cut = min(self._next_arrival_time(), snaps[0] if snaps else float("inf"))
-                yield env.timeout(self._decode_run(k, cut) - env.now)
+                k, end = decode_run(sched, rec, self.cost_model, k, env.now, cut)
+                self.fast_path_steps += k
+                yield env.timeout(end - env.now)
                 continue
             plan, duration, _ = run_step(sched, self.executor, rec, env.now)
             if plan.is_empty:
@@ -119,29 +121,6 @@ class Simulation:
     def _next_arrival_time(self) -> float:
         i = self.next_arrival
         return self.requests[i].arrival_time if i < len(self.requests) else float("inf")
-
-    def _decode_run(self, k: int, cut: float) -> float:
-        """Apply up to k decode steps, none starting at or after `cut`; returns the end time."""
-        sched = self.scheduler
-        n = len(sched.running)
-        context = sum(r.num_computed_tokens for r in sched.running)
-        longest = max((r.num_computed_tokens for r in sched.running), default=0)
-        durations = self.cost_model.decode_run_times(n, context, k, longest)
-        starts, ends = [], []
-        t = self.env.now
-        for d in durations.tolist():
-            if starts and t >= cut:
-                break
-            starts.append(t)
-            t += d
-            ends.append(t)
-        k = len(starts)
-        self.fast_path_steps += k
-        before = self.recorder.memory_state()
-        first_step = sched.step_id
-        run = sched.run_decode_steps(k, ends)
-        self.recorder.record_decode_run(first_step, np.asarray(starts), durations[:k], run, before)
-        return ends[-1]
 
     # ---- running ----------------------------------------------------------------
     def run(self, name: str | None = None) -> RunResult:
@@ -174,8 +153,7 @@ class Simulation:
             sim_wall_s=wall,
             num_steps=len(steps),
             leaked_blocks=sched.leaked_blocks(),
-            prefix_cache_queries=sched.kv.prefix_cache_queries,
-            prefix_cache_hits=sched.kv.prefix_cache_hits,
+            prefix_cache=sched.kv.prefix_cache_stats,
             extra={"fast_path_steps": self.fast_path_steps},
         )
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from pagesim.config import Config
 from pagesim.kv_contiguous import ContiguousKVCacheManager, FirstFitAllocator
-from pagesim.kv_paged import PagedKVCacheManager, cdiv
+from pagesim.kv_paged import PagedKVCacheManager
+from pagesim.utils import cdiv
 from pagesim.request import Request, RequestStatus
 from pagesim.scheduler import Scheduler, StepOutcome, StepPlan
 from pagesim.specs import GIB, get_model

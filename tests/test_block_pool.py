@@ -36,7 +36,7 @@ def test_new_blocks_come_from_the_front_and_freed_blocks_join_the_back():
     pool.free_blocks(reversed(a))  # a request frees tail first
     assert list(pool.free_queue) == [2, 3, 1, 0]
     assert [b.block_id for b in pool.get_new_blocks(4)] == [2, 3, 1, 0]
-    assert pool.num_free_blocks == 0 and pool.usage == 1.0
+    assert pool.num_free_blocks == 0 and pool.num_used_blocks == 4
     pool_invariants(pool)
 
 
@@ -50,7 +50,7 @@ def test_asking_for_more_blocks_than_free_raises_and_changes_nothing():
 
 
 def test_freed_block_keeps_its_hash_until_reused_then_it_is_evicted():
-    pool = BlockPool(2, enable_caching=True, record_events=True)
+    pool = BlockPool(2, record_events=True)
     (b0,) = pool.get_new_blocks(1)
     assert pool.cache_block(b0, 111)
     pool.free_blocks([b0])
@@ -72,7 +72,7 @@ def test_freed_block_keeps_its_hash_until_reused_then_it_is_evicted():
 
 
 def test_same_content_is_indexed_once():
-    pool = BlockPool(3, enable_caching=True)
+    pool = BlockPool(3)
     a, b = pool.get_new_blocks(2)
     assert pool.cache_block(a, 7)
     assert not pool.cache_block(b, 7), "a second block with the same content must not replace the first"
@@ -82,7 +82,7 @@ def test_same_content_is_indexed_once():
 
 
 def test_touch_counts_sharing_and_free_drops_it():
-    pool = BlockPool(3, enable_caching=True)
+    pool = BlockPool(3)
     (a,) = pool.get_new_blocks(1)
     pool.cache_block(a, 5)
     pool.touch([a])
@@ -95,19 +95,33 @@ def test_touch_counts_sharing_and_free_drops_it():
     pool_invariants(pool)
 
 
-def test_usage_is_blocks_in_use_over_all_blocks():
-    pool = BlockPool(8)
-    pool.get_new_blocks(2)
-    assert pool.usage == 0.25
+def test_taking_blocks_reports_which_ones_evicted_a_cached_prefix():
+    pool = BlockPool(3)
+    a, b, c = pool.get_new_blocks(3)
+    assert pool.cache_block(b, b"kb")
+    pool.free_blocks([a, b, c])
+    evicted = []
+    taken = pool.get_new_blocks(3, evicted)
+    assert [x.block_id for x in taken] == [0, 1, 2] and evicted == [False, True, False]
+    assert pool.get_cached_block(b"kb") is None and pool.cached_free_blocks() == []
 
 
 class BlockPoolMachine(RuleBasedStateMachine):
-    """Random get/touch/free/cache sequences against a model: owner lists of block ids."""
+    """Random get/touch/free/cache sequences against a model: owner lists of block ids and the LRU order.
+
+    The model's free list is the eviction order: blocks are taken from its head,
+    a block whose last reference is dropped joins its tail, a touched free block
+    leaves it from wherever it is.
+    """
 
     def __init__(self):
         super().__init__()
-        self.pool = BlockPool(6, enable_caching=True)
+        self.pool = BlockPool(6)
         self.holders: list[list[int]] = []  # each holder: the block ids it references (one ref each)
+        self.lru: list[int] = list(range(6))  # free block ids, next to be taken first
+
+    def _refs(self, block_id: int) -> int:
+        return sum(ids.count(block_id) for ids in self.holders)
 
     @rule(n=st.integers(0, 3))
     def get(self, n):
@@ -117,6 +131,10 @@ class BlockPoolMachine(RuleBasedStateMachine):
             return
         evicting = [b for b in list(self.pool.free_queue.values())[:n] if b.block_hash is not None]
         blocks = self.pool.get_new_blocks(n)
+        expected, self.lru = self.lru[:n], self.lru[n:]
+        assert [b.block_id for b in blocks] == expected, (
+            f"took blocks {[b.block_id for b in blocks]}, not the least recently freed {expected}"
+        )
         assert all(b.block_hash is None for b in blocks)
         for b in evicting:
             assert b.block_id not in [c.block_id for c in self.pool.cached_block_hash_to_block.values()]
@@ -129,6 +147,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         hashed = [i for i in src if self.pool.blocks[i].block_hash is not None]
         self.pool.touch([self.pool.blocks[i] for i in hashed])
         self.holders.append(hashed)
+        self.lru = [i for i in self.lru if i not in hashed]
 
     @rule(h=st.integers(0, 4))
     def touch_cached(self, h):
@@ -137,6 +156,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         if b is not None:
             self.pool.touch([b])
             self.holders.append([b.block_id])
+            self.lru = [i for i in self.lru if i != b.block_id]
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data())
@@ -144,6 +164,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         i = data.draw(st.integers(0, len(self.holders) - 1))
         ids = self.holders.pop(i)
         self.pool.free_blocks(self.pool.blocks[j] for j in reversed(ids))
+        self.lru += [j for j in reversed(ids) if self._refs(j) == 0]
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data(), h=st.integers(0, 4))
@@ -162,6 +183,9 @@ class BlockPoolMachine(RuleBasedStateMachine):
             for i in ids:
                 refs[i] += 1
         assert refs == [b.ref_cnt for b in self.pool.blocks], "ref counts differ from the holders"
+        assert list(self.pool.free_queue) == self.lru, (
+            f"free queue {list(self.pool.free_queue)} is not in LRU order {self.lru}"
+        )
 
     def teardown(self):
         while self.holders:

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagesim.config import Config
-from pagesim.kv_paged import PagedKVCacheManager, cdiv
+from pagesim.kv_paged import PagedKVCacheManager
+from pagesim.utils import cdiv
 from pagesim.request import Request, RequestStatus
 from pagesim.scheduler import Scheduler
 from tests.helpers import assert_all_done, check_paged, check_plan, check_scheduler, swap_space_for
@@ -176,16 +177,33 @@ class PagedManagerMachine(RuleBasedStateMachine):
         num_new = min(chunk, r.num_tokens - num_hit)
         before = self._snapshot()
         hit_tokens_before = r.num_prefix_hit_tokens
+        stats_before = (self.kv.prefix_cache_stats.queries, self.kv.prefix_cache_stats.hits)
         need = self.kv.num_blocks_to_allocate(r, num_new, hits, num_hit)
+        # Blocks the admission may take: the free ones, less the hits sitting free (touching them takes them),
+        # less the watermark kept for running requests' growth (none kept when nothing runs).
+        free_hits = sum(1 for b in hits if b.ref_cnt == 0)
+        wm = self.kv.watermark_blocks if self.running else 0
+        allowed = self.kv.pool.num_free_blocks - free_hits - wm
         ok = self.kv.allocate_slots(r, num_new, hits, num_hit, admission=True, num_running=len(self.running))
         if not ok:
             assert self._snapshot() == before and not r.block_ids and r.num_computed_tokens == 0
-            free_hits = sum(1 for b in hits if b.ref_cnt == 0)
-            wm = self.kv.watermark_blocks if self.running else 0
-            assert need > self.kv.pool.num_free_blocks - free_hits - wm, "allocation refused with room to spare"
+            assert need > allowed, "allocation refused with room to spare"
             EVENTS["admission refused"] += 1
             return
-        assert r.num_computed_tokens == num_hit and r.num_prefix_hit_tokens == hit_tokens_before + num_hit
+        assert need <= allowed, (
+            f"admission granted {need} new blocks with only {allowed} allowed (free blocks less free hits "
+            f"less the watermark of {wm})"
+        )
+        first = r.num_preemptions == 0
+        assert r.num_computed_tokens == num_hit
+        assert r.num_prefix_hit_tokens == (num_hit if first and self.kv.enable_caching else hit_tokens_before), (
+            "num_prefix_hit_tokens must be the hits of the first admission only"
+        )
+        if first and self.kv.enable_caching:
+            assert (self.kv.prefix_cache_stats.queries, self.kv.prefix_cache_stats.hits) == (
+                stats_before[0] + r.prompt_len, stats_before[1] + num_hit)
+        else:
+            assert (self.kv.prefix_cache_stats.queries, self.kv.prefix_cache_stats.hits) == stats_before
         assert len(r.block_ids) == cdiv(num_hit + num_new, self.bs)
         for bid in r.block_ids[len(hits):]:
             self.content.pop(bid, None)  # fresh blocks: old content overwritten
@@ -315,6 +333,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
         r = data.draw(st.sampled_from([r for r in self.running if not self.pending[r.request_id]]))
         self.kv.free(r)
         r.num_computed_tokens = 0
+        r.num_preemptions += 1
         r.status = RequestStatus.WAITING
         self.running.remove(r)
         self.waiting.insert(0, r)
@@ -351,7 +370,8 @@ class PagedManagerMachine(RuleBasedStateMachine):
             for i, bid in enumerate(r.block_ids):
                 if pool.blocks[bid].block_hash is not None:
                     assert self.content.get(bid) == self._prefix(r, i)
-        assert self.kv.prefix_cache_hits <= self.kv.prefix_cache_queries
+        stats = self.kv.prefix_cache_stats
+        assert stats.hits <= stats.queries and stats.recompute_hits <= stats.recompute_queries
 
     def teardown(self):
         if not hasattr(self, "kv"):

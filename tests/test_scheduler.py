@@ -187,8 +187,8 @@ def test_prefix_hits_reduce_the_tokens_computed_by_the_hit_tokens():
         totals[caching] = sum(x[2] for st in steps for x in st.scheduled)
         hits[caching] = sum(r.num_prefix_hit_tokens for r in reqs)
         if caching:
-            assert s.kv.prefix_cache_hits == hits[caching]
-            assert s.kv.prefix_cache_queries == sum(r.prompt_len for r in reqs)
+            assert s.kv.prefix_cache_stats.hits == hits[caching]
+            assert s.kv.prefix_cache_stats.queries == sum(r.prompt_len for r in reqs)
     assert hits[False] == 0
     assert hits[True] == 9 * 32, "each later request should hit the 32-token shared prefix"
     assert totals[False] - totals[True] == hits[True]
@@ -201,7 +201,10 @@ def test_a_recomputed_request_hits_its_own_cached_blocks():
     drive(s, reqs)
     assert_all_done(s, reqs)
     preempted = [r for r in reqs if r.num_preemptions]
-    assert preempted and any(r.num_prefix_hit_tokens > 0 for r in preempted)
+    stats = s.kv.prefix_cache_stats
+    assert preempted and stats.recompute_hits > 0, "no re-admitted request found its own blocks in the cache"
+    # Requests without token ids or hash ids share nothing: no first admission hits another's blocks.
+    assert stats.hits == 0 and all(r.num_prefix_hit_tokens == 0 for r in reqs)
 
 
 # ---- budgets and determinism -------------------------------------------------------------------------------------

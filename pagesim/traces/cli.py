@@ -36,8 +36,22 @@ def _info(args: argparse.Namespace) -> int:
     trace = load_trace(args.file, args.format)
     print(f"trace {trace.name}")
     print(format_stats(trace_stats(trace), trace.hash_block_size))
+    print(format_ideal_hit_rate(trace))
     print(trace.summary)
     return 0
+
+
+def format_ideal_hit_rate(trace) -> str:
+    """The prefix-cache hit rate the trace allows with unlimited memory, at the default block size."""
+    from pagesim.block_hash import ideal_prefix_cache_hit_rate
+    from pagesim.config import Config
+    from pagesim.request import requests_from_trace
+
+    block_size = Config().block_size
+    rate = ideal_prefix_cache_hit_rate(requests_from_trace(trace), block_size)
+    shown = "n/a" if rate is None else f"{rate:.1%}"
+    return (f"ideal prefix_cache_hit_rate (unlimited memory, block_size {block_size}): {shown} "
+            "of prompt tokens served from the cache at first admission")
 
 
 def _synth(args: argparse.Namespace) -> int:

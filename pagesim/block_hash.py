@@ -1,0 +1,76 @@
+"""Content-addressed prefix-cache keys, vLLM style: a block's key hashes its parent's key and its content.
+
+`hash_block_tokens(parent, kind, values)` is BLAKE2b with a 16-byte digest of
+`parent (16 bytes) | kind (1 byte) | encoding (1 byte) | values`, where the
+values are packed as signed 64-bit integers (or, for larger ones, as decimal
+text under another encoding byte). The input is unambiguous, so two blocks get
+the same key only if their whole chains of content are equal (or BLAKE2b-128
+collides, which nothing here can make happen). Keys are bytes: the same in every
+process, whatever PYTHONHASHSEED is.
+
+What a block's content is (token ids, a trace's hash ids, or a key unique to
+the request) is `Request.block_content_key`'s decision. Keys are computed once
+per full block and kept on the request (`request.block_hashes`).
+
+`ideal_prefix_cache_hit_rate` is the hit rate with unlimited memory, computed
+from the keys alone: requests in arrival order, each finding the leading blocks
+of its prompt that any earlier request's prompt held.
+"""
+
+from __future__ import annotations
+
+from array import array
+from hashlib import blake2b
+
+from pagesim.request import Request
+
+BlockHash = bytes
+ROOT_HASH: BlockHash = bytes(16)  # the parent of a request's first block
+
+
+def hash_block_tokens(parent: BlockHash, kind: bytes, values: tuple[int, ...]) -> BlockHash:
+    """The key of a block whose content is `values` of the given one-byte `kind`, following `parent`."""
+    try:
+        data = b"q" + array("q", values).tobytes()
+    except OverflowError:  # an id beyond int64: spell it out
+        data = b"s" + ",".join(map(str, values)).encode()
+    return blake2b(parent + kind + data, digest_size=16).digest()
+
+
+def request_block_hashes(request: Request, num_blocks: int, block_size: int) -> list[BlockHash]:
+    """Keys of (at least) the request's first `num_blocks` blocks, memoised on the request."""
+    hashes = request.block_hashes
+    if len(hashes) < num_blocks:
+        parent = hashes[-1] if hashes else ROOT_HASH
+        content = request.block_content_key
+        for i in range(len(hashes), num_blocks):
+            parent = hash_block_tokens(parent, *content(i, block_size))
+            hashes.append(parent)
+    return hashes
+
+
+def ideal_prefix_cache_hit_rate(requests: list[Request], block_size: int) -> float | None:
+    """Prompt tokens found in the cache / prompt tokens, with unlimited memory and nothing evicted.
+
+    Requests are taken in arrival order (ties by trace position); each hits the
+    longest run of leading full blocks, at most `prompt_len - 1` tokens (the last
+    prompt token is always computed), whose keys some earlier request's prompt
+    held, and then adds its own full prompt blocks. This is the simulator's
+    `prefix_cache_hit_rate` when memory never runs out and each request arrives
+    after the earlier ones have computed their prompts; it bounds it otherwise.
+    None for an empty trace. The requests' memoised keys are filled in.
+    """
+    seen: set[BlockHash] = set()
+    prompt_tokens = hit_tokens = 0
+    for r in sorted(requests, key=lambda r: (r.arrival_time, r.seq_no)):
+        full = r.prompt_len // block_size
+        hashes = request_block_hashes(r, full, block_size)[:full]
+        hits = 0
+        for h in hashes[: (r.prompt_len - 1) // block_size]:
+            if h not in seen:
+                break
+            hits += 1
+        prompt_tokens += r.prompt_len
+        hit_tokens += hits * block_size
+        seen.update(hashes)
+    return hit_tokens / prompt_tokens if prompt_tokens else None

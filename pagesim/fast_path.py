@@ -1,0 +1,117 @@
+"""The simulator's exact fast path: k identical pure-decode steps applied at once.
+
+Between events the simulator need not step: when every running request is
+decoding and the heads of the swapped and waiting queues cannot be admitted,
+the next k steps are identical decode steps of the same batch. `decode_run_limit`
+certifies k, `run_decode_steps` applies the k steps exactly as k
+schedule()/finish_step() pairs would (the KV-cache manager takes the blocks in
+the step-by-step order), and `decode_run` does both with the cost model's
+vectorised durations, stopping before the step that would start at or after
+`cut` (the next arrival or snapshot). Per-request results, step tables and
+block decisions equal step-by-step simulation (tests/test_fast_path.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pagesim.scheduler import Scheduler, StepOutcome
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """What a batch of k identical decode steps did, for recorders (per-step lists have length k)."""
+
+    k: int
+    num_seqs: int
+    context_start: int  # tokens in the cache for the running requests before the first step
+    max_context_start: int = 0  # the most any one of them has then (step j, 0-based, reads max + j + 1 for it)
+    blocks_per_step: list[int] = field(default_factory=list)
+    evicted_per_step: list[int] = field(default_factory=list)
+    internal_delta_per_step: list[int] = field(default_factory=list)
+    outcome: StepOutcome | None = None
+
+
+def decode_run_limit(sched: Scheduler) -> int:
+    """How many next steps are certainly identical pure-decode steps of the same running set.
+
+    0 unless every running request is decoding and will be scheduled, no fork
+    copy is pending, and the head of the swapped (else waiting) queue would not
+    be admitted now (`Scheduler.admission`, the question schedule() asks; the
+    head then stays blocked: free memory only shrinks and the batch stays the
+    same). The limit is the fewest remaining output tokens of a running request
+    (the step in which one finishes is the run's last) and the most steps whose
+    block allocations all succeed (`max_decode_steps`, so nobody is preempted).
+    The caller also stops the run at the next arrival.
+    """
+    running = sched.running
+    n = len(running)
+    budget = sched.config.max_num_batched_tokens - n
+    if not n or sched.pending_copies or budget < 0:
+        return 0
+    limit = 1 << 62
+    for r in running:
+        if not r.is_decoding:
+            return 0
+        left = r.output_len - r.num_output_tokens
+        if left < limit:
+            limit = left
+    if sched.swapped or sched.waiting:
+        head = sched.swapped[0] if sched.swapped else sched.waiting[0]
+        if budget > 0 and sched.admission(head, budget, n, swapped=bool(sched.swapped)) is not None:
+            return 0
+    return sched.kv.max_decode_steps(running, limit)
+
+
+def run_decode_steps(sched: Scheduler, k: int, step_ends: list[float]) -> DecodeRun:
+    """Apply k pure-decode steps at once; `step_ends[j]` is the time step j ends. Requires k <= decode_run_limit()."""
+    kv = sched.kv
+    running = sched.running
+    run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(r.num_computed_tokens for r in running),
+                    max_context_start=max((r.num_computed_tokens for r in running), default=0))
+    blocks = kv.allocate_decode_steps(running, k)
+    run.blocks_per_step = blocks.blocks_per_step
+    run.evicted_per_step = blocks.evicted_per_step
+    run.internal_delta_per_step = blocks.internal_delta_per_step
+    sched.step_id += k
+    end = step_ends[k - 1]
+    outcome = StepOutcome()
+    for r in running:
+        old = r.num_computed_tokens
+        r.num_computed_tokens = old + k
+        kv.cache_full_blocks(r, old)
+        r.num_output_tokens += k
+        if r.num_output_tokens >= r.output_len:
+            sched.finish_request(r, end, outcome)
+    if outcome.finished:
+        done = {id(r) for r in outcome.finished}
+        sched.running = [r for r in running if id(r) not in done]
+    run.outcome = outcome
+    return run
+
+
+def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float) -> tuple[int, float]:
+    """Apply and record up to k decode steps from `now`, none but the first starting at or after `cut`.
+
+    Returns (steps applied, end time of the last).
+    """
+    n = len(sched.running)
+    context = sum(r.num_computed_tokens for r in sched.running)
+    longest = max((r.num_computed_tokens for r in sched.running), default=0)
+    durations = cost_model.decode_run_times(n, context, k, longest)
+    starts, ends = [], []
+    t = now
+    for d in durations.tolist():
+        if starts and t >= cut:
+            break
+        starts.append(t)
+        t += d
+        ends.append(t)
+    k = len(starts)
+    before = recorder.memory_state()
+    first_step = sched.step_id
+    run = run_decode_steps(sched, k, ends)
+    recorder.record_decode_run(first_step, np.asarray(starts), durations[:k], run, before)
+    return k, ends[-1]

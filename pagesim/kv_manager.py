@@ -1,0 +1,130 @@
+"""The KV-cache manager interface: every question and command the scheduler and the recorder use.
+
+Two layouts implement it: `PagedKVCacheManager` (kv_paged.py, block tables over
+a shared pool with prefix caching) and `ContiguousKVCacheManager`
+(kv_contiguous.py, one reserved run per request). The scheduler never asks
+which one it has; a new layout or eviction policy is a change to one file.
+
+Conventions shared by both:
+- a request's GPU block table is `request.block_ids`, its CPU blocks (when
+  swapped out) `request.cpu_block_ids`;
+- `can_*` methods are pure questions; the command of the same name makes the
+  change only when the question says yes, and returns False/None (changing
+  nothing) otherwise;
+- `admission=True` keeps `watermark` of the cache free for the growth of
+  running requests, unless none is running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from pagesim.accounting import MemoryAccounting
+from pagesim.request import Request
+
+
+@dataclass(slots=True)
+class PrefixCacheStats:
+    """Prefix-cache lookups at admission, in tokens (vLLM's queries/hits, split like its preempted_* counters).
+
+    A first admission (a request, not a forked sample, never preempted) looks up
+    its prompt: `queries` += prompt_len, `hits` += prompt tokens found (at most
+    prompt_len - 1). Every other admission (after a recompute preemption, or a
+    sample whose fork found no free block) looks up the tokens it must
+    recompute, prompt plus those generated so far: `recompute_queries`,
+    `recompute_hits`. So `hit_rate` is comparable across configurations and
+    with a trace's ideal, and is not inflated by a request hitting its own blocks.
+    """
+
+    queries: int = 0
+    hits: int = 0
+    recompute_queries: int = 0
+    recompute_hits: int = 0
+
+    def record(self, request: Request, num_hit_tokens: int) -> None:
+        if request.num_preemptions == 0 and request.parent_id is None:
+            self.queries += request.num_tokens
+            self.hits += num_hit_tokens
+            request.num_prefix_hit_tokens = num_hit_tokens
+        else:
+            self.recompute_queries += request.num_tokens
+            self.recompute_hits += num_hit_tokens
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hits / self.queries if self.queries else None
+
+    @property
+    def recompute_hit_rate(self) -> float | None:
+        return self.recompute_hits / self.recompute_queries if self.recompute_queries else None
+
+
+@dataclass(slots=True)
+class DecodeBlocks:
+    """Per-step effects of a run of k decode steps' block allocations (lists of length k)."""
+
+    blocks_per_step: list[int]  # blocks allocated in each step
+    evicted_per_step: list[int]  # of those, blocks that held a cached prefix (evicted to be reused)
+    internal_delta_per_step: list[int]  # internal fragmentation added (a request's last block allocated)
+
+
+class KVCacheManager(Protocol):
+    block_size: int
+    num_gpu_blocks: int
+    prefix_cache_stats: PrefixCacheStats
+    events: list[tuple] | None  # block events when recording was asked for
+
+    # ---- admission --------------------------------------------------------------------------
+    def rejection_reason(self, request: Request) -> str | None:
+        """Why the request can never run in this cache (None if it can)."""
+
+    def get_computed_blocks(self, request: Request) -> tuple[list, int]:
+        """Prefix-cache hits: (blocks, tokens) of the longest cached run of the request's leading blocks."""
+
+    def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
+                     admission: bool = False, num_running: int = 1) -> bool:
+        """Whether `allocate_slots` with the same arguments would succeed now."""
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks=(),
+                       num_computed_from_cache: int = 0, admission: bool = False, num_running: int = 1) -> bool:
+        """Room for `num_new_tokens` more tokens (hits count as computed); False and no change if short."""
+
+    def cache_full_blocks(self, request: Request, old_computed: int) -> None:
+        """Register blocks that became full since `old_computed` tokens were computed."""
+
+    def free(self, request: Request) -> None:
+        """Release the request's GPU blocks."""
+
+    # ---- parallel sampling and swapping ------------------------------------------------------
+    def fork(self, parent: Request, child: Request) -> list[tuple[int, int]] | None:
+        """Give the child the parent's computed tokens; (src, dst) block copies, or None if short."""
+
+    def swap_out(self, request: Request) -> list[tuple[int, int]] | None:
+        """Move the request's blocks to the CPU pool; (gpu, cpu) pairs, or None if the CPU pool is short."""
+
+    def can_swap_in(self, request: Request, num_new_tokens: int, num_running: int) -> bool:
+        """Whether `swap_in` with the same arguments would succeed now."""
+
+    def swap_in(self, request: Request, num_new_tokens: int, num_running: int) -> list[tuple[int, int]] | None:
+        """Bring a swapped request back with room for its next tokens; (cpu, gpu) pairs, or None if short."""
+
+    def free_swapped(self, request: Request) -> None:
+        """Release a swapped-out request's CPU blocks."""
+
+    # ---- runs of decode steps (the simulator's exact fast path) -------------------------------
+    def max_decode_steps(self, running: list[Request], limit: int) -> int:
+        """Largest k <= limit such that k decode steps of every running request find their blocks."""
+
+    def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
+        """Allocate k decode steps' blocks exactly as k single steps would (requires k <= max_decode_steps)."""
+
+    # ---- state ------------------------------------------------------------------------------
+    def num_held_blocks(self) -> int:
+        """GPU plus CPU blocks held by requests (0 once every request has ended)."""
+
+    def cached_block_ids(self) -> Iterable[int]:
+        """Free GPU blocks that still hold a reusable prefix."""
+
+    def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
+        """Slots per memory category; `running` hold the GPU blocks, `head` is the next request to admit."""

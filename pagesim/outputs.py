@@ -1,0 +1,62 @@
+"""Output paths, checked before any work starts.
+
+Every command that writes results calls one of these first, so a finished run
+is never thrown away because its --out cannot be written:
+
+    prepare_output_dir(path, force, flag="--out") -> Path    a directory of results (replay, live, sweep, ...)
+    prepare_output_file(path, force, flag="--out") -> Path   one file (trace synth, trace convert, calibrate)
+
+Both create missing parent directories and raise UserError with one line that
+names the flag and the path. An existing non-empty directory, or an existing
+file, is refused unless `force` (the command's --force): results are never
+mixed with an earlier run's by accident. With force the command writes into
+the directory, replacing files of the same name; nothing else is deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pagesim.errors import UserError
+
+
+def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
+    """Create `path` as an (empty, or with `force` existing) writable directory; return it as a Path."""
+    out = Path(path)
+    where = f"{flag} {path}"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{where}: is a file, not a directory; choose a directory path for {flag}")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"{where}: directory exists and is not empty; pass --force to write into it, or choose another {flag}")
+    _make_dir(out, where)
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(f"{where}: directory is not writable")
+    return out
+
+
+def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
+    """Check that `path` can be written as a new file (or replaced, with `force`); create its parent; return it."""
+    out = Path(path)
+    where = f"{flag} {path}"
+    if str(path).endswith(os.sep) or out.is_dir():
+        raise UserError(f"{where}: is a directory; {flag} takes a file path here")
+    if out.exists() and not force:
+        raise UserError(f"{where}: file exists; pass --force to replace it, or choose another {flag}")
+    _make_dir(out.parent, where)
+    if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UserError(f"{where}: not writable")
+    return out
+
+
+def _make_dir(directory: Path, where: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"{where}: a parent path is a file, not a directory") from None
+    except NotADirectoryError:
+        raise UserError(f"{where}: a parent path is a file, not a directory") from None
+    except PermissionError:
+        raise UserError(f"{where}: no permission to create the directory {directory}") from None
+    except OSError as exc:
+        raise UserError(f"{where}: cannot create the directory {directory} ({exc.strerror})") from None
