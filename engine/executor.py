@@ -247,6 +247,9 @@ class GPUExecutor:
         return time.perf_counter() - t0
 
     def _move_blocks(self, plan) -> None:
+        if plan.blocks_to_load or plan.blocks_to_store:
+            raise RuntimeError("the plan moves blocks to or from the host offload tier, which the engine does not "
+                               "implement yet (kv_offloading_size is simulator-only)")
         if plan.blocks_to_copy:
             copy_blocks(self.kv_cache, torch.tensor(plan.blocks_to_copy, dtype=torch.int64))
         if plan.blocks_to_swap_out or plan.blocks_to_swap_in:

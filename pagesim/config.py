@@ -36,6 +36,7 @@ class Config:
     swap_space: float = 4.0  # GiB of CPU memory for swapped-out blocks
     watermark: float = 0.01  # fraction of GPU blocks kept free when admitting new requests
     kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "fp8": e4m3 with per-layer K and V scales (vLLM)
+    kv_offloading_size: float = 0.0  # GiB of host memory for the prefix cache's CPU tier (vLLM native offloading); 0: off
     # Memory-management policy: "paged", or "contiguous" with a reserve policy.
     kv_layout: str = "paged"
     reserve_policy: str = "max"
@@ -86,6 +87,11 @@ class Config:
         return int(self.swap_space * GIB // self.block_bytes)
 
     @property
+    def num_offload_blocks(self) -> int:
+        """Blocks of the host tier behind the GPU prefix cache (0: no tier)."""
+        return int(self.kv_offloading_size * GIB // self.block_bytes)
+
+    @property
     def run_name(self) -> str:
         return "paged" if self.kv_layout == "paged" else f"contiguous-{self.reserve_policy}"
 
@@ -97,6 +103,7 @@ class Config:
         d["resolved_num_gpu_blocks"] = self.resolved_num_gpu_blocks
         d["resolved_max_model_len"] = self.resolved_max_model_len
         d["num_cpu_blocks"] = self.num_cpu_blocks
+        d["num_offload_blocks"] = self.num_offload_blocks
         return d
 
     @classmethod
@@ -118,6 +125,9 @@ class Config:
             (self.swap_space >= 0, "swap_space must be non-negative (GiB)"),
             (0 <= self.watermark < 1, "watermark must be in [0, 1)"),
             (self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES, f"kv_cache_dtype must be one of {tuple(KV_CACHE_DTYPE_BYTES)}"),
+            (self.kv_offloading_size >= 0, "kv_offloading_size must be non-negative (GiB)"),
+            (self.kv_offloading_size == 0 or self.enable_prefix_caching,
+             "kv_offloading_size needs enable_prefix_caching (the host tier is keyed by prefix-cache block hashes)"),
             (self.kv_layout in KV_LAYOUTS, f"kv_layout must be one of {KV_LAYOUTS}"),
             (self.reserve_policy in RESERVE_POLICIES, f"reserve_policy must be one of {RESERVE_POLICIES}"),
             (

@@ -61,6 +61,9 @@ class StepPlan:
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu)
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst), before the forward pass
+    # Host (offload) tier: loads before the forward pass; stores of blocks filled by earlier steps, overlapped with it.
+    blocks_to_load: list[tuple[int, int]] = field(default_factory=list)  # (host, gpu)
+    blocks_to_store: list[tuple[int, int]] = field(default_factory=list)  # (gpu, host)
     admitted: list[str] = field(default_factory=list)
 
     @property
@@ -206,6 +209,7 @@ class Scheduler:
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
 
+        plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
         for s in scheduled:
             if s.is_decode:
                 plan.num_decode_tokens += s.num_new_tokens

@@ -194,6 +194,7 @@ class ProfileCostModel:
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
         self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
+        self.load_s_per_block = self.store_s_per_block = self.swap_s_per_block  # host tier: the swap link
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -226,15 +227,18 @@ class ProfileCostModel:
         return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx * longest
 
     def step_time(self, f: StepFeatures) -> float:
-        t = (f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+        t = ((f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+             + f.num_load_blocks * self.load_s_per_block)
+        store = f.num_store_blocks * self.store_s_per_block  # overlapped with the forward pass (roofline.py)
         if f.num_prefill_tokens or f.num_decode_seqs:
             if not f.num_prefill_tokens and f.num_decode_seqs <= self._graph_max:
-                t += self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context)
+                fwd = self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context)
             else:
-                t += self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
-                                      f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
-        elif t:
-            t += self._idle
+                fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
+                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
+            t += max(store, fwd)
+        elif t or store:
+            t += store + self._idle
         return t
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int) -> np.ndarray:

@@ -15,6 +15,9 @@
                       prefill_attn_pairs + decode_context_tokens
     step    = forward (0 without tokens) + swapped blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)
               + copied blocks * 2 * block_bytes / mem_rate
+              + loaded blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)      host tier -> GPU
+    with a host tier, forward becomes max(forward, stored blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)):
+    stores (GPU -> host) run on a side stream under the step's compute; loads precede the prefill that needs them
 
 Why two rooflines and not one max over the whole step: attention and the matmuls are separate
 kernels that run one after the other in every layer, so a decode batch's K/V streaming does not hide
@@ -78,6 +81,7 @@ class RooflineCostModel:
         self.attn_flops = 4 * m.head_dim * m.num_heads * m.num_layers  # per (query, key) pair
         self.swap_s_per_block = config.block_bytes / (g.pcie_bandwidth * pcie_efficiency)
         self.copy_s_per_block = 2 * config.block_bytes / self.mem_rate
+        self.load_s_per_block = self.store_s_per_block = self.swap_s_per_block  # host tier: the same PCIe link
 
     def _forward_time(self, tokens, seqs, kv_read, pairs, maximum=max):
         """Works on ints and on numpy arrays alike, with the same operations in the same order."""
@@ -87,14 +91,16 @@ class RooflineCostModel:
         return dense + attention + self.step_overhead_s + seqs * self.seq_overhead_s
 
     def step_time(self, f: StepFeatures) -> float:
-        t = (f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+        t = ((f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+             + f.num_load_blocks * self.load_s_per_block)
+        store = f.num_store_blocks * self.store_s_per_block
         tokens = f.num_prefill_tokens + f.num_decode_seqs
         if tokens:
-            t += self._forward_time(tokens, f.num_prefill_seqs + f.num_decode_seqs,
-                                    f.prefill_context_tokens + f.decode_context_tokens,
-                                    f.prefill_attn_pairs + f.decode_context_tokens)
-        elif t:
-            t += self.step_overhead_s
+            t += max(store, self._forward_time(tokens, f.num_prefill_seqs + f.num_decode_seqs,
+                                               f.prefill_context_tokens + f.decode_context_tokens,
+                                               f.prefill_attn_pairs + f.decode_context_tokens))
+        elif t or store:
+            t += store + self.step_overhead_s
         return t
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int) -> np.ndarray:
