@@ -3,7 +3,8 @@
 `GPUExecutor.execute(plan) -> seconds` is the engine's side of pagesim.loop.run_step. One step:
 
 1. block copies (`plan.blocks_to_copy`: a fork's copy of the parent's last blocks);
-2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU;
+2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU; then the host offload tier's stores and loads
+   (engine/host_tier.py);
 3. one forward pass over the packed batch, prefill chunks first, then one token per decoding
    sequence; a token at position pos of a request is stored at slot
    block_ids[pos // block_size] * block_size + pos % block_size;
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.host_tier import HostTier
 from engine.kernels import copy_blocks, swap_blocks
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
 from engine.tokens import prompt_token_ids
@@ -155,6 +157,8 @@ class GPUExecutor:
             shape = kv_cache_shape(model.spec, config.num_cpu_blocks, self.block_size)
             self.cpu_cache = torch.empty(shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.is_cuda)
 
+        self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks) if config.num_offload_blocks else None
+
         self._tokens: dict[str, _Tokens] = {}
         self._fork_prefixes: dict[str, np.ndarray] = {}  # released parents' prompt + first token, for late forks
         self.keep_logits = keep_logits
@@ -248,8 +252,11 @@ class GPUExecutor:
 
     def _move_blocks(self, plan) -> None:
         if plan.blocks_to_load or plan.blocks_to_store:
-            raise RuntimeError("the plan moves blocks to or from the host offload tier, which the engine does not "
-                               "implement yet (kv_offloading_size is simulator-only)")
+            if self.host_tier is None:
+                raise RuntimeError("the plan moves blocks to or from the host offload tier, but the executor has "
+                                   "none (kv_offloading_size is 0)")
+            self.host_tier.store(self.kv_cache, plan.blocks_to_store)  # gathered before the load can overwrite
+            self.host_tier.load(self.kv_cache, plan.blocks_to_load)
         if plan.blocks_to_copy:
             copy_blocks(self.kv_cache, torch.tensor(plan.blocks_to_copy, dtype=torch.int64))
         if plan.blocks_to_swap_out or plan.blocks_to_swap_in:

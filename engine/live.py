@@ -172,8 +172,6 @@ def live(args) -> int:
     if not torch.cuda.is_available() and not args.allow_cpu:
         raise UserError("live mode needs a CUDA GPU (torch.cuda.is_available() is False)")
     config = config_from_args(args)
-    if config.kv_offloading_size:
-        raise UserError("--kv-offloading-size is simulator-only: the engine has no host offload tier yet")
     if args.baseline:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
     trace = trace_from_args(args)
