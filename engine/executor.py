@@ -2,6 +2,7 @@
 
 `GPUExecutor.execute(plan) -> seconds` is the engine's side of pagesim.loop.run_step. One step:
 
+0. forget the requests that ended since the last plan (`plan.finished_req_ids`);
 1. block copies (`plan.blocks_to_copy`: a fork's copy of the parent's last blocks);
 2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU; then the host offload tier's stores and loads
    (engine/host_tier.py);
@@ -183,6 +184,18 @@ class GPUExecutor:
             if cuda_graphs:
                 self._capture_graphs()
 
+    def describe(self) -> dict:
+        """What ran the steps, for a run's summary.json."""
+        return {
+            "device": str(self.device),
+            "dtype": str(self.model.dtype).removeprefix("torch."),
+            "num_gpu_blocks": self.num_gpu_blocks,
+            "num_cpu_blocks": 0 if self.cpu_cache is None else int(self.cpu_cache.shape[2]),
+            "cuda_graph_batch_sizes": sorted(self.graphs),
+            "num_steps": self.num_steps,
+            "num_graph_steps": self.num_graph_steps,
+        }
+
     # ---- tokens ----------------------------------------------------------------------------
     def tokens_of(self, request_id: str) -> list[int]:
         """The request's tokens so far: prompt ids, then the tokens it generated."""
@@ -190,11 +203,14 @@ class GPUExecutor:
         return t.ids[: t.n].tolist()
 
     def release(self, request_id: str) -> None:
-        """Forget a finished request's tokens (a live run calls this for finished requests).
+        """Forget a finished request's tokens (execute() does it for the plan's finished_req_ids).
 
         A request with n > 1 keeps its prompt and first token, which a sample forked from it
-        still needs if it first runs after its parent has finished.
+        still needs if it first runs after its parent has finished. With keep_logits (tests),
+        everything is kept for inspection.
         """
+        if self.keep_logits:
+            return
         t = self._tokens.pop(request_id, None)
         if t is not None and t.num_samples > 1:
             self._fork_prefixes[request_id] = t.ids[: t.prompt_len + 1].copy()
@@ -230,6 +246,8 @@ class GPUExecutor:
     def execute(self, plan) -> float:
         """Run one step plan; returns its wall duration in seconds (device work included)."""
         t0 = time.perf_counter()
+        for request_id in plan.finished_req_ids:
+            self.release(request_id)
         if self.is_cuda:
             self._ev_start.record()
         with torch.inference_mode():

@@ -1,8 +1,9 @@
 """Live GPU mode: a trace replayed in wall-clock time through the shared scheduler and the GPU executor,
 and calibration of the `profile` cost model on the same loop.
 
-Both use pagesim.loop.run_step with a wall clock, so a step's recorded
-duration covers scheduling, the forward pass and sampling. Back-to-back steps
+Both run the shared driver loop (pagesim.loop.drive) on the wall clock, so a
+step's recorded duration covers scheduling, the forward pass and sampling; the
+executor frees finished requests' state from the plans (`finished_req_ids`). Back-to-back steps
 are then stitched (each step lasts until the next one starts), so the step
 durations of a busy stretch add up to its wall time and the recorder's
 bookkeeping is not lost between steps.
@@ -14,14 +15,13 @@ import argparse
 import json
 import platform
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
-from pagesim.loop import run_step
+from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.recorder import Recorder
 from pagesim.request import Request, requests_from_trace
@@ -66,7 +66,7 @@ def stitch_durations(steps: pd.DataFrame, idle_after: set[int]) -> pd.DataFrame:
     return steps
 
 
-class LiveRun:
+class LiveReplay:
     """One trace through the scheduler and a GPU executor, arrivals released on the wall clock."""
 
     def __init__(self, requests: list[Request], config: Config, executor, progress=None):
@@ -83,31 +83,27 @@ class LiveRun:
 
     def run(self) -> dict:
         sched, rec, ex = self.scheduler, self.recorder, self.executor
-        clock = time.perf_counter
-        t0 = clock()
-        now = lambda: clock() - t0  # noqa: E731
-        i, n = 0, len(self.requests)
+        clock = WallClock()
         last_step = None
-        while i < n or sched.has_work():
-            t = now()
-            while i < n and self.requests[i].arrival_time <= t:
-                req = self.requests[i]
-                sched.add_request(req)
-                self.releases.append((req.request_id, req.arrival_time, t, sched.step_id))
-                i += 1
-            if not sched.has_work():
-                if last_step is not None:
-                    self.idle_after.add(last_step)
-                time.sleep(max(0.0, self.requests[i].arrival_time - now()))
-                continue
-            plan, _, outcome = run_step(sched, ex, rec, t, clock=now)
+
+        def released(req: Request, t: float, step: int) -> None:
+            self.releases.append((req.request_id, req.arrival_time, t, step))
+
+        def idle(t: float) -> None:
+            if last_step is not None:
+                self.idle_after.add(last_step)
+
+        def stepped(plan, duration, outcome) -> None:
+            nonlocal last_step
             last_step = plan.step_id
-            self.gpu_times[plan.step_id] = getattr(ex, "last_gpu_time_s", None)
+            self.gpu_times[plan.step_id] = ex.last_gpu_time_s
             self.batches.append((plan.step_id, " ".join(s.request_id for s in plan.scheduled), " ".join(plan.preempted)))
-            for r in outcome.finished:
-                ex.release(r.request_id)
             if self.progress is not None and outcome.finished:
                 self.progress(len(outcome.finished))
+
+        run(drive(sched, ex, rec, Arrivals.at_arrival_times(self.requests, on_release=released), clock,
+                  hooks=Hooks(step=stepped, idle=idle)))
+        now = clock.now
         wall = now()
         steps = stitch_durations(rec.steps_frame(), self.idle_after)
         steps["gpu_time_s"] = steps["step"].map(self.gpu_times).astype("float64")
@@ -133,13 +129,8 @@ def warm_up(executor, config: Config) -> None:
     sched = Scheduler(cfg)
     rec = Recorder(sched, StepFeatures.from_plan)
     lengths = [(7, 3), (300, 5), (min(2048, cfg.resolved_max_model_len - 8), 3), (33, 9)]
-    for i, (p, o) in enumerate(lengths):
-        sched.add_request(Request(f"warmup-{i}", 0.0, p, o, seq_no=-1 - i))
-    clock = time.perf_counter
-    while sched.has_work():
-        _, _, outcome = run_step(sched, executor, rec, clock(), clock=clock)
-        for r in outcome.finished:
-            executor.release(r.request_id)
+    requests = [Request(f"warmup-{i}", 0.0, p, o, seq_no=-1 - i) for i, (p, o) in enumerate(lengths)]
+    run(drive(sched, executor, rec, Arrivals([(0, r) for r in requests], by_step=True), WallClock()))
 
 
 def make_executor(config: Config):
@@ -180,14 +171,14 @@ def live(args) -> int:
     warm_up(executor, config)
     requests = requests_from_trace(trace)
     with tqdm(total=len(requests), desc=f"live {config.run_name}", unit="req") as bar:
-        run = LiveRun(requests, config, executor, progress=bar.update)
+        run = LiveReplay(requests, config, executor, progress=bar.update)
         out = run.run()
     name = "live"
     out_dir = Path(args.out)
     result = type("Result", (), {"steps": out["steps"], "requests": out["requests"]})
     write_run_dir(out_dir, config, trace, {name: result}, {name: out["summary"]},
                   {"environment": environment(), "model_spec": _spec_dict(config), "time_scale": args.time_scale,
-                   "run_name": config.run_name, "executor": getattr(executor, "describe", lambda: {})()})
+                   "run_name": config.run_name, "executor": executor.describe()})
     releases = run.releases_frame()
     releases.to_csv(out_dir / "releases.csv", index=False)
     run.batches_frame().to_parquet(out_dir / "batches.parquet", index=False)
@@ -266,16 +257,8 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
                 seq += 1
                 pending.append((release[0] if release else 0, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq)))
         pending.sort(key=lambda x: x[0])
-        clock = time.perf_counter
-        i = 0
-        while i < len(pending) or sched.has_work():
-            # Release what is due; an idle engine takes the next group at once (no step is ever empty).
-            while i < len(pending) and (pending[i][0] <= sched.step_id or not sched.has_work()):
-                sched.add_request(pending[i][1])
-                i += 1
-            _, _, outcome = run_step(sched, executor, rec, clock(), clock=clock)
-            for r in outcome.finished:
-                executor.release(r.request_id)
+        # Released before their step; an idle engine takes the next group at once (no step is ever empty).
+        run(drive(sched, executor, rec, Arrivals(pending, by_step=True), WallClock()))
         steps = stitch_durations(rec.steps_frame(), set())
         frames.append(steps.iloc[:-1].assign(workload=name))  # the last step has no successor to stitch to
         if on_workload is not None:

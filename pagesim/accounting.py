@@ -1,6 +1,6 @@
 """Memory accounting: every KV slot of the GPU cache is in exactly one category.
 
-The words follow DESIGN.md and Fig. 2 of the PagedAttention paper:
+The words follow the README (Architecture, Memory accounting) and Fig. 2 of the PagedAttention paper:
 
 - used: holds live K/V of a token;
 - reserved: allocated to a request for tokens it will still produce;

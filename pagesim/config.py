@@ -8,7 +8,7 @@ one of the contiguous reserve-ahead baselines that paging replaced).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pagesim.errors import UserError
 from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
@@ -41,7 +41,6 @@ class Config:
     kv_layout: str = "paged"
     reserve_policy: str = "max"
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()

@@ -1,34 +1,228 @@
-"""The engine loop body both executors share (DESIGN.md):
+"""The one driver loop: scheduler + executor + recorder, for every mode (README, Architecture).
 
-    plan = scheduler.schedule()
-    duration = executor.execute(plan)
+    release the requests that are due
+    plan = scheduler.schedule(now)
+    duration = executor.execute(plan)          # cost model, GPU forward pass, or a recorded time
     scheduler.finish_step(plan, now + duration)
     recorder.record_step(now, duration, plan)
 
-An executor is anything with `execute(plan) -> seconds`: the simulator's asks a
-cost model, the GPU engine's runs the forward pass. In simulation `now` is
-simpy's clock and the step lasts what the cost model says; live, pass `clock`
-(a wall clock) and the step lasts from `now` until the forward pass is done,
-scheduling included.
+`drive` runs it until every request has ended, for the simulator (simpy's
+clock, the exact fast path), live mode and calibration (the wall clock),
+lockstep validation and the tests (a virtual clock). It is a generator of
+waits: each `yield` hands over what the clock's `wait(seconds)` returned, so a
+simpy process runs it as it is (`env.process(drive(...))`) and any other
+caller runs it with `run(drive(...))`.
+
+An executor is anything with `execute(plan) -> seconds`; a plan carries the
+ids of the requests that finished since the last executed plan
+(`StepPlan.finished_req_ids`), so an executor frees its own per-request state.
+With a clock that `measures` (the wall clock), a step lasts from its start
+until the forward pass is done, scheduling included.
+
+No-progress guard: more than `max_empty_steps` plans in a row that schedule
+nothing while work remains raise SchedulerStuck, in every mode.
 """
 
 from __future__ import annotations
 
-from pagesim.recorder import Recorder
+import time
+from dataclasses import dataclass
+from typing import Callable, Generator
+
+from pagesim.request import Request
 from pagesim.scheduler import Scheduler, StepOutcome, StepPlan
+
+INF = float("inf")
 
 
 class SchedulerStuck(RuntimeError):
     """Work remains but the scheduler can schedule nothing: a bug, reported rather than looped on."""
 
 
-def run_step(scheduler: Scheduler, executor, recorder: Recorder, now: float,
-             clock=None) -> tuple[StepPlan, float, StepOutcome]:
+# ---- clocks -----------------------------------------------------------------------------------------
+class SimClock:
+    """simpy's clock: `wait` returns a timeout event for the simpy process running the loop."""
+
+    measures = False
+
+    def __init__(self, env):
+        self.env = env
+
+    def now(self) -> float:
+        return self.env.now
+
+    def wait(self, seconds: float):
+        return self.env.timeout(seconds)
+
+
+class VirtualClock:
+    """A plain number that `wait` advances: steps last what the executor says, nothing sleeps."""
+
+    measures = False
+
+    def __init__(self, start: float = 0.0):
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class WallClock:
+    """Seconds since construction on time.perf_counter; `wait` sleeps. Steps are measured, not waited for."""
+
+    measures = True
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def wait(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+# ---- arrivals ---------------------------------------------------------------------------------------
+@dataclass
+class Arrivals:
+    """Requests to release into the scheduler, in order, each when `due`.
+
+    By time (default): a request is released at the first loop turn at or
+    after its due time, and an idle engine waits for the next one. `by_step`:
+    due is a step number; a request is released before that step, and an idle
+    engine takes the next one at once. `on_release(request, now, step_id)` is
+    told of each release.
+    """
+
+    pending: list[tuple[float, Request]]
+    by_step: bool = False
+    on_release: Callable | None = None
+    next_index: int = 0
+
+    @classmethod
+    def at_arrival_times(cls, requests: list[Request], **kw) -> "Arrivals":
+        ordered = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
+        return cls([(r.arrival_time, r) for r in ordered], **kw)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next_index >= len(self.pending)
+
+    def next_time(self) -> float:
+        """When the next request is due (inf when none is left, or when releases go by step)."""
+        return INF if self.by_step or self.exhausted else self.pending[self.next_index][0]
+
+    def release(self, sched: Scheduler, now: float) -> None:
+        pending, i, n = self.pending, self.next_index, len(self.pending)
+        due = sched.step_id if self.by_step else now
+        while i < n and (pending[i][0] <= due or (self.by_step and not sched.has_work())):
+            req = pending[i][1]
+            sched.add_request(req)
+            if self.on_release is not None:
+                self.on_release(req, now, sched.step_id)
+            i += 1
+        self.next_index = i
+
+
+# ---- the loop -----------------------------------------------------------------------------------------
+def run_step(scheduler: Scheduler, executor, recorder, now: float, clock=None,
+             on_plan=None) -> tuple[StepPlan, float, StepOutcome]:
+    """One step: schedule, execute (not an empty plan), finish, record (unless `recorder` is None).
+
+    With `clock` (a function of time) the duration is measured from `now`; `on_plan(plan)` sees the
+    plan before the executor does."""
     plan = scheduler.schedule(now)
+    if on_plan is not None:
+        on_plan(plan)
     num_running = len(scheduler.running)
     duration = executor.execute(plan) if not plan.is_empty else 0.0
     if clock is not None:
         duration = clock() - now
     outcome = scheduler.finish_step(plan, now + duration)
-    recorder.record_step(now, duration, plan, num_running)
+    if recorder is not None:
+        recorder.record_step(now, duration, plan, num_running)
     return plan, duration, outcome
+
+
+@dataclass(slots=True)
+class LoopStats:
+    num_steps: int = 0
+    fast_path_steps: int = 0  # of num_steps, applied by the fast path
+
+
+@dataclass
+class Hooks:
+    """Optional observers of the loop (each may be None).
+
+    tick(now) -> float: at the top of every turn; returns the next time the
+        caller must see (a snapshot), so a fast-path run stops before it;
+    plan(plan): right after schedule(), before the executor runs it;
+    step(plan, duration, outcome): after finish_step() and recording;
+    idle(now): when the engine goes idle waiting for an arrival.
+    """
+
+    tick: Callable[[float], float] | None = None
+    plan: Callable[[StepPlan], None] | None = None
+    step: Callable[[StepPlan, float, StepOutcome], None] | None = None
+    idle: Callable[[float], None] | None = None
+
+
+def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *, hooks: Hooks = Hooks(),
+          fast_path=None, max_empty_steps: int = 2) -> Generator[object, None, LoopStats]:
+    """Run until every request has been released and has ended; yields the clock's waits, returns LoopStats.
+
+    `fast_path` (the simulator's cost model, or None) enables the exact fast
+    path of pagesim/fast_path.py: runs of identical decode steps applied at
+    once, cut before the next arrival or the time `hooks.tick` returned.
+    """
+    from pagesim import fast_path as fp
+
+    empty = 0
+    stats = LoopStats()
+    measure = clock.now if clock.measures else None
+    while True:
+        now = clock.now()
+        seen_until = hooks.tick(now) if hooks.tick is not None else INF
+        arrivals.release(scheduler, now)
+        if not scheduler.has_work():
+            if arrivals.exhausted:
+                return stats
+            if hooks.idle is not None:
+                hooks.idle(now)
+            yield clock.wait(arrivals.next_time() - now)
+            continue
+        if fast_path is not None:
+            k = fp.decode_run_limit(scheduler)
+            if k >= 2:
+                k, end = fp.decode_run(scheduler, recorder, fast_path, k, now, min(arrivals.next_time(), seen_until))
+                stats.num_steps += k
+                stats.fast_path_steps += k
+                empty = 0
+                yield clock.wait(end - now)
+                continue
+        plan, duration, outcome = run_step(scheduler, executor, recorder, now, measure, hooks.plan)
+        stats.num_steps += 1
+        if hooks.step is not None:
+            hooks.step(plan, duration, outcome)
+        if plan.is_empty:
+            empty += 1
+            if empty > max_empty_steps:
+                raise SchedulerStuck(f"no progress: {empty} steps in a row scheduled nothing with "
+                                     f"{scheduler.num_unfinished} unfinished requests at t={now:.6g}")
+            continue
+        empty = 0
+        if not clock.measures:
+            yield clock.wait(duration)
+
+
+def run(loop: Generator) -> LoopStats:
+    """Run a `drive` loop outside simpy (its waits already happened when yielded); returns its LoopStats."""
+    while True:
+        try:
+            next(loop)
+        except StopIteration as stop:
+            return stop.value

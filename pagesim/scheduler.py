@@ -65,6 +65,8 @@ class StepPlan:
     blocks_to_load: list[tuple[int, int]] = field(default_factory=list)  # (host, gpu)
     blocks_to_store: list[tuple[int, int]] = field(default_factory=list)  # (gpu, host)
     admitted: list[str] = field(default_factory=list)
+    # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
+    finished_req_ids: list[str] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -110,6 +112,7 @@ class Scheduler:
         self.step_id = 0
         self.pending_copies: list[tuple[int, int]] = []  # from forks, made at the start of the next step
         self.reserved_seats = 0  # running seats held for the samples of admitted requests with n > 1
+        self.finished_req_ids: list[str] = []  # ended since the last non-empty plan, for the executor
 
     # ---- requests in ---------------------------------------------------------------
     def add_request(self, request: Request) -> bool:
@@ -217,6 +220,8 @@ class Scheduler:
                 plan.num_prefill_tokens += s.num_new_tokens
             if s.request.first_scheduled_time is None:
                 s.request.first_scheduled_time = now
+        if self.finished_req_ids and not plan.is_empty:
+            plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan
 
     def admission(self, req: Request, budget: int, num_running: int, swapped: bool) -> tuple[int, list, int] | None:
@@ -292,6 +297,7 @@ class Scheduler:
         req.finish_time = now
         self.kv.free(req)
         self.finished.append(req)
+        self.finished_req_ids.append(req.request_id)
         outcome.finished.append(req)
 
     def _fork_samples(self, parent: Request, now: float, outcome: StepOutcome) -> None:

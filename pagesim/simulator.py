@@ -1,8 +1,9 @@
 """The discrete-event simulator: a trace replayed through the shared scheduler on simpy's clock.
 
-Two processes tell the story: `arrivals` releases each request into the
-scheduler at its arrival time; `engine` loops schedule -> cost model ->
-finish_step and, when there is nothing to do, sleeps until the next arrival.
+One simpy process tells the story: the shared driver loop (pagesim/loop.py)
+releases each request into the scheduler at its arrival time, loops
+schedule -> cost model -> finish_step and, when there is nothing to do, sleeps
+until the next arrival.
 
 The exact fast path: when the scheduler certifies that the next k steps are
 identical pure-decode steps (`fast_path.decode_run_limit`), the engine applies
@@ -23,9 +24,8 @@ import simpy
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
-from pagesim.fast_path import decode_run, decode_run_limit
 from pagesim.kv_manager import PrefixCacheStats
-from pagesim.loop import SchedulerStuck, run_step
+from pagesim.loop import Arrivals, Hooks, SchedulerStuck, SimClock, drive
 from pagesim.recorder import BlockSnapshot, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -68,65 +68,32 @@ class Simulation:
         self.scheduler = Scheduler(config, record_events)
         self.executor = SimExecutor(cost_model)
         self.recorder = Recorder(self.scheduler, StepFeatures.from_plan)
-        self.next_arrival = 0  # index of the next request to arrive
-        self.fast_path_steps = 0  # steps applied by the fast path
-        self.wakeup = self.env.event()
+        self._snaps = list(self.snapshot_times)
 
-    # ---- processes ------------------------------------------------------------
-    def arrivals(self):
-        env = self.env
-        for i, req in enumerate(self.requests):
-            if req.arrival_time > env.now:
-                yield env.timeout(req.arrival_time - env.now)
-            self.next_arrival = i + 1
-            self.scheduler.add_request(req)
-            if not self.wakeup.triggered:
-                self.wakeup.succeed()
+    def _tick(self, now: float) -> float:
+        """Take the snapshots that are due and report progress; returns the next snapshot time."""
+        snaps = self._snaps
+        while snaps and snaps[0] <= now:
+            self.recorder.snapshot(now)
+            snaps.pop(0)
+        if self.progress is not None:
+            self.progress(now)
+        return snaps[0] if snaps else float("inf")
 
     def engine(self):
-        env, sched, rec = self.env, self.scheduler, self.recorder
-        snaps = list(self.snapshot_times)
-        empty_steps = 0
-        while True:
-            while snaps and snaps[0] <= env.now:
-                rec.snapshot(env.now)
-                snaps.pop(0)
-            if not sched.has_work():
-                if self.next_arrival >= len(self.requests):
-                    break
-                self.wakeup = env.event()
-                yield self.wakeup
-                continue
-            if self.progress is not None:
-                self.progress(env.now)
-            k = decode_run_limit(sched) if self.fast_path else 0
-            if k >= 2:
-                cut = min(self._next_arrival_time(), snaps[0] if snaps else float("inf"))
-                k, end = decode_run(sched, rec, self.cost_model, k, env.now, cut)
-                self.fast_path_steps += k
-                yield env.timeout(end - env.now)
-                continue
-            plan, duration, _ = run_step(sched, self.executor, rec, env.now)
-            if plan.is_empty:
-                empty_steps += 1
-                if empty_steps > 2:
-                    raise SchedulerStuck(f"no progress with {sched.num_unfinished} unfinished requests at t={env.now}")
-                continue
-            empty_steps = 0
-            yield env.timeout(duration)
-        while snaps:
-            rec.snapshot(env.now)
-            snaps.pop(0)
-
-    def _next_arrival_time(self) -> float:
-        i = self.next_arrival
-        return self.requests[i].arrival_time if i < len(self.requests) else float("inf")
+        """The simpy process: the shared driver loop on simpy's clock, then the snapshots after the end."""
+        stats = yield from drive(self.scheduler, self.executor, self.recorder,
+                                 Arrivals.at_arrival_times(self.requests), SimClock(self.env),
+                                 hooks=Hooks(tick=self._tick), fast_path=self.cost_model if self.fast_path else None)
+        while self._snaps:
+            self.recorder.snapshot(self.env.now)
+            self._snaps.pop(0)
+        return stats
 
     # ---- running ----------------------------------------------------------------
     def run(self, name: str | None = None) -> RunResult:
         wall = time.perf_counter()
-        self.env.process(self.arrivals())
-        self.env.process(self.engine())
+        engine = self.env.process(self.engine())
         # The cyclic garbage collector is paused for the replay and restored after it: the replay makes
         # no reference cycles to speak of (after the full Azure conv replay a collection frees nothing),
         # so collections would only rescan the growing request and step tables (~10% of the run).
@@ -154,7 +121,7 @@ class Simulation:
             num_steps=len(steps),
             leaked_blocks=sched.leaked_blocks(),
             prefix_cache=sched.kv.prefix_cache_stats,
-            extra={"fast_path_steps": self.fast_path_steps},
+            extra={"fast_path_steps": engine.value.fast_path_steps},
         )
 
 

@@ -37,6 +37,8 @@ from pagesim.errors import UserError
 from pagesim.metrics import summarize_run
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
+from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
+from pagesim.loop import run as run_loop
 from pagesim.scheduler import Scheduler
 
 REQUEST_METRICS = [(f"{m}_{p}", m, p) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("p50", "p90", "p99")]
@@ -119,35 +121,52 @@ def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
     compared = ["blocks_used", "num_running", *CATEGORIES]
     recorded = [c for c in FEATURE_COLUMNS if c in steps.columns]
     features = []
-    i = 0
     differing, first = 0, None
     preempt_live = preempt_sim = 0
-    for step in steps.index:
-        while i < len(pending) and release_step[pending[i].request_id] <= step:
-            sched.add_request(pending[i])
-            i += 1
-        plan = sched.schedule(float(steps.at[step, "time_s"]))
+    replayed = set()
+    num_running = 0
+
+    def planned(plan) -> None:
+        nonlocal num_running
         f = StepFeatures.from_plan(plan)
-        features.append((int(step), *(getattr(f, c) for c in FEATURE_COLUMNS)))
+        features.append((plan.step_id, *(getattr(f, c) for c in FEATURE_COLUMNS)))
         num_running = len(sched.running)
-        sched.finish_step(plan, float(steps.at[step, "time_s"] + steps.at[step, "duration_s"]))
-        head = sched.swapped[0] if sched.swapped else (sched.waiting[0] if sched.waiting else None)
-        acc = sched.kv.accounting(sched.running, head)
-        sim = {"blocks_used": acc.allocated // sched.kv.block_size, "num_running": num_running, **acc.as_dict()}
-        live_row = steps.loc[step]
-        diffs = [c for c in compared if int(live_row[c]) != int(sim[c])]
-        if " ".join(s.request_id for s in plan.scheduled) != batches.at[step, "scheduled"]:
-            diffs.append("scheduled")
-        if " ".join(plan.preempted) != batches.at[step, "preempted"]:
-            diffs.append("preempted")
-        if any(int(live_row[c]) != getattr(f, c) for c in recorded):
-            diffs.append("features")
-        preempt_live += int(live_row["num_preemptions"])
+
+    def stepped(plan, duration, outcome) -> None:
+        nonlocal differing, first, preempt_live, preempt_sim
+        step = plan.step_id
+        replayed.add(step)
         preempt_sim += len(plan.preempted)
+        if step not in steps.index:
+            diffs = ["extra step"]
+        else:
+            head = sched.swapped[0] if sched.swapped else (sched.waiting[0] if sched.waiting else None)
+            acc = sched.kv.accounting(sched.running, head)
+            sim = {"blocks_used": acc.allocated // sched.kv.block_size, "num_running": num_running, **acc.as_dict()}
+            live_row = steps.loc[step]
+            diffs = [c for c in compared if int(live_row[c]) != int(sim[c])]
+            if " ".join(s.request_id for s in plan.scheduled) != batches.at[step, "scheduled"]:
+                diffs.append("scheduled")
+            if " ".join(plan.preempted) != batches.at[step, "preempted"]:
+                diffs.append("preempted")
+            f = features[-1]
+            if any(int(live_row[c]) != f[1 + FEATURE_COLUMNS.index(c)] for c in recorded):
+                diffs.append("features")
         if diffs:
             differing += 1
             if first is None:
                 first = {"step": int(step), "fields": diffs}
+
+    # The recorded step durations stand in for the executor (decisions do not depend on them).
+    executor = _RecordedDurations(steps["duration_s"])
+    arrivals = Arrivals([(int(release_step[r.request_id]), r) for r in pending], by_step=True)
+    run_loop(drive(sched, executor, None, arrivals, VirtualClock(), hooks=Hooks(plan=planned, step=stepped)))
+    preempt_live = int(steps["num_preemptions"].sum())
+    for step in steps.index:
+        if step not in replayed:  # the replay ended before the live run did
+            differing += 1
+            if first is None:
+                first = {"step": int(step), "fields": ["missing step"]}
     report = {
         "n_steps_compared": int(len(steps)),
         "n_steps_differing": differing,
@@ -157,6 +176,14 @@ def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
         "compared": compared + ["scheduled", "preempted", "features"],
     }
     return report, pd.DataFrame(features, columns=["step", *FEATURE_COLUMNS])
+
+
+class _RecordedDurations:
+    def __init__(self, durations: pd.Series):
+        self.durations = durations
+
+    def execute(self, plan) -> float:
+        return float(self.durations.get(plan.step_id, 0.0))
 
 
 def request_level(run: dict, cost_model) -> tuple[dict, object]:

@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pagesim.config import Config
+from pagesim.loop import Arrivals, Hooks, VirtualClock, run
+from pagesim.loop import drive as loop_drive
 from pagesim.kv_contiguous import ContiguousKVCacheManager, FirstFitAllocator
 from pagesim.kv_paged import PagedKVCacheManager
 from pagesim.utils import cdiv
@@ -223,6 +225,13 @@ class Step:
     waiting_after: list[str] = field(default_factory=list)
 
 
+class UnitSteps:
+    """An executor whose every step lasts one unit of time."""
+
+    def execute(self, plan) -> float:
+        return 1.0
+
+
 def drive(
     scheduler: Scheduler,
     requests: list[Request],
@@ -232,43 +241,43 @@ def drive(
 ) -> list[Step]:
     """Run the scheduler with a unit step time until every request has ended; returns the steps.
 
-    A request joins (add_request) at the first step starting at or after its
-    arrival time (its own `arrival_time` unless `arrivals` is given); when the
+    The shared driver loop (pagesim.loop.drive) on a virtual clock: a request
+    joins (add_request) at the first step starting at or after its arrival
+    time (its own `arrival_time` unless `arrivals` is given); when the
     scheduler is idle the clock jumps to the next arrival. With `check`, every
-    invariant is asserted after schedule() and after finish_step().
+    invariant is asserted after schedule() and after finish_step(). The loop's
+    no-progress guard raises SchedulerStuck when work remains but nothing is scheduled.
     """
     if arrivals is None:
         arrivals = [r.arrival_time for r in requests]
     order = sorted(range(len(requests)), key=lambda i: (arrivals[i], i))
     pending = [(arrivals[i], requests[i]) for i in order]
     steps: list[Step] = []
-    now = 0.0
-    k = 0
-    empty_run = 0
-    while k < len(pending) or scheduler.has_work():
-        if not scheduler.has_work() and k < len(pending) and pending[k][0] > now:
-            now = float(pending[k][0])
-        while k < len(pending) and pending[k][0] <= now:
-            scheduler.add_request(pending[k][1])
-            k += 1
-        if not scheduler.has_work():
-            continue
-        running_before = [r.request_id for r in scheduler.running]
-        plan = scheduler.schedule(now)
+    clock = VirtualClock()
+    seen = {}
+
+    def tick(now: float) -> float:
+        seen["running_before"] = [r.request_id for r in scheduler.running]
+        return float("inf")
+
+    def planned(plan: StepPlan) -> None:
         if check:
-            check_plan(scheduler, plan, running_before)
+            check_plan(scheduler, plan, seen["running_before"])
             check_scheduler(scheduler)
-        scheduled = [
+        seen["time"] = clock.now()
+        seen["scheduled"] = [
             (x.request_id, x.num_computed_tokens, x.num_new_tokens, x.is_decode, tuple(x.request.block_ids))
             for x in plan.scheduled
         ]
-        outcome = scheduler.finish_step(plan, now + 1.0)
-        now += 1.0
+
+    def stepped(plan: StepPlan, duration: float, outcome: StepOutcome) -> None:
         acc = check_scheduler(scheduler) if check else None
-        steps.append(Step(plan, outcome, now - 1.0, running_before, scheduled, acc, [r.request_id for r in scheduler.waiting]))
-        empty_run = empty_run + 1 if plan.is_empty else 0
-        assert empty_run < 3, f"scheduler stuck at step {plan.step_id}: work remains but nothing is scheduled"
+        steps.append(Step(plan, outcome, seen["time"], seen["running_before"], seen["scheduled"], acc,
+                          [r.request_id for r in scheduler.waiting]))
         assert len(steps) <= max_steps, f"no end after {max_steps} steps"
+
+    run(loop_drive(scheduler, UnitSteps(), None, Arrivals(pending), clock,
+                   hooks=Hooks(tick=tick, plan=planned, step=stepped)))
     return steps
 
 

@@ -134,6 +134,26 @@ def test_roofline_batch1_decode_of_llama3_8b_on_h200_is_weight_bandwidth_bound(r
     assert abs(t / ideal - 1) < 0.2, f"batch-1 decode {t * 1e3:.2f} ms is not within 20% of {ideal * 1e3:.2f} ms"
 
 
+@pytest.mark.parametrize("kind", ["decode", "prefill chunk"])
+def test_roofline_reads_each_cached_token_k_v_once(roofline, kind):
+    """The K/V-read term alone: more cached context adds exactly its K/V bytes at the memory rate.
+
+    A batch-1 decode and a 16-token chunk are bound by the weight reads (independent of the context)
+    and, in attention, by K/V bytes (131072 B per cached token, 30 ns at 4.32e12 B/s, against 524288
+    FLOPs per query-key pair, 0.76 ns: 0.76 ns per cached token for the decode, 12 ns for the chunk),
+    so 100k more cached tokens cost 100k x 131072 B / 4.32e12 B/s = 3.03 ms. Dropping the term leaves
+    the FLOP bound (0.08 ms, 1.2 ms); doubling it doubles the difference.
+    """
+    extra = 100_000
+    if kind == "decode":
+        short, long = features(decode=[2000]), features(decode=[2000 + extra])
+    else:
+        short, long = features(prefill=[(2000, 16)]), features(prefill=[(2000 + extra, 16)])
+    expected = extra * CONFIG.model_spec.kv_bytes_per_token / (CONFIG.gpu_spec.hbm_bandwidth * 0.9)
+    assert expected == pytest.approx(3.034e-3, rel=1e-3)
+    assert roofline.step_time(long) - roofline.step_time(short) == pytest.approx(expected, rel=1e-9)
+
+
 def test_roofline_large_prefill_is_compute_bound(roofline):
     # 8192 new tokens: 8192 x 14.0e9 dense FLOPs + 1.05e9 (one LM head row) + 33.6e6 causal pairs x
     # 524288 FLOPs = 1.32e14 FLOPs at 6.92e14 FLOP/s = 191 ms; the weights alone would take 3.5 ms.

@@ -223,7 +223,8 @@ def mixed_load_stats(run: Run, reqs: list[Request]) -> dict:
         "swap_in_blocks": sum(len(p.blocks_to_swap_in) for p in plans),
         "recomputed": sum(len(p.preempted) for p in plans) - sum(len(p.swapped_in) for p in plans),
         "copies": sum(len(p.blocks_to_copy) for p in plans),
-        "prefix_hit_tokens": sum(r.num_prefix_hit_tokens for r in sched.finished),
+        # Hits at first admission and at re-admission after a recompute preemption: both read cached K/V.
+        "prefix_hit_tokens": sched.kv.prefix_cache_stats.hits + sched.kv.prefix_cache_stats.recompute_hits,
         "mixed_steps": sum(1 for p in plans if p.num_prefill_tokens and p.num_decode_tokens),
     }
     for what in ("swap_out_blocks", "recomputed", "copies", "prefix_hit_tokens", "mixed_steps"):

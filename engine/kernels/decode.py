@@ -13,13 +13,14 @@ shapes (never on tensor values), so the call has no host sync and can be capture
 from __future__ import annotations
 
 import functools
-import math
 import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from pagesim.cost.decode_split import num_decode_splits
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
@@ -109,15 +110,14 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def default_num_splits(batch: int, num_kv_heads: int, max_context: int, device: torch.device,
-                       min_tokens_per_split: int = 256) -> int:
-    """Enough splits that batch * num_kv_heads * splits makes about two waves over the SMs.
+def default_num_splits(batch: int, num_kv_heads: int, max_context: int, device: torch.device) -> int:
+    """Enough splits that batch * num_kv_heads * splits makes about two waves over the SMs
+    (pagesim.cost.decode_split, the rule the profile cost model shares).
 
     Depends only on shapes (max_context = block table width * block_size), never on values.
     """
     sms = _num_sms(device.index or 0) if device.type == "cuda" else 4
-    want = math.ceil(2 * sms / max(1, batch * num_kv_heads))
-    return max(1, min(want, max_context // min_tokens_per_split, 64))
+    return num_decode_splits(batch, num_kv_heads, sms, max_context)
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

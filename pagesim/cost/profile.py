@@ -83,6 +83,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pagesim.config import KV_CACHE_DTYPE_BYTES
+from pagesim.cost.decode_split import num_decode_splits
 from pagesim.cost.features import StepFeatures
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
 from pagesim.errors import UserError
@@ -103,7 +104,6 @@ INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "d
                  "prefill_attn_pairs", "max_decode_context")
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
-MAX_SPLITS = 64  # engine.kernels.decode.default_num_splits' cap
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
 # The padded decode batch sizes the engine captures CUDA graphs at; engine.executor imports this rule.
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -130,13 +130,9 @@ def decode_split_programs(gpu: str) -> int:
 
 
 def num_splits(rows, programs: int, kv_heads: int):
-    """engine.kernels.decode.default_num_splits for `rows` decode rows (ints or an int array), without
-    its max_model_len // 256 cap (32 at 8192 tokens: it only binds for a single row)."""
-    if not programs:
-        return rows * 0 + 1
-    if isinstance(rows, np.ndarray):
-        return np.maximum(1, np.minimum(-(-programs // np.maximum(rows * kv_heads, 1)), MAX_SPLITS))
-    return max(1, min(-(-programs // max(rows * kv_heads, 1)), MAX_SPLITS))
+    """The decode kernel's split rule (pagesim.cost.decode_split) for `rows` decode rows (ints or an int
+    array) when it aims at `programs` programs, without the table-width cap."""
+    return num_decode_splits(rows, kv_heads, programs // 2)
 
 
 def _splits_array(n: np.ndarray, sizes, programs: int, kv_heads: int) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Figure builders: DataFrames in, plotly Figures out; no Streamlit, no simulation.
 
-Memory words follow DESIGN.md: every KV slot is used, reserved, internal
+Memory words follow pagesim/accounting.py (and the README): every KV slot is used, reserved, internal
 fragmentation, external fragmentation, cached or free. Long step tables are
 reduced to at most `max_points` time buckets for drawing (duration-weighted
 means, so a bucket shows the memory state averaged over the time it covers).

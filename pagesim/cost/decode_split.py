@@ -1,0 +1,29 @@
+"""The decode kernel's split rule, owned here and imported by both the kernel and the profile cost model.
+
+engine/kernels/decode.py splits each sequence's keys over `num_splits` programs
+per (sequence, KV head) so that rows * kv_heads * splits makes about two waves
+over the SMs: ceil(2 * SMs / (rows * kv_heads)), at most MAX_SPLITS, and at
+most max_context // MIN_TOKENS_PER_SPLIT when the kernel knows its table width
+(the cost model leaves that cap out: at 8192 tokens it is 32, which binds for a
+single row only). Torch-free: pagesim/cost/profile.py evaluates it on numpy arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_SPLITS = 64
+MIN_TOKENS_PER_SPLIT = 256
+
+
+def num_decode_splits(rows, num_kv_heads: int, num_sms: int, max_context: int | None = None):
+    """Splits per sequence for `rows` decode rows (an int, or an int numpy array); 1 when num_sms is 0 (unknown)."""
+    cap = MAX_SPLITS if max_context is None else min(MAX_SPLITS, max_context // MIN_TOKENS_PER_SPLIT)
+    programs = 2 * num_sms
+    if isinstance(rows, np.ndarray):
+        if not programs:
+            return np.ones_like(rows)
+        return np.maximum(1, np.minimum(-(-programs // np.maximum(rows * num_kv_heads, 1)), cap))
+    if not programs:
+        return 1
+    return max(1, min(-(-programs // max(rows * num_kv_heads, 1)), cap))

@@ -1,0 +1,105 @@
+"""The one driver loop (pagesim/loop.py): every mode ends, frees executor state, and never spins when stuck."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.live import LiveReplay
+from pagesim.config import Config
+from pagesim.loop import Arrivals, Hooks, SchedulerStuck, VirtualClock, WallClock, drive, run
+from pagesim.recorder import Recorder
+from pagesim.cost.features import StepFeatures
+from pagesim.scheduler import Scheduler
+from pagesim.simulator import Simulation
+from pagesim.cost import make_cost_model
+from tests.helpers import assert_all_done, make_requests
+
+
+def config(**kw) -> Config:
+    return Config(**{"model": "toy", "block_size": 4, "num_gpu_blocks": 40, "max_model_len": 64,
+                     "max_num_batched_tokens": 64, **kw})
+
+
+class StatefulExecutor:
+    """Keeps per-request state the way the GPU executor does, freeing it from plan.finished_req_ids."""
+
+    last_gpu_time_s = None
+
+    def __init__(self):
+        self.state: dict[str, int] = {}
+        self.freed: list[str] = []
+
+    def execute(self, plan) -> float:
+        for rid in plan.finished_req_ids:
+            assert rid in self.state, f"{rid} freed but never run"
+            del self.state[rid]
+            self.freed.append(rid)
+        for s in plan.scheduled:
+            assert s.request_id not in self.freed, f"{s.request_id} scheduled after it was freed"
+            self.state[s.request_id] = self.state.get(s.request_id, 0) + s.num_new_tokens
+        return 0.001
+
+
+def test_plans_hand_finished_requests_to_the_executor_exactly_once():
+    s = Scheduler(config(max_num_seqs=3))
+    reqs = make_requests([(5, 3), (9, 6), (3, 2), (12, 4), (7, 1), (4, 8)])
+    ex = StatefulExecutor()
+    arrivals = Arrivals([(float(i), r) for i, r in enumerate(reqs)])
+    stats = run(drive(s, ex, None, arrivals, VirtualClock()))
+    assert_all_done(s, reqs)
+    assert stats.num_steps > 0 and stats.fast_path_steps == 0
+    finished = [r.request_id for r in s.finished]
+    # Every finished request is handed over once; the last step's ones wait for a plan that never comes.
+    assert len(ex.freed) == len(set(ex.freed))
+    assert set(ex.freed) | set(s.finished_req_ids) == set(finished)
+    assert set(ex.state) == set(s.finished_req_ids)
+
+
+def _break_admission(s: Scheduler) -> None:
+    """A bug: the KV-cache manager refuses every admission, so nothing is ever scheduled."""
+    s.kv.can_allocate = lambda *a, **k: False
+
+
+def test_a_stuck_scheduler_raises_instead_of_looping_on_a_virtual_clock():
+    s = Scheduler(config())
+    _break_admission(s)
+    with pytest.raises(SchedulerStuck, match="no progress"):
+        run(drive(s, StatefulExecutor(), None, Arrivals.at_arrival_times(make_requests([(5, 3)])), VirtualClock()))
+
+
+def test_a_stuck_live_run_raises_instead_of_looping_forever():
+    """Live mode runs the same loop on the wall clock, so the guard protects it too (it once looped forever)."""
+    run_ = LiveReplay(make_requests([(5, 3), (6, 2)]), config(), StatefulExecutor())
+    _break_admission(run_.scheduler)
+    with pytest.raises(SchedulerStuck):
+        run_.run()
+
+
+def test_a_stuck_simulation_raises():
+    cfg = config()
+    sim = Simulation(make_requests([(5, 3)]), cfg, make_cost_model("roofline", cfg))
+    _break_admission(sim.scheduler)
+    with pytest.raises(SchedulerStuck):
+        sim.run()
+
+
+def test_by_step_release_takes_the_next_group_at_once_when_idle():
+    """Calibration and lockstep release by step; an idle engine does not wait for a step that never comes."""
+    s = Scheduler(config())
+    a, b = make_requests([(5, 2), (5, 2)])
+    released = []
+    arrivals = Arrivals([(0, a), (50, b)], by_step=True, on_release=lambda r, now, step: released.append((r.request_id, step)))
+    rec = Recorder(s, StepFeatures.from_plan)
+    run(drive(s, StatefulExecutor(), rec, arrivals, WallClock()))
+    assert_all_done(s, [a, b])
+    assert released == [("r0", 0), ("r1", 2)], released
+
+
+def test_hooks_see_every_step_in_order():
+    s = Scheduler(config())
+    seen = []
+    hooks = Hooks(plan=lambda p: seen.append(("plan", p.step_id)),
+                  step=lambda p, d, o: seen.append(("step", p.step_id)))
+    stats = run(drive(s, StatefulExecutor(), None, Arrivals.at_arrival_times(make_requests([(5, 3)])),
+                      VirtualClock(), hooks=hooks))
+    assert seen == [(kind, i) for i in range(stats.num_steps) for kind in ("plan", "step")]
