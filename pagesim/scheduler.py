@@ -74,7 +74,7 @@ class StepPlan:
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled and not self.blocks_to_swap_out
+        return not self.scheduled and not self.blocks_to_swap_out and not self.blocks_to_store and not self.blocks_to_load
 
 
 def clip_to_budget(num_new_tokens: int, budget: int, chunked: bool) -> int:
