@@ -126,7 +126,8 @@ class Config:
             (self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES, f"kv_cache_dtype must be one of {tuple(KV_CACHE_DTYPE_BYTES)}"),
             (self.kv_offloading_size >= 0, "kv_offloading_size must be non-negative (GiB)"),
             (self.kv_offloading_size == 0 or self.enable_prefix_caching,
-             "kv_offloading_size needs enable_prefix_caching (the host tier is keyed by prefix-cache block hashes)"),
+             "kv_offloading_size (--kv-offloading-size) needs enable_prefix_caching (--enable-prefix-caching): "
+             "the host tier is keyed by prefix-cache block hashes"),
             (self.kv_layout in KV_LAYOUTS, f"kv_layout must be one of {KV_LAYOUTS}"),
             (self.reserve_policy in RESERVE_POLICIES, f"reserve_policy must be one of {RESERVE_POLICIES}"),
             (
