@@ -23,6 +23,7 @@ from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
+from pagesim.outputs import prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -165,6 +166,7 @@ def live(args) -> int:
     config = config_from_args(args)
     if args.baseline:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
+    out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
     executor = make_executor(config)
     config = executor.config  # num_gpu_blocks as really allocated
@@ -174,11 +176,10 @@ def live(args) -> int:
         run = LiveReplay(requests, config, executor, progress=bar.update)
         out = run.run()
     name = "live"
-    out_dir = Path(args.out)
     result = type("Result", (), {"steps": out["steps"], "requests": out["requests"]})
     write_run_dir(out_dir, config, trace, {name: result}, {name: out["summary"]},
                   {"environment": environment(), "model_spec": _spec_dict(config), "time_scale": args.time_scale,
-                   "run_name": config.run_name, "executor": executor.describe()})
+                   "run_name": config.run_name, "executor": executor.describe(), **provenance(args.argv)})
     releases = run.releases_frame()
     releases.to_csv(out_dir / "releases.csv", index=False)
     run.batches_frame().to_parquet(out_dir / "batches.parquet", index=False)
@@ -281,7 +282,7 @@ def calibrate(args) -> int:
 
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
     command = "python -m pagesim " + " ".join(args.argv)
-    out = Path(args.out)
+    out = prepare_output_file(args.out, args.force or bool(args.refit))  # --refit replaces the profile it refits
 
     def write(model, report: dict, extras: dict) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -359,7 +360,8 @@ def register(sub) -> None:
     c.add_argument("--block-size", type=int, default=16)
     c.add_argument("--num-gpu-blocks", type=int, default=None)
     c.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    c.add_argument("--out", required=True)
+    c.add_argument("--out", required=True, help="the profile JSON to write")
+    c.add_argument("--force", action="store_true", help="replace --out if it exists")
     c.add_argument("--refit", metavar="ROWS.csv", default=None,
                    help="refit the profile from calibration steps saved earlier (PROFILE.steps.csv); no GPU needed")
     c.set_defaults(func=calibrate)

@@ -1,7 +1,9 @@
 """Command line: `python -m pagesim <command> ...`.
 
 Each subsystem registers its own subcommands through a `register(subparsers)`
-function, so this module stays a table of contents.
+function, so this module stays a table of contents. Here, for every command:
+help shows defaults; an unknown flag is reported under the command's own usage;
+a UserError prints one `error: ...` line and exits 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pagesim.errors import UserError
+from pagesim.errors import OptionError, UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,15 +27,41 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cli.register(sub)
     live.register(sub)
     validate.register(sub)
+    for command in _commands(parser):
+        command.formatter_class = HelpWithDefaults
+        command.set_defaults(command_parser=command)
     return parser
+
+
+class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds `(default: X)` to an option's help unless the help already says it or there is none to show."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False, [], argparse.SUPPRESS) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _commands(parser: argparse.ArgumentParser):
+    """Every (sub)command parser below `parser`, parents before their subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                yield command
+                yield from _commands(command)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # under the command's usage, not the top level's
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.func(args) or 0)
+    except OptionError as exc:
+        print(f"error: {exc.as_flags()}", file=sys.stderr)
+        return 2
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -8,9 +8,14 @@ one of the contiguous reserve-ahead baselines that paging replaced).
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 
-from pagesim.errors import UserError
+import numpy as np
+
+from pagesim.errors import OptionError
+from pagesim.options import readable
 from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -69,17 +74,11 @@ class Config:
 
     @property
     def resolved_num_gpu_blocks(self) -> int:
-        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights) / block bytes."""
+        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights) / block bytes (validate() checks >= 1)."""
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
         budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.model_spec.weight_bytes
-        blocks = int(budget // self.block_bytes)
-        if blocks < 1:
-            raise UserError(
-                f"model {self.model} ({self.model_spec.weight_bytes / GIB:.1f} GiB of weights) leaves no KV-cache "
-                f"memory on {self.gpu} at gpu_memory_utilization={self.gpu_memory_utilization}"
-            )
-        return blocks
+        return int(budget // self.block_bytes)
 
     @property
     def num_cpu_blocks(self) -> int:
@@ -112,30 +111,77 @@ class Config:
 
     # ---- validation -------------------------------------------------------
     def validate(self) -> None:
+        """Types, ranges and consistency; raises OptionError naming the field (the CLI shows it as the flag)."""
         self.model_spec, self.gpu_spec  # unknown names raise UserError
+        for name in INT_FIELDS:
+            value = getattr(self, name)
+            if value is None and name in OPTIONAL_FIELDS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                _fail(f"{{{name}}} must be an integer, got {value!r}")
+            setattr(self, name, int(value))
+        for name in FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                _fail(f"{{{name}}} must be a finite number, got {value!r}")
+        for name in BOOL_FIELDS:
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                _fail(f"{{{name}}} must be true or false, got {getattr(self, name)!r}")
+        window = self.model_spec.max_position_embeddings
         checks = [
-            (self.block_size >= 1, "block_size must be a positive integer"),
-            (self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "num_gpu_blocks must be at least 1"),
-            (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
-            (self.max_model_len is None or self.max_model_len >= 1, "max_model_len must be at least 1"),
-            (self.max_num_seqs >= 1, "max_num_seqs must be at least 1"),
-            (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be at least 1"),
-            (self.preemption_mode in PREEMPTION_MODES, f"preemption_mode must be one of {PREEMPTION_MODES}"),
-            (self.swap_space >= 0, "swap_space must be non-negative (GiB)"),
-            (0 <= self.watermark < 1, "watermark must be in [0, 1)"),
-            (self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES, f"kv_cache_dtype must be one of {tuple(KV_CACHE_DTYPE_BYTES)}"),
-            (self.kv_offloading_size >= 0, "kv_offloading_size must be non-negative (GiB)"),
+            (self.block_size >= 1, f"{{block_size}} must be a positive integer, got {self.block_size}"),
+            (self.block_size <= window, f"{{block_size}} {self.block_size:,} is larger than {self.model}'s whole window ({window:,} tokens)"),
+            (self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, f"{{num_gpu_blocks}} must be at least 1, got {self.num_gpu_blocks}"),
+            (0 < self.gpu_memory_utilization <= 1, f"{{gpu_memory_utilization}} must be in (0, 1], got {self.gpu_memory_utilization}"),
+            (self.max_model_len is None or self.max_model_len >= 1, f"{{max_model_len}} must be at least 1, got {self.max_model_len}"),
+            (self.max_num_seqs >= 1, f"{{max_num_seqs}} must be at least 1, got {self.max_num_seqs}"),
+            (self.max_num_batched_tokens >= 1, f"{{max_num_batched_tokens}} must be at least 1, got {self.max_num_batched_tokens}"),
+            (self.preemption_mode in PREEMPTION_MODES, f"{{preemption_mode}} must be one of {PREEMPTION_MODES}"),
+            (self.swap_space >= 0, f"{{swap_space}} must be a non-negative number of GiB, got {self.swap_space}"),
+            (0 <= self.watermark < 1, f"{{watermark}} must be in [0, 1), got {self.watermark}"),
+            (self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES, f"{{kv_cache_dtype}} must be one of {tuple(KV_CACHE_DTYPE_BYTES)}"),
+            (self.kv_offloading_size >= 0, f"{{kv_offloading_size}} must be a non-negative number of GiB, got {self.kv_offloading_size}"),
             (self.kv_offloading_size == 0 or self.enable_prefix_caching,
-             "kv_offloading_size (--kv-offloading-size) needs enable_prefix_caching (--enable-prefix-caching): "
-             "the host tier is keyed by prefix-cache block hashes"),
-            (self.kv_layout in KV_LAYOUTS, f"kv_layout must be one of {KV_LAYOUTS}"),
-            (self.reserve_policy in RESERVE_POLICIES, f"reserve_policy must be one of {RESERVE_POLICIES}"),
+             "{kv_offloading_size} needs {enable_prefix_caching}: the host tier is keyed by prefix-cache block hashes"),
+            (self.kv_layout in KV_LAYOUTS, f"{{kv_layout}} must be one of {KV_LAYOUTS}"),
+            (self.reserve_policy in RESERVE_POLICIES, f"{{reserve_policy}} must be one of {RESERVE_POLICIES}"),
             (
                 self.enable_chunked_prefill or self.max_num_batched_tokens >= self.resolved_max_model_len,
-                "without chunked prefill, max_num_batched_tokens must be at least max_model_len "
+                "without chunked prefill, {max_num_batched_tokens} must be at least {max_model_len} "
                 f"({self.max_num_batched_tokens} < {self.resolved_max_model_len})",
             ),
         ]
         for ok, message in checks:
             if not ok:
-                raise UserError(f"invalid config: {message}")
+                _fail(message)
+        self._check_block_counts()
+
+    def _check_block_counts(self) -> None:
+        """The simulator holds a Python object per block: counts beyond MAX_SIMULATED_BLOCKS would exhaust memory."""
+        limit = f"at most {MAX_SIMULATED_BLOCKS:,} blocks (~{MAX_SIMULATED_BLOCKS * BYTES_PER_SIMULATED_BLOCK / 1e9:.1f} GB of simulator memory)"
+        if self.num_gpu_blocks is not None and self.num_gpu_blocks > MAX_SIMULATED_BLOCKS:
+            _fail(f"{{num_gpu_blocks}} {self.num_gpu_blocks:,}: the simulator holds {limit}")
+        if self.num_gpu_blocks is None:
+            blocks = self.resolved_num_gpu_blocks
+            if blocks < 1:
+                _fail(f"model {self.model} ({self.model_spec.weight_bytes / GIB:.1f} GiB of weights) leaves no KV-cache memory "
+                      f"on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization}: raise it or pass {{num_gpu_blocks}}")
+            if blocks > MAX_SIMULATED_BLOCKS:
+                _fail(f"{self.model} on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization} with "
+                      f"{{block_size}} {self.block_size} gives {blocks:,} GPU blocks; the simulator "
+                      f"holds {limit}: pass {{num_gpu_blocks}}, a larger {{block_size}} or a smaller {{gpu_memory_utilization}}")
+        if self.preemption_mode == "swap" and self.num_cpu_blocks > MAX_SIMULATED_BLOCKS:
+            _fail(f"{{swap_space}} {readable(self.swap_space)} GiB is {self.num_cpu_blocks:,} host blocks of {self.block_bytes:,} bytes; "
+                  f"the simulator holds {limit}")
+
+
+INT_FIELDS = ("block_size", "num_gpu_blocks", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "seed")
+OPTIONAL_FIELDS = ("num_gpu_blocks", "max_model_len")
+FLOAT_FIELDS = ("gpu_memory_utilization", "swap_space", "watermark", "kv_offloading_size")
+BOOL_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching")
+MAX_SIMULATED_BLOCKS = 4_000_000
+BYTES_PER_SIMULATED_BLOCK = 190  # a Block (slots dataclass) plus its free-queue entry, measured with tracemalloc
+
+
+def _fail(template: str) -> None:
+    raise OptionError(template, prefix="invalid config: ")

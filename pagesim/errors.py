@@ -9,3 +9,24 @@ class UserError(Exception):
     The CLI and the dashboard print its message and never a traceback, so the
     message must say what was wrong and what was expected.
     """
+
+
+class OptionError(UserError):
+    """A bad option value. `template` names options as `{block_size}`: str() reads them as Python names
+    (`block_size must be ...`), `as_flags()` as the command-line flags users typed (`--block-size must be ...`)."""
+
+    def __init__(self, template: str, prefix: str = ""):
+        self.template, self.prefix = template, prefix
+        super().__init__(prefix + template.format_map(_Names(lambda name: name)))
+
+    def as_flags(self) -> str:
+        return self.template.format_map(_Names(lambda name: "--" + name.replace("_", "-")))
+
+
+class _Names(dict):
+    def __init__(self, show):
+        super().__init__()
+        self.show = show
+
+    def __missing__(self, name: str) -> str:
+        return self.show(name)

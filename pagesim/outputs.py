@@ -5,6 +5,7 @@ is never thrown away because its --out cannot be written:
 
     prepare_output_dir(path, force, flag="--out") -> Path    a directory of results (replay, live, sweep, ...)
     prepare_output_file(path, force, flag="--out") -> Path   one file (trace synth, trace convert, calibrate)
+    provenance(argv) -> dict                                  what summary.json records about how it was made
 
 Both create missing parent directories and raise UserError with one line that
 names the flag and the path. An existing non-empty directory, or an existing
@@ -16,6 +17,9 @@ the directory, replacing files of the same name; nothing else is deleted.
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from pagesim.errors import UserError
@@ -52,11 +56,32 @@ def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--ou
 def _make_dir(directory: Path, where: str) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise UserError(f"{where}: a parent path is a file, not a directory") from None
-    except NotADirectoryError:
+    except (FileExistsError, NotADirectoryError):
         raise UserError(f"{where}: a parent path is a file, not a directory") from None
     except PermissionError:
         raise UserError(f"{where}: no permission to create the directory {directory}") from None
     except OSError as exc:
         raise UserError(f"{where}: cannot create the directory {directory} ({exc.strerror})") from None
+
+
+def provenance(argv: list[str] | None) -> dict:
+    """pagesim's version, the git commit of its checkout (None outside one; `git_dirty` when files differ from it)
+    and the command line."""
+    import pagesim
+
+    args = sys.argv[1:] if argv is None else argv
+    commit, dirty = _git(["rev-parse", "HEAD"]), _git(["status", "--porcelain", "--untracked-files=no"])
+    return {
+        "pagesim_version": pagesim.__version__,
+        "git_commit": commit or None,
+        "git_dirty": None if not commit or dirty is None else bool(dirty),
+        "command": "python -m pagesim " + shlex.join(args),
+    }
+
+
+def _git(args: list[str]) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None

@@ -15,45 +15,65 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.config import Config
+from pagesim.errors import OptionError, UserError
 from pagesim.metrics import summarize_run
+from pagesim.options import fraction, fraction_below_one, non_negative_float, positive_float, positive_int, readable
+from pagesim.outputs import prepare_output_dir, provenance
+from pagesim.run_warnings import config_warnings, emit, result_warnings
 from pagesim.specs import GPUS, MODELS
+from pagesim.traces.load import FORMATS
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """Trace and engine options shared by `replay` and `live`."""
+    """Trace and engine options shared by `replay` and `live`; each value is checked as it is parsed (options.py)."""
     p.add_argument("trace", help="trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim format)")
-    p.add_argument("--format", default="auto", help="trace format (default: detect from the content)")
-    p.add_argument("--limit", type=int, default=None, help="first N requests only")
-    p.add_argument("--start-s", type=float, default=None, help="time window start (s from the first arrival)")
-    p.add_argument("--end-s", type=float, default=None, help="time window end (s from the first arrival)")
-    p.add_argument("--time-scale", type=float, default=1.0, help="replay at this multiple of the recorded rate")
-    p.add_argument("--rate", type=float, default=None, help="rescale arrivals to this mean rate (req/s)")
-    p.add_argument("--model", default="llama-3-8b", choices=sorted(MODELS))
-    p.add_argument("--gpu", default="h200", choices=sorted(GPUS))
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N requests only")
+    p.add_argument("--start-s", type=non_negative_float, default=None, help="time window start (s from the first arrival)")
+    p.add_argument("--end-s", type=positive_float, default=None, help="time window end (s from the first arrival)")
+    p.add_argument("--time-scale", type=positive_float, default=1.0, help="replay at this multiple of the recorded rate")
+    p.add_argument("--rate", type=positive_float, default=None, help="rescale arrivals to this mean rate (req/s)")
+    p.add_argument("--model", default="llama-3-8b", choices=sorted(MODELS), help="model whose KV cache is simulated")
+    p.add_argument("--gpu", default="h200", choices=sorted(GPUS), help="GPU whose memory and speed are simulated")
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV-cache block")
     mem = p.add_mutually_exclusive_group()
-    mem.add_argument("--num-gpu-blocks", type=int, default=None)
-    mem.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--enable-prefix-caching", action="store_true")
-    p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute")
-    p.add_argument("--swap-space", type=float, default=4.0, help="GiB of CPU memory for swapped blocks")
-    p.add_argument("--watermark", type=float, default=0.01)
+    mem.add_argument("--num-gpu-blocks", type=positive_int, default=None,
+                     help="GPU KV-cache blocks (default: from --gpu-memory-utilization)")
+    mem.add_argument("--gpu-memory-utilization", type=fraction, default=0.9,
+                     help="share of GPU memory for weights and KV cache")
+    p.add_argument("--max-model-len", type=positive_int, default=None,
+                   help="longest prompt + output (default: the model's window)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=256, help="most requests running at once")
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192, help="most tokens per step")
+    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                   help="split long prompts over several steps")
+    p.add_argument("--enable-prefix-caching", action="store_true", help="reuse KV blocks of shared prompt prefixes")
+    p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute",
+                   help="what happens to a preempted request's KV blocks")
+    p.add_argument("--swap-space", type=non_negative_float, default=4.0, help="GiB of CPU memory for swapped blocks")
+    p.add_argument("--watermark", type=fraction_below_one, default=0.01,
+                   help="share of GPU blocks kept free when admitting requests")
     p.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
                    help="KV-cache storage: auto (the model's dtype) or fp8 (e4m3, per-layer K/V scales; half the bytes)")
-    p.add_argument("--kv-offloading-size", type=float, default=0.0, metavar="GIB",
+    p.add_argument("--kv-offloading-size", type=non_negative_float, default=0.0, metavar="GIB",
                    help="GiB of host memory for a CPU tier behind the GPU prefix cache (0: off; needs "
                         "--enable-prefix-caching)")
     p.add_argument("--baseline", action="append", choices=["max", "pow2", "oracle"], default=[],
                    help="also run this contiguous baseline (repeatable)")
     p.add_argument("--cost-model", default="roofline", help="'roofline' or a profile JSON from `pagesim calibrate`")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory (new, or empty; see --force)")
+    p.add_argument("--force", action="store_true", help="write into an existing --out directory, replacing its files")
 
 
 def config_from_args(args) -> Config:
+    """The run's Config; a bad combination of options is reported with the flags' names."""
+    try:
+        return _config(args)
+    except OptionError as exc:
+        raise UserError(exc.as_flags()) from None
+
+
+def _config(args) -> Config:
     return Config(
         model=args.model,
         gpu=args.gpu,
@@ -132,7 +152,7 @@ def comparison_table(summaries: dict) -> str:
                 "leaked": s["leaked_blocks"],
             }
         )
-    return pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
+    return pd.DataFrame(rows).to_string(index=False, float_format=readable)
 
 
 def replay(args) -> int:
@@ -143,8 +163,11 @@ def replay(args) -> int:
     from pagesim.simulator import Simulation
 
     config = config_from_args(args)
+    out = prepare_output_dir(args.out, args.force)  # before any work: a finished run is never lost to a bad --out
     trace = trace_from_args(args)
     print(trace.summary)
+    warnings: list[str] = []
+    emit(config_warnings(config, trace), warnings)
     span = trace_info(trace)["span_s"]
     results, summaries = {}, {}
     for cfg in run_configs(config, args.baseline):
@@ -160,8 +183,10 @@ def replay(args) -> int:
         results[cfg.run_name] = result
         summaries[cfg.run_name] = summarize_run(result)
         summaries[cfg.run_name]["cost_model"] = cost.describe()
-    write_run_dir(Path(args.out), config, trace, results, summaries,
-                  {"platform": platform.platform(), "python": platform.python_version()})
+        emit(result_warnings(cfg.run_name, result.requests), warnings)
+    write_run_dir(out, config, trace, results, summaries,
+                  {"platform": platform.platform(), "python": platform.python_version(), **provenance(args.argv),
+                   "warnings": warnings})
     print(comparison_table(summaries))
     print(f"wrote {args.out}/summary.json, steps.parquet, requests.csv")
     return 0

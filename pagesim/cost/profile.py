@@ -54,9 +54,8 @@ is never predicted cheaper, across the two kinds too.
 The fit minimises the mean absolute relative error (the MAPE that validation reports) by iteratively
 reweighted non-negative least squares: each kind's prediction is the median of the steps like it, and
 a rare host pause in the calibration rows (three in the H200 rows, 0.16-2.1 s, likely JIT compiles of a
-new kernel specialisation) does not pull the fit. A profile without `graph_batch_sizes` (written before
-graphs were modelled) is the former single model: the eager formula plus prefill_step (for any prefill
-token) applied to every step (it has no longest-sequence term either).
+new kernel specialisation) does not pull the fit. A profile must name its `graph_batch_sizes`
+(the former single model, one formula for every step, is no longer read or fitted).
 
 On the H200 (results/profiles/h200-llama-3-8b.json, 2026-11-29) the fit chose max_context_lanes 45 and
 ~0.79 us per key of the longest walk: a decode batch of short sequences with one at 6k tokens costs ~4 ms
@@ -93,10 +92,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Features of eager steps (and, without graphs, of every step); the values _terms computes, in order.
-FEATURES = ("intercept", "prefill_step", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
+FEATURES = ("intercept", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
             "decode_context_tokens", "max_decode_context", "prefill_attn_pairs", "tokens_over_knee")
-EAGER_FEATURES = tuple(f for f in FEATURES if f != "prefill_step")  # fitted when graph steps have their own model
-SINGLE_FEATURES = tuple(f for f in FEATURES if f not in ("num_prefill_seqs", "max_decode_context"))  # the former single model
 # plus graph_pad_<size> for each size above the first
 GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context")
 TRANSFERS = ("swap_s_per_byte", "copy_s_per_byte")
@@ -121,7 +118,7 @@ def graph_features(sizes) -> tuple[str, ...]:
 
 def _terms(p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, knee, maximum=max):
     """The feature values in FEATURES order, for scalars or (with np.maximum) numpy arrays."""
-    return (1, (p_tokens > 0) * 1, p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, maximum(p_tokens + d_seqs - knee, 0))
+    return (1, p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, maximum(p_tokens + d_seqs - knee, 0))
 
 
 def decode_split_programs(gpu: str) -> int:
@@ -162,13 +159,15 @@ class ProfileCostModel:
     fit: dict = field(default_factory=dict)
     created: str = ""
     source: str | None = None  # the file it was read from
-    graph_batch_sizes: tuple[int, ...] = ()  # () = no graph model: every step by the eager formula
+    graph_batch_sizes: tuple[int, ...] = ()  # the engine's CUDA-graph decode sizes (required, increasing)
     max_context_lanes: int = 0  # 0: no longest-sequence term (profiles fitted before it existed)
     kv_cache_dtype: str = "auto"  # the engine's cache dtype when the timings were taken (Config.kv_cache_dtype)
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
-        self.max_context_lanes = int(self.max_context_lanes) if self.graph_batch_sizes else 0
+        if not self.graph_batch_sizes:
+            raise ValueError("a profile needs graph_batch_sizes (the engine's CUDA-graph decode batch sizes)")
+        self.max_context_lanes = int(self.max_context_lanes)
         coef = self.coefficients
         self._c = tuple(float(coef.get(name, 0.0)) for name in FEATURES)
         self._programs = decode_split_programs(self.gpu)
@@ -183,10 +182,10 @@ class ProfileCostModel:
             if i:
                 base += float(coef.get(f"graph_pad_{s}", 0.0))
             self._graph_base.append(base)
-        self._graph_max = sizes[-1] if sizes else 0
+        self._graph_max = sizes[-1]
         self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
         self._graph_splits = tuple(num_splits(s, self._programs, self._kv_heads) for s in sizes)
-        self._idle = self._graph_base[0] if sizes else self._c[0]
+        self._idle = self._graph_base[0]
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
         self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
@@ -194,9 +193,7 @@ class ProfileCostModel:
 
     @property
     def feature_names(self) -> tuple[str, ...]:
-        if self.graph_batch_sizes:
-            return EAGER_FEATURES + graph_features(self.graph_batch_sizes)
-        return SINGLE_FEATURES
+        return FEATURES + graph_features(self.graph_batch_sizes)
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
         """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
@@ -274,9 +271,7 @@ class ProfileCostModel:
     def describe(self) -> dict:
         d = {"kind": "profile", "source": self.source, "model": self.model, "gpu": self.gpu,
              "knee_tokens": self.knee_tokens, "coefficients": dict(self.coefficients), "fit": dict(self.fit),
-             "created": self.created}
-        if self.graph_batch_sizes:
-            d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+             "created": self.created, "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
         return d
@@ -284,9 +279,8 @@ class ProfileCostModel:
     # ---- files ---------------------------------------------------------------------
     def to_json(self, path: str | Path) -> None:
         features = [f for f in self.feature_names if f in self.coefficients]
-        d = {"kind": "profile", "model": self.model, "gpu": self.gpu, "features": features}
-        if self.graph_batch_sizes:
-            d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        d = {"kind": "profile", "model": self.model, "gpu": self.gpu, "features": features,
+             "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
         if self.kv_cache_dtype != "auto":
@@ -311,18 +305,21 @@ class ProfileCostModel:
             raise UserError(f"profile {p}: missing key(s) {', '.join(missing)}; expected {', '.join(REQUIRED_KEYS)}")
         if d["kind"] != "profile":
             raise UserError(f"profile {p}: 'kind' is {d['kind']!r}, expected 'profile'")
-        sizes = d.get("graph_batch_sizes", [])
-        if (not isinstance(sizes, list) or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)
+        sizes = d.get("graph_batch_sizes")
+        if sizes is None:
+            raise UserError(f"profile {p}: no 'graph_batch_sizes'; profiles written before CUDA-graph steps were "
+                            "modelled (one formula for every step) are no longer read: recalibrate, or refit "
+                            "their PROFILE.steps.csv with `calibrate --refit`")
+        if (not isinstance(sizes, list) or not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)
                 or any(a >= b for a, b in zip(sizes, sizes[1:]))):
             raise UserError(f"profile {p}: 'graph_batch_sizes' is {sizes!r}, expected increasing positive integers "
                             "(the engine's CUDA-graph decode batch sizes)")
-        known = (EAGER_FEATURES + graph_features(sizes)) if sizes else SINGLE_FEATURES
+        known = FEATURES + graph_features(sizes)
         if not isinstance(d["features"], list):
             raise UserError(f"profile {p}: 'features' must be a list of feature names")
         unknown = [f for f in d["features"] if f not in known]
         if unknown:
-            hint = "" if sizes or not any(str(f).startswith("graph_") for f in unknown) else " (graph features need 'graph_batch_sizes')"
-            raise UserError(f"profile {p}: unknown feature(s) {unknown}; expected some of {list(known)}{hint}")
+            raise UserError(f"profile {p}: unknown feature(s) {unknown}; expected some of {list(known)}")
         coef = d["coefficients"]
         if not isinstance(coef, dict):
             raise UserError(f"profile {p}: 'coefficients' must be an object of feature name -> seconds")
@@ -430,34 +427,32 @@ def _graph_design(cols, sel, sizes, longest) -> np.ndarray:
 def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) -> dict:
     """Both kinds' coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
     rows_idx = np.asarray(sel)
-    is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= (sizes[-1] if sizes else 0))
+    is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= sizes[-1])
     graph_rows, eager_rows = rows_idx[is_graph], rows_idx[~is_graph]
-    names = EAGER_FEATURES if sizes else SINGLE_FEATURES
+    names = FEATURES
     coefficients: dict[str, float] = {}
     dropped: list[str] = []
     raised: list[str] = []
     abs_err = []
-    lanes = 0
-    if sizes:
-        gnames = graph_features(sizes)
-        if len(graph_rows) < 2 * len(gnames):
-            raise UserError(f"calibration rows: {len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
-                            f"least {2 * len(gnames)}; or fit a single model (max_num_seqs=None)")
-        best_graph = None
-        for k in lanes_grid:
-            x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes, _longest(cols, graph_rows, split, k)),
-                                      y[graph_rows])
-            if best_graph is None or err < best_graph[0]:
-                best_graph = (err, k, x)
-        err, lanes, x = best_graph
-        coefficients.update(zip(gnames, map(float, x)))
-        dropped += [f for f, v in zip(gnames, x) if v == 0]
-        abs_err.append(err * len(graph_rows))
+    gnames = graph_features(sizes)
+    if len(graph_rows) < 2 * len(gnames):
+        raise UserError(f"calibration rows: {len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
+                        f"least {2 * len(gnames)}")
+    best_graph = None
+    for k in lanes_grid:
+        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes, _longest(cols, graph_rows, split, k)),
+                                  y[graph_rows])
+        if best_graph is None or err < best_graph[0]:
+            best_graph = (err, k, x)
+    err, lanes, x = best_graph
+    coefficients.update(zip(gnames, map(float, x)))
+    dropped += [f for f, v in zip(gnames, x) if v == 0]
+    abs_err.append(err * len(graph_rows))
     if len(eager_rows) < 2 * len(names):
-        raise UserError(f"calibration rows: {len(eager_rows)} usable {'eager (prefill or mixed) ' if sizes else ''}"
+        raise UserError(f"calibration rows: {len(eager_rows)} usable eager (prefill or mixed) "
                         f"training rows, need at least {2 * len(names)}")
     best = None
-    longest = _longest(cols, eager_rows, split, lanes) if sizes else np.zeros(len(eager_rows))
+    longest = _longest(cols, eager_rows, split, lanes)
     for knee in knees:
         x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names, longest), y[eager_rows])
         if best is None or err < best[0]:
@@ -465,25 +460,24 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
     err, knee, x = best
     eager = dict(zip(names, map(float, x)))
     dropped += [f for f, v in eager.items() if v == 0]
-    if sizes:
-        # An eager step never costs less than a graph step with fewer sequences and less context:
-        # intercept + num_decode_seqs * n (+ the hinge) covers every graph's fixed cost at n sequences,
-        # and decode_context_tokens is at least graph_context_tokens.
-        n = np.arange(1, sizes[-1] + 1)
-        graph_base = np.cumsum([coefficients["graph_intercept"]] + [coefficients[f"graph_pad_{s}"] for s in sizes[1:]])
-        eager_floor = (eager["intercept"] + eager["num_decode_seqs"] * n
-                       + eager["tokens_over_knee"] * np.maximum(n - knee, 0))
-        shortfall = float(np.max(graph_base[np.searchsorted(sizes, n)] - eager_floor))
-        if shortfall > 0:
-            eager["intercept"] += shortfall
-            raised.append("intercept")
-        if eager["decode_context_tokens"] < coefficients["graph_context_tokens"]:
-            eager["decode_context_tokens"] = coefficients["graph_context_tokens"]
-            raised.append("decode_context_tokens")
-        # Both kinds share `lanes` and the splits (the padded size's), so this makes the eager term the larger.
-        if eager["max_decode_context"] < coefficients["graph_max_context"]:
-            eager["max_decode_context"] = coefficients["graph_max_context"]
-            raised.append("max_decode_context")
+    # An eager step never costs less than a graph step with fewer sequences and less context:
+    # intercept + num_decode_seqs * n (+ the hinge) covers every graph's fixed cost at n sequences,
+    # and decode_context_tokens is at least graph_context_tokens.
+    n = np.arange(1, sizes[-1] + 1)
+    graph_base = np.cumsum([coefficients["graph_intercept"]] + [coefficients[f"graph_pad_{s}"] for s in sizes[1:]])
+    eager_floor = (eager["intercept"] + eager["num_decode_seqs"] * n
+                   + eager["tokens_over_knee"] * np.maximum(n - knee, 0))
+    shortfall = float(np.max(graph_base[np.searchsorted(sizes, n)] - eager_floor))
+    if shortfall > 0:
+        eager["intercept"] += shortfall
+        raised.append("intercept")
+    if eager["decode_context_tokens"] < coefficients["graph_context_tokens"]:
+        eager["decode_context_tokens"] = coefficients["graph_context_tokens"]
+        raised.append("decode_context_tokens")
+    # Both kinds share `lanes` and the splits (the padded size's), so this makes the eager term the larger.
+    if eager["max_decode_context"] < coefficients["graph_max_context"]:
+        eager["max_decode_context"] = coefficients["graph_max_context"]
+        raised.append("max_decode_context")
     coefficients = {**eager, **coefficients}
     abs_err.append(err * len(eager_rows))
     return {"coefficients": coefficients, "knee": knee, "lanes": lanes, "dropped": dropped, "raised": raised,
@@ -492,7 +486,7 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
 
 def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
                 knees: tuple[int, ...] = KNEES, holdout: str = "rows",
-                max_num_seqs: int | None = 256, lanes: tuple[int, ...] = LANES) -> tuple[ProfileCostModel, dict]:
+                max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
     `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
@@ -500,7 +494,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     eager; see the module docstring) gets its own coefficients, fitted to the least mean absolute
     relative error; the knee is the one in `knees` with the least training error, and max_context_lanes
     the one in `lanes` with the least training error of graph steps. The graph sizes are the executor's
-    for `max_num_seqs` (the calibrated engine's); None fits the former single model.
+    for `max_num_seqs` (the calibrated engine's).
 
     holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
     fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
@@ -517,7 +511,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     if not 0 <= test_fraction < 1:
         raise UserError(f"test_fraction {test_fraction}: expected at least 0 and below 1")
     m, g = get_model(model), get_gpu(gpu)
-    sizes = graph_batch_sizes(max_num_seqs) if max_num_seqs else ()
+    sizes = graph_batch_sizes(max_num_seqs)
     split = (sizes, decode_split_programs(g.name), m.num_kv_heads)
     if not lanes or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in lanes):
         raise UserError(f"lanes {lanes!r}: expected positive integers")
@@ -570,7 +564,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
         train = scored = idx
         n_test = len(idx) if folds else 0
     ape = np.abs(predicted[scored] / y[scored] - 1)
-    is_graph = (cols["num_prefill_tokens"][scored] == 0) & (cols["num_decode_seqs"][scored] <= (sizes[-1] if sizes else 0))
+    is_graph = (cols["num_prefill_tokens"][scored] == 0) & (cols["num_decode_seqs"][scored] <= sizes[-1])
 
     def summary(a):
         return {"mape": float(a.mean()), "p90_ape": float(np.percentile(a, 90)), "n": int(len(a))} if len(a) else None
@@ -579,16 +573,12 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
            "n_test": int(n_test), "holdout": holdout}
     if folds is not None:
         fit.update(folds=folds, n_workloads=n_workloads)
-    by_kind = {"graph": summary(ape[is_graph]), "eager": summary(ape[~is_graph])} if sizes else None
-    if by_kind:
-        fit["by_kind"] = by_kind
+    fit["by_kind"] = {"graph": summary(ape[is_graph]), "eager": summary(ape[~is_graph])}
     profile = make(final, fit)
     report = dict(fit, knee_tokens=final["knee"], dropped=final["dropped"], raised=final["raised"],
                   n_left_out=int((~keep).sum()), train_mape=final["train_mape"],
-                  objective="mean absolute relative error")
-    if sizes:
-        report["graph_batch_sizes"] = list(sizes)
-        report["max_context_lanes"] = final["lanes"]
+                  objective="mean absolute relative error", graph_batch_sizes=list(sizes),
+                  max_context_lanes=final["lanes"])
     if fold_workloads:
         report["fold_workloads"] = fold_workloads
     return profile, report

@@ -1,9 +1,11 @@
-"""`python -m pagesim trace info FILE` and `python -m pagesim trace synth ...`."""
+"""`python -m pagesim trace info FILE`, `trace convert FILE --out FILE.jsonl` and `trace synth ...`."""
 
 from __future__ import annotations
 
 import argparse
 
+from pagesim.options import positive_float, positive_int
+from pagesim.outputs import prepare_output_file
 from pagesim.traces.load import FORMATS, load_trace
 from pagesim.traces.own_format import write_trace
 from pagesim.traces.stats import trace_stats
@@ -16,19 +18,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     info = sub.add_parser("info", help="statistics and load summary of a trace file")
     info.add_argument("file")
-    info.add_argument("--format", default="auto", choices=FORMATS)
+    info.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
     info.set_defaults(func=_info)
 
+    convert = sub.add_parser("convert", help="rewrite a trace in pagesim's own format (JSON lines)")
+    convert.add_argument("file")
+    convert.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
+    convert.add_argument("--out", required=True, help="the pagesim-format file to write (FILE.jsonl)")
+    convert.add_argument("--force", action="store_true", help="replace --out if it exists")
+    convert.set_defaults(func=_convert)
+
     synth = sub.add_parser("synth", help="write a synthetic trace in pagesim's own format")
-    synth.add_argument("--preset", required=True, choices=list(PRESETS))
-    synth.add_argument("--num-requests", type=int, required=True)
-    synth.add_argument("--rate", type=float, required=True, help="mean arrival rate, requests per second")
-    synth.add_argument("--arrival", default="poisson", choices=["poisson", "gamma"])
-    synth.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma inter-arrival gaps")
-    synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--hash-block-size", type=int, default=16, help="tokens per prefix hash id (kshot, multiturn)")
+    synth.add_argument("--preset", required=True, choices=list(PRESETS), help="workload shape")
+    synth.add_argument("--num-requests", type=positive_int, required=True, help="requests to generate")
+    synth.add_argument("--rate", type=positive_float, required=True, help="mean arrival rate, requests per second")
+    synth.add_argument("--arrival", default="poisson", choices=["poisson", "gamma"], help="inter-arrival distribution")
+    synth.add_argument("--cv", type=positive_float, default=1.0, help="coefficient of variation of gamma inter-arrival gaps")
+    synth.add_argument("--seed", type=int, default=0, help="random seed")
+    synth.add_argument("--hash-block-size", type=positive_int, default=16, help="tokens per prefix hash id (kshot, multiturn)")
     synth.add_argument("--name", help="trace name recorded in the file (default: preset-N)")
-    synth.add_argument("--out", required=True)
+    synth.add_argument("--out", required=True, help="the pagesim-format file to write (FILE.jsonl)")
+    synth.add_argument("--force", action="store_true", help="replace --out if it exists")
     synth.set_defaults(func=_synth)
 
 
@@ -38,6 +48,14 @@ def _info(args: argparse.Namespace) -> int:
     print(format_stats(trace_stats(trace), trace.hash_block_size))
     print(format_ideal_hit_rate(trace))
     print(trace.summary)
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    out = prepare_output_file(args.out, args.force)
+    trace = load_trace(args.file, args.format)
+    write_trace(trace, out)
+    print(f"wrote {out}: {trace.summary}")
     return 0
 
 
@@ -55,12 +73,13 @@ def format_ideal_hit_rate(trace) -> str:
 
 
 def _synth(args: argparse.Namespace) -> int:
+    out = prepare_output_file(args.out, args.force)
     trace = synthesize(
         args.preset, num_requests=args.num_requests, rate=args.rate, arrival=args.arrival, cv=args.cv,
         seed=args.seed, hash_block_size=args.hash_block_size, name=args.name,
     )
-    write_trace(trace, args.out)
-    print(f"wrote {args.out}: {trace.summary}")
+    write_trace(trace, out)
+    print(f"wrote {out}: {trace.summary}")
     print(format_stats(trace_stats(trace), trace.hash_block_size))
     return 0
 

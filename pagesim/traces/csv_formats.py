@@ -5,6 +5,12 @@ to `schema.to_frame`, which reports errors under the file's own column names.
 The header is the first non-blank line; data rows are one per line after it
 (quoted line breaks inside a cell would shift the line numbers in messages).
 Wholly blank lines are dropped and counted.
+
+Large files: `fast_columns` reads the needed columns typed, with pyarrow's
+streaming reader in 16 MB blocks (no Python object per cell; one thread, as
+read-ahead threads piled up batches on a busy machine: 880 MB peak once). It gives up
+(returns None) at the first thing that is not plainly valid, and the careful
+string-based path below then reads the file again to report where and why.
 """
 
 from __future__ import annotations
@@ -17,12 +23,82 @@ import numpy as np
 import pandas as pd
 
 from pagesim.traces.errors import EMPTY, TraceError
-from pagesim.traces.schema import Parsed, Rows, numbers
+from pagesim.traces.schema import MAX_INT, MAX_TIME, Parsed, Rows, numbers
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
 VIDUR = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 HEADERS = {"azure": AZURE, "burstgpt": BURSTGPT, "vidur": VIDUR}
+BLOCK_BYTES = 16 << 20  # the fast reader's chunk of file
+
+
+def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
+    """The format's three columns, typed, when every row is plainly valid; else None (use the careful path).
+
+    Plainly valid: header first, no blank line, no empty cell, whole-number token counts in [1, MAX_INT]
+    (BurstGPT: also 0, a failed request), numeric times below MAX_TIME (Azure: ISO timestamps, all with
+    or all without a zone offset).
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    time_col, *count_cols = HEADERS[fmt]
+    time_types = [pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")] if fmt == "azure" else [pa.float64()]
+    for time_type in time_types:
+        types = {time_col: time_type} | {c: pa.int64() for c in count_cols}
+        options = pacsv.ConvertOptions(column_types=types, include_columns=list(HEADERS[fmt]))
+        chunks: dict[str, list[np.ndarray]] = {name: [] for name in HEADERS[fmt]}
+        try:
+            with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
+                                parse_options=pacsv.ParseOptions(ignore_empty_lines=False), convert_options=options) as reader:
+                for batch in reader:
+                    for name in HEADERS[fmt]:
+                        column = batch.column(name)
+                        if column.null_count:
+                            return None
+                        chunks[name].append(np.array(column.to_numpy()))  # a copy: the batch's buffers go back
+                    del batch, column
+                    pa.default_memory_pool().release_unused()  # arrow's allocator keeps freed blocks otherwise
+            break
+        except (pa.ArrowException, OSError, ValueError):
+            continue
+    else:
+        return None
+    if not chunks[time_col]:
+        return None
+    out = {name: np.concatenate(chunks.pop(name)) for name in HEADERS[fmt]}  # one column's chunks freed at a time
+    for name in count_cols:
+        low = 0 if (fmt == "burstgpt" and name == "Response tokens") else 1
+        if out[name].min() < low or out[name].max() > MAX_INT:
+            return None
+    if fmt == "azure":  # seconds since the earliest, as pandas' Timedelta.total_seconds computes them
+        ns = out[time_col].view(np.int64)
+        ns -= ns.min()
+        seconds = np.empty(len(ns))
+        for i in range(0, len(ns), 1 << 20):  # in slices: pandas' total_seconds makes several temporaries
+            seconds[i : i + (1 << 20)] = pd.TimedeltaIndex(ns[i : i + (1 << 20)].view("timedelta64[ns]")).total_seconds()
+        out[time_col] = seconds
+        del ns
+    elif not (np.abs(out[time_col]) < MAX_TIME).all() or (fmt == "vidur" and out[time_col].min() < 0):
+        return None
+    return out
+
+
+def read_fast(path: str, fmt: str) -> Parsed | None:
+    """`fast_columns` as a reader's Parsed (BurstGPT's failed requests dropped and counted), or None."""
+    out = fast_columns(path, fmt)
+    if out is None:
+        return None
+    n = len(out[HEADERS[fmt][0]])
+    keep, dropped = slice(None), {}
+    if fmt == "burstgpt":
+        failed = out["Response tokens"] == 0
+        if failed.any():
+            keep, dropped = ~failed, {"failed request (Response tokens = 0)": int(failed.sum())}
+    names = ("arrival_time_s", "prompt_len", "output_len")
+    columns = {name: pd.Series(out[col][keep]) for name, col in zip(names, HEADERS[fmt])}
+    rows = Rows(path, np.arange(2, n + 2)[keep])
+    return Parsed(columns, rows, n, fields=dict(zip(names, HEADERS[fmt])), dropped=dropped)
 
 
 def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, dict[str, int]]:
@@ -52,7 +128,8 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     blank = df.isna().all(axis=1).to_numpy()
     dropped = {"blank line": int(blank.sum())} if blank.any() else {}
     rows = Rows(file, np.arange(skip + 2, skip + len(df) + 2)[~blank])
-    return df[~blank].reset_index(drop=True), rows, len(df) - int(blank.sum()), dropped
+    df = df[~blank].reset_index(drop=True).astype(object)
+    return df.where(df.notna(), None), rows, len(df), dropped  # an empty cell is None: NaN is a value ('nan')
 
 
 def read_azure(text: str, file: str) -> Parsed:
@@ -88,5 +165,9 @@ def read_burstgpt(text: str, file: str) -> Parsed:
 def read_vidur(text: str, file: str) -> Parsed:
     """Vidur's processed traces (e.g. splitwise_conv.csv): `arrived_at` in seconds, prefill and decode token counts."""
     df, rows, read, dropped = read_csv(text, file, "vidur")
+    negative = (numbers(df["arrived_at"]) < 0).to_numpy()
+    if negative.any():  # offsets from the trace's start: a negative one is a broken file, not a shift to undo
+        i = int(np.flatnonzero(negative)[0])
+        raise rows.error(i, "arrived_at", "a non-negative offset in seconds from the trace start", df["arrived_at"].iloc[i])
     columns = {"arrival_time_s": df["arrived_at"], "prompt_len": df["num_prefill_tokens"], "output_len": df["num_decode_tokens"]}
     return Parsed(columns, rows, read, fields=dict(zip(("arrival_time_s", "prompt_len", "output_len"), VIDUR)), dropped=dropped)

@@ -8,15 +8,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pagesim.errors import UserError
-from pagesim.traces.csv_formats import read_azure, read_burstgpt, read_vidur
+from pagesim.errors import OptionError, UserError
+from pagesim.options import readable
+from pagesim.traces.csv_formats import HEADERS, read_azure, read_burstgpt, read_fast, read_vidur
 from pagesim.traces.detect import detect
 from pagesim.traces.errors import TraceError
 from pagesim.traces.mooncake import read_mooncake
 from pagesim.traces.own_format import read_pagesim
 from pagesim.traces.schema import LoadSummary, Trace, by_arrival, to_frame
 from pagesim.traces.sharegpt import SHAREGPT_RATE, read_sharegpt
-from pagesim.traces.text import read_text
+from pagesim.traces.text import check_trace_file, read_head, read_text
 
 READERS = {
     "azure": read_azure,
@@ -50,28 +51,52 @@ def load_trace(
     """
     _check_options(format, limit, start_s, end_s, time_scale, rate)
     file = str(path)
-    text = read_text(path)
-    fmt = detect(text, file) if format == "auto" else format
-    if fmt == "sharegpt":
-        parsed = read_sharegpt(text, file, rate or SHAREGPT_RATE, seed)
-    else:
-        parsed = READERS[fmt](text, file)
+    check_trace_file(path)  # before any read: devices, pipes and oversize files are refused
+    fmt = _format(path, file) if format == "auto" else format
+    parsed = read_fast(file, fmt) if fmt in HEADERS else None
+    if parsed is None:
+        text = read_text(path)
+        if fmt == "sharegpt":
+            parsed = read_sharegpt(text, file, rate or SHAREGPT_RATE, seed)
+        else:
+            parsed = READERS[fmt](text, file)
+        del text
     if len(parsed.rows.lines) == 0:
         raise TraceError(file, None, None, "at least one request", "none")
-    df, warnings = by_arrival(to_frame(parsed), parsed.rows)
+    df = to_frame(parsed)
+    parsed.columns.clear()  # the frame holds what is needed; the raw columns go
+    df, warnings = by_arrival(df, parsed.rows)
     dropped = dict(parsed.dropped)
     df = _window(df, start_s, end_s, limit, dropped, file)
-    df["arrival_time_s"] = df["arrival_time_s"] / time_scale
-    if rate is not None and not parsed.rate_applied:
-        span = df["arrival_time_s"].iloc[-1]
-        if span <= 0:
-            raise TraceError(file, None, None, "arrivals spread over time, to rescale them to a rate", "all at once")
-        df["arrival_time_s"] = df["arrival_time_s"] * (len(df) / span / rate)
+    rescale = rate is not None and not parsed.rate_applied
+    if time_scale != 1 or rescale:
+        recorded = df["arrival_time_s"].to_numpy()
+        with np.errstate(over="ignore", under="ignore"):
+            scaled = recorded / time_scale
+        if rescale:
+            span = scaled[-1]
+            if span <= 0:
+                raise TraceError(file, None, None, "arrivals spread over time, to rescale them to a rate", "all at once")
+            with np.errstate(over="ignore", invalid="ignore"):
+                scaled = scaled * (len(df) / span / rate)
+        _check_arrivals(recorded, scaled, time_scale, rate if rescale else None)
+        df["arrival_time_s"] = scaled
     summary = LoadSummary(
         parsed.rows_read, len(df), dropped, parsed.warnings + warnings, fmt, float(df["arrival_time_s"].iloc[-1])
     )
     block = parsed.hash_block_size if "prefix_hash_ids" in df else None
     return Trace(df, parsed.name or Path(file).stem, summary, block)
+
+
+def _format(path: str | Path, file: str) -> str:
+    """The detected format, from the file's first lines (the whole file when those do not tell)."""
+    head = read_head(path)
+    if head is not None:
+        try:
+            return detect(head, file)
+        except TraceError:
+            pass
+    return detect(read_text(path), file)
 
 
 def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], file: str) -> pd.DataFrame:
@@ -81,29 +106,46 @@ def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], fi
     for reason, mask in ((f"arrives before start_s={start_s}", before), (f"arrives at or after end_s={end_s}", after)):
         if mask.any():
             dropped[reason] = int(mask.sum())
-    df = df[~(before | after)]
+    if before.any() or after.any():  # (a copy of the frame only when rows go)
+        df = df[~(before | after)]
     if len(df) == 0:
         raise TraceError(file, None, None, f"at least one request arriving in [{start_s}, {end_s}) s", f"none of {len(t)}")
     if limit is not None and len(df) > limit:
         dropped[f"beyond limit={limit}"] = len(df) - limit
         df = df.iloc[:limit]
     df = df.reset_index(drop=True)
-    df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
+    if df["arrival_time_s"].iloc[0] != 0:
+        df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
     return df
 
 
+def _check_arrivals(recorded: np.ndarray, scaled: np.ndarray, time_scale: float, rate: float | None) -> None:
+    """Rescaled arrivals must stay finite and keep every gap (no overflow to inf, no underflow to equal times)."""
+    parts = ([] if time_scale == 1 and rate is not None else ["{time_scale} " + readable(time_scale)])
+    parts += [] if rate is None else ["{rate} " + readable(rate)]
+    what, verb = " with ".join(parts), "makes"
+    if not np.isfinite(scaled).all():
+        raise OptionError(f"{what} {verb} arrival times overflow (the last would arrive at {readable(scaled[-1])} s); "
+                          "choose a value nearer 1 req/s or 1x")
+    with np.errstate(invalid="ignore"):
+        lost = (np.diff(recorded) > 0) & (np.diff(scaled) <= 0)
+    if lost.any():
+        raise OptionError(f"{what} {verb} {int(lost.sum()):,} arrivals fall on the same instant as the one before them; "
+                          "choose a value nearer 1 req/s or 1x")
+
+
 def _check_options(format, limit, start_s, end_s, time_scale, rate) -> None:
-    positive = lambda x: isinstance(x, (int, float)) and math.isfinite(x) and x > 0  # noqa: E731
+    positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0  # noqa: E731
     if format not in FORMATS:
-        raise UserError(f"unknown trace format {format!r}; expected one of {', '.join(FORMATS)}")
-    if limit is not None and not (isinstance(limit, int) and limit >= 1):
-        raise UserError(f"limit must be a positive integer, got {limit!r}")
+        raise OptionError(f"unknown trace {{format}} {format!r}; expected one of {', '.join(FORMATS)}")
+    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
+        raise OptionError(f"{{limit}} must be a positive integer, got {limit!r}")
     for name, value in (("start_s", start_s), ("end_s", end_s)):
         if value is not None and not (positive(value) or value == 0):
-            raise UserError(f"{name} must be a non-negative number of seconds, got {value!r}")
+            raise OptionError(f"{{{name}}} must be a non-negative number of seconds, got {value!r}")
     if start_s is not None and end_s is not None and end_s <= start_s:
-        raise UserError(f"end_s ({end_s}) must be after start_s ({start_s})")
+        raise OptionError(f"{{end_s}} ({end_s}) must be after {{start_s}} ({start_s})")
     if not positive(time_scale):
-        raise UserError(f"time_scale must be a positive number, got {time_scale!r}")
+        raise OptionError(f"{{time_scale}} must be a positive number, got {time_scale!r}")
     if rate is not None and not positive(rate):
-        raise UserError(f"rate must be a positive number of requests per second, got {rate!r}")
+        raise OptionError(f"{{rate}} must be a positive number of requests per second, got {rate!r}")

@@ -96,12 +96,16 @@ def numbers(values: pd.Series) -> pd.Series:
 
 def _got(values: pd.Series, i: int) -> object:
     value = values.iloc[i]
-    return EMPTY if value is None or (isinstance(value, float) and np.isnan(value)) else value
+    return EMPTY if value is None else value  # a NaN is shown as nan: an empty cell or JSON null is None
 
 
 def ints(values: pd.Series, rows: Rows, field: str, positive: bool = True) -> np.ndarray:
     """Integer-valued entries (|x| <= MAX_INT) as int64; raises at the first one that is empty, not an
     integer, or (when `positive`) below 1."""
+    if values.dtype == np.int64:  # already integers (the fast CSV reader): check the range without copies
+        num = values.to_numpy()
+        if len(num) and num.min() >= (1 if positive else -MAX_INT) and num.max() <= MAX_INT:
+            return num
     num = numbers(values).to_numpy()
     with np.errstate(invalid="ignore"):
         ok = (num == np.floor(num)) & (num >= (1 if positive else -MAX_INT)) & (num <= MAX_INT)
@@ -113,7 +117,7 @@ def ints(values: pd.Series, rows: Rows, field: str, positive: bool = True) -> np
 
 def floats(values: pd.Series, rows: Rows, field: str) -> np.ndarray:
     """Numbers as float64; raises at the first entry that is empty, not a number, or not below MAX_TIME in size."""
-    num = numbers(values).to_numpy()
+    num = values.to_numpy() if values.dtype == np.float64 else numbers(values).to_numpy()
     with np.errstate(invalid="ignore"):
         ok = np.abs(num) < MAX_TIME
     if not ok.all():
@@ -149,14 +153,21 @@ def to_frame(p: Parsed) -> pd.DataFrame:
     c, rows = p.columns, p.rows
     name = lambda key: p.fields.get(key, key)  # noqa: E731
     n = len(rows.lines)
-    ids = c["request_id"] if "request_id" in c else pd.Series([str(i) for i in range(n)], dtype=object)
+    if "request_id" in c:
+        ids = pd.Series(_request_ids(c["request_id"], rows, name("request_id")), dtype="str")
+    else:  # row numbers: unique by construction
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids = pd.Series(pc.cast(pa.array(np.arange(n)), pa.string()), dtype="str")
     df = pd.DataFrame(
         {
-            "request_id": pd.Series(_request_ids(ids, rows, name("request_id")), dtype="str"),
-            "arrival_time_s": floats(c["arrival_time_s"], rows, name("arrival_time_s")) * p.time_unit_s,
+            "request_id": ids,
+            "arrival_time_s": _times(floats(c["arrival_time_s"], rows, name("arrival_time_s")), p.time_unit_s),
             "prompt_len": ints(c["prompt_len"], rows, name("prompt_len")),
             "output_len": ints(c["output_len"], rows, name("output_len")),
-        }
+        },
+        copy=False,
     )
     if "prefix_hash_ids" in c:
         if not (isinstance(p.hash_block_size, (int, np.integer)) and 1 <= p.hash_block_size <= MAX_INT):
@@ -173,6 +184,10 @@ def to_frame(p: Parsed) -> pd.DataFrame:
     if "priority" in c:
         df["priority"] = ints(c["priority"], rows, name("priority"), positive=False)
     return df
+
+
+def _times(seconds: np.ndarray, unit_s: float) -> np.ndarray:
+    return seconds if unit_s == 1.0 else seconds * unit_s
 
 
 def _request_ids(values: pd.Series, rows: Rows, field: str) -> list[str]:
@@ -205,7 +220,7 @@ def by_arrival(df: pd.DataFrame, rows: Rows) -> tuple[pd.DataFrame, list[str]]:
             f"{int(rows.lines[late[0] + 1])}); sorted by arrival time"
         )
         df = df.iloc[np.argsort(t, kind="stable")].reset_index(drop=True)
-    if len(df):
+    if len(df) and df["arrival_time_s"].iloc[0] != 0:
         df["arrival_time_s"] = df["arrival_time_s"] - df["arrival_time_s"].iloc[0]
     return df, warnings
 

@@ -33,14 +33,16 @@ ROLES = {"human": "human", "user": "human", "gpt": "gpt", "assistant": "gpt", "c
 
 
 def read_sharegpt(text: str, file: str, rate: float, seed: int) -> Parsed:
-    items = json_list(text, file) if text.lstrip().startswith("[") else json_lines(text, file)
+    listed = text.lstrip().startswith("[")
+    items = json_list(text, file) if listed else json_lines(text, file)
+    minified = listed and "\n" not in text.strip()  # every item on line 1: name items by index and id
     blocks = BlockIds(SHAREGPT_BLOCK)
     requests: list[tuple] = []  # (conversation, turn, line, prompt_len, output_len, hash_ids)
     dropped: dict[str, int] = {}
     conversations = 0
     for c, (line, item) in enumerate(items):
         conversations += 1
-        turns = _turns(item, file, line)
+        turns = _turns(item, file, line, _item_name(item, c) if minified else "")
         history, human = blocks.prompt(), -1
         for j, (role, text_, n_tokens) in enumerate(turns):
             history.extend(("text", text_), n_tokens)
@@ -73,14 +75,20 @@ def read_sharegpt(text: str, file: str, rate: float, seed: int) -> Parsed:
     return Parsed(columns, rows, conversations, hash_block_size=SHAREGPT_BLOCK, rate_applied=True, dropped=dropped)
 
 
-def _turns(item: object, file: str, line: int) -> list[tuple[str, str, int]]:
-    """(role, text, n_tokens) for each turn of one conversation."""
+def _item_name(item: object, index: int) -> str:
+    """`[12] (id 'x7f') ` : which list item, for files whose items share a line (minified JSON)."""
+    ident = item.get("id") if isinstance(item, dict) else None
+    return f"[{index}]" + (f" (id {ident!r})" if isinstance(ident, (str, int)) else "") + " "
+
+
+def _turns(item: object, file: str, line: int, name: str = "") -> list[tuple[str, str, int]]:
+    """(role, text, n_tokens) for each turn of one conversation; `name` prefixes field names (list items)."""
     turns = item.get("conversations", EMPTY) if isinstance(item, dict) else EMPTY
     if not isinstance(turns, list):
-        raise TraceError(file, line, "conversations", "a conversation object with a list 'conversations'", turns)
+        raise TraceError(file, line, f"{name}conversations", "a conversation object with a list 'conversations'", turns)
     out = []
     for j, turn in enumerate(turns):
-        where = f"conversations[{j}]"
+        where = f"{name}conversations[{j}]"
         if not isinstance(turn, dict):
             raise TraceError(file, line, where, "an object with 'from' and 'value'", turn)
         role, value, n_tokens = turn.get("from", EMPTY), turn.get("value", EMPTY), turn.get("num_tokens")

@@ -15,9 +15,9 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from pagesim.errors import UserError
+from pagesim.errors import OptionError, UserError
 from pagesim.traces.blocks import BlockIds
-from pagesim.traces.schema import Trace, trace_from_frame
+from pagesim.traces.schema import MAX_TIME, Trace, trace_from_frame
 
 MAX_CONTEXT = 8192  # a multiturn conversation ends before a later turn's prompt + output would exceed this
 
@@ -160,14 +160,19 @@ def synthesize(
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     if arrival not in ("poisson", "gamma") or (arrival == "poisson" and cv != 1.0):
-        raise UserError(f"arrival must be 'poisson' (cv 1) or 'gamma' with a cv, got {arrival!r} with cv {cv}")
+        raise OptionError(f"{{arrival}} must be 'poisson' (with {{cv}} 1) or 'gamma' with a {{cv}}, got {arrival!r} with {{cv}} {cv}")
     if num_requests < 1 or not rate > 0 or not cv > 0 or hash_block_size < 1:
-        raise UserError("num_requests, rate, cv and hash_block_size must be positive")
+        raise OptionError("{num_requests}, {rate}, {cv} and {hash_block_size} must be positive")
     p = PRESETS[preset]
     prompt, output = prompt_len or p.prompt_len, output_len or p.output_len
     rng = np.random.default_rng(seed)
     build = {"independent": _independent, "kshot": _kshot, "multiturn": _multiturn}[p.shape]
-    df = build(rng, num_requests, rate, cv, prompt, output, BlockIds(hash_block_size))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        df = build(rng, num_requests, rate, cv, prompt, output, BlockIds(hash_block_size))
+    last = float(df["arrival_time_s"].max())
+    if not last < MAX_TIME:
+        raise OptionError(f"{{rate}} {rate!r} (with {{cv}} {cv!r}) puts the last arrival at {last:.3g} s, "
+                          f"beyond {MAX_TIME:.0e} s; use a larger {{rate}}")
     trace = trace_from_frame(df, name or f"{preset}-{num_requests}", hash_block_size)
     trace.summary.format = f"synthetic {preset} ({arrival}{'' if arrival == 'poisson' else f', cv {cv}'})"
     return trace

@@ -3,20 +3,76 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 
-from pagesim.traces.errors import TraceError
+from pagesim.traces.errors import Described, TraceError
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\r\n"
 
 
-def read_text(path: str | Path) -> str:
-    """The file as text; rejects unreadable, empty, non-UTF-8 and binary files (NUL bytes)."""
+MAX_TRACE_MB_VAR = "PAGESIM_MAX_TRACE_MB"
+DEFAULT_MAX_TRACE_MB = 2048
+HEAD_BYTES = 1 << 20  # enough to tell the format: a CSV header, or the first JSON line
+
+
+def max_trace_bytes() -> int:
+    """The size ceiling on trace files: $PAGESIM_MAX_TRACE_MB megabytes (default 2048)."""
+    value = os.environ.get(MAX_TRACE_MB_VAR, "")
+    try:
+        mb = float(value) if value.strip() else DEFAULT_MAX_TRACE_MB
+    except ValueError:
+        mb = -1.0
+    if not (mb > 0 and mb < 1e9):
+        from pagesim.errors import UserError
+
+        raise UserError(f"{MAX_TRACE_MB_VAR}={value!r}: expected a positive number of megabytes")
+    return int(mb * 1e6)
+
+
+def check_trace_file(path: str | Path) -> int:
+    """Size in bytes of a readable regular file within the ceiling; devices, pipes and oversize files are refused."""
     file = str(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise TraceError(file, None, None, "a readable file", exc.strerror or str(exc)) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TraceError(file, None, None, "a readable file", "Is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise TraceError(file, None, None, "a regular file (save a device's or a pipe's output to a file first)", Described("a device or pipe"))
+    limit = max_trace_bytes()
+    if info.st_size > limit:
+        from pagesim.options import readable
+
+        raise TraceError(file, None, None, f"a trace file of at most {readable(limit / 1e6)} MB (set {MAX_TRACE_MB_VAR} to raise the limit)",
+                         Described(f"{readable(info.st_size / 1e6)} MB"))
+    return info.st_size
+
+
+def read_head(path: str | Path) -> str | None:
+    """The file's first whole lines (about HEAD_BYTES) as text, or None when they are not plain UTF-8 text."""
+    size = check_trace_file(path)
+    with open(path, "rb") as f:
+        data = f.read(HEAD_BYTES)
+    if size > len(data) and b"\n" in data:
+        data = data[: data.rindex(b"\n") + 1]
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    return text if text.strip() and "\x00" not in text else None
+
+
+def read_text(path: str | Path) -> str:
+    """The file as text; rejects unreadable, oversize, empty, non-UTF-8 and binary files (NUL bytes)."""
+    file = str(path)
+    check_trace_file(path)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -33,11 +89,16 @@ def read_text(path: str | Path) -> str:
     return text
 
 
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """`Unterminated string starting at column 5`, not `... starting at at column 5`."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
 def _loads(text: str, file: str, line: int) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(file, line, None, f"valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise TraceError(file, line, None, f"valid JSON ({_json_problem(exc)})") from None
     except (ValueError, RecursionError) as exc:  # over-long integers, over-deep nesting
         raise TraceError(file, line, None, "valid JSON within Python's limits", str(exc)[:60]) from None
 
@@ -75,7 +136,7 @@ def json_list(text: str, file: str) -> Iterator[tuple[int, object]]:
             try:
                 item, end = _DECODER.raw_decode(text, i)
             except json.JSONDecodeError as exc:
-                raise TraceError(file, exc.lineno, None, f"valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise TraceError(file, exc.lineno, None, f"valid JSON ({_json_problem(exc)})") from None
             except (ValueError, RecursionError) as exc:
                 raise TraceError(file, line_at(i), None, "valid JSON within Python's limits", str(exc)[:60]) from None
             yield line_at(i), item

@@ -1,0 +1,58 @@
+"""Warnings about runs that complete but may not mean what the user thinks.
+
+Each is printed once (stderr, `warning: ...`) and recorded in summary.json under
+`warnings`. Messages name the command-line flags.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+from pagesim.config import Config
+from pagesim.options import readable
+
+REJECTED_SHARE = 0.10  # warn when more than this share of requests is rejected
+
+
+def config_warnings(config: Config, trace) -> list[str]:
+    """Before the run: options the trace or the model make pointless."""
+    out = []
+    if config.enable_prefix_caching and not {"prefix_hash_ids", "prompt_token_ids"} & set(trace.df.columns):
+        out.append("--enable-prefix-caching is on, but the trace has neither prefix_hash_ids nor prompt_token_ids: "
+                   "no request can hit the prefix cache")
+    if config.preemption_mode == "swap" and config.num_cpu_blocks == 0:
+        out.append(f"--preemption-mode swap with --swap-space {readable(config.swap_space)} GiB holds no host block "
+                   f"({readable(config.block_bytes)} bytes each): nothing can be swapped out")
+    window = config.model_spec.max_position_embeddings
+    if config.max_model_len is not None and config.max_model_len > window:
+        out.append(f"--max-model-len {readable(config.max_model_len)} is larger than {config.model}'s window "
+                   f"({readable(window)} tokens): the model was not trained for such lengths")
+    return out
+
+
+def result_warnings(run: str, requests: pd.DataFrame) -> list[str]:
+    """After a run: every request rejected, or more than REJECTED_SHARE of them (with the most common reason)."""
+    own = requests[requests["parent_id"] == ""] if "parent_id" in requests else requests
+    rejected = own[own["state"] == "rejected"]
+    n, k = len(own), len(rejected)
+    if n == 0 or k == 0 or k <= REJECTED_SHARE * n:
+        return []
+    top = ""
+    if "reason" in rejected and len(rejected):
+        reasons = rejected["reason"].astype(str)
+        kinds = reasons.str.replace(r"\d[\d,.]*", "#", regex=True)  # reasons of one kind differ in their figures
+        kind = kinds.value_counts().index[0]
+        top = f"; most often ({readable(int((kinds == kind).sum()))}): {reasons[kinds == kind].iloc[0]}"
+    if k == n:
+        return [f"{run}: every request ({readable(n)}) was rejected{top}"]
+    return [f"{run}: {readable(k)} of {readable(n)} requests ({k / n:.1%}) were rejected{top}"]
+
+
+def emit(warnings: list[str], seen: list[str]) -> None:
+    """Print each warning not printed before and add it to `seen` (the list summary.json records)."""
+    for text in warnings:
+        if text not in seen:
+            seen.append(text)
+            print(f"warning: {text}", file=sys.stderr)

@@ -1,0 +1,236 @@
+"""Command-line hygiene (issue #11), through the real CLI: `python -m pagesim ...` as a subprocess.
+
+Every bad input ends with exit code 2, one `error:` line that names the flag or the file, and no
+traceback; output paths are checked before any work; warnings are printed once and recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pagesim(*args, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pagesim", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def one_error(done: subprocess.CompletedProcess) -> str:
+    """The single error line of a failed command (argparse's `prog: error: ...` or pagesim's `error: ...`)."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:") or ": error:" in line]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+def azure_csv(path: Path, n: int = 20, prompt: int = 300) -> Path:
+    rows = [f"2023-11-16 18:15:{10 + i * 0.5:08.5f},{prompt + 7 * i},{20 + i}" for i in range(n)]
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def own_trace(path: Path, prompts: list[int]) -> Path:
+    lines = ['{"pagesim_trace": 1, "name": "t", "hash_block_size": null}']
+    lines += [json.dumps({"request_id": str(i), "arrival_time_s": 0.1 * i, "prompt_len": p, "output_len": 8})
+              for i, p in enumerate(prompts)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ---- 1. output paths, checked before any work ---------------------------------------------------------
+def test_existing_output_dir_is_refused_before_the_trace_is_even_read(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    broken = tmp_path / "broken.csv"
+    broken.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,x,1\n")
+    line = one_error(pagesim("replay", broken, "--out", out))
+    assert line == f"error: --out {out}: directory exists and is not empty; pass --force to write into it, or choose another --out"
+    assert (out / "summary.json").read_text() == "{}"
+
+
+def test_output_under_a_file_is_refused_at_once(tmp_path):
+    (tmp_path / "f").write_text("x")
+    line = one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", tmp_path / "f" / "run"))
+    assert line == f"error: --out {tmp_path / 'f' / 'run'}: a parent path is a file, not a directory"
+
+
+def test_force_writes_into_an_existing_dir_and_summary_records_provenance(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "old.txt").write_text("kept")
+    done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", out, "--force")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pagesim_version"] == "0.1.0"
+    assert summary["command"].startswith("python -m pagesim replay ") and summary["command"].endswith("--force")
+    assert summary["git_commit"] is None or len(summary["git_commit"]) == 40
+    assert summary["warnings"] == []
+    assert (out / "old.txt").read_text() == "kept"
+    assert "e+0" not in done.stdout  # numbers printed readably: 1,170 not 1.17e+03
+
+
+def test_trace_synth_and_convert_check_their_out_file(tmp_path):
+    new = tmp_path / "newdir" / "k.jsonl"
+    assert pagesim("trace", "synth", "--preset", "kshot", "--num-requests", 5, "--rate", 2, "--out", new).returncode == 0
+    line = one_error(pagesim("trace", "synth", "--preset", "kshot", "--num-requests", 5, "--rate", 2, "--out", new))
+    assert line == f"error: --out {new}: file exists; pass --force to replace it, or choose another --out"
+    line = one_error(pagesim("trace", "convert", azure_csv(tmp_path / "t.csv"), "--out", new))
+    assert line.endswith("file exists; pass --force to replace it, or choose another --out")
+
+
+def test_calibrate_checks_its_out_file_before_looking_for_a_gpu(tmp_path):
+    profile = tmp_path / "p.json"
+    profile.write_text("{}")
+    assert one_error(pagesim("calibrate", "--out", profile)).endswith("file exists; pass --force to replace it, or choose another --out")
+
+
+# ---- 2. options validated where parsed --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--swap-space", "inf"], "argument --swap-space: expected a finite number, got 'inf'"),
+        (["--block-size", "16.5"], "argument --block-size: expected a whole number such as 16, got '16.5'"),
+        (["--watermark", "1"], "argument --watermark: expected a fraction in [0, 1), got '1'"),
+        (["--num-gpu-blocks", "1000000000"],
+         "error: --num-gpu-blocks 1,000,000,000: the simulator holds at most 4,000,000 blocks (~0.8 GB of simulator memory)"),
+        (["--preemption-mode", "swap", "--swap-space", "1000000"],
+         "error: --swap-space 1,000,000 GiB is 512,000,000 host blocks of 2,097,152 bytes; the simulator holds at most 4,000,000 blocks"),
+        (["--time-scale", "1e-320"], "error: --time-scale 1e-320 makes arrival times overflow (the last would arrive at inf s)"),
+        (["--rate", "1e-320"], "error: --rate 1e-320 makes arrival times overflow"),
+        (["--gpu-memory-utilization", "0.01"], "error: model llama-3-8b (15.0 GiB of weights) leaves no KV-cache memory on h200 "
+                                               "at --gpu-memory-utilization 0.01: raise it or pass --num-gpu-blocks"),
+        (["--start-s", "5", "--end-s", "2"], "error: --end-s (2.0) must be after --start-s (5.0)"),
+    ],
+)
+def test_bad_option_values_are_one_line_naming_the_flag(tmp_path, args, message):
+    line = one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), *args, "--out", tmp_path / "run"))
+    assert message in line
+
+
+def test_config_checks_integer_options_as_integers():
+    from pagesim.config import Config
+    from pagesim.errors import UserError
+
+    for bad in (16.5, True, "16"):
+        with pytest.raises(UserError, match=r"^invalid config: block_size must be an integer, got") as e:
+            Config(block_size=bad)
+        assert "\n" not in str(e.value)
+    assert Config(block_size=16).block_size == 16
+
+
+# ---- 3. trace reading: size ceiling, devices -------------------------------------------------------
+def test_dev_zero_is_refused_at_once():
+    line = one_error(pagesim("trace", "info", "/dev/zero", timeout=60))
+    assert line == "error: /dev/zero: expected a regular file (save a device's or a pipe's output to a file first), got a device or pipe"
+    assert "regular file" in one_error(pagesim("trace", "info", "/dev/zero", "--format", "azure", timeout=60))
+
+
+def test_size_ceiling_names_the_limit_and_how_to_raise_it(tmp_path):
+    trace = azure_csv(tmp_path / "t.csv")
+    line = one_error(pagesim("trace", "info", trace, env={"PAGESIM_MAX_TRACE_MB": "0.0001"}))
+    assert line == (f"error: {trace}: expected a trace file of at most 0.0001 MB (set PAGESIM_MAX_TRACE_MB to raise the limit), "
+                    f"got {trace.stat().st_size / 1e6:.3g} MB")
+
+
+# ---- 4. warnings, printed once and recorded ---------------------------------------------------------
+def test_config_warnings_are_printed_once_and_recorded(tmp_path):
+    out = tmp_path / "run"
+    done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--enable-prefix-caching", "--preemption-mode", "swap",
+                   "--swap-space", "0", "--max-model-len", "100000", "--baseline", "max", "--out", out)
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    assert [w.split(" ")[0] for w in warnings] == ["--enable-prefix-caching", "--preemption-mode", "--max-model-len"]
+    assert "neither prefix_hash_ids nor prompt_token_ids" in warnings[0]
+    assert "nothing can be swapped out" in warnings[1]
+    assert "larger than llama-3-8b's window (8,192 tokens)" in warnings[2]
+    for w in warnings:
+        assert done.stderr.count(f"warning: {w}") == 1
+
+
+def test_every_request_rejected_is_a_warning(tmp_path):
+    out = tmp_path / "run"
+    done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--max-model-len", "100", "--out", out)
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    assert warnings == ["paged: every request (20) was rejected; most often (20): prompt + output = 320 tokens exceeds max_model_len 100"]
+    assert done.stderr.count("warning: paged: every request") == 1
+
+
+def test_more_than_a_tenth_rejected_is_a_warning_with_the_top_reason(tmp_path):
+    out = tmp_path / "run"
+    done = pagesim("replay", own_trace(tmp_path / "t.jsonl", [100] * 7 + [5000] * 3), "--max-model-len", "4096", "--out", out)
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("paged: 3 of 10 requests (30.0%) were rejected; most often (3): prompt + output = 5008 tokens")
+
+
+# ---- 5. messages, help, usage -----------------------------------------------------------------------
+def test_config_errors_name_the_flags(tmp_path):
+    trace = azure_csv(tmp_path / "t.csv")
+    line = one_error(pagesim("replay", trace, "--block-size", "100000", "--out", tmp_path / "run"))
+    assert line == "error: --block-size 100,000 is larger than llama-3-8b's whole window (8,192 tokens)"
+    line = one_error(pagesim("replay", trace, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "100", "--out", tmp_path / "r"))
+    assert line == "error: without chunked prefill, --max-num-batched-tokens must be at least --max-model-len (100 < 8192)"
+
+
+def test_unknown_flag_after_replay_prints_replays_usage(tmp_path):
+    done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", tmp_path / "run", "--bogus")
+    assert one_error(done) == "python -m pagesim replay: error: unrecognized arguments: --bogus"
+    assert done.stderr.startswith("usage: python -m pagesim replay")
+
+
+def test_help_shows_defaults_and_one_format_list():
+    replay = pagesim("replay", "--help").stdout
+    assert "(default: 16)" in replay and "(default: 8192)" in replay and "(default: None)" not in replay
+    formats = "{auto,azure,burstgpt,mooncake,vidur,pagesim,sharegpt}"
+    assert formats in replay and formats in pagesim("trace", "info", "--help").stdout
+    assert "convert" in pagesim("trace", "--help").stdout
+
+
+def test_trace_convert_writes_the_own_format(tmp_path):
+    out = tmp_path / "t.jsonl"
+    done = pagesim("trace", "convert", azure_csv(tmp_path / "t.csv"), "--out", out)
+    assert done.returncode == 0, done.stderr
+    from pagesim.traces import load_trace
+
+    converted, original = load_trace(out), load_trace(tmp_path / "t.csv")
+    assert converted.summary.format == "pagesim"
+    assert converted.df.equals(original.df)
+
+
+# ---- 6. negative offsets ----------------------------------------------------------------------------
+def test_negative_offsets_are_errors_naming_the_line(tmp_path):
+    vidur = tmp_path / "v.csv"
+    vidur.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,374,44\n-4.5,396,109\n")
+    line = one_error(pagesim("trace", "info", vidur))
+    assert line == f"error: {vidur}, line 3, field 'arrived_at': expected a non-negative offset in seconds from the trace start, got '-4.5'"
+    own = tmp_path / "o.jsonl"
+    own.write_text('{"pagesim_trace": 1}\n{"request_id": "a", "arrival_time_s": -1, "prompt_len": 3, "output_len": 2}\n')
+    line = one_error(pagesim("trace", "info", own))
+    assert line == f"error: {own}, line 2, field 'arrival_time_s': expected a non-negative offset in seconds from the trace start, got -1"
+
+
+def test_trace_messages_say_nan_and_name_minified_sharegpt_items(tmp_path):
+    from pagesim.traces import TraceError, load_trace
+
+    own = tmp_path / "n.jsonl"
+    own.write_text('{"pagesim_trace": 1}\n{"request_id": "a", "arrival_time_s": 0, "prompt_len": NaN, "output_len": 2}\n')
+    with pytest.raises(TraceError, match=r"line 2, field 'prompt_len': expected a positive integer, got nan$"):
+        load_trace(own)
+    minified = tmp_path / "s.json"
+    minified.write_text('[{"id": "a", "conversations": []}, {"id": "x7f", "conversations": [{"from": "robot", "value": "hi"}]}]')
+    with pytest.raises(TraceError, match=r"""line 1, field "\[1\] \(id 'x7f'\) conversations\[0\]\.from": expected one of"""):
+        load_trace(minified)
+    minified.write_text('[{"id": "a", "conversations": [{"from": "human", "value": "unterminated')
+    with pytest.raises(TraceError, match=r"expected valid JSON \(Unterminated string starting at column \d+\)$"):
+        load_trace(minified)
