@@ -130,7 +130,7 @@ def test_host_tier_serves_prefixes_the_gpu_evicted():
 def test_offloading_needs_prefix_caching_and_a_size():
     with pytest.raises(UserError, match="kv_offloading_size needs enable_prefix_caching"):
         Config(kv_offloading_size=1.0)
-    with pytest.raises(UserError, match="kv_offloading_size must be non-negative"):
+    with pytest.raises(UserError, match="kv_offloading_size must be a non-negative number of GiB"):
         Config(kv_offloading_size=-1.0, enable_prefix_caching=True)
     c = Config(kv_offloading_size=4.0, enable_prefix_caching=True)
     assert c.num_offload_blocks == int(4 * GIB // c.block_bytes) == 2048
