@@ -4,8 +4,9 @@
 
 0. forget the requests that ended since the last plan (`plan.finished_req_ids`);
 1. block copies (`plan.blocks_to_copy`: a fork's copy of the parent's last blocks);
-2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU; then the host offload tier's stores and loads
-   (engine/host_tier.py);
+2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU (engine.kernels.swap: a pinned block-major CPU
+   cache, one asynchronous copy per run of blocks, no host sync); then the host offload tier's
+   stores and loads (engine/host_tier.py);
 3. one forward pass over the packed batch, prefill chunks first, then one token per decoding
    sequence; a token at position pos of a request is stored at slot
    block_ids[pos // block_size] * block_size + pos % block_size;
@@ -45,7 +46,8 @@ import numpy as np
 import torch
 
 from engine.host_tier import HostTier
-from engine.kernels import copy_blocks, swap_blocks
+from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention
+from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
@@ -130,6 +132,24 @@ class _DecodeGraph:
     tokens: torch.Tensor  # [g] int64, static output
 
 
+def _pack_aligned(parts: list[np.ndarray], dtype) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """One host buffer holding each part at a 16-byte-aligned offset, and each part's (start, end).
+
+    Triton specializes a kernel on whether each pointer argument is 16-byte aligned, so views into
+    one packed upload must start aligned, or the number of prefills and decodes in a step would pick
+    a kernel variant (built mid-run on its first appearance: a stall of up to a second).
+    """
+    align = 16 // np.dtype(dtype).itemsize
+    spans, start = [], 0
+    for part in parts:
+        spans.append((start, start + len(part)))
+        start += -(-len(part) // align) * align
+    buf = np.zeros(max(start, 1), dtype=dtype)
+    for part, (a, b) in zip(parts, spans):
+        buf[a:b] = part
+    return buf, spans
+
+
 class GPUExecutor:
     """Executes step plans on a LlamaModel with a paged KV cache; see the module docstring."""
 
@@ -146,16 +166,14 @@ class GPUExecutor:
         self.block_size = config.block_size
         self.num_gpu_blocks = config.resolved_num_gpu_blocks
         self.max_model_len = config.resolved_max_model_len
-        if self.max_model_len > model.spec.max_position_embeddings:
-            raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
-                             f"max_position_embeddings {model.spec.max_position_embeddings}")
+        model.ensure_positions(self.max_model_len)  # Config refuses a longer one unless allow_long_max_model_len
         self.max_blocks_per_seq = cdiv(self.max_model_len, self.block_size)
         self.vocab_size = model.spec.vocab_size
 
         self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size, config.kv_cache_dtype)
         self.cpu_cache: torch.Tensor | None = None
         if config.preemption_mode == "swap" and config.num_cpu_blocks > 0:
-            shape = kv_cache_shape(model.spec, config.num_cpu_blocks, self.block_size)
+            shape = cpu_cache_shape(tuple(self.kv_cache.shape), config.num_cpu_blocks)  # block-major, pinned
             self.cpu_cache = torch.empty(shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.is_cuda)
 
         self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks) if config.num_offload_blocks else None
@@ -167,6 +185,7 @@ class GPUExecutor:
         self.last_gpu_time_s: float | None = None
         self.num_steps = 0
         self.num_graph_steps = 0  # decode steps replayed from a CUDA graph
+        self.num_graph_captures = 0  # CUDA graphs captured so far (all at start)
 
         # Decode-only steps: static buffers sized for the largest padded batch, shared by all graphs.
         self.decode_sizes = graph_batch_sizes(config.max_num_seqs)
@@ -282,9 +301,9 @@ class GPUExecutor:
                 raise RuntimeError("the plan swaps blocks but the executor has no CPU cache "
                                    "(preemption_mode is not 'swap' or swap_space is 0)")
             if plan.blocks_to_swap_out:
-                swap_blocks(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
+                swap_out(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
             if plan.blocks_to_swap_in:
-                swap_blocks(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64))
+                swap_in(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64))
 
     def _check(self, s, t: _Tokens) -> None:
         c, n = s.num_computed_tokens, s.num_new_tokens
@@ -359,7 +378,31 @@ class GPUExecutor:
                     logits, tokens = self._decode_forward(g)
                 pool = graph.pool()
                 self.graphs[g] = _DecodeGraph(graph, logits, tokens)
+                self.num_graph_captures += 1
         torch.cuda.synchronize(self.device)
+
+    def warm_decode_variants(self) -> int:
+        """Launch the decode attention once for every split count an eager (mixed) step can use.
+
+        A mixed step runs decode attention at its exact decode batch size b, and the split count
+        (default_num_splits) picks kernel variants (the merge's padded split count, whether it is a
+        multiple of 16); every b from 1 to max_num_seqs is covered here. Returns the variants launched.
+        """
+        spec, w = self.model.spec, self.max_blocks_per_seq
+        seen = set()
+        with torch.inference_mode():
+            for b in range(1, self.config.max_num_seqs + 1):
+                splits = default_num_splits(b, spec.num_kv_heads, w * self.block_size, self.device)
+                if splits in seen:
+                    continue
+                seen.add(splits)
+                q = torch.zeros((b, spec.num_heads, spec.head_dim), dtype=self.model.dtype, device=self.device)
+                tables = torch.zeros((b, w), dtype=torch.int32, device=self.device)
+                ctx = torch.ones((b,), dtype=torch.int32, device=self.device)
+                paged_decode_attention(q, self.kv_cache[0, 0], self.kv_cache[0, 1], tables, ctx, self.model.scale)
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+        return len(seen)
 
     # ---- prefill and mixed steps: eager, exact sizes --------------------------------------------
     def _eager_step(self, prefills, decodes):
@@ -385,22 +428,23 @@ class GPUExecutor:
             sample_rows.append(num_prefill + i)
             reqs.append(s.request)
         total = num_prefill + len(decodes)
-        host64 = np.concatenate(ids + pos + slots + [np.asarray(sample_rows, dtype=np.int64)])
-        tables = np.zeros((len(prefills) + len(decodes), w), dtype=np.int32)
-        self._table_rows(tables, prefills)
-        self._table_rows(tables[len(prefills):], decodes)
-        host32 = np.concatenate([np.asarray(cu + ctx_p + ctx_d, dtype=np.int32), tables.ravel()])
+        tables_p = np.zeros((len(prefills), w), dtype=np.int32)
+        tables_d = np.zeros((len(decodes), w), dtype=np.int32)
+        self._table_rows(tables_p, prefills)
+        self._table_rows(tables_d, decodes)
+        host64, at64 = _pack_aligned([np.concatenate(ids), np.concatenate(pos), np.concatenate(slots),
+                                      np.asarray(sample_rows)], np.int64)
+        host32, at32 = _pack_aligned([np.asarray(cu), np.asarray(ctx_p), np.asarray(ctx_d), tables_p.ravel(),
+                                      tables_d.ravel()], np.int32)
         dev64 = torch.from_numpy(host64).to(self.device, non_blocking=True)
         dev32 = torch.from_numpy(host32).to(self.device, non_blocking=True)
-        input_ids, positions, slot_mapping, rows = dev64.split([total, total, total, len(sample_rows)])
-        nb = len(prefills) + 1
-        cu_t, ctx_p_t, ctx_d_t, tables_t = dev32.split([nb, len(prefills), len(decodes), tables.size])
-        tables_t = tables_t.view(len(prefills) + len(decodes), w)
+        input_ids, positions, slot_mapping, rows = (dev64[a:b] for a, b in at64)
+        cu_t, ctx_p_t, ctx_d_t, tables_p_t, tables_d_t = (dev32[a:b] for a, b in at32)
         attn = AttentionMetadata(
             slot_mapping=slot_mapping, num_prefill_tokens=num_prefill, num_decode_tokens=len(decodes),
-            cu_seqlens_q=cu_t, context_lens_prefill=ctx_p_t, block_tables_prefill=tables_t[: len(prefills)],
+            cu_seqlens_q=cu_t, context_lens_prefill=ctx_p_t, block_tables_prefill=tables_p_t.view(-1, w),
             max_seqlen_q=max((s.num_new_tokens for s, _ in prefills), default=0),
-            context_lens_decode=ctx_d_t, block_tables_decode=tables_t[len(prefills):])
+            context_lens_decode=ctx_d_t, block_tables_decode=tables_d_t.view(-1, w))
         hidden = self.model.forward(input_ids, positions, self.kv_cache, attn)
         if not reqs:
             return [], hidden.new_empty((0, self.vocab_size), dtype=torch.float32), rows

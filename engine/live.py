@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -49,9 +50,9 @@ def environment() -> dict:
                                             capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
-    try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                            timeout=10).stdout.strip() or None
+    try:  # PAGESIM_GIT_COMMIT: the code's commit when it runs from a copy inside another checkout
+        info["git_commit"] = os.environ.get("PAGESIM_GIT_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         pass
     return info
@@ -83,6 +84,17 @@ class LiveReplay:
         self.idle_after: set[int] = set()
 
     def run(self) -> dict:
+        from engine.compile_counter import CompileCounter
+
+        captures_before = getattr(self.executor, "num_graph_captures", 0)
+        with CompileCounter() as compiles:
+            out = self._run()
+        out["summary"]["compilations_during_run"] = compiles.count
+        out["summary"]["compiled_kernels_during_run"] = sorted(set(compiles.kernels))
+        out["summary"]["graph_captures_during_run"] = getattr(self.executor, "num_graph_captures", 0) - captures_before
+        return out
+
+    def _run(self) -> dict:
         sched, rec, ex = self.scheduler, self.recorder, self.executor
         clock = WallClock()
         last_step = None
@@ -122,16 +134,32 @@ class LiveReplay:
         return pd.DataFrame(self.batches, columns=["step", "scheduled", "preempted"])
 
 
-def warm_up(executor, config: Config) -> None:
-    """Compile every kernel variant a run will meet (prefill, chunked prefill, mixed, decode) off the clock."""
+def warm_up(executor, config: Config) -> dict:
+    """Build every kernel variant and graph a run can need before the clock starts; returns what it did.
+
+    CUDA graphs for the padded decode sizes are captured when the executor is made. Here: a few
+    requests through the real loop (a short prefill, a chunked prefill of a full token budget, mixed
+    prefill + decode steps, recompute of nothing: just the shapes), then the decode attention at every
+    split count an eager step can pick (GPUExecutor.warm_decode_variants). Pointer alignment cannot
+    pick a variant (the executor packs its uploads aligned), so this covers every Triton variant.
+    """
+    from engine.compile_counter import CompileCounter
+
     if not getattr(executor, "is_cuda", False):
-        return  # nothing to compile ahead on the CPU (the interpreter runs kernels as Python)
+        return {"warmup_s": 0.0}  # nothing to compile ahead on the CPU (the interpreter runs kernels as Python)
+    t0 = time.perf_counter()
     cfg = config.replace(enable_prefix_caching=False, preemption_mode="recompute")
     sched = Scheduler(cfg)
     rec = Recorder(sched, StepFeatures.from_plan)
-    lengths = [(7, 3), (300, 5), (min(2048, cfg.resolved_max_model_len - 8), 3), (33, 9)]
+    longest = min(cfg.max_num_batched_tokens + 100, cfg.resolved_max_model_len - 8)
+    lengths = [(7, 3), (300, 5), (min(2048, cfg.resolved_max_model_len - 8), 3), (33, 9), (longest, 2)]
     requests = [Request(f"warmup-{i}", 0.0, p, o, seq_no=-1 - i) for i, (p, o) in enumerate(lengths)]
-    run(drive(sched, executor, rec, Arrivals([(0, r) for r in requests], by_step=True), WallClock()))
+    with CompileCounter() as compiles:
+        run(drive(sched, executor, rec, Arrivals([(0, r) for r in requests], by_step=True), WallClock()))
+        split_variants = executor.warm_decode_variants()
+    return {"warmup_s": time.perf_counter() - t0, "warmup_compilations": compiles.count,
+            "warmup_decode_split_variants": split_variants,
+            "graph_captures_at_start": getattr(executor, "num_graph_captures", 0)}
 
 
 def make_executor(config: Config):
@@ -170,16 +198,21 @@ def live(args) -> int:
     trace = trace_from_args(args)
     executor = make_executor(config)
     config = executor.config  # num_gpu_blocks as really allocated
-    warm_up(executor, config)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile = run_profile(args, executor, config, out_dir)
+    warm = warm_up(executor, config)  # after a calibration too: the run starts from the same warm state
     requests = requests_from_trace(trace)
     with tqdm(total=len(requests), desc=f"live {config.run_name}", unit="req") as bar:
         run = LiveReplay(requests, config, executor, progress=bar.update)
         out = run.run()
     name = "live"
+    out["summary"].update(warm)
     result = type("Result", (), {"steps": out["steps"], "requests": out["requests"]})
     write_run_dir(out_dir, config, trace, {name: result}, {name: out["summary"]},
                   {"environment": environment(), "model_spec": _spec_dict(config), "time_scale": args.time_scale,
-                   "run_name": config.run_name, "executor": executor.describe(), **provenance(args.argv)})
+                   "run_name": config.run_name, "executor": executor.describe(), "profile": profile,
+                   **provenance(args.argv)})
     releases = run.releases_frame()
     releases.to_csv(out_dir / "releases.csv", index=False)
     run.batches_frame().to_parquet(out_dir / "batches.parquet", index=False)
@@ -191,6 +224,58 @@ def live(args) -> int:
     print(f"wrote {out_dir}: {out['summary']['num_finished']} finished, {out['summary']['num_rejected']} rejected, "
           f"{len(out['steps'])} steps in {out['summary']['wall_s']:.1f} s")
     return 0
+
+
+def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
+    """The profile this run is validated with, copied into the run directory as profile.json.
+
+    --calibrate fits it here, on this GPU, with this executor, before the run (calibration_s is
+    recorded); --profile copies a profile fitted earlier (on this machine, ideally in the same call).
+    """
+    import shutil
+
+    from engine.kernels.swap import measure_swap_bandwidth
+    from pagesim.errors import UserError
+
+    target = out_dir / "profile.json"
+    if getattr(args, "calibrate", False):
+        t0 = time.perf_counter()
+        warm_up(executor, config)
+        cal = config.replace(enable_prefix_caching=False, preemption_mode="recompute")
+        capacity = cal.resolved_num_gpu_blocks * cal.block_size
+        workloads = [(name, groups) for name, groups in calibration_workloads(cal.resolved_max_model_len)
+                     if sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * capacity]  # those that fit this cache
+        rows = run_calibration(executor, cal, workloads=workloads)
+        rows.to_csv(out_dir / "profile.steps.csv", index=False)
+        fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
+                                          "workloads": [w for w, _ in workloads],
+                                          "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache)},
+                      "live --calibrate")
+        return {"path": target.name, "source": "live --calibrate", "calibration_s": time.perf_counter() - t0,
+                "calibration_workloads": len(workloads)}
+    if getattr(args, "profile", None):
+        src = Path(args.profile)
+        if not src.is_file():
+            raise UserError(f"--profile {src}: no such file; expected a profile JSON from `python -m pagesim calibrate`")
+        shutil.copyfile(src, target)
+        return {"path": target.name, "source": str(src)}
+    return None
+
+
+def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str) -> dict:
+    """Fit the profile cost model to calibration steps (workloads held out in turn) and write it to out."""
+    from pagesim.cost.profile import fit_profile
+
+    model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.to_json(out)
+    profile = json.loads(out.read_text())
+    swap = extras.get("swap_bandwidth")
+    if swap:  # the measured host-link figure replaces the datasheet's (engine.kernels.swap.measure_swap_bandwidth)
+        profile["coefficients"]["swap_s_per_byte"] = 0.5 * (1 / swap["swap_out_bytes_per_s"] + 1 / swap["swap_in_bytes_per_s"])
+    profile.update(report=report, **extras, command=command)
+    out.write_text(json.dumps(profile, indent=2) + "\n")
+    return report
 
 
 def _spec_dict(config: Config) -> dict:
@@ -237,6 +322,15 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     for b, p in ((8, 2048), (32, 1024), (64, 4096), (128, 512)):
         if p + 48 <= max_model_len:
             out.append((f"mixed-b{b}-p{p}", [(b, 256, 48), (4, p, 4)]))
+    # Long context (a model with a long window): chunked prefills over long contexts, long decodes.
+    for p in (16384, 30000):
+        if p + 2 <= max_model_len:
+            out.append((f"prefill-{p}", [(1, p, 2)]))
+    for b, c in ((4, 16384), (16, 12288)):
+        if c + 24 <= max_model_len:
+            out.append((f"decode-b{b}-c{c}", [(b, c, 24)]))
+    if 24576 + 24 <= max_model_len:
+        out.append(("skew-b31-s1024-l24576", [(1, 24576, 24), (31, 1024, 24)]))
     return out
 
 
@@ -277,20 +371,14 @@ def calibrate(args) -> int:
     refits the rows a calibration saved (PROFILE.steps.csv) and keeps the measurement's environment,
     config and workloads from the profile already at --out, so the committed profile is reproducible.
     """
-    from pagesim.cost.profile import fit_profile
     from pagesim.errors import UserError
 
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
     command = "python -m pagesim " + " ".join(args.argv)
     out = prepare_output_file(args.out, args.force or bool(args.refit))  # --refit replaces the profile it refits
 
-    def write(model, report: dict, extras: dict) -> None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        model.to_json(out)
-        profile = json.loads(out.read_text())
-        profile.update(report=report, **extras, command=command)
-        out.write_text(json.dumps(profile, indent=2) + "\n")
-        print(json.dumps(report, indent=2))
+    def write(rows, config, extras: dict) -> None:
+        print(json.dumps(fit_and_write(rows, config, out, extras, command), indent=2))
 
     if args.refit:
         rows_path = Path(args.refit)
@@ -307,7 +395,8 @@ def calibrate(args) -> int:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 previous = None
             if isinstance(previous, dict):
-                extras = {k: previous[k] for k in ("environment", "config", "workloads") if k in previous}
+                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth")
+                          if k in previous}
             measured = extras.get("config") or {}
             if (measured.get("model", args.model), measured.get("gpu", args.gpu)) != (args.model, args.gpu):
                 raise UserError(f"--out {out} holds a profile of {measured.get('model')} on {measured.get('gpu')}, "
@@ -315,13 +404,15 @@ def calibrate(args) -> int:
             max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
         if "workloads" not in extras and "workload" in rows:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
-        model, report = fit_profile(rows, args.model, args.gpu, holdout="workload", max_num_seqs=max_num_seqs)
-        write(model, report, extras)
+        write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1), extras)
         return 0
 
     import torch
     from tqdm import tqdm
 
+    from engine.kernels.swap import measure_swap_bandwidth
+
+    t_start = time.perf_counter()
     if not torch.cuda.is_available():
         raise UserError("calibration needs a CUDA GPU (torch.cuda.is_available() is False); "
                         "--refit ROWS.csv refits saved calibration steps without one")
@@ -341,9 +432,11 @@ def calibrate(args) -> int:
     with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
         rows = run_calibration(executor, config, progress=bar.update, workloads=workloads, on_workload=save)
     rows.to_csv(rows_path, index=False)  # before the fit, so a failed fit can be refitted
-    model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs)
-    write(model, report, {"environment": environment(), "config": config.to_dict(),
-                          "workloads": [w for w, _ in workloads]})
+    t_fit = time.perf_counter()
+    write(rows, config, {"environment": environment(), "config": config.to_dict(),
+                         "workloads": [w for w, _ in workloads],
+                         "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache),
+                         "calibration_s": t_fit - t_start})
     return 0
 
 
@@ -352,6 +445,11 @@ def register(sub) -> None:
 
     p = sub.add_parser("live", help="run a trace live on a CUDA GPU through the shared scheduler")
     add_run_options(p)
+    prof = p.add_mutually_exclusive_group()
+    prof.add_argument("--calibrate", action="store_true",
+                      help="fit the profile cost model on this GPU before the run (recorded as DIR/profile.json)")
+    prof.add_argument("--profile", metavar="PROFILE.json", default=None,
+                      help="the profile this run is validated with (copied to DIR/profile.json)")
     p.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)  # tests: the toy model on the CPU
     p.set_defaults(func=live)
     c = sub.add_parser("calibrate", help="time the GPU executor on a grid of steps and fit a profile cost model")

@@ -82,10 +82,17 @@ class LlamaModel:
         self.spec, self.embed, self.layers, self.norm, self.lm_head = spec, embed, layers, norm, lm_head
         self.device, self.dtype = embed.device, embed.dtype
         self.scale = spec.head_dim**-0.5
-        self.cos_sin = rope_cache(spec.head_dim, spec.max_position_embeddings, spec.rope_theta, self.device)
+        self.cos_sin = rope_cache(spec.head_dim, spec.max_position_embeddings, spec.rope_theta, self.device,
+                                  spec.rope_scaling)
         # Per-layer fp8 scales (used only with an fp8 cache): cache value = K / k_scales[layer].
         self.k_scales = torch.ones(spec.num_layers, dtype=torch.float32, device=self.device)
         self.v_scales = torch.ones(spec.num_layers, dtype=torch.float32, device=self.device)
+
+    def ensure_positions(self, n: int) -> None:
+        """Extend the RoPE table to n positions (a max_model_len beyond the model's window, allowed explicitly)."""
+        if n > self.cos_sin.shape[0]:
+            s = self.spec
+            self.cos_sin = rope_cache(s.head_dim, n, s.rope_theta, self.device, s.rope_scaling)
 
     @classmethod
     def random(cls, spec: ModelSpec, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,

@@ -33,6 +33,8 @@ class Config:
     num_gpu_blocks: int | None = None  # None: derived from gpu_memory_utilization
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None  # None: the model's max_position_embeddings
+    # As vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN: a max_model_len beyond the model's window is refused unless set.
+    allow_long_max_model_len: bool = False
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     enable_chunked_prefill: bool = True
@@ -134,6 +136,12 @@ class Config:
             (self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, f"{{num_gpu_blocks}} must be at least 1, got {self.num_gpu_blocks}"),
             (0 < self.gpu_memory_utilization <= 1, f"{{gpu_memory_utilization}} must be in (0, 1], got {self.gpu_memory_utilization}"),
             (self.max_model_len is None or self.max_model_len >= 1, f"{{max_model_len}} must be at least 1, got {self.max_model_len}"),
+            (
+                self.max_model_len is None or self.allow_long_max_model_len or self.max_model_len <= window,
+                f"{{max_model_len}} {self.max_model_len} exceeds {self.model}'s window of {window:,} positions "
+                "(max_position_embeddings); use a model with a longer window (e.g. llama-3.1-8b) or allow it "
+                "explicitly ({allow_long_max_model_len})",
+            ),
             (self.max_num_seqs >= 1, f"{{max_num_seqs}} must be at least 1, got {self.max_num_seqs}"),
             (self.max_num_batched_tokens >= 1, f"{{max_num_batched_tokens}} must be at least 1, got {self.max_num_batched_tokens}"),
             (self.preemption_mode in PREEMPTION_MODES, f"{{preemption_mode}} must be one of {PREEMPTION_MODES}"),

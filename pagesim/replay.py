@@ -43,6 +43,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                      help="share of GPU memory for weights and KV cache")
     p.add_argument("--max-model-len", type=positive_int, default=None,
                    help="longest prompt + output (default: the model's window)")
+    p.add_argument("--allow-long-max-model-len", action="store_true",
+                   help="accept a --max-model-len beyond the model's window (as vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN)")
     p.add_argument("--max-num-seqs", type=positive_int, default=256, help="most requests running at once")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192, help="most tokens per step")
     p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
@@ -81,6 +83,7 @@ def _config(args) -> Config:
         num_gpu_blocks=args.num_gpu_blocks,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
+        allow_long_max_model_len=getattr(args, "allow_long_max_model_len", False),
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         enable_chunked_prefill=args.enable_chunked_prefill,

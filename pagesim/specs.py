@@ -16,6 +16,18 @@ GIB = 1024**3
 
 
 @dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """Llama 3.1's RoPE frequency scaling ("rope_type": "llama3" in config.json): wavelengths longer
+    than original_max_position_embeddings / low_freq_factor are divided by `factor`, those shorter than
+    original_max_position_embeddings / high_freq_factor are kept, and the band between is interpolated."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     name: str
     num_layers: int
@@ -31,6 +43,7 @@ class ModelSpec:
     max_position_embeddings: int = 8192
     rope_theta: float = 500000.0
     rms_norm_eps: float = 1e-5
+    rope_scaling: RopeScaling | None = None
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -77,6 +90,9 @@ MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in [
         ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256),
+        # Llama-3.1-8B: the Llama-3-8B shape with a 131,072-position window and llama3 RoPE scaling.
+        ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=131072,
+                  rope_scaling=RopeScaling(8.0, 1.0, 4.0, 8192)),
         ModelSpec("llama-3-70b", 80, 8192, 64, 8, 128, 28672, 128256),
         ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-6),
         ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6),

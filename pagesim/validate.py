@@ -1,6 +1,9 @@
 """`python -m pagesim validate DIR`: how accurately the simulator predicts a live GPU run (CPU is enough).
 
-Three levels, each written to DIR/validation.json and printed:
+Three levels, each written to DIR/validation/validation.json (or --out) and printed. The cost model
+is the profile the run recorded (DIR/profile.json) unless --cost-model names another; a run that
+recorded none needs --cost-model (never a silent fallback to the roofline). Existing validation
+files are never overwritten without --force.
 
 - step level: the cost model's prediction for every recorded live step (its
   features as the scheduler planned it) against the measured duration: MAPE and
@@ -16,6 +19,9 @@ Three levels, each written to DIR/validation.json and printed:
   step times from the cost model) against the live run: TTFT, TPOT and
   end-to-end latency p50/p90/p99, makespan, throughput and preemptions, each
   as live, simulated and relative error.
+
+Step level is also reported by step kind (graph decode, mixed, prefill, swap), with the ten worst
+steps and their features. Request level adds inter-token latency (ITL) percentiles.
 
 Also writes validation_steps.parquet (measured vs predicted per step),
 sim_steps.parquet and sim_requests.csv (the free-running simulation).
@@ -35,6 +41,7 @@ from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
 from pagesim.errors import UserError
 from pagesim.metrics import summarize_run
+from pagesim.outputs import prepare_output_dir
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
@@ -42,6 +49,8 @@ from pagesim.loop import run as run_loop
 from pagesim.scheduler import Scheduler
 
 REQUEST_METRICS = [(f"{m}_{p}", m, p) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("p50", "p90", "p99")]
+PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
+VALIDATION_FILES = ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv")
 RUN_FILES = ("summary.json", "steps.parquet", "requests.csv", "releases.csv", "batches.parquet", "arrivals.jsonl")
 
 
@@ -88,20 +97,46 @@ def with_replayed_features(steps: pd.DataFrame, replayed: pd.DataFrame) -> tuple
     return filled.astype({c: np.int64 for c in missing}), missing
 
 
-def step_level(steps: pd.DataFrame, cost_model) -> tuple[dict, pd.DataFrame]:
+STEP_KINDS = ("graph decode", "mixed", "prefill", "swap")
+
+
+def step_kinds(steps: pd.DataFrame, max_graph_batch: int) -> np.ndarray:
+    """How each step ran: swap (blocks moved to or from the CPU), prefill (prefill tokens only), mixed
+    (prefill and decode tokens), graph decode (decode only, at most max_graph_batch sequences: a CUDA
+    graph replay); a decode-only step beyond the largest graph is 'eager decode'."""
+    swap = (steps["num_swap_out_blocks"] + steps["num_swap_in_blocks"]) > 0
+    pre, dec = steps["num_prefill_tokens"] > 0, steps["num_decode_seqs"] > 0
+    return np.select([swap, pre & dec, pre, dec & (steps["num_decode_seqs"] <= max_graph_batch)],
+                     ["swap", "mixed", "prefill", "graph decode"], "eager decode")
+
+
+def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256) -> tuple[dict, pd.DataFrame]:
     rows = steps[(steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0]
     predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(FEATURE_COLUMNS, vals)}))
                           for vals in rows[list(FEATURE_COLUMNS)].itertuples(index=False)])
     measured = rows["duration_s"].to_numpy(dtype=np.float64)
     ape = np.abs(predicted / measured - 1)
     table = rows[["step", "time_s"] + list(FEATURE_COLUMNS)].assign(measured_s=measured, predicted_s=predicted,
-                                                                     ape=ape)
+                                                                     ape=ape, kind=step_kinds(rows, max_graph_batch))
+    by_kind = {}
+    for kind, group in table.groupby("kind"):
+        by_kind[kind] = {"n_steps": int(len(group)), "mape": float(group["ape"].mean()),
+                         "p90_ape": float(np.percentile(group["ape"], 90)),
+                         "measured_total_s": float(group["measured_s"].sum()),
+                         "predicted_total_s": float(group["predicted_s"].sum())}
+    slow = predicted > 0
+    worst = table.assign(ratio=np.where(slow, measured / np.where(slow, predicted, 1), np.inf)).nlargest(10, "ape")
     report = {
         "mape": float(ape.mean()) if len(ape) else None,
         "p90_ape": float(np.percentile(ape, 90)) if len(ape) else None,
         "n_steps": int(len(ape)),
         "measured_total_s": float(measured.sum()),
         "predicted_total_s": float(predicted.sum()),
+        "by_kind": by_kind,
+        "max_measured_over_predicted": float((measured / predicted).max()) if len(ape) and slow.all() else None,
+        "n_steps_over_2x_prediction": int((measured > 2 * predicted).sum()),
+        "worst_steps": [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+                        for row in worst.drop(columns=["ratio"]).to_dict("records")],
     }
     return report, table
 
@@ -178,6 +213,17 @@ def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
     return report, pd.DataFrame(features, columns=["step", *FEATURE_COLUMNS])
 
 
+def itl_samples(steps: pd.DataFrame) -> np.ndarray:
+    """Inter-token latencies: each decode token's gap from its sequence's previous token, which is the
+    duration of the step that produced it (a decoding sequence runs in every step until it finishes or
+    is preempted); one sample per decoding sequence per step."""
+    return np.repeat(steps["duration_s"].to_numpy(dtype=np.float64), steps["num_decode_seqs"].to_numpy(dtype=np.int64))
+
+
+def _percentile(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if len(x) else None
+
+
 class _RecordedDurations:
     def __init__(self, durations: pd.Series):
         self.durations = durations
@@ -200,32 +246,52 @@ def request_level(run: dict, cost_model) -> tuple[dict, object]:
 
     for name, metric, p in REQUEST_METRICS:
         add(name, live_s[metric][p], sim_s[metric][p])
+    live_itl, sim_itl = itl_samples(run["steps"]), itl_samples(sim.steps)
+    for p, q in PERCENTILES.items():
+        add(f"itl_s_{p}", _percentile(live_itl, q), _percentile(sim_itl, q))
     for key in ("makespan_s", "request_throughput", "output_token_throughput", "num_preemptions", "mean_num_running"):
         add(key, live_s[key], sim_s[key])
     return out, sim
 
 
-def validate(run_dir: str | Path, cost_model_spec: str | None = None) -> dict:
+def default_cost_model(run: dict) -> str:
+    """The profile the live run recorded (DIR/profile.json, from `live --calibrate` or `--profile`)."""
+    recorded = run["summary"].get("profile")
+    if recorded and (run["dir"] / recorded["path"]).is_file():
+        return str(run["dir"] / recorded["path"])
+    raise UserError(f"{run['dir']}: the run recorded no profile (it was made without `live --calibrate` or "
+                    "`--profile`); pass --cost-model PROFILE.json, or --cost-model roofline to use the analytic model")
+
+
+def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str | Path | None = None,
+             force: bool = False) -> dict:
+    """Validate a live run; files go to `out` (default DIR/validation/), which must not already hold a
+    validation unless `force`."""
     run = load_run(run_dir)
-    spec = cost_model_spec or "roofline"
+    out_dir = prepare_output_dir(out if out is not None else run["dir"] / "validation", force)
+    spec = cost_model_spec or default_cost_model(run)
     cost = make_cost_model(spec, run["config"])
     decisions, replayed = lockstep(run)
     steps, filled = with_replayed_features(run["steps"], replayed)
-    steps_report, step_table = step_level(steps, cost)
+    max_graph = max(getattr(cost, "graph_batch_sizes", ()) or (run["config"].max_num_seqs,))
+    steps_report, step_table = step_level(steps, cost, max_graph)
     steps_report["features_from_replay"] = filled
     requests_report, sim = request_level(run, cost)
     report = {
         "run": str(run_dir),
         "cost_model": cost.describe(),
+        "cost_model_path": spec,
         "step_level": steps_report,
         "decisions": decisions,
         "request_level": requests_report,
+        "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
+            "warmup_s", "compilations_during_run", "graph_captures_during_run")},
     }
-    d = run["dir"]
-    (d / "validation.json").write_text(json.dumps(report, indent=2))
-    step_table.to_parquet(d / "validation_steps.parquet", index=False)
-    sim.steps.assign(run="sim").to_parquet(d / "sim_steps.parquet", index=False)
-    sim.requests.assign(run="sim").to_csv(d / "sim_requests.csv", index=False)
+    (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
+    step_table.to_parquet(out_dir / "validation_steps.parquet", index=False)
+    sim.steps.assign(run="sim").to_parquet(out_dir / "sim_steps.parquet", index=False)
+    sim.requests.assign(run="sim").to_csv(out_dir / "sim_requests.csv", index=False)
+    report["out_dir"] = str(out_dir)
     return report
 
 
@@ -235,6 +301,8 @@ def format_report(report: dict) -> str:
         f"validation of {report['run']} with cost model {report['cost_model'].get('kind')}",
         f"step level ({s['n_steps']} steps): MAPE {_pct(s['mape'])}, p90 APE {_pct(s['p90_ape'])}"
         + (f" ({', '.join(s['features_from_replay'])} from the lockstep replay)" if s.get("features_from_replay") else ""),
+        "  by kind: " + ", ".join(f"{k} {_pct(v['mape'])} ({v['n_steps']})" for k, v in s.get("by_kind", {}).items()),
+        f"  steps slower than 2x their prediction: {s.get('n_steps_over_2x_prediction')}",
         f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
         f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
         f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}",
@@ -253,14 +321,17 @@ def _num(v) -> str:
 
 
 def main(args) -> int:
-    report = validate(args.run_dir, args.cost_model)
+    report = validate(args.run_dir, args.cost_model, args.out, args.force)
     print(format_report(report))
-    print(f"wrote {Path(args.run_dir) / 'validation.json'}")
+    print(f"wrote {report['out_dir']}")
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="compare a live GPU run with the simulator's prediction of it")
     p.add_argument("run_dir", help="a directory written by `python -m pagesim live`")
-    p.add_argument("--cost-model", default=None, help="'roofline' (default) or a profile JSON")
+    p.add_argument("--cost-model", default=None,
+                   help="a profile JSON or 'roofline' (default: the profile the run recorded, DIR/profile.json)")
+    p.add_argument("--out", default=None, help="where to write the validation files (default: DIR/validation/)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing validation in the output directory")
     p.set_defaults(func=main)

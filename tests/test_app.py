@@ -69,38 +69,155 @@ def replay():
     return app()
 
 
+def metric_deltas(at: AppTest) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for m in at.metric:
+        out.setdefault(m.label, []).append(m.proto.delta)
+    return out
+
+
 def test_replay_default_renders_paged_against_the_max_baseline(replay):
-    assert not replay.error
+    assert not replay.error and not replay.warning, "nothing is rejected in the default view"
     assert replay.title[0].value == "Replay"
     specs = charts(replay)
-    assert len(specs) == 5  # trace, memory, requests, block map, latency CDFs
-    trace, memory, requests, blocks, latency = specs
+    assert len(specs) == 4  # the Memory view: trace, memory, requests, block map
+    trace, memory, requests, blocks = specs
     assert trace_names(trace) == ["arrivals", "prompt_len", "output_len"]
-    assert trace_names(memory)[:6] == ["used", "reserved", "internal fragmentation", "external fragmentation",
-                                       "cached", "free"]
-    assert len(memory.data) == 12 and [a.text for a in memory.layout.annotations] == ["paged", "contiguous-max"]
-    assert trace_names(requests).count("preemptions") == 2
+    assert trace_names(memory)[:7] == ["used", "reserved", "internal fragmentation", "external fragmentation",
+                                       "cached", "free while requests wait", "free"]
+    assert len(memory.data) == 14 and [a.text for a in memory.layout.annotations][:2] == ["paged", "contiguous-max"]
+    assert trace_names(requests).count("preemptions (cumulative)") == 2
     assert trace_names(blocks)[:2] == ["blocks: paged", "blocks: contiguous-max"]
-    assert trace_names(latency) == ["paged"] * 3 + ["contiguous-max"] * 3
     table = replay.dataframe[0].value
     assert list(table.index) == ["paged", "contiguous-max"]
     assert table.at["paged", "token-state fraction"] > 0.9 > table.at["contiguous-max", "token-state fraction"]
     labels = [label for label, _ in metrics(replay)]
-    assert labels.count("KV memory holding token states") == 2
+    assert labels.count("Token states") == 2 and labels.count("Rejected") == 2
     captions = " ".join(c.value for c in replay.sidebar.caption)
-    assert "2,048 blocks × 16 tokens" in captions, "the default memory cap must be stated in the UI"
-    assert [b.proto.label for b in replay.get("download_button")] == ["steps.csv", "requests.csv", "summary.csv"]
+    assert "2,048 blocks × 16 tokens" in captions and "4.00 GiB" in captions, "the memory cap is stated in the UI"
     assert not replay.get("progress"), "the progress bar is removed once the runs are done"
 
 
-def test_replay_block_size_knob_reruns_and_changes_the_output(replay):
+def test_replay_headline_shows_each_baseline_against_paged(replay):
+    deltas = metric_deltas(replay)
+    paged, base = (s["request_throughput"] for s in (summary(replay, "paged"), summary(replay, "contiguous-max")))
+    assert deltas["Throughput (req/s)"][0] == "" and deltas["Throughput (req/s)"][1] == f"×{base / paged:.2g}"
+    assert deltas["TTFT p50"][1].startswith("×")
+
+
+def summary(at: AppTest, run: str) -> dict:
+    table = at.dataframe[0].value
+    return {"request_throughput": table.at[run, "throughput (req/s)"]}
+
+
+def test_replay_block_size_in_gib_keeps_the_bytes_and_changes_the_output(replay):
     before = replay.dataframe[0].value.copy()
     replay.selectbox(key="replay.block_size").set_value(128).run()
     assert not replay.exception
     after = replay.dataframe[0].value
     assert after.at["paged", "token-state fraction"] < before.at["paged", "token-state fraction"]
-    assert "2,048 blocks × 128 tokens" in " ".join(c.value for c in replay.sidebar.caption)
+    caption = " ".join(c.value for c in replay.sidebar.caption)
+    assert "256 blocks × 128 tokens = 32,768 token slots = 4.00 GiB" in caption, caption
     replay.selectbox(key="replay.block_size").set_value(16).run()
+
+
+def test_replay_memory_in_blocks_grows_the_bytes_with_the_block_size():
+    at = app()
+    at.radio(key="replay.memory_mode").set_value("num_gpu_blocks").run()
+    at.selectbox(key="replay.block_size").set_value(128).run()
+    assert not at.exception
+    assert "2,048 blocks × 128 tokens = 262,144 token slots = 32.00 GiB" in " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_replay_max_model_len_rejects_long_requests_with_a_banner():
+    at = app()
+    at.number_input(key="replay.max_model_len").set_value(512).run()
+    assert not at.exception and not at.error
+    requests = app_requests(at)
+    n = int((requests["prompt_len"] + requests["output_len"] > 512).sum())
+    assert n > 0
+    (banner,) = at.warning
+    assert f"{n:,} of 500 requests rejected" in banner.value
+    assert "prompt + output longer than max_model_len 512" in banner.value
+    assert dict(metrics(at))["Rejected"] == f"{n:,}"
+
+
+def app_requests(at: AppTest):
+    from pagesim.dashboard import data
+    from pagesim.traces import load_trace
+
+    return load_trace(data.default_trace_path(), limit=500).df
+
+
+LONG_PROMPTS = ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+    f"2023-11-16 18:15:{i // 10:02d}.{i % 10}000000,{13000 if i % 2 else 700},{100}\n" for i in range(40))).encode()
+
+
+def test_replay_long_prompt_upload_shows_the_rejection_banner():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["replay.injected_upload"] = ("long.csv", LONG_PROMPTS)
+    at.run()
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    assert not at.exception and not at.error
+    (banner,) = at.warning
+    assert "20 of 40 requests rejected" in banner.value and "max_model_len 8,192" in banner.value
+    at.number_input(key="replay.max_model_len").set_value(16384).run()
+    assert not at.warning, "raising max_model_len serves them"
+
+
+def test_replay_settings_come_from_the_url():
+    """A bookmarked URL reproduces the scenario: every sidebar setting and view is a query parameter."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"replay.block_size": "32", "replay.kv_cache_gib": "2.0",
+                            "replay.baselines": ["max", "oracle"], "replay.view": "Serving (vLLM metrics)",
+                            "replay.slo_ttft": "250.0"})
+    at.run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="replay.block_size").value == 32
+    assert "512 blocks × 32 tokens" in " ".join(c.value for c in at.sidebar.caption)
+    assert at.multiselect(key="replay.baselines").value == ["max", "oracle"]
+    titles = [f.layout.title.text or "" for f in charts(at)]
+    assert any("kv_cache_usage_perc" in t for t in titles), titles
+    (hist,) = [f for f in charts(at) if "histograms" in (f.layout.title.text or "")]
+    assert 0.25 in [sh.x0 for sh in hist.layout.shapes]
+
+
+def test_replay_serving_view_controls():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["replay.view"] = "Serving (vLLM metrics)"
+    at.run()
+    assert not at.exception
+    attainment = at.dataframe[-1].value
+    assert list(attainment.index) == ["paged", "contiguous-max"]
+    assert attainment.at["paged", "TTFT within SLO"] > attainment.at["contiguous-max", "TTFT within SLO"]
+    at.number_input(key="replay.slo_ttft").set_value(1e6).run()
+    assert at.dataframe[-1].value.at["contiguous-max", "TTFT within SLO"] == pytest.approx(1.0)
+    gantt = charts(at)[-1]
+    before = len(gantt.data[0].y)
+    at.slider(key="replay.gantt_window").set_value((0.0, 10.0)).run()
+    assert len(charts(at)[-1].data[0].y) > before
+    at.selectbox(key="replay.gantt_run").set_value("contiguous-max").run()
+    assert not at.exception
+
+
+def test_replay_time_controls(replay):
+    replay.toggle(key="replay.shared_time").set_value(True).run()
+    memory = charts(replay)[1]
+    assert memory.layout.xaxis.matches == "x2"
+    replay.toggle(key="replay.shared_time").set_value(False).run()
+    assert charts(replay)[1].layout.xaxis.matches is None, "each run on its own time axis by default"
+    options = replay.select_slider(key="replay.snapshot").options
+    assert len(options) > 40, "the slider runs past the last arrival, over the baseline's drain"
+    replay.select_slider(key="replay.snapshot").set_value(len(options) - 1).run()
+    blocks = charts(replay)[3]
+    assert "finished at" in blocks.layout.annotations[0].text, "paged ended before the last slider time"
+    replay.segmented_control(key="replay.colour_by").set_value("state").run()
+    assert "used (holds tokens)" in trace_names(charts(replay)[3])
+    replay.select_slider(key="replay.snapshot").set_value(20).run()
+    replay.toggle(key="replay.play").set_value(True).run()
+    assert not replay.exception
+    assert replay.select_slider(key="replay.snapshot").value == 21, "play advances the time"
+    replay.toggle(key="replay.play").set_value(False).run()
 
 
 def test_replay_baselines_add_one_run_each():
@@ -108,7 +225,7 @@ def test_replay_baselines_add_one_run_each():
     at.multiselect(key="replay.baselines").set_value(["max", "pow2", "oracle"]).run()
     assert not at.exception
     assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]
-    assert len(charts(at)[1].data) == 6 * 4
+    assert len(charts(at)[1].data) == 7 * 4
 
 
 def test_replay_time_slider_scrubs_the_block_map(replay):
@@ -120,6 +237,16 @@ def test_replay_time_slider_scrubs_the_block_map(replay):
     assert early.layout.title.text != first.layout.title.text  # "at t = ... s"
     assert not np.array_equal(np.asarray(early.data[0].z, dtype=float), np.asarray(first.data[0].z, dtype=float),
                               equal_nan=True)
+
+
+def test_replay_latency_view_has_the_cdfs_table_and_downloads():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["replay.view"] = "Latency and requests"
+    at.run()
+    assert not at.exception
+    assert trace_names(charts(at)[-1]) == ["paged"] * 3 + ["contiguous-max"] * 3
+    assert [b.proto.label for b in at.get("download_button")] == ["steps.parquet", "requests.csv", "summary.csv"]
+    assert "ttft (ms)" in at.dataframe[-1].value.columns
 
 
 MALFORMED = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,-5,12\n"
@@ -144,7 +271,7 @@ def test_replay_valid_upload_is_replayed():
     at.radio(key="replay.source").set_value("Upload a file").run()
     assert not at.exception and not at.error
     assert "conv" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 5
+    assert len(charts(at)) == 4
 
 
 def test_replay_invalid_config_shows_the_config_error():
@@ -162,7 +289,8 @@ def test_replay_synthetic_source():
     at.checkbox(key="replay.prefix_caching").check().run()
     assert not at.exception and not at.error
     assert "kshot-500" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 5
+    assert len(charts(at)) == 4
+    assert "Prefix-cache hit rate" in [label for label, _ in metrics(at)]
 
 
 # ---- Sweep ----------------------------------------------------------------------------------------------
@@ -178,11 +306,15 @@ def test_sweep_default_is_the_block_size_study():
     assert any("Paged token-state fraction" in c.value for c in at.caption)
 
 
-def test_sweep_grid_form_reruns_with_the_submitted_grid():
+def test_sweep_grid_edits_wait_for_run_and_say_so():
     at = app("sweep")
-    at.multiselect(key="sweep.block_sizes").set_value([16, 256])
-    at.multiselect(key="sweep.modes").set_value(["recompute", "swap"])
-    at.sidebar.button[0].click().run()
+    at.get("button_group")[0].set_value([16, 256]).run()  # block_size
+    assert not at.exception
+    assert "press **Run sweep**" in at.warning[0].value
+    assert at.dataframe[0].value["block_size"].tolist() == [8, 16, 32, 64, 128, 256], "not run yet"
+    at.get("button_group")[2].set_value(["recompute", "swap"])
+    at.button(key="sweep.run").click().run()
+    assert not at.warning, "the notice goes once the grid has run"
     assert not at.exception and not at.error
     results = at.dataframe[0].value
     assert len(results) == 4 and set(results["preemption_mode"]) == {"recompute", "swap"}
@@ -192,8 +324,8 @@ def test_sweep_grid_form_reruns_with_the_submitted_grid():
 
 def test_sweep_empty_grid_value_is_reported():
     at = app("sweep")
-    at.multiselect(key="sweep.gib").set_value([])
-    at.sidebar.button[0].click().run()
+    at.get("button_group")[1].set_value([])  # KV-cache size
+    at.button(key="sweep.run").click().run()
     assert not at.exception
     assert "choose at least one value for kv_cache_gib" in at.error[0].value
 
@@ -227,10 +359,24 @@ def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
                      ["live"] * 3 + ["simulated"] * 3, ["requests", "y = x"]]
     step_table, request_table, headline = (d.value for d in at.dataframe)
     assert step_table["figure"].iloc[0] == "steps compared"
-    assert request_table["metric"].iloc[0] == "ttft_s_p50"
+    assert request_table["metric"].tolist() == ["TTFT p50 (ms)", "TTFT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)"]
     assert list(headline.index) == ["live", "simulated"]
     at.radio(key="live.metric").set_value("ttft_s").run()
     assert "TTFT per request" in charts(at)[-1].layout.title.text
+
+
+def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch):
+    write_live_run(tmp_path / "pair-x-paged")
+    write_live_run(tmp_path / "pair-x-contiguous-max", num_requests=30)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    partner = at.selectbox(key="live.partner")
+    assert partner.value != "(none)", "a pair-* run opens beside its partner"
+    assert any("Side by side" in h.value for h in at.subheader)
+    assert set(at.dataframe[0].value.index) == {"pair-x-paged", "pair-x-contiguous-max"}
+    partner.set_value("(none)").run()
+    assert not any("Side by side" in h.value for h in at.subheader)
 
 
 def test_live_page_shows_a_run_not_yet_validated_on_its_own(tmp_path, monkeypatch):

@@ -145,7 +145,8 @@ def test_size_ceiling_names_the_limit_and_how_to_raise_it(tmp_path):
 def test_config_warnings_are_printed_once_and_recorded(tmp_path):
     out = tmp_path / "run"
     done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--enable-prefix-caching", "--preemption-mode", "swap",
-                   "--swap-space", "0", "--max-model-len", "100000", "--baseline", "max", "--out", out)
+                   "--swap-space", "0", "--max-model-len", "100000", "--allow-long-max-model-len", "--baseline", "max",
+                   "--out", out)
     assert done.returncode == 0, done.stderr
     warnings = json.loads((out / "summary.json").read_text())["warnings"]
     assert [w.split(" ")[0] for w in warnings] == ["--enable-prefix-caching", "--preemption-mode", "--max-model-len"]
@@ -154,6 +155,13 @@ def test_config_warnings_are_printed_once_and_recorded(tmp_path):
     assert "larger than llama-3-8b's window (8,192 tokens)" in warnings[2]
     for w in warnings:
         assert done.stderr.count(f"warning: {w}") == 1
+
+
+def test_max_model_len_beyond_the_window_is_refused_unless_allowed(tmp_path):
+    line = one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), "--max-model-len", "100000", "--out", tmp_path / "run"))
+    assert line.startswith("error: --max-model-len 100000 exceeds llama-3-8b's window of 8,192 positions")
+    assert "--allow-long-max-model-len" in line
+    assert not (tmp_path / "run" / "summary.json").exists()
 
 
 def test_every_request_rejected_is_a_warning(tmp_path):

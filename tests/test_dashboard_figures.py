@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pagesim.config import Config
-from pagesim.dashboard import data, figures, kernel_results, live_runs, sweep, tables
+from pagesim.dashboard import block_map, data, figures, kernel_results, live_runs, palette, serving, sweep, tables
 from pagesim.errors import UserError
 from pagesim.recorder import BlockSnapshot
 from pagesim.specs import GIB
@@ -24,7 +24,9 @@ from pagesim.traces.synth import synthesize
 from tests.dashboard_fixtures import kernel_result, write_kernel_result, write_live_run
 
 BLOCKS = 600  # above max_model_len / block_size = 512, so the max baseline admits one request at a time
-CATEGORY_LABELS = ["used", "reserved", "internal fragmentation", "external fragmentation", "cached", "free"]
+CATEGORY_LABELS = ["used", "reserved", "internal fragmentation", "external fragmentation", "cached",
+                   "free while requests wait", "free"]
+N = len(CATEGORY_LABELS)
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +56,42 @@ def test_trace_overview_shows_arrival_rate_and_length_distributions():
 def test_memory_figure_stacks_the_six_categories_in_one_panel_per_run(runs):
     fig = figures.memory_over_time(steps_of(runs))
     assert [t.name for t in fig.data] == CATEGORY_LABELS * 2
-    assert {t.stackgroup for t in fig.data[:6]} == {"memory-1"} and {t.stackgroup for t in fig.data[6:]} == {"memory-2"}
-    assert [t.showlegend for t in fig.data] == [True] * 6 + [False] * 6  # one legend entry per category
-    assert fig.data[6].xaxis == "x2" and fig.layout.xaxis.matches == "x2"  # panels share the time axis
+    assert {t.stackgroup for t in fig.data[:N]} == {"memory-1"} and {t.stackgroup for t in fig.data[N:]} == {"memory-2"}
+    assert [t.showlegend for t in fig.data] == [True] * N + [False] * N  # one legend entry per category
+    assert fig.data[N].xaxis == "x2" and fig.layout.xaxis.matches == "x2"  # panels share the time axis
     assert [a.text for a in fig.layout.annotations] == ["paged", "contiguous-max"]
 
 
 def test_memory_figure_stacks_to_the_whole_cache_at_every_point(runs):
     fig = figures.memory_over_time(steps_of(runs))
     for run in range(2):
-        total = sum(np.asarray(t.y, dtype=float) for t in fig.data[6 * run: 6 * run + 6])
+        total = sum(np.asarray(t.y, dtype=float) for t in fig.data[N * run: N * run + N])
         assert np.allclose(total, 100.0), "memory categories must add up to 100% of KV slots"
+
+
+def test_free_memory_while_requests_wait_is_its_own_layer(runs):
+    """The max baseline queues requests with memory free (its next reservation and the watermark do not
+    fit): that free memory is drawn apart, and the watermark is drawn as a line."""
+    fig = figures.memory_over_time(steps_of(runs), max_points=10**7, watermark=0.01)
+    waiting = {run: np.asarray(fig.data[N * i + N - 2].y, dtype=float) for i, run in enumerate(runs)}
+    steps = steps_of(runs)["contiguous-max"]
+    queued = steps["num_waiting"].to_numpy() > 0
+    assert queued.any() and np.allclose(waiting["contiguous-max"][~queued], 0)
+    assert np.allclose(waiting["contiguous-max"][queued], steps["free_frac"].to_numpy()[queued] * 100)
+    assert any(a.text and "watermark: 1%" in a.text for a in fig.layout.annotations)
+
+
+def test_runs_can_have_their_own_time_axes_and_the_slider_time_is_marked(runs):
+    steps = steps_of(runs)
+    end = {run: float(s["time_s"].iloc[-1] + s["duration_s"].iloc[-1]) for run, s in steps.items()}
+    assert end["contiguous-max"] > end["paged"]
+    t = (end["paged"] + end["contiguous-max"]) / 2  # after paged finished, while the baseline still runs
+    for build in (figures.memory_over_time, figures.requests_over_time):
+        own = build(steps, time_s=t, shared_time=False)
+        assert own.layout.xaxis.matches is None, "per-run time axes are independent"
+        marks = [sh for sh in own.layout.shapes if sh.type == "line" and sh.x0 == sh.x1]
+        assert [m.x0 for m in marks] == [t], "one marker, only in the run still running at t"
+        assert marks[0].xref.startswith("x2") or marks[0].xref.startswith("x3")
 
 
 def test_long_step_tables_are_downsampled_to_time_buckets(runs):
@@ -90,14 +117,15 @@ def test_requests_figure_marks_the_steps_that_preempted(runs):
     assert steps["paged"]["num_preemptions"].sum() > 0, "the fixture should preempt"
     total = steps["paged"]["num_preemptions"].sum()
     whole = figures.requests_over_time(steps, max_points=10**7)
-    assert [t.name for t in whole.data] == ["running", "waiting", "swapped", "preemptions"] * 2
-    preempting = steps["paged"][steps["paged"]["num_preemptions"] > 0]
-    assert sorted(whole.data[3].x) == sorted(preempting["time_s"])  # one mark per step that preempted
+    assert [t.name for t in whole.data] == ["running", "waiting", "swapped", "preemptions (cumulative)"] * 2
+    cumulative = np.asarray(whole.data[3].y, dtype=float)
+    assert cumulative[-1] == total and np.all(np.diff(cumulative) >= 0)
     bucketed = figures.requests_over_time(steps, max_points=100).data[3]
-    assert len(bucketed.x) <= 100 and sum(bucketed.customdata) == total  # marks per bucket, none lost
+    assert len(bucketed.x) <= 100 and bucketed.y[-1] == total  # buckets lose no preemption
+    assert whole.layout.annotations[0].text == f"paged: {total:,} preemptions"
 
 
-# ---- block map -------------------------------------------------------------------------------------------
+# ---- block map (block_map.py) ---
 def frame(request_id, fill, ref_cnt, cached):
     return pd.DataFrame({"block_id": range(len(request_id)), "request_id": request_id, "fill": fill,
                          "ref_cnt": ref_cnt, "cached": cached})
@@ -106,25 +134,41 @@ def frame(request_id, fill, ref_cnt, cached):
 def test_block_codes_tell_free_cached_shared_owned_and_reserved_apart():
     f = frame(["", "", "a", "a", "a", "b"], [0, 0, 16, 16, 0, 5], [0, 0, 2, 1, 1, 1],
               [False, True, False, False, False, False])
-    codes = figures.block_codes(f)
-    n = len(figures.PALETTE)
+    codes, colors = block_map.block_codes(f)
     assert codes[0] == 0 and codes[1] == 1 and codes[2] == 2  # free, cached, shared prefix
-    assert 3 <= codes[3] < 3 + n and codes[4] == codes[3] + n  # a's filled block, a's reserved-ahead block
-    assert 3 <= codes[5] < 3 + n
-    again = figures.block_codes(frame(["a"], [3], [1], [False]))
-    assert again[0] == codes[3], "a request keeps its colour from one snapshot (or run) to the next"
+    assert codes[3] >= 3 and codes[4] == codes[3] + 1  # a's filled block, a's reserved-ahead block (pale)
+    assert codes[5] >= 3 and colors[codes[5]] != colors[codes[3]]
+    again, again_colors = block_map.block_codes(frame(["b", "a"], [3, 3], [1, 1], [False, False]))
+    assert again_colors[again[1]] == colors[codes[3]], "a request keeps its colour from one snapshot to the next"
+    by_state, state_colors = block_map.block_codes(f, "state")
+    assert [state_colors[c] for c in by_state] == [block_map.FREE, block_map.CACHED, palette.SHARED, block_map.USED,
+                                                   block_map.RESERVED, block_map.USED]
+
+
+def test_requests_that_run_together_get_different_colours():
+    colors = [palette.request_color(i) for i in range(300)]
+    for start in range(0, 300 - 32):
+        assert len(set(colors[start:start + 32])) == 32
+    assert block_map.block_codes(frame(["7", "8"], [1, 1], [1, 1], [False, False]))[1][3] == palette.request_color(7)
+
+
+def test_state_colours_are_the_same_everywhere_and_unlike_run_colours():
+    states = {color for _, color in palette.STATES.values()}
+    assert {block_map.FREE, block_map.CACHED, block_map.USED, block_map.RESERVED} <= states
+    assert not states & set(palette.MORE_RUNS) and not states & set(palette.RUNS.values())
+    assert palette.run_color("contiguous-max") != palette.run_color("paged")
 
 
 def test_block_map_draws_one_grid_per_run_64_wide_with_a_legend(runs):
     snaps = {name: run.result.snapshots[5].to_frame() for name, run in runs.items()}
-    fig = figures.block_maps(snaps, block_size=16, time_s=runs["paged"].result.snapshots[5].time_s)
+    fig = block_map.block_maps(snaps, block_size=16, time_s=runs["paged"].result.snapshots[5].time_s)
     heatmaps = [t for t in fig.data if t.type == "heatmap"]
     assert [t.name for t in heatmaps] == ["blocks: paged", "blocks: contiguous-max"]
     for h in heatmaps:
         z = np.asarray(h.z, dtype=float)
         assert z.shape == (-(-BLOCKS // 64), 64)
         assert np.isnan(z).sum() == z.size - BLOCKS  # padding after the last block only
-    assert [t.name for t in fig.data if t.type == "scatter"] == list(figures.BLOCK_LEGEND)
+    assert [t.name for t in fig.data if t.type == "scatter"] == list(block_map.REQUEST_LEGEND)
     owned = (snaps["contiguous-max"]["request_id"] != "").sum()
     z = np.asarray(heatmaps[1].z, dtype=float).ravel()
     assert (z[~np.isnan(z)] >= 3).sum() == owned
@@ -143,7 +187,7 @@ def test_block_map_caps_the_blocks_drawn():
     n = 1000
     snap = BlockSnapshot(0.0, ["r"], np.zeros(n, dtype=np.int32), np.full(n, 16, dtype=np.int16),
                          np.ones(n, dtype=np.int16), np.zeros(n, dtype=bool))
-    fig = figures.block_maps({"paged": snap.to_frame()}, 16, max_blocks=256)
+    fig = block_map.block_maps({"paged": snap.to_frame()}, 16, max_blocks=256)
     assert np.asarray(fig.data[0].z).shape == (4, 64)
     assert "first 256 drawn" in fig.layout.annotations[0].text
 
@@ -151,7 +195,7 @@ def test_block_map_caps_the_blocks_drawn():
 def test_shared_and_cached_blocks_appear_with_prefix_caching():
     trace = synthesize("kshot", num_requests=60, rate=20.0, seed=0)
     result = data.replay(trace, Config(num_gpu_blocks=800, enable_prefix_caching=True), [], num_snapshots=8)
-    codes = np.concatenate([figures.block_codes(s.to_frame()) for s in result["paged"].result.snapshots])
+    codes = np.concatenate([block_map.block_codes(s.to_frame())[0] for s in result["paged"].result.snapshots])
     assert (codes == 2).any(), "shared prefix blocks (ref_cnt > 1) must get their own colour"
     assert (codes == 1).any(), "free blocks holding a cached prefix must get their own colour"
 
@@ -206,6 +250,31 @@ def test_sweep_figure_has_a_line_per_series_in_each_panel():
     fig = figures.sweep_lines(results, "block_size", ["preemption_mode"])
     assert [t.name for t in fig.data] == ["preemption_mode=recompute"] * 4 + ["preemption_mode=swap"] * 4
     assert list(fig.data[0].x) == [16, 32]
+    assert fig.layout.xaxis.type == "log"
+    assert fig.layout.yaxis3.type == "log" and fig.layout.yaxis4.type == "log", "latencies on log axes"
+
+
+def test_sweep_lines_are_coloured_by_layout_and_dashed_by_the_other_setting():
+    results = pd.DataFrame({"block_size": [16, 32] * 4, "layout": ["paged"] * 4 + ["contiguous-max"] * 4,
+                            "preemption_mode": (["recompute"] * 2 + ["swap"] * 2) * 2,
+                            **{k: [0.9, 0.8, 0.85, 0.75, 0.5, 0.4, 0.45, 0.35] for k in figures.SWEEP_PANELS}})
+    fig = figures.sweep_lines(results, "block_size", ["layout", "preemption_mode"])
+    first = {t.name: t for t in fig.data if t.showlegend}
+    assert list(first) == ["paged, preemption_mode=recompute", "paged, preemption_mode=swap",
+                           "contiguous-max, preemption_mode=recompute", "contiguous-max, preemption_mode=swap"]
+    colors = [t.line.color for t in first.values()]
+    dashes = [t.line.dash for t in first.values()]
+    assert colors == [palette.run_color("paged")] * 2 + [palette.run_color("contiguous-max")] * 2
+    assert dashes[0] == dashes[2] != dashes[1] == dashes[3]
+    assert len({(c, d) for c, d in zip(colors, dashes)}) == 4, "no two series look alike"
+
+
+def test_durations_read_in_ms_below_a_second_and_log_ticks_once_per_decade():
+    assert [figures.duration_label(v) for v in (0.00038, 0.0066, 0.084, 0.5, 84.94)] == \
+        ["0.38 ms", "6.6 ms", "84 ms", "500 ms", "84.9 s"]
+    fig = figures.latency_cdfs({"paged": pd.DataFrame({"state": ["finished"] * 3, "ttft_s": [0.003, 0.05, 2.0],
+                                                       "tpot_s": [0.004] * 3, "e2e_s": [1.0, 2.0, 3.0]})})
+    assert list(fig.layout.xaxis.ticktext) == ["1 ms", "10 ms", "100 ms", "1 s", "10 s"]
     assert fig.layout.xaxis.type == "log"
 
 
@@ -321,12 +390,14 @@ def test_live_figures_draw_measured_against_predicted(live_dir):
     assert [t.name for t in scatter.data] == ["steps", "y = x"]
     assert len(scatter.data[0].x) == len(run.validation_steps)
     assert scatter.data[1].x[0] == scatter.data[1].y[0] and scatter.data[1].x[1] == scatter.data[1].y[1]
+    assert scatter.layout.xaxis.type == "log" and scatter.layout.yaxis.type == "log"
     hist = figures.step_error_histogram(run.validation_steps)
     assert hist.data[0].type == "histogram" and len(hist.data[0].x) == len(run.validation_steps)
     over_time = figures.live_vs_sim_over_time(run.steps, run.sim_steps)
     assert [t.name for t in over_time.data] == ["live", "live", "simulated", "simulated"]
     per_request = figures.request_latency_scatter(run.requests, run.sim_requests, "e2e_s")
     assert len(per_request.data[0].x) == (run.requests["state"] == "finished").sum()
+    assert per_request.layout.xaxis.type == "log" and "ms" in " ".join(per_request.layout.xaxis.ticktext)
 
 
 @pytest.mark.parametrize("path", live_runs.find_live_runs(live_runs.LIVE_DIR), ids=lambda p: p.name)
@@ -348,7 +419,8 @@ def test_validation_tables(live_dir):
     assert steps["figure"].tolist()[:3] == ["steps compared", "step duration MAPE", "step duration p90 APE"]
     assert steps["value"].iloc[5] is not None
     req = tables.request_level_table(v)
-    assert req["metric"].tolist() == ["ttft_s_p50", "ttft_s_p99", "e2e_s_p50", "e2e_s_p99"]
+    assert req["metric"].tolist() == ["TTFT p50 (ms)", "TTFT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)"]
+    assert req["live"].iloc[0] == pytest.approx(v["request_level"]["ttft_s_p50"]["live"] * 1e3)
 
 
 # ---- kernels -------------------------------------------------------------------------------------------
@@ -407,3 +479,104 @@ def test_kernel_results_are_found_newest_first_and_bad_files_named(tmp_path):
     with pytest.raises(UserError, match="bad.json: not a bench.kernels result"):
         kernel_results.load_kernel_result(bad)
     assert kernel_result()["decode"][0]["batch"] == 1
+
+
+# ---- time slider, rejections, memory in GiB ------------------------------------------------------------
+def test_snapshots_reach_past_the_last_arrival_until_each_run_ends(runs):
+    """The slider covers the longest run: a baseline draining its queue after the last arrival can be
+    inspected, and each run keeps one snapshot after its end (its empty final state), not a pile of them."""
+    trace = synthesize("sharegpt", num_requests=120, rate=20.0, seed=3)
+    last_arrival = float(trace.df["arrival_time_s"].max())
+    times = data.snapshot_times(trace, 10)
+    assert times[9] == pytest.approx(last_arrival) and times[-1] == pytest.approx(last_arrival * data.DRAIN_REACH)
+    paged, baseline = (runs[n].result for n in ("paged", "contiguous-max"))
+    end = float(baseline.steps["time_s"].iloc[-1] + baseline.steps["duration_s"].iloc[-1])
+    assert end > 2 * last_arrival, "the fixture's max baseline drains long after the last arrival"
+    assert baseline.snapshots[-2].time_s > last_arrival and baseline.snapshots[-1].time_s == pytest.approx(end)
+    assert len(paged.snapshots) < len(baseline.snapshots)
+    assert (baseline.snapshots[-1].to_frame()["request_id"] == "").all(), "the final snapshot is empty"
+
+
+def test_rejections_are_grouped_by_reason():
+    requests = pd.DataFrame({"state": ["rejected", "finished", "rejected", "rejected"],
+                             "reason": ["prompt + output = 9000 tokens exceeds max_model_len 8192", "",
+                                        "prompt + output = 12000 tokens exceeds max_model_len 8192",
+                                        "needs 900 KV blocks for 14400 tokens but the cache has only 512 blocks"]})
+    assert tables.rejections(requests, 8192) == [(2, "prompt + output longer than max_model_len 8,192"),
+                                                 (1, "needs more KV blocks than the whole cache holds")]
+    assert tables.rejections(requests.iloc[[1]], 8192) == []
+
+
+def test_prefix_cache_hit_rate_is_read_under_either_key():
+    assert tables.prefix_cache_hit_rate({"prefix_cache_hit_rate": 0.4}) == 0.4
+    assert tables.prefix_cache_hit_rate({"prefix_hit_rate": 0.3}) == 0.3
+    assert tables.prefix_cache_hit_rate({"prefix_cache_hit_rate": None}) is None
+
+
+def test_memory_in_gib_holds_bytes_fixed_across_block_sizes():
+    base = Config()
+    assert sweep.blocks_for_gib(base, 4.0) == 2048
+    big = base.replace(block_size=128)
+    assert sweep.blocks_for_gib(big, 4.0) == 256
+    assert sweep.blocks_for_gib(big, 4.0) * big.block_bytes == 2048 * base.block_bytes
+    with pytest.raises(UserError, match="holds no KV block of 128 tokens"):
+        sweep.blocks_for_gib(big, 0.001)
+
+
+def test_swap_usage_rises_with_swap_outs_and_returns_to_zero():
+    trace = synthesize("sharegpt", num_requests=120, rate=20.0, seed=3)
+    config = Config(num_gpu_blocks=BLOCKS, preemption_mode="swap")
+    run = data.replay(trace, config, [], num_snapshots=0)["paged"]
+    steps = run.result.steps
+    assert steps["num_swap_out_blocks"].sum() > 0, "the fixture should swap"
+    fig = figures.swap_over_time({"paged": steps}, config.block_bytes, config.swap_space, max_points=10**7)
+    y = np.asarray(fig.data[0].y, dtype=float)
+    assert y.max() == pytest.approx(
+        (steps["num_swap_out_blocks"] - steps["num_swap_in_blocks"]).cumsum().max() * config.block_bytes / GIB)
+    assert y.min() >= 0 and y[-1] == pytest.approx(0)
+
+
+# ---- the serving (vLLM metrics) view ---------------------------------------------------------------------
+def test_kv_usage_and_queues_of_every_run_share_one_chart(runs):
+    steps = steps_of(runs)
+    usage = serving.kv_cache_usage(steps, time_s=1.0)
+    assert [t.name for t in usage.data] == ["paged", "contiguous-max"]
+    assert [t.line.color for t in usage.data] == [palette.run_color("paged"), palette.run_color("contiguous-max")]
+    assert max(max(t.y) for t in usage.data) <= 100 and [s.x0 for s in usage.layout.shapes] == [1.0]
+    queues = serving.queues(steps)
+    names = [t.name for t in queues.data]
+    assert {"paged: running", "paged: waiting", "contiguous-max: running", "contiguous-max: waiting"} <= set(names)
+
+
+def test_latency_histograms_draw_the_slo_thresholds_and_attainment_counts_them(runs):
+    requests = {n: r.result.requests for n, r in runs.items()}
+    steps = steps_of(runs)
+    slo = {"ttft_s": 0.5, "tpot_s": 0.05, "itl_s": 0.1}
+    fig = serving.latency_histograms(requests, steps, slo)
+    assert [t.name for t in fig.data] == ["paged", "contiguous-max"] * 3  # TTFT, TPOT, ITL
+    assert sorted(s.x0 for s in fig.layout.shapes) == sorted(slo.values())
+    for axis, limit in zip(("xaxis", "xaxis2", "xaxis3"), slo.values()):
+        assert max(fig.layout[axis].tickvals) >= limit, "each SLO line is inside its axis"
+    for t in fig.data:
+        assert sum(t.y) == pytest.approx(100)
+    paged = requests["paged"]
+    a = serving.attainment(paged, steps["paged"], slo)
+    finished = paged[paged["state"] == "finished"]
+    assert a["ttft_s"] == pytest.approx((finished["ttft_s"] <= 0.5).mean())
+    both = ((finished["ttft_s"] <= 0.5) & (finished["tpot_s"].fillna(0) <= 0.05)).sum()
+    assert a["all"] == pytest.approx(both / len(paged))
+    durations, tokens = serving.itl_samples(steps["paged"])
+    assert tokens.sum() == steps["paged"]["num_decode_seqs"].sum()
+    assert a["itl_s"] == pytest.approx(tokens[durations <= 0.1].sum() / tokens.sum())
+
+
+def test_gantt_draws_queued_prefill_and_decode_for_the_window(runs):
+    requests = runs["contiguous-max"].result.requests
+    fig = serving.gantt(requests, 0.0, 2.0)
+    inside = requests[requests["arrival_time_s"] < 2.0]
+    assert [t.name for t in fig.data[:3]] == ["queued", "prefill", "decode"]
+    assert len(fig.data[0].y) == len(inside)
+    queued = np.asarray(fig.data[0].x, dtype=float)
+    assert queued == pytest.approx((inside["first_scheduled_s"] - inside["arrival_time_s"]).to_numpy())
+    ends = np.asarray(fig.data[2].base, dtype=float) + np.asarray(fig.data[2].x, dtype=float)
+    assert ends == pytest.approx(inside["finish_s"].to_numpy())

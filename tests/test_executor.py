@@ -334,7 +334,7 @@ def test_fork_copies_run_before_swap_outs(toy_model):
     ex = GPUExecutor(cfg, toy_model)
     random_cache_bits(ex.kv_cache, 1)
     ex.execute(StepPlan(0, blocks_to_copy=[(2, 6)], blocks_to_swap_out=[(6, 1)]))
-    assert torch.equal(ex.cpu_cache[:, :, 1].view(torch.int32), ex.kv_cache[:, :, 2].cpu().view(torch.int32)), (
+    assert torch.equal(ex.cpu_cache[1].view(torch.int32), ex.kv_cache[:, :, 2].cpu().view(torch.int32)), (
         "the swapped-out block does not hold the fork's copy")
 
 
@@ -386,3 +386,40 @@ def test_requests_the_executor_never_saw_are_reported(toy_model):
     sched.add_request(req)
     with pytest.raises(RuntimeError, match="never ran it"):
         ex.execute(sched.schedule())
+
+
+def test_max_model_len_beyond_the_window_is_refused_unless_allowed():
+    from pagesim.errors import UserError
+
+    with pytest.raises(UserError, match="exceeds llama-3-8b's window of 8192 positions"):
+        Config(model="llama-3-8b", max_model_len=32768)
+    assert Config(model="llama-3.1-8b", max_model_len=32768).resolved_max_model_len == 32768
+    assert Config(model="llama-3-8b", max_model_len=32768, allow_long_max_model_len=True).resolved_max_model_len == 32768
+
+
+def test_an_allowed_long_max_model_len_extends_the_engine_rope_table():
+    spec = get_model("toy")
+    model = LlamaModel.random(spec, device=DEV, dtype=torch.float32)
+    cfg = Config(model="toy", block_size=BS, num_gpu_blocks=4, max_num_seqs=2, max_model_len=2 * spec.max_position_embeddings,
+                 allow_long_max_model_len=True)
+    GPUExecutor(cfg, model, cuda_graphs=False)
+    assert model.cos_sin.shape[0] == 2 * spec.max_position_embeddings
+
+
+def test_swap_moves_scattered_and_consecutive_blocks_bit_exact():
+    from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
+
+    kv = torch.empty((2, 2, 12, 4, 2, 8), dtype=torch.float32)
+    random_cache_bits(kv, 3)
+    cpu = torch.zeros(cpu_cache_shape(tuple(kv.shape), 10), dtype=kv.dtype)
+    out_pairs = [(7, 3), (1, 4), (11, 5), (0, 9), (5, 0)]  # CPU ids 3, 4, 5 make one run
+    swap_out(kv, cpu, torch.tensor(out_pairs))
+    for g, c in out_pairs:
+        assert torch.equal(cpu[c].view(torch.int32), kv[:, :, g].view(torch.int32)), f"GPU block {g} -> CPU {c}"
+    before = kv.clone()
+    in_pairs = [(4, 2), (3, 8), (9, 6), (5, 10)]
+    swap_in(cpu, kv, torch.tensor(in_pairs))
+    for c, g in in_pairs:
+        assert torch.equal(kv[:, :, g].view(torch.int32), cpu[c].view(torch.int32)), f"CPU block {c} -> GPU {g}"
+    untouched = [b for b in range(12) if b not in {g for _, g in in_pairs}]
+    assert torch.equal(kv[:, :, untouched].view(torch.int32), before[:, :, untouched].view(torch.int32))

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import torch
+import dataclasses
+import math
 
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.kernels import rope_cache
 from engine.model import AttentionMetadata, LlamaModel, reference_forward
 from engine.weights import load_safetensors, save_safetensors
-from pagesim.specs import get_model
+from pagesim.specs import RopeScaling, get_model
 
 BLOCK_SIZE = 8
 NUM_BLOCKS = 24
@@ -73,7 +79,7 @@ class PagedRun:
                 self.hidden[owner[0]][owner[1]] = hidden[row]
 
 
-def paged_vs_full_errors(model: LlamaModel) -> dict[str, float]:
+def paged_vs_full_errors(model: LlamaModel, reference=reference_forward) -> dict[str, float]:
     """Chunked prefill, two sequences in one step, a prefix-cache hit that reads another sequence's
     block, mixed prefill + decode steps with padding rows, all on shuffled physical blocks; returns
     each sequence's max |paged hidden - full causal forward hidden|."""
@@ -94,7 +100,7 @@ def paged_vs_full_errors(model: LlamaModel) -> dict[str, float]:
     for name, toks in tokens.items():
         done = sorted(run.hidden[name])
         assert done == list(range(len(done))), f"{name}: positions computed out of order"
-        ref = reference_forward(model, toks[: len(done)].to(model.device))
+        ref = reference(model, toks[: len(done)].to(model.device))
         got = torch.stack([run.hidden[name][p] for p in done])
         assert got.isfinite().all(), f"sequence {name}: non-finite hidden states"
         errors[name] = (got.float() - ref.float()).abs().max().item()
@@ -148,3 +154,120 @@ def test_reads_files_written_by_the_safetensors_package(tmp_path):
     save_safetensors(tensors, tmp_path / "y.safetensors")
     theirs = st.load_file(str(tmp_path / "y.safetensors"))
     assert all(torch.equal(theirs[k], v) for k, v in tensors.items())
+
+
+# ---- an independent reference: nothing shared with the engine but the checkpoint ---------------------------
+TOY_SCALED = dataclasses.replace(get_model("toy"), name="toy-scaled",
+                                 rope_scaling=RopeScaling(8.0, 1.0, 4.0, 32))  # all three Llama-3.1 bands at D=16
+
+
+def closed_form_frequencies(spec) -> list[float]:
+    """theta^(-2i/D), then Meta's apply_scaling (llama3 rope_type) written out with plain floats."""
+    d = spec.head_dim
+    freqs = [spec.rope_theta ** (-2 * i / d) for i in range(d // 2)]
+    r = spec.rope_scaling
+    if r is None:
+        return freqs
+    low_wavelen = r.original_max_position_embeddings / r.low_freq_factor
+    high_wavelen = r.original_max_position_embeddings / r.high_freq_factor
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(f)
+        elif wavelen > low_wavelen:
+            out.append(f / r.factor)
+        else:
+            smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) / (
+                r.high_freq_factor - r.low_freq_factor)
+            out.append((1 - smooth) * f / r.factor + smooth * f)
+    return out
+
+
+def checkpoint(spec, seed: int) -> dict[str, torch.Tensor]:
+    """A random checkpoint in HF Llama's layout, with q/k large enough that the attention scale matters."""
+    g = torch.Generator().manual_seed(seed)
+    h, d, i = spec.hidden_size, spec.head_dim, spec.intermediate_size
+
+    def w(*shape, std):
+        return torch.randn(*shape, generator=g) * std
+
+    sd = {"model.embed_tokens.weight": w(spec.vocab_size, h, std=1.0), "model.norm.weight": 1 + w(h, std=0.1),
+          "lm_head.weight": w(spec.vocab_size, h, std=0.1)}
+    for layer in range(spec.num_layers):
+        p = f"model.layers.{layer}."
+        sd |= {p + "input_layernorm.weight": 1 + w(h, std=0.1), p + "post_attention_layernorm.weight": 1 + w(h, std=0.1),
+               p + "self_attn.q_proj.weight": w(spec.num_heads * d, h, std=0.3),
+               p + "self_attn.k_proj.weight": w(spec.num_kv_heads * d, h, std=0.3),
+               p + "self_attn.v_proj.weight": w(spec.num_kv_heads * d, h, std=0.2),
+               p + "self_attn.o_proj.weight": w(h, spec.num_heads * d, std=0.1),
+               p + "mlp.gate_proj.weight": w(i, h, std=0.1), p + "mlp.up_proj.weight": w(i, h, std=0.1),
+               p + "mlp.down_proj.weight": w(h, i, std=0.1)}
+    return sd
+
+
+def independent_forward(spec, sd: dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """Full-sequence causal forward from the checkpoint's own matrices: RoPE as a complex rotation of
+    (x_i, x_{i+D/2}) pairs by closed-form angles, SDPA with its default 1/sqrt(D) scale, K/V heads repeated."""
+    t, d, eps = ids.shape[0], spec.head_dim, spec.rms_norm_eps
+    freqs = torch.tensor(closed_form_frequencies(spec), dtype=torch.float64)
+    rot = torch.polar(torch.ones(t, d // 2, dtype=torch.float64), torch.arange(t, dtype=torch.float64)[:, None] * freqs)
+
+    def rope(x):  # [T, H, D]
+        z = torch.complex(x[..., : d // 2].double(), x[..., d // 2:].double()) * rot[:, None, :]
+        return torch.cat([z.real, z.imag], dim=-1).float()
+
+    def norm(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    h = sd["model.embed_tokens.weight"][ids].float()
+    group = spec.num_heads // spec.num_kv_heads
+    for layer in range(spec.num_layers):
+        p = f"model.layers.{layer}."
+        x = norm(h, sd[p + "input_layernorm.weight"])
+        q = rope((x @ sd[p + "self_attn.q_proj.weight"].T).view(t, spec.num_heads, d))
+        k = rope((x @ sd[p + "self_attn.k_proj.weight"].T).view(t, spec.num_kv_heads, d))
+        v = (x @ sd[p + "self_attn.v_proj.weight"].T).view(t, spec.num_kv_heads, d)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True)
+        h = h + o.transpose(0, 1).reshape(t, -1) @ sd[p + "self_attn.o_proj.weight"].T
+        x = norm(h, sd[p + "post_attention_layernorm.weight"])
+        h = h + (F.silu(x @ sd[p + "mlp.gate_proj.weight"].T) * (x @ sd[p + "mlp.up_proj.weight"].T)) @ \
+            sd[p + "mlp.down_proj.weight"].T
+    return norm(h, sd["model.norm.weight"])
+
+
+@pytest.mark.parametrize("spec", [get_model("toy"), TOY_SCALED], ids=["toy", "toy-llama3-rope-scaling"])
+def test_paged_steps_match_an_independent_reference(spec):
+    sd = checkpoint(spec, seed=7)
+    model = LlamaModel.from_hf_state_dict(spec, sd, device=DEV, dtype=torch.float32)
+    reference = lambda m, ids: independent_forward(spec, sd, ids.cpu()).to(m.device)  # noqa: E731
+    errors = paged_vs_full_errors(model, reference)
+    for name, err in errors.items():
+        assert err < 20 * ATOL_FP32, f"sequence {name}: engine differs from the independent reference by {err:.3g}"
+    # The check has teeth: a 1/D attention scale (instead of 1/sqrt(D)) is caught.
+    model.scale = 1 / spec.head_dim
+    worst = max(paged_vs_full_errors(model, reference).values())
+    assert worst > 100 * ATOL_FP32, f"a wrong attention scale changed the hidden states by only {worst:.3g}"
+
+
+@pytest.mark.parametrize("name", ["toy", "toy-scaled", "llama-3-8b", "llama-3.1-8b"])
+def test_rope_cache_matches_the_closed_form(name):
+    spec = TOY_SCALED if name == "toy-scaled" else get_model(name)
+    positions = [0, 1, 7, 4095, 8191, 100_000]
+    positions = [p for p in positions if p < spec.max_position_embeddings]
+    table = rope_cache(spec.head_dim, max(positions) + 1, spec.rope_theta, torch.device("cpu"), spec.rope_scaling)
+    half = spec.head_dim // 2
+    for p in positions:
+        want = [p * f for f in closed_form_frequencies(spec)]
+        cos = torch.tensor([math.cos(a) for a in want], dtype=torch.float32)
+        sin = torch.tensor([math.sin(a) for a in want], dtype=torch.float32)
+        assert torch.allclose(table[p, :half], cos, atol=2e-6) and torch.allclose(table[p, half:], sin, atol=2e-6), \
+            f"{name}: rope_cache row {p} is not cos/sin of position x frequency"
+
+
+def test_llama_3_1_scaling_changes_only_the_low_frequencies():
+    base, scaled = get_model("llama-3-8b"), get_model("llama-3.1-8b")
+    f0, f1 = closed_form_frequencies(base), closed_form_frequencies(scaled)
+    assert f1[0] == f0[0] and math.isclose(f1[-1], f0[-1] / 8), "high frequencies kept, the lowest divided by 8"
+    assert scaled.max_position_embeddings == 131072 and scaled.kv_bytes_per_token == base.kv_bytes_per_token

@@ -22,8 +22,8 @@ from pagesim.traces import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 LIVE = REPO / "results" / "live"
-PROFILE = REPO / "results" / "profiles" / "h200-llama-3-8b.json"
 RUN = "pair-conv-paged"  # the shortest committed run
+PROFILE = LIVE / RUN / "profile.json"  # the profile the run recorded (fitted on its machine the same day)
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +31,11 @@ def validated(tmp_path_factory):
     """A copy of a committed live run, validated with the committed profile (the original stays untouched)."""
     d = tmp_path_factory.mktemp("live") / RUN
     shutil.copytree(LIVE / RUN, d)
-    for f in ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv"):
-        (d / f).unlink(missing_ok=True)
-    assert main(["validate", str(d), "--cost-model", str(PROFILE)]) == 0
-    return d, json.loads((d / "validation.json").read_text())
+    shutil.rmtree(d / "validation", ignore_errors=True)
+    steps = pd.read_parquet(d / "steps.parquet")  # as runs recorded before max_decode_context existed
+    steps.drop(columns=["max_decode_context"], errors="ignore").to_parquet(d / "steps.parquet", index=False)
+    assert main(["validate", str(d)]) == 0  # defaults to the run's own profile.json
+    return d, json.loads((d / "validation" / "validation.json").read_text())
 
 
 def replayed_features(d: Path, config: Config) -> dict[int, StepFeatures]:
@@ -61,10 +62,9 @@ def test_step_level_error_equals_a_direct_computation(validated):
     steps = pd.read_parquet(d / "steps.parquet")
     config = Config.from_dict(json.loads((d / "summary.json").read_text())["config"])
     cost = make_cost_model(str(PROFILE), config)
-    # The committed runs were recorded before max_decode_context and the host tier's num_load_blocks /
-    # num_store_blocks existed: they come from their replayed plans, whose other features are the recorded ones.
-    late = ["max_decode_context", "num_load_blocks", "num_store_blocks"]
-    assert not any(c in steps for c in late) and report["step_level"]["features_from_replay"] == late
+    # The fixture drops max_decode_context, as in runs recorded before it existed: it comes from the replayed plans,
+    # whose other features are the recorded ones.
+    assert "max_decode_context" not in steps and report["step_level"]["features_from_replay"] == ["max_decode_context"]
     replayed = replayed_features(d, config)
     recorded = [c for c in FEATURE_COLUMNS if c in steps]
     assert all(int(row[c]) == getattr(replayed[row["step"]], c) for row in steps.to_dict("records") for c in recorded)
@@ -77,7 +77,7 @@ def test_step_level_error_equals_a_direct_computation(validated):
     assert report["step_level"]["n_steps"] == len(ape)
     assert report["step_level"]["mape"] == pytest.approx(np.mean(ape), rel=1e-9)
     assert report["step_level"]["p90_ape"] == pytest.approx(np.percentile(ape, 90), rel=1e-9)
-    table = pd.read_parquet(d / "validation_steps.parquet")
+    table = pd.read_parquet(d / "validation" / "validation_steps.parquet")
     assert (table["max_decode_context"] == [replayed[s].max_decode_context for s in table["step"]]).all()
 
 
@@ -101,7 +101,7 @@ def test_request_level_live_figures_equal_a_direct_computation(validated):
     makespan = done["finish_s"].max() - req["arrival_time_s"].min()
     assert rl["makespan_s"]["live"] == pytest.approx(makespan, rel=1e-9)
     assert rl["request_throughput"]["live"] == pytest.approx(len(done) / makespan, rel=1e-9)
-    sim = pd.read_csv(d / "sim_requests.csv")
+    sim = pd.read_csv(d / "validation" / "sim_requests.csv")
     sim_done = sim[sim["state"] == "finished"]
     sim_makespan = sim_done["finish_s"].max() - sim["arrival_time_s"].min()
     assert rl["makespan_s"]["sim"] == pytest.approx(sim_makespan, rel=1e-9)
@@ -112,7 +112,7 @@ def test_request_level_live_figures_equal_a_direct_computation(validated):
 
 def test_committed_validations_show_identical_decisions():
     """Every committed live run was replayed in lockstep without a single differing step."""
-    runs = sorted(LIVE.glob("*/validation.json"))
+    runs = sorted(set(LIVE.glob("*/validation.json")) | set(LIVE.glob("*/validation/validation.json")))
     assert len(runs) >= 3
     for path in runs:
         decisions = json.loads(path.read_text())["decisions"]
@@ -154,7 +154,13 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
     assert {"environment", "model_spec", "config"} <= set(summary)
     assert "max_decode_context" in pd.read_parquet(out / "steps.parquet")
-    assert main(["validate", str(out)]) == 0
-    report = json.loads((out / "validation.json").read_text())
+    assert main(["validate", str(out)]) == 2  # no profile recorded: never a silent roofline
+    assert main(["validate", str(out), "--cost-model", "roofline"]) == 0
+    assert main(["validate", str(out), "--cost-model", "roofline"]) == 2  # would overwrite: needs --force
+    assert main(["validate", str(out), "--cost-model", "roofline", "--force"]) == 0
+    report = json.loads((out / "validation" / "validation.json").read_text())
+    assert set(report["step_level"]["by_kind"]) <= {"graph decode", "eager decode", "mixed", "prefill", "swap"}
+    assert len(report["step_level"]["worst_steps"]) == min(10, report["step_level"]["n_steps"])
+    assert {"itl_s_p50", "itl_s_p90", "itl_s_p99"} <= set(report["request_level"])
     assert report["decisions"]["n_steps_differing"] == 0 and "features" in report["decisions"]["compared"]
     assert report["step_level"]["features_from_replay"] == []  # recorded live, and equal to the replay's

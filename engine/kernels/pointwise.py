@@ -7,6 +7,8 @@ tensor per layer). All arithmetic is fp32; results are rounded to the input dtyp
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -67,11 +69,25 @@ def _rotary_kernel(q, k, positions, cos_sin, stride_q, stride_k, NUM_Q: tl.const
     _rotate_heads(k, stride_k, token, cos, sin, NUM_K, NUM_K_PAD, HALF)
 
 
-def rope_cache(head_dim: int, max_positions: int, theta: float, device: torch.device) -> torch.Tensor:
-    """[max_positions, head_dim] fp32: cos(pos * f) in the first half, sin in the second, f = theta^(-2i/D)."""
+def rope_cache(head_dim: int, max_positions: int, theta: float, device: torch.device,
+               scaling=None) -> torch.Tensor:
+    """[max_positions, head_dim] fp32: cos(pos * f) in the first half, sin in the second, f = theta^(-2i/D),
+    with f rescaled by Llama 3.1's rule when `scaling` (a pagesim.specs.RopeScaling) is given."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
+    if scaling is not None:
+        inv_freq = llama3_scaled_frequencies(inv_freq, scaling)
     angles = torch.arange(max_positions, dtype=torch.float64, device=device)[:, None] * inv_freq[None, :]
     return torch.cat([angles.cos(), angles.sin()], dim=1).float()
+
+
+def llama3_scaled_frequencies(inv_freq: torch.Tensor, scaling) -> torch.Tensor:
+    """Llama 3.1's frequencies (HF's _compute_llama3_parameters): low frequencies / factor, high ones kept,
+    a linear blend in wavelength-ratio space between them."""
+    old_len = scaling.original_max_position_embeddings
+    wavelen = 2 * math.pi / inv_freq
+    ratio = old_len / wavelen  # how many wavelengths fit in the original window
+    smooth = ((ratio - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)).clamp(0, 1)
+    return inv_freq / scaling.factor * (1 - smooth) + inv_freq * smooth
 
 
 def rotary_embedding(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor) -> None:

@@ -20,13 +20,26 @@ from pagesim.errors import UserError
 __all__ = ["StepFeatures", "RooflineCostModel", "ProfileCostModel", "fit_profile", "make_cost_model"]
 
 
+def same_shape(a: str, b: str) -> bool:
+    """Two models whose step costs are the same: equal but for name, context window and RoPE scaling
+    (Llama-3-8B and Llama-3.1-8B), so a profile fitted for one prices the other."""
+    import dataclasses
+
+    from pagesim.specs import get_model
+
+    def shape(name):
+        return dataclasses.replace(get_model(name), name="", max_position_embeddings=0, rope_scaling=None)
+
+    return shape(a) == shape(b)
+
+
 def make_cost_model(spec: str, config: Config):
     """'roofline', or the path of a profile JSON fitted for the config's model and GPU."""
     if spec == "roofline":
         return RooflineCostModel(config)
     profile = ProfileCostModel.from_json(spec, block_size=config.block_size)
     want = (config.model_spec.name, config.gpu_spec.name)
-    if (profile.model, profile.gpu) != want:
+    if (same_shape(profile.model, want[0]), profile.gpu) != (True, want[1]):
         raise UserError(f"profile {spec}: fitted for {profile.model} on {profile.gpu}, but the config runs "
                         f"{want[0]} on {want[1]}; use a profile of that pair, or --cost-model roofline")
     if profile.kv_cache_dtype != config.kv_cache_dtype:

@@ -1,4 +1,9 @@
-"""st.cache_data wrappers around the dashboard's expensive calls.
+"""Cached wrappers around the dashboard's expensive calls.
+
+Traces and replay runs are read-only results kept in st.cache_resource: the same objects are handed to
+every rerun and session (immutable by convention: nothing may modify them), where st.cache_data would
+unpickle a copy on every rerun (tens of MB for a replay with baselines). Small tables (sweeps) and
+result files stay in st.cache_data.
 
 Keys: a trace is keyed by its source (file path and modification time, upload
 bytes, or generator arguments); a run by the trace's content fingerprint and
@@ -28,19 +33,19 @@ from pagesim.traces import Trace, load_trace
 from pagesim.traces.synth import synthesize
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_resource(show_spinner=False, max_entries=32)
 def bundled_trace(path: str, mtime: float, limit: int | None) -> tuple[Trace, str]:
     trace = load_trace(path, limit=limit)
     return trace, data.trace_fingerprint(trace)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_resource(show_spinner=False, max_entries=8)
 def uploaded_trace(name: str, content: bytes, format: str, limit: int | None) -> tuple[Trace, str]:
     trace = data.load_upload(name, content, format=format, limit=limit)
     return trace, data.trace_fingerprint(trace)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@st.cache_resource(show_spinner=False, max_entries=32)
 def synthetic_trace(preset: str, num_requests: int, rate: float, arrival: str, cv: float, seed: int) -> tuple[Trace, str]:
     trace = synthesize(preset, num_requests=num_requests, rate=rate, arrival=arrival, cv=cv, seed=seed)
     return trace, data.trace_fingerprint(trace)
@@ -50,7 +55,7 @@ def config_key(config: Config) -> str:
     return json.dumps(config.to_dict(), sort_keys=True, default=str)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_resource(show_spinner=False, max_entries=8)
 def replay(trace_key: str, config_json: str, baselines: tuple[str, ...], num_snapshots: int,
            _trace: Trace) -> dict[str, data.Run]:
     """data.replay, cached by (trace fingerprint, config, baselines)."""
@@ -58,6 +63,14 @@ def replay(trace_key: str, config_json: str, baselines: tuple[str, ...], num_sna
     config = Config.from_dict(json.loads(config_json))
     return data.replay(_trace, config, baselines, num_snapshots=num_snapshots,
                        progress=lambda fraction, text: bar.progress(min(fraction, 1.0), text=text))
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def once(name: str, key: str, _build):
+    """What `_build()` returns (a figure, a trace's statistics), built once per (name, key): key names
+    everything it is drawn from (the trace's fingerprint, the config, the baselines, the view's
+    settings), so a new session or a rerun of the same view gets it ready-made. Read-only, like the runs."""
+    return _build()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

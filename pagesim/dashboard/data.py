@@ -31,7 +31,9 @@ TRACES_DIR = REPO / "traces"
 DEFAULT_TRACE = "sharegpt-poisson-1k.jsonl"
 DEFAULT_NUM_GPU_BLOCKS = 2048
 DEFAULT_LIMIT = 500  # of the bundled trace's 1000: the simulations take half as long
-NUM_SNAPSHOTS = 40
+NUM_SNAPSHOTS = 40  # over the trace's arrivals
+NUM_DRAIN_SNAPSHOTS = 40  # after the last arrival, spaced geometrically out to DRAIN_REACH x the arrival span
+DRAIN_REACH = 50.0
 BASELINES = ("max", "pow2", "oracle")
 
 
@@ -76,10 +78,30 @@ def trace_fingerprint(trace: Trace) -> str:
     return h.hexdigest()[:16]
 
 
-def snapshot_times(trace: Trace, n: int = NUM_SNAPSHOTS) -> list[float]:
-    """n instants evenly spaced over the trace's arrivals: the block map's time slider."""
+def snapshot_times(trace: Trace, n: int = NUM_SNAPSHOTS, drain: int = NUM_DRAIN_SNAPSHOTS,
+                   reach: float = DRAIN_REACH) -> list[float]:
+    """The block map's time slider: n instants evenly spaced over the trace's arrivals, then `drain`
+    instants spaced geometrically out to `reach` times the arrival span, so that a run still draining
+    its queue long after the last arrival can be inspected (a run records no snapshot after its end
+    but one: see replay)."""
     span = float(trace.df["arrival_time_s"].max()) if len(trace.df) else 0.0
-    return np.linspace(0.0, span, n).tolist() if n else []
+    if not n:
+        return []
+    if span <= 0:  # everything arrives at once: no arrival span to scale by
+        return [0.0, *np.geomspace(0.05, 0.05 * reach * 20, n + drain - 1).tolist()]
+    times = np.linspace(0.0, span, n)
+    step = span / max(n - 1, 1)
+    after = np.geomspace(span + step, span * reach, drain) if drain else np.array([])
+    return [*times.tolist(), *after.tolist()]
+
+
+def trim_snapshots(snapshots: list, times: list[float]) -> list:
+    """The snapshots up to the run's end: the simulator records every instant left after the run ends
+    at the end time, so only the first of those is kept (the run's final, empty state)."""
+    for i, (snap, t) in enumerate(zip(snapshots, times)):
+        if snap.time_s < t - 1e-9:
+            return snapshots[:i + 1]
+    return snapshots
 
 
 @dataclass
@@ -99,7 +121,8 @@ def replay(trace: Trace, config: Config, baselines=("max",), *, num_snapshots: i
     counting each run's progress through the trace's arrival span)."""
     configs = run_configs(config, baselines)
     times = snapshot_times(trace, num_snapshots)
-    span = times[-1] if times and times[-1] > 0 else 1.0
+    span = float(trace.df["arrival_time_s"].max()) if len(trace.df) else 0.0
+    span = span if span > 0 else 1.0
     runs = {}
     for i, cfg in enumerate(configs):
         name = cfg.run_name
@@ -109,6 +132,7 @@ def replay(trace: Trace, config: Config, baselines=("max",), *, num_snapshots: i
             report = _throttled(lambda now, i=i, name=name: progress(
                 (i + min(now / span, 1.0)) / len(configs), f"simulating {name} ({i + 1}/{len(configs)})"), span)
         result = simulate(trace, cfg, snapshot_times=times, progress=report)
+        result.snapshots = trim_snapshots(result.snapshots, times)
         runs[name] = Run(name, result, summarize_run(result))
     if progress is not None:
         progress(1.0, "done")

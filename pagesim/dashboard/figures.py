@@ -8,30 +8,18 @@ means, so a bucket shows the memory state averaged over the time it covers).
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pagesim.accounting import CATEGORIES
+from pagesim.dashboard.palette import MORE_RUNS, PREEMPTION, QUEUES, STATES, WAITING_FREE, run_color
+from pagesim.specs import GIB
 
 MAX_POINTS = 1000  # about one point per pixel of a wide chart
 
-# Drawing order of the stacked memory area, bottom to top, with labels and colours.
-MEMORY_LAYERS = {
-    "used": ("used", "#2ca02c"),
-    "reserved": ("reserved", "#f2b701"),
-    "internal_fragmentation": ("internal fragmentation", "#e8743b"),
-    "external_fragmentation": ("external fragmentation", "#c0392b"),
-    "cached": ("cached", "#4c78a8"),
-    "free": ("free", "#dcdcdc"),
-}
-assert set(MEMORY_LAYERS) == set(CATEGORIES)
-REQUEST_LINES = {"num_running": ("running", "#1f77b4"), "num_waiting": ("waiting", "#ff7f0e"),
-                 "num_swapped": ("swapped", "#9467bd")}
-RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+# Drawing order of the stacked memory area, bottom to top, with labels and colours (palette.STATES).
+MEMORY_LAYERS = STATES
 LATENCIES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
 
@@ -76,7 +64,7 @@ def time_buckets(steps: pd.DataFrame, columns, max_points: int = MAX_POINTS, sum
     return out.reset_index(drop=True)
 
 
-def _header(fig: go.Figure, title: str, height: int, top: int = 100) -> go.Figure:
+def header(fig: go.Figure, title: str, height: int, top: int = 100) -> go.Figure:
     """Title on the first line at the top left, the legend on the line below it, then the subplots
     (whose titles need the rest of the `top` margin)."""
     fig.update_layout(
@@ -87,128 +75,120 @@ def _header(fig: go.Figure, title: str, height: int, top: int = 100) -> go.Figur
     return fig
 
 
-def _panels(names, title: str, row_height: int = 220) -> go.Figure:
-    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.06 if len(names) > 1 else 0,
-                        subplot_titles=list(names))
-    _header(fig, title, 110 + row_height * len(names))
-    fig.update_xaxes(title_text="time (s)", row=len(names), col=1)
+def _panels(names, title: str, row_height: int = 220, shared_time: bool = True) -> go.Figure:
+    """One row per run. shared_time=False gives each run its own time axis, so a baseline that drains
+    for minutes does not squeeze a run that finished early into a sliver of the width."""
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=shared_time,
+                        vertical_spacing=_spacing(len(names), shared_time), subplot_titles=list(names))
+    header(fig, title, 110 + row_height * len(names))
+    for row in range(1, len(names) + 1):
+        if row == len(names) or not shared_time:
+            fig.update_xaxes(title_text="time (s)", row=row, col=1)
     return fig
 
 
-def memory_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_POINTS) -> go.Figure:
-    """One stacked-area panel per run (shared time axis): each memory category as % of the KV cache."""
-    fig = _panels(steps_by_run, "KV-cache memory over time (% of slots)")
+def _spacing(rows: int, shared_time: bool) -> float:
+    """Room between panels: with a time axis under each panel, its title needs about 75 px."""
+    if rows < 2:
+        return 0
+    return 0.06 if shared_time else min(90 / (220 * rows), 0.3)
+
+
+def mark_time(fig: go.Figure, row: int, time_s: float | None, end_s: float) -> None:
+    """A vertical line at the block map's time in one run's panel (none past the run's end, so the
+    marker never stretches the run's own time axis)."""
+    if time_s is not None and time_s <= end_s:
+        fig.add_vline(x=time_s, line=dict(color="#212121", width=1, dash="dot"), row=row, col=1)
+
+
+def waiting_free(steps: pd.DataFrame) -> np.ndarray:
+    """The free fraction of the cache at steps where requests wait (0 elsewhere): memory left idle
+    because the next admission does not fit in it together with the watermark kept free."""
+    return np.where(steps["num_waiting"].to_numpy() > 0, steps["free_frac"].to_numpy(dtype="float64"), 0.0)
+
+
+def memory_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_POINTS, *,
+                     time_s: float | None = None, shared_time: bool = True,
+                     watermark: float | None = None) -> go.Figure:
+    """One stacked-area panel per run: each memory category as % of the KV cache. Free memory while
+    requests wait is drawn apart ("free while requests wait"); `watermark` (a fraction of the cache)
+    is drawn as a line; `time_s` as a dotted marker."""
+    fig = _panels(steps_by_run, "KV-cache memory over time (% of slots)", shared_time=shared_time)
+    layers = {**{c: v for c, v in MEMORY_LAYERS.items() if c != "free"},
+              "waiting_free": ("free while requests wait", WAITING_FREE), "free": MEMORY_LAYERS["free"]}
     for row, (run, steps) in enumerate(steps_by_run.items(), 1):
-        frac = [f"{c}_frac" for c in MEMORY_LAYERS]
-        b = time_buckets(steps, frac, max_points)
-        for c, (label, color) in MEMORY_LAYERS.items():
+        steps = steps.assign(waiting_free_frac=waiting_free(steps))
+        steps = steps.assign(free_frac=steps["free_frac"] - steps["waiting_free_frac"])
+        b = time_buckets(steps, [f"{c}_frac" for c in layers], max_points)
+        for c, (label, color) in layers.items():
             fig.add_trace(
                 go.Scatter(x=b["time_s"], y=b[f"{c}_frac"] * 100, name=label, legendgroup=label, showlegend=row == 1,
                            stackgroup=f"memory-{row}", mode="lines", line=dict(width=0, color=color),
                            fillcolor=color, hovertemplate=f"{run}<br>{label}: %{{y:.1f}}%<br>t=%{{x:.2f}} s<extra></extra>"),
                 row=row, col=1)
         fig.update_yaxes(range=[0, 100], title_text="% of KV slots", row=row, col=1)
+        if watermark:
+            fig.add_hline(y=100 - watermark * 100, line=dict(color="#616161", width=1, dash="dash"), row=row, col=1,
+                          annotation_text=f"watermark: {watermark:.0%} kept free at admission" if row == 1 else None,
+                          annotation_position="bottom left", annotation_font_size=10)
+        mark_time(fig, row, time_s, _end(steps))
     return fig
 
 
-def requests_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_POINTS) -> go.Figure:
-    """Running, waiting and swapped requests per run, with steps that preempted marked (x)."""
-    fig = _panels(steps_by_run, "Requests over time")
+def _end(steps: pd.DataFrame) -> float:
+    if not len(steps):
+        return 0.0
+    return float(steps["time_s"].iloc[-1] + steps["duration_s"].iloc[-1])
+
+
+def requests_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_POINTS, *,
+                       time_s: float | None = None, shared_time: bool = True) -> go.Figure:
+    """Running, waiting and swapped requests per run, and the cumulative count of preemptions on a
+    right-hand axis (its total in the panel title)."""
+    titles = [f"{run}: {int(steps['num_preemptions'].sum()):,} preemptions" for run, steps in steps_by_run.items()]
+    fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=shared_time, subplot_titles=titles,
+                        vertical_spacing=_spacing(len(titles), shared_time),
+                        specs=[[{"secondary_y": True}]] * len(titles))
+    header(fig, "Requests over time", 110 + 220 * len(titles))
     for row, (run, steps) in enumerate(steps_by_run.items(), 1):
-        b = time_buckets(steps, list(REQUEST_LINES), max_points, sums=["num_preemptions"])
-        for c, (label, color) in REQUEST_LINES.items():
+        steps = steps.assign(preemptions_total=steps["num_preemptions"].cumsum())
+        b = time_buckets(steps, list(QUEUES), max_points, sums=["num_preemptions"])
+        for c, (label, color, dash) in QUEUES.items():
             fig.add_trace(go.Scatter(x=b["time_s"], y=b[c], name=label, legendgroup=label, showlegend=row == 1,
-                                     mode="lines", line=dict(color=color, width=1.5)), row=row, col=1)
-        hit = b[b["num_preemptions"] > 0]
-        fig.add_trace(go.Scatter(x=hit["time_s"], y=hit["num_running"], name="preemptions", legendgroup="preemptions",
-                                 showlegend=row == 1, mode="markers",
-                                 marker=dict(symbol="x", size=7, color="#c0392b"), customdata=hit["num_preemptions"],
-                                 hovertemplate="%{customdata} preempted<br>t=%{x:.2f} s<extra></extra>"),
-                      row=row, col=1)
-        fig.update_yaxes(title_text="requests", rangemode="tozero", row=row, col=1)
+                                     mode="lines", line=dict(color=color, width=1.5, dash=dash)), row=row, col=1)
+        fig.add_trace(go.Scatter(x=b["time_s"], y=b["num_preemptions"].cumsum(), name="preemptions (cumulative)",
+                                 legendgroup="preemptions", showlegend=row == 1, mode="lines",
+                                 line=dict(color=PREEMPTION, width=1, shape="hv"), opacity=0.45,
+                                 hovertemplate="%{y:,} preemptions by t=%{x:.2f} s<extra></extra>"),
+                      row=row, col=1, secondary_y=True)
+        fig.update_yaxes(title_text="requests", rangemode="tozero", row=row, col=1, secondary_y=False)
+        total = int(steps["num_preemptions"].sum())
+        fig.update_yaxes(title_text="preemptions", range=[0, max(total, 1) * 1.05], tickformat=",d",
+                         dtick=max(1, -(-total // 4)), showgrid=False,
+                         row=row, col=1, secondary_y=True)
+        if row == len(titles) or not shared_time:
+            fig.update_xaxes(title_text="time (s)", row=row, col=1)
+        mark_time(fig, row, time_s, _end(steps))
     return fig
 
 
-# ---- block map -----------------------------------------------------------------------------------------
-BLOCK_MAP_WIDTH = 64
-MAX_BLOCKS_DRAWN = 64 * 128
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#393b79",
-           "#637939", "#843c39", "#7b4173", "#e6550d", "#31a354", "#3182bd", "#a55194"]  # no greys, no gold
-FREE, CACHED, SHARED = "#f4f4f4", "#555555", "#ffd700"
-BLOCK_LEGEND = {"free": FREE, "cached prefix (free, reusable)": CACHED, "shared prefix (ref_cnt > 1)": SHARED,
-                "owned by a request (one colour each)": PALETTE[0],
-                "reserved ahead (allocated, no tokens yet)": "#c6dbef"}
-
-
-def _lighten(color: str, amount: float = 0.65) -> str:
-    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
-    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in (r, g, b))
-
-
-def _block_colorscale() -> tuple[list, int]:
-    """Discrete colorscale over integer codes: 0 free, 1 cached, 2 shared, 3.. owned (palette), then the
-    same palette lightened for blocks allocated but not yet holding a token."""
-    colors = [FREE, CACHED, SHARED, *PALETTE, *(_lighten(c) for c in PALETTE)]
-    n = len(colors)
-    scale = []
-    for i, c in enumerate(colors):
-        scale += [[i / n, c], [(i + 1) / n, c]]
-    return scale, n
-
-
-def block_codes(blocks: pd.DataFrame) -> np.ndarray:
-    """The colour code of each block of a BlockSnapshot frame (see _block_colorscale). A request's
-    colour comes from a hash of its id, so it keeps its colour across snapshots and runs."""
-    owned = blocks["request_id"].to_numpy() != ""
-    palette = np.array([zlib.crc32(r.encode()) % len(PALETTE) for r in blocks["request_id"]], dtype=np.int64)
-    codes = np.where(blocks["cached"].to_numpy(), 1, 0)
-    codes = np.where(owned, 3 + palette + np.where(blocks["fill"].to_numpy() > 0, 0, len(PALETTE)), codes)
-    return np.where(owned & (blocks["ref_cnt"].to_numpy() > 1), 2, codes)
-
-
-def block_maps(snapshots: dict[str, pd.DataFrame], block_size: int, time_s: float | None = None,
-               width: int = BLOCK_MAP_WIDTH, max_blocks: int = MAX_BLOCKS_DRAWN) -> go.Figure:
-    """Every physical KV block as a cell, `width` per row, coloured by its owner; one panel per run.
-
-    snapshots: run name -> BlockSnapshot.to_frame(). At most `max_blocks` blocks per run are drawn."""
-    scale, n_codes = _block_colorscale()
-    names = list(snapshots)
-    rows_per_map = [max(1, -(-min(len(f), max_blocks) // width)) for f in snapshots.values()]
-    fig = make_subplots(rows=len(names), cols=1, vertical_spacing=0.08 if len(names) > 1 else 0,
-                        subplot_titles=[f"{n} ({len(f)} blocks" + (f", first {max_blocks} drawn)" if len(f) > max_blocks else ")")
-                                        for n, f in snapshots.items()],
-                        row_heights=rows_per_map)
-    for row, (run, frame) in enumerate(snapshots.items(), 1):
-        f = frame.iloc[:max_blocks]
-        cells = rows_per_map[row - 1] * width
-        pad = cells - len(f)
-        z = np.concatenate([block_codes(f).astype(float), np.full(pad, np.nan)]).reshape(-1, width)
-        text = np.concatenate([_hover(f, block_size), np.full(pad, "")]).reshape(-1, width)
-        fig.add_trace(go.Heatmap(z=z, text=text, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n_codes - 0.5,
-                                 showscale=False, xgap=1, ygap=1, name=f"blocks: {run}"), row=row, col=1)
-        fig.update_yaxes(autorange="reversed", showticklabels=False, ticks="", showgrid=False, zeroline=False,
-                         row=row, col=1)
-        fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False, row=row, col=1)
-    for label, color in BLOCK_LEGEND.items():
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label,
-                                 marker=dict(symbol="square", size=12, color=color, line=dict(width=1, color="#999"))))
-    when = "" if time_s is None else f" at t = {time_s:.1f} s"
-    _header(fig, f"Physical KV blocks{when} ({width} per row)",
-            140 + sum(max(r, 4) * 14 for r in rows_per_map) + 40 * len(names))
-    fig.update_layout(plot_bgcolor="white", margin=dict(l=20, r=20, b=20))
+def swap_over_time(steps_by_run: dict[str, pd.DataFrame], block_bytes: int, swap_space_gib: float,
+                   max_points: int = MAX_POINTS, *, time_s: float | None = None) -> go.Figure:
+    """CPU swap space in use (GiB) per run: blocks swapped out minus blocks swapped back in."""
+    fig = go.Figure()
+    for i, (run, steps) in enumerate(steps_by_run.items()):
+        held = (steps["num_swap_out_blocks"] - steps["num_swap_in_blocks"]).cumsum() * block_bytes / GIB
+        b = time_buckets(steps.assign(swap_gib=held), ["swap_gib"], max_points)
+        fig.add_trace(go.Scatter(x=b["time_s"], y=b["swap_gib"], name=run, mode="lines",
+                                 line=dict(color=run_color(run, i), shape="hv"),
+                                 hovertemplate=f"{run}<br>%{{y:.2f}} GiB at t=%{{x:.2f}} s<extra></extra>"))
+    fig.add_hline(y=swap_space_gib, line=dict(color="#616161", dash="dash"),
+                  annotation_text=f"swap_space {swap_space_gib:g} GiB", annotation_position="top left")
+    if time_s is not None:
+        fig.add_vline(x=time_s, line=dict(color="#212121", width=1, dash="dot"))
+    fig.update_layout(title="CPU swap space in use (preemption_mode swap)", xaxis_title="time (s)",
+                      yaxis_title="GiB", height=300, margin=dict(t=60, b=40, l=60, r=20), yaxis_rangemode="tozero")
     return fig
-
-
-def _hover(f: pd.DataFrame, block_size: int) -> np.ndarray:
-    rid = f["request_id"].astype(str).to_numpy(dtype=object)
-    owner = np.where(rid == "", np.where(f["cached"].to_numpy(), "free, cached prefix", "free"), "request " + rid)
-    fill = np.where(rid == "", "", "<br>" + _strings(f["fill"]) + f"/{block_size} slots hold tokens")
-    shared = np.where(f["ref_cnt"].to_numpy() > 1, "<br>shared by " + _strings(f["ref_cnt"]) + " requests", "")
-    return ("block " + _strings(f["block_id"]) + "<br>" + owner + fill + shared).astype(object)
-
-
-def _strings(values: pd.Series) -> np.ndarray:
-    return values.astype(str).to_numpy(dtype=object)
 
 
 # ---- latencies -----------------------------------------------------------------------------------------
@@ -224,21 +204,53 @@ def ecdf(values, max_points: int = 1000) -> tuple[np.ndarray, np.ndarray]:
     return v, p
 
 
+def duration_label(seconds: float) -> str:
+    """A duration for a person: ms below a second ("7 ms", "0.38 ms"), else seconds ("84.9 s")."""
+    if seconds is None or not np.isfinite(seconds):
+        return "–"
+    if seconds < 1:
+        ms = seconds * 1e3
+        return f"{ms:.2g} ms" if ms < 10 else f"{ms:.0f} ms"
+    if abs(seconds - round(seconds)) < 1e-9:
+        return f"{seconds:,.0f} s"  # axis ticks: 1 s, 10 s
+    return f"{seconds:,.1f} s"
+
+
+DECADES = [10.0 ** k for k in range(-6, 5)]
+
+
+def log_time_axis(fig: go.Figure, values, *, row=None, col=None, axis: str = "x") -> None:
+    """A log axis of durations in seconds labelled once per decade in ms or s (1 ms, 10 ms, ..., 1 s, 10 s)."""
+    v = pd.Series(np.asarray(values, dtype="float64").ravel()).dropna()
+    v = v[v > 0]
+    lo, hi = (float(v.min()), float(v.max())) if len(v) else (1e-3, 1.0)
+    ticks = [d for d in DECADES if lo / 10 < d <= hi * 10] or [1e-3, 1.0]
+    if hi / lo < 300:  # two decades or less: label 2x and 5x too
+        ticks = sorted(t * m for t in ticks for m in (1, 2, 5) if lo / 2 <= t * m <= hi * 2)
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    narrow = {"range": [np.log10(ticks[0]), np.log10(ticks[-1])]} if hi / lo < 10 and len(ticks) > 1 else {}
+    update(type="log", tickvals=ticks, ticktext=[duration_label(t) for t in ticks], row=row, col=col, **narrow)
+
+
 def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
-    """CDFs of TTFT, TPOT and E2E of the finished requests, one line per run (log-scale seconds)."""
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{label} (s)" for label in LATENCIES.values()])
+    """CDFs of TTFT, TPOT and E2E of the finished requests, one line per run (log time axes labelled in
+    ms and s)."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=list(LATENCIES.values()), horizontal_spacing=0.06)
     for i, (run, req) in enumerate(requests_by_run.items()):
-        color = RUN_COLORS[i % len(RUN_COLORS)]
+        color = run_color(run, i)
         finished = req[req["state"] == "finished"] if "state" in req else req
         for col, (metric, label) in enumerate(LATENCIES.items(), 1):
             x, y = ecdf(finished[metric])
             fig.add_trace(go.Scatter(x=x, y=y, name=run, legendgroup=run, showlegend=col == 1, mode="lines",
                                      line=dict(color=color, shape="hv"),
-                                     hovertemplate=f"{run}<br>{label} %{{x:.4g}} s<br>%{{y:.1%}} of requests<extra></extra>"),
+                                     customdata=[duration_label(v) for v in x],
+                                     hovertemplate=f"{run}<br>{label} %{{customdata}}<br>%{{y:.1%}} of requests<extra></extra>"),
                           row=1, col=col)
-            fig.update_xaxes(type="log", title_text="seconds", row=1, col=col)
+    for col, metric in enumerate(LATENCIES, 1):
+        values = pd.concat([r[metric] for r in requests_by_run.values()]) if requests_by_run else []
+        log_time_axis(fig, values, row=1, col=col)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
-    _header(fig, "Latency CDFs (finished requests)", 400)
+    header(fig, "Latency CDFs (finished requests)", 400)
     return fig
 
 
@@ -246,25 +258,39 @@ def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
 SWEEP_PANELS = {
     "token_state_fraction": "token-state fraction (used / allocated)",
     "output_token_throughput": "output throughput (tok/s)",
-    "ttft_p50_s": "TTFT p50 (s)",
-    "e2e_p50_s": "E2E p50 (s)",
+    "ttft_p50_s": "TTFT p50",
+    "e2e_p50_s": "E2E p50",
 }
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross"]
 
 
 def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -> go.Figure:
-    """Sweep results against the swept parameter `x`: one line per combination of the `series` columns."""
+    """Sweep results against the swept parameter `x`: one line per combination of the `series` columns,
+    coloured by layout (a run's colour) and dashed by the other settings; latencies on log axes."""
     fig = make_subplots(rows=2, cols=2, subplot_titles=list(SWEEP_PANELS.values()), horizontal_spacing=0.1,
                         vertical_spacing=0.2)
-    groups = results.groupby(list(series), sort=False) if series else [((), results)]
-    for i, (key, g) in enumerate(groups):
+    series = list(series)
+    groups = results.groupby(series, sort=False) if series else [((), results)]
+    colored = "layout" if "layout" in series else (series[0] if series else None)
+    color_values = list(dict.fromkeys(results[colored])) if colored else []
+    styled = [s for s in series if s != colored]
+    style_values = list(dict.fromkeys(map(tuple, results[styled].to_numpy()))) if styled else [()]
+    for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
-        name = ", ".join(f"{s}={v}" for s, v in zip(series, key)) or "paged"
-        color = RUN_COLORS[i % len(RUN_COLORS)]
+        params = dict(zip(series, key))
+        name = ", ".join(str(v) if s == "layout" else f"{s}={v}" for s, v in params.items()) or "paged"
+        ci = color_values.index(params[colored]) if colored else 0
+        color = run_color(str(params[colored]), ci) if colored == "layout" else run_color("", ci)
+        si = style_values.index(tuple(params[s] for s in styled)) if styled else 0
         g = g.sort_values(x)
         for j, (metric, label) in enumerate(SWEEP_PANELS.items()):
+            values = [duration_label(v) for v in g[metric]] if metric.endswith("_s") else [f"{v:.4g}" for v in g[metric]]
             fig.add_trace(go.Scatter(x=g[x], y=g[metric], name=name, legendgroup=name, showlegend=j == 0,
-                                     mode="lines+markers", line=dict(color=color),
-                                     hovertemplate=f"{name}<br>{x}=%{{x}}<br>{label}: %{{y:.4g}}<extra></extra>"),
+                                     mode="lines+markers", customdata=values,
+                                     line=dict(color=color, dash=DASHES[si % len(DASHES)]),
+                                     marker=dict(symbol=SYMBOLS[si % len(SYMBOLS)]),
+                                     hovertemplate=f"{name}<br>{x}=%{{x}}<br>{label}: %{{customdata}}<extra></extra>"),
                           row=j // 2 + 1, col=j % 2 + 1)
     log_x = x == "block_size" or (pd.api.types.is_numeric_dtype(results[x]) and results[x].min() > 0
                                   and results[x].max() / results[x].min() >= 16)
@@ -272,26 +298,32 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
         for c in (1, 2):
             fig.update_xaxes(title_text=x, row=r, col=c, **(dict(type="log", tickvals=sorted(results[x].unique()))
                                                                if log_x else {}))
-    _header(fig, f"Sweep over {x}", 680)
+    log_time_axis(fig, results["ttft_p50_s"], row=2, col=1, axis="y")
+    log_time_axis(fig, results["e2e_p50_s"], row=2, col=2, axis="y")
+    header(fig, f"Sweep over {x}", 700, top=110)
+    fig.update_layout(legend=dict(font=dict(size=11)))
     return fig
 
 
 # ---- live vs simulated ---------------------------------------------------------------------------------
 def step_time_scatter(validation_steps: pd.DataFrame, max_points: int = 20000) -> go.Figure:
-    """Measured (x) vs predicted (y) step durations in ms, with the y = x line."""
+    """Measured (x) vs predicted (y) step durations on log axes (ms and s), with the y = x line."""
     v = validation_steps
     if len(v) > max_points:
         v = v.iloc[np.linspace(0, len(v) - 1, max_points).round().astype(int)]
-    ms_measured, ms_predicted = v["measured_s"] * 1e3, v["predicted_s"] * 1e3
-    top = float(max(ms_measured.max(), ms_predicted.max(), 1e-3)) if len(v) else 1.0
+    v = v[(v["measured_s"] > 0) & (v["predicted_s"] > 0)]
+    both = v[["measured_s", "predicted_s"]].to_numpy()
+    lo, hi = (float(both.min()), float(both.max())) if len(v) else (1e-3, 1.0)
     fig = go.Figure([
-        go.Scattergl(x=ms_measured, y=ms_predicted, mode="markers", name="steps", marker=dict(size=4, opacity=0.5),
-                     customdata=v["step"], hovertemplate="step %{customdata}<br>measured %{x:.3f} ms<br>"
-                                                         "predicted %{y:.3f} ms<extra></extra>"),
-        go.Scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line=dict(color="#555", dash="dash")),
+        go.Scattergl(x=v["measured_s"], y=v["predicted_s"], mode="markers", name="steps",
+                     marker=dict(size=4, opacity=0.5, color=run_color("simulated")), customdata=v["step"],
+                     hovertemplate="step %{customdata}<br>measured %{x:.4g} s<br>predicted %{y:.4g} s<extra></extra>"),
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(color="#555", dash="dash")),
     ])
+    log_time_axis(fig, both, axis="x")
+    log_time_axis(fig, both, axis="y")
     fig.update_layout(title="Step duration: measured on the GPU vs predicted by the cost model", height=420,
-                      xaxis_title="measured (ms)", yaxis_title="predicted (ms)", margin=dict(t=60, b=40, l=60, r=20))
+                      xaxis_title="measured", yaxis_title="predicted", margin=dict(t=60, b=40, l=60, r=20))
     return fig
 
 
@@ -310,31 +342,39 @@ def live_vs_sim_over_time(live_steps: pd.DataFrame, sim_steps: pd.DataFrame, max
     """KV-cache usage and running requests over time, live and simulated overlaid."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=["KV-cache usage (% of blocks)", "running requests"])
-    for name, steps, color in (("live", live_steps, RUN_COLORS[0]), ("simulated", sim_steps, RUN_COLORS[1])):
+    for name, steps in (("live", live_steps), ("simulated", sim_steps)):
+        color = run_color(name)
         b = time_buckets(steps, ["kv_cache_usage", "num_running"], max_points)
         fig.add_trace(go.Scatter(x=b["time_s"], y=b["kv_cache_usage"] * 100, name=name, legendgroup=name,
                                  mode="lines", line=dict(color=color)), row=1, col=1)
         fig.add_trace(go.Scatter(x=b["time_s"], y=b["num_running"], name=name, legendgroup=name, showlegend=False,
                                  mode="lines", line=dict(color=color)), row=2, col=1)
     fig.update_xaxes(title_text="time (s)", row=2, col=1)
-    _header(fig, "Live vs simulated over time", 540)
+    header(fig, "Live vs simulated over time", 540)
     return fig
 
 
 def request_latency_scatter(live: pd.DataFrame, sim: pd.DataFrame, metric: str = "e2e_s") -> go.Figure:
-    """Per request: live (x) vs simulated (y) latency, joined on request_id, with the y = x line."""
+    """Per request: live (x) vs simulated (y) latency, joined on request_id, with the y = x line (log axes)."""
     j = live[["request_id", metric]].merge(sim[["request_id", metric]], on="request_id", suffixes=("_live", "_sim"))
     j = j.dropna()
-    top = float(j[[f"{metric}_live", f"{metric}_sim"]].max().max()) if len(j) else 1.0
+    j = j[(j[f"{metric}_live"] > 0) & (j[f"{metric}_sim"] > 0)]
+    both = j[[f"{metric}_live", f"{metric}_sim"]].to_numpy()
+    lo, hi = (float(both.min()), float(both.max())) if len(j) else (1e-3, 1.0)
     label = LATENCIES.get(metric, metric)
     fig = go.Figure([
         go.Scattergl(x=j[f"{metric}_live"], y=j[f"{metric}_sim"], mode="markers", name="requests",
-                     marker=dict(size=5, opacity=0.6), customdata=j["request_id"],
-                     hovertemplate="request %{customdata}<br>live %{x:.4g} s<br>simulated %{y:.4g} s<extra></extra>"),
-        go.Scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line=dict(color="#555", dash="dash")),
+                     marker=dict(size=5, opacity=0.6, color=run_color("simulated")),
+                     customdata=np.stack([j["request_id"].astype(str), [duration_label(v) for v in j[f"{metric}_live"]],
+                                          [duration_label(v) for v in j[f"{metric}_sim"]]], axis=-1) if len(j) else None,
+                     hovertemplate="request %{customdata[0]}<br>live %{customdata[1]}<br>simulated %{customdata[2]}"
+                                   "<extra></extra>"),
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(color="#555", dash="dash")),
     ])
-    fig.update_layout(title=f"{label} per request: live vs simulated", xaxis_title="live (s)",
-                      yaxis_title="simulated (s)", height=420, margin=dict(t=60, b=40, l=60, r=20))
+    log_time_axis(fig, both, axis="x")
+    log_time_axis(fig, both, axis="y")
+    fig.update_layout(title=f"{label} per request: live vs simulated", xaxis_title="live", yaxis_title="simulated",
+                      height=420, margin=dict(t=60, b=40, l=60, r=20))
     return fig
 
 
@@ -365,7 +405,7 @@ def decode_bandwidth_bars(decode: pd.DataFrame, copy_tb_per_s: float | None = No
     for m in (m for m in KERNEL_METHODS if m in set(rows["method"])):
         d = rows[rows["method"] == m].set_index("shape").reindex(shapes)
         fig.add_trace(go.Bar(x=shapes, y=d["tb_per_s"], name=KERNEL_METHODS[m],
-                             marker_color=RUN_COLORS[list(KERNEL_METHODS).index(m)],
+                             marker_color=MORE_RUNS[list(KERNEL_METHODS).index(m)],
                              hovertemplate=f"{KERNEL_METHODS[m]}<br>%{{x}}<br>%{{y:.2f}} TB/s<extra></extra>"))
     if copy_tb_per_s:
         fig.add_hline(y=copy_tb_per_s, line=dict(color="#555", dash="dash"),
@@ -382,7 +422,7 @@ def prefill_flops_bars(prefill: pd.DataFrame, matmul_tflop_per_s: float | None =
     order = [m for m in KERNEL_METHODS if m in set(rows["method"])]
     p = rows.set_index("method").reindex(order)
     fig = go.Figure(go.Bar(x=[KERNEL_METHODS[m] for m in order], y=p["tflop_per_s"], name="prefill",
-                           marker_color=[RUN_COLORS[list(KERNEL_METHODS).index(m)] for m in order],
+                           marker_color=[MORE_RUNS[list(KERNEL_METHODS).index(m)] for m in order],
                            hovertemplate="%{x}<br>%{y:.0f} TFLOP/s<extra></extra>"))
     if matmul_tflop_per_s:
         fig.add_hline(y=matmul_tflop_per_s, line=dict(color="#555", dash="dash"),

@@ -69,8 +69,13 @@ def find_live_runs(root: Path | None = None) -> list[Path]:
     return sorted(runs, key=lambda p: not is_validated(p))
 
 
+def validation_dir(path: Path) -> Path:
+    """Where `validate` wrote the run's validation: DIR/validation/ (since live mode II), else DIR itself."""
+    return path / "validation" if (path / "validation" / "validation.json").is_file() else path
+
+
 def is_validated(path: Path) -> bool:
-    return all((path / f).is_file() for f in VALIDATION_FILES)
+    return all((validation_dir(path) / f).is_file() for f in VALIDATION_FILES)
 
 
 def read_requests(path: Path) -> pd.DataFrame:
@@ -93,10 +98,11 @@ def load_live_run(path: Path) -> LiveRun:
         run = LiveRun(path=path, summary=json.loads((path / "summary.json").read_text()),
                       steps=pd.read_parquet(path / "steps.parquet"), requests=read_requests(path / "requests.csv"))
         if is_validated(path):
-            run.validation = json.loads((path / "validation.json").read_text())
-            run.validation_steps = pd.read_parquet(path / "validation_steps.parquet")
-            run.sim_steps = pd.read_parquet(path / "sim_steps.parquet")
-            run.sim_requests = read_requests(path / "sim_requests.csv")
+            v = validation_dir(path)
+            run.validation = json.loads((v / "validation.json").read_text())
+            run.validation_steps = pd.read_parquet(v / "validation_steps.parquet")
+            run.sim_steps = pd.read_parquet(v / "sim_steps.parquet")
+            run.sim_requests = read_requests(v / "sim_requests.csv")
         return run
     except (OSError, ValueError, KeyError) as exc:  # JSON, parquet and CSV parse errors are ValueErrors
         raise UserError(f"{path}: cannot read the live run ({type(exc).__name__}: {exc})") from None

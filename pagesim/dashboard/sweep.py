@@ -59,12 +59,18 @@ def grid_points(base: Config, grid: dict[str, list]) -> list[tuple[dict, Config]
             changes.update(kv_layout="contiguous", reserve_policy=policy)
         config = base.replace(**changes)
         if "kv_cache_gib" in params:
-            blocks = int(params["kv_cache_gib"] * GIB // config.block_bytes)
-            if blocks < 1:
-                raise UserError(f"{params['kv_cache_gib']} GiB holds no block of {config.block_size} tokens")
-            config = config.replace(num_gpu_blocks=blocks)
+            config = config.replace(num_gpu_blocks=blocks_for_gib(config, params["kv_cache_gib"]))
         points.append((params, config))
     return points
+
+
+def blocks_for_gib(config: Config, gib: float) -> int:
+    """How many of the config's KV blocks fit in `gib` GiB of K/V (at least one, or a UserError)."""
+    blocks = int(gib * GIB // config.block_bytes)
+    if blocks < 1:
+        raise UserError(f"{gib:g} GiB holds no KV block of {config.block_size} tokens for {config.model} "
+                        f"({config.block_bytes / 2**20:g} MiB each)")
+    return blocks
 
 
 def run_point(trace, config: Config) -> dict:

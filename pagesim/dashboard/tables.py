@@ -10,8 +10,17 @@ def _ms(summary: dict, metric: str, p: str) -> float | None:
     return None if v is None else v * 1e3
 
 
+def prefix_cache_hit_rate(summary: dict) -> float | None:
+    """The prefix-cache hit rate under whichever key the summary has (older runs: prefix_hit_rate)."""
+    for key in ("prefix_cache_hit_rate", "prefix_hit_rate"):
+        if summary.get(key) is not None:
+            return summary[key]
+    return None
+
+
 def headline_table(summaries: dict[str, dict]) -> pd.DataFrame:
-    """One row per run: throughput, latency percentiles, preemptions, token-state fraction, running set.
+    """One row per run: requests finished and rejected, throughput, latency percentiles in ms, preemptions,
+    memory shares, prefix-cache hit rate, running set and makespan (every figure: summary_frame).
 
     summaries: run name -> pagesim.metrics.summarize(...) dict."""
     rows = []
@@ -31,11 +40,32 @@ def headline_table(summaries: dict[str, dict]) -> pd.DataFrame:
             "preemptions": s.get("num_preemptions"),
             "token-state fraction": s.get("token_state_fraction"),
             "external fragmentation": s.get("external_fragmentation_fraction"),
+            "prefix-cache hit rate": prefix_cache_hit_rate(s),
             "peak running": s.get("peak_num_running"),
             "mean running": s.get("mean_num_running"),
             "makespan (s)": s.get("makespan_s"),
         })
     return pd.DataFrame(rows).set_index("run")
+
+
+REJECTION_KINDS = (  # (words in the scheduler's reason, what the banner says)
+    ("max_model_len", "prompt + output longer than max_model_len {max_model_len:,}"),
+    ("parallel samples", "more parallel samples than max_num_seqs"),
+    ("KV blocks", "needs more KV blocks than the whole cache holds"),
+)
+
+
+def rejections(requests: pd.DataFrame, max_model_len: int) -> list[tuple[int, str]]:
+    """(count, why) per kind of rejection, largest first: the scheduler's per-request reasons grouped."""
+    rejected = requests[requests["state"] == "rejected"]
+    if not len(rejected):
+        return []
+    kinds = []
+    for reason in rejected["reason"].astype(str):
+        kind = next((text for words, text in REJECTION_KINDS if words in reason), reason)
+        kinds.append(kind.format(max_model_len=max_model_len))
+    counts = pd.Series(kinds).value_counts()
+    return [(int(n), why) for why, n in counts.items()]
 
 
 def summary_frame(summaries: dict[str, dict]) -> pd.DataFrame:
@@ -55,6 +85,10 @@ def step_level_table(validation: dict) -> pd.DataFrame:
         ("preemptions (live)", dec.get("preemptions_live")),
         ("preemptions (simulated)", dec.get("preemptions_sim")),
     ]
+    rows += [(f"step MAPE, {kind} ({k.get('n_steps')} steps)", _pct(k.get("mape")))
+             for kind, k in step.get("by_kind", {}).items()]
+    if "n_steps_over_2x_prediction" in step:
+        rows.append(("steps slower than 2x their prediction", step["n_steps_over_2x_prediction"]))
     return pd.DataFrame(rows, columns=["figure", "value"]).astype({"value": "string"})
 
 
@@ -69,8 +103,27 @@ def _same(dec: dict) -> str | None:
     return f"{n - d} of {n}" + (f" ({(n - d) / n:.1%})" if n else "")
 
 
+METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL", "e2e_s": "E2E"}
+OTHER_LABELS = {"makespan_s": "makespan (s)", "request_throughput": "throughput (req/s)",
+                "output_token_throughput": "throughput (output tok/s)", "num_preemptions": "preemptions",
+                "mean_num_running": "mean running requests", "peak_num_running": "peak running requests"}
+
+
+def metric_label(key: str) -> str:
+    """validation.json's request-level keys in words: ttft_s_p50 -> "TTFT p50 (ms)"."""
+    for prefix, word in METRIC_WORDS.items():
+        if key.startswith(prefix + "_"):
+            return f"{word} {key.removeprefix(prefix + '_')} (ms)"
+    return OTHER_LABELS.get(key, key.replace("_", " "))
+
+
 def request_level_table(validation: dict) -> pd.DataFrame:
-    """validation.json's request_level: one row per metric with live, simulated and relative error."""
-    rows = [{"metric": name, "live": v.get("live"), "simulated": v.get("sim"), "relative error": v.get("rel_error")}
-            for name, v in validation.get("request_level", {}).items()]
+    """validation.json's request_level: one row per metric with live, simulated (in ms for latencies) and
+    the relative error."""
+    rows = []
+    for name, v in validation.get("request_level", {}).items():
+        scale = 1e3 if any(name.startswith(p + "_") for p in METRIC_WORDS) else 1.0
+        live, sim = v.get("live"), v.get("sim")
+        rows.append({"metric": metric_label(name), "live": None if live is None else live * scale,
+                     "simulated": None if sim is None else sim * scale, "relative error": v.get("rel_error")})
     return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"])

@@ -10,6 +10,7 @@ import streamlit as st
 
 from pagesim.config import Config
 from pagesim.dashboard import cached, data
+from pagesim.dashboard.sweep import blocks_for_gib
 from pagesim.errors import UserError
 from pagesim.specs import GIB, GPUS, MODELS
 from pagesim.traces import FORMATS, Trace
@@ -20,6 +21,9 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 # Test seam: AppTest cannot drive st.file_uploader, so a (file name, bytes) pair placed in session
 # state under f"{prefix}.injected_upload" is handled exactly as an uploaded file would be.
 INJECTED_UPLOAD = "injected_upload"
+URL = "query-params"  # every setting is in the page's URL (bind=), so a scenario can be bookmarked and shared
+MEMORY_MODES = ("KV-cache GiB", "num_gpu_blocks", "gpu_memory_utilization")
+DEFAULT_KV_CACHE_GIB = 4.0  # data.DEFAULT_NUM_GPU_BLOCKS blocks of 16 tokens for Llama-3-8B
 
 
 def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tuple[Trace, str] | None:
@@ -28,13 +32,13 @@ def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tup
     sb.subheader("Trace")
     bundled = data.bundled_traces()
     sources = SOURCES if bundled else SOURCES[1:]
-    source = sb.radio("Source", sources, key=f"{prefix}.source", horizontal=False)
+    source = sb.radio("Source", sources, bind=URL, key=f"{prefix}.source", horizontal=False)
     try:
         if source == "Bundled trace":
             names = [p.name for p in bundled]
-            name = sb.selectbox("Bundled trace (traces/)", names, key=f"{prefix}.bundled")
+            name = sb.selectbox("Bundled trace (traces/)", names, bind=URL, key=f"{prefix}.bundled")
             limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, default_limit, step=100,
-                                    key=f"{prefix}.limit")
+                                    bind=URL, key=f"{prefix}.limit")
             path = data.TRACES_DIR / name
             return cached.bundled_trace(str(path), path.stat().st_mtime, int(limit) or None)
         if source == "Upload a file":
@@ -49,9 +53,9 @@ def _uploaded(prefix: str) -> tuple[Trace, str] | None:
     sb = st.sidebar
     file = sb.file_uploader("Trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim)",
                             key=f"{prefix}.upload")
-    fmt = sb.selectbox("Format", FORMATS, key=f"{prefix}.format")
+    fmt = sb.selectbox("Format", FORMATS, bind=URL, key=f"{prefix}.format")
     limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, data.DEFAULT_LIMIT, step=100,
-                            key=f"{prefix}.upload_limit")
+                            bind=URL, key=f"{prefix}.upload_limit")
     upload = (file.name, file.getvalue()) if file is not None else st.session_state.get(f"{prefix}.{INJECTED_UPLOAD}")
     if upload is None:
         st.info("Upload a trace file in the sidebar to replay it.")
@@ -62,13 +66,13 @@ def _uploaded(prefix: str) -> tuple[Trace, str] | None:
 
 def _synthetic(prefix: str) -> tuple[Trace, str]:
     sb = st.sidebar
-    preset = sb.selectbox("Preset", list(PRESETS), key=f"{prefix}.preset", help="pagesim.traces.synth.PRESETS")
-    n = sb.number_input("Requests", 1, 1_000_000, 500, step=100, key=f"{prefix}.num_requests")
-    rate = sb.number_input("Rate (req/s)", 0.01, 10_000.0, 10.0, key=f"{prefix}.rate")
-    arrival = sb.selectbox("Arrival process", ["poisson", "gamma"], key=f"{prefix}.arrival")
-    cv = sb.number_input("Gamma CV (> 1 burstier than Poisson)", 0.05, 20.0, 2.0, key=f"{prefix}.cv",
+    preset = sb.selectbox("Preset", list(PRESETS), bind=URL, key=f"{prefix}.preset", help="pagesim.traces.synth.PRESETS")
+    n = sb.number_input("Requests", 1, 1_000_000, 500, step=100, bind=URL, key=f"{prefix}.num_requests")
+    rate = sb.number_input("Rate (req/s)", 0.01, 10_000.0, 10.0, bind=URL, key=f"{prefix}.rate")
+    arrival = sb.selectbox("Arrival process", ["poisson", "gamma"], bind=URL, key=f"{prefix}.arrival")
+    cv = sb.number_input("Gamma CV (> 1 burstier than Poisson)", 0.05, 20.0, 2.0, bind=URL, key=f"{prefix}.cv",
                          disabled=arrival == "poisson")
-    seed = sb.number_input("Seed", 0, 2**31 - 1, 0, key=f"{prefix}.seed")
+    seed = sb.number_input("Seed", 0, 2**31 - 1, 0, bind=URL, key=f"{prefix}.seed")
     return cached.synthetic_trace(preset, int(n), float(rate), arrival, float(cv) if arrival == "gamma" else 1.0,
                                   int(seed))
 
@@ -80,34 +84,45 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     sb = st.sidebar
     sb.subheader("Engine")
     models = [m for m in MODELS if m != "toy"]
-    model = sb.selectbox("Model", models, index=models.index("llama-3-8b"), key=f"{prefix}.model")
-    gpu = sb.selectbox("GPU", list(GPUS), key=f"{prefix}.gpu")
+    model = sb.selectbox("Model", models, index=models.index("llama-3-8b"), bind=URL, key=f"{prefix}.model")
+    gpu = sb.selectbox("GPU", list(GPUS), bind=URL, key=f"{prefix}.gpu")
     bs = 16
     if block_size:
         bs = sb.selectbox("block_size (tokens per block)", BLOCK_SIZES, index=BLOCK_SIZES.index(16),
-                          key=f"{prefix}.block_size")
-    changes = {}
+                          bind=URL, key=f"{prefix}.block_size")
+    changes, gib = {}, None
     if memory:
-        mode = sb.radio("KV-cache size", ["num_gpu_blocks", "gpu_memory_utilization"], key=f"{prefix}.memory_mode",
-                        horizontal=True)
-        if mode == "num_gpu_blocks":
+        mode = sb.radio("KV-cache size", MEMORY_MODES, bind=URL, key=f"{prefix}.memory_mode", horizontal=True,
+                        help="GiB holds the bytes fixed when block_size changes (num_gpu_blocks = GiB / bytes per "
+                             "block); num_gpu_blocks holds the block count fixed, so bytes grow with block_size")
+        if mode == "KV-cache GiB":
+            gib = sb.number_input("KV-cache GiB (K/V bytes on the GPU)", 0.01, 4096.0, DEFAULT_KV_CACHE_GIB, step=0.5,
+                                  bind=URL, key=f"{prefix}.kv_cache_gib")
+        elif mode == "num_gpu_blocks":
             changes["num_gpu_blocks"] = int(sb.number_input("num_gpu_blocks", 1, 10_000_000, data.DEFAULT_NUM_GPU_BLOCKS,
-                                                            step=256, key=f"{prefix}.num_gpu_blocks"))
+                                                            step=256, bind=URL, key=f"{prefix}.num_gpu_blocks"))
         else:
-            changes["gpu_memory_utilization"] = sb.slider("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01,
+            changes["gpu_memory_utilization"] = sb.slider("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, bind=URL,
                                                           key=f"{prefix}.gpu_memory_utilization")
-    max_num_seqs = sb.number_input("max_num_seqs", 1, 100_000, 256, key=f"{prefix}.max_num_seqs")
+    max_model_len = sb.number_input("max_model_len (0 = the model's context length)", 0, 10_000_000, 0, step=1024,
+                                    bind=URL, key=f"{prefix}.max_model_len",
+                                    help="requests whose prompt + output exceed it are rejected, as in vLLM")
+    if max_model_len:
+        changes["max_model_len"] = int(max_model_len)
+    max_num_seqs = sb.number_input("max_num_seqs", 1, 100_000, 256, bind=URL, key=f"{prefix}.max_num_seqs")
     max_batched = sb.number_input("max_num_batched_tokens", 1, 10_000_000, 8192, step=1024,
-                                  key=f"{prefix}.max_num_batched_tokens")
-    chunked = sb.checkbox("enable_chunked_prefill", True, key=f"{prefix}.chunked")
+                                  bind=URL, key=f"{prefix}.max_num_batched_tokens")
+    chunked = sb.checkbox("enable_chunked_prefill", True, bind=URL, key=f"{prefix}.chunked")
     if prefix_caching:
-        changes["enable_prefix_caching"] = sb.checkbox("enable_prefix_caching", False, key=f"{prefix}.prefix_caching")
+        changes["enable_prefix_caching"] = sb.checkbox("enable_prefix_caching", False, bind=URL, key=f"{prefix}.prefix_caching")
     if preemption:
-        changes["preemption_mode"] = sb.radio("preemption_mode", ["recompute", "swap"], key=f"{prefix}.preemption",
+        changes["preemption_mode"] = sb.radio("preemption_mode", ["recompute", "swap"], bind=URL, key=f"{prefix}.preemption",
                                               horizontal=True)
     try:
         config = Config(model=model, gpu=gpu, block_size=int(bs), max_num_seqs=int(max_num_seqs),
                         max_num_batched_tokens=int(max_batched), enable_chunked_prefill=chunked, **changes)
+        if gib is not None:
+            config = config.replace(num_gpu_blocks=blocks_for_gib(config, gib))
         if memory:
             sb.caption(memory_caption(config))
         return config

@@ -115,7 +115,7 @@ def test_swap_round_trip_is_bit_exact_with_pinned_memory(model):
     cfg = Config(model=NAME, block_size=BS, max_model_len=1024, max_num_seqs=4, num_gpu_blocks=64,
                  preemption_mode="swap", swap_space=8.5 * get_model(NAME).kv_bytes_per_block(BS) / GIB)
     ex = GPUExecutor(cfg, model, cuda_graphs=False)
-    assert ex.cpu_cache is not None and ex.cpu_cache.is_pinned() and ex.cpu_cache.shape[2] == 8
+    assert ex.cpu_cache is not None and ex.cpu_cache.is_pinned() and ex.cpu_cache.shape[0] == 8
     random_cache_bits(ex.kv_cache, 0)
     original = ex.kv_cache[:, :, [3, 40, 7]].clone()
     ex.execute(StepPlan(0, blocks_to_copy=[(3, 41)], blocks_to_swap_out=[(41, 5), (40, 0), (7, 7)]))
@@ -143,3 +143,41 @@ def test_kv_blocks_sized_from_free_device_memory(model):
     assert 0 < resolved.num_gpu_blocks and resolved.num_gpu_blocks * block <= 0.5 * free
     assert resolved.resolved_num_gpu_blocks == resolved.num_gpu_blocks
     print(f"{resolved.num_gpu_blocks} blocks of {block} bytes from {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB")
+
+
+def test_after_warm_up_a_run_builds_no_kernel_variant_and_captures_no_graph(model):
+    """Prompts of every size arriving into running batches: mixed steps with 1..60 decodes, chunked
+    prefills, decode-only steps; after live's warm-up none of them may build a Triton variant."""
+    from engine.compile_counter import CompileCounter
+    from engine.live import warm_up
+    from pagesim.cost.features import StepFeatures
+    from pagesim.loop import run_step
+    from pagesim.recorder import Recorder
+    from pagesim.scheduler import Scheduler
+
+    cfg = Config(model=NAME, block_size=BS, max_model_len=2048, max_num_seqs=64, max_num_batched_tokens=512,
+                 num_gpu_blocks=1200)
+    ex = GPUExecutor(cfg, model)
+    record = warm_up(ex, cfg)
+    captures = ex.num_graph_captures
+    rng = np.random.default_rng(5)
+    reqs = [Request(f"w{i}", 0.0, int(rng.integers(3, 900)), int(rng.integers(2, 60)), seq_no=i) for i in range(64)]
+    sched = Scheduler(cfg)
+    rec = Recorder(sched, StepFeatures.from_plan)
+    with CompileCounter() as compiles:
+        for step in range(2000):
+            while reqs and step >= 2 * int(reqs[0].request_id[1:]):
+                sched.add_request(reqs.pop(0))
+            if not reqs and not sched.has_work():
+                break
+            plan, _, outcome = run_step(sched, ex, rec, float(step))
+            for r in outcome.finished:
+                ex.release(r.request_id)
+    assert compiles.count is not None, "this Triton has no jit_post_compile_hook: cannot count"
+    assert compiles.count == 0, f"{compiles.count} kernel variants built after warm-up: {sorted(set(compiles.kernels))}"
+    assert ex.num_graph_captures == captures
+    assert len(sched.finished) == 64
+    steps = rec.steps_frame()
+    mixed = steps[(steps["num_prefill_tokens"] > 0) & (steps["num_decode_seqs"] > 0)]
+    assert mixed["num_decode_seqs"].nunique() >= 10, "the load should mix prefills with many decode batch sizes"
+    print(f"warm-up {record}; {len(steps)} steps, {len(mixed)} mixed with {mixed['num_decode_seqs'].nunique()} decode sizes")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from pagesim.dashboard import cached, figures, tables
+from pagesim.dashboard.widgets import URL
 from pagesim.dashboard.live_runs import RUN_FILES, VALIDATION_FILES, LiveRun, find_live_runs, is_validated, live_root
 from pagesim.errors import UserError
 from pagesim.metrics import summarize
@@ -21,12 +23,59 @@ def render() -> None:
     if run is None:
         return
     describe(run)
+    other = choose_partner(run)
+    if other is not None:
+        side_by_side(run, other)
     if run.validated:
         show_validation(run)
     else:
         st.warning(f"{run.name} has not been validated yet: run `python -m pagesim validate {run.path}` to compare "
                    f"it with the simulator (it writes {', '.join(VALIDATION_FILES)}). The live run alone:")
         show_live_only(run)
+
+
+NONE = "(none)"
+
+
+def choose_partner(run: LiveRun) -> LiveRun | None:
+    """A second committed live run to show beside the first (the paged / contiguous-max pair)."""
+    others = [p for p in find_live_runs() if p.name != run.name]
+    if not others:
+        return None
+    names = [NONE, *(p.name for p in others)]
+    paired = _pair_of(run.name, names)
+    name = st.sidebar.selectbox("Side by side with", names, index=names.index(paired), bind=URL,
+                                key=f"{PREFIX}.partner",
+                                help="another live run of the same trace, e.g. the contiguous baseline of a paged run")
+    if name == NONE:
+        return None
+    path = next(p for p in others if p.name == name)
+    try:
+        return cached.live_run(str(path), max(f.stat().st_mtime for f in path.iterdir()))
+    except UserError as exc:
+        st.error(str(exc))
+        return None
+
+
+def _pair_of(name: str, names: list[str]) -> str:
+    """pair-X-paged and pair-X-contiguous-max go together by default; other runs stand alone."""
+    if name.startswith("pair-"):
+        stem = name.split("-")[:2]
+        for other in names:
+            if other != name and other.split("-")[:2] == stem:
+                return other
+    return NONE
+
+
+def side_by_side(run: LiveRun, other: LiveRun) -> None:
+    st.subheader(f"Side by side: {run.name} and {other.name} (both live)")
+    steps = {run.name: run.steps, other.name: other.steps}
+    requests = {run.name: run.requests, other.name: other.requests}
+    cols = st.columns(2)
+    for col, (name, s) in zip(cols, steps.items()):
+        col.plotly_chart(figures.memory_over_time({name: s}), key=f"{PREFIX}.pair_memory_{name}")
+    st.plotly_chart(figures.latency_cdfs(requests), key=f"{PREFIX}.pair_cdf")
+    st.dataframe(tables.headline_table({r.name: r.summary.get("runs", {}).get("live", {}) for r in (run, other)}))
 
 
 def choose_run() -> LiveRun | None:
@@ -44,7 +93,7 @@ def choose_run() -> LiveRun | None:
                     f"({', '.join(VALIDATION_FILES)}). You can also upload one as a zip in the sidebar.")
             return None
         labels = {p.name: p.name + ("" if is_validated(p) else " (not validated)") for p in runs}
-        name = sb.selectbox("Run (results/live/)", list(labels), format_func=labels.get, key=f"{PREFIX}.run")
+        name = sb.selectbox("Run (results/live/)", list(labels), format_func=labels.get, bind=URL, key=f"{PREFIX}.run")
         path = next(p for p in runs if p.name == name)
         return cached.live_run(str(path), max(f.stat().st_mtime for f in path.iterdir()))
     except UserError as exc:
@@ -71,14 +120,16 @@ def show_validation(run: LiveRun) -> None:
     cols = st.columns(2)
     with cols[0]:
         st.markdown("Step level and decisions (lockstep)")
-        st.dataframe(tables.step_level_table(v), hide_index=True)
+        st.dataframe(tables.step_level_table(v), hide_index=True, height="content")
         kind = v.get("cost_model", {}).get("kind")
         if kind:
             st.caption(f"cost model: {kind}" + (f" ({v['cost_model']['source']})" if v["cost_model"].get("source") else ""))
     with cols[1]:
         st.markdown("Request level (free-running simulation)")
-        st.dataframe(tables.request_level_table(v), hide_index=True,
-                     column_config={"relative error": st.column_config.NumberColumn(format="percent")})
+        st.dataframe(tables.request_level_table(v), hide_index=True, height="content",
+                     column_config={"relative error": st.column_config.NumberColumn(format="percent"),
+                                    "live": st.column_config.NumberColumn(format="%.4g"),
+                                    "simulated": st.column_config.NumberColumn(format="%.4g")})
 
     st.subheader("Step durations")
     cols = st.columns(2)
@@ -87,13 +138,17 @@ def show_validation(run: LiveRun) -> None:
     with cols[1]:
         st.plotly_chart(figures.step_error_histogram(run.validation_steps), key=f"{PREFIX}.hist")
 
+    if v.get("step_level", {}).get("worst_steps"):
+        st.markdown("The ten worst steps (absolute percentage error) and their features")
+        st.dataframe(pd.DataFrame(v["step_level"]["worst_steps"]), hide_index=True)
+
     st.subheader("Memory and running requests")
     st.plotly_chart(figures.live_vs_sim_over_time(run.steps, run.sim_steps), key=f"{PREFIX}.time")
 
     st.subheader("Request latencies")
     st.plotly_chart(figures.latency_cdfs({"live": run.requests, "simulated": run.sim_requests}), key=f"{PREFIX}.cdf")
     metric = st.radio("Per request", list(figures.LATENCIES), format_func=figures.LATENCIES.get, horizontal=True,
-                      index=2, key=f"{PREFIX}.metric")
+                      index=2, bind=URL, key=f"{PREFIX}.metric")
     st.plotly_chart(figures.request_latency_scatter(run.requests, run.sim_requests, metric), key=f"{PREFIX}.per_request")
     summaries = {"live": run.summary.get("runs", {}).get("live", {}), "simulated": simulated_summary(run)}
     st.dataframe(tables.headline_table(summaries))

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import cached, data, figures, tables, widgets
+from pagesim.dashboard import block_map, cached, data, figures, serving, tables, widgets
+from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
+from pagesim.specs import GIB
 from pagesim.traces.stats import trace_stats
 
 PREFIX = "replay"
+VIEWS = ("Memory", "Serving (vLLM metrics)", "Latency and requests")
+PLAY = f"{PREFIX}.play"
+SNAPSHOT = f"{PREFIX}.snapshot"
+FRAME_S = 1.5  # seconds between frames while playing
+RUNS_KEY = f"{PREFIX}.runs_key"  # what the runs on the page were simulated from: the key of their cached figures
+
+
+def chart(name: str, params, build) -> None:
+    """st.plotly_chart of a figure cached by what it shows: the runs on the page and `params`."""
+    fig = cached.once(name, f"{st.session_state[RUNS_KEY]}|{params}", build)
+    st.plotly_chart(fig, key=f"{PREFIX}.{name}")
 
 
 def render() -> None:
@@ -17,17 +32,18 @@ def render() -> None:
     st.caption("One trace through paged attention and the contiguous (reserve-ahead) baselines that paging "
                "replaced, on the same simulated GPU. Memory words: **used** slots hold live K/V; **reserved** slots "
                "are allocated for tokens still to come; **internal fragmentation** is allocated but never to be "
-               "filled; **external fragmentation** is free but in pieces too small for the next request.")
+               "filled; **external fragmentation** is free but in pieces too small for the next request. "
+               "Every setting is in the page's URL: bookmark it to come back to this scenario.")
     loaded = widgets.trace_source(PREFIX)
     config = widgets.config_sidebar(PREFIX)
     baselines = st.sidebar.multiselect(
-        "Contiguous baselines (reserve policy)", data.BASELINES, default=["max"], key=f"{PREFIX}.baselines",
+        "Contiguous baselines (reserve policy)", data.BASELINES, default=["max"], bind=URL, key=f"{PREFIX}.baselines",
         help="max: reserve max_model_len per request; pow2: the next power of two of prompt + max output; "
              "oracle: exactly prompt + true output")
     if loaded is None or config is None:
         return
     trace, trace_key = loaded
-    show_trace(trace)
+    show_trace(trace, trace_key)
     slot = st.empty()
     try:
         with slot.container():
@@ -37,81 +53,249 @@ def render() -> None:
         st.error(str(exc))
         return
     slot.empty()
-    headline(runs)
-    steps = {name: run.result.steps for name, run in runs.items()}
-    st.subheader("Memory over time")
-    st.plotly_chart(figures.memory_over_time(steps), key=f"{PREFIX}.memory")
-    st.subheader("Requests over time")
-    st.plotly_chart(figures.requests_over_time(steps), key=f"{PREFIX}.requests")
-    block_map(runs, config.block_size)
-    st.subheader("Latency")
-    st.plotly_chart(figures.latency_cdfs({name: run.result.requests for name, run in runs.items()}),
-                    key=f"{PREFIX}.latency")
-    request_table(runs)
+    st.session_state[RUNS_KEY] = f"{trace_key}|{cached.config_key(config)}|{','.join(baselines)}"
+    rejection_banner(runs, config.resolved_max_model_len)
+    headline(runs, config)
+    memory_tab, serving_tab, latency_tab = st.tabs(VIEWS, bind=URL, key=f"{PREFIX}.view")
+    if memory_tab.open:
+        with memory_tab:
+            shared = st.toggle("Same time axis for every run", False, bind=URL, key=f"{PREFIX}.shared_time",
+                               help="off: each run on its own time axis, so a baseline that drains for minutes "
+                                    "does not squeeze the others")
+            playing = st.session_state.get(PLAY, False)
+            st.fragment(time_section, run_every=FRAME_S if playing else None)(runs, config, shared, playing)
+    if serving_tab.open:
+        with serving_tab:
+            serving_view(runs)
+    if latency_tab.open:
+        with latency_tab:
+            chart("latency", "", lambda: figures.latency_cdfs({name: run.result.requests for name, run in runs.items()}))
+            request_table(runs)
 
 
-def show_trace(trace) -> None:
+def show_trace(trace, trace_key: str) -> None:
     """The trace's load summary and shape. Drawn before the simulations run, so the browser loads the
     charting library while the server simulates."""
-    stats = trace_stats(trace)
+    stats = cached.once("trace_stats", trace_key, lambda: trace_stats(trace))
     rate = f"{stats['rate']:.2f} req/s" if stats["rate"] else "all at once"
     with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} requests over {stats['span_s']:.1f} s ({rate}); "
-                     f"prompt mean {stats['prompt_len']['mean']:.0f}, output mean {stats['output_len']['mean']:.0f} tokens",
+                     f"prompt mean {stats['prompt_len']['mean']:,.0f}, output mean {stats['output_len']['mean']:,.0f} tokens",
                      expanded=bool(trace.summary.warnings)):
         st.text(str(trace.summary))
-    st.plotly_chart(figures.trace_overview(trace.df), key=f"{PREFIX}.trace")
+    st.plotly_chart(cached.once("trace", trace_key, lambda: figures.trace_overview(trace.df)), key=f"{PREFIX}.trace")
 
 
-def headline(runs: dict[str, data.Run]) -> None:
-    table = tables.headline_table({name: run.summary for name, run in runs.items()})
-    cols = st.columns(len(runs))
-    for col, (name, run) in zip(cols, runs.items()):
+def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
+    """A warning per distinct rejection story: "1,015 of 2,000 requests rejected: prompt + output longer
+    than max_model_len 8,192" (naming the runs when they differ)."""
+    stories: dict[str, list[str]] = {}
+    for name, run in runs.items():
+        requests = run.result.requests
+        for count, why in tables.rejections(requests, max_model_len):
+            stories.setdefault(f"**{count:,} of {len(requests):,} requests rejected**: {why}", []).append(name)
+    for text, names in stories.items():
+        who = "" if len(names) == len(runs) else f" ({', '.join(names)})"
+        st.warning(f"{text}{who}. They are not in the latencies; raise max_model_len or the KV-cache size in "
+                   f"the sidebar to serve them.", icon=":material/block:")
+
+
+def _ratio(value, base, higher_is_better: bool) -> dict:
+    """st.metric delta arguments for value against the paged run's: "×0.09" (of paged's), red when worse."""
+    if value is None or base is None or not base:
+        return {}
+    r = value / base
+    if abs(r - 1) < 0.005:
+        return dict(delta="same as paged", delta_arrow="off", delta_color="gray")
+    better = (r > 1) == higher_is_better
+    return dict(delta=f"×{r:,.0f}" if r >= 100 else f"×{r:.2g}", delta_arrow="up" if r > 1 else "down",
+                delta_color="green" if better else "red")
+
+
+def headline(runs: dict[str, data.Run], config) -> None:
+    """Per run, one row of headline numbers, each baseline's against paged (×ratio)."""
+    if "paged" in runs and len(runs) > 1:
+        st.caption("Below each baseline's number: its ratio to paged's (×0.28 = 0.28 times paged's), red where "
+                   "the baseline is worse.")
+    base = runs.get("paged")
+    base = base.summary if base is not None else None
+    swap = config.preemption_mode == "swap"
+    caching = config.enable_prefix_caching
+    for name, run in runs.items():
         s = run.summary
-        with col:
-            st.markdown(f"**{name}**")
-            tsf = s["token_state_fraction"]
-            st.metric("KV memory holding token states", "–" if tsf is None else f"{tsf:.1%}")
-            thr = s["request_throughput"]
-            st.metric("Throughput", "–" if thr is None else f"{thr:.2f} req/s")
-            ttft = s["ttft_s"]["p50"]
-            st.metric("TTFT p50", "–" if ttft is None else (f"{ttft * 1e3:.0f} ms" if ttft < 1 else f"{ttft:,.1f} s"))
-    st.dataframe(table, column_config={
-        c: st.column_config.NumberColumn(format="%.3f" if "fraction" in c or "fragmentation" in c else "%.4g")
-        for c in table.columns})
+        against = base if base is not None and name != "paged" else None
+        cols = st.columns([1.1, 1, 1, 1, 1, 1, 1] + ([1] if caching else []) + ([1] if swap else []))
+        cols[0].markdown(f"**{name}**  \n{s.get('num_finished', 0):,} finished  \n"
+                         f"makespan {figures.duration_label(s.get('makespan_s'))}")
+
+        def show(col, label, key, text, higher_is_better, help=None):
+            value = s.get(key) if isinstance(key, str) else key(s)
+            ref = None if against is None else (against.get(key) if isinstance(key, str) else key(against))
+            cols[col].metric(label, "–" if value is None else text(value), help=help,
+                             **(_ratio(value, ref, higher_is_better) if against is not None else {}))
+
+        show(1, "Throughput (req/s)", "request_throughput", lambda v: f"{v:.2f}", True)
+        show(2, "TTFT p50", lambda x: x["ttft_s"]["p50"], figures.duration_label, False)
+        show(3, "TPOT p50", lambda x: x["tpot_s"]["p50"], figures.duration_label, False)
+        show(4, "Token states", "token_state_fraction", lambda v: f"{v:.1%}", True,
+             help="of the KV memory allocated, the share holding token states (used / allocated slots), "
+                  "time-weighted")
+        show(5, "Preemptions", "num_preemptions", lambda v: f"{v:,}", False)
+        show(6, "Rejected", "num_rejected", lambda v: f"{v:,}", False)
+        i = 7
+        if caching:
+            show(i, "Prefix-cache hit rate", tables.prefix_cache_hit_rate, lambda v: f"{v:.1%}", True,
+                 help="prompt tokens found in the prefix cache / prompt tokens looked up")
+            i += 1
+        if swap:
+            peak = _peak_swap_gib(run, config)
+            cols[i].metric("Peak CPU swap", f"{peak:.2f} GiB", help=f"of swap_space {config.swap_space:g} GiB")
+    with st.expander("All headline figures as a table"):
+        table = tables.headline_table({name: run.summary for name, run in runs.items()})
+        st.dataframe(table, column_config={
+            c: st.column_config.NumberColumn(format="%.3f" if "fraction" in c or "rate" in c else "%.4g")
+            for c in table.columns})
 
 
-@st.fragment
-def block_map(runs: dict[str, data.Run], block_size: int) -> None:
-    """The block map with its time slider; a fragment, so scrubbing reruns only this section."""
-    st.subheader("Block map")
-    first = next(iter(runs.values())).result.snapshots
-    if not first:
+def _peak_swap_gib(run: data.Run, config) -> float:
+    steps = run.result.steps
+    held = (steps["num_swap_out_blocks"] - steps["num_swap_in_blocks"]).cumsum()
+    return float(held.max() if len(held) else 0) * config.block_bytes / GIB
+
+
+def slider_times(runs: dict[str, data.Run]) -> list[float]:
+    """The slider's instants: up to the end of the longest run."""
+    longest = max(runs.values(), key=lambda r: len(r.result.snapshots))
+    return [s.time_s for s in longest.result.snapshots]
+
+
+def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: bool) -> None:
+    """The time slider (over the longest run), the memory and request charts marked at its time, and the
+    block map at it: a fragment, so scrubbing or playing reruns only this section. `played`: whether
+    the page set the fragment to rerun every FRAME_S (Play was on at the last full run)."""
+    times = slider_times(runs)
+    if not times:
         st.info("No block snapshots were recorded for this run.")
         return
-    times = [s.time_s for s in first]
-    i = st.select_slider("Snapshot time", options=list(range(len(times))), value=len(times) // 2,
-                         format_func=lambda k: f"{times[k]:.1f} s", key=f"{PREFIX}.snapshot")
-    frames = {name: run.result.snapshots[i].to_frame() for name, run in runs.items() if len(run.result.snapshots) > i}
-    st.plotly_chart(figures.block_maps(frames, block_size, times[i]), key=f"{PREFIX}.blocks")
+    playing = st.session_state.get(PLAY, False)
+    state = st.session_state
+    if SNAPSHOT not in state and SNAPSHOT not in st.query_params:
+        state[SNAPSHOT] = min(data.NUM_SNAPSHOTS // 2, len(times) - 1)  # the middle of the arrivals
+    elif SNAPSHOT in state and state[SNAPSHOT] >= len(times):
+        state[SNAPSHOT] = len(times) - 1  # a shorter run than the last view's
+    if playing and SNAPSHOT in state:
+        if state[SNAPSHOT] + 1 >= len(times):
+            state[PLAY] = False
+        else:
+            state[SNAPSHOT] += 1
+    cols = st.columns([8, 1.3, 2])
+    with cols[0]:
+        i = st.select_slider("Time (block map and chart markers)", options=list(range(len(times))),
+                             format_func=lambda k: f"{times[k]:.1f} s", bind=URL, key=SNAPSHOT)
+    with cols[1]:
+        if st.toggle("Play", key=PLAY, help=f"advance the time every {FRAME_S:g} s") != played:
+            st.rerun()  # the whole page: the section's refresh interval starts or stops
+    with cols[2]:
+        by = st.segmented_control("Colour blocks by", ["request", "state"], default="request", bind=URL,
+                                  key=f"{PREFIX}.colour_by", required=True)
+    t = times[i]
+    steps = {name: run.result.steps for name, run in runs.items()}
+    chart("memory", (t, shared_time),
+          lambda: figures.memory_over_time(steps, time_s=t, shared_time=shared_time, watermark=config.watermark))
+    st.caption(f"**free while requests wait** (grey): free slots at steps where requests are queued: the next "
+               f"request's allocation plus the watermark ({config.watermark:.0%} of blocks, kept free when admitting) "
+               f"does not fit in them. For contiguous-max one reservation is max_model_len slots, so up to one "
+               f"reservation's worth of memory idles while requests wait.")
+    chart("requests", (t, shared_time), lambda: figures.requests_over_time(steps, time_s=t, shared_time=shared_time))
+    if config.preemption_mode == "swap":
+        chart("swap", t, lambda: figures.swap_over_time(steps, config.block_bytes, config.swap_space, time_s=t))
+    frames, notes = {}, {}
+    for name, run in runs.items():
+        snaps = run.result.snapshots
+        if not snaps:
+            continue
+        snap = snaps[min(i, len(snaps) - 1)]
+        if i >= len(snaps) - 1 and snap.time_s < t - 1e-9:
+            notes[name] = f": finished at {snap.time_s:.1f} s"
+        frames[name] = snap
+    st.subheader("Block map")
+    chart("blocks", (i, by), lambda: block_map.block_maps({n: snap.to_frame() for n, snap in frames.items()},
+                                                          config.block_size, t, by=by, notes=notes))
     st.caption("Each cell is one physical KV block of the GPU cache, in block-id order. Paged attention scatters a "
                "request's blocks anywhere; the contiguous baseline needs one run of consecutive blocks per request, "
-               "so free gaps between runs (external fragmentation) and pale reserved tails show where memory goes.")
+               "so free gaps between runs (external fragmentation) and pale reserved tails show where memory goes. "
+               "Hover a cell for its block, request and fill.")
+
+
+def serving_view(runs: dict[str, data.Run]) -> None:
+    """vLLM's metrics for every run on shared charts, SLO thresholds from the page, and a request timeline."""
+    steps = {name: run.result.steps for name, run in runs.items()}
+    requests = {name: run.result.requests for name, run in runs.items()}
+    times = slider_times(runs)
+    t = times[st.session_state[SNAPSHOT]] if times and st.session_state.get(SNAPSHOT) is not None \
+        and st.session_state[SNAPSHOT] < len(times) else None
+    chart("kv_usage", t, lambda: serving.kv_cache_usage(steps, time_s=t))
+    chart("queues", t, lambda: serving.queues(steps, time_s=t))
+    st.markdown("**Service-level objectives** (thresholds in ms)")
+    cols = st.columns(3)
+    slo = {
+        "ttft_s": cols[0].number_input("TTFT SLO (ms)", 1.0, 1e7, 500.0, step=100.0, bind=URL, key=f"{PREFIX}.slo_ttft"),
+        "tpot_s": cols[1].number_input("TPOT SLO (ms)", 0.1, 1e6, 50.0, step=5.0, bind=URL, key=f"{PREFIX}.slo_tpot"),
+        "itl_s": cols[2].number_input("ITL SLO (ms)", 0.1, 1e6, 100.0, step=10.0, bind=URL, key=f"{PREFIX}.slo_itl"),
+    }
+    slo = {k: v / 1e3 for k, v in slo.items()}
+    chart("histograms", sorted(slo.items()), lambda: serving.latency_histograms(requests, steps, slo))
+    rows = []
+    for name in runs:
+        a = serving.attainment(requests[name], steps[name], slo)
+        makespan = runs[name].summary.get("makespan_s") or 0
+        good = a["all"] * len(requests[name]) / makespan if a["all"] is not None and makespan else None
+        rows.append({"run": name, "TTFT within SLO": a["ttft_s"], "TPOT within SLO": a["tpot_s"],
+                     "ITL within SLO (tokens)": a["itl_s"], "requests within TTFT and TPOT SLOs": a["all"],
+                     "goodput (req/s)": good})
+    pct = st.column_config.NumberColumn(format="percent")
+    st.dataframe(pd.DataFrame(rows).set_index("run"),
+                 column_config={c: pct for c in rows[0] if c not in ("run", "goodput (req/s)")} if rows else None)
+    st.caption("Requests within TTFT and TPOT SLOs counts every request of the trace (a rejected one misses); "
+               "goodput is those requests per second of makespan.")
+    timeline(runs)
+
+
+def timeline(runs: dict[str, data.Run]) -> None:
+    st.markdown("**Per-request timeline**")
+    names = list(runs)
+    cols = st.columns([2, 5])
+    run = cols[0].selectbox("Run", names, bind=URL, key=f"{PREFIX}.gantt_run")
+    requests = runs[run].result.requests
+    end = float(requests["arrival_time_s"].max()) if len(requests) else 0.0
+    start, stop = cols[1].slider("Arrivals in (s)", 0.0, max(end, 0.1), (0.0, min(5.0, max(end, 0.1))), step=0.1,
+                                 bind=URL, key=f"{PREFIX}.gantt_window")
+    chart("gantt", (run, start, stop), lambda: serving.gantt(requests, start, stop + 1e-9))
 
 
 def request_table(runs: dict[str, data.Run]) -> None:
     st.subheader("Requests")
     requests = pd.concat([run.result.requests.assign(run=name) for name, run in runs.items()], ignore_index=True)
-    st.dataframe(requests[["run", "request_id", "arrival_time_s", "prompt_len", "output_len", "ttft_s", "tpot_s",
-                           "e2e_s", "num_preemptions", "state", "reason"]], height=320, hide_index=True)
+    shown = requests[["run", "request_id", "arrival_time_s", "prompt_len", "output_len", "ttft_s", "tpot_s",
+                      "e2e_s", "num_preemptions", "state", "reason"]]
+    for c in ("ttft_s", "tpot_s", "e2e_s"):
+        shown = shown.assign(**{c: shown[c] * 1e3}).rename(columns={c: c.removesuffix("_s") + " (ms)"})
+    st.dataframe(shown, height=320, hide_index=True)
     cols = st.columns(3)
-    cols[0].download_button(
-        "steps.csv", lambda: pd.concat([r.result.steps.assign(run=n) for n, r in runs.items()]).to_csv(index=False),
-        file_name="steps.csv", mime="text/csv", key=f"{PREFIX}.dl_steps")
+    cols[0].download_button("steps.parquet", lambda: _parquet(pd.concat([r.result.steps.assign(run=n)
+                                                                         for n, r in runs.items()])),
+                            file_name="steps.parquet", mime="application/vnd.apache.parquet", on_click="ignore",
+                            key=f"{PREFIX}.dl_steps")
     cols[1].download_button("requests.csv", lambda: requests.to_csv(index=False), file_name="requests.csv",
-                            mime="text/csv", key=f"{PREFIX}.dl_requests")
+                            mime="text/csv", on_click="ignore", key=f"{PREFIX}.dl_requests")
     cols[2].download_button(
         "summary.csv", lambda: tables.summary_frame({n: r.summary for n, r in runs.items()}).to_csv(),
-        file_name="summary.csv", mime="text/csv", key=f"{PREFIX}.dl_summary")
+        file_name="summary.csv", mime="text/csv", on_click="ignore", key=f"{PREFIX}.dl_summary")
+
+
+def _parquet(frame: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return buf.getvalue()
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ import json
 import streamlit as st
 
 from pagesim.dashboard import cached, figures, sweep, widgets
+from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 
 PREFIX = "sweep"
+RAN = f"{PREFIX}.ran"  # the grid last run: the results shown are for it
 GIB_OPTIONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_GIB = 1.0  # 512 blocks of 16 tokens for Llama-3-8B: tight enough that block size moves latency too
 
@@ -26,6 +28,13 @@ def render() -> None:
     if loaded is None or base is None:
         return
     trace, trace_key = loaded
+    if RAN not in st.session_state:
+        st.session_state[RAN] = grid  # the first view runs the grid it opens with (defaults or the URL's)
+    ran = st.session_state[RAN]
+    if ran != grid:
+        st.warning("The grid in the sidebar has changed: press **Run sweep** to simulate it. The results below "
+                   "are still those of the grid last run.", icon=":material/pending:")
+    grid = ran
     try:
         points = sweep.grid_points(base, grid)
     except UserError as exc:
@@ -48,19 +57,25 @@ def render() -> None:
 
 
 def grid_form() -> dict[str, list]:
-    """The grid, from a sidebar form: nothing runs until it is submitted (the defaults run at first)."""
-    with st.sidebar.form(f"{PREFIX}.grid"):
-        st.subheader("Grid")
-        block_sizes = st.multiselect("block_size", sweep.BLOCK_SIZES, default=list(sweep.BLOCK_SIZES),
-                                     key=f"{PREFIX}.block_sizes")
-        gib = st.multiselect("KV-cache size (GiB)", GIB_OPTIONS, default=[DEFAULT_GIB], key=f"{PREFIX}.gib")
-        modes = st.multiselect("preemption_mode", ["recompute", "swap"], default=["recompute"], key=f"{PREFIX}.modes")
-        caching = st.multiselect("enable_prefix_caching", [False, True], default=[False], key=f"{PREFIX}.caching")
-        layouts = st.multiselect("KV layout", sweep.LAYOUTS, default=["paged"], key=f"{PREFIX}.layouts",
-                                 help="paged, or a contiguous reserve-ahead baseline")
-        st.form_submit_button("Run sweep", type="primary")
-    return {"block_size": sorted(block_sizes), "kv_cache_gib": sorted(gib), "preemption_mode": modes,
-            "enable_prefix_caching": caching, "layout": layouts}
+    """The grid, from the sidebar: edits show a "press Run" notice, and only Run sweep simulates them
+    (the grid the page opens with runs at once)."""
+    sb = st.sidebar
+    sb.subheader("Grid")
+    block_sizes = sb.pills("block_size", sweep.BLOCK_SIZES, selection_mode="multi", default=list(sweep.BLOCK_SIZES),
+                           bind=URL, key=f"{PREFIX}.block_sizes")
+    gib = sb.pills("KV-cache size (GiB)", GIB_OPTIONS, selection_mode="multi", default=[DEFAULT_GIB], bind=URL,
+                   key=f"{PREFIX}.gib", format_func=lambda g: f"{g:g}")
+    modes = sb.pills("preemption_mode", ["recompute", "swap"], selection_mode="multi", default=["recompute"],
+                     bind=URL, key=f"{PREFIX}.modes")
+    caching = sb.pills("enable_prefix_caching", [False, True], selection_mode="multi", default=[False], bind=URL,
+                       key=f"{PREFIX}.caching", format_func=lambda v: "on" if v else "off")
+    layouts = sb.pills("KV layout", sweep.LAYOUTS, selection_mode="multi", default=["paged"], bind=URL,
+                       key=f"{PREFIX}.layouts", help="paged, or a contiguous reserve-ahead baseline")
+    grid = {"block_size": sorted(block_sizes), "kv_cache_gib": sorted(gib), "preemption_mode": list(modes),
+            "enable_prefix_caching": list(caching), "layout": list(layouts)}
+    if sb.button("Run sweep", type="primary", key=f"{PREFIX}.run"):
+        st.session_state[RAN] = grid
+    return grid
 
 
 def finding(results) -> None:
