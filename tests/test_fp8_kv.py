@@ -294,3 +294,23 @@ def test_engine_with_host_hits_generates_the_reference_tokens():
     assert any(p.blocks_to_load for p in run.plans), "C did not load its prefix from the host tier"
     assert run.scheduler.kv.prefix_cache_stats.host_hits >= BS  # measured: 2 blocks from the host, 3 from the GPU
     assert_greedy_matches_reference(run, margin=1e-4, logits_atol=1e-3)
+
+
+def test_fp8_blocks_swap_out_and_in_bit_exact_through_the_executor():
+    from pagesim.scheduler import StepPlan
+    from pagesim.specs import GIB
+
+    model = sensitive_model(get_model("toy"), DEV, torch.float32)
+    block = get_model("toy").kv_bytes_per_block(BS, 1)
+    cfg = Config(model="toy", block_size=BS, num_gpu_blocks=12, max_model_len=8 * BS, max_num_batched_tokens=8 * BS,
+                 preemption_mode="swap", swap_space=4.5 * block / GIB, kv_cache_dtype="fp8")
+    ex = GPUExecutor(cfg, model)
+    raw = ex.kv_cache.view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, generator=torch.Generator().manual_seed(5), dtype=torch.uint8).to(DEV))
+    original = raw[:, :, [3, 7]].clone()
+    ex.execute(StepPlan(0, blocks_to_swap_out=[(3, 2), (7, 0)]))
+    raw[:, :, [3, 7]] = 0
+    ex.execute(StepPlan(1, blocks_to_swap_in=[(2, 9), (0, 4)]))
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    assert torch.equal(raw[:, :, [9, 4]], original), "an fp8 block changed bits on its way through the swap cache"
