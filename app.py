@@ -14,4 +14,5 @@ st.navigation([
     st.Page(f"{PAGES}/sweep.py", title="Sweep", icon=":material/tune:", url_path="sweep"),
     st.Page(f"{PAGES}/live.py", title="Sim vs Live", icon=":material/compare_arrows:", url_path="live"),
     st.Page(f"{PAGES}/kernels.py", title="Kernels", icon=":material/speed:", url_path="kernels"),
+    st.Page(f"{PAGES}/plan.py", title="Plan", icon=":material/insights:", url_path="plan"),
 ]).run()

@@ -2,12 +2,14 @@
 
 Invariants (checked by tests/test_kv_paged_properties.py):
 - a block is in the free queue exactly when its ref_cnt is 0;
-- the free queue is in eviction order: blocks are taken from the front and
-  freed blocks are appended at the back (least recently used first);
+- the free queue is in eviction order: blocks are taken from the front; freed
+  blocks holding a cached prefix are appended at the back (least recently used
+  first), freed blocks with nothing cached go to the front (reused first);
+- block 0 is the null block: never in the free queue, never allocated;
 - a block keeps its hash after it is freed, so it can still be hit, until it is
   taken from the free queue for new content (then its hash is evicted);
-- `cached_block_hash_to_block` maps each hash to exactly one block holding it,
-  and every block with a hash is in the map.
+- `cached_block_hash_to_block` maps each hash to the blocks holding it (one or
+  more, as vLLM's BlockHashToBlockMap), and every block with a hash is in it.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ class BlockPool:
     def __init__(self, num_blocks: int, record_events: bool = False):
         self.num_blocks = num_blocks
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
-        self.cached_block_hash_to_block: dict[bytes, Block] = {}
+        # Block 0 is vLLM's null block (vllm/v1/core/block_pool.py BlockPool.__init__): never allocated,
+        # so `num_blocks` blocks hold num_blocks - 1 blocks of KV.
+        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks[1:])
+        self.cached_block_hash_to_block: dict[bytes, dict[int, Block]] = {}  # hash -> holders, first inserted first
         self.num_free_cached = 0  # blocks in the free queue that still hold a hash
         self.num_extra_refs = 0  # sum over blocks in use of (ref_cnt - 1): sharing
         self.events: list[tuple] | None = [] if record_events else None
@@ -49,11 +53,19 @@ class BlockPool:
         return len(self.free_queue)
 
     @property
+    def num_usable_blocks(self) -> int:
+        """Blocks that can hold KV: all but the null block."""
+        return self.num_blocks - 1
+
+    @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self.free_queue)
+        """Blocks held by requests (the null block is neither used nor free)."""
+        return self.num_blocks - 1 - len(self.free_queue)
 
     def get_cached_block(self, block_hash: bytes) -> Block | None:
-        return self.cached_block_hash_to_block.get(block_hash)
+        """The first cached block holding this content (vLLM's BlockHashToBlockMap.get_one_block)."""
+        holders = self.cached_block_hash_to_block.get(block_hash)
+        return next(iter(holders.values())) if holders else None
 
     def cached_free_blocks(self) -> list[Block]:
         """Free blocks that still hold a cached prefix."""
@@ -84,7 +96,10 @@ class BlockPool:
         return out
 
     def _evict(self, block: Block) -> None:
-        del self.cached_block_hash_to_block[block.block_hash]
+        holders = self.cached_block_hash_to_block[block.block_hash]
+        del holders[block.block_id]
+        if not holders:
+            del self.cached_block_hash_to_block[block.block_hash]
         if self.events is not None:
             self.events.append((REMOVED, block.block_id))
         block.block_hash = None
@@ -102,29 +117,39 @@ class BlockPool:
             block.ref_cnt += 1
 
     def free_blocks(self, blocks) -> None:
-        """Drop one reference from each block, in the given order; unreferenced ones join the back of the queue.
+        """Drop one reference from each block, in the given order, as vLLM's BlockPool.free_blocks does:
+        unreferenced blocks holding a cached prefix join the back of the queue (LRU eviction), the others
+        go to the front, in the given order (reused first).
 
         Callers pass a request's blocks tail first, so that its prefix blocks,
         the likeliest to be hit again, are evicted last.
         """
         free_queue, events = self.free_queue, self.events
+        to_front = []
         for block in blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                free_queue[block.block_id] = block
                 if block.block_hash is not None:
+                    free_queue[block.block_id] = block
                     self.num_free_cached += 1
+                else:
+                    to_front.append(block)
                 if events is not None:
                     events.append((FREED, block.block_id))
             else:
                 self.num_extra_refs -= 1
+        for block in reversed(to_front):
+            free_queue[block.block_id] = block
+            free_queue.move_to_end(block.block_id, last=False)
 
     def cache_block(self, block: Block, block_hash: bytes) -> bool:
-        """Register a full block's content hash; False if another block already holds that content."""
-        if block.block_hash is not None or block_hash in self.cached_block_hash_to_block:
+        """Register a full block's content hash; False if the block has one already. Two blocks may hold
+        the same content (computed before either was cached): both are indexed, as in vLLM, so the
+        content stays findable until the last copy is evicted."""
+        if block.block_hash is not None:
             return False
         block.block_hash = block_hash
-        self.cached_block_hash_to_block[block_hash] = block
+        self.cached_block_hash_to_block.setdefault(block_hash, {})[block.block_id] = block
         if self.events is not None:
             self.events.append((STORED, block.block_id))
         return True

@@ -20,13 +20,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     from engine import live
-    from pagesim import replay, validate
+    from pagesim import plan, replay, sweep, validate
+    from pagesim.parity import cli as parity_cli
     from pagesim.traces import cli as trace_cli
 
     replay.register(sub)
     trace_cli.register(sub)
     live.register(sub)
     validate.register(sub)
+    sweep.register(sub)
+    plan.register(sub)
+    parity_cli.register(sub)
     for command in _commands(parser):
         command.formatter_class = HelpWithDefaults
         command.set_defaults(command_parser=command)

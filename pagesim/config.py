@@ -35,13 +35,14 @@ class Config:
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     # As vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN: a max_model_len beyond the model's window is refused unless set.
     allow_long_max_model_len: bool = False
+    tensor_parallel_size: int = 1  # GPUs per replica: weights and KV heads are split over them
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     preemption_mode: str = "recompute"
     swap_space: float = 4.0  # GiB of CPU memory for swapped-out blocks
-    watermark: float = 0.01  # fraction of GPU blocks kept free when admitting new requests
+    watermark: float = 0.0  # fraction of GPU blocks kept free when admitting new requests (vLLM's default: 0)
     kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "fp8": e4m3 with per-layer K and V scales (vLLM)
     kv_offloading_size: float = 0.0  # GiB of host memory for the prefix cache's CPU tier (vLLM native offloading); 0: off
     # Memory-management policy: "paged", or "contiguous" with a reserve policy.
@@ -72,14 +73,22 @@ class Config:
 
     @property
     def block_bytes(self) -> int:
-        return self.model_spec.kv_bytes_per_block(self.block_size, self.kv_dtype_bytes)
+        """Bytes of one KV block on one GPU: its share of the KV heads (all of them without tensor parallelism)."""
+        m = self.model_spec
+        return m.kv_bytes_per_block(self.block_size, self.kv_dtype_bytes) * m.kv_heads_per_gpu(self.tensor_parallel_size) // m.num_kv_heads
+
+    @property
+    def weight_bytes_per_gpu(self) -> int:
+        """Weights each GPU holds: every matrix (and the embedding) split over the tensor-parallel GPUs."""
+        return -(-self.model_spec.weight_bytes // self.tensor_parallel_size)
 
     @property
     def resolved_num_gpu_blocks(self) -> int:
-        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights) / block bytes (validate() checks >= 1)."""
+        """`num_gpu_blocks` if given, else (GPU memory x utilization - weights per GPU) / block bytes per GPU
+        (validate() checks >= 1)."""
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
-        budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.model_spec.weight_bytes
+        budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.weight_bytes_per_gpu
         return int(budget // self.block_bytes)
 
     @property
@@ -142,6 +151,12 @@ class Config:
                 "(max_position_embeddings); use a model with a longer window (e.g. llama-3.1-8b) or allow it "
                 "explicitly ({allow_long_max_model_len})",
             ),
+            (self.tensor_parallel_size >= 1, f"{{tensor_parallel_size}} must be at least 1, got {self.tensor_parallel_size}"),
+            (self.tensor_parallel_size < 1 or self.model_spec.num_heads % self.tensor_parallel_size == 0,
+             f"{{tensor_parallel_size}} {self.tensor_parallel_size} must divide {self.model}'s "
+             f"{self.model_spec.num_heads} attention heads"),
+            (self.tensor_parallel_size == 1 or self.gpu_spec.nvlink_bandwidth > 0,
+             f"{{tensor_parallel_size}} > 1 needs a GPU with NVLink; {self.gpu} has none in its spec"),
             (self.max_num_seqs >= 1, f"{{max_num_seqs}} must be at least 1, got {self.max_num_seqs}"),
             (self.max_num_batched_tokens >= 1, f"{{max_num_batched_tokens}} must be at least 1, got {self.max_num_batched_tokens}"),
             (self.preemption_mode in PREEMPTION_MODES, f"{{preemption_mode}} must be one of {PREEMPTION_MODES}"),
@@ -172,7 +187,8 @@ class Config:
         if self.num_gpu_blocks is None:
             blocks = self.resolved_num_gpu_blocks
             if blocks < 1:
-                _fail(f"model {self.model} ({self.model_spec.weight_bytes / GIB:.1f} GiB of weights) leaves no KV-cache memory "
+                tp = f" per GPU at tensor_parallel_size {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+                _fail(f"model {self.model} ({self.weight_bytes_per_gpu / GIB:.1f} GiB of weights{tp}) leaves no KV-cache memory "
                       f"on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization}: raise it or pass {{num_gpu_blocks}}")
             if blocks > MAX_SIMULATED_BLOCKS:
                 _fail(f"{self.model} on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization} with "
@@ -183,7 +199,8 @@ class Config:
                   f"the simulator holds {limit}")
 
 
-INT_FIELDS = ("block_size", "num_gpu_blocks", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "seed")
+INT_FIELDS = ("block_size", "num_gpu_blocks", "max_model_len", "tensor_parallel_size", "max_num_seqs",
+              "max_num_batched_tokens", "seed")
 OPTIONAL_FIELDS = ("num_gpu_blocks", "max_model_len")
 FLOAT_FIELDS = ("gpu_memory_utilization", "swap_space", "watermark", "kv_offloading_size")
 BOOL_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching")

@@ -27,10 +27,11 @@ class PagedKVCacheManager:
 
     def __init__(self, config: Config, record_events: bool = False):
         self.block_size = config.block_size
-        self.num_gpu_blocks = config.resolved_num_gpu_blocks
         self.enable_caching = config.enable_prefix_caching
-        self.pool = BlockPool(self.num_gpu_blocks, record_events)
-        self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
+        self.pool = BlockPool(config.resolved_num_gpu_blocks, record_events)
+        # Blocks that hold KV: all but vLLM's null block (usage, accounting and recorders count these).
+        self.num_gpu_blocks = self.pool.num_usable_blocks
+        self.watermark_blocks = int(config.watermark * config.resolved_num_gpu_blocks)  # vLLM: of all blocks
         self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
         self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id
         self.prefix_cache_stats = PrefixCacheStats()
@@ -48,7 +49,7 @@ class PagedKVCacheManager:
         if need > self.num_gpu_blocks:
             return (
                 f"needs {need} KV blocks for {request.final_kv_len} tokens but the cache has only "
-                f"{self.num_gpu_blocks} blocks"
+                f"{self.num_gpu_blocks} usable blocks ({self.pool.num_blocks} minus the null block)"
             )
         return None
 
@@ -89,7 +90,8 @@ class PagedKVCacheManager:
         free for the growth of running requests (unless none is running).
         """
         need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
-        if need > self.num_allocatable_blocks(computed_blocks, admission, num_running):
+        check = self._num_blocks_to_admit(request, computed_blocks) if admission else need
+        if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
             return False
         pool = self.pool
         num_host = num_computed_from_cache // self.block_size - len(computed_blocks)  # host-tier hits
@@ -103,6 +105,10 @@ class PagedKVCacheManager:
             request.block_ids.extend([b.block_id for b in pool.get_new_blocks(need)])
         if self.host is not None and num_computed_from_cache:
             self._load_host_hits(request, len(computed_blocks), num_host)
+        # Like vLLM, blocks this step fills are cached when allocated (the step computes them), so a
+        # request admitted later in the same step already hits them.
+        self._cache_blocks(request, request.num_computed_tokens // self.block_size,
+                           min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // self.block_size)
         return True
 
     def _load_host_hits(self, request: Request, first: int, num_host: int) -> None:
@@ -118,9 +124,17 @@ class PagedKVCacheManager:
         for i, h in zip(dst, hashes[first : first + num_host]):
             self.pool.cache_block(blocks[i], h)
 
+    def _num_blocks_to_admit(self, request: Request, computed_blocks=()) -> int:
+        """vLLM admits a waiting request only if its whole sequence fits, not just this step's chunk
+        (SchedulerConfig.scheduler_reserve_full_isl, on by default; KVCacheManager.allocate_slots)."""
+        return max(cdiv(request.num_tokens, self.block_size) - len(request.block_ids) - len(computed_blocks), 0)
+
     def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
                      admission: bool = False, num_running: int = 1) -> bool:
-        need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
+        if admission:
+            need = self._num_blocks_to_admit(request, computed_blocks)
+        else:
+            need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
         return need <= self.num_allocatable_blocks(computed_blocks, admission, num_running)
 
     def num_blocks_to_allocate(self, request, num_new_tokens, computed_blocks=(), num_computed_from_cache=0) -> int:
@@ -142,15 +156,21 @@ class PagedKVCacheManager:
             return
         bs = self.block_size
         first, last = old_computed // bs, request.num_computed_tokens // bs
-        if last <= first:
+        self._cache_blocks(request, first, last)
+        if self.host is not None and last > first:  # full prompt blocks go to the host tier once each, once computed
+            hashes = request_block_hashes(request, last, bs)
+            for i in range(first, min(last, request.prompt_len // bs)):
+                self.host.store(request.block_ids[i], hashes[i])
+
+    def _cache_blocks(self, request: Request, first: int, last: int) -> None:
+        """Register the hashes of the request's blocks first..last-1 (full ones)."""
+        if last <= first or not self.enable_caching:
             return
+        bs = self.block_size
         hashes = request_block_hashes(request, last, bs)
         blocks = self.pool.blocks
         for i in range(first, last):
             self.pool.cache_block(blocks[request.block_ids[i]], hashes[i])
-        if self.host is not None:  # full prompt blocks go to the host tier once each, on compute
-            for i in range(first, min(last, request.prompt_len // bs)):
-                self.host.store(request.block_ids[i], hashes[i])
 
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """Host-tier copies for the plan being made: (loads (host, gpu), stores (gpu, host))."""
@@ -289,5 +309,5 @@ class PagedKVCacheManager:
             external_fragmentation=0,
             free=pool.num_free_blocks * bs - cached,
             cached=cached,
-            total=self.num_gpu_blocks * bs,
+            total=self.num_gpu_blocks * bs,  # the null block holds no KV
         )

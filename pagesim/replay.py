@@ -45,6 +45,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="longest prompt + output (default: the model's window)")
     p.add_argument("--allow-long-max-model-len", action="store_true",
                    help="accept a --max-model-len beyond the model's window (as vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN)")
+    p.add_argument("--tensor-parallel-size", type=positive_int, default=1,
+                   help="GPUs per replica: weights and KV heads are split over them")
     p.add_argument("--max-num-seqs", type=positive_int, default=256, help="most requests running at once")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192, help="most tokens per step")
     p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
@@ -53,7 +55,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute",
                    help="what happens to a preempted request's KV blocks")
     p.add_argument("--swap-space", type=non_negative_float, default=4.0, help="GiB of CPU memory for swapped blocks")
-    p.add_argument("--watermark", type=fraction_below_one, default=0.01,
+    p.add_argument("--watermark", type=fraction_below_one, default=0.0,
                    help="share of GPU blocks kept free when admitting requests")
     p.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
                    help="KV-cache storage: auto (the model's dtype) or fp8 (e4m3, per-layer K/V scales; half the bytes)")
@@ -65,6 +67,47 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost-model", default="roofline", help="'roofline' or a profile JSON from `pagesim calibrate`")
     p.add_argument("--out", required=True, help="output directory (new, or empty; see --force)")
     p.add_argument("--force", action="store_true", help="write into an existing --out directory, replacing its files")
+
+
+def add_cluster_options(p: argparse.ArgumentParser) -> None:
+    """Options of the simulated deployment: replicas, router, SLOs (`replay`, `sweep`)."""
+    from pagesim.cluster import ROUTERS
+
+    p.add_argument("--replicas", type=positive_int, default=1, help="engines behind the router (each with --tensor-parallel-size GPUs)")
+    p.add_argument("--router", choices=ROUTERS, default="round-robin", help="how requests are spread over the replicas")
+    p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
+                   help="latency SLO, e.g. ttft_p99=1 or tpot_p99=0.05 (repeatable); adds goodput and attainment")
+
+
+def simulate_run(trace, config: Config, *, cost_model: str = "roofline", replicas: int = 1,
+                 router: str = "round-robin", slos=(), progress=None):
+    """One run of `config` (over `replicas` replicas when > 1): the RunResult and its summary (with SLO figures)."""
+    from pagesim import slo
+    from pagesim.cluster import ClusterSimulation
+    from pagesim.cost import make_cost_model
+    from pagesim.errors import UserError
+    from pagesim.request import requests_from_trace
+    from pagesim.simulator import Simulation
+
+    if replicas < 1:
+        raise UserError(f"--replicas must be at least 1, got {replicas}")
+    cost = make_cost_model(cost_model, config)
+    if replicas == 1:
+        result = Simulation(requests_from_trace(trace), config, cost, progress=progress).run()
+    else:
+        result = ClusterSimulation(requests_from_trace(trace), config, cost, num_replicas=replicas,
+                                   router=router).run()
+    summary = summarize_run(result)
+    summary["cost_model"] = cost.describe()
+    summary["num_replicas"] = replicas
+    summary["num_gpus"] = replicas * config.tensor_parallel_size
+    if replicas > 1:
+        summary["router"] = router
+        summary["replicas"] = result.extra["replicas"]
+    if slos:
+        summary["slos"] = [str(s) for s in slos]
+        summary.update(slo.evaluate(result.requests, list(slos), summary["makespan_s"]))
+    return result, summary
 
 
 def config_from_args(args) -> Config:
@@ -83,6 +126,7 @@ def _config(args) -> Config:
         num_gpu_blocks=args.num_gpu_blocks,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
+        tensor_parallel_size=args.tensor_parallel_size,
         allow_long_max_model_len=getattr(args, "allow_long_max_model_len", False),
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -155,17 +199,19 @@ def comparison_table(summaries: dict) -> str:
                 "leaked": s["leaked_blocks"],
             }
         )
+        if "slo_met" in s:
+            rows[-1].update({"goodput": s["goodput"], "SLO attain": s["slo_attainment"],
+                             "SLOs": "met" if s["slo_met"] else "missed"})
     return pd.DataFrame(rows).to_string(index=False, float_format=readable)
 
 
 def replay(args) -> int:
     from tqdm import tqdm
 
-    from pagesim.cost import make_cost_model
-    from pagesim.request import requests_from_trace
-    from pagesim.simulator import Simulation
+    from pagesim.slo import parse_slos
 
     config = config_from_args(args)
+    slos = parse_slos(args.slo)
     out = prepare_output_dir(args.out, args.force)  # before any work: a finished run is never lost to a bad --out
     trace = trace_from_args(args)
     print(trace.summary)
@@ -174,28 +220,41 @@ def replay(args) -> int:
     span = trace_info(trace)["span_s"]
     results, summaries = {}, {}
     for cfg in run_configs(config, args.baseline):
-        cost = make_cost_model(args.cost_model, cfg)
         with tqdm(total=round(span, 1), desc=cfg.run_name, unit="sim s", leave=False) as bar:
 
             def progress(now, bar=bar):
                 bar.n = round(min(now, span), 1)
                 bar.refresh() if bar.n - bar.last_print_n > span / 100 else None
 
-            sim = Simulation(requests_from_trace(trace), cfg, cost, progress=progress)
-            result = sim.run()
+            result, summary = simulate_run(trace, cfg, cost_model=args.cost_model, replicas=args.replicas,
+                                           router=args.router, slos=slos, progress=progress)
         results[cfg.run_name] = result
-        summaries[cfg.run_name] = summarize_run(result)
-        summaries[cfg.run_name]["cost_model"] = cost.describe()
+        summaries[cfg.run_name] = summary
         emit(result_warnings(cfg.run_name, result.requests), warnings)
     write_run_dir(out, config, trace, results, summaries,
                   {"platform": platform.platform(), "python": platform.python_version(), **provenance(args.argv),
                    "warnings": warnings})
     print(comparison_table(summaries))
+    if args.replicas > 1:
+        print(replica_table(summaries))
     print(f"wrote {args.out}/summary.json, steps.parquet, requests.csv")
     return 0
+
+
+def replica_table(summaries: dict) -> str:
+    rows = []
+    for name, s in summaries.items():
+        for k, r in enumerate(s.get("replicas", [])):
+            ttft = r["ttft_s"]["p50"]
+            rows.append({"run": name, "replica": k, "requests": r["num_requests"], "finished": r["num_finished"],
+                         "rejected": r["num_rejected"], "preempt": r["num_preemptions"],
+                         "prefix hit rate": r["prefix_cache_hit_rate"], "token states": r["token_state_fraction"],
+                         "TTFT p50 ms": f"{ttft * 1000:.0f}" if ttft is not None else "-", "leaked": r["leaked_blocks"]})
+    return pd.DataFrame(rows).to_string(index=False, float_format=readable)
 
 
 def register(sub) -> None:
     p = sub.add_parser("replay", help="simulate a trace: paged against contiguous baselines")
     add_run_options(p)
+    add_cluster_options(p)
     p.set_defaults(func=replay)

@@ -14,8 +14,10 @@ Each step, in vLLM v1's order:
    budget and the admission watermark; the queue stops at the first request
    that does not fit.
 
-A request that can never fit (longer than max_model_len, or than the whole
-cache) is rejected when it arrives, with the reason.
+A request whose prompt reaches max_model_len, or that can never fit in the
+whole cache, is rejected when it arrives, with the reason; an output that
+would run past max_model_len is cut there (finished for length), as vLLM's
+`check_stop` does (vllm/v1/core/sched/utils.py).
 
 `schedule()` returns a StepPlan; `finish_step(plan, now)` applies its outcome.
 Same inputs, same decisions: nothing here reads a clock or a random source.
@@ -128,11 +130,15 @@ class Scheduler:
         return True
 
     def rejection_reason(self, request: Request) -> str | None:
-        total = request.prompt_len + request.output_len
+        """vLLM's front end rejects a prompt that leaves no room for one output token
+        (vllm/v1/engine/input_processor.py `_validate_prompt_len`); an output that would run past
+        max_model_len is not known in advance and is cut there instead (`add_request`)."""
         if request.n > self.config.max_num_seqs:
             return f"n = {request.n} parallel samples exceed max_num_seqs {self.config.max_num_seqs}"
-        if total > self.max_model_len:
-            return f"prompt + output = {total} tokens exceeds max_model_len {self.max_model_len}"
+        if request.prompt_len >= self.max_model_len:
+            return (f"prompt of {request.prompt_len} tokens leaves no room for an output token "
+                    f"within max_model_len {self.max_model_len}")
+        request.output_len = min(request.output_len, self.max_model_len - request.prompt_len)
         return self.kv.rejection_reason(request)
 
     @property

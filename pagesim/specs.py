@@ -3,7 +3,8 @@
 Figures come from the models' published configs (config.json on their model
 cards) and the GPU vendors' datasheets. `memory_bytes` is the memory the
 driver reports (what torch.cuda.get_device_properties shows), not the
-marketing figure.
+marketing figure. `nvlink_bandwidth` is the NVLink figure per GPU and direction
+(H100/H200 SXM: 900 GB/s both ways = 450 GB/s; A100 SXM: 600 GB/s = 300 GB/s).
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class ModelSpec:
     def kv_bytes_per_block(self, block_size: int, dtype_bytes: int | None = None) -> int:
         return self.kv_bytes_per_token_at(dtype_bytes or self.dtype_bytes) * block_size
 
+    def kv_heads_per_gpu(self, tensor_parallel_size: int) -> int:
+        """KV heads each GPU holds: split over the GPUs, replicated when there are more GPUs than heads (as vLLM)."""
+        return max(1, self.num_kv_heads // tensor_parallel_size)
+
     @property
     def num_params(self) -> int:
         h, d = self.hidden_size, self.head_dim
@@ -84,6 +89,7 @@ class GPUSpec:
     bf16_flops: float  # dense FLOP/s, datasheet
     pcie_bandwidth: float  # bytes/s host<->device, one direction, datasheet
     sm_count: int = 0  # streaming multiprocessors (the engine's decode kernel sizes its grid to them); 0: unknown
+    nvlink_bandwidth: float = 0.0  # bytes/s per GPU, one direction, datasheet (tensor parallelism); 0: none
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -106,9 +112,9 @@ MODELS: dict[str, ModelSpec] = {
 GPUS: dict[str, GPUSpec] = {
     g.name: g
     for g in [
-        GPUSpec("h200", 143771 * 1024**2, 4.8e12, 989e12, 64e9, 132),
-        GPUSpec("h100", 81559 * 1024**2, 3.35e12, 989e12, 64e9, 132),
-        GPUSpec("a100-80gb", 81920 * 1024**2, 2.039e12, 312e12, 32e9, 108),
+        GPUSpec("h200", 143771 * 1024**2, 4.8e12, 989e12, 64e9, 132, 450e9),
+        GPUSpec("h100", 81559 * 1024**2, 3.35e12, 989e12, 64e9, 132, 450e9),
+        GPUSpec("a100-80gb", 81920 * 1024**2, 2.039e12, 312e12, 32e9, 108, 300e9),
     ]
 }
 

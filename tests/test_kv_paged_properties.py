@@ -67,7 +67,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
 
     @initialize(
         block_size=st.sampled_from([1, 2, 4, 8, 16]),
-        num_gpu_blocks=st.integers(1, 24),
+        num_gpu_blocks=st.integers(2, 24),
         num_cpu_blocks=st.integers(0, 12),
         caching=st.booleans(),
         watermark=st.sampled_from([0.0, 0.01, 0.1, 0.25]),
@@ -120,6 +120,12 @@ class PagedManagerMachine(RuleBasedStateMachine):
             self.tokens[rid] = self.tokens[parent.request_id][:keep] + own
         self.pending[rid] = 0
         return r
+
+    def _record_hashed(self, r: Request) -> None:
+        """Blocks are hashed when allocated for the step that fills them (as in vLLM): their content is then known."""
+        for i, bid in enumerate(r.block_ids):
+            if self.kv.pool.blocks[bid].block_hash is not None:
+                self.content[bid] = self._prefix(r, i)
 
     def _compute(self, r: Request) -> None:
         """The forward pass of one step for r: its pending tokens get K/V, maybe a token is sampled."""
@@ -184,13 +190,15 @@ class PagedManagerMachine(RuleBasedStateMachine):
         free_hits = sum(1 for b in hits if b.ref_cnt == 0)
         wm = self.kv.watermark_blocks if self.running else 0
         allowed = self.kv.pool.num_free_blocks - free_hits - wm
+        # vLLM admits only if the whole sequence fits (scheduler_reserve_full_isl), not just this chunk.
+        need_whole = max(cdiv(r.num_tokens, self.bs) - len(hits), 0)
         ok = self.kv.allocate_slots(r, num_new, hits, num_hit, admission=True, num_running=len(self.running))
         if not ok:
             assert self._snapshot() == before and not r.block_ids and r.num_computed_tokens == 0
-            assert need > allowed, "allocation refused with room to spare"
+            assert need_whole > allowed, "allocation refused with room to spare"
             EVENTS["admission refused"] += 1
             return
-        assert need <= allowed, (
+        assert need <= need_whole <= allowed, (
             f"admission granted {need} new blocks with only {allowed} allowed (free blocks less free hits "
             f"less the watermark of {wm})"
         )
@@ -207,6 +215,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
         assert len(r.block_ids) == cdiv(num_hit + num_new, self.bs)
         for bid in r.block_ids[len(hits):]:
             self.content.pop(bid, None)  # fresh blocks: old content overwritten
+        self._record_hashed(r)
         self.hits += num_hit
         EVENTS["admitted with prefix hit" if num_hit else "admitted"] += 1
         self.waiting.remove(r)
@@ -230,6 +239,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
         assert len(r.block_ids) == cdiv(r.num_computed_tokens + num_new, self.bs)
         for bid in r.block_ids[old_len:]:
             self.content.pop(bid, None)
+        self._record_hashed(r)
         self.pending[r.request_id] = num_new
 
     @rule()
@@ -421,7 +431,7 @@ def scheduler_configs(draw):
     return Config(
         model="toy",
         block_size=block_size,
-        num_gpu_blocks=draw(st.integers(1, 40)),
+        num_gpu_blocks=draw(st.integers(2, 40)),
         max_model_len=max_model_len,
         max_num_seqs=draw(st.integers(1, 6)),
         max_num_batched_tokens=budget,
@@ -453,7 +463,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.requests.append(r)
         s = self.scheduler
         accepted = s.add_request(r)
-        too_long = len(prompt) + output_len > s.max_model_len
+        too_long = len(prompt) >= s.max_model_len  # vLLM rejects such prompts; a long output is cut instead
         too_many_samples = n > s.config.max_num_seqs
         assert accepted == (not too_long and not too_many_samples and s.kv.rejection_reason(r) is None)
         if not accepted:

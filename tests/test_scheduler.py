@@ -138,16 +138,23 @@ def test_impossible_requests_are_rejected_with_their_reason_and_the_rest_finish(
     # 8 blocks of 4 = 32 slots; max_model_len 64.
     s = Scheduler(config(num_gpu_blocks=8, max_model_len=64, kv_layout=layout, reserve_policy="oracle"))
     ok = make_requests([(5, 5), (10, 3), (2, 8)])
-    too_long, too_big = make_requests([(60, 10), (30, 10)], start_seq=10)
+    too_long, too_big = make_requests([(64, 10), (30, 10)], start_seq=10)
     assert s.add_request(too_long) is False and s.add_request(too_big) is False
     assert too_long.status == too_big.status == RequestStatus.REJECTED
-    assert "max_model_len" in too_long.reject_reason and "70" in too_long.reject_reason
-    assert "blocks" in too_big.reject_reason and "8 blocks" in too_big.reject_reason
+    assert "max_model_len" in too_long.reject_reason and "64" in too_long.reject_reason
+    assert "blocks" in too_big.reject_reason and "8" in too_big.reject_reason
     assert s.rejected == [too_long, too_big]
     steps = drive(s, ok)
     assert_all_done(s, ok)
     scheduled = {x[0] for st in steps for x in st.scheduled}
     assert not scheduled & {too_long.request_id, too_big.request_id}
+
+
+def test_an_output_running_past_max_model_len_is_cut_there_as_in_vllm():
+    s = Scheduler(config(num_gpu_blocks=64, max_model_len=64))
+    (r,) = make_requests([(60, 10)])
+    drive(s, [r])  # vLLM cannot know the output length: it cuts, it does not reject
+    assert r.status == RequestStatus.FINISHED and r.num_tokens == 64 and r.num_output_tokens == 4
 
 
 def test_first_admission_is_first_come_first_served():

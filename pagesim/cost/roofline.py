@@ -19,6 +19,13 @@
     with a host tier, forward becomes max(forward, stored blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)):
     stores (GPU -> host) run on a side stream under the step's compute; loads precede the prefill that needs them
 
+Tensor parallelism (tensor_parallel_size = tp > 1, Megatron-style as in vLLM): each GPU reads 1/tp of
+the weights, does 1/tp of the matmul and attention FLOPs and holds its share of the KV heads
+(Config.block_bytes); every layer then all-reduces its attention output and its MLP output, 2 per
+layer, each of tokens * hidden_size * dtype_bytes, in a ring over NVLink:
+    all-reduce = ALLREDUCE_LATENCY_S + 2 * (tp - 1) / tp * bytes / (nvlink_bandwidth * NVLINK_EFFICIENCY)
+The GPUs run in lockstep, so the step is one GPU's time plus the all-reduces.
+
 Why two rooflines and not one max over the whole step: attention and the matmuls are separate
 kernels that run one after the other in every layer, so a decode batch's K/V streaming does not hide
 under a prefill chunk's matmuls (one max over the summed bytes and FLOPs would make a step of 1024
@@ -53,6 +60,10 @@ COMPUTE_EFFICIENCY = 0.7
 # Pinned-memory copies of 1 GiB: 41.6 GB/s host->device, 54.3 GB/s device->host of PCIe 5 x16's
 # 64 GB/s; mean ~48 GB/s = 0.75.
 PCIE_EFFICIENCY = 0.75
+# NCCL's ring all-reduce reaches ~80% of the NVLink per-direction figure at large messages (assumed,
+# not measured here); a small all-reduce costs ~10 us of launch and synchronisation (assumed).
+NVLINK_EFFICIENCY = 0.8
+ALLREDUCE_LATENCY_S = 10e-6
 # Host work a step cannot hide in an engine that replays decode steps as CUDA graphs: scheduling,
 # building the block tables and slot mapping, copying them to the GPU, sampling, reading the tokens
 # back; each is tens of microseconds in vLLM-class engines. Kernel latency inside the step
@@ -68,17 +79,26 @@ class RooflineCostModel:
                  compute_efficiency: float = COMPUTE_EFFICIENCY, pcie_efficiency: float = PCIE_EFFICIENCY,
                  step_overhead_s: float = STEP_OVERHEAD_S, seq_overhead_s: float = SEQ_OVERHEAD_S):
         m, g = config.model_spec, config.gpu_spec
-        self.model, self.gpu = m.name, g.name
+        tp = config.tensor_parallel_size
+        self.model, self.gpu, self.tensor_parallel_size = m.name, g.name, tp
         self.mem_efficiency, self.compute_efficiency, self.pcie_efficiency = mem_efficiency, compute_efficiency, pcie_efficiency
         self.step_overhead_s, self.seq_overhead_s = step_overhead_s, seq_overhead_s
         self.mem_rate = g.hbm_bandwidth * mem_efficiency  # bytes/s
         self.flop_rate = g.bf16_flops * compute_efficiency  # FLOP/s
         lm_head = 2 * m.vocab_size * m.hidden_size
-        self.weight_read_bytes = m.flops_per_token // 2 * m.dtype_bytes  # every parameter but the embedding table
-        self.kv_bytes = m.kv_bytes_per_token_at(config.kv_dtype_bytes)  # an fp8 cache reads and writes half
-        self.dense_flops = m.flops_per_token - lm_head  # per token
-        self.lm_head_flops = lm_head  # per sampled sequence (an upper bound for prefill chunks)
-        self.attn_flops = 4 * m.head_dim * m.num_heads * m.num_layers  # per (query, key) pair
+        # Per GPU: 1/tp of every matrix and of the query heads, its share of the KV heads.
+        self.weight_read_bytes = m.flops_per_token // 2 * m.dtype_bytes / tp  # every parameter but the embedding table
+        self.kv_bytes = m.kv_bytes_per_token_at(config.kv_dtype_bytes) * m.kv_heads_per_gpu(tp) // m.num_kv_heads  # fp8: half
+        self.dense_flops = (m.flops_per_token - lm_head) / tp  # per token
+        self.lm_head_flops = lm_head / tp  # per sampled sequence (an upper bound for prefill chunks)
+        self.attn_flops = 4 * m.head_dim * m.num_heads * m.num_layers / tp  # per (query, key) pair
+        # All-reduces: 2 per layer; seconds per step and per token.
+        if tp > 1:
+            ring = 2 * (tp - 1) / tp / (g.nvlink_bandwidth * NVLINK_EFFICIENCY)
+            self.allreduce_s = 2 * m.num_layers * ALLREDUCE_LATENCY_S
+            self.allreduce_s_per_token = 2 * m.num_layers * m.hidden_size * m.dtype_bytes * ring
+        else:
+            self.allreduce_s = self.allreduce_s_per_token = 0.0
         self.swap_s_per_block = config.block_bytes / (g.pcie_bandwidth * pcie_efficiency)
         self.copy_s_per_block = 2 * config.block_bytes / self.mem_rate
         self.load_s_per_block = self.store_s_per_block = self.swap_s_per_block  # host tier: the same PCIe link
@@ -88,7 +108,8 @@ class RooflineCostModel:
         dense = maximum(self.weight_read_bytes / self.mem_rate,
                         (tokens * self.dense_flops + seqs * self.lm_head_flops) / self.flop_rate)
         attention = maximum((kv_read + tokens) * self.kv_bytes / self.mem_rate, pairs * self.attn_flops / self.flop_rate)
-        return dense + attention + self.step_overhead_s + seqs * self.seq_overhead_s
+        allreduce = self.allreduce_s + tokens * self.allreduce_s_per_token
+        return dense + attention + allreduce + self.step_overhead_s + seqs * self.seq_overhead_s
 
     def step_time(self, f: StepFeatures) -> float:
         t = ((f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
@@ -116,6 +137,7 @@ class RooflineCostModel:
         return self._forward_time(num_seqs, num_seqs, ctx, ctx, np.maximum)
 
     def describe(self) -> dict:
-        return {"kind": "roofline", "model": self.model, "gpu": self.gpu, "mem_efficiency": self.mem_efficiency,
+        return {"kind": "roofline", "model": self.model, "gpu": self.gpu,
+                "tensor_parallel_size": self.tensor_parallel_size, "mem_efficiency": self.mem_efficiency,
                 "compute_efficiency": self.compute_efficiency, "pcie_efficiency": self.pcie_efficiency,
                 "step_overhead_s": self.step_overhead_s, "seq_overhead_s": self.seq_overhead_s}

@@ -22,6 +22,11 @@ def render() -> None:
                "PagedAttention paper's block-size study (Kwon et al., SOSP 2023, §7.2): block sizes 8–256 on a "
                "ShareGPT-like trace at equal KV memory. Larger blocks leave more of each request's last block "
                "empty, so less of the allocated memory holds token states.")
+    finished = st.sidebar.file_uploader("Open a finished sweep (results.parquet of `python -m pagesim sweep`)",
+                                        type=["parquet"], key=f"{PREFIX}.results")
+    if finished is not None:
+        show_finished(finished)
+        return
     loaded = widgets.trace_source(PREFIX, default_limit=0)  # the whole trace (Replay keeps its first 500)
     base = widgets.config_sidebar(PREFIX, memory=False, block_size=False, preemption=False, prefix_caching=False)
     grid = grid_form()
@@ -54,6 +59,28 @@ def render() -> None:
     st.dataframe(results, hide_index=True)
     st.download_button("sweep.csv", lambda: results.to_csv(index=False), file_name="sweep.csv", mime="text/csv",
                        key=f"{PREFIX}.dl")
+
+
+def show_finished(file) -> None:
+    """A results.parquet from `python -m pagesim sweep` (pagesim.sweep): its table, and the lines against a column."""
+    import io
+
+    import pandas as pd
+
+    try:
+        results = pd.read_parquet(io.BytesIO(file.getvalue()))
+        params = list(results.columns[: list(results.columns).index("config_id")])
+    except (ValueError, OSError):
+        st.error(f"{file.name}: not a results.parquet of `python -m pagesim sweep` (no config_id column)")
+        return
+    ok = results[results["status"] == "ok"].rename(columns={f"{m}_s_p50": f"{m}_p50_s" for m in ("ttft", "e2e")})
+    st.markdown(f"**{len(results):,}** configurations, {len(results) - len(ok):,} failed")
+    varied = [c for c in params if ok[c].nunique() > 1] or params
+    if len(ok) and varied:
+        x = st.selectbox("x axis", varied, key=f"{PREFIX}.finished_x")
+        series = st.multiselect("lines by", [c for c in varied if c != x], key=f"{PREFIX}.finished_series")
+        st.plotly_chart(figures.sweep_lines(ok, x, series), key=f"{PREFIX}.finished_figure")
+    st.dataframe(results, hide_index=True)
 
 
 def grid_form() -> dict[str, list]:

@@ -1,0 +1,138 @@
+"""Plan: the deployment that meets latency SLOs with the fewest GPUs, and the GPUs-goodput frontier."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from pagesim.dashboard import widgets
+from pagesim.dashboard.plan_figures import pareto_figure
+from pagesim.errors import UserError
+from pagesim.plan import SHOWN, describe, run_plan
+from pagesim.slo import parse_slos
+from pagesim.specs import GPUS, MODELS
+
+PREFIX = "plan"
+
+
+def render() -> None:
+    st.title("Plan")
+    st.caption("Every deployment of at most K GPUs (tensor-parallel degree x replicas x router x engine knobs) "
+               "simulated on one trace; the recommendation meets every SLO with the fewest GPUs, then the highest "
+               "goodput. Same search as `python -m pagesim plan`; a finished plan.json opens here too.")
+    source = st.sidebar.radio("Plan", ["Run a plan", "Open plan.json"], key=f"{PREFIX}.mode")
+    report = open_report() if source == "Open plan.json" else run_report()
+    if report is not None:
+        show(report)
+
+
+def open_report() -> dict | None:
+    file = st.sidebar.file_uploader("plan.json (from `python -m pagesim plan ... --out DIR`)", type=["json"],
+                                    key=f"{PREFIX}.upload")
+    if file is None:
+        st.info("Upload a plan.json to see its frontier.")
+        return None
+    try:
+        report = json.loads(file.getvalue())
+        report["candidates"], report["pareto"]  # noqa: B018 - a plan.json has both
+    except (ValueError, KeyError, TypeError):
+        st.error(f"{file.name}: not a plan.json (expected keys recommendation, candidates, pareto)")
+        return None
+    return report
+
+
+def run_report() -> dict | None:
+    loaded = widgets.trace_source(PREFIX)
+    sb = st.sidebar
+    with sb.form(f"{PREFIX}.form"):
+        models = sorted(MODELS)
+        model = st.selectbox("Model", models, index=models.index("llama-3-8b"), key=f"{PREFIX}.model")
+        gpu = st.selectbox("GPU", list(GPUS), key=f"{PREFIX}.gpu")
+        max_gpus = st.number_input("Max GPUs", 1, 64, 4, key=f"{PREFIX}.max_gpus")
+        ttft = st.number_input("TTFT p99 SLO (s)", 0.0, 600.0, 1.0, key=f"{PREFIX}.ttft")
+        tpot = st.number_input("TPOT p99 SLO (s)", 0.0, 10.0, 0.05, format="%.3f", key=f"{PREFIX}.tpot")
+        seqs = st.multiselect("max_num_seqs", [64, 128, 256, 512], default=[256], key=f"{PREFIX}.seqs")
+        tokens = st.multiselect("max_num_batched_tokens", [2048, 4096, 8192, 16384], default=[8192],
+                                key=f"{PREFIX}.tokens")
+        submitted = st.form_submit_button("Run plan", type="primary")
+    if loaded is None:
+        return None
+    if not submitted and f"{PREFIX}.report" not in st.session_state:
+        st.info("Choose the SLOs and press **Run plan** in the sidebar.")
+        return None
+    if submitted:
+        trace, _ = loaded
+        try:
+            slos = parse_slos([f"ttft_p99={ttft}", f"tpot_p99={tpot}"])
+            base = _base(model, gpu)
+            bar = st.progress(0.0, "simulating candidates")
+            out = tempfile.mkdtemp(prefix="pagesim-plan-")
+            report = run_plan(trace, base, slos, int(max_gpus), out, backend="local", progress=False,
+                              search={"max_num_seqs": seqs or [256], "max_num_batched_tokens": tokens or [8192],
+                                      "block_size": [16]},
+                              on_row=lambda row, done, total: bar.progress(done / total, f"{done}/{total} candidates"))
+            bar.empty()
+        except UserError as exc:
+            st.error(str(exc))
+            return None
+        st.session_state[f"{PREFIX}.report"] = report
+    return st.session_state[f"{PREFIX}.report"]
+
+
+def _base(model: str, gpu: str) -> dict:
+    """The replay options a plan starts from (the CLI's defaults)."""
+    from pagesim.cli import build_parser
+    from pagesim.sweep import NOT_SWEPT
+    import argparse
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["plan"]
+    args = sub.parse_args(["trace", "--out", "unused", "--model", model, "--gpu", gpu])
+    return {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
+
+
+def show(report: dict) -> None:
+    slos = parse_slos(report["slos"])
+    rec, runner = report["recommendation"], report["runner_up"]
+    st.markdown(f"**{report['evaluated']}** candidates of {report['model']} on at most {report['max_gpus']} "
+                f"{report['gpu']} GPUs, SLOs {', '.join(report['slos'])}")
+    if rec is not None:
+        st.success("Recommendation: " + describe(rec, slos).replace("\n    ", " · "))
+    else:
+        st.warning("No candidate meets the SLOs.")
+    if runner is not None:
+        st.info(("Runner-up: " if rec is not None else "Closest: ") + describe(runner, slos).replace("\n    ", " · "))
+    candidates = pd.DataFrame(report["candidates"])
+    pareto = pd.DataFrame(report["pareto"])
+    st.plotly_chart(pareto_figure(candidates, pareto, rec), key=f"{PREFIX}.figure")
+    shown = [c for c in (*SHOWN, "goodput", "slo_attainment", "slo_met", "ttft_s_p99", "tpot_s_p99", "status",
+                         "error", "config_id") if c in candidates]
+    st.dataframe(candidates[shown], hide_index=True)
+    open_in_replay(candidates, report)
+
+
+def open_in_replay(candidates: pd.DataFrame, report: dict) -> None:
+    """Carry one candidate's engine knobs to the Replay page's sidebar (replicas and TP are not on that page)."""
+    ok = candidates[candidates["status"] == "ok"]
+    if not len(ok):
+        return
+    choice = st.selectbox("Open a candidate in Replay", ok["config_id"], key=f"{PREFIX}.open",
+                          format_func=lambda cid: _label(ok[ok["config_id"] == cid].iloc[0]))
+    if st.button("Open in Replay", key=f"{PREFIX}.open_button"):
+        row = ok[ok["config_id"] == choice].iloc[0]
+        st.session_state["replay.model"], st.session_state["replay.gpu"] = report["model"], report["gpu"]
+        for key in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            st.session_state[f"replay.{key}"] = int(row[key])
+        st.switch_page("pagesim/dashboard/pages/replay.py")
+
+
+def _label(row) -> str:
+    return (f"{int(row['num_gpus'])} GPUs: TP {int(row['tensor_parallel_size'])} x {int(row['replicas'])} "
+            f"({row['router']}), max_num_seqs {int(row['max_num_seqs'])}, goodput {row['goodput']:.3g}")
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,218 @@
+"""`python -m pagesim plan TRACE --slo ... --model M --gpu G [--max-gpus K] --out DIR`: SLO capacity planning.
+
+The search space is every deployment of at most K GPUs (tensor-parallel degree tp in 1, 2, 4, 8, times replicas,
+tp x replicas <= K; a tp whose weights leave no KV memory is skipped with its reason) crossed with the router
+(for more than one replica) and the engine knobs of SEARCH (max_num_seqs, max_num_batched_tokens, block_size;
+override with --grid NAME=V1,V2). Every candidate is simulated as one sweep task (pagesim.sweep, on Ray by
+default), so an interrupted plan resumes.
+
+The recommendation is the candidate that meets every SLO with the fewest GPUs, then the highest goodput. The
+runner-up is the best candidate with fewer GPUs (most SLO attainment, then goodput) - it shows what one GPU
+less costs - or, when none has fewer, the second-best candidate that meets the SLOs. DIR/plan.json holds
+`recommendation`, `runner_up`, `candidates` (every candidate's configuration and metrics), `evaluated`,
+`skipped` and `pareto` (per GPU count, the best goodput, and whether it meets the SLOs); DIR/pareto.csv the same
+table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.errors import UserError
+
+TP_DEGREES = (1, 2, 4, 8)
+SEARCH = {"max_num_seqs": [128, 256], "max_num_batched_tokens": [2048, 8192], "block_size": [16, 32]}
+SHOWN = ("num_gpus", "tensor_parallel_size", "replicas", "router", "max_num_seqs", "max_num_batched_tokens",
+         "block_size")
+
+
+def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[str]]:
+    """(tensor_parallel_size, replicas, router) choices within max_gpus, and why some tp were skipped."""
+    import argparse
+
+    from pagesim.replay import config_from_args
+
+    out, skipped = [], []
+    for tp in TP_DEGREES:
+        if tp > max_gpus:
+            break
+        try:
+            config_from_args(argparse.Namespace(**{**base, "tensor_parallel_size": tp})).resolved_num_gpu_blocks
+        except UserError as exc:
+            skipped.append(f"tensor_parallel_size={tp}: {exc}")
+            continue
+        for replicas in range(1, max_gpus // tp + 1):
+            for router in (routers if replicas > 1 else ["round-robin"]):
+                out.append({"tensor_parallel_size": tp, "replicas": replicas, "router": router})
+    return out, skipped
+
+
+def candidates(base: dict, max_gpus: int, search: dict, routers) -> tuple[list[dict], list[str]]:
+    import itertools
+
+    deps, skipped = deployments(base, max_gpus, routers)
+    keys = list(search)
+    knobs = [dict(zip(keys, v)) for v in itertools.product(*(search[k] for k in keys))]
+    return [{**d, **k} for d in deps for k in knobs], skipped
+
+
+def rank(df: pd.DataFrame) -> pd.DataFrame:
+    """ok rows, best first: meets the SLOs, fewest GPUs, highest goodput (then attainment)."""
+    ok = df[df["status"] == "ok"].copy()
+    ok["slo_met"] = ok["slo_met"].astype(bool)
+    return ok.sort_values(["slo_met", "num_gpus", "goodput", "slo_attainment"],
+                          ascending=[False, True, False, False], kind="stable")
+
+
+def choose(df: pd.DataFrame) -> tuple[dict | None, dict | None]:
+    ranked = rank(df)
+    feasible = ranked[ranked["slo_met"]]
+    if not len(feasible):
+        return None, _best(ranked)
+    rec = feasible.iloc[0]
+    fewer = ranked[ranked["num_gpus"] < rec["num_gpus"]]
+    runner = _best(fewer) if len(fewer) else (feasible.iloc[1].to_dict() if len(feasible) > 1 else None)
+    return rec.to_dict(), runner
+
+
+def _best(rows: pd.DataFrame) -> dict | None:
+    """Closest to meeting the SLOs: most attainment, then goodput, then fewest GPUs."""
+    if not len(rows):
+        return None
+    return rows.sort_values(["slo_attainment", "goodput", "num_gpus"], ascending=[False, False, True],
+                            kind="stable").iloc[0].to_dict()
+
+
+def pareto(df: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU count: the best goodput among candidates that meet the SLOs (or among all, flagged)."""
+    rows = []
+    for gpus, group in rank(df).groupby("num_gpus"):
+        best = group.iloc[0]
+        rows.append({"num_gpus": int(gpus), "goodput": best["goodput"], "slo_attainment": best["slo_attainment"],
+                     "slo_met": bool(best["slo_met"]), "config_id": best["config_id"],
+                     **{k: best[k] for k in SHOWN if k != "num_gpus"}})
+    return pd.DataFrame(rows)
+
+
+def describe(row: dict, slos) -> str:
+    from pagesim.slo import missed
+
+    parts = ", ".join(f"{k}={row[k]}" for k in SHOWN if k in row and not (k == "router" and row["replicas"] == 1))
+    figures = f"goodput {row['goodput']:.3g} req/s, SLO attainment {row['slo_attainment']:.1%}"
+    miss = missed(row, slos)
+    return f"{parts}\n    {figures}; " + ("meets every SLO" if not miss else "misses " + "; ".join(miss))
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None = None, routers=None,
+             backend: str = "ray", address: str | None = None, num_cpus: int | None = None, progress: bool = True,
+             on_row=None) -> dict:
+    """Evaluate every candidate (a resumable sweep in `out`), choose, write plan.json and pareto.csv; the report."""
+    from pagesim.cluster import ROUTERS
+    from pagesim.sweep import run_sweep
+
+    search = dict(SEARCH if search is None else search)
+    routers = list(ROUTERS if routers is None else routers)
+    base = {**base, "slo": [str(s) for s in slos], "replicas": 1, "router": "round-robin"}
+    points, skipped = candidates(base, max_gpus, search, routers)
+    if not points:
+        raise UserError(f"no deployment of {base['model']} on at most {max_gpus} {base['gpu']} GPUs: "
+                        + "; ".join(skipped))
+    out = Path(out)
+    df = run_sweep(trace, base, points, out, backend=backend, address=address, num_cpus=num_cpus,
+                   progress=progress, on_row=on_row)
+    if "num_gpus" not in df:
+        raise UserError(f"every candidate failed; see {out / 'results.parquet'} (first error: {df['error'].iloc[0]})")
+    rec, runner = choose(df)
+    front = pareto(df)
+    front.to_csv(out / "pareto.csv", index=False)
+    report = {
+        "slos": [str(s) for s in slos], "trace": trace.name, "model": base["model"], "gpu": base["gpu"],
+        "max_gpus": max_gpus, "search": search | {"router": routers},
+        "recommendation": rec, "runner_up": runner, "evaluated": int(len(df)),
+        "failed": int((df["status"] != "ok").sum()), "skipped": skipped,
+        "pareto": front.to_dict("records"), "candidates": df.to_dict("records"),
+    }
+    (out / "plan.json").write_text(_dumps(report))
+    return json.loads(_dumps(report))
+
+
+def plan(args, parser) -> int:
+    from pagesim.cluster import ROUTERS
+    from pagesim.replay import trace_from_args
+    from pagesim.slo import parse_slos
+    from pagesim.sweep import NOT_SWEPT, parse_grid, prepare_sweep_dir
+
+    slos = parse_slos(args.slo)
+    if not slos:
+        raise UserError("plan needs at least one --slo, e.g. --slo ttft_p99=1 --slo tpot_p99=0.05")
+    if args.max_gpus < 1:
+        raise UserError(f"--max-gpus must be at least 1, got {args.max_gpus}")
+    search = dict(SEARCH)
+    routers = list(ROUTERS)
+    for text in args.grid:  # each --grid replaces one axis of the search
+        name, _, values = text.partition("=")
+        if name.strip().lstrip("-").replace("-", "_") == "router":
+            routers = [v.strip() for v in values.split(",")]
+            if not set(routers) <= set(ROUTERS) or not routers:
+                raise UserError(f"--grid {text!r}: routers are {', '.join(ROUTERS)}")
+            continue
+        axis = parse_grid([text], parser)
+        key = next(iter(axis[0]))
+        search[key] = [p[key] for p in axis]
+    base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
+    prepare_sweep_dir(args.out, getattr(args, "force", False))
+    trace = trace_from_args(args)
+    print(trace.summary)
+    out = Path(args.out)
+    report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, backend=args.backend,
+                      address=args.address, num_cpus=args.num_cpus)
+    print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"
+          + "".join(f"\n  skipped {s}" for s in report["skipped"]))
+    print(pd.DataFrame(report["pareto"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    rec, runner = report["recommendation"], report["runner_up"]
+    if rec is None:
+        print(f"no candidate meets {', '.join(map(str, slos))}; closest:\n  " + describe(runner, slos))
+    else:
+        print("recommendation:\n  " + describe(rec, slos))
+        if runner is not None:
+            print("runner-up:\n  " + describe(runner, slos))
+    print(f"wrote {out / 'plan.json'}, {out / 'pareto.csv'}, {out / 'results.parquet'}")
+    return 0
+
+
+def _dumps(obj) -> str:
+    """JSON with NaN and infinity as null (percentiles of runs that rejected requests are infinite)."""
+    def clean(o):
+        if isinstance(o, dict):
+            return {k: clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return _clean(o)
+
+    return json.dumps(clean(obj), indent=2)
+
+
+def register(sub) -> None:
+    from pagesim.replay import add_run_options
+
+    p = sub.add_parser("plan", help="find the deployment that meets latency SLOs with the fewest GPUs")
+    add_run_options(p)
+    p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
+                   help="latency SLO to meet, e.g. ttft_p99=1 (repeatable; at least one)")
+    p.add_argument("--max-gpus", type=int, default=8, help="largest deployment to consider (GPUs)")
+    p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help=f"replace one axis of the search (default: {SEARCH}, every router)")
+    p.add_argument("--backend", choices=["ray", "local"], default="ray")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs (workers) to use (default: all)")
+    p.set_defaults(func=lambda args: plan(args, p))

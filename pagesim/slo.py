@@ -1,0 +1,104 @@
+"""Latency SLOs, SLO attainment and goodput.
+
+An SLO is `METRIC_PCT=SECONDS`, e.g. `ttft_p99=1` or `tpot_p99=0.05`: the
+PCT-th percentile of METRIC (ttft, tpot or e2e) over the run's requests must be
+at most SECONDS.
+
+- A request *meets the SLOs* when it finished and each of its latencies is
+  within every threshold (a request with one output token has no TPOT, which
+  then cannot fail).
+- `slo_attainment` = requests that met the SLOs / requests; `goodput` =
+  requests that met the SLOs per second of makespan (DistServe's definition).
+- `slo_met`: every percentile is within its threshold. Rejected and unfinished
+  requests count as infinitely slow in the percentiles, so a run cannot meet a
+  p99 SLO by rejecting 2% of its requests.
+
+Only a trace's own requests count; samples forked for n > 1 ride with them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pagesim.errors import UserError
+
+METRICS = ("ttft", "tpot", "e2e")
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+_PATTERN = re.compile(r"^(ttft|tpot|e2e)_(p50|p90|p99)=([0-9.eE+-]+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    metric: str  # ttft | tpot | e2e
+    percentile: str  # p50 | p90 | p99
+    threshold_s: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}_{self.percentile}"
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.threshold_s:g}"
+
+
+def parse_slo(text: str) -> SLO:
+    """'ttft_p99=1' -> SLO('ttft', 'p99', 1.0); a UserError naming the flag otherwise."""
+    m = _PATTERN.match(text.strip().lower())
+    threshold = None
+    if m:
+        try:
+            threshold = float(m.group(3))
+        except ValueError:
+            pass
+    if threshold is None or not threshold > 0 or threshold == float("inf"):
+        raise UserError(f"--slo {text!r}: expected METRIC_PCT=SECONDS with METRIC one of {', '.join(METRICS)}, "
+                        f"PCT one of {', '.join(PERCENTILES)} and SECONDS > 0, e.g. ttft_p99=1")
+    return SLO(m.group(1), m.group(2), threshold)
+
+
+def parse_slos(texts) -> list[SLO]:
+    slos = [parse_slo(t) for t in texts or ()]
+    names = [s.name for s in slos]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise UserError(f"--slo {sorted(dup)[0]} given twice")
+    return slos
+
+
+def evaluate(requests: pd.DataFrame, slos: list[SLO], makespan_s: float | None) -> dict:
+    """Goodput, attainment and each SLO's percentile for one run's requests frame (Recorder.requests_frame)."""
+    own = requests[requests["parent_id"] == ""]
+    finished = (own["state"] == "finished").to_numpy()
+    met = finished.copy()
+    out: dict = {}
+    for slo in slos:
+        values = own[f"{slo.metric}_s"].to_numpy(dtype="float64")
+        # Rejected/unfinished: infinitely slow; finished without a value (TPOT of 1 token): cannot fail.
+        values = np.where(finished, np.nan_to_num(values, nan=0.0), np.inf)
+        within = values <= slo.threshold_s
+        met &= within
+        value = None
+        if len(values):  # linear interpolation next to an infinite value gives inf (two infinite: nan -> inf)
+            with np.errstate(invalid="ignore"):
+                value = float(np.nan_to_num(np.percentile(values, PERCENTILES[slo.percentile]), nan=np.inf))
+        out[f"slo_{slo.name}_s"] = value
+        out[f"slo_{slo.name}_met"] = value is not None and value <= slo.threshold_s
+    n_met = int(met.sum())
+    out["slo_met"] = all(out[f"slo_{s.name}_met"] for s in slos)
+    out["slo_num_met"] = n_met
+    out["slo_attainment"] = n_met / len(own) if len(own) else None
+    out["goodput"] = n_met / makespan_s if makespan_s else None
+    return out
+
+
+def missed(summary: dict, slos: list[SLO]) -> list[str]:
+    """The SLOs a summary (with `evaluate`'s keys) misses, as 'ttft_p99 1.8 s > 1 s'."""
+    def shown(v):
+        return f"{v:.3g}" if v is not None and np.isfinite(v) else "inf"
+
+    return [f"{s.name} {shown(summary[f'slo_{s.name}_s'])} s > {s.threshold_s:g} s"
+            for s in slos if not summary[f"slo_{s.name}_met"]]

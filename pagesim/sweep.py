@@ -1,0 +1,317 @@
+"""`python -m pagesim sweep TRACE --grid NAME=V1,V2 ... --out DIR`: one trace over the cross product of grids.
+
+Every replay option can be swept (`--grid block_size=8,16,32 --grid router=round-robin,prefix-aware`), under its
+option name with dashes or underscores, plus two conveniences: `layout` (paged, or a contiguous baseline's reserve
+policy max|pow2|oracle) and `kv_cache_gib` (KV memory in GiB: num_gpu_blocks = GiB / bytes per block, so block sizes
+compare at equal memory). Trace options (--limit, --rate, ...) are not sweepable: the trace is loaded once.
+
+Each configuration is one task: on Ray (`--backend ray`, the default; a local instance unless `--address`), with
+the trace put in the object store once, or in local processes (`--backend local`). Rows stream to
+DIR/results.parquet (rewritten atomically as they come, at most every FLUSH_S seconds): the configuration's columns,
+`config_id`, `status` (ok|error), `error`, then the summary figures (nested ones flattened: ttft_s.p99 ->
+ttft_s_p99). A configuration that raises becomes an error row. Re-running the same command resumes: configurations
+whose `config_id` is already in results.parquet are skipped. DIR/sweep.json records the trace and fixed options, and
+a resume with different ones is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.errors import UserError
+
+FLUSH_S = 2.0
+LAYOUTS = ("paged", "max", "pow2", "oracle")
+EXTRA_PARAMETERS = ("layout", "kv_cache_gib")
+TRACE_OPTIONS = ("trace", "format", "limit", "start_s", "end_s", "time_scale", "rate")
+NOT_SWEPT = TRACE_OPTIONS + ("out", "force", "baseline", "slo", "func", "argv", "command", "command_parser", "grid", "backend", "address", "num_cpus")
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+# ---- the grid ---------------------------------------------------------------------------------
+def parse_grid(texts: list[str], parser: argparse.ArgumentParser) -> list[dict]:
+    """--grid NAME=V1,V2 flags -> the cross product, one dict of typed values per configuration (grid order)."""
+    actions = {a.dest: a for a in parser._actions}
+    axes: dict[str, list] = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        key = name.strip().lstrip("-").replace("-", "_")
+        if not sep or not values.strip():
+            raise UserError(f"--grid {text!r}: expected NAME=V1,V2,... e.g. --grid block_size=8,16,32")
+        if key in NOT_SWEPT or (key not in actions and key not in EXTRA_PARAMETERS):
+            options = sorted(k for k in actions if k not in NOT_SWEPT and k != "help") + list(EXTRA_PARAMETERS)
+            raise UserError(f"--grid {text!r}: cannot sweep {name!r}; sweepable: {', '.join(options)}")
+        if key in axes:
+            raise UserError(f"--grid {name} given twice")
+        axes[key] = [_convert(key, v.strip(), actions.get(key), text) for v in values.split(",")]
+    keys = list(axes)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
+
+
+def _convert(key: str, value: str, action, text: str):
+    def bad(expected: str):
+        return UserError(f"--grid {text!r}: {value!r} is not {expected} for {key}")
+
+    if key == "layout":
+        if value not in LAYOUTS:
+            raise bad(f"one of {', '.join(LAYOUTS)}")
+        return value
+    if key == "kv_cache_gib":
+        try:
+            return float(value)
+        except ValueError:
+            raise bad("a number of GiB") from None
+    if action.choices is not None and action.type is None and not isinstance(action.default, bool):
+        if value not in action.choices:
+            raise bad(f"one of {', '.join(map(str, action.choices))}")
+        return value
+    if isinstance(action.default, bool) or action.nargs == 0:
+        if value.lower() not in TRUE + FALSE:
+            raise bad("true or false")
+        return value.lower() in TRUE
+    try:
+        return action.type(value) if action.type else value
+    except argparse.ArgumentTypeError as exc:
+        raise UserError(f"--grid {text!r}: {key}: {exc}") from None
+    except (TypeError, ValueError):
+        raise bad(f"a valid {action.type.__name__}") from None
+
+
+def config_id(params: dict) -> str:
+    return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ---- one configuration ----------------------------------------------------------------------------
+def run_config(trace, base: dict, params: dict) -> dict:
+    """Simulate one configuration; its row (params, config_id, status, error, summary figures). Never raises."""
+    row = {**params, "config_id": config_id(params), "status": "ok", "error": ""}
+    try:
+        row.update(_simulate(trace, base, params))
+    except Exception as exc:  # noqa: BLE001 - a failing configuration is a row, not the end of the sweep
+        row.update(status="error", error=f"{type(exc).__name__}: {exc}")
+    return row
+
+
+def _simulate(trace, base: dict, params: dict) -> dict:
+    from pagesim.replay import config_from_args, simulate_run
+    from pagesim.slo import parse_slos
+    from pagesim.specs import GIB
+
+    opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
+    config = config_from_args(argparse.Namespace(**opts))
+    layout = params.get("layout", "paged")
+    if layout != "paged":
+        config = config.replace(kv_layout="contiguous", reserve_policy=layout)
+    if "kv_cache_gib" in params:
+        blocks = int(params["kv_cache_gib"] * GIB // config.block_bytes)
+        if blocks < 1:
+            raise UserError(f"{params['kv_cache_gib']} GiB holds no block of {config.block_size} tokens")
+        config = config.replace(num_gpu_blocks=blocks)
+    _, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
+                              router=opts["router"], slos=parse_slos(opts["slo"]))
+    summary["num_gpu_blocks"] = config.resolved_num_gpu_blocks
+    return flatten(summary)
+
+
+def flatten(summary: dict) -> dict:
+    """Scalar figures of a summary; nested dicts become name_key (ttft_s_p99); lists are dropped."""
+    out = {}
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            out.update({f"{k}_{kk}": vv for kk, vv in v.items() if not isinstance(vv, (dict, list))})
+        elif not isinstance(v, list):
+            out[k] = v
+    return out
+
+
+# ---- the sweep --------------------------------------------------------------------------------------
+def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend: str = "ray",
+              address: str | None = None, num_cpus: int | None = None, progress: bool = True,
+              on_row=None) -> pd.DataFrame:
+    """Run every point not already in out/results.parquet; returns the whole table (old rows and new)."""
+    out = Path(out)
+    results = out / "results.parquet"
+    check_or_write_manifest(out, trace, base)
+    old = pd.read_parquet(results) if results.exists() else pd.DataFrame({"config_id": []})
+    done = set(old["config_id"])
+    todo = [p for p in points if config_id(p) not in done]
+    writer = _Writer(results, old)
+    from tqdm import tqdm
+
+    if backend not in ("ray", "local"):
+        raise UserError(f"--backend {backend!r}: expected ray or local")
+    run = _run_ray if backend == "ray" else _run_local
+    with tqdm(total=len(points), initial=len(points) - len(todo), desc="sweep", unit="config",
+              disable=not progress) as bar:
+        done = len(points) - len(todo)
+        try:
+            for row in run(trace, base, todo, address=address, num_cpus=num_cpus):
+                writer.add(row)
+                done += 1
+                bar.update(1)
+                if on_row is not None:
+                    on_row(row, done, len(points))
+        except BaseException:  # interrupted (Ctrl-C, a dead driver): keep what finished, for the resume
+            writer.close()
+            raise
+    return writer.close()
+
+
+def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
+    """--out before any work: a directory holding a sweep (sweep.json) resumes; any other must be new or empty."""
+    from pagesim.outputs import prepare_output_dir
+
+    out = Path(out)
+    if (out / "sweep.json").is_file():
+        return out
+    return prepare_output_dir(out, force)
+
+
+def check_or_write_manifest(out: Path, trace, base: dict) -> None:
+    """sweep.json: what every row of this directory shares; a resume with other fixed options is refused."""
+    fixed = {k: v for k, v in sorted(base.items()) if k not in ("func", "argv", "command", "command_parser", "grid", "out")}
+    manifest = {"trace": trace.name, "rows": int(len(trace.df)), "fixed_options": fixed}
+    path = out / "sweep.json"
+    manifest = json.loads(json.dumps(manifest, default=str))
+    if path.exists():
+        previous = json.loads(path.read_text())
+        if previous != manifest:
+            diff = [k for k in manifest["fixed_options"] if previous.get("fixed_options", {}).get(k) != manifest["fixed_options"][k]]
+            what = ", ".join(diff) or "the trace"
+            raise UserError(f"{out} holds a sweep with other fixed options ({what}); resume with the same command "
+                            f"or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2))
+
+
+class _Writer:
+    """Rows to results.parquet: the table is rewritten (tmp file + rename) at most every FLUSH_S seconds."""
+
+    def __init__(self, path: Path, old: pd.DataFrame):
+        self.path, self.old, self.rows, self.last = path, old, [], time.monotonic()
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        if time.monotonic() - self.last >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> pd.DataFrame:
+        new = pd.DataFrame(self.rows)
+        df = pd.concat([self.old, new], ignore_index=True) if len(self.old) else new
+        if "error" in df:
+            df["error"] = df["error"].fillna("").astype(str)
+        tmp = self.path.with_suffix(".parquet.tmp")
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, self.path)
+        self.last = time.monotonic()
+        return df
+
+    def close(self) -> pd.DataFrame:
+        return self.flush() if self.rows or not self.path.exists() else self.old
+
+
+# ---- backends ------------------------------------------------------------------------------------------
+def _run_ray(trace, base, points, *, address=None, num_cpus=None):
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        # Ray starts its workers at nice 15, below every other process of the machine; a sweep on a shared
+        # machine then crawls. Ask for the ordinary priority (an explicit RAY_worker_niceness still wins).
+        os.environ.setdefault("RAY_worker_niceness", "0")
+        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_config)
+        trace_ref = ray.put(trace)
+        pending = {remote.remote(trace_ref, base, p): p for p in points}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                params = pending.pop(ref)
+                try:
+                    yield ray.get(ref)
+                except Exception as exc:  # the worker died (memory, signal): still a row
+                    yield {**params, "config_id": config_id(params), "status": "error",
+                           "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+_TRACE = None
+
+
+def _set_trace(trace) -> None:
+    global _TRACE
+    _TRACE = trace
+
+
+def _run_in_worker(base, params):
+    return run_config(_TRACE, base, params)
+
+
+def _run_local(trace, base, points, *, address=None, num_cpus=None):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    if not points:
+        return
+    workers = max(1, min(num_cpus or os.cpu_count() or 1, len(points)))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_set_trace,
+                             initargs=(trace,)) as pool:
+        futures = {pool.submit(_run_in_worker, base, p): p for p in points}
+        for future in as_completed(futures):
+            params = futures[future]
+            try:
+                yield future.result()
+            except Exception as exc:  # a worker process died
+                yield {**params, "config_id": config_id(params), "status": "error", "error": f"{type(exc).__name__}: {exc}"}
+
+
+# ---- CLI ----------------------------------------------------------------------------------------------------
+def sweep(args, parser) -> int:
+    from pagesim.replay import trace_from_args
+    from pagesim.slo import parse_slos
+
+    points = parse_grid(args.grid, parser)
+    parse_slos(args.slo)  # bad --slo: an error now, not a thousand error rows
+    prepare_sweep_dir(args.out, getattr(args, "force", False))
+    trace = trace_from_args(args)
+    print(trace.summary)
+    base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
+    out = Path(args.out)
+    try:
+        df = run_sweep(trace, base, points, out, backend=args.backend, address=args.address, num_cpus=args.num_cpus)
+    except KeyboardInterrupt:
+        done = len(pd.read_parquet(out / "results.parquet")) if (out / "results.parquet").exists() else 0
+        print(f"interrupted: {done} of {len(points)} configurations in {out / 'results.parquet'}; "
+              "run the same command again to resume")
+        return 130
+    errors = int((df["status"] == "error").sum()) if "status" in df else 0
+    print(f"{len(df)} configurations in {out / 'results.parquet'} ({errors} errors)")
+    if errors:
+        print("first error:", df.loc[df["status"] == "error", "error"].iloc[0])
+    return 0
+
+
+def register(sub) -> None:
+    from pagesim.replay import add_cluster_options, add_run_options
+
+    p = sub.add_parser("sweep", help="simulate a trace over a grid of configurations (on Ray or local processes)")
+    add_run_options(p)
+    add_cluster_options(p)
+    p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="a swept option and its values (repeatable: the cross product is run)")
+    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray (default) or local processes")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs (workers) to use (default: all)")
+    p.set_defaults(func=lambda args: sweep(args, p))

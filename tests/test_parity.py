@@ -1,0 +1,141 @@
+"""pagesim's scheduler and paged KV manager against vLLM v1's own, step by step (issue 12).
+
+Needs the oracle (requirements-vllm.txt); skipped with the reason where vLLM is not importable.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pagesim.config import Config
+from pagesim.errors import UserError
+from pagesim.parity.compare import check_parity_config
+from pagesim.request import Request
+from tests.conftest import REPO
+
+
+def _vllm_missing() -> str | None:
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means no oracle
+        return f"vLLM oracle not installed ({type(exc).__name__}: {exc}); pip install --no-deps -r requirements-vllm.txt"
+    return None
+
+
+needs_vllm = pytest.mark.skipif(_vllm_missing() is not None, reason=str(_vllm_missing()))
+
+
+def test_parity_refuses_configs_vllm_would_not_start_with():
+    with pytest.raises(UserError, match="null block"):
+        check_parity_config(Config(block_size=16, num_gpu_blocks=8, max_model_len=128))
+    with pytest.raises(UserError, match="swap"):
+        check_parity_config(Config(num_gpu_blocks=400, max_model_len=1024, preemption_mode="swap"))
+
+
+@st.composite
+def workloads(draw, chunked=None):
+    """Small traces and configs: shared prefixes, chunked prefill on/off, memory pressure."""
+    bs = draw(st.sampled_from([2, 4, 8, 16]))
+    max_model_len = draw(st.integers(4, 12)) * bs
+    num_blocks = draw(st.integers(max_model_len // bs + 1, 3 * max_model_len // bs + 2))
+    chunked = draw(st.booleans()) if chunked is None else chunked
+    max_num_seqs = draw(st.integers(1, 8))
+    lo = max_num_seqs if chunked else max(max_num_seqs, max_model_len)  # vLLM's SchedulerConfig checks both
+    mnbt = draw(st.integers(lo, max(lo, 3 * max_model_len)))
+    config = Config(block_size=bs, num_gpu_blocks=num_blocks, max_model_len=max_model_len,
+                    max_num_seqs=max_num_seqs, max_num_batched_tokens=mnbt,
+                    enable_chunked_prefill=chunked, enable_prefix_caching=draw(st.booleans()),
+                    watermark=draw(st.sampled_from([0.0, 0.0, 0.1])))
+    n = draw(st.integers(1, 12))
+    prefixes = draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=3))
+    specs = []
+    for i in range(n):
+        prefix = draw(st.sampled_from(prefixes))
+        tail = draw(st.lists(st.integers(4, 6), max_size=4))
+        ids = tuple(prefix + tail)
+        prompt_len = draw(st.integers(1, len(ids) * bs + bs - 1))
+        specs.append((draw(st.integers(0, 6)), prompt_len, draw(st.integers(1, 3 * max_model_len // 2)), ids))
+    specs.sort(key=lambda s: s[0])
+
+    return config, Requests(specs, bs), [s[0] for s in specs]
+
+
+class Requests:
+    """Fresh requests from (release step, prompt_len, output_len, prefix hash ids) specs; shows them when a test fails."""
+
+    def __init__(self, specs, block_size):
+        self.specs, self.block_size = specs, block_size
+
+    def __call__(self) -> list[Request]:
+        return [Request(f"r{i}", float(step), p, o, seq_no=i, prefix_hash_ids=ids, hash_block_size=self.block_size)
+                for i, (step, p, o, ids) in enumerate(self.specs)]
+
+    def __repr__(self) -> str:
+        return f"Requests({self.specs!r}, {self.block_size})"
+
+
+def _assert_parity(workload):
+    from pagesim.parity.compare import run_parity
+
+    config, make, steps = workload
+    result = run_parity(config, make, steps)
+    assert result.stuck is None, result.stuck
+    assert result.n_steps_differing == 0, (
+        f"{result.n_steps_differing} of {result.n_steps_compared} steps differ from vLLM; first: "
+        f"{json.dumps(result.first_difference)}"
+    )
+
+
+@needs_vllm
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workloads())
+def test_every_step_matches_vllm_on_small_workloads(workload):
+    """Chunked prefill on/off, prefix caching on/off with shared prefixes, memory pressure forcing preemption."""
+    _assert_parity(workload)
+
+
+BUNDLED = [
+    ("sharegpt-poisson-1k.jsonl", ["--limit", "60", "--num-gpu-blocks", "300", "--max-model-len", "2048"]),
+    ("kshot-shared-prefix-500.jsonl", ["--limit", "60", "--num-gpu-blocks", "400", "--max-model-len", "4096",
+                                       "--enable-prefix-caching"]),
+    ("multiturn-300.jsonl", ["--limit", "60", "--num-gpu-blocks", "200", "--max-model-len", "2048",
+                             "--enable-prefix-caching", "--max-num-batched-tokens", "512"]),
+    ("sharegpt-bursty-1k.jsonl", ["--limit", "60", "--num-gpu-blocks", "200", "--max-model-len", "2048",
+                                  "--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"]),
+]
+
+
+@needs_vllm
+@pytest.mark.parametrize("trace,options", BUNDLED, ids=[b[0] for b in BUNDLED])
+def test_bundled_trace_matches_vllm_step_by_step(trace, options, tmp_path):
+    from pagesim.cli import main
+
+    rc = main(["parity", str(REPO / "traces" / trace), *options, "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "parity.json").read_text())
+    assert rc == 0 and report["n_steps_differing"] == 0, f"differs from vLLM: {report['first_difference']}"
+    assert report["n_steps_compared"] > 0 and (tmp_path / "steps.csv").exists()
+
+
+@needs_vllm
+def test_a_difference_is_reported_and_exits_non_zero(tmp_path, monkeypatch):
+    from pagesim.cli import main
+    from pagesim.parity import compare
+
+    real_step = compare.PagesimSide.step
+
+    def off_by_one(self, step):
+        rec = real_step(self, step)
+        rec.num_free_blocks += step == 3
+        return rec
+
+    monkeypatch.setattr(compare.PagesimSide, "step", off_by_one)
+    rc = main(["parity", str(REPO / "traces" / "sharegpt-poisson-1k.jsonl"), "--limit", "5",
+               "--num-gpu-blocks", "300", "--max-model-len", "2048", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "parity.json").read_text())
+    assert rc == 1
+    assert report["n_steps_differing"] == 1 and report["first_difference"]["step"] == 3
+    assert report["first_difference"]["fields"] == ["num_free_blocks"]

@@ -1,0 +1,120 @@
+"""Capacity planning: tensor parallelism in the memory math and the cost model, and how plan chooses."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from pagesim.config import Config
+from pagesim.cost import RooflineCostModel
+from pagesim.cost.features import StepFeatures
+from pagesim.errors import UserError
+from pagesim.plan import choose, deployments, pareto
+from pagesim.specs import GIB
+
+
+def test_tensor_parallelism_splits_weights_and_kv_heads_per_gpu():
+    one, four = Config(model="llama-3-8b"), Config(model="llama-3-8b", tensor_parallel_size=4)
+    assert four.weight_bytes_per_gpu == pytest.approx(one.weight_bytes_per_gpu / 4, rel=1e-6)
+    assert four.block_bytes == one.block_bytes // 4  # 8 KV heads: 2 per GPU
+    budget = lambda c: c.gpu_spec.memory_bytes * 0.9 - c.weight_bytes_per_gpu  # noqa: E731
+    assert four.resolved_num_gpu_blocks == int(budget(four) // four.block_bytes)
+    assert four.resolved_num_gpu_blocks > 4 * one.resolved_num_gpu_blocks  # more room and smaller blocks
+
+
+def test_more_gpus_than_kv_heads_replicate_them():
+    # Llama-3-70B has 8 KV heads: at TP 16 each GPU keeps one (a copy), not half of one.
+    m = Config(model="llama-3-70b", tensor_parallel_size=8).model_spec
+    assert m.kv_heads_per_gpu(8) == 1 and m.kv_heads_per_gpu(16) == 1
+
+
+def test_llama_70b_needs_two_h200s():
+    with pytest.raises(UserError, match=r"131\.4 GiB of weights\) leaves no KV-cache memory on h200"):
+        Config(model="llama-3-70b").resolved_num_gpu_blocks
+    blocks = Config(model="llama-3-70b", tensor_parallel_size=2).resolved_num_gpu_blocks
+    assert blocks * Config(model="llama-3-70b", tensor_parallel_size=2).block_bytes > 40 * GIB
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"tensor_parallel_size": 3}, "must divide llama-3-8b's 32 attention heads"),
+    ({"tensor_parallel_size": 0}, "tensor_parallel_size must be at least 1"),
+])
+def test_bad_tensor_parallel_size_is_refused(changes, message):
+    with pytest.raises(UserError, match=message):
+        Config(**changes)
+
+
+def test_tensor_parallel_step_divides_the_work_and_adds_the_all_reduces():
+    decode = StepFeatures(num_decode_seqs=64, decode_context_tokens=64 * 1000, max_decode_context=1000)
+    t1 = RooflineCostModel(Config(model="llama-3-70b", num_gpu_blocks=100, tensor_parallel_size=2)).step_time(decode)
+    m4 = RooflineCostModel(Config(model="llama-3-70b", num_gpu_blocks=100, tensor_parallel_size=4))
+    t4 = m4.step_time(decode)
+    assert t4 < t1, "four GPUs decode faster than two"
+    assert t4 > t1 / 2, "but not twice as fast: the all-reduces and the step overhead do not shrink"
+    # The all-reduce term: 2 per layer, each of tokens * hidden * 2 bytes over NVLink.
+    assert m4.allreduce_s_per_token == pytest.approx(2 * 80 * 8192 * 2 * (2 * 3 / 4) / (450e9 * 0.8))
+    # decode_run_times (the fast path) agrees with step_time.
+    run = m4.decode_run_times(64, 64 * 999, 1, 999)
+    assert run[0] == pytest.approx(t4)
+
+
+def test_deployments_fit_the_gpu_budget_and_skip_what_does_not_fit():
+    base = {"model": "llama-3-70b", "gpu": "h200", "block_size": 16, "num_gpu_blocks": None,
+            "gpu_memory_utilization": 0.9, "max_model_len": None, "max_num_seqs": 256, "tensor_parallel_size": 1,
+            "max_num_batched_tokens": 8192, "enable_chunked_prefill": True, "enable_prefix_caching": False,
+            "preemption_mode": "recompute", "swap_space": 4.0, "watermark": 0.01}
+    deps, skipped = deployments(base, 4, ["round-robin", "prefix-aware"])
+    shapes = {(d["tensor_parallel_size"], d["replicas"]) for d in deps}
+    assert shapes == {(2, 1), (2, 2), (4, 1)}
+    assert len(deps) == 1 + 2 + 1, "routers only vary with more than one replica"
+    assert len(skipped) == 1 and skipped[0].startswith("tensor_parallel_size=1:")
+
+
+def rows(*specs):
+    return pd.DataFrame([{"status": "ok", "config_id": f"c{i}", "num_gpus": g, "goodput": gp, "slo_attainment": a,
+                          "slo_met": met, "tensor_parallel_size": 1, "replicas": g, "router": "round-robin",
+                          "max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 16}
+                         for i, (g, gp, a, met) in enumerate(specs)]
+                        + [{"status": "error", "config_id": "bad", "error": "UserError: x"}])
+
+
+def test_plan_recommends_fewest_gpus_then_goodput_and_a_runner_up_with_fewer():
+    df = rows((1, 2.0, 0.6, False), (2, 4.0, 0.99, True), (2, 4.5, 0.995, True), (3, 5.0, 1.0, True),
+              (1, 1.5, 0.7, False))
+    rec, runner = choose(df)
+    assert (rec["config_id"], rec["num_gpus"]) == ("c2", 2)
+    assert runner["config_id"] == "c4", "runner-up: the closest miss with fewer GPUs (most attainment)"
+    front = pareto(df)
+    assert list(front["num_gpus"]) == [1, 2, 3]
+    assert list(front["slo_met"]) == [False, True, True]
+
+
+def test_plan_without_a_feasible_candidate_reports_the_closest():
+    rec, runner = choose(rows((1, 2.0, 0.6, False), (2, 1.0, 0.9, False)))
+    assert rec is None and runner["config_id"] == "c1"
+
+
+def test_plan_cli_writes_plan_json_with_every_candidate(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from pagesim.cli import main
+
+    trace = Path(__file__).resolve().parent.parent / "traces" / "multiturn-300.jsonl"
+    rc = main(["plan", str(trace), "--limit", "40", "--slo", "ttft_p99=0.5", "--max-gpus", "2",
+               "--grid", "max_num_seqs=4", "--grid", "max_num_batched_tokens=2048", "--grid", "block_size=16",
+               "--grid", "router=round-robin", "--backend", "local", "--num-cpus", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["evaluated"] == 3 and len(plan["candidates"]) == 3  # TP 1; 2 replicas of TP 1; TP 2
+    assert {c["num_gpus"] for c in plan["candidates"]} == {1, 2}
+    assert set(plan) >= {"recommendation", "runner_up", "candidates", "evaluated", "pareto"}
+    out = capsys.readouterr().out
+    assert ("recommendation:" in out) or ("no candidate meets" in out)
+
+
+def test_plan_without_slo_is_a_one_line_error(tmp_path, capsys):
+    from pagesim.cli import main
+
+    assert main(["plan", "t.jsonl", "--out", str(tmp_path)]) == 2
+    assert "plan needs at least one --slo" in capsys.readouterr().err

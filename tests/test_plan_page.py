@@ -1,0 +1,43 @@
+"""The Plan page: its frontier figure (plain function) and the page shown a finished plan (AppTest)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from streamlit.testing.v1 import AppTest
+
+from pagesim.dashboard.plan_figures import pareto_figure
+from tests.conftest import REPO
+
+
+def candidate(cid, gpus, tp, replicas, goodput, attainment, met):
+    return {"config_id": cid, "status": "ok", "error": "", "num_gpus": gpus, "tensor_parallel_size": tp,
+            "replicas": replicas, "router": "round-robin", "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+            "block_size": 16, "goodput": goodput, "slo_attainment": attainment, "slo_met": met,
+            "slo_ttft_p99_s": 0.4 if met else 3.0, "slo_ttft_p99_met": met, "ttft_s_p99": 0.4 if met else 3.0}
+
+
+def report():
+    rows = [candidate("a", 1, 1, 1, 14.0, 0.6, False), candidate("b", 2, 2, 1, 28.0, 1.0, True),
+            candidate("c", 2, 1, 2, 27.0, 1.0, True)]
+    return {"slos": ["ttft_p99=1"], "model": "llama-3-8b", "gpu": "h200", "max_gpus": 2, "evaluated": 3,
+            "recommendation": rows[1], "runner_up": rows[0], "candidates": rows,
+            "pareto": [{"num_gpus": 1, "goodput": 14.0, "slo_met": False}, {"num_gpus": 2, "goodput": 28.0, "slo_met": True}]}
+
+
+def test_pareto_figure_marks_feasible_candidates_and_the_recommendation():
+    r = report()
+    fig = pareto_figure(pd.DataFrame(r["candidates"]), pd.DataFrame(r["pareto"]), r["recommendation"])
+    names = [t.name for t in fig.data]
+    assert names == ["meets the SLOs", "misses an SLO", "best per GPU count", "recommendation"]
+    assert list(fig.data[0].x) == [2, 2] and list(fig.data[1].x) == [1]
+    assert list(fig.data[3].y) == [28.0]
+
+
+def test_plan_page_shows_recommendation_runner_up_and_frontier():
+    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
+    at.session_state["plan.report"] = report()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Recommendation: num_gpus=2, tensor_parallel_size=2" in at.success[0].value
+    assert "misses ttft_p99 3 s > 1 s" in at.info[0].value
+    assert len(at.get("plotly_chart")) == 1

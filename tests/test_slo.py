@@ -1,0 +1,76 @@
+"""SLO parsing and arithmetic: attainment, goodput and percentiles with rejected requests."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pagesim.errors import UserError
+from pagesim.slo import SLO, evaluate, missed, parse_slo, parse_slos
+
+
+def frame(rows):
+    """rows: (state, ttft, tpot, e2e); own requests only unless a parent id is given."""
+    return pd.DataFrame([{"parent_id": r[4] if len(r) > 4 else "", "state": r[0], "ttft_s": r[1], "tpot_s": r[2],
+                          "e2e_s": r[3]} for r in rows])
+
+
+def test_parse_slo_reads_metric_percentile_and_seconds():
+    assert parse_slo("ttft_p99=1") == SLO("ttft", "p99", 1.0)
+    assert parse_slo(" TPOT_p50=0.05 ") == SLO("tpot", "p50", 0.05)
+    assert str(parse_slo("e2e_p90=2.5")) == "e2e_p90=2.5"
+
+
+@pytest.mark.parametrize("text", ["ttft=1", "ttft_p98=1", "itl_p99=1", "ttft_p99=", "ttft_p99=-1", "ttft_p99=0",
+                                  "ttft_p99=1e", "ttft_p99=inf"])
+def test_bad_slo_is_a_one_line_error_naming_the_flag(text):
+    with pytest.raises(UserError, match=r"--slo .*expected METRIC_PCT=SECONDS"):
+        parse_slo(text)
+
+
+def test_the_same_slo_twice_is_refused():
+    with pytest.raises(UserError, match="ttft_p99 given twice"):
+        parse_slos(["ttft_p99=1", "ttft_p99=2"])
+
+
+def test_goodput_counts_requests_within_every_threshold_per_second():
+    df = frame([("finished", 0.5, 0.01, 3.0),   # meets both
+                ("finished", 1.5, 0.01, 3.0),   # TTFT too slow
+                ("finished", 0.2, 0.09, 3.0),   # TPOT too slow
+                ("finished", 0.2, np.nan, 0.2),  # one output token: no TPOT, cannot fail it
+                ("rejected", np.nan, np.nan, np.nan)])
+    slos = parse_slos(["ttft_p50=1", "tpot_p50=0.05"])
+    out = evaluate(df, slos, makespan_s=10.0)
+    assert out["slo_num_met"] == 2
+    assert out["slo_attainment"] == pytest.approx(2 / 5)
+    assert out["goodput"] == pytest.approx(2 / 10.0)
+
+
+def test_percentiles_count_rejected_requests_as_infinitely_slow():
+    ok = [("finished", 0.1, 0.01, 1.0)] * 97
+    slos = parse_slos(["ttft_p99=1"])
+    two_rejected = frame(ok + [("rejected", np.nan, np.nan, np.nan)] * 3)
+    out = evaluate(two_rejected, slos, 1.0)
+    assert math.isinf(out["slo_ttft_p99_s"]), "3% rejected must put p99 TTFT at infinity"
+    assert out["slo_met"] is False
+    assert missed(out, slos) == ["ttft_p99 inf s > 1 s"]
+    all_done = evaluate(frame(ok), slos, 1.0)
+    assert all_done["slo_ttft_p99_s"] == pytest.approx(0.1) and all_done["slo_met"] is True
+
+
+def test_percentile_matches_numpy_on_finished_requests():
+    ttft = np.linspace(0.0, 2.0, 101)
+    df = frame([("finished", t, 0.01, t) for t in ttft])
+    out = evaluate(df, parse_slos(["ttft_p90=1.7", "e2e_p50=1"]), 1.0)
+    assert out["slo_ttft_p90_s"] == pytest.approx(np.percentile(ttft, 90))
+    assert out["slo_ttft_p90_met"] is False  # 1.8 > 1.7
+    assert out["slo_e2e_p50_met"] is True  # 1.0 <= 1.0
+
+
+def test_forked_samples_do_not_count_as_requests():
+    df = frame([("finished", 0.1, 0.01, 1.0), ("finished", 9.0, 9.0, 9.0, "r0")])
+    out = evaluate(df, parse_slos(["ttft_p99=1"]), 1.0)
+    assert out["slo_num_met"] == 1 and out["slo_attainment"] == 1.0

@@ -1,0 +1,126 @@
+"""The sweep runner: grid parsing, error rows, streaming and resume, on local processes and on Ray."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pagesim.errors import UserError
+from pagesim.sweep import config_id, parse_grid, run_config, run_sweep
+
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+
+
+@pytest.fixture(scope="module")
+def trace():
+    from pagesim.traces import load_trace
+
+    return load_trace(str(TRACES / "multiturn-300.jsonl"), "auto", limit=30)
+
+
+@pytest.fixture(scope="module")
+def parser():
+    from pagesim.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["sweep"]
+
+
+@pytest.fixture(scope="module")
+def base(parser):
+    args = parser.parse_args(["t.jsonl", "--out", "x", "--slo", "ttft_p99=1"])
+    from pagesim.sweep import NOT_SWEPT
+
+    return {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance for the test session, bounded to the machine's 2 cores."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_grid_is_the_cross_product_with_typed_values(parser):
+    points = parse_grid(["block_size=16,32", "--enable-prefix-caching=true,false", "router=round-robin",
+                         "layout=paged,pow2", "kv_cache_gib=0.5"], parser)
+    assert len(points) == 2 * 2 * 1 * 2
+    assert points[0] == {"block_size": 16, "enable_prefix_caching": True, "router": "round-robin",
+                         "layout": "paged", "kv_cache_gib": 0.5}
+    assert len({config_id(p) for p in points}) == len(points)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("block_size", "expected NAME=V1,V2"),
+    ("limit=1,2", "cannot sweep 'limit'"),
+    ("colour=red", "cannot sweep 'colour'"),
+    ("block_size=16,big", "block_size: expected a whole number"),
+    ("max_num_seqs=0", "max_num_seqs: expected"),
+    ("router=random", "'random' is not one of"),
+    ("enable_prefix_caching=maybe", "not true or false"),
+])
+def test_bad_grid_is_a_one_line_error_naming_the_flag(parser, text, message):
+    with pytest.raises(UserError, match=message):
+        parse_grid([text], parser)
+
+
+def test_a_failing_configuration_is_an_error_row(trace, base):
+    row = run_config(trace, base, {"max_num_seqs": 0})
+    assert row["status"] == "error" and "--max-num-seqs must be at least 1" in row["error"]
+    ok = run_config(trace, base, {"max_num_seqs": 8, "replicas": 2})
+    assert ok["status"] == "ok" and ok["num_finished"] + ok["num_rejected"] == 30
+    assert ok["num_gpus"] == 2 and 0 <= ok["slo_attainment"] <= 1
+
+
+def test_local_sweep_streams_rows_and_resumes_after_an_interruption(trace, base, parser, tmp_path):
+    points = parse_grid(["kv_cache_gib=0.00001,1,2", "block_size=16,32"], parser)  # 10 KiB: not one block
+
+    def stop_after_two(row, done, total):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(trace, base, points, tmp_path, backend="local", num_cpus=1, progress=False, on_row=stop_after_two)
+    first = pd.read_parquet(tmp_path / "results.parquet")
+    assert len(first) == 2, "rows finished before the interruption must be on disk"
+    seen = []
+    df = run_sweep(trace, base, points, tmp_path, backend="local", num_cpus=2, progress=False,
+                   on_row=lambda row, done, total: seen.append(row["config_id"]))
+    assert len(seen) == 4 and not set(seen) & set(first["config_id"]), "the resume re-ran a finished configuration"
+    assert sorted(df["config_id"]) == sorted(config_id(p) for p in points)
+    assert (df.loc[df["kv_cache_gib"] < 1, "status"] == "error").all()
+    assert df.loc[df["kv_cache_gib"] < 1, "error"].str.contains("GiB holds no block").all()
+    assert (df.loc[df["kv_cache_gib"] >= 1, "status"] == "ok").all()
+
+
+def test_resume_with_other_fixed_options_is_refused(trace, base, tmp_path):
+    run_sweep(trace, base, [{"max_num_seqs": 8}], tmp_path, backend="local", num_cpus=1, progress=False)
+    with pytest.raises(UserError, match=r"other fixed options \(model\)"):
+        run_sweep(trace, {**base, "model": "llama-2-7b"}, [{"max_num_seqs": 8}], tmp_path, backend="local",
+                  progress=False)
+
+
+def test_ray_sweep_runs_tasks_keeps_error_rows_and_resumes(ray_local, trace, base, parser, tmp_path):
+    points = parse_grid(["kv_cache_gib=0.00001,1", "replicas=1,2"], parser)
+    df = run_sweep(trace, base, points[:3], tmp_path, backend="ray", progress=False)
+    assert len(df) == 3 and set(df["status"]) == {"ok", "error"}
+    seen = []
+    df = run_sweep(trace, base, points, tmp_path, backend="ray", progress=False,
+                   on_row=lambda row, done, total: seen.append(row["config_id"]))
+    assert seen == [config_id(points[3])]
+    assert len(df) == 4
+    assert ray_local.is_initialized(), "the sweep must not shut down a Ray instance it did not start"
+
+
+def test_sweep_refuses_a_non_empty_directory_that_holds_no_sweep(tmp_path, capsys):
+    from pagesim.cli import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    rc = main(["sweep", str(TRACES / "multiturn-300.jsonl"), "--grid", "block_size=16", "--backend", "local",
+               "--out", str(tmp_path)])
+    assert rc == 2 and "directory exists and is not empty" in capsys.readouterr().err
