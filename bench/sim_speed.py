@@ -1,11 +1,21 @@
-"""Simulator speed: replay the Azure 2023 conversation trace (19,366 requests), Llama-3-8B on an H200.
+"""Simulator speed, this tree against commit 9708ab1 (the last before issue #10), in the same run.
 
-Paged, block 16, roofline cost model, default config otherwise. Uses the real trace from
-../shared/traces/azure2023 when present, else a synthetic trace with its published statistics.
-Reports wall time, simulated steps per second and simulated seconds per wall second, with and
-without the exact decode fast path, and writes a JSON result.
+Each case replays one trace file with the same options in a fresh process per tree
+(bench/sim_speed_worker.py, with that tree first on PYTHONPATH); the old tree is
+extracted with `git archive` into a temporary directory. Reported per case and
+tree: simulation wall time (trace loading and result writing excluded, each
+timed on its own), steps, microseconds per step, peak RSS, and the ratio
+old / new of the time per step. The two trees must agree on the steps and
+per-request figures (exactness), which is checked and printed.
 
-    python bench/sim_speed.py [--out bench/results/sim-speed.json] [--no-slow]
+Cases: a loaded synthetic trace (sharegpt preset, 20k requests at 50 req/s);
+the Azure 2023 conversation trace with the default config and with Vidur's
+comparison options (llama-2-7b, a100-80gb, 128 seqs, 4,096 tokens per batch);
+Azure conv with two baselines (this tree only: steps.parquet size and read time);
+with --million, a 1M-request synthetic trace (50 req/s) through replay's streaming path, this tree
+only unless --million-old.
+
+    python bench/sim_speed.py [--out bench/results/sim-speed.json] [--repeat N] [--million] [--only CASE]
 """
 
 from __future__ import annotations
@@ -14,76 +24,107 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pagesim.config import Config  # noqa: E402
-from pagesim.cost import make_cost_model  # noqa: E402
-from pagesim.metrics import summarize_run  # noqa: E402
-from pagesim.request import requests_from_trace  # noqa: E402
-from pagesim.simulator import Simulation  # noqa: E402
-from pagesim.traces import load_trace  # noqa: E402
-from pagesim.traces.synth import synthesize  # noqa: E402
-
-AZURE_CONV = Path(__file__).resolve().parent.parent.parent / "shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+ROOT = Path(__file__).resolve().parent.parent
+OLD_COMMIT = "9708ab1"
+AZURE_CONV = ROOT.parent / "shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+VIDUR_OPTIONS = ["--model", "llama-2-7b", "--gpu", "a100-80gb", "--max-num-seqs", "128",
+                 "--max-num-batched-tokens", "4096"]
+TARGETS = {"min_ratio": 4.0, "azure-conv-default_s": 1.0, "azure-conv-vidur-options_s": 1.7,
+           "synthetic-1m_s": 120.0, "synthetic-1m_rss_mb": 1536.0}
 
 
-def load():
-    if AZURE_CONV.exists():
-        t = time.perf_counter()
-        trace = load_trace(AZURE_CONV)
-        return trace, f"{AZURE_CONV.name} (real)", time.perf_counter() - t
-    return synthesize("azure-conv", num_requests=19366, rate=5.53, seed=0), "azure-conv preset (synthetic)", 0.0
+def synth_trace(path: Path, num_requests: int) -> Path:
+    if not path.exists():
+        sys.path.insert(0, str(ROOT))
+        from pagesim.traces import write_trace
+        from pagesim.traces.synth import synthesize
+
+        write_trace(synthesize("sharegpt", num_requests=num_requests, rate=50.0, seed=0), path)
+    return path
 
 
-def run(trace, fast: bool) -> dict:
-    config = Config(model="llama-3-8b", gpu="h200", block_size=16)
-    cost = make_cost_model("roofline", config)
-    requests = requests_from_trace(trace)
+def git_rev(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() + ("" if not subprocess.run(["git", "-C", str(tree), "diff", "--quiet", "HEAD"]).returncode
+                                  else "+dirty")
+
+
+def time_case(tree: Path, trace: Path, options: list[str], out: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), TQDM_DISABLE="1")
+    cmd = [sys.executable, str(ROOT / "bench/sim_speed_worker.py"), str(trace), "--out", str(out)] + options
     t = time.perf_counter()
-    sim = Simulation(requests, config, cost, fast_path=fast)
-    result = sim.run()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
     wall = time.perf_counter() - t
-    summary = summarize_run(result)
-    simulated = summary["makespan_s"] + float(trace.df["arrival_time_s"].min())
-    return {
-        "fast_path": fast,
-        "wall_s": wall,
-        "num_steps": result.num_steps,
-        "fast_path_steps": result.extra["fast_path_steps"],
-        "steps_per_wall_s": result.num_steps / wall,
-        "simulated_s": simulated,
-        "simulated_s_per_wall_s": simulated / wall,
-        "num_finished": summary["num_finished"],
-        "num_rejected": summary["num_rejected"],
-        "leaked_blocks": summary["leaked_blocks"],
-    }
+    if done.returncode != 0:
+        raise SystemExit(f"worker failed in {tree}:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["process_wall_s"] = wall
+    return result
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/sim-speed.json")
-    ap.add_argument("--no-slow", action="store_true", help="skip the step-by-step (no fast path) run")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per case and tree (the fastest is reported)")
+    ap.add_argument("--million", action="store_true", help="also replay a 1M-request trace (this tree; slow)")
+    ap.add_argument("--million-old", action="store_true", help="... and with the old tree too (~10 min, ~5 GB)")
+    ap.add_argument("--only", action="append", default=[], help="run only this case (repeatable)")
     args = ap.parse_args()
-    trace, source, load_s = load()
-    print(f"trace: {source}, {len(trace.df)} requests, loaded in {load_s:.2f} s")
-    runs = [run(trace, True)] + ([] if args.no_slow else [run(trace, False)])
-    for r in runs:
-        print(f"fast_path={r['fast_path']!s:5}  wall {r['wall_s']:6.2f} s  steps {r['num_steps']:>8}  "
-              f"{r['steps_per_wall_s']:>9.0f} steps/s  {r['simulated_s_per_wall_s']:>7.0f} sim s / wall s  "
-              f"finished {r['num_finished']} rejected {r['num_rejected']} leaked {r['leaked_blocks']}")
+    work = Path(tempfile.mkdtemp(prefix="pagesim-bench-"))
+    old = work / "old"
+    old.mkdir()
+    subprocess.run(f"git -C {ROOT} archive {OLD_COMMIT} | tar -x -C {old}", shell=True, check=True)
+    cases = [("synthetic-20k", synth_trace(work / "sharegpt-20k.jsonl", 20_000), [], True)]
+    if AZURE_CONV.exists():
+        cases += [("azure-conv-default", AZURE_CONV, [], True),
+                  ("azure-conv-vidur-options", AZURE_CONV, VIDUR_OPTIONS, True),
+                  ("azure-conv-two-baselines-files", AZURE_CONV, ["--baseline", "max", "--baseline", "oracle"], False)]
+    else:
+        print(f"skipping the Azure cases: {AZURE_CONV} not found")
+    if args.million or args.million_old:
+        cases.append(("synthetic-1m", synth_trace(work / "sharegpt-1m.jsonl", 1_000_000), ["--stream"],
+                      args.million_old))
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only]
+    report = []
+    for name, trace, options, with_old in cases:
+        entry = {"case": name, "trace": str(trace.name), "options": options}
+        for label, tree in [("new", ROOT)] + ([("old", old)] if with_old else []):
+            best = None
+            for i in range(args.repeat):
+                opts = [o for o in options if o != "--stream" or label == "new"]
+                r = time_case(tree, trace, opts, work / f"{name}-{label}-{i}")
+                if best is None or r["runs"][0]["sim_s"] < best["runs"][0]["sim_s"]:
+                    best = r
+            entry[label] = best
+            r0 = best["runs"][0]
+            print(f"{name:26} {label}: sim {r0['sim_s']:7.2f} s  {r0['num_steps']:>8} steps  "
+                  f"{r0['us_per_step']:6.1f} us/step  load {best['load_s']:5.2f} s  write {best['write_s']:5.2f} s  "
+                  f"peak RSS {best['peak_rss_mb']:6.0f} MB  steps read {best['steps_read_with_derived_s']:.2f} s  "
+                  f"files {best['files']}", flush=True)
+        if "old" in entry:
+            new_r, old_r = entry["new"]["runs"][0], entry["old"]["runs"][0]
+            entry["ratio_per_step"] = old_r["us_per_step"] / new_r["us_per_step"]
+            keys = ("num_steps", "num_finished", "num_rejected", "num_preemptions", "ttft_p50_s", "makespan_s")
+            entry["same_results"] = all(new_r[k] == old_r[k] for k in keys)
+            print(f"{name:26} old/new per step: {entry['ratio_per_step']:.2f}x  same results: {entry['same_results']}")
+        report.append(entry)
     result = {
         "bench": "sim_speed",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
-        "trace": source,
-        "num_requests": len(trace.df),
-        "trace_load_s": load_s,
-        "runs": runs,
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+                    "loadavg_at_end": os.getloadavg()},
+        "new_commit": git_rev(ROOT),
+        "old_commit": OLD_COMMIT,
+        "targets": TARGETS,
+        "cases": report,
         "command": "python bench/sim_speed.py " + " ".join(sys.argv[1:]),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

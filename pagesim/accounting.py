@@ -53,10 +53,7 @@ def request_slots(running, block_size: int) -> tuple[int, int]:
 
     Shared blocks are counted once per table that holds them; callers correct for sharing.
     """
-    used = internal = 0
-    for r in running:
-        used += r.num_computed_tokens
-        beyond = len(r.block_ids) * block_size - r.final_kv_len
-        if beyond > 0:
-            internal += beyond
+    used = sum([r.num_computed_tokens for r in running])
+    # slots beyond final_kv_len (= prompt_len + output_len - 1, inlined: this runs every step)
+    internal = sum([b for r in running if (b := len(r.block_ids) * block_size - r.prompt_len - r.output_len + 1) > 0])
     return used, internal

@@ -53,9 +53,10 @@ def decode_run_limit(sched: Scheduler) -> int:
         return 0
     limit = 1 << 62
     for r in running:
-        if not r.is_decoding:
+        out = r.num_output_tokens
+        if not out or r.num_computed_tokens != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
             return 0
-        left = r.output_len - r.num_output_tokens
+        left = r.output_len - out
         if left < limit:
             limit = left
     if sched.swapped or sched.waiting:
@@ -65,18 +66,22 @@ def decode_run_limit(sched: Scheduler) -> int:
     return sched.kv.max_decode_steps(running, limit)
 
 
-def run_decode_steps(sched: Scheduler, k: int, step_ends: list[float]) -> DecodeRun:
-    """Apply k pure-decode steps at once; `step_ends[j]` is the time step j ends. Requires k <= decode_run_limit()."""
+def run_decode_steps(sched: Scheduler, k: int, step_ends: list[float], context: list[int] | None = None) -> DecodeRun:
+    """Apply k pure-decode steps at once; `step_ends[j]` is the time step j ends. Requires k <= decode_run_limit().
+
+    `context`: the running requests' num_computed_tokens, when the caller has them.
+    """
     kv = sched.kv
     running = sched.running
-    run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(r.num_computed_tokens for r in running),
-                    max_context_start=max((r.num_computed_tokens for r in running), default=0))
+    if context is None:
+        context = [r.num_computed_tokens for r in running]
+    run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(context), max_context_start=max(context, default=0))
     blocks = kv.allocate_decode_steps(running, k)
     run.blocks_per_step = blocks.blocks_per_step
     run.evicted_per_step = blocks.evicted_per_step
     run.internal_delta_per_step = blocks.internal_delta_per_step
     sched.step_id += k
-    end = step_ends[k - 1]
+    end = float(step_ends[k - 1])
     outcome = StepOutcome()
     for r in running:
         old = r.num_computed_tokens
@@ -97,21 +102,14 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
 
     Returns (steps applied, end time of the last).
     """
-    n = len(sched.running)
-    context = sum(r.num_computed_tokens for r in sched.running)
-    longest = max((r.num_computed_tokens for r in sched.running), default=0)
-    durations = cost_model.decode_run_times(n, context, k, longest)
-    starts, ends = [], []
-    t = now
-    for d in durations.tolist():
-        if starts and t >= cut:
-            break
-        starts.append(t)
-        t += d
-        ends.append(t)
-    k = len(starts)
+    context = [r.num_computed_tokens for r in sched.running]
+    durations = cost_model.decode_run_times(len(context), sum(context), k, max(context, default=0))
+    # times[j] = now + d0 + ... + d(j-1), added one at a time as a step-by-step clock would (cumsum is sequential)
+    times = np.cumsum(np.concatenate(([now], durations)))
+    k = max(1, int(np.searchsorted(times[:k], cut, side="left")))  # steps starting before cut; the first always
     before = recorder.memory_state()
     first_step = sched.step_id
-    run = run_decode_steps(sched, k, ends)
-    recorder.record_decode_run(first_step, np.asarray(starts), durations[:k], run, before)
-    return k, ends[-1]
+    ends = times[1 : k + 1]
+    run = run_decode_steps(sched, k, ends, context)
+    recorder.record_decode_run(first_step, times[:k], durations[:k], run, before)
+    return k, float(ends[-1])

@@ -44,6 +44,12 @@ STEP_COLUMNS = (
        "prefix_cache_host_hits")
     + CATEGORIES
 )
+# In-memory types of the step columns (int64 where sums can outgrow int32; the rest int32).
+NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
+    "time_s": np.float64, "duration_s": np.float64,
+    "prefill_attn_pairs": np.int64, "prefill_context_tokens": np.int64, "decode_context_tokens": np.int64,
+}
+CHUNK_STEPS = 1 << 16
 REQUEST_COLUMNS = (
     "request_id",
     "parent_id",
@@ -94,10 +100,20 @@ class BlockSnapshot:
 
 
 class Recorder:
-    def __init__(self, scheduler: Scheduler, features_of):
-        """`features_of(plan)` gives the step's StepFeatures (the cost model's view of the step)."""
+    def __init__(self, scheduler: Scheduler, features_of, sink=None, chunk_steps: int | None = None):
+        """`features_of(plan)` gives the step's StepFeatures (the cost model's view of the step).
+
+        Every `chunk_steps` steps the rows so far become one chunk of columns (numpy arrays, in
+        step order): handed to `sink(columns)` when given (e.g. a Parquet writer), else kept, compact,
+        until steps_frame().
+        """
         self.sched = scheduler
         self.features_of = features_of
+        self.sink = sink
+        self.chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.first_step = 0  # of the rows and runs not yet in a chunk
+        self.num_steps = 0  # recorded so far
         self.rows: list[tuple] = []  # one per recorded step
         self.runs: list[tuple] = []  # decode runs, kept compact (see record_decode_run)
         self.run_times: list[tuple] = []
@@ -153,6 +169,9 @@ class Recorder:
             + self._prefix_deltas()
             + memory[3:]
         )
+        self.num_steps = step + 1
+        if self.num_steps - self.first_step >= self.chunk_steps:
+            self.flush()
 
     def record_step(self, start: float, duration: float, plan: StepPlan, num_running: int) -> None:
         f = self.features_of(plan)
@@ -233,8 +252,41 @@ class Recorder:
         }
         return {c: cols.get(c, zeros) for c in STEP_COLUMNS}
 
-    def steps_frame(self) -> pd.DataFrame:
-        """One row per step, in step order (recorded rows and expanded decode runs interleaved)."""
+    def flush(self) -> None:
+        """Turn the rows and runs recorded since the last flush (steps first_step.. num_steps-1) into a chunk."""
+        if self.num_steps == self.first_step:
+            return
+        cols = self._columns()
+        self.rows, self.runs, self.run_times, self.run_blocks = [], [], [], []
+        self.first_step = self.num_steps
+        if self.sink is not None:
+            self.sink(cols)
+        else:
+            self.chunks.append({c: _narrow(v, NARROW[c]) for c, v in cols.items()})
+
+    def steps_frame(self) -> pd.DataFrame | None:
+        """One row per step, in step order, with the derived columns; None when the steps went to a sink."""
+        self.flush()
+        if self.sink is not None:
+            return None
+        if len(self.chunks) == 1:
+            cols = self.chunks[0]
+        elif self.chunks:
+            cols = {c: np.concatenate([ch[c] for ch in self.chunks]) for c in STEP_COLUMNS}
+        else:
+            cols = {c: np.zeros(0, dtype=NARROW.get(c, np.int64)) for c in STEP_COLUMNS}
+        self.chunks = []
+        # The columns are fresh arrays: hand them over rather than copy them into consolidated blocks
+        # (a second copy of a table this size costs as much again in page faults).
+        df = pd.DataFrame(cols, copy=False)
+        total = self.sched.kv.num_gpu_blocks * self.sched.kv.block_size
+        for c in CATEGORIES:
+            df[f"{c}_frac"] = df[c].to_numpy() / total
+        df["kv_cache_usage"] = df["blocks_used"].to_numpy() / self.sched.kv.num_gpu_blocks
+        return df
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        """The rows and expanded decode runs since the last flush, as columns in step order."""
         if self.rows:
             by_column = list(zip(*self.rows))
             cols = {c: np.asarray(by_column[i]) for i, c in enumerate(STEP_COLUMNS)}
@@ -243,28 +295,23 @@ class Recorder:
         if self.runs:
             runs = self._runs_columns()
             total = len(cols["step"]) + len(runs["step"])
-            if _is_permutation(cols["step"], runs["step"], total):
-                # Steps are numbered 0..total-1, each once: every row goes straight to its place
+            first = self.first_step
+            if _is_permutation(cols["step"] - first, runs["step"] - first, total):
+                # Steps are numbered first..first+total-1, each once: every row goes straight to its place
                 # (one pass and one array per column, where concatenating then sorting makes two).
                 merged = {}
+                rows_at, runs_at = cols["step"] - first, runs["step"] - first
                 for c in STEP_COLUMNS:
                     out = np.empty(total, dtype=np.result_type(cols[c], runs[c]))
-                    out[cols["step"]] = cols[c]
-                    out[runs["step"]] = runs[c]
+                    out[rows_at] = cols[c]
+                    out[runs_at] = runs[c]
                     merged[c] = out
                 cols = merged
             else:
                 cols = {c: np.concatenate([cols[c], runs[c]]) for c in STEP_COLUMNS}
                 order = np.argsort(cols["step"], kind="stable")
                 cols = {c: v[order] for c, v in cols.items()}
-        # The columns are fresh arrays: hand them over rather than copy them into consolidated blocks
-        # (a second copy of a table this size costs as much again in page faults).
-        df = pd.DataFrame(cols, copy=False)
-        total = self.sched.kv.num_gpu_blocks * self.sched.kv.block_size
-        for c in CATEGORIES:
-            df[f"{c}_frac"] = df[c] / total
-        df["kv_cache_usage"] = df["blocks_used"] / self.sched.kv.num_gpu_blocks
-        return df
+        return cols
 
     # ---- snapshots ---------------------------------------------------------------
     def snapshot(self, time_s: float) -> None:
@@ -331,6 +378,13 @@ def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
     if steps.min() < 0 or steps.max() >= total:
         return False
     return bool((np.bincount(steps, minlength=total) == 1).all())
+
+
+def _narrow(v: np.ndarray, dtype) -> np.ndarray:
+    """v as `dtype` when every value fits (else as it is: int64)."""
+    if dtype is np.int32 and len(v) and (v.max() > np.iinfo(np.int32).max or v.min() < np.iinfo(np.int32).min):
+        return v.astype(np.int64, copy=False)
+    return v.astype(dtype, copy=False)
 
 
 def _nan(v):

@@ -1,15 +1,16 @@
 """`python -m pagesim replay TRACE ...`: the paged configuration and each baseline on one trace.
 
 Writes DIR/summary.json (config, trace, runs), DIR/steps.parquet and
-DIR/requests.csv (one row per step / request, with a `run` column), and prints
+DIR/requests.parquet (one row per step / request, with a `run` column; see
+pagesim/results.py, which also reads them back), and prints
 a comparison table. The run options are shared with `live` (engine/live.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -80,8 +81,12 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
 
 
 def simulate_run(trace, config: Config, *, cost_model: str = "roofline", replicas: int = 1,
-                 router: str = "round-robin", slos=(), progress=None):
-    """One run of `config` (over `replicas` replicas when > 1): the RunResult and its summary (with SLO figures)."""
+                 router: str = "round-robin", slos=(), progress=None, steps_writer=None):
+    """One run of `config` (over `replicas` replicas when > 1): the RunResult and its summary (with SLO figures).
+
+    With `steps_writer` (results.StepsWriter; one replica only) the step table goes to disk in chunks as it is
+    recorded and the result keeps only the columns the summary reads.
+    """
     from pagesim import slo
     from pagesim.cluster import ClusterSimulation
     from pagesim.cost import make_cost_model
@@ -93,7 +98,10 @@ def simulate_run(trace, config: Config, *, cost_model: str = "roofline", replica
         raise UserError(f"--replicas must be at least 1, got {replicas}")
     cost = make_cost_model(cost_model, config)
     if replicas == 1:
-        result = Simulation(requests_from_trace(trace), config, cost, progress=progress).run()
+        sink = steps_writer.sink(config.run_name) if steps_writer is not None else None
+        result = Simulation(requests_from_trace(trace), config, cost, progress=progress, steps_sink=sink).run()
+        if steps_writer is not None:
+            result.steps = steps_writer.summary_steps(config.run_name)
     else:
         result = ClusterSimulation(requests_from_trace(trace), config, cost, num_replicas=replicas,
                                    router=router).run()
@@ -158,22 +166,14 @@ def trace_info(trace) -> dict:
     return {"name": trace.name, "rows": int(len(df)), "span_s": span, "load_summary": str(trace.summary)}
 
 
-def write_run_dir(out: Path, config: Config, trace, results: dict, summaries: dict, extra: dict | None = None) -> None:
-    """summary.json, steps.parquet and requests.csv for a set of named runs."""
-    out.mkdir(parents=True, exist_ok=True)
+def write_run_dir(out: Path, config: Config, trace, results: dict, summaries: dict, extra: dict | None = None,
+                  steps_written: bool = False) -> None:
+    """summary.json, steps.parquet (unless `steps_written`) and requests.parquet for named runs (pagesim/results.py)."""
+    from pagesim.results import write_run_files
+
     summary = {"config": config.to_dict(), "trace": trace_info(trace), "runs": summaries}
     summary.update(extra or {})
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-    steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
-    steps.to_parquet(out / "steps.parquet", index=False)
-    reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
-    reqs.to_csv(out / "requests.csv", index=False)
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    write_run_files(out, config, trace, results, summary, steps_written)
 
 
 def comparison_table(summaries: dict) -> str:
@@ -206,8 +206,8 @@ def comparison_table(summaries: dict) -> str:
 
 
 def replay(args) -> int:
-    from tqdm import tqdm
-
+    from pagesim.progress import sim_progress
+    from pagesim.results import StepsWriter, run_geometry
     from pagesim.slo import parse_slos
 
     config = config_from_args(args)
@@ -218,26 +218,25 @@ def replay(args) -> int:
     warnings: list[str] = []
     emit(config_warnings(config, trace), warnings)
     span = trace_info(trace)["span_s"]
+    configs = run_configs(config, args.baseline)
     results, summaries = {}, {}
-    for cfg in run_configs(config, args.baseline):
-        with tqdm(total=round(span, 1), desc=cfg.run_name, unit="sim s", leave=False) as bar:
-
-            def progress(now, bar=bar):
-                bar.n = round(min(now, span), 1)
-                bar.refresh() if bar.n - bar.last_print_n > span / 100 else None
-
-            result, summary = simulate_run(trace, cfg, cost_model=args.cost_model, replicas=args.replicas,
-                                           router=args.router, slos=slos, progress=progress)
-        results[cfg.run_name] = result
-        summaries[cfg.run_name] = summary
-        emit(result_warnings(cfg.run_name, result.requests), warnings)
+    stream = args.replicas == 1  # one replica: steps go to steps.parquet in chunks as the simulation runs
+    geometry = run_geometry(config, {cfg.run_name: type("R", (), {"config": cfg}) for cfg in configs})
+    with StepsWriter(out / "steps.parquet", config, trace, geometry) if stream else nullcontext() as writer:
+        for cfg in configs:
+            with sim_progress(span, cfg.run_name) as progress:
+                result, summary = simulate_run(trace, cfg, cost_model=args.cost_model, replicas=args.replicas,
+                                               router=args.router, slos=slos, progress=progress, steps_writer=writer)
+            results[cfg.run_name] = result
+            summaries[cfg.run_name] = summary
+            emit(result_warnings(cfg.run_name, result.requests), warnings)
     write_run_dir(out, config, trace, results, summaries,
                   {"platform": platform.platform(), "python": platform.python_version(), **provenance(args.argv),
-                   "warnings": warnings})
+                   "warnings": warnings}, steps_written=stream)
     print(comparison_table(summaries))
     if args.replicas > 1:
         print(replica_table(summaries))
-    print(f"wrote {args.out}/summary.json, steps.parquet, requests.csv")
+    print(f"wrote {args.out}/summary.json, steps.parquet, requests.parquet")
     return 0
 
 

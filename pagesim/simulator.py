@@ -57,7 +57,9 @@ class RunResult:
 
 class Simulation:
     def __init__(self, requests: list[Request], config: Config, cost_model, *, fast_path: bool = True,
-                 snapshot_times=(), progress=None, record_events: bool = False):
+                 snapshot_times=(), progress=None, record_events: bool = False, steps_sink=None):
+        """steps_sink: where the step table goes in chunks as it is recorded (results.StepsWriter.sink);
+        the result's `steps` is then None. Without it the steps are kept (compactly) and returned."""
         self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
         self.config = config
         self.cost_model = cost_model
@@ -67,7 +69,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.scheduler = Scheduler(config, record_events)
         self.executor = SimExecutor(cost_model)
-        self.recorder = Recorder(self.scheduler, StepFeatures.from_plan)
+        self.recorder = Recorder(self.scheduler, StepFeatures.from_plan, sink=steps_sink)
         self._snaps = list(self.snapshot_times)
 
     def _tick(self, now: float) -> float:
@@ -118,7 +120,7 @@ class Simulation:
             requests=self.recorder.requests_frame(all_requests),
             snapshots=self.recorder.snapshots,
             sim_wall_s=wall,
-            num_steps=len(steps),
+            num_steps=self.recorder.num_steps,
             leaked_blocks=sched.leaked_blocks(),
             prefix_cache=sched.kv.prefix_cache_stats,
             extra={"fast_path_steps": engine.value.fast_path_steps},

@@ -40,23 +40,24 @@ from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
 from pagesim.errors import UserError
+from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
+from pagesim.loop import run as run_loop
 from pagesim.metrics import summarize_run
 from pagesim.outputs import prepare_output_dir
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
-from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
-from pagesim.loop import run as run_loop
+from pagesim.results import read_requests, read_steps, requests_path
 from pagesim.scheduler import Scheduler
 
 REQUEST_METRICS = [(f"{m}_{p}", m, p) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("p50", "p90", "p99")]
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 VALIDATION_FILES = ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv")
-RUN_FILES = ("summary.json", "steps.parquet", "requests.csv", "releases.csv", "batches.parquet", "arrivals.jsonl")
+RUN_FILES = ("summary.json", "steps.parquet", "requests.parquet", "releases.csv", "batches.parquet", "arrivals.jsonl")
 
 
 def load_run(run_dir: str | Path) -> dict:
     d = Path(run_dir)
-    missing = [f for f in RUN_FILES if not (d / f).exists()]
+    missing = [f for f in RUN_FILES if not (d / f).exists() and not (f == "requests.parquet" and requests_path(d).exists())]
     if missing:
         raise UserError(f"{d}: not a live run directory (missing {', '.join(missing)}); "
                         "expected the output of `python -m pagesim live`")
@@ -65,9 +66,8 @@ def load_run(run_dir: str | Path) -> dict:
         "dir": d,
         "summary": summary,
         "config": Config.from_dict(summary["config"]),
-        "steps": pd.read_parquet(d / "steps.parquet"),
-        "requests": pd.read_csv(d / "requests.csv", dtype={"request_id": str, "parent_id": str},
-                                keep_default_na=False, na_values=[""]),
+        "steps": read_steps(d / "steps.parquet"),
+        "requests": read_requests(requests_path(d)),
         "releases": pd.read_csv(d / "releases.csv", dtype={"request_id": str}),
         "batches": pd.read_parquet(d / "batches.parquet").fillna(""),
     }

@@ -16,6 +16,7 @@ import numpy as np
 from pagesim.config import Config
 from pagesim.cost.roofline import RooflineCostModel
 from pagesim.metrics import summarize_run
+from pagesim.results import requests_for_disk
 from pagesim.simulator import simulate
 from pagesim.traces.synth import synthesize
 
@@ -34,7 +35,7 @@ def write_live_run(path: Path, num_requests: int = 40) -> Path:
                "software": {"python": "3.11"}}
     (path / "summary.json").write_text(json.dumps(summary, default=float))
     live.steps.assign(run="live", gpu_time_s=live.steps["duration_s"] * 0.9).to_parquet(path / "steps.parquet")
-    live.requests.assign(run="live").to_csv(path / "requests.csv", index=False)
+    requests_for_disk(live.requests.assign(run="live")).to_parquet(path / "requests.parquet")
     rng = np.random.default_rng(0)
     measured = live.steps["duration_s"].to_numpy()
     predicted = measured * (1 + rng.normal(0, 0.1, len(measured)))

@@ -515,3 +515,25 @@ def test_committed_profile_is_reproduced_by_refit(committed):
     for name, value in committed.coefficients.items():
         assert refitted.coefficients[name] == pytest.approx(value, rel=1e-6, abs=1e-15), name
     assert report["mape"] == pytest.approx(d["report"]["mape"], rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_relative_l1_fit_reaches_the_linear_programs_optimum(seed):
+    """The reweighted least squares reaches the optimum of min mean |a x / y - 1|, x >= 0, solved as an LP."""
+    from scipy.optimize import linprog
+
+    from pagesim.cost.profile import _fit_relative_l1
+
+    rng = np.random.default_rng(seed)
+    m, n = 150, 5
+    a = rng.uniform(0, 1, (m, n))
+    a[:, 0] = 1
+    y = a @ np.array([0.5, 2, 0, 1, 0.3]) * (1 + rng.normal(0, 0.1, m)) + 0.01
+    x, err = _fit_relative_l1(a, y)
+    ratio = a / y[:, None]
+    lp = linprog(np.r_[np.zeros(n), np.ones(m) / m],
+                 A_ub=np.block([[ratio, -np.eye(m)], [-ratio, -np.eye(m)]]), b_ub=np.r_[np.ones(m), -np.ones(m)],
+                 bounds=[(0, None)] * (n + m))
+    assert lp.success and (x >= 0).all()
+    assert err == pytest.approx(np.abs(ratio @ x - 1).mean(), rel=1e-12)
+    assert err == pytest.approx(lp.fun, rel=1e-3), f"IRLS stopped at {err}, the optimum is {lp.fun}"

@@ -352,7 +352,7 @@ def test_live_run_directory_loads_with_string_ids(live_dir):
 
 def test_live_run_missing_files_are_named(live_dir, tmp_path):
     (tmp_path / "summary.json").write_text("{}")
-    with pytest.raises(UserError, match="missing steps.parquet, requests.csv"):
+    with pytest.raises(UserError, match="missing steps.parquet, requests.parquet"):
         live_runs.load_live_run(tmp_path)
 
 

@@ -271,3 +271,20 @@ def test_llama_3_1_scaling_changes_only_the_low_frequencies():
     f0, f1 = closed_form_frequencies(base), closed_form_frequencies(scaled)
     assert f1[0] == f0[0] and math.isclose(f1[-1], f0[-1] / 8), "high frequencies kept, the lowest divided by 8"
     assert scaled.max_position_embeddings == 131072 and scaled.kv_bytes_per_token == base.kv_bytes_per_token
+
+
+def test_a_truncated_or_lying_safetensors_file_is_refused(tmp_path):
+    """Header offsets beyond the file (a truncated download) are an error naming the file, not garbage weights."""
+    import pytest
+
+    save_safetensors({"a": torch.randn(64, 64)}, tmp_path / "x.safetensors")
+    data = (tmp_path / "x.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="cut.safetensors"):
+        load_safetensors(tmp_path / "cut.safetensors")
+
+
+def test_fp8_tensors_round_trip(tmp_path):
+    t = torch.randn(4, 8).to(torch.float8_e4m3fn)
+    save_safetensors({"w": t}, tmp_path / "f.safetensors")
+    assert torch.equal(load_safetensors(tmp_path / "f.safetensors")["w"].view(torch.uint8), t.view(torch.uint8))

@@ -10,6 +10,7 @@ import pytest
 from pagesim.cli import main
 from pagesim.config import Config
 from pagesim.metrics import summarize_run
+from pagesim.results import read_requests, read_steps
 from pagesim.simulator import simulate
 from pagesim.traces.synth import synthesize
 
@@ -103,8 +104,8 @@ def test_replay_cli_writes_summary_steps_and_requests(tmp_path, capsys):
         assert keys <= set(run)
         assert set(run["ttft_s"]) == {"p50", "p90", "p99", "mean"}
         assert run["num_finished"] == 50 and run["leaked_blocks"] == 0
-    steps = pd.read_parquet(out / "steps.parquet")
-    requests = pd.read_csv(out / "requests.csv")
+    steps = read_steps(out / "steps.parquet")
+    requests = read_requests(out / "requests.parquet")
     assert set(steps["run"]) == set(requests["run"]) == set(summary["runs"])
     printed = capsys.readouterr().out
     assert "contiguous-oracle" in printed and "token states" in printed

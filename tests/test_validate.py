@@ -16,6 +16,7 @@ from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
+from pagesim.results import read_requests, read_steps, requests_path
 from pagesim.scheduler import Scheduler
 from pagesim.simulator import simulate
 from pagesim.traces import load_trace
@@ -45,7 +46,7 @@ def replayed_features(d: Path, config: Config) -> dict[int, StepFeatures]:
     reqs = sorted(requests_from_trace(load_trace(d / "arrivals.jsonl")), key=lambda r: (release[r.request_id], r.seq_no))
     for r in reqs:
         r.arrival_time = float(releases.at[r.request_id, "arrival_time_s"])
-    steps = pd.read_parquet(d / "steps.parquet")
+    steps = read_steps(d / "steps.parquet")
     sched, out, i = Scheduler(config), {}, 0
     for step, t, dur in zip(steps["step"], steps["time_s"], steps["duration_s"]):
         while i < len(reqs) and release[reqs[i].request_id] <= step:
@@ -59,7 +60,7 @@ def replayed_features(d: Path, config: Config) -> dict[int, StepFeatures]:
 
 def test_step_level_error_equals_a_direct_computation(validated):
     d, report = validated
-    steps = pd.read_parquet(d / "steps.parquet")
+    steps = read_steps(d / "steps.parquet")
     config = Config.from_dict(json.loads((d / "summary.json").read_text())["config"])
     cost = make_cost_model(str(PROFILE), config)
     # The fixture drops max_decode_context, as in runs recorded before it existed: it comes from the replayed plans,
@@ -85,7 +86,7 @@ def test_step_level_error_equals_a_direct_computation(validated):
 
 def test_lockstep_replay_makes_the_live_run_decisions(validated):
     d, report = validated
-    steps = pd.read_parquet(d / "steps.parquet")
+    steps = read_steps(d / "steps.parquet")
     decisions = report["decisions"]
     assert decisions["n_steps_compared"] == len(steps)
     assert decisions["n_steps_differing"] == 0, decisions["first_difference"]
@@ -94,7 +95,7 @@ def test_lockstep_replay_makes_the_live_run_decisions(validated):
 
 def test_request_level_live_figures_equal_a_direct_computation(validated):
     d, report = validated
-    req = pd.read_csv(d / "requests.csv")
+    req = read_requests(requests_path(d))
     done = req[req["state"] == "finished"]
     rl = report["request_level"]
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
@@ -122,16 +123,16 @@ def test_committed_validations_show_identical_decisions():
 
 
 def test_live_and_simulator_files_have_the_same_schema(tmp_path):
-    live_steps = pd.read_parquet(LIVE / RUN / "steps.parquet")
-    live_requests = pd.read_csv(LIVE / RUN / "requests.csv")
+    live_steps = read_steps(LIVE / RUN / "steps.parquet")
+    live_requests = read_requests(requests_path(LIVE / RUN))
     trace = load_trace(LIVE / RUN / "arrivals.jsonl", limit=20)
     out = tmp_path / "sim"
     from pagesim.traces import write_trace
 
     write_trace(trace, tmp_path / "t.jsonl")
     assert main(["replay", str(tmp_path / "t.jsonl"), "--num-gpu-blocks", "4096", "--out", str(out)]) == 0
-    sim_steps = pd.read_parquet(out / "steps.parquet")
-    sim_requests = pd.read_csv(out / "requests.csv")
+    sim_steps = read_steps(out / "steps.parquet")
+    sim_requests = read_requests(requests_path(out))
     live_only = {"gpu_time_s", "exec_s"}  # measured on the GPU only
     # columns added after this run was recorded
     recorded_since = {"max_decode_context", "num_load_blocks", "num_store_blocks",
@@ -155,7 +156,7 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
     assert {"environment", "model_spec", "config"} <= set(summary)
-    assert "max_decode_context" in pd.read_parquet(out / "steps.parquet")
+    assert "max_decode_context" in read_steps(out / "steps.parquet")
     assert main(["validate", str(out)]) == 2  # no profile recorded: never a silent roofline
     assert main(["validate", str(out), "--cost-model", "roofline"]) == 0
     assert main(["validate", str(out), "--cost-model", "roofline"]) == 2  # would overwrite: needs --force

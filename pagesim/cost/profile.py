@@ -350,32 +350,12 @@ class ProfileCostModel:
 
 # ---- fitting ---------------------------------------------------------------------------
 def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """min |a x - b| subject to x >= 0 (Lawson and Hanson's active-set method), columns rescaled first."""
+    """min |a x - b| subject to x >= 0 (scipy's NNLS), columns rescaled to unit maximum first."""
+    from scipy.optimize import nnls
+
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
-    a = a / scale
-    m, n = a.shape
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    tol = 10 * np.finfo(float).eps * max(m, n) * max(1.0, np.abs(a).sum(axis=0).max())
-    w = a.T @ (b - a @ x)
-    for _ in range(3 * n + 10):
-        if passive.all() or w[~passive].max() <= tol:
-            break
-        passive[np.argmax(np.where(passive, -np.inf, w))] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > tol).all():
-                break
-            bad = passive & (z <= tol)
-            alpha = np.min(x[bad] / (x[bad] - z[bad]))
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-        x = z
-        w = a.T @ (b - a @ x)
-    return np.maximum(x, 0.0) / scale
+    return np.maximum(nnls(a / scale, b)[0], 0.0) / scale
 
 
 def _fit_relative_l1(a: np.ndarray, y: np.ndarray, iters: int = 100, floor: float = 1e-3) -> tuple[np.ndarray, float]:

@@ -5,7 +5,7 @@ rest once `python -m pagesim validate DIR` has compared it with the simulator:
 
     summary.json              {"config", "trace", "runs": {"live": summary}, "hardware", "software"}
     steps.parquet             the simulator's step columns (run = "live") + gpu_time_s
-    requests.csv              the simulator's request columns (run = "live")
+    requests.parquet          the simulator's request columns (run = "live"); requests.csv in older runs
     validation.json           {"cost_model", "step_level": {mape, p90_ape, n_steps},
                                "decisions": {n_steps_compared, n_steps_differing, preemptions_live, preemptions_sim},
                                "request_level": {metric: {live, sim, rel_error}}}
@@ -25,12 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from pagesim import results
 from pagesim.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE_DIR = REPO / "results" / "live"
 LIVE_DIR_ENV = "PAGESIM_LIVE_RUNS"  # another folder of run directories (tests, other checkouts)
-RUN_FILES = ("summary.json", "steps.parquet", "requests.csv")  # written by `python -m pagesim live`
+RUN_FILES = ("summary.json", "steps.parquet", "requests.parquet")  # written by `python -m pagesim live`
 VALIDATION_FILES = ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv")  # by validate
 FILES = RUN_FILES + VALIDATION_FILES
 _STRING_COLUMNS = {"request_id": str, "parent_id": str, "state": str, "reason": str, "run": str}
@@ -79,10 +80,11 @@ def is_validated(path: Path) -> bool:
 
 
 def read_requests(path: Path) -> pd.DataFrame:
-    """A requests CSV with ids and text columns as strings (an empty parent_id reads as '', as written)."""
-    df = pd.read_csv(path, dtype=_STRING_COLUMNS)
-    present = [c for c in _STRING_COLUMNS if c in df]
-    df[present] = df[present].fillna("")
+    """A run's requests (requests.parquet, or requests.csv of older runs) with ids and text columns as strings."""
+    df = results.read_requests(path)
+    for c in _STRING_COLUMNS:
+        if c in df:
+            df[c] = df[c].astype(str)
     return df
 
 
@@ -90,13 +92,15 @@ def load_live_run(path: Path) -> LiveRun:
     """Read a run directory; UserError naming the directory and the missing or unreadable file. The
     validation files are read when all of them are there."""
     path = Path(path)
-    missing = [f for f in RUN_FILES if not (path / f).is_file()]
+    missing = [f for f in RUN_FILES if not (path / f).is_file()
+               and not (f == "requests.parquet" and results.requests_path(path).is_file())]
     if missing:
         raise UserError(f"{path}: not a live run directory; missing {', '.join(missing)} "
                         f"(expected {', '.join(RUN_FILES)}, and after validation {', '.join(VALIDATION_FILES)})")
     try:
         run = LiveRun(path=path, summary=json.loads((path / "summary.json").read_text()),
-                      steps=pd.read_parquet(path / "steps.parquet"), requests=read_requests(path / "requests.csv"))
+                      steps=results.read_steps(path / "steps.parquet"),
+                      requests=read_requests(results.requests_path(path)))
         if is_validated(path):
             v = validation_dir(path)
             run.validation = json.loads((v / "validation.json").read_text())

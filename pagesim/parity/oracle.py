@@ -25,7 +25,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-import torch  # noqa: E402  (vLLM needs it; pagesim core does not)
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
@@ -85,6 +84,8 @@ class VllmOracle:
             model_config=model_config, scheduler_config=scheduler_config, cache_config=cache_config,
             device_config=DeviceConfig("cpu"),
         )
+        import torch  # the spec's dtype field; vLLM has imported torch already (pagesim's core never does)
+
         kv_cache_config = KVCacheConfig(
             num_blocks=self.num_blocks, kv_cache_tensors=[],
             kv_cache_groups=[KVCacheGroupSpec(["layer.0"], FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32))],

@@ -1,0 +1,37 @@
+"""The replay progress bar: simulated seconds of the trace, redrawn at most every 0.5 s.
+
+tqdm decides when to redraw (`mininterval`; `miniters=1` so a slow simulation
+still redraws on time). To a non-terminal (a log file, a pipe) it redraws at
+most every `NON_TTY_INTERVAL_S`, so even a long run writes a few hundred lines.
+`TQDM_DISABLE=1` turns it off (tqdm's own switch).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+TTY_INTERVAL_S = 0.5
+NON_TTY_INTERVAL_S = 5.0
+
+
+@contextmanager
+def sim_progress(span_s: float, desc: str, file=None):
+    """Yields `progress(now)` for `Simulation(progress=...)`; the bar closes on exit."""
+    from tqdm import tqdm
+
+    file = sys.stderr if file is None else file
+    isatty = getattr(file, "isatty", lambda: False)()
+    total = round(span_s, 1)
+    with tqdm(total=total, desc=desc, unit="sim s", leave=False, file=file, miniters=1,
+              mininterval=TTY_INTERVAL_S if isatty else NON_TTY_INTERVAL_S) as bar:
+        shown = 0.0
+
+        def progress(now: float) -> None:
+            nonlocal shown
+            n = round(min(now, span_s), 1)
+            if n > shown:
+                bar.update(n - shown)
+                shown = n
+
+        yield progress

@@ -1,0 +1,418 @@
+"""Run files on disk: what `replay` and `live` write, and the one reader every consumer uses.
+
+    DIR/summary.json       config, trace, per-run summaries, provenance
+    DIR/steps.parquet      one row per step of every run (zstd); `run` is categorical
+    DIR/requests.parquet   one row per request of every run, typed: the source of truth
+
+Columns that follow from others are not stored; `read_steps` / `read_requests`
+derive them (the memory fractions, `kv_cache_usage`, `blocks_free`, `free`,
+`cached`, a `step` equal to the row number, and the latencies `ttft_s`,
+`tpot_s`, `e2e_s`). `time_s` is stored as `idle_before_s`, the idle time
+before each step (0.0 for nearly all), and rebuilt bit for bit. The writer drops a derivable column only when the derivation
+reproduces it exactly, so reading a run back gives the frames the simulator
+made. Integer columns have fixed narrow types (int32; int64 for sums that can
+outgrow it). Each parquet file's metadata holds the provenance (`pagesim` key):
+schema version, config, per-run geometry, trace fingerprint, git commit; the
+same goes in summary.json.
+
+Older runs with requests.csv (committed results/live/*) are read too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pagesim.accounting import CATEGORIES
+
+SCHEMA_VERSION = 2  # 1: steps.parquet with every column + requests.csv
+METADATA_KEY = b"pagesim"
+COMPRESSION = "zstd"
+WIDE_COLUMNS = {"prefill_attn_pairs", "prefill_context_tokens", "decode_context_tokens"}  # sums: int64
+FLOAT_COLUMNS = {"time_s", "duration_s", "arrival_time_s", "first_scheduled_s", "first_token_s", "finish_s"}
+STRING_COLUMNS = ("request_id", "parent_id")
+CATEGORY_COLUMNS = ("run", "state", "reason")
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+
+
+# ---- derived columns -------------------------------------------------------------------------
+def _run_codes(df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    run = df["run"] if isinstance(df["run"].dtype, pd.CategoricalDtype) else df["run"].astype("category")
+    return run.cat.codes.to_numpy(), [str(c) for c in run.cat.categories]
+
+
+def _geometry(df: pd.DataFrame, runs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (num_gpu_blocks, block_size) from the per-run geometry in the metadata."""
+    if "run" not in df or not runs:
+        raise ValueError("steps without run geometry")
+    codes, names = _run_codes(df)
+    blocks = np.array([runs[n]["num_gpu_blocks"] for n in names], dtype=np.int64)[codes]
+    bs = np.array([runs[n]["block_size"] for n in names], dtype=np.int64)[codes]
+    return blocks, bs
+
+
+def _step_numbers(df: pd.DataFrame) -> np.ndarray:
+    """Row number within each run (runs are stored one after the other)."""
+    if "run" not in df:
+        return np.arange(len(df))
+    codes, _ = _run_codes(df)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.zeros(0, dtype=np.int64)
+    if len(starts) != len(np.unique(codes)):  # a run split in pieces: count the general way
+        return df.groupby("run", observed=True, sort=False).cumcount().to_numpy()
+    lengths = np.diff(np.r_[starts, len(codes)])
+    return np.arange(len(codes)) - np.repeat(starts, lengths)
+
+
+def _derive_step_column(name: str, df: pd.DataFrame, runs: dict):
+    """The value of a derivable step column from the stored ones (None if its inputs are missing)."""
+    blocks, bs = _geometry(df, runs)
+    if name == "step":
+        return _step_numbers(df)
+    if name == "blocks_free":
+        return blocks - df["blocks_used"].to_numpy(np.int64) - df["blocks_cached"].to_numpy(np.int64)
+    if name == "cached":
+        return df["blocks_cached"].to_numpy(np.int64) * bs
+    if name == "free":
+        others = sum(df[c].to_numpy(np.int64) for c in CATEGORIES if c != "free")
+        return blocks * bs - others
+    return None
+
+
+STEP_DERIVED = ("step", "blocks_free", "cached", "free")
+IDLE = "idle_before_s"  # stored in place of time_s: 0.0 for all but the steps after an idle gap
+
+
+def idle_before(time_s: np.ndarray, duration_s: np.ndarray, prev_end: float) -> np.ndarray:
+    """g with time_s[i] == (time_s[i-1] + duration_s[i-1]) + g[i] exactly in float64 (prev_end before row 0).
+
+    g is the idle time before each step; time_s is rebuilt from it by `times_from_idle`.
+    """
+    prev = np.concatenate(([prev_end], time_s[:-1] + duration_s[:-1]))
+    g = time_s - prev
+    for _ in range(4):  # the difference is exact unless the gap is far longer than the time before it
+        off = (prev + g) != time_s
+        if not off.any():
+            return g
+        g[off] = np.nextafter(g[off], np.where((prev + g)[off] < time_s[off], np.inf, -np.inf))
+    raise AssertionError("step start times cannot be stored as idle gaps exactly")
+
+
+def times_from_idle(idle_s: np.ndarray, duration_s: np.ndarray) -> np.ndarray:
+    """time_s from the idle gaps: ((g0 + d0) + g1) + d1 ..., added one at a time (cumsum is sequential)."""
+    inter = np.empty(2 * len(idle_s))
+    inter[0::2], inter[1::2] = idle_s, duration_s
+    return np.cumsum(inter)[0::2]
+
+
+def _run_segments(df: pd.DataFrame) -> list[slice]:
+    if "run" not in df or not len(df):
+        return [slice(0, len(df))]
+    codes, _ = _run_codes(df)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    return [slice(int(a), int(b)) for a, b in zip(starts, ends)]
+
+
+def add_derived_step_columns(df: pd.DataFrame, runs: dict) -> pd.DataFrame:
+    """The fractions of the whole cache per category and vLLM's kv_cache_usage (blocks in use / all)."""
+    blocks, bs = _geometry(df, runs)
+    total = blocks * bs
+    for c in CATEGORIES:
+        df[f"{c}_frac"] = df[c].to_numpy() / total
+    df["kv_cache_usage"] = df["blocks_used"].to_numpy() / blocks
+    return df
+
+
+def add_latencies(df: pd.DataFrame) -> pd.DataFrame:
+    """ttft_s, tpot_s, e2e_s from the request times (NaN where they do not apply), as the recorder computes them."""
+    finished = (df["state"] == "finished").to_numpy()
+    first, finish, arrival = (df[c].to_numpy(np.float64) for c in ("first_token_s", "finish_s", "arrival_time_s"))
+    out = df["output_len"].to_numpy(np.int64)
+    df["ttft_s"] = first - arrival
+    df["tpot_s"] = np.where(finished & (out > 1), (finish - first) / np.maximum(out - 1, 1), np.nan)
+    df["e2e_s"] = np.where(finished, finish - arrival, np.nan)
+    return df
+
+
+# ---- writing -----------------------------------------------------------------------------------
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    out = {}
+    for c in df.columns:
+        v = df[c]
+        if c in CATEGORY_COLUMNS:
+            out[c] = v.astype("category")
+        elif c in STRING_COLUMNS:
+            out[c] = v.astype(str)
+        elif c in FLOAT_COLUMNS or v.dtype.kind == "f":
+            out[c] = v.astype(np.float64)
+        elif v.dtype.kind in "iub":
+            if c not in WIDE_COLUMNS and len(v) and (v.max() > np.iinfo(np.int32).max or v.min() < np.iinfo(np.int32).min):
+                raise OverflowError(f"column {c} holds {v.max()}, beyond the int32 the file format gives it")
+            out[c] = v.astype(np.int64 if c in WIDE_COLUMNS else np.int32)
+        else:
+            out[c] = v
+    return pd.DataFrame(out, copy=False)
+
+
+def write_options(schema: pa.Schema) -> dict:
+    """zstd; floats byte-stream-split and integers delta-packed (about a third smaller than plain zstd
+    on step tables, whose counts change little from one step to the next)."""
+    encodings = {}
+    for f in schema:
+        if pa.types.is_floating(f.type):
+            encodings[f.name] = "BYTE_STREAM_SPLIT"
+        elif pa.types.is_integer(f.type):
+            encodings[f.name] = "DELTA_BINARY_PACKED"
+    dictionary = [f.name for f in schema if f.name not in encodings]
+    return {"compression": COMPRESSION, "use_dictionary": dictionary, "column_encoding": encodings}
+
+
+def _table(df: pd.DataFrame, metadata: dict) -> pa.Table:
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(metadata)})
+
+
+def steps_for_disk(steps: pd.DataFrame, runs: dict) -> tuple[pd.DataFrame, list[str]]:
+    """The stored columns (derived ones dropped where the derivation is exact) and the names dropped."""
+    derived = [c for c in [f"{c}_frac" for c in CATEGORIES] + ["kv_cache_usage"] if c in steps]
+    if derived:
+        again = add_derived_step_columns(steps[["run", "blocks_used"] + list(CATEGORIES)].copy(), runs)
+        wrong = [c for c in derived if not np.array_equal(again[c].to_numpy(), steps[c].to_numpy(), equal_nan=True)]
+        if wrong:
+            raise AssertionError(f"step columns {wrong} do not follow from the run geometry {runs}")
+    steps = steps.drop(columns=derived)
+    dropped = []
+    for c in STEP_DERIVED:
+        if c in steps:
+            value = _derive_step_column(c, steps, runs)
+            if value is not None and np.array_equal(steps[c].to_numpy(), value):
+                dropped.append(c)
+    if "time_s" in steps and "duration_s" in steps:
+        t, d = steps["time_s"].to_numpy(np.float64), steps["duration_s"].to_numpy(np.float64)
+        steps = steps.assign(**{IDLE: np.concatenate([idle_before(t[seg], d[seg], 0.0)
+                                                      for seg in _run_segments(steps)] or [np.zeros(0)])})
+        dropped.append("time_s")
+    return _typed(steps.drop(columns=dropped)), dropped
+
+
+def requests_for_disk(requests: pd.DataFrame) -> pd.DataFrame:
+    derived = add_latencies(requests[[c for c in requests.columns if c not in LATENCIES]].copy())
+    exact = all(c not in requests or np.array_equal(requests[c].to_numpy(np.float64), derived[c].to_numpy(),
+                                                    equal_nan=True) for c in LATENCIES)
+    if not exact:
+        raise AssertionError("request latencies do not follow from the request times")
+    return _typed(requests.drop(columns=[c for c in LATENCIES if c in requests]))
+
+
+def trace_fingerprint(trace) -> str:
+    """sha256 (first 16 hex digits) of the trace's requests, independent of process and PYTHONHASHSEED."""
+    df = trace.df
+    h = hashlib.sha256()
+    for c in df.columns:
+        v = df[c]
+        h.update(c.encode())
+        h.update(pd.util.hash_pandas_object(v.astype(str) if v.dtype == object else v, index=False).to_numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout pagesim runs from (+ '-dirty' with local changes); None outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+        if rev.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return rev.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(config_dict: dict, trace, runs: dict) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "git_commit": git_commit(), "trace_fingerprint": trace_fingerprint(trace),
+            "config": config_dict, "runs": runs}
+
+
+def run_geometry(config, results: dict) -> dict:
+    """{run name: {num_gpu_blocks, block_size}}, from each result's config (else the shared one)."""
+    out = {}
+    for name, r in results.items():
+        cfg = getattr(r, "config", None) or config
+        out[name] = {"num_gpu_blocks": int(cfg.resolved_num_gpu_blocks), "block_size": int(cfg.block_size)}
+    return out
+
+
+def write_run_files(out: Path, config, trace, results: dict, summary: dict, steps_written: bool = False) -> None:
+    """summary.json (with provenance), steps.parquet and requests.parquet for a set of named runs.
+
+    steps_written: steps.parquet is already there (a StepsWriter streamed it during the runs).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    runs = run_geometry(config, results)
+    meta = provenance(config.to_dict(), trace, runs)
+    summary = {**summary, "provenance": {k: v for k, v in meta.items() if k != "config"}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    if not steps_written:
+        steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
+        steps, dropped = steps_for_disk(steps, runs)
+        table = _table(steps, {**meta, "derived": dropped})
+        pq.write_table(table, out / "steps.parquet", **write_options(table.schema))
+    reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
+    table = _table(requests_for_disk(reqs), meta)
+    pq.write_table(table, out / "requests.parquet", **write_options(table.schema))
+
+
+SUMMARY_STEP_COLUMNS = ("duration_s", "num_running", "num_preemptions", "blocks_used") + CATEGORIES
+
+
+class StepsWriter:
+    """steps.parquet written while the runs go: each chunk of steps a Recorder hands over (`sink(name)`) is
+    a row group, with the derived columns left out (checked exact, chunk by chunk). The columns the
+    run summary needs are kept (`summary_steps(name)`), the rest is only on disk."""
+
+    def __init__(self, path: Path, config, trace, runs: dict):
+        self.path, self.runs = Path(path), runs
+        self.meta = {**provenance(config.to_dict(), trace, runs), "derived": list(STEP_DERIVED) + ["time_s"]}
+        self.prev_end = dict.fromkeys(runs, 0.0)  # end of each run's last written step
+        self.categories = list(runs)
+        self.writer: pq.ParquetWriter | None = None
+        self.kept: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in runs}
+        self.written: dict[str, int] = dict.fromkeys(runs, 0)
+
+    def sink(self, name: str):
+        return lambda columns: self.write(name, columns)
+
+    def write(self, name: str, columns: dict[str, np.ndarray]) -> None:
+        df = pd.DataFrame(columns, copy=False)
+        df["run"] = pd.Categorical.from_codes(np.full(len(df), self.categories.index(name), dtype=np.int8),
+                                              categories=self.categories)
+        first = self.written[name]
+        if not np.array_equal(df["step"].to_numpy(), np.arange(first, first + len(df))):
+            raise AssertionError(f"run {name}: steps {first}.. are not numbered in order")
+        for c in STEP_DERIVED[1:]:
+            if not np.array_equal(df[c].to_numpy(), _derive_step_column(c, df, self.runs)):
+                raise AssertionError(f"run {name}: column {c} does not follow from the others")
+        self.kept[name].append({c: _narrow_copy(df[c].to_numpy()) for c in SUMMARY_STEP_COLUMNS})
+        t, d = df["time_s"].to_numpy(np.float64), df["duration_s"].to_numpy(np.float64)
+        df[IDLE] = idle_before(t, d, self.prev_end[name])
+        if len(df):
+            self.prev_end[name] = float(t[-1] + d[-1])
+        df = _typed(df.drop(columns=list(STEP_DERIVED) + ["time_s"]))
+        table = _table(df, self.meta)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, **write_options(table.schema))
+        self.writer.write_table(table)
+        self.written[name] = first + len(df)
+
+    def summary_steps(self, name: str) -> pd.DataFrame:
+        """The run's steps with the columns summarize() reads (kv_cache_usage derived)."""
+        chunks = self.kept.pop(name)
+        cols = {c: np.concatenate([ch[c] for ch in chunks]) if chunks else np.zeros(0, dtype=np.int64)
+                for c in SUMMARY_STEP_COLUMNS}
+        df = pd.DataFrame(cols, copy=False)
+        df["kv_cache_usage"] = df["blocks_used"].to_numpy() / self.runs[name]["num_gpu_blocks"]
+        return df
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _narrow_copy(v: np.ndarray) -> np.ndarray:
+    if v.dtype.kind in "iu" and (not len(v) or (v.min() >= np.iinfo(np.int32).min and v.max() <= np.iinfo(np.int32).max)):
+        return v.astype(np.int32)
+    return v.copy()
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# ---- reading -----------------------------------------------------------------------------------
+def parquet_metadata(path: Path) -> dict:
+    meta = pq.read_schema(path).metadata or {}
+    return json.loads(meta[METADATA_KEY]) if METADATA_KEY in meta else {}
+
+
+def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A steps.parquet with every column the simulator produces (derived ones computed here), or `columns`.
+
+    Files written before schema 2 (every column stored) are returned as they are.
+    """
+    path = Path(path)
+    meta = parquet_metadata(path)
+    df = pd.read_parquet(path)
+    if not meta:
+        return df if columns is None else df[columns]
+    runs = meta["runs"]
+    if IDLE in df:
+        idle, d = df[IDLE].to_numpy(np.float64), df["duration_s"].to_numpy(np.float64)
+        time_s = np.empty(len(df))
+        for seg in _run_segments(df):
+            time_s[seg] = times_from_idle(idle[seg], d[seg])
+        df = df.drop(columns=IDLE)
+        df["time_s"] = time_s
+    for c in meta.get("derived", []):
+        if c != "time_s":
+            df[c] = _derive_step_column(c, df, runs)
+    df = add_derived_step_columns(df, runs)
+    order = [c for c in _step_order() if c in df] + [c for c in df.columns if c not in _step_order()]
+    return df[order if columns is None else columns]
+
+
+def _step_order() -> tuple[str, ...]:
+    from pagesim.recorder import STEP_COLUMNS
+
+    return STEP_COLUMNS + tuple(f"{c}_frac" for c in CATEGORIES) + ("kv_cache_usage",)
+
+
+def read_requests(path: str | Path) -> pd.DataFrame:
+    """Requests of a run: requests.parquet, or (older runs) requests.csv with ids and text as strings."""
+    path = Path(path)
+    if path.suffix == ".csv" or (not path.exists() and path.with_suffix(".csv").exists()):
+        df = pd.read_csv(path.with_suffix(".csv"), dtype={c: str for c in STRING_COLUMNS + CATEGORY_COLUMNS},
+                         keep_default_na=False, na_values={c: [""] for c in _CSV_NUMERIC})
+        return df
+    df = pd.read_parquet(path)
+    for c in ("state", "reason"):
+        if c in df:
+            df[c] = df[c].astype(str)
+    df = add_latencies(df)
+    from pagesim.recorder import REQUEST_COLUMNS
+
+    order = [c for c in REQUEST_COLUMNS if c in df] + [c for c in df.columns if c not in REQUEST_COLUMNS]
+    return df[order]
+
+
+_CSV_NUMERIC = ("arrival_time_s", "first_scheduled_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s")
+
+
+def requests_path(run_dir: str | Path, stem: str = "requests") -> Path:
+    """DIR/requests.parquet, or DIR/requests.csv for runs written before schema 2."""
+    d = Path(run_dir)
+    parquet = d / f"{stem}.parquet"
+    return parquet if parquet.exists() or not (d / f"{stem}.csv").exists() else d / f"{stem}.csv"
+
+
+def read_run(run_dir: str | Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """(summary, steps, requests) of a run directory written by `replay` or `live`."""
+    d = Path(run_dir)
+    return json.loads((d / "summary.json").read_text()), read_steps(d / "steps.parquet"), \
+        read_requests(requests_path(d))

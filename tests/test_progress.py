@@ -1,0 +1,67 @@
+"""The replay progress bar redraws on a timer, not on every simulator event (issue #10 item 8)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pagesim.progress import NON_TTY_INTERVAL_S, TTY_INTERVAL_S, sim_progress
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "traces" / "sharegpt-poisson-1k.jsonl"
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _redraws(text: str) -> int:
+    return sum(1 for part in text.replace("\r", "\n").split("\n") if part.strip())
+
+
+def test_bar_redraws_at_most_every_half_second_however_often_it_is_called():
+    out = FakeTerminal()
+    t0 = time.perf_counter()
+    with sim_progress(100.0, "paged", file=out) as progress:
+        for i in range(200_000):
+            progress(i * 100.0 / 200_000)
+    elapsed = time.perf_counter() - t0
+    # one draw at the start, one at the close, and at most one per interval in between
+    assert _redraws(out.getvalue()) <= 3 + elapsed / TTY_INTERVAL_S, (elapsed, out.getvalue()[-300:])
+
+
+def test_bar_to_a_non_terminal_redraws_rarely():
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with sim_progress(100.0, "paged", file=out) as progress:
+        for i in range(200_000):
+            progress(i * 100.0 / 200_000)
+    elapsed = time.perf_counter() - t0
+    assert _redraws(out.getvalue()) <= 3 + elapsed / NON_TTY_INTERVAL_S
+
+
+def _replay(tmp_path, env_extra):
+    env = dict(os.environ, **env_extra)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pagesim", "replay", str(TRACE), "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    return done, time.perf_counter() - t0
+
+
+def test_replay_writes_few_progress_lines_to_a_pipe(tmp_path):
+    done, elapsed = _replay(tmp_path, {})
+    assert done.returncode == 0, done.stderr
+    assert _redraws(done.stderr) <= 3 + elapsed / NON_TTY_INTERVAL_S, done.stderr[-500:]
+
+
+def test_replay_runs_with_tqdm_disabled(tmp_path):
+    done, _ = _replay(tmp_path, {"TQDM_DISABLE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert _redraws(done.stderr) == 0, done.stderr
+    assert (tmp_path / "run" / "summary.json").exists()

@@ -1,0 +1,117 @@
+"""Run files (issue #10 items 9, 10): typed Parquet read back gives the same frames and the same summary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from pagesim.config import Config
+from pagesim.metrics import prefix_cache_kwargs, summarize, summarize_run
+from pagesim.replay import run_configs, write_run_dir
+from pagesim.results import SCHEMA_VERSION, parquet_metadata, read_requests, read_run, requests_path
+from pagesim.simulator import simulate
+from pagesim.traces import load_trace, trace_from_frame
+
+ROOT = Path(__file__).resolve().parent.parent
+LIVE = ROOT / "results" / "live"
+
+
+def _write(tmp_path, trace, config, baselines=("max", "oracle")):
+    results, summaries = {}, {}
+    for cfg in run_configs(config, baselines):
+        r = simulate(trace, cfg)
+        results[cfg.run_name], summaries[cfg.run_name] = r, summarize_run(r)
+    write_run_dir(tmp_path, config, trace, results, summaries)
+    return results, summaries
+
+
+def test_a_run_read_back_gives_the_same_frames_and_summary(tmp_path):
+    trace = load_trace(ROOT / "traces" / "kshot-shared-prefix-500.jsonl", limit=200)
+    results, summaries = _write(tmp_path, trace, Config(enable_prefix_caching=True, num_gpu_blocks=2000))
+    summary, steps, requests = read_run(tmp_path)
+    assert summary["runs"] == json.loads(json.dumps(summaries))
+    for name, r in results.items():
+        s = steps[steps["run"] == name].drop(columns="run").reset_index(drop=True)
+        q = requests[requests["run"] == name].drop(columns="run").reset_index(drop=True)
+        pd.testing.assert_frame_equal(s, r.steps, check_dtype=False)
+        pd.testing.assert_frame_equal(q, r.requests, check_dtype=False)
+        again = summarize(s, q, leaked_blocks=r.leaked_blocks, sim_wall_s=r.sim_wall_s,
+                          **prefix_cache_kwargs(r.prefix_cache))
+        assert again == summaries[name], f"summary of {name} changed on the round trip"
+
+
+def test_ids_that_look_like_numbers_and_empty_fields_survive(tmp_path):
+    """ShareGPT-like ids ("1.10"), empty parent ids and empty reasons read back as written, not as floats/NaN."""
+    df = pd.DataFrame({"request_id": ["1.10", "1.2", "007"], "arrival_time_s": [0.0, 0.1, 0.2],
+                       "prompt_len": [20, 30, 40], "output_len": [5, 1, 3]})
+    trace = trace_from_frame(df, "ids")
+    _write(tmp_path, trace, Config(num_gpu_blocks=64), baselines=())
+    req = read_requests(requests_path(tmp_path))
+    assert list(req["request_id"]) == ["1.10", "1.2", "007"]
+    assert (req["parent_id"] == "").all() and (req["reason"] == "").all()
+    summary = summarize(read_run(tmp_path)[1], req, leaked_blocks=0, sim_wall_s=0, prefix_cache_queries=0,
+                        prefix_cache_hits=0)
+    assert summary["num_requests"] == 3 and summary["num_finished"] == 3
+
+
+def test_files_are_compact_typed_and_carry_provenance(tmp_path):
+    trace = load_trace(ROOT / "traces" / "sharegpt-poisson-1k.jsonl", limit=100)
+    _write(tmp_path, trace, Config(num_gpu_blocks=1000))
+    schema = pq.read_schema(tmp_path / "steps.parquet")
+    meta = parquet_metadata(tmp_path / "steps.parquet")
+    assert meta["schema_version"] == SCHEMA_VERSION and meta["config"]["num_gpu_blocks"] == 1000
+    assert len(meta["trace_fingerprint"]) == 16 and "git_commit" in meta
+    assert pq.ParquetFile(tmp_path / "steps.parquet").metadata.row_group(0).column(0).compression == "ZSTD"
+    types = {f.name: str(f.type) for f in schema}
+    assert types["run"].startswith("dictionary")
+    assert not {"kv_cache_usage", "used_frac", "blocks_free", "free", "step"} & set(types), "derivable columns stored"
+    assert "int64" not in {types[c] for c in ("num_running", "blocks_used", "used", "num_preemptions")}
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["provenance"]["trace_fingerprint"] == meta["trace_fingerprint"]
+    assert summary["provenance"]["schema_version"] == SCHEMA_VERSION
+
+
+def test_trace_fingerprint_is_the_same_in_another_process(tmp_path):
+    trace = load_trace(ROOT / "traces" / "sharegpt-poisson-1k.jsonl", limit=50)
+    _write(tmp_path, trace, Config(num_gpu_blocks=1000), baselines=())
+    code = ("from pagesim.results import trace_fingerprint; from pagesim.traces import load_trace; "
+            f"print(trace_fingerprint(load_trace({str(ROOT / 'traces' / 'sharegpt-poisson-1k.jsonl')!r}, limit=50)))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                           env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"})
+    assert other.stdout.strip() == parquet_metadata(tmp_path / "steps.parquet")["trace_fingerprint"]
+
+
+@pytest.mark.parametrize("run", sorted(p.parent.name for p in LIVE.glob("*/requests.csv")))
+def test_committed_runs_with_requests_csv_still_read(run):
+    req = read_requests(requests_path(LIVE / run))
+    assert req["request_id"].map(type).eq(str).all() and not req["parent_id"].isna().any()
+    assert (req["state"] == "finished").sum() > 0
+
+
+def test_steps_streamed_in_small_chunks_equal_the_whole_table(tmp_path, monkeypatch):
+    """Chunks of 7 steps, to disk (replay's streaming) and in memory, give the table recorded whole."""
+    import pagesim.recorder
+    from pagesim.replay import simulate_runs
+
+    trace = load_trace(ROOT / "traces" / "kshot-shared-prefix-500.jsonl", limit=120)
+    config = Config(enable_prefix_caching=True, num_gpu_blocks=1500)
+    whole = {c.run_name: simulate(trace, c) for c in run_configs(config, ["max"])}
+    monkeypatch.setattr(pagesim.recorder, "CHUNK_STEPS", 7)
+    results, summaries = simulate_runs(trace, config, ["max"], "roofline", tmp_path)
+    write_run_dir(tmp_path, config, trace, results, summaries, steps_written=True)
+    _, steps, _ = read_run(tmp_path)
+    for name, r in whole.items():
+        assert len(r.steps) > 50
+        pd.testing.assert_frame_equal(steps[steps["run"] == name].drop(columns="run").reset_index(drop=True),
+                                      r.steps, check_dtype=False)
+        in_memory = simulate(trace, r.config)
+        pd.testing.assert_frame_equal(in_memory.steps, r.steps, check_dtype=False)
+        expected = summarize_run(r)
+        assert {k: v for k, v in summaries[name].items() if k not in ("sim_wall_s", "cost_model")} == \
+            {k: v for k, v in expected.items() if k != "sim_wall_s"}
