@@ -5,7 +5,8 @@
 0. forget the requests that ended since the last plan (`plan.finished_req_ids`);
 1. block copies (`plan.blocks_to_copy`: a fork's copy of the parent's last blocks);
 2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU (engine.kernels.swap: a pinned block-major CPU
-   cache, one asynchronous copy per run of blocks, no host sync);
+   cache, one asynchronous copy per run of blocks, no host sync); then the host offload tier's
+   stores and loads (engine/host_tier.py);
 3. one forward pass over the packed batch, prefill chunks first, then one token per decoding
    sequence; a token at position pos of a request is stored at slot
    block_ids[pos // block_size] * block_size + pos % block_size;
@@ -44,9 +45,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.host_tier import HostTier
 from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention
 from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
-from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape
+from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
 from pagesim.cost.profile import graph_batch_sizes  # one rule, shared with the cost model that prices the graphs
@@ -57,7 +59,7 @@ from pagesim.specs import ModelSpec
 
 # ---- sizing the KV cache from the real device ---------------------------------------------------
 def kv_block_bytes(spec: ModelSpec, block_size: int, dtype: torch.dtype) -> int:
-    """Bytes of one block in the engine's cache (every layer, K and V), at the engine's dtype."""
+    """Bytes of one block in the engine's cache (every layer, K and V), at the cache's dtype."""
     return int(np.prod(kv_cache_shape(spec, 1, block_size))) * torch.empty((), dtype=dtype).element_size()
 
 
@@ -90,7 +92,8 @@ def num_gpu_blocks_for_device(config: Config, model: LlamaModel) -> int:
     free, _total = torch.cuda.mem_get_info(model.device)
     reserve = activation_reserve_bytes(model.spec, model.dtype, config.max_num_batched_tokens, config.max_num_seqs)
     budget = free * config.gpu_memory_utilization - reserve
-    blocks = int(budget // kv_block_bytes(model.spec, config.block_size, model.dtype))
+    cache_dtype = kv_cache_torch_dtype(config.kv_cache_dtype, model.dtype)
+    blocks = int(budget // kv_block_bytes(model.spec, config.block_size, cache_dtype))
     if blocks < 1:
         raise ValueError(
             f"no room for the KV cache: {free / 2**30:.1f} GiB free on {model.device} after the weights, "
@@ -167,11 +170,13 @@ class GPUExecutor:
         self.max_blocks_per_seq = cdiv(self.max_model_len, self.block_size)
         self.vocab_size = model.spec.vocab_size
 
-        self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size)
+        self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size, config.kv_cache_dtype)
         self.cpu_cache: torch.Tensor | None = None
         if config.preemption_mode == "swap" and config.num_cpu_blocks > 0:
             shape = cpu_cache_shape(tuple(self.kv_cache.shape), config.num_cpu_blocks)  # block-major, pinned
-            self.cpu_cache = torch.empty(shape, dtype=model.dtype, device="cpu", pin_memory=self.is_cuda)
+            self.cpu_cache = torch.empty(shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.is_cuda)
+
+        self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks) if config.num_offload_blocks else None
 
         self._tokens: dict[str, _Tokens] = {}
         self._fork_prefixes: dict[str, np.ndarray] = {}  # released parents' prompt + first token, for late forks
@@ -283,6 +288,12 @@ class GPUExecutor:
         return time.perf_counter() - t0
 
     def _move_blocks(self, plan) -> None:
+        if plan.blocks_to_load or plan.blocks_to_store:
+            if self.host_tier is None:
+                raise RuntimeError("the plan moves blocks to or from the host offload tier, but the executor has "
+                                   "none (kv_offloading_size is 0)")
+            self.host_tier.store(self.kv_cache, plan.blocks_to_store)  # gathered before the load can overwrite
+            self.host_tier.load(self.kv_cache, plan.blocks_to_load)
         if plan.blocks_to_copy:
             copy_blocks(self.kv_cache, torch.tensor(plan.blocks_to_copy, dtype=torch.int64))
         if plan.blocks_to_swap_out or plan.blocks_to_swap_in:

@@ -6,7 +6,10 @@ Interface (flat, vLLM-style): one step is a packed batch of T tokens, all prefil
     hidden = model.forward(input_ids [T], positions [T], kv_cache, attn)   # [T, hidden_size]
     logits = model.compute_logits(hidden[idx])                              # [n, vocab] fp32
 
-kv_cache is [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim] (engine.kernels).
+kv_cache is [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim] (engine.kernels), in
+the model's dtype or in fp8 (kv_cache_dtype "fp8", vLLM's e4m3: the store kernel quantises with the
+layer's k_scales[i] / v_scales[i], attention widens in registers; no bf16 copy of the cache exists).
+The scales are 1.0, as vLLM uses when a checkpoint carries none; set them before the first step.
 Each layer stores this step's K/V by attn.slot_mapping (slot < 0: padding, not stored) before
 attending, so attention reads everything, earlier context included, from the cache.
 
@@ -68,6 +71,11 @@ def kv_cache_shape(spec: ModelSpec, num_blocks: int, block_size: int) -> tuple[i
     return (spec.num_layers, 2, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
 
 
+def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The cache's element type for Config.kv_cache_dtype: "auto" is the model's dtype, "fp8" e4m3."""
+    return torch.float8_e4m3fn if kv_cache_dtype == "fp8" else model_dtype
+
+
 class LlamaModel:
     def __init__(self, spec: ModelSpec, embed: torch.Tensor, layers: list[LayerWeights], norm: torch.Tensor,
                  lm_head: torch.Tensor):
@@ -76,6 +84,9 @@ class LlamaModel:
         self.scale = spec.head_dim**-0.5
         self.cos_sin = rope_cache(spec.head_dim, spec.max_position_embeddings, spec.rope_theta, self.device,
                                   spec.rope_scaling)
+        # Per-layer fp8 scales (used only with an fp8 cache): cache value = K / k_scales[layer].
+        self.k_scales = torch.ones(spec.num_layers, dtype=torch.float32, device=self.device)
+        self.v_scales = torch.ones(spec.num_layers, dtype=torch.float32, device=self.device)
 
     def ensure_positions(self, n: int) -> None:
         """Extend the RoPE table to n positions (a max_model_len beyond the model's window, allowed explicitly)."""
@@ -144,8 +155,9 @@ class LlamaModel:
 
         return cls.from_hf_state_dict(spec, load_safetensors(path), device, dtype)
 
-    def allocate_kv_cache(self, num_blocks: int, block_size: int) -> torch.Tensor:
-        return torch.empty(kv_cache_shape(self.spec, num_blocks, block_size), dtype=self.dtype, device=self.device)
+    def allocate_kv_cache(self, num_blocks: int, block_size: int, kv_cache_dtype: str = "auto") -> torch.Tensor:
+        return torch.empty(kv_cache_shape(self.spec, num_blocks, block_size),
+                           dtype=kv_cache_torch_dtype(kv_cache_dtype, self.dtype), device=self.device)
 
     def _split_qkv(self, qkv: torch.Tensor):
         s, t = self.spec, qkv.shape[0]
@@ -153,15 +165,16 @@ class LlamaModel:
         return (qkv[:, :nq].view(t, s.num_heads, s.head_dim), qkv[:, nq:nq + nk].view(t, s.num_kv_heads, s.head_dim),
                 qkv[:, nq + nk:].view(t, s.num_kv_heads, s.head_dim))
 
-    def _attention(self, q, k_cache, v_cache, attn: AttentionMetadata) -> torch.Tensor:
+    def _attention(self, q, k_cache, v_cache, attn: AttentionMetadata, scales: dict) -> torch.Tensor:
         out = torch.empty_like(q)
         p = attn.num_prefill_tokens
         if p:
             paged_prefill_attention(q[:p], k_cache, v_cache, attn.cu_seqlens_q, attn.context_lens_prefill,
-                                    attn.block_tables_prefill, self.scale, max_seqlen_q=attn.max_seqlen_q, out=out[:p])
+                                    attn.block_tables_prefill, self.scale, max_seqlen_q=attn.max_seqlen_q, out=out[:p],
+                                    **scales)
         if attn.num_decode_tokens:
             paged_decode_attention(q[p:], k_cache, v_cache, attn.block_tables_decode, attn.context_lens_decode,
-                                   self.scale, out=out[p:])
+                                   self.scale, out=out[p:], **scales)
         return out
 
     @torch.inference_mode()
@@ -174,8 +187,9 @@ class LlamaModel:
             x, residual = rms_norm(hidden, w.input_norm, eps, residual)
             q, k, v = self._split_qkv(F.linear(x, w.qkv))
             rotary_embedding(q, k, positions, self.cos_sin)
-            store_kvcache(k, v, kv_cache[i, 0], kv_cache[i, 1], attn.slot_mapping)
-            o = self._attention(q, kv_cache[i, 0], kv_cache[i, 1], attn)
+            scales = {"k_scale": self.k_scales[i : i + 1], "v_scale": self.v_scales[i : i + 1]}
+            store_kvcache(k, v, kv_cache[i, 0], kv_cache[i, 1], attn.slot_mapping, **scales)
+            o = self._attention(q, kv_cache[i, 0], kv_cache[i, 1], attn, scales)
             x, residual = rms_norm(F.linear(o.view(t, -1), w.o_proj), w.post_norm, eps, residual)
             hidden = F.linear(silu_and_mul(F.linear(x, w.gate_up)), w.down)
         return rms_norm(hidden, self.norm, eps, residual)[0]

@@ -21,6 +21,8 @@ from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
 PREEMPTION_MODES = ("recompute", "swap")
 KV_LAYOUTS = ("paged", "contiguous")
 RESERVE_POLICIES = ("max", "pow2", "oracle")
+# Bytes per K/V element of each cache dtype; "auto" stores the model's own dtype (None here).
+KV_CACHE_DTYPE_BYTES = {"auto": None, "fp8": 1}
 
 
 @dataclass(slots=True)
@@ -41,6 +43,8 @@ class Config:
     preemption_mode: str = "recompute"
     swap_space: float = 4.0  # GiB of CPU memory for swapped-out blocks
     watermark: float = 0.0  # fraction of GPU blocks kept free when admitting new requests (vLLM's default: 0)
+    kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "fp8": e4m3 with per-layer K and V scales (vLLM)
+    kv_offloading_size: float = 0.0  # GiB of host memory for the prefix cache's CPU tier (vLLM native offloading); 0: off
     # Memory-management policy: "paged", or "contiguous" with a reserve policy.
     kv_layout: str = "paged"
     reserve_policy: str = "max"
@@ -63,10 +67,15 @@ class Config:
         return self.max_model_len or self.model_spec.max_position_embeddings
 
     @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes of one cached K or V element: 1 for fp8, else the model's dtype."""
+        return KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype) or self.model_spec.dtype_bytes
+
+    @property
     def block_bytes(self) -> int:
         """Bytes of one KV block on one GPU: its share of the KV heads (all of them without tensor parallelism)."""
         m = self.model_spec
-        return m.kv_bytes_per_block(self.block_size) * m.kv_heads_per_gpu(self.tensor_parallel_size) // m.num_kv_heads
+        return m.kv_bytes_per_block(self.block_size, self.kv_dtype_bytes) * m.kv_heads_per_gpu(self.tensor_parallel_size) // m.num_kv_heads
 
     @property
     def weight_bytes_per_gpu(self) -> int:
@@ -92,6 +101,11 @@ class Config:
         return int(self.swap_space * GIB // self.block_bytes)
 
     @property
+    def num_offload_blocks(self) -> int:
+        """Blocks of the host tier behind the GPU prefix cache (0: no tier)."""
+        return int(self.kv_offloading_size * GIB // self.block_bytes)
+
+    @property
     def run_name(self) -> str:
         return "paged" if self.kv_layout == "paged" else f"contiguous-{self.reserve_policy}"
 
@@ -103,6 +117,7 @@ class Config:
         d["resolved_num_gpu_blocks"] = self.resolved_num_gpu_blocks
         d["resolved_max_model_len"] = self.resolved_max_model_len
         d["num_cpu_blocks"] = self.num_cpu_blocks
+        d["num_offload_blocks"] = self.num_offload_blocks
         return d
 
     @classmethod
@@ -152,6 +167,10 @@ class Config:
             (self.preemption_mode in PREEMPTION_MODES, f"{{preemption_mode}} must be one of {PREEMPTION_MODES}"),
             (self.swap_space >= 0, f"{{swap_space}} must be a non-negative number of GiB, got {self.swap_space}"),
             (0 <= self.watermark < 1, f"{{watermark}} must be in [0, 1), got {self.watermark}"),
+            (self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES, f"{{kv_cache_dtype}} must be one of {tuple(KV_CACHE_DTYPE_BYTES)}"),
+            (self.kv_offloading_size >= 0, f"{{kv_offloading_size}} must be a non-negative number of GiB, got {self.kv_offloading_size}"),
+            (self.kv_offloading_size == 0 or self.enable_prefix_caching,
+             "{kv_offloading_size} needs {enable_prefix_caching}: the host tier is keyed by prefix-cache block hashes"),
             (self.kv_layout in KV_LAYOUTS, f"{{kv_layout}} must be one of {KV_LAYOUTS}"),
             (self.reserve_policy in RESERVE_POLICIES, f"{{reserve_policy}} must be one of {RESERVE_POLICIES}"),
             (
@@ -188,7 +207,7 @@ class Config:
 INT_FIELDS = ("block_size", "num_gpu_blocks", "max_model_len", "tensor_parallel_size", "max_num_seqs",
               "max_num_batched_tokens", "seed")
 OPTIONAL_FIELDS = ("num_gpu_blocks", "max_model_len")
-FLOAT_FIELDS = ("gpu_memory_utilization", "swap_space", "watermark")
+FLOAT_FIELDS = ("gpu_memory_utilization", "swap_space", "watermark", "kv_offloading_size")
 BOOL_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching")
 MAX_SIMULATED_BLOCKS = 4_000_000
 BYTES_PER_SIMULATED_BLOCK = 190  # a Block (slots dataclass) plus its free-queue entry, measured with tracemalloc

@@ -183,6 +183,9 @@ class ContiguousKVCacheManager:
             self.cpu.free(request.cpu_block_ids[0], len(request.cpu_block_ids))
         request.cpu_block_ids = []
 
+    def take_transfers(self) -> tuple[list, list]:
+        return [], []  # no host tier: offloading is a prefix-cache tier, and this layout has no prefix cache
+
     def max_decode_steps(self, running: list[Request], limit: int) -> int:
         return limit  # decode steps grow inside the reserved runs
 

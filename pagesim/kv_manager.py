@@ -41,11 +41,13 @@ class PrefixCacheStats:
     hits: int = 0
     recompute_queries: int = 0
     recompute_hits: int = 0
+    host_hits: int = 0  # of `hits`, tokens found in the host tier (kv_offloading_size); the rest hit the GPU
 
-    def record(self, request: Request, num_hit_tokens: int) -> None:
+    def record(self, request: Request, num_hit_tokens: int, num_host_hit_tokens: int = 0) -> None:
         if request.num_preemptions == 0 and request.parent_id is None:
             self.queries += request.num_tokens
             self.hits += num_hit_tokens
+            self.host_hits += num_host_hit_tokens
             request.num_prefix_hit_tokens = num_hit_tokens
         else:
             self.recompute_queries += request.num_tokens
@@ -111,6 +113,9 @@ class KVCacheManager(Protocol):
 
     def free_swapped(self, request: Request) -> None:
         """Release a swapped-out request's CPU blocks."""
+
+    def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Host-tier copies for the plan being made: (loads (host, gpu), stores (gpu, host)); empty without a tier."""
 
     # ---- runs of decode steps (the simulator's exact fast path) -------------------------------
     def max_decode_steps(self, running: list[Request], limit: int) -> int:

@@ -17,6 +17,7 @@ from pagesim.block_hash import request_block_hashes
 from pagesim.block_pool import Block, BlockPool
 from pagesim.config import Config
 from pagesim.kv_manager import DecodeBlocks, PrefixCacheStats
+from pagesim.kv_offload import HostKVCache
 from pagesim.request import Request
 from pagesim.utils import cdiv
 
@@ -34,6 +35,8 @@ class PagedKVCacheManager:
         self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
         self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id
         self.prefix_cache_stats = PrefixCacheStats()
+        # The host tier behind the prefix cache (vLLM's native offloading; pagesim/kv_offload.py).
+        self.host = HostKVCache(config.num_offload_blocks) if self.enable_caching and config.num_offload_blocks else None
 
     @property
     def events(self) -> list[tuple] | None:
@@ -68,7 +71,8 @@ class PagedKVCacheManager:
             if block is None:
                 break
             hits.append(block)
-        return hits, len(hits) * bs
+        num_host = self.host.lookup(hashes[len(hits):max_blocks]) if self.host is not None else 0
+        return hits, (len(hits) + num_host) * bs  # host hits: the tokens past the GPU blocks, loaded at admission
 
     def allocate_slots(
         self,
@@ -90,19 +94,35 @@ class PagedKVCacheManager:
         if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
             return False
         pool = self.pool
+        num_host = num_computed_from_cache // self.block_size - len(computed_blocks)  # host-tier hits
         if admission and self.enable_caching:
-            self.prefix_cache_stats.record(request, num_computed_from_cache)
+            self.prefix_cache_stats.record(request, num_computed_from_cache, num_host * self.block_size)
         if computed_blocks:
             pool.touch(computed_blocks)
             request.block_ids.extend(b.block_id for b in computed_blocks)
-            request.num_computed_tokens += num_computed_from_cache
+        request.num_computed_tokens += num_computed_from_cache
         if need > 0:
             request.block_ids.extend([b.block_id for b in pool.get_new_blocks(need)])
+        if self.host is not None and num_computed_from_cache:
+            self._load_host_hits(request, len(computed_blocks), num_host)
         # Like vLLM, blocks this step fills are cached when allocated (the step computes them), so a
         # request admitted later in the same step already hits them.
         self._cache_blocks(request, request.num_computed_tokens // self.block_size,
                            min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // self.block_size)
         return True
+
+    def _load_host_hits(self, request: Request, first: int, num_host: int) -> None:
+        """Blocks first .. first + num_host of the request come from the host tier: load them into the
+        fresh GPU blocks just allocated there, which then hold (and are cached under) the same hashes."""
+        hashes = request_block_hashes(request, first + num_host, self.block_size)
+        self.host.touch(hashes[: first + num_host])
+        if not num_host:
+            return
+        dst = request.block_ids[first : first + num_host]
+        self.host.load(hashes[first : first + num_host], dst)
+        blocks = self.pool.blocks
+        for i, h in zip(dst, hashes[first : first + num_host]):
+            self.pool.cache_block(blocks[i], h)
 
     def _num_blocks_to_admit(self, request: Request, computed_blocks=()) -> int:
         """vLLM admits a waiting request only if its whole sequence fits, not just this step's chunk
@@ -135,7 +155,12 @@ class PagedKVCacheManager:
         if not self.enable_caching:
             return
         bs = self.block_size
-        self._cache_blocks(request, old_computed // bs, request.num_computed_tokens // bs)
+        first, last = old_computed // bs, request.num_computed_tokens // bs
+        self._cache_blocks(request, first, last)
+        if self.host is not None and last > first:  # full prompt blocks go to the host tier once each, once computed
+            hashes = request_block_hashes(request, last, bs)
+            for i in range(first, min(last, request.prompt_len // bs)):
+                self.host.store(request.block_ids[i], hashes[i])
 
     def _cache_blocks(self, request: Request, first: int, last: int) -> None:
         """Register the hashes of the request's blocks first..last-1 (full ones)."""
@@ -146,6 +171,10 @@ class PagedKVCacheManager:
         blocks = self.pool.blocks
         for i in range(first, last):
             self.pool.cache_block(blocks[request.block_ids[i]], hashes[i])
+
+    def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Host-tier copies for the plan being made: (loads (host, gpu), stores (gpu, host))."""
+        return self.host.take_transfers() if self.host is not None else ([], [])
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""

@@ -18,6 +18,9 @@ Prefix caching (token counts, see pagesim.kv_manager.PrefixCacheStats):
   are admitted again after a recompute preemption / the tokens they had to
   recompute then (prompt + generated so far).
 Both are None when nothing was looked up (prefix caching off, or no preemption).
+- with a host tier (kv_offloading_size), prefix_cache_hit_rate stays the total over tiers and splits into
+  prefix_cache_gpu_hit_rate + prefix_cache_host_hit_rate (hits found on the GPU / loaded from the host,
+  over the same queries); offload_load_bytes / offload_store_bytes: host -> GPU and GPU -> host traffic.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ def _weighted(numerator: pd.Series, denominator: pd.Series, dt: pd.Series) -> fl
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int, sim_wall_s: float,
               prefix_cache_queries: int, prefix_cache_hits: int, prefix_cache_recompute_queries: int = 0,
-              prefix_cache_recompute_hits: int = 0) -> dict:
+              prefix_cache_recompute_hits: int = 0, prefix_cache_host_hits: int = 0,
+              block_bytes: int | None = None) -> dict:
     finished = requests[requests["state"] == "finished"]
     own = requests[requests["parent_id"] == ""]  # samples forked for n > 1 are counted with their request
     start = float(requests["arrival_time_s"].min()) if len(requests) else 0.0
@@ -76,6 +80,12 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int
         "prefix_cache_queries": int(prefix_cache_queries),
         "prefix_cache_hits": int(prefix_cache_hits),
         "prefix_cache_hit_rate": prefix_cache_hits / prefix_cache_queries if prefix_cache_queries else None,
+        "prefix_cache_host_hits": int(prefix_cache_host_hits),
+        "prefix_cache_gpu_hit_rate": ((prefix_cache_hits - prefix_cache_host_hits) / prefix_cache_queries
+                                      if prefix_cache_queries else None),
+        "prefix_cache_host_hit_rate": prefix_cache_host_hits / prefix_cache_queries if prefix_cache_queries else None,
+        "offload_load_bytes": _moved(steps, "num_load_blocks", block_bytes),
+        "offload_store_bytes": _moved(steps, "num_store_blocks", block_bytes),
         "prefix_cache_recompute_queries": int(prefix_cache_recompute_queries),
         "prefix_cache_recompute_hits": int(prefix_cache_recompute_hits),
         "prefix_cache_recompute_hit_rate": (prefix_cache_recompute_hits / prefix_cache_recompute_queries
@@ -87,6 +97,12 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int
     }
 
 
+def _moved(steps: pd.DataFrame, column: str, block_bytes: int | None) -> int | None:
+    if block_bytes is None or column not in steps:
+        return None
+    return int(steps[column].sum()) * block_bytes
+
+
 def summarize_run(result) -> dict:
     """Summary of a simulator RunResult (or anything with the same fields)."""
     return summarize(
@@ -94,6 +110,7 @@ def summarize_run(result) -> dict:
         result.requests,
         leaked_blocks=result.leaked_blocks,
         sim_wall_s=result.sim_wall_s,
+        block_bytes=result.config.block_bytes,
         **prefix_cache_kwargs(result.prefix_cache),
     )
 
@@ -105,4 +122,5 @@ def prefix_cache_kwargs(stats) -> dict[str, int]:
         "prefix_cache_hits": stats.hits,
         "prefix_cache_recompute_queries": stats.recompute_queries,
         "prefix_cache_recompute_hits": stats.recompute_hits,
+        "prefix_cache_host_hits": stats.host_hits,
     }

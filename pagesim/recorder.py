@@ -34,11 +34,14 @@ FEATURE_COLUMNS = (
     "num_swap_out_blocks",
     "num_swap_in_blocks",
     "num_copy_blocks",
+    "num_load_blocks",
+    "num_store_blocks",
 )
 STEP_COLUMNS = (
     ("step", "time_s", "duration_s", "num_running", "num_waiting", "num_swapped")
     + FEATURE_COLUMNS
-    + ("num_preemptions", "blocks_used", "blocks_cached", "blocks_free", "prefix_cache_queries", "prefix_cache_hits")
+    + ("num_preemptions", "blocks_used", "blocks_cached", "blocks_free", "prefix_cache_queries", "prefix_cache_hits",
+       "prefix_cache_host_hits")
     + CATEGORIES
 )
 # In-memory types of the step columns (int64 where sums can outgrow int32; the rest int32).
@@ -119,14 +122,15 @@ class Recorder:
         self.snapshots: list[BlockSnapshot] = []
         self._queries = 0
         self._hits = 0
+        self._host_hits = 0
 
     # ---- steps ------------------------------------------------------------------
-    def _prefix_deltas(self) -> tuple[int, int]:
-        """First-admission prefix-cache queries and hits (tokens) since the last recorded step."""
+    def _prefix_deltas(self) -> tuple[int, int, int]:
+        """First-admission prefix-cache queries, hits and host-tier hits (tokens) since the last recorded step."""
         stats = self.sched.kv.prefix_cache_stats
-        dq, dh = stats.queries - self._queries, stats.hits - self._hits
-        self._queries, self._hits = stats.queries, stats.hits
-        return dq, dh
+        dq, dh, dhost = stats.queries - self._queries, stats.hits - self._hits, stats.host_hits - self._host_hits
+        self._queries, self._hits, self._host_hits = stats.queries, stats.hits, stats.host_hits
+        return dq, dh, dhost
 
     def _head(self) -> Request | None:
         s = self.sched

@@ -58,6 +58,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swap-space", type=non_negative_float, default=4.0, help="GiB of CPU memory for swapped blocks")
     p.add_argument("--watermark", type=fraction_below_one, default=0.0,
                    help="share of GPU blocks kept free when admitting requests")
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
+                   help="KV-cache storage: auto (the model's dtype) or fp8 (e4m3, per-layer K/V scales; half the bytes)")
+    p.add_argument("--kv-offloading-size", type=non_negative_float, default=0.0, metavar="GIB",
+                   help="GiB of host memory for a CPU tier behind the GPU prefix cache (0: off; needs "
+                        "--enable-prefix-caching)")
     p.add_argument("--baseline", action="append", choices=["max", "pow2", "oracle"], default=[],
                    help="also run this contiguous baseline (repeatable)")
     p.add_argument("--cost-model", default="roofline", help="'roofline' or a profile JSON from `pagesim calibrate`")
@@ -138,6 +143,8 @@ def _config(args) -> Config:
         preemption_mode=args.preemption_mode,
         swap_space=args.swap_space,
         watermark=args.watermark,
+        kv_cache_dtype=args.kv_cache_dtype,
+        kv_offloading_size=args.kv_offloading_size,
     )
 
 

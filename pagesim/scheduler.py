@@ -63,6 +63,9 @@ class StepPlan:
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu)
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst), before the forward pass
+    # Host (offload) tier: loads before the forward pass; stores of blocks filled by earlier steps, overlapped with it.
+    blocks_to_load: list[tuple[int, int]] = field(default_factory=list)  # (host, gpu)
+    blocks_to_store: list[tuple[int, int]] = field(default_factory=list)  # (gpu, host)
     admitted: list[str] = field(default_factory=list)
     # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
     finished_req_ids: list[str] = field(default_factory=list)
@@ -73,7 +76,7 @@ class StepPlan:
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled and not self.blocks_to_swap_out
+        return not self.scheduled and not self.blocks_to_swap_out and not self.blocks_to_store and not self.blocks_to_load
 
 
 def clip_to_budget(num_new_tokens: int, budget: int, chunked: bool) -> int:
@@ -215,6 +218,7 @@ class Scheduler:
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
 
+        plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
         for s in scheduled:
             if s.is_decode:
                 plan.num_decode_tokens += s.num_new_tokens

@@ -48,11 +48,15 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token across every layer."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        """K and V of one token across every layer, at the model's dtype."""
+        return self.kv_bytes_per_token_at(self.dtype_bytes)
 
-    def kv_bytes_per_block(self, block_size: int) -> int:
-        return self.kv_bytes_per_token * block_size
+    def kv_bytes_per_token_at(self, dtype_bytes: int) -> int:
+        """K and V of one token across every layer, stored at dtype_bytes per element (1: an fp8 cache)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+
+    def kv_bytes_per_block(self, block_size: int, dtype_bytes: int | None = None) -> int:
+        return self.kv_bytes_per_token_at(dtype_bytes or self.dtype_bytes) * block_size
 
     def kv_heads_per_gpu(self, tensor_parallel_size: int) -> int:
         """KV heads each GPU holds: split over the GPUs, replicated when there are more GPUs than heads (as vLLM)."""

@@ -2,7 +2,12 @@
 
 Layout: see engine.kernels. ``store_kvcache`` is a Triton kernel (one program per token, ~10 lines);
 ``copy_blocks`` and ``swap_blocks`` move whole blocks with torch's gather/scatter copies, which are
-already bandwidth-bound and need no kernel of our own.
+already bandwidth-bound and need no kernel of our own. They move raw bytes, so an fp8 cache is
+copied bit-exactly like any other.
+
+FP8 (vLLM's ``kv_cache_dtype="fp8"``): a cache of dtype float8_e4m3fn stores ``x / scale``,
+saturated to e4m3's +-448, with one fp32 scale per layer for K and one for V (tensors of one
+element, read on the device: no host sync, graph-capturable). Readers multiply back (decode, prefill).
 """
 
 from __future__ import annotations
@@ -12,9 +17,46 @@ import triton
 import triton.language as tl
 
 
+FP8_E4M3_MAX = 448.0  # largest finite float8_e4m3fn
+
+
+def is_fp8(cache: torch.Tensor) -> bool:
+    return cache.dtype == torch.float8_e4m3fn
+
+
 @triton.jit
-def _store_kvcache_kernel(key, value, k_cache, v_cache, slot_mapping, stride_k, stride_v,
-                          ROW: tl.constexpr, ROW_PAD: tl.constexpr):
+def _round_to_e4m3(x):
+    """fp32 x (|x| <= 448) rounded to the nearest e4m3 value, ties to even, still as fp32.
+
+    The cast that follows is then exact. Why not let the cast round: Triton's interpreter rounds
+    fp32 -> fp8 without carrying into the exponent (7.9999 becomes 4, not 8), so the tests would
+    check a path the GPU never runs; this way the interpreter and the GPU run the same arithmetic
+    (a few integer ops per element in a store kernel that is bound by its loads).
+    Normals (|x| >= 2^-6) keep 3 mantissa bits by integer rounding of the fp32 bits; subnormals are
+    multiples of 2^-9, rounded with the 1.5 * 2^23 trick; -0 stays -0.
+    """
+    bits = x.to(tl.uint32, bitcast=True)
+    normal = (bits & 0x7FFFFFFF) >= 0x3C800000
+    rounded = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000).to(tl.float32, bitcast=True)
+    sub = ((x * 512.0 + 12582912.0) - 12582912.0) / 512.0
+    sub = tl.where(sub == 0.0, x * 0.0, sub)
+    return tl.where(normal, rounded, sub)
+
+
+@triton.jit
+def _quantize(x, scale_ptr, out_ty):
+    """x / scale, saturated to e4m3's +-448 (as vLLM), rounded to nearest even, in out_ty (fp8).
+
+    The division is correctly rounded (a GPU's default fp32 '/' is not), so the bits equal torch's
+    (x.float() / scale).clamp(-448, 448).to(float8_e4m3fn) on every device.
+    """
+    y = tl.clamp(tl.math.div_rn(x.to(tl.float32), tl.load(scale_ptr)), -448.0, 448.0)  # IEEE division, as torch
+    return _round_to_e4m3(y).to(out_ty)
+
+
+@triton.jit
+def _store_kvcache_kernel(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale, stride_k, stride_v,
+                          ROW: tl.constexpr, ROW_PAD: tl.constexpr, FP8: tl.constexpr):
     token = tl.program_id(0)
     slot = tl.load(slot_mapping + token).to(tl.int64)
     if slot < 0:  # padding token
@@ -23,26 +65,33 @@ def _store_kvcache_kernel(key, value, k_cache, v_cache, slot_mapping, stride_k, 
     mask = cols < ROW
     k = tl.load(key + token * stride_k + cols, mask=mask)
     v = tl.load(value + token * stride_v + cols, mask=mask)
+    if FP8:
+        k = _quantize(k, k_scale, k_cache.dtype.element_ty)
+        v = _quantize(v, v_scale, v_cache.dtype.element_ty)
     tl.store(k_cache + slot * ROW + cols, k, mask=mask)
     tl.store(v_cache + slot * ROW + cols, v, mask=mask)
 
 
 def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  slot_mapping: torch.Tensor) -> None:
+                  slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
+                  v_scale: torch.Tensor | None = None) -> None:
     """Write key/value [N, Hkv, D] into the cache at ``slot_mapping`` [N]; a slot < 0 is padding, skipped.
 
     key/value may be strided along N (views into a fused QKV output) but each row's [Hkv, D] must be
-    contiguous. Slots must be distinct (two tokens writing one slot race).
+    contiguous. Slots must be distinct (two tokens writing one slot race). An fp8 cache needs the
+    layer's k_scale and v_scale (fp32 tensors of one element on the cache's device).
     """
     n, hkv, d = key.shape
     assert value.shape == key.shape and slot_mapping.shape == (n,)
     assert key.stride()[1:] == (d, 1) and value.stride()[1:] == (d, 1), "rows of key/value must be contiguous"
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.shape[2:] == (hkv, d)
+    fp8 = is_fp8(k_cache)
+    assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     if n == 0:
         return
     row = hkv * d
-    _store_kvcache_kernel[(n,)](key, value, k_cache, v_cache, slot_mapping, key.stride(0), value.stride(0),
-                                ROW=row, ROW_PAD=triton.next_power_of_2(row))
+    _store_kvcache_kernel[(n,)](key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale,
+                                key.stride(0), value.stride(0), ROW=row, ROW_PAD=triton.next_power_of_2(row), FP8=fp8)
 
 
 def copy_blocks(kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
@@ -55,7 +104,13 @@ def copy_blocks(kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
     if src_dst.numel() == 0:
         return
     src_dst = src_dst.to(kv_cache.device, torch.int64)
+    kv_cache = _raw(kv_cache)
     kv_cache.index_copy_(2, src_dst[:, 1], kv_cache.index_select(2, src_dst[:, 0]))
+
+
+def _raw(cache: torch.Tensor) -> torch.Tensor:
+    """The same memory as uint8 for an fp8 cache (index_select/index_copy_ on float8 are not on every device)."""
+    return cache.view(torch.uint8) if is_fp8(cache) else cache
 
 
 def swap_blocks(src_cache: torch.Tensor, dst_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
@@ -71,6 +126,7 @@ def swap_blocks(src_cache: torch.Tensor, dst_cache: torch.Tensor, src_dst: torch
     if src_dst.numel() == 0:
         return
     src_dst = src_dst.to(torch.int64)
+    src_cache, dst_cache = _raw(src_cache), _raw(dst_cache)
     src_idx, dst_idx = src_dst[:, 0].to(src_cache.device), src_dst[:, 1].to(dst_cache.device)
     shape = (*src_cache.shape[:2], src_dst.shape[0], *src_cache.shape[3:])
     pin = src_cache.device.type == "cpu" and dst_cache.device.type == "cuda"

@@ -36,11 +36,11 @@ class DecodeConfig:
 
 
 @triton.jit
-def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse, qk_scale,
+def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse, qk_scale, k_scale, v_scale,
                          stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                         STORE_LSE: tl.constexpr, UPCAST: tl.constexpr):
+                         STORE_LSE: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr):
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     num_splits = tl.num_programs(2)
     ctx = tl.load(context_lens + b)
@@ -54,6 +54,8 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
     if UPCAST:
         qv = qv.to(tl.float32)
+    if FP8:  # K's scale folds into the score scale, V's into the output: the loop only widens fp8 -> q's dtype
+        qk_scale = qk_scale * tl.load(k_scale)
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
@@ -64,9 +66,9 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
         k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
         v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        if UPCAST or FP8:
+            k = k.to(qv.dtype)
+            v = v.to(qv.dtype)
         s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
@@ -77,6 +79,8 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         m = m_new
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    if FP8:
+        out = out * tl.load(v_scale)
     o_rows = o + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
     tl.store(o_rows + d[None, :], out.to(o.dtype.element_ty), mask=g[:, None] < GROUP)
     if STORE_LSE:
@@ -119,12 +123,15 @@ def default_num_splits(batch: int, num_kv_heads: int, max_context: int, device: 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float, *,
                            num_splits: int | None = None, out: torch.Tensor | None = None,
-                           config: DecodeConfig | None = None) -> torch.Tensor:
+                           config: DecodeConfig | None = None, k_scale: torch.Tensor | None = None,
+                           v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of q [B, Hq, D] over each sequence's first context_lens[b] cached tokens -> [B, Hq, D].
 
     block_tables [B, max_blocks] int32 (entries past a sequence's last block are never read),
     context_lens [B] int32 (0 allowed: zeros out). q may be strided over B and Hq; its last dim
-    must be contiguous. out, if given, is [B, Hq, D] with a contiguous last dim.
+    must be contiguous. out, if given, is [B, Hq, D] with a contiguous last dim. An fp8 cache
+    (engine.kernels.cache) needs the layer's k_scale and v_scale; it is read as fp8 and widened in
+    registers, never copied.
     """
     cfg = config or DecodeConfig()
     batch, num_heads, head_dim = q.shape
@@ -132,6 +139,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = num_heads // num_kv_heads
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and head_dim & (head_dim - 1) == 0
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_tables.stride(1) == 1
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, block_tables.shape[1] * block_size, q.device)
     if out is None:
@@ -147,11 +156,11 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         sob, soh, sos = o.stride()[:3]
     block_n = cfg.block_n or (128 if num_splits > 1 else 64)
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E,
+        q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, k_scale, v_scale,
         q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
-        UPCAST=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        UPCAST=INTERPRET, FP8=fp8, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
                                                  SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),

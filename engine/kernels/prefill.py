@@ -37,7 +37,7 @@ class PrefillConfig:
 @triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, UPCAST: tl.constexpr):
+                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
     t = n0 + tl.arange(0, BLOCK_N)
     d = tl.arange(0, HEAD_DIM)
@@ -45,9 +45,9 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
     k = tl.load(k_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
     v = tl.load(v_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    if UPCAST or FP8:  # an fp8 cache is widened to q's dtype in registers (its scales are applied outside)
+        k = k.to(qv.dtype)
+        v = v.to(qv.dtype)
     s = tl.dot(qv, tl.trans(k)) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
@@ -60,10 +60,11 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
 
 
 @triton.jit
-def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale,
+def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
+                    FP8: tl.constexpr):
     b, tile, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_start = tl.load(cu_seqlens_q + b)
     q_len = tl.load(cu_seqlens_q + b + 1) - q_start
@@ -78,6 +79,8 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
     if UPCAST:
         qv = qv.to(tl.float32)
+    if FP8:  # K's scale folds into the score scale, V's into the output
+        qk_scale = qk_scale * tl.load(k_scale)
     kvh = h // GROUP
     bt_row = block_tables + b * stride_bt
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -86,12 +89,14 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     unmasked_end = (first // BLOCK_N) * BLOCK_N  # keys before every row of the tile
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, UPCAST)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, UPCAST, FP8)
     end = tl.minimum(first + BLOCK_M, ctx)
     for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, UPCAST)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, UPCAST, FP8)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    if FP8:
+        out = out * tl.load(v_scale)
     tl.store(o + tok[:, None] * stride_ot + h * stride_oh + d[None, :], out.to(o.dtype.element_ty),
              mask=(r < q_len)[:, None])
 
@@ -99,12 +104,14 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             cu_seqlens_q: torch.Tensor, context_lens: torch.Tensor, block_tables: torch.Tensor,
                             scale: float, *, max_seqlen_q: int | None = None, out: torch.Tensor | None = None,
-                            config: PrefillConfig | None = None) -> torch.Tensor:
+                            config: PrefillConfig | None = None, k_scale: torch.Tensor | None = None,
+                            v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention of packed queries q [T, Hq, D] over the paged cache -> [T, Hq, D].
 
     cu_seqlens_q [B+1] int32, context_lens [B] int32 (each >= its q_len), block_tables [B, max_blocks]
     int32. max_seqlen_q (a host int) sizes the grid; when None it is read from cu_seqlens_q with
-    a host sync. q may be strided over T and Hq (last dim contiguous).
+    a host sync. q may be strided over T and Hq (last dim contiguous). An fp8 cache needs the
+    layer's k_scale and v_scale (see paged_decode_attention).
     """
     cfg = config or PrefillConfig()
     total, num_heads, head_dim = q.shape
@@ -112,6 +119,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     group = num_heads // num_kv_heads
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     batch = cu_seqlens_q.shape[0] - 1
@@ -121,8 +130,9 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     grid = (batch, triton.cdiv(max_seqlen_q, cfg.block_m), num_heads)
     _prefill_kernel[grid](q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E,
+                          k_scale, v_scale,
                           q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
                           NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, UPCAST=INTERPRET,
+                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, UPCAST=INTERPRET, FP8=fp8,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -15,9 +15,21 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
     return cache[blocks, t % block_size]
 
 
-def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
+def quantize_fp8(x, scale) -> torch.Tensor:
+    """x / scale saturated to e4m3's range, as float8_e4m3fn (what the store kernel writes)."""
+    return (x.float() / scale.float()).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+def dequantize(cache, scale) -> torch.Tensor:
+    """A cache (or part of one) in fp32: fp8 entries times their scale; others as they are."""
+    return cache.float() * scale.float() if cache.dtype == torch.float8_e4m3fn else cache
+
+
+def store_kvcache(key, value, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()
+    if k_cache.dtype == torch.float8_e4m3fn:
+        key, value = quantize_fp8(key, k_scale), quantize_fp8(value, v_scale)
     k_cache.view(-1, *k_cache.shape[2:])[slots] = key[keep]
     v_cache.view(-1, *v_cache.shape[2:])[slots] = value[keep]
 
@@ -34,21 +46,25 @@ def _attend(q, k, v, scale, causal_offset=None):
     return torch.einsum("hnm,mhd->nhd", scores.softmax(-1), v)
 
 
-def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale) -> torch.Tensor:
+def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale=None,
+                           v_scale=None) -> torch.Tensor:
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     for b, n in enumerate(context_lens.tolist()):
         if n:
-            k, v = gather_kv(k_cache, block_tables[b], n), gather_kv(v_cache, block_tables[b], n)
+            k = dequantize(gather_kv(k_cache, block_tables[b], n), k_scale)
+            v = dequantize(gather_kv(v_cache, block_tables[b], n), v_scale)
             out[b] = _attend(q[b : b + 1], k, v, scale)[0]
     return out
 
 
-def paged_prefill_attention(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale) -> torch.Tensor:
+def paged_prefill_attention(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, k_scale=None,
+                            v_scale=None) -> torch.Tensor:
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     cu = cu_seqlens_q.tolist()
     for b, n in enumerate(context_lens.tolist()):
         lo, hi = cu[b], cu[b + 1]
-        k, v = gather_kv(k_cache, block_tables[b], n), gather_kv(v_cache, block_tables[b], n)
+        k = dequantize(gather_kv(k_cache, block_tables[b], n), k_scale)
+        v = dequantize(gather_kv(v_cache, block_tables[b], n), v_scale)
         out[lo:hi] = _attend(q[lo:hi], k, v, scale, causal_offset=n - (hi - lo))
     return out
 

@@ -31,8 +31,13 @@ def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
     return out
 
 
+def _raw(cache: torch.Tensor) -> torch.Tensor:
+    return cache.view(torch.uint8) if cache.dtype == torch.float8_e4m3fn else cache
+
+
 def swap_out(kv_cache: torch.Tensor, cpu_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
     """GPU block src_dst[i, 0] -> CPU block src_dst[i, 1]."""
+    kv_cache, cpu_cache = _raw(kv_cache), _raw(cpu_cache)  # an fp8 cache moves as bytes
     if src_dst.numel() == 0:
         return
     pairs = src_dst.tolist()
@@ -46,6 +51,7 @@ def swap_out(kv_cache: torch.Tensor, cpu_cache: torch.Tensor, src_dst: torch.Ten
 
 def swap_in(cpu_cache: torch.Tensor, kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
     """CPU block src_dst[i, 0] -> GPU block src_dst[i, 1]."""
+    kv_cache, cpu_cache = _raw(kv_cache), _raw(cpu_cache)  # an fp8 cache moves as bytes
     if src_dst.numel() == 0:
         return
     pairs = src_dst.tolist()

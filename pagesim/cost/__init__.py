@@ -42,4 +42,8 @@ def make_cost_model(spec: str, config: Config):
     if (same_shape(profile.model, want[0]), profile.gpu) != (True, want[1]):
         raise UserError(f"profile {spec}: fitted for {profile.model} on {profile.gpu}, but the config runs "
                         f"{want[0]} on {want[1]}; use a profile of that pair, or --cost-model roofline")
+    if profile.kv_cache_dtype != config.kv_cache_dtype:
+        raise UserError(f"profile {spec}: fitted with kv_cache_dtype={profile.kv_cache_dtype}, but the config runs "
+                        f"--kv-cache-dtype {config.kv_cache_dtype}; use a profile timed with that cache dtype, "
+                        "or --cost-model roofline")
     return profile

@@ -33,6 +33,8 @@ class StepFeatures:
     num_swap_out_blocks: int = 0
     num_swap_in_blocks: int = 0
     num_copy_blocks: int = 0
+    num_load_blocks: int = 0  # host tier -> GPU (kv_offloading_size)
+    num_store_blocks: int = 0  # GPU -> host tier
 
     @property
     def num_tokens(self) -> int:
@@ -54,4 +56,5 @@ class StepFeatures:
                 p_pairs += q * c + q * (q + 1) // 2
                 p_ctx += c + q
         return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx, d_max,
-                   len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy))
+                   len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy),
+                   len(plan.blocks_to_load), len(plan.blocks_to_store))

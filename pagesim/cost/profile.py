@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.decode_split import num_decode_splits
 from pagesim.cost.features import StepFeatures
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
@@ -160,6 +161,7 @@ class ProfileCostModel:
     source: str | None = None  # the file it was read from
     graph_batch_sizes: tuple[int, ...] = ()  # the engine's CUDA-graph decode sizes (required, increasing)
     max_context_lanes: int = 0  # 0: no longest-sequence term (profiles fitted before it existed)
+    kv_cache_dtype: str = "auto"  # the engine's cache dtype when the timings were taken (Config.kv_cache_dtype)
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -184,9 +186,10 @@ class ProfileCostModel:
         self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
         self._graph_splits = tuple(num_splits(s, self._programs, self._kv_heads) for s in sizes)
         self._idle = self._graph_base[0]
-        block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size)
+        block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
         self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
+        self.load_s_per_block = self.store_s_per_block = self.swap_s_per_block  # host tier: the swap link
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -217,15 +220,18 @@ class ProfileCostModel:
         return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx * longest
 
     def step_time(self, f: StepFeatures) -> float:
-        t = (f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+        t = ((f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+             + f.num_load_blocks * self.load_s_per_block)
+        store = f.num_store_blocks * self.store_s_per_block  # overlapped with the forward pass (roofline.py)
         if f.num_prefill_tokens or f.num_decode_seqs:
             if not f.num_prefill_tokens and f.num_decode_seqs <= self._graph_max:
-                t += self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context)
+                fwd = self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context)
             else:
-                t += self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
-                                      f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
-        elif t:
-            t += self._idle
+                fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
+                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
+            t += max(store, fwd)
+        elif t or store:
+            t += store + self._idle
         return t
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int) -> np.ndarray:
@@ -277,6 +283,8 @@ class ProfileCostModel:
              "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.kv_cache_dtype != "auto":
+            d["kv_cache_dtype"] = self.kv_cache_dtype
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
@@ -328,11 +336,14 @@ class ProfileCostModel:
         if uses_longest and not lanes:
             raise UserError(f"profile {p}: features graph_max_context/max_decode_context need 'max_context_lanes' "
                             "(a positive integer)")
+        kv_dtype = d.get("kv_cache_dtype", "auto")
+        if kv_dtype not in KV_CACHE_DTYPE_BYTES:
+            raise UserError(f"profile {p}: 'kv_cache_dtype' is {kv_dtype!r}, expected one of {list(KV_CACHE_DTYPE_BYTES)}")
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes)
+                       lanes, kv_dtype)
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 

@@ -9,10 +9,15 @@
                       logits only for the rows that sample: at most one per sequence)
     K/V bytes       = kv_bytes_per_token * (prefill_context_tokens + decode_context_tokens   read
                                             + num_prefill_tokens + num_decode_seqs)          written
+                      at the cache's dtype (kv_cache_dtype fp8: 1 byte per element; dequantised in registers,
+                      the attention FLOPs stay bf16's)
     attention flops = 4 * head_dim * num_heads * num_layers per (query, key) pair (QK^T and PV):
                       prefill_attn_pairs + decode_context_tokens
     step    = forward (0 without tokens) + swapped blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)
               + copied blocks * 2 * block_bytes / mem_rate
+              + loaded blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)      host tier -> GPU
+    with a host tier, forward becomes max(forward, stored blocks * block_bytes / (pcie_bandwidth * pcie_efficiency)):
+    stores (GPU -> host) run on a side stream under the step's compute; loads precede the prefill that needs them
 
 Tensor parallelism (tensor_parallel_size = tp > 1, Megatron-style as in vLLM): each GPU reads 1/tp of
 the weights, does 1/tp of the matmul and attention FLOPs and holds its share of the KV heads
@@ -83,7 +88,7 @@ class RooflineCostModel:
         lm_head = 2 * m.vocab_size * m.hidden_size
         # Per GPU: 1/tp of every matrix and of the query heads, its share of the KV heads.
         self.weight_read_bytes = m.flops_per_token // 2 * m.dtype_bytes / tp  # every parameter but the embedding table
-        self.kv_bytes = m.kv_bytes_per_token * m.kv_heads_per_gpu(tp) // m.num_kv_heads
+        self.kv_bytes = m.kv_bytes_per_token_at(config.kv_dtype_bytes) * m.kv_heads_per_gpu(tp) // m.num_kv_heads  # fp8: half
         self.dense_flops = (m.flops_per_token - lm_head) / tp  # per token
         self.lm_head_flops = lm_head / tp  # per sampled sequence (an upper bound for prefill chunks)
         self.attn_flops = 4 * m.head_dim * m.num_heads * m.num_layers / tp  # per (query, key) pair
@@ -96,6 +101,7 @@ class RooflineCostModel:
             self.allreduce_s = self.allreduce_s_per_token = 0.0
         self.swap_s_per_block = config.block_bytes / (g.pcie_bandwidth * pcie_efficiency)
         self.copy_s_per_block = 2 * config.block_bytes / self.mem_rate
+        self.load_s_per_block = self.store_s_per_block = self.swap_s_per_block  # host tier: the same PCIe link
 
     def _forward_time(self, tokens, seqs, kv_read, pairs, maximum=max):
         """Works on ints and on numpy arrays alike, with the same operations in the same order."""
@@ -106,14 +112,16 @@ class RooflineCostModel:
         return dense + attention + allreduce + self.step_overhead_s + seqs * self.seq_overhead_s
 
     def step_time(self, f: StepFeatures) -> float:
-        t = (f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+        t = ((f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
+             + f.num_load_blocks * self.load_s_per_block)
+        store = f.num_store_blocks * self.store_s_per_block
         tokens = f.num_prefill_tokens + f.num_decode_seqs
         if tokens:
-            t += self._forward_time(tokens, f.num_prefill_seqs + f.num_decode_seqs,
-                                    f.prefill_context_tokens + f.decode_context_tokens,
-                                    f.prefill_attn_pairs + f.decode_context_tokens)
-        elif t:
-            t += self.step_overhead_s
+            t += max(store, self._forward_time(tokens, f.num_prefill_seqs + f.num_decode_seqs,
+                                               f.prefill_context_tokens + f.decode_context_tokens,
+                                               f.prefill_attn_pairs + f.decode_context_tokens))
+        elif t or store:
+            t += store + self.step_overhead_s
         return t
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int) -> np.ndarray:

@@ -1,0 +1,137 @@
+"""FP8 KV-cache benchmark (GPU): our paged decode and prefill kernels reading an fp8 (e4m3) cache against
+the same kernels reading the bf16 cache, on the same data.
+
+    python -m bench.fp8 --out bench/results/fp8-h200-DATE.json [--tune]
+
+Shapes as bench.kernels: Llama-3-8B attention (32 query heads, 8 KV heads, head dim 128), block size 16,
+shuffled block tables; decode at (batch, context) in DECODE_SHAPES, prefill of PREFILL_TOKENS tokens of
+one sequence (no cached prefix) and of 512 new tokens after a 3584-token cached prefix. The fp8 cache
+holds the bf16 cache quantised by the store kernel with per-tensor scales (amax / 448), as the engine
+writes it. Timing as bench.kernels (do_bench median, L2 cleared before each repetition); decode's
+primary time is a CUDA-graph replay. Reported per decode shape: tokens/s (batch / step time) for
+both, the fp8 speed-up (target >= 1.8x), K/V bytes/s (fp8 reads half the bytes), and the largest
+|fp8 - bf16| output difference. Prefill: the fp8/bf16 time ratio (target <= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+
+import torch
+import triton
+
+import engine.kernels as K
+from bench.kernels import BF16, BS, D, DECODE_CONFIGS, DECODE_SHAPES, DEV, HKV, HQ, PREFILL_TOKENS, seconds, timed
+
+FP8 = torch.float8_e4m3fn
+SPEEDUP_TARGET = 1.8
+
+
+def quantised(cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 copy written by the store kernel, its scale [1]) of a bf16 cache [blocks, bs, Hkv, D]."""
+    scale = (cache.abs().amax().float() / 448.0).reshape(1)
+    out = torch.empty(cache.shape, dtype=FP8, device=cache.device)
+    rows = cache.view(-1, HKV, D)
+    slots = torch.arange(rows.shape[0], dtype=torch.int64, device=cache.device)
+    K.store_kvcache(rows, rows, out, torch.empty_like(out), slots, scale, scale)
+    return out, scale
+
+
+def decode_case(batch: int, ctx: int, tune: bool) -> dict:
+    g = torch.Generator(device=DEV).manual_seed(batch * 7 + ctx)
+    pages = ctx // BS
+    num_blocks = batch * pages
+    k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    v_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    (k8, ks), (v8, vs) = quantised(k_cache), quantised(v_cache)
+    tables = torch.randperm(num_blocks, generator=g, device=DEV).view(batch, pages).to(torch.int32)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn((batch, HQ, D), generator=g, device=DEV, dtype=BF16)
+    scale = D**-0.5
+    out_bf16, out_fp8 = torch.empty_like(q), torch.empty_like(q)
+
+    def bf16(cfg=None):
+        return lambda: K.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale, out=out_bf16, config=cfg)
+
+    def fp8(cfg=None):
+        return lambda: K.paged_decode_attention(q, k8, v8, tables, lens, scale, out=out_fp8, config=cfg,
+                                                k_scale=ks, v_scale=vs)
+
+    row = {"batch": batch, "context": ctx, "timings": {"bf16": timed(bf16()), "fp8": timed(fp8())}}
+    torch.cuda.synchronize()
+    row["max_abs_diff_fp8_vs_bf16"] = (out_fp8.float() - out_bf16.float()).abs().max().item()
+    if tune:
+        best = {}
+        for name, make in (("bf16", bf16), ("fp8", fp8)):
+            for cfg in DECODE_CONFIGS:
+                t = seconds(make(cfg))
+                if name not in best or t < best[name][0]:
+                    best[name] = (t, cfg)
+        row["tuned"] = {name: {"eager_s": t, "config": [cfg.block_n, cfg.num_warps, cfg.num_stages]}
+                        for name, (t, cfg) in best.items()}
+    for dtype, elem in (("bf16", 2), ("fp8", 1)):
+        t = row["timings"][dtype].get("graph") or row["timings"][dtype]["eager"]
+        row[f"{dtype}_tokens_per_s"] = batch / t
+        row[f"{dtype}_kv_tb_per_s"] = 2 * batch * ctx * HKV * D * elem / t / 1e12
+    row["fp8_speedup"] = row["fp8_tokens_per_s"] / row["bf16_tokens_per_s"]
+    row["meets_target"] = row["fp8_speedup"] >= SPEEDUP_TARGET
+    return row
+
+
+def prefill_case(q_len: int, ctx: int) -> dict:
+    g = torch.Generator(device=DEV).manual_seed(q_len + ctx)
+    num_blocks = triton.cdiv(ctx, BS)
+    k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    v_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    (k8, ks), (v8, vs) = quantised(k_cache), quantised(v_cache)
+    tables = torch.randperm(num_blocks, generator=g, device=DEV).view(1, num_blocks).to(torch.int32)
+    cu = torch.tensor([0, q_len], dtype=torch.int32, device=DEV)
+    lens = torch.tensor([ctx], dtype=torch.int32, device=DEV)
+    q = torch.randn((q_len, HQ, D), generator=g, device=DEV, dtype=BF16)
+    scale = D**-0.5
+    out_bf16, out_fp8 = torch.empty_like(q), torch.empty_like(q)
+    t_bf16 = seconds(lambda: K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, scale,
+                                                       max_seqlen_q=q_len, out=out_bf16))
+    t_fp8 = seconds(lambda: K.paged_prefill_attention(q, k8, v8, cu, lens, tables, scale, max_seqlen_q=q_len,
+                                                      out=out_fp8, k_scale=ks, v_scale=vs))
+    torch.cuda.synchronize()
+    return {"q_len": q_len, "context": ctx, "bf16_s": t_bf16, "fp8_s": t_fp8, "fp8_over_bf16": t_fp8 / t_bf16,
+            "meets_target": t_fp8 <= t_bf16, "max_abs_diff_fp8_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--tune", action="store_true", help="also sweep decode launch configs for both dtypes")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: bench.fp8 needs a CUDA GPU", file=sys.stderr)
+        return 2
+    result = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version(), "speedup_target": SPEEDUP_TARGET, "decode": [], "prefill": []}
+    for batch, ctx in DECODE_SHAPES:
+        row = decode_case(batch, ctx, args.tune)
+        result["decode"].append(row)
+        print(f"decode B={batch:4d} ctx={ctx:6d}: bf16 {row['bf16_tokens_per_s']:10.0f} tok/s "
+              f"({row['bf16_kv_tb_per_s']:.2f} TB/s)  fp8 {row['fp8_tokens_per_s']:10.0f} tok/s "
+              f"({row['fp8_kv_tb_per_s']:.2f} TB/s)  x{row['fp8_speedup']:.2f} "
+              f"{'meets' if row['meets_target'] else 'MISSES'} {SPEEDUP_TARGET}x  max|diff| {row['max_abs_diff_fp8_vs_bf16']:.3g}",
+              flush=True)
+    for q_len, ctx in ((PREFILL_TOKENS, PREFILL_TOKENS), (512, PREFILL_TOKENS)):
+        row = prefill_case(q_len, ctx)
+        result["prefill"].append(row)
+        print(f"prefill q={q_len} ctx={ctx}: bf16 {row['bf16_s'] * 1e3:.3f} ms  fp8 {row['fp8_s'] * 1e3:.3f} ms  "
+              f"fp8/bf16 {row['fp8_over_bf16']:.2f} {'meets' if row['meets_target'] else 'MISSES'} <= 1", flush=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The fp8 KV cache on a GPU: compiled kernels at Llama-3-8B head shapes, and the Llama-3-8B-shaped engine
+(random bf16 weights) with an fp8 cache against the same engine with a bf16 cache. Skipped without CUDA.
+
+    python -m pytest -q -s -p no:cacheprovider tests/gpu/test_fp8_gpu.py
+
+Stated tolerances (the -s output prints what was measured):
+  kernels   fp8 decode / prefill vs the fp32 reference on the dequantised cache: bf16 output tolerance;
+            the store kernel's bits equal torch's x / scale -> float8_e4m3fn cast (round to nearest even);
+  engine    teacher-forced logits at every position (prefill of 512 tokens, then 128 decode steps, 8
+            sequences): relative L2 error <= 5% per row, cosine >= 0.998, top-1 agreement >= 95%.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine.kernels as K
+from engine.kernels import reference as R
+from engine.model import LlamaModel
+from pagesim.specs import get_model
+from tests.test_fp8_kv import logits_agreement, teacher_forced_logits
+from tests.test_kernels import assert_close, block_tables_for
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+HQ, HKV, D = 32, 8, 128
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+
+
+def fp8_cache(num_blocks, block_size, g, amax: float):
+    x = torch.randn((num_blocks, block_size, HKV, D), generator=g, device=DEV) * (amax / 4)
+    scale = torch.tensor([amax / 448.0], device=DEV)
+    return R.quantize_fp8(x, scale), scale
+
+
+def test_fp8_store_matches_torch_cast_bit_for_bit():
+    g = torch.Generator(device=DEV).manual_seed(0)
+    n, bs = 4096, 16
+    x = torch.randn((n, 3, HKV, D), generator=g, device=DEV).to(BF16) * 20
+    x[0, 1, 0, :4] = torch.tensor([1e4, -1e4, 447.9, 7.9999], device=DEV)
+    k_cache = torch.empty((n // bs + 4, bs, HKV, D), dtype=FP8, device=DEV)
+    v_cache = torch.empty_like(k_cache)
+    slots = torch.randperm(k_cache.shape[0] * bs, generator=g, device=DEV)[:n]
+    slots[::97] = -1
+    ks, vs = torch.tensor([0.37], device=DEV), torch.tensor([1.0], device=DEV)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    R.store_kvcache(x[:, 1], x[:, 2], k_ref, v_ref, slots, ks, vs)
+    K.store_kvcache(x[:, 1], x[:, 2], k_cache, v_cache, slots.to(torch.int32), ks, vs)
+    written = slots[slots >= 0]
+    for name, got, ref in (("K", k_cache, k_ref), ("V", v_cache, v_ref)):
+        a, b = got.view(-1, HKV, D)[written].view(torch.uint8), ref.view(-1, HKV, D)[written].view(torch.uint8)
+        assert torch.equal(a, b), f"fp8 {name}: {(a != b).sum().item()} bytes differ from torch's rounding"
+
+
+@pytest.mark.parametrize("block_size", [16, 64])
+@pytest.mark.parametrize("num_splits", [None, 1, 7])
+def test_fp8_decode_llama_heads_long_contexts(block_size, num_splits):
+    ctx = [32768, 4097, 1, 0, block_size, 1000]
+    g = torch.Generator(device=DEV).manual_seed(block_size)
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 8
+    (k_cache, ks), (v_cache, vs) = fp8_cache(num_blocks, block_size, g, 8.0), fp8_cache(num_blocks, block_size, g, 30.0)
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, torch.Generator().manual_seed(block_size))
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn((len(ctx), HQ, D), generator=g, device=DEV).to(BF16)
+    out = torch.full_like(q, float("nan"))
+    K.paged_decode_attention(q, k_cache, v_cache, tables, lens, D**-0.5, num_splits=num_splits, out=out,
+                             k_scale=ks, v_scale=vs)
+    ref = R.paged_decode_attention(q, k_cache, v_cache, tables, lens, D**-0.5, ks, vs)
+    assert_close(out, ref, BF16, f"fp8 decode bs={block_size} splits={num_splits}", atol=0.03 * 30 / 4)
+    assert (out[3] == 0).all(), "an empty context must give zeros"
+
+
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_fp8_prefill_llama_heads_with_cached_prefix(block_size):
+    seqs = [(4096, 4096), (300, 5000), (1, 33), (129, 129)]
+    g = torch.Generator(device=DEV).manual_seed(block_size + 1)
+    ctx = [c for _, c in seqs]
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 4
+    (k_cache, ks), (v_cache, vs) = fp8_cache(num_blocks, block_size, g, 8.0), fp8_cache(num_blocks, block_size, g, 30.0)
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, torch.Generator().manual_seed(block_size))
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
+    out = torch.full_like(q, float("nan"))
+    K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs)
+    ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, ks, vs)
+    assert_close(out, ref, BF16, f"fp8 prefill bs={block_size}", atol=0.03 * 30 / 4)
+
+
+def test_fp8_engine_logits_against_the_bf16_engine_llama3_8b():
+    model = LlamaModel.random(get_model("llama-3-8b"), DEV, BF16, seed=0)
+    ids = torch.randint(0, model.spec.vocab_size, (8, 640), generator=torch.Generator().manual_seed(1)).to(DEV)
+    ref = teacher_forced_logits(model, "auto", ids, 512)
+    got = teacher_forced_logits(model, "fp8", ids, 512)
+    m = logits_agreement(ref, got)
+    print(f"\nllama-3-8b (random bf16 weights), fp8 vs bf16 KV cache, teacher forced: {m}")
+    assert m["max_rel_l2"] <= 0.05 and m["min_cos"] >= 0.998, f"fp8 logits drift from the bf16 engine's: {m}"
+    assert m["top1_agreement"] >= 0.95, f"top-1 agreement {m['top1_agreement']:.3f} < 0.95: {m}"

@@ -1,0 +1,316 @@
+"""The fp8 KV cache (kv_cache_dtype="fp8"): quantising store, dequantising decode and prefill, raw block moves,
+and the engine end to end against the same engine with a model-dtype cache.
+
+Under the Triton interpreter the kernels load real float8_e4m3fn tensors and cast them as the compiled
+kernels do (round to nearest even, saturated at +-448 by the store), so the kernel path is the one a
+GPU runs; only the dots are fp32 instead of bf16 tensor-core dots.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine.kernels as K
+from engine.executor import GPUExecutor, kv_block_bytes
+from engine.kernels import reference as R
+from engine.model import AttentionMetadata, LlamaModel
+from pagesim.config import Config
+from pagesim.request import Request
+from pagesim.specs import get_model
+from tests.test_kernels import assert_close, block_tables_for, gen
+from tests.test_executor import BS, run_to_completion, sensitive_model
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+FP8 = torch.float8_e4m3fn
+
+
+def fp8_cache(num_blocks, block_size, hkv, d, g, scale: float):
+    """An fp8 cache holding random values of magnitude ~scale (what the store kernel would write)."""
+    x = torch.randn(num_blocks, block_size, hkv, d, generator=g) * scale
+    return R.quantize_fp8(x, torch.tensor(scale)).to(DEV)
+
+
+def scales(k: float, v: float):
+    return torch.tensor([k], device=DEV), torch.tensor([v], device=DEV)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_store_quantises_with_the_layer_scales_saturates_and_skips_padding(dtype):
+    g = gen(11)
+    n, block_size = 9, 8
+    k_cache = torch.zeros(4, block_size, 2, 16, dtype=FP8, device=DEV)
+    v_cache = torch.zeros_like(k_cache)
+    slots = torch.randperm(4 * block_size, generator=g)[:n]
+    slots[3] = -1
+    qkv = (torch.randn(n, 5, 2, 16, generator=g) * 3).to(DEV, dtype)
+    qkv[0, 1, 0, 0] = 1e4  # beyond 448 * k_scale: saturates, never inf/NaN
+    key, value = qkv[:, 1], qkv[:, 3]
+    k_scale, v_scale = scales(0.05, 2.0)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    R.store_kvcache(key, value, k_ref, v_ref, slots, k_scale.cpu(), v_scale.cpu())
+    K.store_kvcache(key, value, k_cache, v_cache, slots.to(DEV, torch.int32), k_scale, v_scale)
+    assert torch.equal(k_cache.view(torch.uint8), k_ref.view(torch.uint8)), "fp8 K bits differ from x / k_scale rounded"
+    assert torch.equal(v_cache.view(torch.uint8), v_ref.view(torch.uint8)), "fp8 V bits differ from x / v_scale rounded"
+    assert k_cache.float().abs().max() == 448.0, "a key beyond the fp8 range must saturate to 448"
+    written = torch.zeros(4 * block_size, dtype=torch.bool)
+    written[slots[slots >= 0]] = True
+    assert (k_cache.view(-1, 2, 16)[~written.to(DEV)].float() == 0).all(), "a slot outside the mapping was written"
+    # what was stored is the input to within e4m3's precision (3 mantissa bits: half an ulp is 1/16)
+    keep = (slots >= 0).to(DEV)
+    got = k_cache.view(-1, 2, 16)[slots[slots >= 0].to(DEV)].float() * 0.05
+    want = key[keep].float().clamp(-448 * 0.05, 448 * 0.05)
+    assert ((got - want).abs() <= want.abs() / 16 + 2**-9 * 0.05).all(), "fp8 store lost more than half an ulp"
+
+
+DECODE_CASES = [  # (q dtype, block_size, hq, hkv, d, context_lens, num_splits)
+    (torch.float32, 8, 4, 2, 16, [0, 1, 9, 37], 1),
+    (torch.bfloat16, 16, 8, 2, 32, [15, 64, 100], 3),
+    (torch.float16, 32, 4, 1, 16, [5, 97], 2),
+]
+
+
+@pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}-s{c[6]}")
+def test_fp8_paged_decode_matches_the_dequantised_reference(case):
+    dtype, block_size, hq, hkv, d, ctx, splits = case
+    g = gen(sum(ctx))
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 2
+    k_cache, v_cache = fp8_cache(num_blocks, block_size, hkv, d, g, 0.3), fp8_cache(num_blocks, block_size, hkv, d, g, 4.0)
+    k_scale, v_scale = scales(0.3 / 16, 4.0 / 16)  # cache entries are ~16: scale back to ~0.3 and ~4
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, g)
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = (torch.randn(len(ctx), hq, d, generator=g) * 4).to(DEV, dtype)
+    out = torch.full_like(q, float("nan"))
+    K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=splits, out=out,
+                             k_scale=k_scale, v_scale=v_scale)
+    ref = R.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, k_scale, v_scale)
+    tol = 2e-5 * 4 if dtype == torch.float32 and DEV == "cpu" else 0.03 * 4  # V ~ 4
+    assert_close(out, ref, dtype, f"fp8 decode {case}", atol=tol)
+    assert (out[lens == 0] == 0).all(), "an empty context must give zeros"
+    unscaled = R.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, *scales(1.0, 1.0))
+    assert (out.float() - unscaled).abs().max() > 1.0, "the kernel ignored the fp8 scales"
+
+
+PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (block_m, block_n))
+    (torch.float32, 8, 4, 2, 16, [(5, 5), (7, 20)], (16, 16)),
+    (torch.bfloat16, 16, 8, 2, 32, [(33, 47), (1, 64)], (16, 32)),
+]
+
+
+@pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}")
+def test_fp8_paged_prefill_matches_the_dequantised_reference(case):
+    dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
+    g = gen(block_size + 5)
+    ctx = [c for _, c in seqs]
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 2
+    k_cache, v_cache = fp8_cache(num_blocks, block_size, hkv, d, g, 0.3), fp8_cache(num_blocks, block_size, hkv, d, g, 4.0)
+    k_scale, v_scale = scales(0.3 / 16, 4.0 / 16)
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, g)
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = (torch.randn(int(cu[-1]), hq, d, generator=g) * 4).to(DEV, dtype)
+    out = torch.full_like(q, float("nan"))
+    K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, out=out,
+                              config=K.PrefillConfig(block_m=bm, block_n=bn), k_scale=k_scale, v_scale=v_scale)
+    ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale, v_scale)
+    tol = 2e-5 * 4 if dtype == torch.float32 and DEV == "cpu" else 0.03 * 4
+    assert_close(out, ref, dtype, f"fp8 prefill {case}", atol=tol)
+
+
+def test_fp8_blocks_copy_and_swap_bit_exact():
+    g = gen(5)
+    bits = torch.randint(0, 256, (2, 2, 10, 8, 2, 16), generator=g, dtype=torch.uint8)
+    kv = bits.to(DEV).view(FP8)  # every bit pattern, NaN encodings included
+    original = kv.clone()
+    K.copy_blocks(kv, torch.tensor([[1, 7], [4, 2]]))
+    assert torch.equal(kv[:, :, [7, 2]].view(torch.uint8), original[:, :, [1, 4]].view(torch.uint8))
+    host = torch.zeros(2, 2, 4, 8, 2, 16, dtype=FP8)
+    K.swap_blocks(kv, host, torch.tensor([[3, 0], [8, 3]]))
+    K.swap_blocks(host, kv, torch.tensor([[0, 5], [3, 6]]))
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    assert torch.equal(kv[:, :, [5, 6]].view(torch.uint8), original[:, :, [3, 8]].view(torch.uint8)), \
+        "an fp8 block changed bits on its way through the host cache"
+
+
+def test_fp8_cache_has_half_the_block_bytes_and_twice_the_blocks():
+    spec = get_model("llama-3-8b")
+    assert kv_block_bytes(spec, 16, FP8) * 2 == kv_block_bytes(spec, 16, torch.bfloat16)
+    bf16, fp8 = Config(), Config(kv_cache_dtype="fp8")
+    assert fp8.block_bytes * 2 == bf16.block_bytes
+    ratio = fp8.resolved_num_gpu_blocks / bf16.resolved_num_gpu_blocks
+    assert abs(ratio - 2) <= 1 / bf16.resolved_num_gpu_blocks, f"fp8 gives {ratio:.4f}x the blocks of bf16"
+
+
+def test_unknown_kv_cache_dtype_is_a_clear_error():
+    from pagesim.errors import UserError
+
+    with pytest.raises(UserError, match="kv_cache_dtype must be one of"):
+        Config(kv_cache_dtype="int4")
+
+
+# ---- the engine end to end: fp8 cache vs the model-dtype cache on the same plans -----------------
+def engine_requests(vocab: int) -> list[Request]:
+    g = torch.Generator().manual_seed(9)
+    system = torch.randint(0, vocab, (3 * BS,), generator=g).tolist()  # a shared prefix: a prefix-cache hit
+    reqs = []
+    for i, (tail, out) in enumerate([(13, 4), (2 * BS + 3, 3), (5, 4)]):
+        ids = tuple(system + torch.randint(0, vocab, (tail,), generator=g).tolist())
+        reqs.append(Request(f"r{i}", 0.0, len(ids), out, seq_no=i, prompt_token_ids=ids))
+    return reqs
+
+
+ARRIVE = {"r0": 0, "r1": 3, "r2": 4}  # r1 and r2 arrive once r0's prompt is cached
+
+
+def test_fp8_engine_logits_stay_close_to_the_model_dtype_engine():
+    """Same requests, same plans (chunked prefill, a prefix hit, decodes): logits of every sampled step of
+    the fp8-cache engine within 5% of the logits' range of the fp32-cache engine's, top-1 agreeing where
+    the fp32 engine's top two logits are more than that apart. Measured: see the assertion message."""
+    spec = get_model("toy")
+    model = sensitive_model(spec, DEV, torch.float32)
+    model.k_scales.fill_(0.5)  # non-unit scales: a kernel that forgot them would diverge
+    model.v_scales.fill_(0.25)
+    cfg = Config(model="toy", block_size=BS, max_model_len=8 * BS, max_num_seqs=4, max_num_batched_tokens=2 * BS,
+                 num_gpu_blocks=24, enable_prefix_caching=True)
+    runs = {}
+    for dtype in ("auto", "fp8"):
+        run = run_to_completion(cfg.replace(kv_cache_dtype=dtype), model, engine_requests(spec.vocab_size), ARRIVE)
+        assert run.executor.kv_cache.dtype == (FP8 if dtype == "fp8" else torch.float32)
+        runs[dtype] = run
+    ref, got = runs["auto"].executor, runs["fp8"].executor
+    assert any(r.num_prefix_hit_tokens for r in runs["fp8"].scheduler.finished), "the scenario has no prefix hit"
+    worst_rel, agree, total = 0.0, 0, 0
+    for req in runs["auto"].scheduler.finished:
+        rid = req.request_id
+        a, b = ref.tokens_of(rid), got.tokens_of(rid)
+        la, lb = ref.last_logits[rid], got.last_logits[rid]
+        span = (la.max() - la.min()).item()
+        worst_rel = max(worst_rel, (la - lb).abs().max().item() / span)
+        top2 = la.topk(2).values
+        if (top2[0] - top2[1]).item() > 0.05 * span:
+            total += 1
+            agree += int(la.argmax() == lb.argmax())
+        agree_tokens = sum(x == y for x, y in zip(a[req.prompt_len:], b[req.prompt_len:]))
+        assert agree_tokens >= 1, f"{rid}: the fp8 engine's first token already differs"
+    print(f"fp8 vs fp32 cache: worst logits error {worst_rel:.3%} of the range, top-1 {agree}/{total}")
+    assert worst_rel <= 0.05, f"fp8 logits differ by {worst_rel:.3%} of the logit range (> 5%)"
+    assert agree == total, f"top-1 agreement {agree}/{total} on clear-margin steps"
+
+
+# ---- teacher-forced logits: the same tokens through an fp8-cache and a model-dtype-cache forward --------
+def teacher_forced_logits(model: LlamaModel, kv_cache_dtype: str, ids: torch.Tensor, prefill_len: int,
+                          block_size: int = 16, seed: int = 0) -> torch.Tensor:
+    """Logits [B, L - prefill_len + 1, vocab] of sequences ids [B, L]: one prefill step of every sequence's
+    first prefill_len tokens (their last row samples), then one decode step per further position, with
+    the given tokens fed (teacher forcing), on shuffled physical blocks. Row j predicts token prefill_len + j."""
+    b, length = ids.shape
+    per_seq = -(-length // block_size)
+    dev = model.device
+    cache = model.allocate_kv_cache(b * per_seq, block_size, kv_cache_dtype)
+    cache.view(torch.uint8).zero_()
+    g = torch.Generator().manual_seed(seed)
+    tables = torch.randperm(b * per_seq, generator=g).view(b, per_seq).to(dev, torch.int32)
+    i32 = dict(dtype=torch.int32, device=dev)
+
+    def slots(pos: torch.Tensor) -> torch.Tensor:  # pos [B, n] -> slot ids [B * n]
+        return (tables.long().gather(1, pos // block_size) * block_size + pos % block_size).flatten()
+
+    pos = torch.arange(prefill_len, device=dev).expand(b, -1)
+    attn = AttentionMetadata(slot_mapping=slots(pos), num_prefill_tokens=b * prefill_len, num_decode_tokens=0,
+                             cu_seqlens_q=torch.arange(b + 1, **i32) * prefill_len,
+                             context_lens_prefill=torch.full((b,), prefill_len, **i32), block_tables_prefill=tables,
+                             max_seqlen_q=prefill_len)
+    hidden = model.forward(ids[:, :prefill_len].flatten(), pos.flatten(), cache, attn)
+    rows = [model.compute_logits(hidden.view(b, prefill_len, -1)[:, -1])]
+    for p in range(prefill_len, length):
+        pos = torch.full((b, 1), p, device=dev)
+        attn = AttentionMetadata(slot_mapping=slots(pos), num_prefill_tokens=0, num_decode_tokens=b,
+                                 context_lens_decode=torch.full((b,), p + 1, **i32), block_tables_decode=tables)
+        rows.append(model.compute_logits(model.forward(ids[:, p], pos.flatten(), cache, attn)))
+    return torch.stack(rows, dim=1)
+
+
+def logits_agreement(ref: torch.Tensor, got: torch.Tensor) -> dict:
+    """Worst relative L2 error and cosine over the rows, max |diff|, and the top-1 agreement fraction."""
+    ref, got = ref.flatten(0, -2).float(), got.flatten(0, -2).float()
+    rel = ((got - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-12))
+    cos = torch.nn.functional.cosine_similarity(got, ref, dim=-1)
+    return {"rows": ref.shape[0], "max_rel_l2": rel.max().item(), "min_cos": cos.min().item(),
+            "max_abs": (got - ref).abs().max().item(),
+            "top1_agreement": (got.argmax(-1) == ref.argmax(-1)).float().mean().item()}
+
+
+def test_fp8_teacher_forced_logits_track_the_fp32_cache_at_every_position():
+    """Every position (one prefill, then decodes over shuffled blocks), toy model: relative L2 error of the
+    logits <= 5% per row and top-1 agreement >= 90% (measured: printed with -s)."""
+    model = sensitive_model(get_model("toy"), DEV, torch.float32)
+    ids = torch.randint(0, model.spec.vocab_size, (2, 32), generator=torch.Generator().manual_seed(4)).to(DEV)
+    ref = teacher_forced_logits(model, "auto", ids, 24, block_size=8)
+    got = teacher_forced_logits(model, "fp8", ids, 24, block_size=8)
+    m = logits_agreement(ref, got)
+    print(f"toy fp8 vs fp32 cache, teacher forced: {m}")
+    assert m["max_rel_l2"] <= 0.05 and m["top1_agreement"] >= 0.9, f"fp8 logits drift from the fp32 cache's: {m}"
+
+
+# ---- the engine's host offload tier (engine/host_tier.py) ---------------------------------------
+def offload_engine_config(num_gpu_blocks: int, num_host_blocks: int, **kw) -> Config:
+    base = Config(model="toy", block_size=BS, max_model_len=8 * BS, max_num_seqs=4, max_num_batched_tokens=4 * BS,
+                  num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=True, **kw)
+    from pagesim.specs import GIB
+
+    return base.replace(kv_offloading_size=(num_host_blocks + 0.5) * base.block_bytes / GIB)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_blocks_come_back_bit_exact_from_the_host_tier(kv_cache_dtype):
+    from pagesim.scheduler import StepPlan
+
+    model = sensitive_model(get_model("toy"), DEV, torch.float32)
+    ex = GPUExecutor(offload_engine_config(12, 6, kv_cache_dtype=kv_cache_dtype), model)
+    raw = ex.kv_cache.view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, generator=torch.Generator().manual_seed(3), dtype=torch.uint8).to(DEV))
+    original = raw[:, :, [2, 9]].clone()
+    ex.execute(StepPlan(0, blocks_to_store=[(2, 4), (9, 1)]))
+    raw[:, :, [2, 9]] = 0
+    ex.execute(StepPlan(1, blocks_to_load=[(4, 7), (1, 0)]))  # back, into other blocks
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    assert torch.equal(raw[:, :, [7, 0]], original), "a block changed bits on its round trip through the host tier"
+
+
+def test_engine_with_host_hits_generates_the_reference_tokens():
+    """A's prefix is evicted from a 10-block GPU cache by B, then C hits it on the host: C's blocks are loaded,
+    and every request's tokens are still greedy decoding by the full forward."""
+    from tests.test_executor import assert_greedy_matches_reference
+
+    model = sensitive_model(get_model("toy"), DEV, torch.float32)
+    g = torch.Generator().manual_seed(12)
+    a = tuple(torch.randint(0, 256, (5 * BS + 2,), generator=g).tolist())
+    b = tuple(torch.randint(0, 256, (6 * BS + 1,), generator=g).tolist())
+    c = a[: 5 * BS] + (7, 8, 9)
+    reqs = [Request(n, 0.0, len(p), 2, seq_no=i, prompt_token_ids=p) for i, (n, p) in enumerate([("A", a), ("B", b), ("C", c)])]
+    run = run_to_completion(offload_engine_config(10, 16), model, reqs, {"A": 0, "B": 4, "C": 9})
+    assert any(p.blocks_to_load for p in run.plans), "C did not load its prefix from the host tier"
+    assert run.scheduler.kv.prefix_cache_stats.host_hits >= BS  # measured: 2 blocks from the host, 3 from the GPU
+    assert_greedy_matches_reference(run, margin=1e-4, logits_atol=1e-3)
+
+
+def test_fp8_blocks_swap_out_and_in_bit_exact_through_the_executor():
+    from pagesim.scheduler import StepPlan
+    from pagesim.specs import GIB
+
+    model = sensitive_model(get_model("toy"), DEV, torch.float32)
+    block = get_model("toy").kv_bytes_per_block(BS, 1)
+    cfg = Config(model="toy", block_size=BS, num_gpu_blocks=12, max_model_len=8 * BS, max_num_batched_tokens=8 * BS,
+                 preemption_mode="swap", swap_space=4.5 * block / GIB, kv_cache_dtype="fp8")
+    ex = GPUExecutor(cfg, model)
+    raw = ex.kv_cache.view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, generator=torch.Generator().manual_seed(5), dtype=torch.uint8).to(DEV))
+    original = raw[:, :, [3, 7]].clone()
+    ex.execute(StepPlan(0, blocks_to_swap_out=[(3, 2), (7, 0)]))
+    raw[:, :, [3, 7]] = 0
+    ex.execute(StepPlan(1, blocks_to_swap_in=[(2, 9), (0, 4)]))
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    assert torch.equal(raw[:, :, [9, 4]], original), "an fp8 block changed bits on its way through the swap cache"

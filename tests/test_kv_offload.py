@@ -1,0 +1,149 @@
+"""The host offload tier (kv_offloading_size): random workloads keep its bookkeeping invariants, hits on it are
+only of what was stored, nothing leaks, and the cost models and summaries see its traffic."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pagesim.config import Config
+from pagesim.cost import RooflineCostModel, StepFeatures
+from pagesim.errors import UserError
+from pagesim.request import Request
+from pagesim.scheduler import Scheduler
+from pagesim.specs import GIB
+from tests.helpers import check_paged, check_scheduler
+
+BS = 4
+BASES = [(0, 1) * 20, (1, 0, 0) * 14, (2,) * 40, (3, 1) * 20]
+
+
+def offload_config(num_gpu_blocks: int, num_host_blocks: int, **kw) -> Config:
+    base = Config(model="toy", block_size=BS, num_gpu_blocks=num_gpu_blocks, max_num_seqs=4, max_num_batched_tokens=32,
+                  max_model_len=64, enable_prefix_caching=True, **kw)
+    return base.replace(kv_offloading_size=(num_host_blocks + 0.5) * base.block_bytes / GIB)
+
+
+def check_host(kv) -> None:
+    """Every host block is free or holds exactly one hash; in-flight state matches the transfers outstanding."""
+    host = kv.host
+    ids = [b.block_id for b in host.blocks.values()]
+    assert len(set(ids)) == len(ids), "a host block holds two hashes"
+    assert sorted(ids + host.free_ids) == list(range(host.num_blocks)), "a host block is lost or both free and used"
+    assert all(h == b.block_hash for h, b in host.blocks.items()), "host index and block contents disagree"
+    storing = {id(b) for _, b in host._pending_stores + host._issued_stores}
+    for b in host.blocks.values():
+        assert b.ready == (id(b) not in storing), f"host block {b.block_id}: ready={b.ready} but its store is " \
+                                                  f"{'in flight' if id(b) in storing else 'done'}"
+        loads = sum(1 for _, x in host._pending_loads + host._issued_loads if x is b)
+        assert b.ref_cnt == loads, f"host block {b.block_id}: ref_cnt {b.ref_cnt} but {loads} loads in flight"
+
+
+def run_offload(config: Config, specs, max_steps: int = 5000):
+    """Drive the scheduler (unit steps, request i arrives at step arrive_i); check after every step;
+    return (scheduler, requests, {host block: hash stored}, loads checked)."""
+    sched = Scheduler(config)
+    kv = sched.kv
+    reqs = [Request(f"r{i}", float(t), len(p), out, seq_no=i, prompt_token_ids=p) for i, (p, out, t) in enumerate(specs)]
+    pending = sorted(reqs, key=lambda r: r.arrival_time)
+    stored: dict[int, bytes] = {}  # host block -> hash, as of its store (the content a load must find)
+    prepared: dict[int, bytes] = {}
+    num_loads = 0
+    for step in range(max_steps):
+        while pending and pending[0].arrival_time <= step:
+            sched.add_request(pending.pop(0))
+        if not pending and not sched.has_work():
+            break
+        plan = sched.schedule(float(step))
+        for host_id, gpu_id in plan.blocks_to_load:
+            assert host_id in stored, f"step {step}: loads host block {host_id}, whose store had not been issued earlier"
+            # cached under the loaded hash, unless another GPU block already holds that content (a later block of
+            # a prefix can still be on the GPU when an earlier one is not; the run of hits continues on the host)
+            gpu_hash = kv.pool.blocks[gpu_id].block_hash
+            assert gpu_hash in (stored[host_id], None), "a loaded GPU block is cached under another hash"
+            assert kv.pool.get_cached_block(stored[host_id]) is not None
+            assert kv.pool.blocks[gpu_id].ref_cnt >= 1, "a host hit was loaded into a block nobody holds"
+            num_loads += 1
+        for gpu_id, host_id in plan.blocks_to_store:
+            stored[host_id] = prepared.pop(host_id)
+        check_host(kv)
+        sched.finish_step(plan, float(step + 1))
+        for (gpu_id, host_id), b in kv.host._pending_stores:
+            # the GPU block is cached under this hash, or holds the same content as the block that is
+            # (two requests computed it at once: the pool indexes one of them)
+            gpu_hash = kv.pool.blocks[gpu_id].block_hash
+            assert gpu_hash in (b.block_hash, None), "a store copies a GPU block that holds another hash"
+            assert gpu_hash is not None or kv.pool.get_cached_block(b.block_hash) is not None
+            prepared.setdefault(host_id, b.block_hash)
+        check_host(kv)
+        check_scheduler(sched)
+    else:
+        raise AssertionError("no end")
+    return sched, reqs, stored, num_loads
+
+
+workloads = st.lists(
+    st.tuples(
+        st.builds(lambda base, keep, tail: tuple(BASES[base][:keep]) + tuple(tail),
+                  st.integers(0, len(BASES) - 1), st.integers(0, 40), st.lists(st.integers(0, 3), max_size=5))
+        .filter(lambda p: len(p) >= 1),
+        st.integers(1, 6),  # output tokens
+        st.integers(0, 40),  # arrival step
+    ),
+    min_size=1, max_size=14,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workloads, st.integers(12, 30), st.integers(1, 20))
+def test_host_tier_invariants_hold_and_nothing_leaks(specs, num_gpu_blocks, num_host_blocks):
+    config = offload_config(num_gpu_blocks, num_host_blocks)
+    sched, reqs, stored, num_loads = run_offload(config, specs)
+    kv = sched.kv
+    assert all(r.is_finished for r in reqs), "a request neither finished nor was rejected"
+    assert sched.leaked_blocks() == 0, "GPU blocks still held after every request ended"
+    stats, host = kv.prefix_cache_stats, kv.host
+    assert stats.host_hits <= host.stats.loaded_blocks * BS, "more host hit tokens than blocks loaded"
+    assert host.stats.loaded_blocks == num_loads
+    assert stats.host_hits <= stats.hits <= stats.queries
+    kv.take_transfers(), kv.take_transfers()  # two empty steps: everything issued has landed
+    assert host.num_in_flight == 0, "host blocks still in flight after the run"
+    assert all(b.ready and not b.ref_cnt for b in host.blocks.values())
+    check_paged(kv, [])
+
+
+def test_host_tier_serves_prefixes_the_gpu_evicted():
+    """Two long prompts alternate through a GPU cache that holds one: a host tier turns the misses into hits
+    (a 1-block tier, which can keep nothing useful, is the GPU-only baseline)."""
+    a, b = BASES[0][:36] + (3,), BASES[2][:36] + (3,)
+    specs = [(p, 1, 30 * i) for i, p in enumerate([a, b, a, b, a])]
+    rates = {}
+    for host in (1, 30):
+        sched, *_ = run_offload(offload_config(12, host), specs)
+        s = sched.kv.prefix_cache_stats
+        rates[host] = (s.hits / s.queries, s.host_hits / s.queries)
+    assert rates[1][1] == 0 and rates[30][1] > 0.4, f"host hit rates: {rates}"
+    assert rates[30][0] > rates[1][0] + 0.4, f"total hit rate with the host tier {rates[30]} vs without {rates[1]}"
+
+
+def test_offloading_needs_prefix_caching_and_a_size():
+    with pytest.raises(UserError, match="kv_offloading_size needs enable_prefix_caching"):
+        Config(kv_offloading_size=1.0)
+    with pytest.raises(UserError, match="kv_offloading_size must be a non-negative number of GiB"):
+        Config(kv_offloading_size=-1.0, enable_prefix_caching=True)
+    c = Config(kv_offloading_size=4.0, enable_prefix_caching=True)
+    assert c.num_offload_blocks == int(4 * GIB // c.block_bytes) == 2048
+
+
+def test_cost_models_charge_loads_before_and_stores_under_the_forward():
+    cost = RooflineCostModel(Config(enable_prefix_caching=True))
+    prefill = StepFeatures(num_prefill_tokens=512, num_prefill_seqs=1, prefill_attn_pairs=512 * 513 // 2,
+                           prefill_context_tokens=512)
+    base = cost.step_time(prefill)
+    with_loads = StepFeatures(512, 1, 512 * 513 // 2, 512, num_load_blocks=100)
+    with_stores = StepFeatures(512, 1, 512 * 513 // 2, 512, num_store_blocks=3)
+    assert cost.step_time(with_loads) == pytest.approx(base + 100 * cost.load_s_per_block)
+    assert cost.step_time(with_stores) == pytest.approx(base), "a few stores hide under the forward pass"
+    many = StepFeatures(512, 1, 512 * 513 // 2, 512, num_store_blocks=10_000)
+    assert cost.step_time(many) == pytest.approx(10_000 * cost.store_s_per_block), "stores beyond the forward show"
