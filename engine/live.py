@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
