@@ -160,13 +160,14 @@ def chunked_scenario(model_name, bs, vocab):
 
 
 def preemption_scenario(model_name, bs, vocab, mode):
-    """Two requests fill all 4 blocks; when P0 needs a third block, P1 (two blocks, the last one partial) is preempted.
+    """Two requests fill all 4 usable blocks (5 with vLLM's null block); when P0 needs a third block, P1 (two
+    blocks, the last one partial) is preempted.
 
     A partial block matters: attention over whole blocks is blind to their order, so only a
     partial block put back in the wrong place shows in the tokens.
     """
     block_bytes = get_model(model_name).kv_bytes_per_block(bs)
-    cfg = base_config(model_name, bs, num_gpu_blocks=4, preemption_mode=mode, swap_space=4.5 * block_bytes / GIB)
+    cfg = base_config(model_name, bs, num_gpu_blocks=5, preemption_mode=mode, swap_space=4.5 * block_bytes / GIB)
     return cfg, [Request("P0", 0, 2 * bs - 2, 4, seq_no=0), Request("P1", 0, bs + 3, 4, seq_no=1)], {}
 
 

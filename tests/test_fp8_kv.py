@@ -48,7 +48,7 @@ def test_fp8_store_quantises_with_the_layer_scales_saturates_and_skips_padding(d
     key, value = qkv[:, 1], qkv[:, 3]
     k_scale, v_scale = scales(0.05, 2.0)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
-    R.store_kvcache(key, value, k_ref, v_ref, slots, k_scale.cpu(), v_scale.cpu())
+    R.store_kvcache(key, value, k_ref, v_ref, slots.to(DEV), k_scale, v_scale)
     K.store_kvcache(key, value, k_cache, v_cache, slots.to(DEV, torch.int32), k_scale, v_scale)
     assert torch.equal(k_cache.view(torch.uint8), k_ref.view(torch.uint8)), "fp8 K bits differ from x / k_scale rounded"
     assert torch.equal(v_cache.view(torch.uint8), v_ref.view(torch.uint8)), "fp8 V bits differ from x / v_scale rounded"
