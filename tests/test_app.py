@@ -134,11 +134,11 @@ def test_replay_max_model_len_rejects_long_requests_with_a_banner():
     at.number_input(key="replay.max_model_len").set_value(512).run()
     assert not at.exception and not at.error
     requests = app_requests(at)
-    n = int((requests["prompt_len"] + requests["output_len"] > 512).sum())
+    n = int((requests["prompt_len"] >= 512).sum())  # vLLM v1: longer outputs are cut at max_model_len instead
     assert n > 0
     (banner,) = at.warning
     assert f"{n:,} of 500 requests rejected" in banner.value
-    assert "prompt + output longer than max_model_len 512" in banner.value
+    assert "prompt reaches max_model_len 512" in banner.value
     assert dict(metrics(at))["Rejected"] == f"{n:,}"
 
 

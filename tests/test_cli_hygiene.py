@@ -169,7 +169,8 @@ def test_every_request_rejected_is_a_warning(tmp_path):
     done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--max-model-len", "100", "--out", out)
     assert done.returncode == 0, done.stderr
     warnings = json.loads((out / "summary.json").read_text())["warnings"]
-    assert warnings == ["paged: every request (20) was rejected; most often (20): prompt + output = 320 tokens exceeds max_model_len 100"]
+    assert len(warnings) == 1 and warnings[0].startswith("paged: every request (20) was rejected; most often (20): prompt of ")
+    assert warnings[0].endswith("tokens leaves no room for an output token within max_model_len 100")
     assert done.stderr.count("warning: paged: every request") == 1
 
 
@@ -179,7 +180,7 @@ def test_more_than_a_tenth_rejected_is_a_warning_with_the_top_reason(tmp_path):
     assert done.returncode == 0, done.stderr
     warnings = json.loads((out / "summary.json").read_text())["warnings"]
     assert len(warnings) == 1
-    assert warnings[0].startswith("paged: 3 of 10 requests (30.0%) were rejected; most often (3): prompt + output = 5008 tokens")
+    assert warnings[0].startswith("paged: 3 of 10 requests (30.0%) were rejected; most often (3): prompt of 5000 tokens")
 
 
 # ---- 5. messages, help, usage -----------------------------------------------------------------------

@@ -499,10 +499,10 @@ def test_snapshots_reach_past_the_last_arrival_until_each_run_ends(runs):
 
 def test_rejections_are_grouped_by_reason():
     requests = pd.DataFrame({"state": ["rejected", "finished", "rejected", "rejected"],
-                             "reason": ["prompt + output = 9000 tokens exceeds max_model_len 8192", "",
-                                        "prompt + output = 12000 tokens exceeds max_model_len 8192",
+                             "reason": ["prompt of 9000 tokens leaves no room for an output token within max_model_len 8192", "",
+                                        "prompt of 12000 tokens leaves no room for an output token within max_model_len 8192",
                                         "needs 900 KV blocks for 14400 tokens but the cache has only 512 blocks"]})
-    assert tables.rejections(requests, 8192) == [(2, "prompt + output longer than max_model_len 8,192"),
+    assert tables.rejections(requests, 8192) == [(2, "prompt reaches max_model_len 8,192 (no room for an output token)"),
                                                  (1, "needs more KV blocks than the whole cache holds")]
     assert tables.rejections(requests.iloc[[1]], 8192) == []
 

@@ -49,7 +49,7 @@ def headline_table(summaries: dict[str, dict]) -> pd.DataFrame:
 
 
 REJECTION_KINDS = (  # (words in the scheduler's reason, what the banner says)
-    ("max_model_len", "prompt + output longer than max_model_len {max_model_len:,}"),
+    ("max_model_len", "prompt reaches max_model_len {max_model_len:,} (no room for an output token)"),
     ("parallel samples", "more parallel samples than max_num_seqs"),
     ("KV blocks", "needs more KV blocks than the whole cache holds"),
 )

@@ -86,8 +86,8 @@ def show_trace(trace, trace_key: str) -> None:
 
 
 def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
-    """A warning per distinct rejection story: "1,015 of 2,000 requests rejected: prompt + output longer
-    than max_model_len 8,192" (naming the runs when they differ)."""
+    """A warning per distinct rejection story: "1,015 of 2,000 requests rejected: prompt reaches
+    max_model_len 8,192 (no room for an output token)" (naming the runs when they differ)."""
     stories: dict[str, list[str]] = {}
     for name, run in runs.items():
         requests = run.result.requests
