@@ -27,7 +27,6 @@ balance (its `leaked_blocks` is 0 at the end).
 from __future__ import annotations
 
 import dataclasses
-import gc
 import time
 from itertools import chain
 
@@ -40,7 +39,7 @@ from pagesim.loop import SchedulerStuck, SimClock, drive
 from pagesim.metrics import summarize_run
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
-from pagesim.simulator import RunResult, Simulation
+from pagesim.simulator import RunResult, Simulation, paused_gc
 
 ROUTERS = ("round-robin", "least-outstanding-tokens", "prefix-aware")
 
@@ -133,13 +132,8 @@ class ClusterSimulation:
         wall = time.perf_counter()
         self.env.process(self.arrivals())
         engines = [self.env.process(self.engine(k)) for k in range(len(self.replicas))]
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # as Simulation.run: the replay makes no cycles worth collecting
-        try:
+        with paused_gc():
             self.env.run()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
         wall = time.perf_counter() - wall
         unfinished = [r for r in self.requests if not r.is_finished]
         if unfinished:

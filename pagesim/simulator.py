@@ -16,6 +16,7 @@ decisions equal the step-by-step simulation (tests/test_fast_path.py).
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +30,20 @@ from pagesim.loop import Arrivals, Hooks, SchedulerStuck, SimClock, drive
 from pagesim.recorder import BlockSnapshot, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
+
+
+@contextmanager
+def paused_gc():
+    """The cyclic garbage collector paused for a replay and restored after it: a replay makes no reference
+    cycles to speak of (after the full Azure conv replay a collection frees nothing), so collections would
+    only rescan the growing request and step tables (~10% of the run)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class SimExecutor:
@@ -96,16 +111,8 @@ class Simulation:
     def run(self, name: str | None = None) -> RunResult:
         wall = time.perf_counter()
         engine = self.env.process(self.engine())
-        # The cyclic garbage collector is paused for the replay and restored after it: the replay makes
-        # no reference cycles to speak of (after the full Azure conv replay a collection frees nothing),
-        # so collections would only rescan the growing request and step tables (~10% of the run).
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             self.env.run()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
         wall = time.perf_counter() - wall
         sched = self.scheduler
         unfinished = [r for r in self.requests if not r.is_finished]
