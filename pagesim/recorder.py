@@ -317,7 +317,9 @@ class Recorder:
     def snapshot(self, time_s: float) -> None:
         s = self.sched
         kv = s.kv
-        num_blocks, bs = kv.num_gpu_blocks, kv.block_size
+        # Every physical block, by id: paged block 0 is vLLM's null block (never owned, never cached), so the
+        # map has one more block than the manager's usable num_gpu_blocks.
+        num_blocks, bs = s.config.resolved_num_gpu_blocks, kv.block_size
         owner = np.full(num_blocks, -1, dtype=np.int32)
         fill = np.zeros(num_blocks, dtype=np.int16)
         ref = np.zeros(num_blocks, dtype=np.int16)
