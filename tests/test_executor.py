@@ -300,8 +300,9 @@ def test_contiguous_baseline_end_to_end(toy_model):
 
 def test_mixed_load_matches_greedy_reference(toy_model):
     """Everything at once: arrivals between steps, chunked and mixed steps, prefix hits, a fork, swaps and
-    recomputes (8 requests, 14 blocks of 8, 5 CPU blocks: 5 preemptions, 2 of them recomputes)."""
-    cfg = mixed_config("toy", BS, num_gpu_blocks=14, cpu_blocks=5, max_num_batched_tokens=32, max_model_len=256)
+    recomputes (8 requests, 16 blocks of 8 (15 usable beside the null block), 5 CPU blocks: 2 preemptions, one
+    swapped and one recomputed when the CPU pool is full)."""
+    cfg = mixed_config("toy", BS, num_gpu_blocks=16, cpu_blocks=5, max_num_batched_tokens=32, max_model_len=256)
     reqs, arrive = mixed_load(toy_model.spec.vocab_size, BS, num=8, max_prompt=64, max_output=12, system_len=24)
     run = run_to_completion(cfg, toy_model, reqs, arrive)
     mixed_load_stats(run, reqs)
@@ -376,7 +377,7 @@ def test_config_for_device_keeps_a_given_block_count(toy_model):
     assert config_for_device(cfg, toy_model) is cfg
     if toy_model.device.type == "cpu":
         with pytest.raises(ValueError, match="CUDA"):
-            config_for_device(cfg.replace(num_gpu_blocks=None), toy_model)
+            config_for_device(cfg.replace(num_gpu_blocks=None, gpu_memory_utilization=0.05), toy_model)
 
 
 def test_requests_the_executor_never_saw_are_reported(toy_model):
@@ -392,7 +393,7 @@ def test_requests_the_executor_never_saw_are_reported(toy_model):
 def test_max_model_len_beyond_the_window_is_refused_unless_allowed():
     from pagesim.errors import UserError
 
-    with pytest.raises(UserError, match="exceeds llama-3-8b's window of 8192 positions"):
+    with pytest.raises(UserError, match="exceeds llama-3-8b's window of 8,192 positions"):
         Config(model="llama-3-8b", max_model_len=32768)
     assert Config(model="llama-3.1-8b", max_model_len=32768).resolved_max_model_len == 32768
     assert Config(model="llama-3-8b", max_model_len=32768, allow_long_max_model_len=True).resolved_max_model_len == 32768
