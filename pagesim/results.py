@@ -272,7 +272,7 @@ def write_run_files(out: Path, config, trace, results: dict, summary: dict, step
     pq.write_table(table, out / "requests.parquet", **write_options(table.schema))
 
 
-SUMMARY_STEP_COLUMNS = ("duration_s", "num_running", "num_preemptions", "blocks_used") + CATEGORIES
+SUMMARY_STEP_COLUMNS = ("duration_s", "num_running", "num_preemptions", "blocks_used", "num_load_blocks", "num_store_blocks") + CATEGORIES
 
 
 class StepsWriter:

@@ -62,7 +62,8 @@ def test_deployments_fit_the_gpu_budget_and_skip_what_does_not_fit():
     base = {"model": "llama-3-70b", "gpu": "h200", "block_size": 16, "num_gpu_blocks": None,
             "gpu_memory_utilization": 0.9, "max_model_len": None, "max_num_seqs": 256, "tensor_parallel_size": 1,
             "max_num_batched_tokens": 8192, "enable_chunked_prefill": True, "enable_prefix_caching": False,
-            "preemption_mode": "recompute", "swap_space": 4.0, "watermark": 0.01}
+            "preemption_mode": "recompute", "swap_space": 4.0, "watermark": 0.01, "kv_cache_dtype": "auto",
+            "kv_offloading_size": 0.0}
     deps, skipped = deployments(base, 4, ["round-robin", "prefix-aware"])
     shapes = {(d["tensor_parallel_size"], d["replicas"]) for d in deps}
     assert shapes == {(2, 1), (2, 2), (4, 1)}

@@ -42,7 +42,7 @@ def test_a_run_read_back_gives_the_same_frames_and_summary(tmp_path):
         pd.testing.assert_frame_equal(s, r.steps, check_dtype=False)
         pd.testing.assert_frame_equal(q, r.requests, check_dtype=False)
         again = summarize(s, q, leaked_blocks=r.leaked_blocks, sim_wall_s=r.sim_wall_s,
-                          **prefix_cache_kwargs(r.prefix_cache))
+                          block_bytes=r.config.block_bytes, **prefix_cache_kwargs(r.prefix_cache))
         assert again == summaries[name], f"summary of {name} changed on the round trip"
 
 
