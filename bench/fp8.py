@@ -29,6 +29,7 @@ from bench.kernels import BF16, BS, D, DECODE_CONFIGS, DECODE_SHAPES, DEV, HKV, 
 
 FP8 = torch.float8_e4m3fn
 SPEEDUP_TARGET = 1.8
+from pagesim.outputs import check_output_file
 
 
 def quantised(cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,11 +104,14 @@ def prefill_case(q_len: int, ctx: int) -> dict:
             "meets_target": t_fp8 <= t_bf16, "max_abs_diff_fp8_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item()}
 
 
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
     p.add_argument("--tune", action="store_true", help="also sweep decode launch configs for both dtypes")
     args = p.parse_args(argv)
+    check_output_file(p, args.out, args.force)  # before any work: committed results are never replaced by default
     if not torch.cuda.is_available():
         print("error: bench.fp8 needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from pagesim.outputs import check_output_file
 from pagesim.block_hash import ideal_prefix_cache_hit_rate
 from pagesim.config import Config
 from pagesim.metrics import summarize_run
@@ -56,9 +57,11 @@ MULTIPLES = (0, 0.5, 1, 2, 4, 8)
 RECOVERY_TARGET, TARGET_MULTIPLE = 0.8, 4
 
 
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
+    p.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
     p.add_argument("--trace", default="docqa", choices=["docqa", "multiturn"])
     p.add_argument("--num-requests", type=int, default=3000)
     p.add_argument("--rate", type=float, default=None, help="req/s (default: 6 for docqa, 16 for multiturn)")
@@ -66,6 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
     p.add_argument("--multiples", type=float, nargs="+", default=list(MULTIPLES))
     args = p.parse_args(argv)
+    check_output_file(p, args.out, args.force)  # before any work: committed results are never replaced by default
     if args.trace == "docqa":
         args.rate = args.rate or 6.0
         trace = docqa_trace(args.num_requests, args.rate, args.seed)

@@ -32,6 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from pagesim.outputs import check_output_file  # noqa: E402
 OLD_COMMIT = "9708ab1"
 AZURE_CONV = ROOT.parent / "shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
 VIDUR_OPTIONS = ["--model", "llama-2-7b", "--gpu", "a100-80gb", "--max-num-seqs", "128",
@@ -69,14 +71,18 @@ def time_case(tree: Path, trace: Path, options: list[str], out: Path) -> dict:
     return result
 
 
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/sim-speed.json")
+    ap.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per case and tree (the fastest is reported)")
     ap.add_argument("--million", action="store_true", help="also replay a 1M-request trace (this tree; slow)")
     ap.add_argument("--million-old", action="store_true", help="... and with the old tree too (~10 min, ~5 GB)")
     ap.add_argument("--only", action="append", default=[], help="run only this case (repeatable)")
     args = ap.parse_args()
+    check_output_file(ap, args.out, args.force)  # before any work: committed results are never replaced by default
     work = Path(tempfile.mkdtemp(prefix="pagesim-bench-"))
     old = work / "old"
     old.mkdir()

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pagesim.outputs import check_output_file
 from pagesim.cli import build_parser  # noqa: E402
 from pagesim.sweep import NOT_SWEPT, parse_grid, run_sweep  # noqa: E402
 from pagesim.traces import load_trace  # noqa: E402
@@ -36,12 +37,16 @@ GRID = ["block_size=8,16,32,64,128", "max_num_seqs=32,64,128,256,512",
 SLOS = ["ttft_p99=1", "tpot_p99=0.05"]
 
 
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="1,2", help="comma-separated worker (CPU) counts")
     ap.add_argument("--configs", type=int, default=None, help="first N configurations of the 1,000 (default: all)")
     ap.add_argument("--out", default=None, help="JSON result (default: bench/results/sweep-scaling-cpu<N>.json)")
+    ap.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
     args = ap.parse_args()
+    args.out = args.out or str(ROOT / "bench" / "results" / f"sweep-scaling-cpu{os.cpu_count()}.json")
+    check_output_file(ap, args.out, args.force)  # before any work: committed results are never replaced by default
     workers = [int(w) for w in args.workers.split(",")]
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
     cli = sub.parse_args([str(TRACE), "--out", "unused"] + [f"--slo={s}" for s in SLOS])

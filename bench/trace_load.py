@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from pagesim.outputs import check_output_file  # noqa: E402
 
 CHILD = """
 import json, os, resource, sys, time
@@ -44,11 +46,15 @@ def write_csv(path: Path, rows: int) -> None:
                   "GeneratedTokens": rng.integers(1, 800, rows)}).to_csv(path, index=False)
 
 
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--out", default="bench/results/trace-load.json")
+    ap.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
     args = ap.parse_args()
+    check_output_file(ap, args.out, args.force)  # before any work: committed results are never replaced by default
     path = Path(f"/tmp/pagesim-azure-{args.rows}.csv")
     if not path.exists():
         write_csv(path, args.rows)

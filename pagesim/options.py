@@ -28,48 +28,27 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number such as 16, got {text!r}") from None
 
 
-def positive_int(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _checked(parse, ok, expected: str, name: str, doc: str | None = None):
+    """An argparse `type=`: `parse(text)`, then `ok(value)` or "expected {expected}, got '...'"."""
+
+    def option_type(text: str):
+        value = parse(text)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    option_type.__name__ = option_type.__qualname__ = name  # argparse names the type in some messages
+    option_type.__doc__ = doc
+    return option_type
 
 
-def non_negative_int(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    """In (0, 1]: gpu_memory_utilization."""
-    value = _number(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return value
-
-
-def fraction_below_one(text: str) -> float:
-    """In [0, 1): watermark."""
-    value = _number(text)
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
-    return value
+positive_int = _checked(_integer, lambda v: v >= 1, "a positive integer", "positive_int")
+non_negative_int = _checked(_integer, lambda v: v >= 0, "a non-negative integer", "non_negative_int")
+positive_float = _checked(_number, lambda v: v > 0, "a positive number", "positive_float")
+non_negative_float = _checked(_number, lambda v: v >= 0, "a non-negative number", "non_negative_float")
+fraction = _checked(_number, lambda v: 0 < v <= 1, "a fraction in (0, 1]", "fraction", "In (0, 1]: gpu_memory_utilization.")
+fraction_below_one = _checked(_number, lambda v: 0 <= v < 1, "a fraction in [0, 1)", "fraction_below_one",
+                              "In [0, 1): watermark.")
 
 
 def readable(value) -> str:

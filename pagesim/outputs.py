@@ -39,6 +39,14 @@ def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out
     return out
 
 
+def check_output_file(parser, path: str | Path, force: bool = False) -> Path:
+    """prepare_output_file for scripts with their own argparse parser (bench/): a bad --out is the parser's error."""
+    try:
+        return prepare_output_file(path, force)
+    except UserError as exc:
+        parser.error(str(exc))
+
+
 def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
     """Check that `path` can be written as a new file (or replaced, with `force`); create its parent; return it."""
     out = Path(path)
