@@ -70,8 +70,23 @@ DECODE_CASES = [  # (q dtype, block_size, hq, hkv, d, context_lens, num_splits)
 ]
 
 
+# The launch variants bench/fp8_tune.py sweeps: each must compute the same attention.
+DECODE_VARIANTS = {"default": K.DecodeConfig(), "fp16": K.DecodeConfig(fp8_widen="fp16"),
+                   "swap": K.DecodeConfig(block_n=32, swap_ab=True),
+                   "swap-fp16": K.DecodeConfig(block_n=16, num_warps=2, swap_ab=True, fp8_widen="fp16")}
+
+
+def variant_tol(dtype, cfg, scale: float) -> float:
+    """fp32 products on the CPU: fp32 rounding; fp16 products: fp16 rounding; bf16: bf16's."""
+    if dtype == torch.float32 and DEV == "cpu":
+        return (4e-3 if cfg.fp8_widen == "fp16" else 2e-5) * scale
+    return 0.03 * scale
+
+
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
 @pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}-s{c[6]}")
-def test_fp8_paged_decode_matches_the_dequantised_reference(case):
+def test_fp8_paged_decode_matches_the_dequantised_reference(case, variant):
+    cfg = DECODE_VARIANTS[variant]
     dtype, block_size, hq, hkv, d, ctx, splits = case
     g = gen(sum(ctx))
     num_blocks = sum(-(-n // block_size) for n in ctx) + 2
@@ -82,9 +97,9 @@ def test_fp8_paged_decode_matches_the_dequantised_reference(case):
     q = (torch.randn(len(ctx), hq, d, generator=g) * 4).to(DEV, dtype)
     out = torch.full_like(q, float("nan"))
     K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=splits, out=out,
-                             k_scale=k_scale, v_scale=v_scale)
+                             k_scale=k_scale, v_scale=v_scale, config=cfg)
     ref = R.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, k_scale, v_scale)
-    tol = 2e-5 * 4 if dtype == torch.float32 and DEV == "cpu" else 0.03 * 4  # V ~ 4
+    tol = variant_tol(dtype, cfg, 4.0)  # V ~ 4
     assert_close(out, ref, dtype, f"fp8 decode {case}", atol=tol)
     assert (out[lens == 0] == 0).all(), "an empty context must give zeros"
     unscaled = R.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, *scales(1.0, 1.0))
@@ -97,8 +112,9 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
 ]
 
 
+@pytest.mark.parametrize("widen", ["bf16", "fp16"])
 @pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}")
-def test_fp8_paged_prefill_matches_the_dequantised_reference(case):
+def test_fp8_paged_prefill_matches_the_dequantised_reference(case, widen):
     dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
     g = gen(block_size + 5)
     ctx = [c for _, c in seqs]
@@ -111,9 +127,10 @@ def test_fp8_paged_prefill_matches_the_dequantised_reference(case):
     q = (torch.randn(int(cu[-1]), hq, d, generator=g) * 4).to(DEV, dtype)
     out = torch.full_like(q, float("nan"))
     K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, out=out,
-                              config=K.PrefillConfig(block_m=bm, block_n=bn), k_scale=k_scale, v_scale=v_scale)
+                              config=K.PrefillConfig(block_m=bm, block_n=bn, fp8_widen=widen), k_scale=k_scale,
+                              v_scale=v_scale)
     ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale, v_scale)
-    tol = 2e-5 * 4 if dtype == torch.float32 and DEV == "cpu" else 0.03 * 4
+    tol = variant_tol(dtype, K.PrefillConfig(fp8_widen=widen), 4.0)
     assert_close(out, ref, dtype, f"fp8 prefill {case}", atol=tol)
 
 

@@ -26,6 +26,25 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
 
 
+FP8_WIDEN = ("bf16", "fp16")
+_TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def dot_dtype(q_dtype: torch.dtype, fp8: bool, widen: str):
+    """The attention products' input type (None: q's dtype with K/V as read, no conversion).
+
+    An fp8 cache is widened to q's dtype ("bf16", the default) or to fp16 ("fp16", q cast too). Under the
+    interpreter (numpy has no bf16) products run in fp32, except the fp16 widening, which it runs as the GPU.
+    """
+    if widen not in FP8_WIDEN:
+        raise ValueError(f"fp8_widen must be one of {FP8_WIDEN}, got {widen!r}")
+    if fp8 and widen == "fp16":
+        return tl.float16
+    if INTERPRET:
+        return tl.float32
+    return _TL[q_dtype] if fp8 else None
+
+
 @dataclass(frozen=True, slots=True)
 class DecodeConfig:
     """Launch parameters; the defaults were the fastest on an H200 (bench/NOTES.md)."""
@@ -33,6 +52,26 @@ class DecodeConfig:
     block_n: int | None = None  # tokens per inner step; None: 128 when the sequence is split, else 64
     num_warps: int = 4
     num_stages: int = 3
+    # fp8 cache only: "bf16" widens fp8 K/V to q's dtype; "fp16" widens them to fp16 (one native cvt per two
+    # elements on sm_89+) and runs both products in fp16 (q cast once; p in [0, 1]; |q| must stay < 65504).
+    fp8_widen: str = "bf16"
+    # Compute S^T = K Q^T and O^T = V^T P^T: K and V become the left operand (M = block_n or head_dim rows,
+    # instead of 16 padded query rows), which Hopper's wgmma can take from registers after the fp8 widening.
+    swap_ab: bool = False
+
+
+@triton.jit
+def _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
+             NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, DTYPE: tl.constexpr):
+    """K and V [BLOCK_N, HEAD_DIM] of tokens t (invalid ones 0), widened to DTYPE when that is not None."""
+    block = tl.load(block_tables + b * stride_bt + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    if DTYPE is not None:
+        k = k.to(DTYPE)
+        v = v.to(DTYPE)
+    return k, v
 
 
 @triton.jit
@@ -40,7 +79,9 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                         STORE_LSE: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr):
+                         STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
+                         SWAP_AB: tl.constexpr):
+    """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are)."""
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     num_splits = tl.num_programs(2)
     ctx = tl.load(context_lens + b)
@@ -51,32 +92,49 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     g = tl.arange(0, GROUP_PAD)
     heads = kvh * GROUP + g
     d = tl.arange(0, HEAD_DIM)
-    qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
-    if UPCAST:
-        qv = qv.to(tl.float32)
-    if FP8:  # K's scale folds into the score scale, V's into the output: the loop only widens fp8 -> q's dtype
+    if FP8:  # K's scale folds into the score scale, V's into the output: the loop only widens fp8
         qk_scale = qk_scale * tl.load(k_scale)
-    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    l = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        t = n0 + tl.arange(0, BLOCK_N)
-        valid = t < end
-        block = tl.load(block_tables + b * stride_bt + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
-        rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
-        k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        if UPCAST or FP8:
-            k = k.to(qv.dtype)
-            v = v.to(qv.dtype)
-        s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+    if SWAP_AB:  # everything transposed: scores [BLOCK_N, GROUP_PAD], acc [HEAD_DIM, GROUP_PAD]
+        qt = tl.load(q + b * stride_qb + heads[None, :] * stride_qh + d[:, None], mask=g[None, :] < GROUP, other=0.0)
+        if DOT_DTYPE is not None:
+            qt = qt.to(DOT_DTYPE)
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+        l = tl.zeros([GROUP_PAD], tl.float32)
+        acc_t = tl.zeros([HEAD_DIM, GROUP_PAD], tl.float32)
+        for n0 in range(start, end, BLOCK_N):
+            t = n0 + tl.arange(0, BLOCK_N)
+            valid = t < end
+            k, v = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)
+            s = tl.dot(k, qt) * qk_scale  # [BLOCK_N, GROUP_PAD], log2 domain
+            s = tl.where(valid[:, None], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 0))
+            p = tl.exp2(s - m_new[None, :])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 0)
+            acc_t = acc_t * alpha[None, :] + tl.dot(tl.trans(v), p.to(v.dtype))
+            m = m_new
+        acc = tl.trans(acc_t)
+    else:
+        qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
+        if DOT_DTYPE is not None:
+            qv = qv.to(DOT_DTYPE)
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+        l = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+        for n0 in range(start, end, BLOCK_N):
+            t = n0 + tl.arange(0, BLOCK_N)
+            valid = t < end
+            k, v = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)
+            s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
+            s = tl.where(valid[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
@@ -160,7 +218,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
-        UPCAST=INTERPRET, FP8=fp8, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, SWAP_AB=cfg.swap_ab,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
                                                  SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),

@@ -13,15 +13,13 @@ causal mask and run in a first, unmasked loop; the rest (the diagonal) in a seco
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-LOG2E = 1.4426950408889634
+from engine.kernels.decode import LOG2E, dot_dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +30,13 @@ class PrefillConfig:
     block_n: int = 128
     num_warps: int = 8
     num_stages: int = 3
+    fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
 
 
 @triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, UPCAST: tl.constexpr, FP8: tl.constexpr):
+                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
     t = n0 + tl.arange(0, BLOCK_N)
     d = tl.arange(0, HEAD_DIM)
@@ -45,9 +44,9 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
     k = tl.load(k_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
     v = tl.load(v_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
-    if UPCAST or FP8:  # an fp8 cache is widened to q's dtype in registers (its scales are applied outside)
-        k = k.to(qv.dtype)
-        v = v.to(qv.dtype)
+    if DOT_DTYPE is not None:  # an fp8 cache is widened in registers (its scales are applied outside)
+        k = k.to(DOT_DTYPE)
+        v = v.to(DOT_DTYPE)
     s = tl.dot(qv, tl.trans(k)) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
@@ -63,7 +62,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
 def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
+                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
                     FP8: tl.constexpr):
     b, tile, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_start = tl.load(cu_seqlens_q + b)
@@ -77,8 +76,8 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     d = tl.arange(0, HEAD_DIM)
     tok = (q_start + r).to(tl.int64)
     qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
-    if UPCAST:
-        qv = qv.to(tl.float32)
+    if DOT_DTYPE is not None:
+        qv = qv.to(DOT_DTYPE)
     if FP8:  # K's scale folds into the score scale, V's into the output
         qk_scale = qk_scale * tl.load(k_scale)
     kvh = h // GROUP
@@ -89,11 +88,11 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     unmasked_end = (first // BLOCK_N) * BLOCK_N  # keys before every row of the tile
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, UPCAST, FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
     end = tl.minimum(first + BLOCK_M, ctx)
     for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, UPCAST, FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
@@ -133,6 +132,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           k_scale, v_scale,
                           q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
                           NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, UPCAST=INTERPRET, FP8=fp8,
+                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
