@@ -189,7 +189,9 @@ class ProfileCostModel:
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
         self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
-        self.load_s_per_block = self.store_s_per_block = self.swap_s_per_block  # host tier: the swap link
+        # host tier: measured by bench/host_tier_bw.py when the profile carries it, else the swap link's figure
+        self.load_s_per_block = coef.get("host_load_s_per_byte", coef["swap_s_per_byte"]) * block_bytes
+        self.store_s_per_block = coef.get("host_store_s_per_byte", coef["swap_s_per_byte"]) * block_bytes
 
     @property
     def feature_names(self) -> tuple[str, ...]:

@@ -1,0 +1,152 @@
+"""Host offload tier bandwidth (GPU): engine/host_tier.py's store (GPU -> pinned host) and load (host -> GPU)
+in GB/s at Llama-3-8B block sizes (32 layers, 8 KV heads, head dim 128, block size 16: 2 MiB per block in
+bf16, 1 MiB in fp8), for batches of 1 to 256 scattered blocks, beside the plain pinned-copy ceiling.
+
+    python -m bench.host_tier_bw --out $OUT/host_tier_bw.json [--profile P --profile-out P2]
+    python -m bench.host_tier_bw --out /tmp/h.json --smoke          # CPU check of the script (tiny blocks)
+
+store: HostTier.store (gather on the device, copy to pinned memory on the side stream) then finish()
+(wait for the copy, scatter into the host cache): the whole path a block takes until it is loadable.
+load: HostTier.load (gather on the host into pinned staging, copy, scatter on the device), synchronised.
+Wall time (time.perf_counter around a synchronised call), median of --repeats after one warm-up call.
+With --profile, a copy of that profile cost model (results/profiles/*.json) is written to --profile-out
+with coefficients host_store_s_per_byte and host_load_s_per_byte from the largest batch measured, which
+pagesim.cost.profile uses for the host tier instead of the swap link's figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+from engine.host_tier import HostTier
+from pagesim.outputs import check_output_file
+
+LAYERS, HKV, D, BS = 32, 8, 128, 16
+BATCHES = (1, 8, 32, 128, 256)
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sync():
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def wall(fn, repeats: int) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def pinned_copy_ceiling(nbytes: int, repeats: int) -> dict:
+    """One contiguous pinned <-> device copy of nbytes: the link's ceiling for these sizes."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device=DEV)
+    d2h = wall(lambda: host.copy_(dev, non_blocking=True), repeats)
+    h2d = wall(lambda: dev.copy_(host, non_blocking=True), repeats)
+    return {"bytes": nbytes, "d2h_gb_per_s": nbytes / d2h / 1e9, "h2d_gb_per_s": nbytes / h2d / 1e9}
+
+
+def measure(dtype: torch.dtype, layers: int, batches, repeats: int, gpu_blocks: int) -> dict:
+    shape = (layers, 2, gpu_blocks, BS, HKV, D)
+    kv = torch.empty(shape, dtype=dtype, device=DEV)
+    kv.view(torch.uint8).random_(0, 256) if dtype == torch.float8_e4m3fn else kv.normal_()
+    host = HostTier(kv, gpu_blocks)
+    block_bytes = kv[:, :, 0].numel() * kv.element_size()
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for n in batches:
+        gpu_ids = torch.randperm(gpu_blocks, generator=g)[:n].tolist()
+        host_ids = torch.randperm(gpu_blocks, generator=g)[:n].tolist()
+        stores = list(zip(gpu_ids, host_ids))
+        loads = list(zip(host_ids, gpu_ids))
+
+        def store():
+            host.store(kv, stores)
+            host.finish()
+
+        t_store = wall(store, repeats)
+        t_load = wall(lambda: host.load(kv, loads), repeats)
+        nbytes = n * block_bytes
+        rows.append({"blocks": n, "bytes": nbytes, "store_s": t_store, "load_s": t_load,
+                     "store_gb_per_s": nbytes / t_store / 1e9, "load_gb_per_s": nbytes / t_load / 1e9})
+        print(f"{str(dtype)[6:]:14s} {n:4d} blocks ({nbytes / 2**20:6.1f} MiB): store {rows[-1]['store_gb_per_s']:6.2f} GB/s"
+              f"  load {rows[-1]['load_gb_per_s']:6.2f} GB/s", flush=True)
+    # round trip check: the bytes that went out come back (bit-exact), on the last batch's blocks
+    before = kv.view(torch.uint8)[:, :, gpu_ids].clone()
+    host.store(kv, stores)
+    host.finish()
+    kv.view(torch.uint8)[:, :, gpu_ids] = 0
+    host.load(kv, loads)
+    sync()
+    exact = torch.equal(kv.view(torch.uint8)[:, :, gpu_ids], before)
+    return {"dtype": str(dtype), "block_bytes": block_bytes, "rows": rows, "round_trip_bit_exact": exact}
+
+
+def update_profile(path: str, out: str, result: dict) -> None:
+    """A copy of the profile with the measured host-tier figures (largest bf16 batch) as its coefficients."""
+    profile = json.loads(open(path).read())
+    big = max(result["caches"][0]["rows"], key=lambda r: r["bytes"])
+    profile["coefficients"]["host_store_s_per_byte"] = 1 / (big["store_gb_per_s"] * 1e9)
+    profile["coefficients"]["host_load_s_per_byte"] = 1 / (big["load_gb_per_s"] * 1e9)
+    profile["host_tier_bandwidth"] = {"store_bytes_per_s": big["store_gb_per_s"] * 1e9,
+                                      "load_bytes_per_s": big["load_gb_per_s"] * 1e9, "blocks": big["blocks"],
+                                      "block_bytes": result["caches"][0]["block_bytes"], "created": result["created"],
+                                      "command": "python -m bench.host_tier_bw"}
+    with open(out, "w") as f:
+        f.write(json.dumps(profile, indent=2) + "\n")
+    print(f"wrote {out} (host_store/load_s_per_byte from {big['blocks']} blocks)")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--force", action="store_true", help="replace --out (and --profile-out) if it exists")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--profile", help="a profile cost model JSON to copy with the measured host-tier coefficients")
+    p.add_argument("--profile-out", help="where that copy goes (required with --profile)")
+    p.add_argument("--smoke", action="store_true", help="tiny blocks, two batch sizes (runs on the CPU)")
+    args = p.parse_args(argv)
+    check_output_file(p, args.out, args.force)
+    if bool(args.profile) != bool(args.profile_out):
+        p.error("--profile and --profile-out go together")
+    if args.profile_out:
+        check_output_file(p, args.profile_out, args.force)
+    if DEV != "cuda" and not args.smoke:
+        print("error: bench.host_tier_bw needs a CUDA GPU (or --smoke for a CPU check of the script)", file=sys.stderr)
+        return 2
+    layers, batches, gpu_blocks = (2, (1, 4), 8) if args.smoke else (LAYERS, BATCHES, 512)
+    result = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "torch": torch.__version__,
+              "python": platform.python_version(), "smoke": args.smoke, "layers": layers, "block_size": BS,
+              "num_kv_heads": HKV, "head_dim": D, "repeats": args.repeats, "caches": []}
+    if DEV == "cuda":
+        result["pinned_copy_ceiling"] = pinned_copy_ceiling(256 << 20, args.repeats)
+        c = result["pinned_copy_ceiling"]
+        print(f"pinned copy 256 MiB: d2h {c['d2h_gb_per_s']:.2f} GB/s  h2d {c['h2d_gb_per_s']:.2f} GB/s", flush=True)
+    for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        result["caches"].append(measure(dtype, layers, batches, args.repeats, gpu_blocks))
+        torch.cuda.empty_cache() if DEV == "cuda" else None
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out}; round trips bit-exact: {[c['round_trip_bit_exact'] for c in result['caches']]}")
+    if args.profile:
+        update_profile(args.profile, args.profile_out, result)
+    return 0 if all(c["round_trip_bit_exact"] for c in result["caches"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
