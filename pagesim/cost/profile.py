@@ -97,6 +97,7 @@ FEATURES = ("intercept", "num_prefill_tokens", "num_prefill_seqs", "num_decode_s
 # plus graph_pad_<size> for each size above the first
 GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context")
 TRANSFERS = ("swap_s_per_byte", "copy_s_per_byte")
+HOST_TIER = ("host_store_s_per_byte", "host_load_s_per_byte")  # optional (bench/host_tier_bw.py); else the swap link
 INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
                  "prefill_attn_pairs", "max_decode_context")
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
@@ -325,7 +326,8 @@ class ProfileCostModel:
         coef = d["coefficients"]
         if not isinstance(coef, dict):
             raise UserError(f"profile {p}: 'coefficients' must be an object of feature name -> seconds")
-        for name in [*d["features"], *TRANSFERS]:
+        host = [k for k in HOST_TIER if k in coef]
+        for name in [*d["features"], *TRANSFERS, *host]:
             value = coef.get(name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
                 raise UserError(f"profile {p}: coefficients[{name!r}] is {value!r}, expected a finite number")
@@ -343,7 +345,7 @@ class ProfileCostModel:
             raise UserError(f"profile {p}: 'kv_cache_dtype' is {kv_dtype!r}, expected one of {list(KV_CACHE_DTYPE_BYTES)}")
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
-            return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS]},
+            return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
                        lanes, kv_dtype)
         except UserError as e:
