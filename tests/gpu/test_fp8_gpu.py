@@ -34,6 +34,81 @@ def fp8_cache(num_blocks, block_size, g, amax: float):
     return R.quantize_fp8(x, scale), scale
 
 
+def sourced_fp8_cache(num_blocks, block_size, g, amax: float):
+    """(bf16 source x, its fp8 cache with per-tensor scale amax / 448, the scale): the quantisation error is
+    fp8 attention against attention over x."""
+    x = (torch.randn((num_blocks, block_size, HKV, D), generator=g, device=DEV) * (amax / 4)).to(BF16)
+    scale = (x.abs().amax().float() / 448.0).reshape(1)
+    return x, R.quantize_fp8(x, scale), scale
+
+
+# the launch variants bench/fp8_tune.py sweeps (None: the defaults)
+DECODE_VARIANTS = {"default": None, "fp16": K.DecodeConfig(fp8_widen="fp16"), "swap": K.DecodeConfig(swap_ab=True),
+                   "bn256-w8": K.DecodeConfig(block_n=256, num_warps=8),
+                   "swap-fp16-bn256": K.DecodeConfig(block_n=256, num_warps=8, fp8_widen="fp16", swap_ab=True),
+                   "swap-bn64-w4-s2": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True)}
+
+
+def assert_kernel_close(out, ref, what: str):
+    """Per query row: max |out - ref| <= 2^-7 * max |ref| + 1e-3 (two bf16 half-ulps of the row's largest value,
+    for the bf16 (or fp16) products and the bf16 output), so a short context's large outputs do not loosen a
+    long context's small ones."""
+    assert not torch.isnan(out).any(), f"{what}: output has NaN"
+    err = (out.float() - ref).abs().amax(-1)
+    tol = 2**-7 * ref.abs().amax(-1) + 1e-3
+    bad = err > tol
+    at = err.flatten().argmax()
+    assert not bad.any(), (f"{what}: {int(bad.sum())} query rows off the reference; worst max|err| "
+                           f"{err.flatten()[at].item():.3g} with tolerance {tol.flatten()[at].item():.3g} there")
+
+
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
+@pytest.mark.parametrize("num_splits", [None, 1, 7])
+def test_fp8_decode_variants_match_the_dequantised_reference(variant, num_splits):
+    """Kernel correctness (tight: the same dequantised K/V in an fp32 reference) and, reported, the
+    quantisation error (the same attention over the bf16 K/V the cache was quantised from)."""
+    ctx = [32768, 4097, 1, 0, 16, 1000]
+    g = torch.Generator(device=DEV).manual_seed(3)
+    num_blocks = sum(-(-n // 16) for n in ctx) + 8
+    (xk, k8, ks), (xv, v8, vs) = sourced_fp8_cache(num_blocks, 16, g, 8.0), sourced_fp8_cache(num_blocks, 16, g, 12.0)
+    tables = block_tables_for(ctx, 16, num_blocks, DEV, torch.Generator().manual_seed(3))
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn((len(ctx), HQ, D), generator=g, device=DEV).to(BF16)
+    out = torch.full_like(q, float("nan"))
+    K.paged_decode_attention(q, k8, v8, tables, lens, D**-0.5, num_splits=num_splits, out=out, k_scale=ks, v_scale=vs,
+                             config=DECODE_VARIANTS[variant])
+    ref = R.paged_decode_attention(q, k8, v8, tables, lens, D**-0.5, ks, vs)
+    exact = R.paged_decode_attention(q, xk, xv, tables, lens, D**-0.5)
+    quant = (ref - exact).abs()
+    print(f"\nfp8 decode {variant} splits={num_splits}: kernel vs dequantised ref max|err| "
+          f"{(out.float() - ref).abs().max().item():.3g}; quantisation (ref on fp8 vs on bf16 K/V) max "
+          f"{quant.max().item():.3g}, mean {quant.mean().item():.3g}, |out| mean {exact.abs().mean().item():.3g}")
+    assert_kernel_close(out, ref, f"fp8 decode {variant} splits={num_splits}")
+    assert (out[3] == 0).all(), "an empty context must give zeros"
+
+
+@pytest.mark.parametrize("widen", ["bf16", "fp16"])
+def test_fp8_prefill_variants_match_the_dequantised_reference(widen):
+    seqs = [(4096, 4096), (300, 5000), (1, 33)]
+    g = torch.Generator(device=DEV).manual_seed(5)
+    ctx = [c for _, c in seqs]
+    num_blocks = sum(-(-n // 16) for n in ctx) + 4
+    (xk, k8, ks), (xv, v8, vs) = sourced_fp8_cache(num_blocks, 16, g, 8.0), sourced_fp8_cache(num_blocks, 16, g, 12.0)
+    tables = block_tables_for(ctx, 16, num_blocks, DEV, torch.Generator().manual_seed(5))
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
+    out = torch.full_like(q, float("nan"))
+    K.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs,
+                              config=K.PrefillConfig(fp8_widen=widen))
+    ref = R.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs)
+    exact = R.paged_prefill_attention(q, xk, xv, cu, lens, tables, D**-0.5)
+    quant = (ref - exact).abs()
+    print(f"\nfp8 prefill widen={widen}: kernel vs dequantised ref max|err| {(out.float() - ref).abs().max().item():.3g};"
+          f" quantisation max {quant.max().item():.3g}, mean {quant.mean().item():.3g}")
+    assert_kernel_close(out, ref, f"fp8 prefill widen={widen}")
+
+
 def test_fp8_store_matches_torch_cast_bit_for_bit():
     g = torch.Generator(device=DEV).manual_seed(0)
     n, bs = 4096, 16

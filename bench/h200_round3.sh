@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue #14 (FP8 KV cache, host offload tier) on one H200. Everything is written under OUT ($OUT on the device).
+#   bash bench/h200_round3.sh bench [OUT]   # fp8_tune sweep, host-tier bandwidth, fp8/host_tier GPU tests, bench.fp8 (~8 min)
+#   bash bench/h200_round3.sh live  [OUT]   # one live FP8 run and one live offload run on a prefix-heavy window,
+#                                           #   each followed by `pagesim validate` (~5 min)
+#   bash bench/h200_round3.sh all   [OUT]   # both (more than one 10-minute device call: run them separately there)
+# Each step has its own timeout, so one that hangs does not take the others with it; its log is OUT/<step>.log.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+PART=${1:-bench}
+O=${2:-${OUT:-out}}
+P=results/profiles/h200-llama-3-8b-2026-11-30.json
+TRACE=traces/kshot-shared-prefix-500.jsonl   # 4 shared 1-2k-token prefixes, 90% prefix share
+mkdir -p "$O/live"
+step() {  # step NAME SECONDS CMD...: run CMD with a timeout, log to OUT/NAME.log, report the exit code
+  local name=$1 limit=$2; shift 2
+  echo "== $(date +%T) $name: $*"
+  timeout "$limit" "$@" 2>&1 | grep -v "req/s\]\|it/s\]\|sim s/s\]" | tee "$O/$name.log"
+  echo "== $(date +%T) $name: exit ${PIPESTATUS[0]}"
+}
+if [ "$PART" = bench ] || [ "$PART" = all ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$O/nvidia-smi.txt"
+  step fp8_tune 290 python3 -m bench.fp8_tune --out "$O/fp8_tune.json" --force --budget-s 200
+  step host_tier_bw 90 python3 -m bench.host_tier_bw --out "$O/host_tier_bw.json" --force \
+      --profile "$P" --profile-out "$O/profile-host-tier.json"
+  step gpu_tests 240 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or host_tier" tests/ \
+      --junitxml="$O/gpu_tests.xml"
+  step fp8_bench 120 python3 -m bench.fp8 --out "$O/fp8.json" --force
+fi
+if [ "$PART" = live ] || [ "$PART" = all ]; then
+  # 600 GPU blocks (1.2 GiB of bf16 KV) keep the prefixes under pressure; the host tier is 4x that (4.7 GiB).
+  # Simulated beforehand (replay, same options): GPU-only hit rate 0.82, with the host tier 0.885 (0.066 from host).
+  step live_fp8 200 python3 -m pagesim live "$TRACE" --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
+      --watermark 0.01 --kv-cache-dtype fp8 --profile "$P" --out "$O/live/fp8-kshot" --force
+  step validate_fp8 120 python3 -m pagesim validate "$O/live/fp8-kshot" --force
+  step live_offload 200 python3 -m pagesim live "$TRACE" --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
+      --watermark 0.01 --kv-offloading-size 4.7 --profile "$P" --out "$O/live/offload-kshot" --force
+  step validate_offload 120 python3 -m pagesim validate "$O/live/offload-kshot" --force
+fi
+echo "== $(date +%T) done: $O"
