@@ -4,13 +4,18 @@
     python -m pytest -q -s -p no:cacheprovider tests/gpu/test_fp8_gpu.py
 
 Stated tolerances (the -s output prints what was measured):
-  kernels   fp8 decode / prefill vs the fp32 reference on the dequantised cache: bf16 output tolerance;
+  kernels   fp8 decode / prefill (every launch variant bench/fp8_tune.py sweeps) vs the fp32 reference on the
+            same dequantised cache: per query row, max |err| <= 2^-7 * max |ref| + 1e-3; the quantisation
+            error (the same reference on the bf16 K/V the cache was quantised from) is printed, not asserted;
             the store kernel's bits equal torch's x / scale -> float8_e4m3fn cast (round to nearest even);
-  engine    teacher-forced logits at every position (prefill of 512 tokens, then 128 decode steps, 8
-            sequences): relative L2 error <= 5% per row, cosine >= 0.998, top-1 agreement >= 95%.
+  engine    fp8 vs bf16 engine logits (teacher forced, Llama-3-8B shapes at 2 and 32 layers, calibrated
+            scales) against the same comparison in a torch emulation of the fp8 cache: mean relative L2 at
+            most 1.5x the emulation's + 0.01, top-1 agreement at least the emulation's - 0.05.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -19,7 +24,6 @@ import engine.kernels as K
 from engine.kernels import reference as R
 from engine.model import LlamaModel
 from pagesim.specs import get_model
-from tests.test_fp8_kv import logits_agreement, teacher_forced_logits
 from tests.test_kernels import assert_close, block_tables_for
 
 pytestmark = pytest.mark.gpu
@@ -163,12 +167,25 @@ def test_fp8_prefill_llama_heads_with_cached_prefix(block_size):
     assert_close(out, ref, BF16, f"fp8 prefill bs={block_size}", atol=0.03 * 30 / 4)
 
 
-def test_fp8_engine_logits_against_the_bf16_engine_llama3_8b():
-    model = LlamaModel.random(get_model("llama-3-8b"), DEV, BF16, seed=0)
-    ids = torch.randint(0, model.spec.vocab_size, (8, 640), generator=torch.Generator().manual_seed(1)).to(DEV)
-    ref = teacher_forced_logits(model, "auto", ids, 512)
-    got = teacher_forced_logits(model, "fp8", ids, 512)
-    m = logits_agreement(ref, got)
-    print(f"\nllama-3-8b (random bf16 weights), fp8 vs bf16 KV cache, teacher forced: {m}")
-    assert m["max_rel_l2"] <= 0.05 and m["min_cos"] >= 0.998, f"fp8 logits drift from the bf16 engine's: {m}"
-    assert m["top1_agreement"] >= 0.95, f"top-1 agreement {m['top1_agreement']:.3f} < 0.95: {m}"
+@pytest.mark.parametrize("num_layers", [2, 32])
+def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers):
+    """Llama-3-8B shapes, random bf16 weights, per-layer scales from the data (amax / 448 over a separate
+    calibration batch, engine.kv_scales): teacher-forced logits of 8 sequences (prefill 512, then 128 decode
+    steps). The fp8 cache's effect on the logits (fp8 engine vs bf16 engine) must be what rounding K/V
+    through e4m3 costs in a torch emulation on the same inputs (tests.test_fp8_kv.fp8_effect): with random
+    weights that effect is large by itself (2 layers, CPU emulation in fp32: mean relative L2 0.08, top-1
+    0.86; 32 layers on the H200: relative L2 0.38, top-1 0.46 against the bf16 engine), so a bare threshold
+    on fp8 vs bf16 tests the random model, not the cache. Both figures are printed (-s)."""
+    from engine.kv_scales import calculate_kv_scales
+    from tests.test_fp8_kv import assert_fp8_effect_as_emulated, fp8_effect
+
+    spec = dataclasses.replace(get_model("llama-3-8b"), num_layers=num_layers)
+    model = LlamaModel.random(spec, DEV, BF16, seed=0)
+    g = torch.Generator().manual_seed(1)
+    calibration = torch.randint(0, spec.vocab_size, (2, 512), generator=g).to(DEV)
+    ks, vs = calculate_kv_scales(model, calibration)
+    ids = torch.randint(0, spec.vocab_size, (8, 640), generator=g).to(DEV)
+    m = fp8_effect(model, ids, 512)
+    print(f"\nllama-3-8b shapes, {num_layers} layers, random bf16 weights, scales amax/448 (k {ks.min().item():.3g}.."
+          f"{ks.max().item():.3g}, v {vs.min().item():.3g}..{vs.max().item():.3g}): {m}")
+    assert_fp8_effect_as_emulated(m, top1_margin=0.05)
