@@ -7,7 +7,7 @@ Decode, at bench.kernels' four shapes (Llama-3-8B heads: 32 query, 8 KV, head di
 shuffled block tables), for each dtype: stage 1 times every config of the grid (block_n, num_warps,
 num_stages, swap_ab and, for fp8, fp8_widen) at the default split count; stage 2 times the three best
 configs of each dtype at other split counts. Prefill (fp8 and bf16, 4096 new tokens, and 512 after a
-3584-token prefix): block_m, block_n, num_warps, num_stages (and fp8_widen). Every timed config's output
+3584-token prefix): block_m, block_n, num_warps, num_stages, swap_ab (and fp8_widen). Every timed config's output
 is checked against a torch fp32 reference on the same cache (for fp8: the dequantised cache), and the
 fp8 reference is compared with the bf16 one (the quantisation error, reported, not a pass criterion).
 
@@ -56,15 +56,15 @@ def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
 
 def prefill_grid(dtype: str, smoke: bool) -> list[K.PrefillConfig]:
     if smoke:
-        return [K.PrefillConfig(16, 16, 4, 2, "fp16" if dtype == "fp8" else "bf16")]
+        return [K.PrefillConfig(16, 16, 4, 2, "fp16" if dtype == "fp8" else "bf16", swap_ab=True)]
     tiles = [(128, 128, 8, 3), (128, 128, 8, 2), (128, 128, 8, 4), (128, 64, 8, 3), (128, 64, 4, 3), (64, 128, 4, 3),
              (128, 128, 4, 3), (64, 64, 4, 3)]
     widens = ("bf16", "fp16") if dtype == "fp8" else ("bf16",)
-    return [K.PrefillConfig(*t, widen) for t in tiles for widen in widens]
+    return [K.PrefillConfig(*t, widen, swap) for t in tiles for widen in widens for swap in (False, True)]
 
 
 def split_candidates(default: int) -> list[int]:
-    return sorted({1, max(1, default // 2), default * 2, default * 4} - {default})
+    return sorted({1, max(1, default // 2), default * 2, default * 4, default * 8} - {default})
 
 
 # ---- the cases: one cache per shape, quantised by the store kernel (per-tensor scale amax / 448) ---------------
@@ -260,7 +260,7 @@ def describe(r: dict | None) -> str:
         return "none ok"
     c = r["config"]
     keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "swap_ab") if "block_n" in c and "block_m" not in c \
-        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen")
+        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "swap_ab")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue #14 (FP8 KV cache, host offload tier) on one H200. Everything is written under OUT ($OUT on the device).
 #   bash bench/h200_round3.sh bench [OUT]   # fp8_tune sweep, host-tier bandwidth, fp8/host_tier GPU tests, bench.fp8 (~8 min)
-#   bash bench/h200_round3.sh live  [OUT]   # one live FP8 run and one live offload run on a prefix-heavy window,
-#                                           #   each followed by `pagesim validate` (~5 min)
+#   bash bench/h200_round3.sh live  [OUT]   # fp8 calibration, one live FP8 run and one live offload run on a
+#                                           #   prefix-heavy window, each followed by `pagesim validate` (~7 min)
 #   bash bench/h200_round3.sh all   [OUT]   # both (more than one 10-minute device call: run them separately there)
 # Each step has its own timeout, so one that hangs does not take the others with it; its log is OUT/<step>.log.
 set -uo pipefail
@@ -28,13 +28,19 @@ if [ "$PART" = bench ] || [ "$PART" = all ]; then
   step fp8_bench 120 python3 -m bench.fp8 --out "$O/fp8.json" --force
 fi
 if [ "$PART" = live ] || [ "$PART" = all ]; then
-  # 600 GPU blocks (1.2 GiB of bf16 KV) keep the prefixes under pressure; the host tier is 4x that (4.7 GiB).
-  # Simulated beforehand (replay, same options): GPU-only hit rate 0.82, with the host tier 0.885 (0.066 from host).
+  # Prefix-heavy window: 600 GPU blocks keep the 4 shared prefixes under pressure; the host tier is 4x that (4.7 GiB
+  # of bf16 blocks). Simulated beforehand (pagesim replay, same options): GPU-only hit rate 0.82, with the host tier
+  # 0.885 (0.066 from the host). The fp8 run needs a profile timed with an fp8 cache (make_cost_model refuses a
+  # bf16 one), so it is calibrated first; the offload run's profile carries the measured host-tier bandwidth.
+  step calibrate_fp8 300 python3 -m pagesim calibrate --model llama-3-8b --kv-cache-dtype fp8 \
+      --out "$O/profile-fp8.json" --force
+  [ -f "$O/profile-host-tier.json" ] || step host_tier_bw_live 90 python3 -m bench.host_tier_bw \
+      --out "$O/host_tier_bw.json" --force --profile "$P" --profile-out "$O/profile-host-tier.json"
   step live_fp8 200 python3 -m pagesim live "$TRACE" --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
-      --watermark 0.01 --kv-cache-dtype fp8 --profile "$P" --out "$O/live/fp8-kshot" --force
+      --watermark 0.01 --kv-cache-dtype fp8 --profile "$O/profile-fp8.json" --out "$O/live/fp8-kshot" --force
   step validate_fp8 120 python3 -m pagesim validate "$O/live/fp8-kshot" --force
   step live_offload 200 python3 -m pagesim live "$TRACE" --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
-      --watermark 0.01 --kv-offloading-size 4.7 --profile "$P" --out "$O/live/offload-kshot" --force
+      --watermark 0.01 --kv-offloading-size 4.7 --profile "$O/profile-host-tier.json" --out "$O/live/offload-kshot" --force
   step validate_offload 120 python3 -m pagesim validate "$O/live/offload-kshot" --force
 fi
 echo "== $(date +%T) done: $O"

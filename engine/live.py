@@ -271,6 +271,8 @@ def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, c
     out.parent.mkdir(parents=True, exist_ok=True)
     model.to_json(out)
     profile = json.loads(out.read_text())
+    if config.kv_cache_dtype != "auto":  # timed with that cache: make_cost_model checks it against a run's config
+        profile["kv_cache_dtype"] = config.kv_cache_dtype
     swap = extras.get("swap_bandwidth")
     if swap:  # the measured host-link figure replaces the datasheet's (engine.kernels.swap.measure_swap_bandwidth)
         profile["coefficients"]["swap_s_per_byte"] = 0.5 * (1 / swap["swap_out_bytes_per_s"] + 1 / swap["swap_in_bytes_per_s"])
@@ -405,7 +407,9 @@ def calibrate(args) -> int:
             max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
         if "workloads" not in extras and "workload" in rows:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
-        write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1), extras)
+        kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", "auto")
+        write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
+                           kv_cache_dtype=kv_dtype), extras)
         return 0
 
     import torch
@@ -419,7 +423,7 @@ def calibrate(args) -> int:
                         "--refit ROWS.csv refits saved calibration steps without one")
     config = Config(model=args.model, gpu=args.gpu, block_size=args.block_size,
                     num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=max_num_seqs,
-                    max_num_batched_tokens=args.max_num_batched_tokens)
+                    max_num_batched_tokens=args.max_num_batched_tokens, kv_cache_dtype=args.kv_cache_dtype)
     executor = make_executor(config)
     config = executor.config
     warm_up(executor, config)
@@ -459,6 +463,8 @@ def register(sub) -> None:
     c.add_argument("--block-size", type=int, default=16)
     c.add_argument("--num-gpu-blocks", type=int, default=None)
     c.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
+                   help="the engine's KV cache dtype while timing (the profile records it; runs must match)")
     c.add_argument("--out", required=True, help="the profile JSON to write")
     c.add_argument("--force", action="store_true", help="replace --out if it exists")
     c.add_argument("--refit", metavar="ROWS.csv", default=None,

@@ -112,9 +112,13 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
 ]
 
 
-@pytest.mark.parametrize("widen", ["bf16", "fp16"])
+PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "swap": {"swap_ab": True},
+                    "swap-fp16": {"swap_ab": True, "fp8_widen": "fp16"}}
+
+
+@pytest.mark.parametrize("variant", PREFILL_VARIANTS)
 @pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}")
-def test_fp8_paged_prefill_matches_the_dequantised_reference(case, widen):
+def test_fp8_paged_prefill_matches_the_dequantised_reference(case, variant):
     dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
     g = gen(block_size + 5)
     ctx = [c for _, c in seqs]
@@ -127,10 +131,10 @@ def test_fp8_paged_prefill_matches_the_dequantised_reference(case, widen):
     q = (torch.randn(int(cu[-1]), hq, d, generator=g) * 4).to(DEV, dtype)
     out = torch.full_like(q, float("nan"))
     K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, out=out,
-                              config=K.PrefillConfig(block_m=bm, block_n=bn, fp8_widen=widen), k_scale=k_scale,
-                              v_scale=v_scale)
+                              config=K.PrefillConfig(block_m=bm, block_n=bn, **PREFILL_VARIANTS[variant]),
+                              k_scale=k_scale, v_scale=v_scale)
     ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale, v_scale)
-    tol = variant_tol(dtype, K.PrefillConfig(fp8_widen=widen), 4.0)
+    tol = variant_tol(dtype, K.PrefillConfig(**PREFILL_VARIANTS[variant]), 4.0)
     assert_close(out, ref, dtype, f"fp8 prefill {case}", atol=tol)
 
 

@@ -31,6 +31,7 @@ class PrefillConfig:
     num_warps: int = 8
     num_stages: int = 3
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
+    swap_ab: bool = False  # S^T = K Q^T, O^T = V^T P^T: the widened K and V are the left (register) operand
 
 
 @triton.jit
@@ -59,11 +60,36 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
 
 
 @triton.jit
+def _attend_tile_t(acc_t, m, l, q_t, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                   NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                   BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """_attend_tile transposed: q_t [HEAD_DIM, BLOCK_M], scores [BLOCK_N, BLOCK_M], acc_t [HEAD_DIM, BLOCK_M]."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, HEAD_DIM)
+    block = tl.load(bt_row + t // BLOCK_SIZE, mask=t < ctx, other=0).to(tl.int64)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    k = tl.load(k_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
+    v = tl.load(v_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
+    if DOT_DTYPE is not None:
+        k = k.to(DOT_DTYPE)
+        v = v.to(DOT_DTYPE)
+    s = tl.dot(k, q_t) * qk_scale
+    if CAUSAL_MASK:
+        s = tl.where((t[:, None] <= pos[None, :]) & (t[:, None] < ctx), s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 0))
+    p = tl.exp2(s - m_new[None, :])
+    alpha = tl.exp2(m - m_new)
+    l = l * alpha + tl.sum(p, 0)
+    acc_t = acc_t * alpha[None, :] + tl.dot(tl.trans(v), p.to(v.dtype))
+    return acc_t, m_new, l
+
+
+@triton.jit
 def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                    FP8: tl.constexpr):
+                    FP8: tl.constexpr, SWAP_AB: tl.constexpr):
     b, tile, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_start = tl.load(cu_seqlens_q + b)
     q_len = tl.load(cu_seqlens_q + b + 1) - q_start
@@ -75,24 +101,37 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     pos = ctx - q_len + r
     d = tl.arange(0, HEAD_DIM)
     tok = (q_start + r).to(tl.int64)
-    qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
-    if DOT_DTYPE is not None:
-        qv = qv.to(DOT_DTYPE)
     if FP8:  # K's scale folds into the score scale, V's into the output
         qk_scale = qk_scale * tl.load(k_scale)
     kvh = h // GROUP
     bt_row = block_tables + b * stride_bt
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     unmasked_end = (first // BLOCK_N) * BLOCK_N  # keys before every row of the tile
-    for n0 in range(0, unmasked_end, BLOCK_N):
-        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
     end = tl.minimum(first + BLOCK_M, ctx)
-    for n0 in range(unmasked_end, end, BLOCK_N):
-        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
+    if SWAP_AB:
+        q_t = tl.load(q + tok[None, :] * stride_qt + h * stride_qh + d[:, None], mask=(r < q_len)[None, :], other=0.0)
+        if DOT_DTYPE is not None:
+            q_t = q_t.to(DOT_DTYPE)
+        acc_t = tl.zeros([HEAD_DIM, BLOCK_M], tl.float32)
+        for n0 in range(0, unmasked_end, BLOCK_N):
+            acc_t, m, l = _attend_tile_t(acc_t, m, l, q_t, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                         NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
+        for n0 in range(unmasked_end, end, BLOCK_N):
+            acc_t, m, l = _attend_tile_t(acc_t, m, l, q_t, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                         NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
+        acc = tl.trans(acc_t)
+    else:
+        qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
+        if DOT_DTYPE is not None:
+            qv = qv.to(DOT_DTYPE)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for n0 in range(0, unmasked_end, BLOCK_N):
+            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
+        for n0 in range(unmasked_end, end, BLOCK_N):
+            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
@@ -133,6 +172,6 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
                           NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
                           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8,
+                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, SWAP_AB=cfg.swap_ab,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

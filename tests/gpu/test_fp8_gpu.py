@@ -91,8 +91,13 @@ def test_fp8_decode_variants_match_the_dequantised_reference(variant, num_splits
     assert (out[3] == 0).all(), "an empty context must give zeros"
 
 
-@pytest.mark.parametrize("widen", ["bf16", "fp16"])
-def test_fp8_prefill_variants_match_the_dequantised_reference(widen):
+PREFILL_VARIANTS = {"default": {}, "fp16": {"fp8_widen": "fp16"}, "swap": {"swap_ab": True},
+                    "swap-fp16-64x64-w4": {"swap_ab": True, "fp8_widen": "fp16", "block_m": 64, "block_n": 64,
+                                           "num_warps": 4}}
+
+
+@pytest.mark.parametrize("variant", PREFILL_VARIANTS)
+def test_fp8_prefill_variants_match_the_dequantised_reference(variant):
     seqs = [(4096, 4096), (300, 5000), (1, 33)]
     g = torch.Generator(device=DEV).manual_seed(5)
     ctx = [c for _, c in seqs]
@@ -104,13 +109,13 @@ def test_fp8_prefill_variants_match_the_dequantised_reference(widen):
     q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
     out = torch.full_like(q, float("nan"))
     K.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs,
-                              config=K.PrefillConfig(fp8_widen=widen))
+                              config=K.PrefillConfig(**PREFILL_VARIANTS[variant]))
     ref = R.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs)
     exact = R.paged_prefill_attention(q, xk, xv, cu, lens, tables, D**-0.5)
     quant = (ref - exact).abs()
-    print(f"\nfp8 prefill widen={widen}: kernel vs dequantised ref max|err| {(out.float() - ref).abs().max().item():.3g};"
+    print(f"\nfp8 prefill {variant}: kernel vs dequantised ref max|err| {(out.float() - ref).abs().max().item():.3g};"
           f" quantisation max {quant.max().item():.3g}, mean {quant.mean().item():.3g}")
-    assert_kernel_close(out, ref, f"fp8 prefill widen={widen}")
+    assert_kernel_close(out, ref, f"fp8 prefill {variant}")
 
 
 def test_fp8_store_matches_torch_cast_bit_for_bit():
