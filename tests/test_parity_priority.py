@@ -135,3 +135,14 @@ def test_bundled_trace_with_priorities_matches_vllm_step_by_step(tmp_path):
     report = json.loads((tmp_path / "p" / "parity.json").read_text())
     assert rc == 0 and report["n_steps_differing"] == 0, f"differs from vLLM: {report['first_difference']}"
     assert report["config"]["policy"] == "priority" and report["num_preemptions"] > 0
+
+
+def test_synth_priority_levels_add_a_priority_column_and_change_nothing_else():
+    from pagesim.traces.synth import synthesize
+
+    with_prio = synthesize("kshot", num_requests=200, rate=10, seed=3, priority_levels=3).df
+    without = synthesize("kshot", num_requests=200, rate=10, seed=3).df
+    assert set(with_prio["priority"]) == {0, 1, 2}
+    pd.testing.assert_frame_equal(with_prio.drop(columns="priority"), without)
+    with pytest.raises(OptionError, match="priority_levels"):
+        synthesize("sharegpt", num_requests=5, rate=1, priority_levels=-1)
