@@ -221,8 +221,11 @@ def sweep_shape(kind: str, shape, smoke: bool, deadline: float) -> dict:
                                                    "ref_mean_abs": refs["bf16"].abs().mean().item()},
            "results": [], "skipped": []}
     grid = decode_grid if kind == "decode" else prefill_grid
-    defaults = {"bf16": K.DecodeConfig() if kind == "decode" else K.PrefillConfig()}
-    defaults["fp8"] = defaults["bf16"]
+    from engine.kernels.decode import FP8_DECODE_CONFIG
+    from engine.kernels.prefill import FP8_PREFILL_CONFIG
+
+    defaults = {"bf16": K.DecodeConfig(), "fp8": FP8_DECODE_CONFIG} if kind == "decode" else \
+        {"bf16": K.PrefillConfig(), "fp8": FP8_PREFILL_CONFIG}
     for dtype in ("bf16", "fp8"):
         configs = [defaults[dtype]] + [c for c in grid(dtype, smoke) if c != defaults[dtype]]
         for i, cfg in enumerate(configs):

@@ -60,6 +60,10 @@ class DecodeConfig:
     swap_ab: bool = False
 
 
+# The default launch for an fp8 cache (bench/fp8_tune.py sweeps the choices on the H200; bench/NOTES.md).
+FP8_DECODE_CONFIG = DecodeConfig()
+
+
 @triton.jit
 def _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
              NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, DTYPE: tl.constexpr):
@@ -191,13 +195,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     (engine.kernels.cache) needs the layer's k_scale and v_scale; it is read as fp8 and widened in
     registers, never copied.
     """
-    cfg = config or DecodeConfig()
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    cfg = config or (FP8_DECODE_CONFIG if fp8 else DecodeConfig())
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and head_dim & (head_dim - 1) == 0
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_tables.stride(1) == 1
-    fp8 = k_cache.dtype == torch.float8_e4m3fn
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, block_tables.shape[1] * block_size, q.device)

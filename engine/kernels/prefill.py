@@ -34,6 +34,10 @@ class PrefillConfig:
     swap_ab: bool = False  # S^T = K Q^T, O^T = V^T P^T: the widened K and V are the left (register) operand
 
 
+# The default launch for an fp8 cache (bench/fp8_tune.py sweeps the choices on the H200; bench/NOTES.md).
+FP8_PREFILL_CONFIG = PrefillConfig()
+
+
 @triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
@@ -151,13 +155,13 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     a host sync. q may be strided over T and Hq (last dim contiguous). An fp8 cache needs the
     layer's k_scale and v_scale (see paged_decode_attention).
     """
-    cfg = config or PrefillConfig()
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    cfg = config or (FP8_PREFILL_CONFIG if fp8 else PrefillConfig())
     total, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
-    fp8 = k_cache.dtype == torch.float8_e4m3fn
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
