@@ -399,7 +399,8 @@ class GPUExecutor:
                 q = torch.zeros((b, spec.num_heads, spec.head_dim), dtype=self.model.dtype, device=self.device)
                 tables = torch.zeros((b, w), dtype=torch.int32, device=self.device)
                 ctx = torch.ones((b,), dtype=torch.int32, device=self.device)
-                paged_decode_attention(q, self.kv_cache[0, 0], self.kv_cache[0, 1], tables, ctx, self.model.scale)
+                paged_decode_attention(q, self.kv_cache[0, 0], self.kv_cache[0, 1], tables, ctx, self.model.scale,
+                                       k_scale=self.model.k_scales[:1], v_scale=self.model.v_scales[:1])
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
         return len(seen)

@@ -389,3 +389,13 @@ def test_fp8_blocks_swap_out_and_in_bit_exact_through_the_executor():
     if DEV == "cuda":
         torch.cuda.synchronize()
     assert torch.equal(raw[:, :, [9, 4]], original), "an fp8 block changed bits on its way through the swap cache"
+
+
+def test_executor_warms_every_decode_variant_with_an_fp8_cache():
+    """live mode's warm-up launches the decode attention at every split count; an fp8 cache needs its scales there."""
+    model = sensitive_model(get_model("toy"), DEV, torch.float32)
+    cfg = Config(model="toy", block_size=BS, max_model_len=8 * BS, max_num_seqs=4, max_num_batched_tokens=4 * BS,
+                 num_gpu_blocks=16, kv_cache_dtype="fp8")
+    ex = GPUExecutor(cfg, model)
+    assert ex.kv_cache.dtype == FP8
+    assert ex.warm_decode_variants() >= 1
