@@ -51,7 +51,7 @@ def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
     block_ns = (64, 128, 256) if dtype == "fp8" else (64, 128)
     widens = ("bf16", "fp16") if dtype == "fp8" else ("bf16",)
     return [K.DecodeConfig(bn, w, s, widen, swap) for bn, w, s, widen, swap in
-            itertools.product(block_ns, (4, 8), (2, 3, 4), widens, (False, True))]
+            itertools.product(block_ns, (2, 4, 8), (2, 3, 4), widens, (False, True))]
 
 
 def prefill_grid(dtype: str, smoke: bool) -> list[K.PrefillConfig]:
