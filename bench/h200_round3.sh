@@ -20,12 +20,12 @@ step() {  # step NAME SECONDS CMD...: run CMD with a timeout, log to OUT/NAME.lo
 }
 if [ "$PART" = bench ] || [ "$PART" = all ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$O/nvidia-smi.txt"
-  step fp8_tune 290 python3 -m bench.fp8_tune --out "$O/fp8_tune.json" --force --budget-s 200
-  step host_tier_bw 90 python3 -m bench.host_tier_bw --out "$O/host_tier_bw.json" --force \
+  step fp8_tune 270 python3 -m bench.fp8_tune --out "$O/fp8_tune.json" --force --budget-s 210
+  step host_tier_bw 60 python3 -m bench.host_tier_bw --out "$O/host_tier_bw.json" --force \
       --profile "$P" --profile-out "$O/profile-host-tier.json"
-  step gpu_tests 240 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or host_tier" tests/ \
+  step gpu_tests 170 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or host_tier" tests/ \
       --junitxml="$O/gpu_tests.xml"
-  step fp8_bench 120 python3 -m bench.fp8 --out "$O/fp8.json" --force
+  step fp8_bench 90 python3 -m bench.fp8 --out "$O/fp8.json" --force
 fi
 if [ "$PART" = live ] || [ "$PART" = all ]; then
   # Prefix-heavy window: 600 GPU blocks keep the 4 shared prefixes under pressure; the host tier is 4x that (4.7 GiB
