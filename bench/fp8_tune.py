@@ -305,6 +305,9 @@ def main(argv=None) -> int:
             if "fp8_speedup_best_vs_best" in row:
                 print(f"  fp8 speed-up: default x{row.get('fp8_speedup_default', float('nan')):.2f}, "
                       f"best vs best x{row['fp8_speedup_best_vs_best']:.2f}", flush=True)
+            result["elapsed_s"] = time.perf_counter() - t0
+            with open(args.out, "w") as f:  # after every shape: a run cut short keeps what it measured
+                json.dump(result, f, indent=1)
     result["elapsed_s"] = time.perf_counter() - t0
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
