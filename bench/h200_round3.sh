@@ -23,7 +23,7 @@ if [ "$PART" = bench ] || [ "$PART" = all ]; then
   step fp8_tune 270 python3 -m bench.fp8_tune --out "$O/fp8_tune.json" --force --budget-s 210
   step host_tier_bw 60 python3 -m bench.host_tier_bw --out "$O/host_tier_bw.json" --force \
       --profile "$P" --profile-out "$O/profile-host-tier.json"
-  step gpu_tests 170 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or host_tier" tests/ \
+  step gpu_tests 170 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or host_tier" tests/gpu/ \
       --junitxml="$O/gpu_tests.xml"
   step fp8_bench 90 python3 -m bench.fp8 --out "$O/fp8.json" --force
 fi

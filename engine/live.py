@@ -135,6 +135,11 @@ class LiveReplay:
         return pd.DataFrame(self.batches, columns=["step", "scheduled", "preempted"])
 
 
+def without_prefix_caching(config: Config) -> Config:
+    """The config with prefix caching off, and so the host offload tier too (it is keyed by prefix hashes)."""
+    return config.replace(enable_prefix_caching=False, kv_offloading_size=0.0)
+
+
 def warm_up(executor, config: Config) -> dict:
     """Build every kernel variant and graph a run can need before the clock starts; returns what it did.
 
@@ -149,7 +154,7 @@ def warm_up(executor, config: Config) -> dict:
     if not getattr(executor, "is_cuda", False):
         return {"warmup_s": 0.0}  # nothing to compile ahead on the CPU (the interpreter runs kernels as Python)
     t0 = time.perf_counter()
-    cfg = config.replace(enable_prefix_caching=False, preemption_mode="recompute")
+    cfg = without_prefix_caching(config).replace(preemption_mode="recompute")
     sched = Scheduler(cfg)
     rec = Recorder(sched, StepFeatures.from_plan)
     longest = min(cfg.max_num_batched_tokens + 100, cfg.resolved_max_model_len - 8)
@@ -242,7 +247,7 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
     if getattr(args, "calibrate", False):
         t0 = time.perf_counter()
         warm_up(executor, config)
-        cal = config.replace(enable_prefix_caching=False, preemption_mode="recompute")
+        cal = without_prefix_caching(config).replace(preemption_mode="recompute")
         capacity = cal.resolved_num_gpu_blocks * cal.block_size
         workloads = [(name, groups) for name, groups in calibration_workloads(cal.resolved_max_model_len)
                      if sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * capacity]  # those that fit this cache
@@ -347,7 +352,7 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
         workloads = calibration_workloads(config.resolved_max_model_len)
     seq = 0
     for name, groups in workloads:
-        sched = Scheduler(config.replace(enable_prefix_caching=False))
+        sched = Scheduler(without_prefix_caching(config))
         rec = Recorder(sched, StepFeatures.from_plan)
         pending = []  # (release step, request), in release order
         for count, p, o, *release in groups:

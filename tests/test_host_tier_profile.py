@@ -34,3 +34,14 @@ def test_a_bad_host_tier_coefficient_is_named(tmp_path):
     p.write_text(json.dumps(d))
     with pytest.raises(UserError, match="host_load_s_per_byte"):
         ProfileCostModel.from_json(p)
+
+
+def test_live_warm_up_and_calibration_configs_drop_the_host_tier_with_prefix_caching():
+    """live's warm-up and calibration run without prefix caching; a run with a host tier must still make that
+    config (the H200 live offload run failed here: --kv-offloading-size needs --enable-prefix-caching)."""
+    from engine.live import without_prefix_caching
+    from pagesim.config import Config
+
+    cfg = Config(enable_prefix_caching=True, kv_offloading_size=4.7)
+    off = without_prefix_caching(cfg).replace(preemption_mode="recompute")
+    assert not off.enable_prefix_caching and off.kv_offloading_size == 0 and off.num_offload_blocks == 0
