@@ -14,6 +14,7 @@ import torch
 import engine.kernels as K
 from engine.executor import GPUExecutor, kv_block_bytes
 from engine.kernels import reference as R
+from engine.kernels.decode import FP8_DECODE_CONFIG
 from engine.model import AttentionMetadata, LlamaModel
 from pagesim.config import Config
 from pagesim.request import Request
@@ -71,13 +72,14 @@ DECODE_CASES = [  # (q dtype, block_size, hq, hkv, d, context_lens, num_splits)
 
 
 # The launch variants bench/fp8_tune.py sweeps: each must compute the same attention.
-DECODE_VARIANTS = {"default": K.DecodeConfig(), "fp16": K.DecodeConfig(fp8_widen="fp16"),
+DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": K.DecodeConfig(fp8_widen="fp16"),
                    "swap": K.DecodeConfig(block_n=32, swap_ab=True),
                    "swap-fp16": K.DecodeConfig(block_n=16, num_warps=2, swap_ab=True, fp8_widen="fp16")}
 
 
 def variant_tol(dtype, cfg, scale: float) -> float:
     """fp32 products on the CPU: fp32 rounding; fp16 products: fp16 rounding; bf16: bf16's."""
+    cfg = cfg or FP8_DECODE_CONFIG
     if dtype == torch.float32 and DEV == "cpu":
         return (4e-3 if cfg.fp8_widen == "fp16" else 2e-5) * scale
     return 0.03 * scale

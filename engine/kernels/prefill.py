@@ -34,8 +34,8 @@ class PrefillConfig:
     swap_ab: bool = False  # S^T = K Q^T, O^T = V^T P^T: the widened K and V are the left (register) operand
 
 
-# The default launch for an fp8 cache (bench/fp8_tune.py sweeps the choices on the H200; bench/NOTES.md).
-FP8_PREFILL_CONFIG = PrefillConfig()
+# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 (bench/NOTES.md).
+FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, fp8_widen="fp16")
 
 
 @triton.jit

@@ -46,8 +46,8 @@ def sourced_fp8_cache(num_blocks, block_size, g, amax: float):
     return x, R.quantize_fp8(x, scale), scale
 
 
-# the launch variants bench/fp8_tune.py sweeps (None: the defaults)
-DECODE_VARIANTS = {"default": None, "fp16": K.DecodeConfig(fp8_widen="fp16"), "swap": K.DecodeConfig(swap_ab=True),
+# the launch variants bench/fp8_tune.py sweeps (None: the fp8 defaults, FP8_DECODE_CONFIG / FP8_PREFILL_CONFIG)
+DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "swap": K.DecodeConfig(swap_ab=True),
                    "bn256-w8": K.DecodeConfig(block_n=256, num_warps=8),
                    "swap-fp16-bn256": K.DecodeConfig(block_n=256, num_warps=8, fp8_widen="fp16", swap_ab=True),
                    "swap-bn64-w4-s2": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True)}
@@ -91,7 +91,7 @@ def test_fp8_decode_variants_match_the_dequantised_reference(variant, num_splits
     assert (out[3] == 0).all(), "an empty context must give zeros"
 
 
-PREFILL_VARIANTS = {"default": {}, "fp16": {"fp8_widen": "fp16"}, "swap": {"swap_ab": True},
+PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen": "fp16"}, "swap": {"swap_ab": True},
                     "swap-fp16-64x64-w4": {"swap_ab": True, "fp8_widen": "fp16", "block_m": 64, "block_n": 64,
                                            "num_warps": 4}}
 
@@ -109,7 +109,8 @@ def test_fp8_prefill_variants_match_the_dequantised_reference(variant):
     q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
     out = torch.full_like(q, float("nan"))
     K.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs,
-                              config=K.PrefillConfig(**PREFILL_VARIANTS[variant]))
+                              config=None if PREFILL_VARIANTS[variant] is None
+                              else K.PrefillConfig(**PREFILL_VARIANTS[variant]))
     ref = R.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs)
     exact = R.paged_prefill_attention(q, xk, xv, cu, lens, tables, D**-0.5)
     quant = (ref - exact).abs()
