@@ -52,7 +52,8 @@ def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
     if GRID == "small" and not smoke:
         if dtype == "bf16":
             return [K.DecodeConfig(bn, 4, s) for bn in (64, 128) for s in (3, 4)]
-        return [K.DecodeConfig(bn, w, s, "fp16") for bn in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3, 4)]
+        return ([K.DecodeConfig(bn, w, s, "fp16") for bn in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3, 4)]
+                + [K.DecodeConfig(bn, w, s, "fp16", prefetch=True) for bn in (64, 128) for w in (4, 8) for s in (1, 2)])
     if smoke:
         return [K.DecodeConfig(), K.DecodeConfig(block_n=32, swap_ab=True, fp8_widen="fp16" if dtype == "fp8" else "bf16")]
     block_ns = (64, 128, 256) if dtype == "fp8" else (64, 128)
@@ -284,7 +285,7 @@ def describe(r: dict | None) -> str:
     if not r:
         return "none ok"
     c = r["config"]
-    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "swap_ab") if "block_n" in c and "block_m" not in c \
+    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "swap_ab", "prefetch") if "block_m" not in c \
         else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "swap_ab")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")

@@ -50,7 +50,9 @@ def sourced_fp8_cache(num_blocks, block_size, g, amax: float):
 DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "swap": K.DecodeConfig(swap_ab=True),
                    "bn256-w8": K.DecodeConfig(block_n=256, num_warps=8),
                    "swap-fp16-bn256": K.DecodeConfig(block_n=256, num_warps=8, fp8_widen="fp16", swap_ab=True),
-                   "swap-bn64-w4-s2": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True)}
+                   "swap-bn64-w4-s2": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True),
+                   "prefetch-fp16-s1": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16", prefetch=True),
+                   "stages1-fp16": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16")}
 
 
 def assert_kernel_close(out, ref, what: str):
