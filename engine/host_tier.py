@@ -1,62 +1,61 @@
-"""The engine's host offload tier: a pinned host copy of the KV-cache layout, filled and read by the plans'
-`blocks_to_store` (GPU -> host) and `blocks_to_load` (host -> GPU) (pagesim/kv_offload.py decides which).
+"""The engine's host offload tier: a pinned, block-major host cache (one block, every layer, K and V, is one
+contiguous run of host memory, as the swap path's CPU cache), filled and read by the plans' `blocks_to_store`
+(GPU -> host) and `blocks_to_load` (host -> GPU) (pagesim/kv_offload.py decides which).
 
-Stores: the step's blocks are gathered on the device on the compute stream, before the forward pass
-(so a block freed and reused by this step is read before it is overwritten), then copied to pinned
-memory on a side stream, overlapping the forward; the host scatter happens at the start of the next
-step, after that copy's event (a store's blocks are loadable from the plan after the one that stores
-them). Loads: the host blocks are gathered into pinned memory and copied on the compute stream,
-before the forward that reads them. Copies move raw bytes (an fp8 cache too): a round trip is bit-exact.
-On the CPU everything is synchronous.
+Stores: the step's blocks are gathered on the device on the compute stream, before the forward pass (so a
+block freed and reused by this step is read before it is overwritten), then copied straight into the pinned
+host cache on a side stream, one asynchronous copy per run of consecutive host blocks, overlapping the
+forward. Loads wait (on the device, no host sync) for the stores in flight, then copy each run of host
+blocks to a device staging tensor and scatter it, on the compute stream before the forward that reads them
+(engine.kernels.swap.swap_in). A load never reads a host block a store of the same step writes (the offload
+manager holds loading blocks, and loads only blocks stored in an earlier step). No host synchronisation
+anywhere; `finish()` waits for the stores, for readers of the host cache on the CPU (tests, benchmarks).
+Copies move raw bytes (an fp8 cache too): a round trip is bit-exact. On the CPU everything is synchronous.
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.kernels.cache import swap_blocks
+from engine.kernels.swap import _raw, _runs, cpu_cache_shape, swap_in, swap_out
 
 
 class HostTier:
     def __init__(self, like: torch.Tensor, num_blocks: int):
-        shape = (*like.shape[:2], num_blocks, *like.shape[3:])
         self.on_cuda = like.device.type == "cuda"
-        self.cache = torch.empty(shape, dtype=like.dtype, device="cpu", pin_memory=self.on_cuda)
+        self.cache = torch.empty(cpu_cache_shape(tuple(like.shape), num_blocks), dtype=like.dtype, device="cpu",
+                                 pin_memory=self.on_cuda)  # [num_blocks, L, 2, block_size, Hkv, D]
         self.stream = torch.cuda.Stream(like.device) if self.on_cuda else None
-        self._landing: tuple | None = None  # (event, pinned staging, host block ids) of the last step's stores
+        self._stored: torch.cuda.Event | None = None  # the last stores' copies
 
     def store(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
-        """Start copying GPU blocks pairs[i][0] to host blocks pairs[i][1]; they land by the next step."""
-        self.finish()
+        """Copy GPU blocks pairs[i][0] to host blocks pairs[i][1]: gathered now, landing asynchronously."""
         if not pairs:
             return
-        idx = torch.tensor(pairs, dtype=torch.int64)
         if not self.on_cuda:
-            swap_blocks(kv_cache, self.cache, idx)
+            swap_out(kv_cache, self.cache, torch.tensor(pairs, dtype=torch.int64))
             return
-        raw = kv_cache.view(torch.uint8) if kv_cache.dtype == torch.float8_e4m3fn else kv_cache
-        staged = raw.index_select(2, idx[:, 0].to(kv_cache.device))  # on the compute stream, before the forward
+        pairs = sorted(pairs, key=lambda p: p[1])
+        src = torch.tensor([p[0] for p in pairs], dtype=torch.int64).to(kv_cache.device, non_blocking=True)
+        staged = _raw(kv_cache).index_select(2, src).movedim(2, 0).contiguous()  # compute stream, before the forward
+        host = _raw(self.cache)
         self.stream.wait_stream(torch.cuda.current_stream(kv_cache.device))
         with torch.cuda.stream(self.stream):
-            pinned = torch.empty(staged.shape, dtype=staged.dtype, pin_memory=True)
-            pinned.copy_(staged, non_blocking=True)
+            for pos, first, n in _runs([p[1] for p in pairs]):
+                host[first:first + n].copy_(staged[pos:pos + n], non_blocking=True)
             staged.record_stream(self.stream)
-            event = torch.cuda.Event()
-            event.record(self.stream)
-        self._landing = (event, pinned, idx[:, 1])
+            self._stored = torch.cuda.Event()
+            self._stored.record(self.stream)
 
     def finish(self) -> None:
-        """Wait for the last step's stores and scatter them into the host cache."""
-        if self._landing is None:
-            return
-        event, pinned, dst = self._landing
-        event.synchronize()
-        host = self.cache.view(torch.uint8) if self.cache.dtype == torch.float8_e4m3fn else self.cache
-        host.index_copy_(2, dst, pinned)
-        self._landing = None
+        """Wait (on the host) until every store so far has landed in the host cache."""
+        if self._stored is not None:
+            self._stored.synchronize()
 
     def load(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
         """Copy host blocks pairs[i][0] into GPU blocks pairs[i][1], ordered before the next forward pass."""
-        if pairs:
-            self.finish()  # a load may read a block whose store is landing now (stored one plan earlier)
-            swap_blocks(self.cache, kv_cache, torch.tensor(pairs, dtype=torch.int64))
+        if not pairs:
+            return
+        if self._stored is not None:  # a load may read a block stored one plan earlier, possibly still in flight
+            torch.cuda.current_stream(kv_cache.device).wait_event(self._stored)
+        swap_in(self.cache, kv_cache, torch.tensor(pairs, dtype=torch.int64))

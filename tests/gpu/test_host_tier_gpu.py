@@ -1,5 +1,6 @@
 """engine/host_tier.py on a GPU: pinned host blocks, stores on a side stream overlapping later work on the
-compute stream, loads ordered before the next forward; every round trip bit-exact. Skipped without CUDA.
+compute stream, loads ordered after them (a device-side wait) and before the next forward; every round trip
+bit-exact. Skipped without CUDA.
 
     python -m pytest -q -p no:cacheprovider tests/gpu/test_host_tier_gpu.py
 """
@@ -27,18 +28,19 @@ def test_host_tier_round_trip_is_bit_exact_while_the_compute_stream_overwrites_t
     # the step's forward pass reuses the stored blocks at once: the store gathered them before, on this stream
     kv.view(torch.uint8)[:, :, gpu_ids] = 0xAA
     host.finish()
-    assert torch.equal(host.cache.view(torch.uint8)[:, :, host_ids], before.cpu()), "a stored block changed bits"
+    # block-major host cache: host block i is cache[i] = [layers, K/V, block_size, kv heads, head dim]
+    assert torch.equal(host.cache.view(torch.uint8)[host_ids], before.movedim(2, 0).cpu()), "a stored block changed bits"
     targets = [5, 6, 7, 8, 9]
     host.load(kv, list(zip(host_ids, targets)))
     torch.cuda.current_stream().synchronize()
     assert torch.equal(kv.view(torch.uint8)[:, :, targets], before), "a loaded block differs from the stored one"
 
 
-def test_a_load_of_a_block_stored_one_step_earlier_waits_for_the_store():
+def test_host_tier_load_of_a_block_whose_store_is_in_flight_waits_for_it():
     kv = torch.randn(SHAPE, device="cuda").to(torch.bfloat16)
     host = HostTier(kv, 16)
     want = kv[:, :, [1, 2]].clone()
-    host.store(kv, [(1, 10), (2, 11)])  # lands at the next step's finish()
-    host.load(kv, [(10, 20), (11, 21)])  # same plan order as the executor: load after store
+    host.store(kv, [(1, 10), (2, 11)])  # copies in flight on the side stream
+    host.load(kv, [(10, 20), (11, 21)])  # waits for them on the device, not on the host
     torch.cuda.synchronize()
     assert torch.equal(kv[:, :, [20, 21]], want)
