@@ -120,6 +120,8 @@ class Scheduler:
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
         self.num_preemptions = 0
+        # (request, time, event): 0 preempted (recompute), 1 swapped out, 2 resumed; read by the recorder.
+        self.preemption_log: list[tuple[Request, float | None, int]] = []
         self.step_id = 0
         self.pending_copies: list[tuple[int, int]] = []  # from forks, made at the start of the next step
         self.reserved_seats = 0  # running seats held for the samples of admitted requests with n > 1
@@ -191,7 +193,7 @@ class Scheduler:
                     budget += self._unschedule(victim, plan)
                 else:
                     victim = running.pop()
-                self._preempt(victim, plan)
+                self._preempt(victim, plan, now)
                 if victim is req:
                     break
             else:
@@ -216,6 +218,7 @@ class Scheduler:
                 self.reserved_seats += self._seats(req) - 1
                 plan.blocks_to_swap_in.extend(mapping)
                 plan.swapped_in.append(req.request_id)
+                self.preemption_log.append((req, now, 2))
                 req.status = RequestStatus.RUNNING
                 running.append(req)
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
@@ -234,6 +237,8 @@ class Scheduler:
                 req.status = RequestStatus.RUNNING
                 running.append(req)
                 plan.admitted.append(req.request_id)
+                if req.num_preemptions:
+                    self.preemption_log.append((req, now, 2))
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
 
@@ -277,7 +282,7 @@ class Scheduler:
         n = len(self.running) if n_running is None else n_running
         return n + self.reserved_seats + self._seats(req) <= self.config.max_num_seqs
 
-    def _preempt(self, req: Request, plan: StepPlan) -> None:
+    def _preempt(self, req: Request, plan: StepPlan, now: float | None) -> None:
         self.reserved_seats -= self._seats(req) - 1
         self.num_preemptions += 1
         req.num_preemptions += 1
@@ -288,7 +293,9 @@ class Scheduler:
                 plan.blocks_to_swap_out.extend(mapping)
                 req.status = RequestStatus.SWAPPED
                 self.swapped.append(req)
+                self.preemption_log.append((req, now, 1))
                 return
+        self.preemption_log.append((req, now, 0))
         self.kv.free(req)
         req.num_computed_tokens = 0
         req.status = RequestStatus.WAITING
