@@ -29,7 +29,7 @@ def plain_forward(model: LlamaModel, row: torch.Tensor, amax: torch.Tensor | Non
     (k_scales, v_scales [num_layers]), if given, round K and V through e4m3 as the store kernel does
     (x / scale saturated and rounded, times scale) before attention: an fp8 cache emulated in torch.
     """
-    s, eps, t = model.spec, model.spec.rms_norm_eps, row.shape[0]
+    eps, t = model.spec.rms_norm_eps, row.shape[0]
     positions = torch.arange(t, device=model.device)
     hidden, residual = model.embed[row], None
     for i, w in enumerate(model.layers):
