@@ -4,8 +4,8 @@
 #   bash bench/h200_round3.sh live  [OUT]   # fp8 calibration, one live FP8 run and one live offload run on a
 #                                           #   prefix-heavy window, each followed by `pagesim validate` (~7 min)
 #   bash bench/h200_round3.sh all   [OUT]   # both (more than one 10-minute device call: run them separately there)
-#   bash bench/h200_round3.sh final [OUT]   # one call: bench.fp8 at the fp8 defaults, GPU tests, host-tier bandwidth,
-#                                           #   the live part, then fp8_tune --grid small in the time left
+#   bash bench/h200_round3.sh final [OUT]   # one call: fp8_tune --grid small, bench.fp8 at the fp8 defaults, GPU tests,
+#                                           #   host-tier bandwidth, the live part (~8 min)
 # Each step has its own timeout, so one that hangs does not take the others with it; its log is OUT/<step>.log.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -50,10 +50,8 @@ case "$PART" in
          fp8_tune 270 210; host_tier_bw; gpu_tests; fp8_bench ;;
   live) live_runs ;;
   all) fp8_tune 270 210; host_tier_bw; gpu_tests; fp8_bench; live_runs ;;
-  final)  # one 10-minute call: the defaults' benchmark, the GPU tests, the live runs, then a short sweep in what is left
-    fp8_bench; gpu_tests; host_tier_bw; live_runs
-    left=$((570 - SECONDS))
-    if [ "$left" -gt 100 ]; then fp8_tune "$left" $((left - 40)) --grid small; else echo "== no time left for fp8_tune"; fi ;;
+  final)  # one 10-minute call: a short sweep (num_stages 1, prefetch), the defaults' benchmark, GPU tests, live runs
+    fp8_tune 150 100 --grid small; fp8_bench; gpu_tests; host_tier_bw; live_runs ;;
   *) echo "usage: bash bench/h200_round3.sh bench|live|all|final [OUT]"; exit 2 ;;
 esac
 echo "== $(date +%T) done: $O"
