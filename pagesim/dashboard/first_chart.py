@@ -11,6 +11,8 @@ and every later run of the session draws everything at once. AppTest runs no bro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 DRAWN = "first_chart.drawn"
@@ -31,6 +33,30 @@ export default function({ setTriggerValue }) {
 """ % MAX_WAIT_MS
 
 _watcher = st.components.v2.component("pagesim.first_chart", js=_JS)
+
+
+# Streamlit's charting bundle (plotly.js, ~4.7 MB), which its page code loads only when a chart element
+# arrives: `preload_charts` loads it at the start of a session instead, while the server is still
+# importing and loading the trace. The file name carries a hash of the installed Streamlit's build.
+_BUNDLE = next((p.name for p in (Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js")), None)
+_PRELOAD_JS = """
+export default function({ data }) {
+  const index = document.querySelector('script[src*="/static/js/index."]');
+  if (data && index) import(new URL(data, index.src).href).catch(() => {});
+}
+"""
+_preloader = st.components.v2.component("pagesim.preload_charts", js=_PRELOAD_JS)
+PRELOADED = "first_chart.preloaded"
+
+
+def preload_charts() -> None:
+    """On a session's first run: start loading the charting bundle now (the same module the chart
+    elements import later, so it loads and runs once). Does nothing if the bundle is not found."""
+    if _BUNDLE is None or st.session_state.get(PRELOADED):
+        return
+    st.session_state[PRELOADED] = True
+    with st.sidebar:
+        _preloader(key="pagesim.preload_charts", data=_BUNDLE)
 
 
 def _drawn() -> None:
