@@ -8,7 +8,8 @@
     tables.py          DataFrame builders for the tables the pages show and offer as CSV
     cached.py          the st.cache_data wrappers around the expensive calls above
     widgets.py         sidebar forms shared by pages
+    first_chart.py     a new session's first chart before its heavy ones (browser-side helpers)
     pages/*.py         one script per page, run by st.navigation in app.py
 
-Only cached.py, widgets.py and pages/ import Streamlit.
+Only cached.py, widgets.py, first_chart.py and pages/ import Streamlit.
 """
