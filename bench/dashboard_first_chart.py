@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warm", type=int, default=3, help="new browser sessions after the cold one")
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--no-trace", action="store_true",
+                        help="wall times only: no Chrome trace (tracing slows the browser), no CPU times")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from pagesim.outputs import check_output_file
@@ -63,22 +65,25 @@ def main(argv=None) -> int:
                 for i in range(1 + args.warm):
                     tab = browser.new_page(viewport={"width": tb.WIDTH, "height": 1000})
                     trace = Path(tmp) / f"trace-{i}.json"
-                    browser.start_tracing(page=tab, path=str(trace), categories=[
-                        "devtools.timeline", "blink.user_timing", "disabled-by-default-devtools.timeline"])
+                    if not args.no_trace:
+                        browser.start_tracing(page=tab, path=str(trace), categories=[
+                            "devtools.timeline", "blink.user_timing", "disabled-by-default-devtools.timeline"])
                     tab.goto(f"{server.url}/", wait_until="domcontentloaded")
                     tab.wait_for_function(tb.CHARTS_DRAWN, arg=[tb.PAGES["replay"], "__drawn"],
                                           timeout=tb.RENDER_TIMEOUT_MS, polling="raf")
                     first, drawn = tab.evaluate("window.__first"), tab.evaluate("window.__drawn")
-                    browser.stop_tracing()
+                    if not args.no_trace:
+                        browser.stop_tracing()
                     tab.close()
-                    cpu_first, cpu_all = main_thread_cpu(trace, [first, drawn])
                     visit = {"visit": "cold" if i == 0 else "warm", "first_chart_s": round(first / 1000, 3),
-                             "all_charts_s": round(drawn / 1000, 3), "main_thread_cpu_first_s": round(cpu_first, 3),
-                             "main_thread_cpu_all_s": round(cpu_all, 3), "load_average": os.getloadavg()[0]}
+                             "all_charts_s": round(drawn / 1000, 3), "load_average": os.getloadavg()[0]}
+                    line = f"{visit['visit']}: first chart {first / 1000:.2f} s, all {drawn / 1000:.2f} s"
+                    if not args.no_trace:
+                        cpu_first, cpu_all = main_thread_cpu(trace, [first, drawn])
+                        visit |= {"main_thread_cpu_first_s": round(cpu_first, 3), "main_thread_cpu_all_s": round(cpu_all, 3)}
+                        line += f"; main-thread CPU {cpu_first:.2f} / {cpu_all:.2f} s"
                     visits.append(visit)
-                    print(f"{visit['visit']}: first chart {visit['first_chart_s']:.2f} s, all {visit['all_charts_s']:.2f} s; "
-                          f"main-thread CPU {cpu_first:.2f} / {cpu_all:.2f} s (load {visit['load_average']:.1f})",
-                          flush=True)
+                    print(f"{line} (load {visit['load_average']:.1f})", flush=True)
                 browser.close()
         finally:
             server.stop()
