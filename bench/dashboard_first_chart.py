@@ -43,6 +43,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warm", type=int, default=3, help="new browser sessions after the cold one")
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--keep", help="folder to keep the Chrome traces (trace-N.json) and the server log in")
     parser.add_argument("--no-trace", action="store_true",
                         help="wall times only: no Chrome trace (tracing slows the browser), no CPU times")
     args = parser.parse_args(argv)
@@ -57,6 +58,8 @@ def main(argv=None) -> int:
     tb.REPO = Path(args.repo).resolve()  # the Server starts streamlit in tb.REPO
     visits = []
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = args.keep or tmp
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         server = tb.Server({}, Path(tmp) / "streamlit.log")
         try:
             server.wait_healthy()
