@@ -43,3 +43,15 @@ def azure_dir() -> Path:
     if not (AZURE_DIR / "AzureLLMInferenceTrace_conv.csv").exists():
         pytest.skip(f"shared traces not present at {AZURE_DIR}")
     return AZURE_DIR
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance for the whole test session, bounded to the machine's 2 cores, started as
+    pagesim.sweep starts one (no dashboard, metrics or usage stats: bench/ray_start.py times it)."""
+    pytest.importorskip("ray")
+    from pagesim.sweep import start_ray
+
+    ray = start_ray(num_cpus=min(2, os.cpu_count() or 1))
+    yield ray
+    ray.shutdown()

@@ -37,15 +37,6 @@ def base(parser):
     return {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
 
 
-@pytest.fixture(scope="session")
-def ray_local():
-    """One local Ray instance for the test session, bounded to the machine's 2 cores."""
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_grid_is_the_cross_product_with_typed_values(parser):
     points = parse_grid(["block_size=16,32", "--enable-prefix-caching=true,false", "router=round-robin",
                          "layout=paged,pow2", "kv_cache_gib=0.5"], parser)
