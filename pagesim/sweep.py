@@ -103,7 +103,6 @@ def run_config(trace, base: dict, params: dict) -> dict:
 def _simulate(trace, base: dict, params: dict) -> dict:
     from pagesim.replay import config_from_args, simulate_run
     from pagesim.slo import parse_slos
-    from pagesim.specs import GIB
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
     config = config_from_args(argparse.Namespace(**opts))
@@ -111,14 +110,22 @@ def _simulate(trace, base: dict, params: dict) -> dict:
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
     if "kv_cache_gib" in params:
-        blocks = int(params["kv_cache_gib"] * GIB // config.block_bytes)
-        if blocks < 1:
-            raise UserError(f"{params['kv_cache_gib']} GiB holds no block of {config.block_size} tokens")
-        config = config.replace(num_gpu_blocks=blocks)
+        config = config.replace(num_gpu_blocks=blocks_for_gib(config, params["kv_cache_gib"]))
     _, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
                               router=opts["router"], slos=parse_slos(opts["slo"]))
     summary["num_gpu_blocks"] = config.resolved_num_gpu_blocks
     return flatten(summary)
+
+
+def blocks_for_gib(config, gib: float) -> int:
+    """How many of the config's KV blocks fit in `gib` GiB of K/V (at least one, or a UserError)."""
+    from pagesim.specs import GIB
+
+    blocks = int(gib * GIB // config.block_bytes)
+    if blocks < 1:
+        raise UserError(f"{gib:g} GiB holds no KV block of {config.block_size} tokens for {config.model} "
+                        f"({config.block_bytes / 2**20:g} MiB each)")
+    return blocks
 
 
 def flatten(summary: dict) -> dict:

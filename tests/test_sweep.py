@@ -85,7 +85,7 @@ def test_local_sweep_streams_rows_and_resumes_after_an_interruption(trace, base,
     assert len(seen) == 4 and not set(seen) & set(first["config_id"]), "the resume re-ran a finished configuration"
     assert sorted(df["config_id"]) == sorted(config_id(p) for p in points)
     assert (df.loc[df["kv_cache_gib"] < 1, "status"] == "error").all()
-    assert df.loc[df["kv_cache_gib"] < 1, "error"].str.contains("GiB holds no block").all()
+    assert df.loc[df["kv_cache_gib"] < 1, "error"].str.contains("GiB holds no KV block").all()
     assert (df.loc[df["kv_cache_gib"] >= 1, "status"] == "ok").all()
 
 
