@@ -7,6 +7,8 @@ then shuts down. Variants:
   ray-defaults   ray.init(num_cpus=N): Ray's defaults
   pagesim        pagesim.sweep.start_ray(num_cpus=N): what `pagesim sweep`/`plan`, the dashboard and the tests
                  use (no dashboard modules, no metrics, no usage stats, workers at normal priority)
+  pagesim-no-prestart  the same with RAY_prestart_worker_first_driver=0: raylet starts no worker when the
+                 driver connects, so ray.init has less competition but the first tasks wait for their workers
 
 The timeline (seconds after ray.init was called) comes from the first log line of each Ray process in the
 session's log directory: GCS, the autoscaler monitor, the API server (the dashboard process, which ray.init
@@ -36,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 from pagesim.outputs import check_output_file  # noqa: E402
 
-VARIANTS = ("ray-defaults", "pagesim")
+VARIANTS = ("ray-defaults", "pagesim", "pagesim-no-prestart")
+VARIANT_ENV = {"pagesim-no-prestart": {"RAY_prestart_worker_first_driver": "0"}}
 # (timeline name, log file name pattern, line pattern or None for the file's first line)
 EVENTS = [
     ("gcs_server", r"gcs_server\.out$", None),
@@ -61,7 +64,7 @@ def child(variant: str, num_cpus: int) -> dict:
     import_s = time.perf_counter() - t0
     wall0 = time.time()
     t = time.perf_counter()
-    if variant == "pagesim":
+    if variant.startswith("pagesim"):
         from pagesim.sweep import start_ray
 
         start_ray(num_cpus=num_cpus)
@@ -141,14 +144,15 @@ def main() -> int:
     for i in range(args.repeats):
         for v in variants:
             proc = subprocess.run([sys.executable, __file__, "--child", v, "--num-cpus", str(args.num_cpus)],
-                                  capture_output=True, text=True, timeout=300, cwd=ROOT)
+                                  capture_output=True, text=True, timeout=300, cwd=ROOT,
+                                  env={**os.environ, **VARIANT_ENV.get(v, {})})
             if proc.returncode != 0:
                 print(proc.stderr[-2000:], file=sys.stderr)
                 raise SystemExit(f"{v} start-up {i + 1} failed (exit {proc.returncode})")
             run = json.loads(proc.stdout.strip().splitlines()[-1])
             run["load_1min"] = os.getloadavg()[0]
             runs[v].append(run)
-            print(f"{v:13s} #{i + 1}: import {run['import_s']:.2f} s, ray.init {run['init_s']:.2f} s, "
+            print(f"{v:19s} #{i + 1}: import {run['import_s']:.2f} s, ray.init {run['init_s']:.2f} s, "
                   f"first {args.num_cpus} tasks {run['first_tasks_s']:.2f} s (load {run['load_1min']:.2f})", flush=True)
     result = {
         "bench": "ray_start", "num_cpus": args.num_cpus, "repeats": args.repeats,
