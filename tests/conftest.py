@@ -8,6 +8,7 @@ here, before any test module imports engine.kernels.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,10 @@ def _cuda_available() -> bool:
 HAS_CUDA = _cuda_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# The Sweep page keeps each view's results.parquet under PAGESIM_SWEEP_DIR and reruns nothing it finds there:
+# every test session gets a fresh directory, so a test never passes on rows an earlier session left behind.
+os.environ.setdefault("PAGESIM_SWEEP_DIR", tempfile.mkdtemp(prefix="pagesim-sweeps-test-"))
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_TRACES = REPO.parent / "shared" / "traces"
