@@ -89,6 +89,18 @@ class PagedKVCacheManager:
         they count as computed. On admission, `watermark` of the cache is kept
         free for the growth of running requests (unless none is running).
         """
+        if not admission and not computed_blocks and not num_computed_from_cache:
+            # A running request's next tokens (the common case, inlined): the general path below, without hits.
+            bs = self.block_size
+            need = -(-(request.num_computed_tokens + num_new_tokens) // bs) - len(request.block_ids)
+            if need > 0:
+                if need > self.pool.num_free_blocks:
+                    return False
+                request.block_ids.extend(self.pool.take(need))
+            if self.enable_caching:
+                self._cache_blocks(request, request.num_computed_tokens // bs,
+                                   min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
+            return True
         need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
         check = self._num_blocks_to_admit(request, computed_blocks) if admission else need
         if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
@@ -263,21 +275,24 @@ class PagedKVCacheManager:
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
-        # (step, running index) of every block allocation.
-        crossings = sorted(
-            (j, idx)
-            for idx, r in enumerate(running)
-            for j in range(len(r.block_ids) * bs - r.num_computed_tokens, k, bs)
-        )
         out = DecodeBlocks([0] * k, [0] * k, [0] * k)
+        internal = out.internal_delta_per_step
+        crossings = []  # (step, running index) of every block allocation
+        for idx, r in enumerate(running):
+            held = len(r.block_ids)
+            first = held * bs - r.num_computed_tokens  # the step that needs the request's next block
+            if first >= k:
+                continue
+            crossings.extend([(j, idx) for j in range(first, k, bs)])
+            # A request's last block is the only one that can reach past its final length.
+            final = r.prompt_len + r.output_len - 1  # final_kv_len
+            last = (final - 1) // bs  # index of the block holding its last KV slot
+            j = last * bs - r.num_computed_tokens  # the step that allocates it (>= first when last >= held)
+            if last >= held and j < k:
+                internal[j] += (last + 1) * bs - final
         if not crossings:
             return out
-        # A request's last block is the only one that can reach past its final length.
-        for r in running:
-            last = (r.final_kv_len - 1) // bs  # index of the block holding its last KV slot
-            j = last * bs - r.num_computed_tokens  # the step that allocates it
-            if last >= len(r.block_ids) and j < k:
-                out.internal_delta_per_step[j] += (last + 1) * bs - r.final_kv_len
+        crossings.sort()
         evicted: list[bool] = []
         for (j, idx), block, was_cached in zip(crossings, self.pool.take(len(crossings), evicted), evicted):
             running[idx].block_ids.append(block)

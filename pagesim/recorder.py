@@ -11,6 +11,7 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,6 +51,9 @@ NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
     "prefill_attn_pairs": np.int64, "prefill_context_tokens": np.int64, "decode_context_tokens": np.int64,
 }
 CHUNK_STEPS = 1 << 16
+assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
+_features_tuple = attrgetter(*FEATURE_COLUMNS)
+_categories_tuple = attrgetter(*CATEGORIES)
 REQUEST_COLUMNS = (
     "request_id",
     "parent_id",
@@ -150,9 +154,7 @@ class Recorder:
         acc = kv.accounting(self.sched.running, head)
         bs = kv.block_size
         allocated_blocks, cached_blocks = acc.allocated // bs, acc.cached // bs
-        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + tuple(
-            getattr(acc, c) for c in CATEGORIES
-        )
+        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + _categories_tuple(acc)
         self._memory_cache = (head, memory)
         return memory
 
@@ -175,8 +177,7 @@ class Recorder:
 
     def record_step(self, start: float, duration: float, plan: StepPlan, num_running: int) -> None:
         f = self.features_of(plan)
-        self._append_row(plan.step_id, start, duration, num_running, tuple(getattr(f, c) for c in FEATURE_COLUMNS),
-                         len(plan.preempted))
+        self._append_row(plan.step_id, start, duration, num_running, _features_tuple(f), len(plan.preempted))
 
     def record_decode_run(self, first_step: int, starts: np.ndarray, durations: np.ndarray, run: DecodeRun,
                           before: tuple) -> None:
@@ -198,12 +199,9 @@ class Recorder:
             else:
                 zeros = [0] * (k - 1)
                 self.run_blocks.append((zeros, zeros, zeros))
-        features = dict.fromkeys(FEATURE_COLUMNS, 0)
-        features["num_decode_seqs"] = n
-        features["decode_context_tokens"] = run.context_start + n * k
-        features["max_decode_context"] = run.max_context_start + k if n else 0
-        self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n,
-                         tuple(features.values()), 0)
+        # FEATURE_COLUMNS of a pure-decode step: only the decode counts are non-zero
+        features = (0, 0, 0, 0, n, run.context_start + n * k, run.max_context_start + k if n else 0, 0, 0, 0, 0, 0)
+        self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n, features, 0)
 
     def _runs_columns(self) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs."""
