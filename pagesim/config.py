@@ -19,6 +19,7 @@ from pagesim.options import readable
 from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
 
 PREEMPTION_MODES = ("recompute", "swap")
+POLICIES = ("fcfs", "priority")  # vLLM's SchedulerConfig.policy
 KV_LAYOUTS = ("paged", "contiguous")
 RESERVE_POLICIES = ("max", "pow2", "oracle")
 # Bytes per K/V element of each cache dtype; "auto" stores the model's own dtype (None here).
@@ -41,6 +42,7 @@ class Config:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     preemption_mode: str = "recompute"
+    policy: str = "fcfs"  # vLLM's scheduling policy: "fcfs", or "priority" (the trace's priority, lower first)
     swap_space: float = 4.0  # GiB of CPU memory for swapped-out blocks
     watermark: float = 0.0  # fraction of GPU blocks kept free when admitting new requests (vLLM's default: 0)
     kv_cache_dtype: str = "auto"  # "auto": the model's dtype; "fp8": e4m3 with per-layer K and V scales (vLLM)
@@ -165,6 +167,7 @@ class Config:
             (self.max_num_seqs >= 1, f"{{max_num_seqs}} must be at least 1, got {self.max_num_seqs}"),
             (self.max_num_batched_tokens >= 1, f"{{max_num_batched_tokens}} must be at least 1, got {self.max_num_batched_tokens}"),
             (self.preemption_mode in PREEMPTION_MODES, f"{{preemption_mode}} must be one of {PREEMPTION_MODES}"),
+            (self.policy in POLICIES, f"{{policy}} must be one of {POLICIES}"),
             (self.swap_space >= 0, f"{{swap_space}} must be a non-negative number of GiB, got {self.swap_space}"),
             (0 <= self.watermark < 1, f"{{watermark}} must be in [0, 1), got {self.watermark}"),
             (self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES, f"{{kv_cache_dtype}} must be one of {tuple(KV_CACHE_DTYPE_BYTES)}"),

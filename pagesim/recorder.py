@@ -70,7 +70,13 @@ REQUEST_COLUMNS = (
     "prefix_hit_tokens",
     "state",
     "reason",
+    "preempted_at",
+    "resumed_at",
+    "swapped_out",
 )
+# Per-request lists, null for a request never preempted: the start time of each preemption's step, of the
+# step that took the request back in, and whether the preemption swapped its blocks out (else recompute).
+LIST_COLUMNS = ("preempted_at", "resumed_at", "swapped_out")
 
 
 @dataclass(slots=True)
@@ -365,9 +371,35 @@ class Recorder:
                     r.num_prefix_hit_tokens,
                     "finished" if finished else ("rejected" if r.status == RequestStatus.REJECTED else "unfinished"),
                     r.reject_reason or "",
+                    None,
+                    None,
+                    None,
                 )
             )
-        return pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+        df = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+        self._add_preemptions(df, requests)
+        return df
+
+    def _add_preemptions(self, df: pd.DataFrame, requests: list[Request]) -> None:
+        """Fill the LIST_COLUMNS of the preempted requests from the scheduler's preemption log."""
+        log = self.sched.preemption_log
+        if not log:
+            return
+        row = {id(r): i for i, r in enumerate(requests) if r.num_preemptions}
+        cols = {c: df[c].to_numpy(dtype=object, copy=True) for c in LIST_COLUMNS}
+        for req, t, event in log:
+            i = row.get(id(req))
+            if i is None:
+                continue
+            if cols["preempted_at"][i] is None:
+                cols["preempted_at"][i], cols["resumed_at"][i], cols["swapped_out"][i] = [], [], []
+            if event == 2:
+                cols["resumed_at"][i].append(_nan(t))
+            else:
+                cols["preempted_at"][i].append(_nan(t))
+                cols["swapped_out"][i].append(event == 1)
+        for c, v in cols.items():
+            df[c] = v
 
 
 def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:

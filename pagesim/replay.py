@@ -55,6 +55,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-prefix-caching", action="store_true", help="reuse KV blocks of shared prompt prefixes")
     p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute",
                    help="what happens to a preempted request's KV blocks")
+    p.add_argument("--policy", choices=["fcfs", "priority"], default="fcfs",
+                   help="scheduling policy, as vLLM's: fcfs, or priority (the trace's priority field, lower first; "
+                        "preempts the running request with the largest (priority, arrival))")
     p.add_argument("--swap-space", type=non_negative_float, default=4.0, help="GiB of CPU memory for swapped blocks")
     p.add_argument("--watermark", type=fraction_below_one, default=0.0,
                    help="share of GPU blocks kept free when admitting requests")
@@ -141,6 +144,7 @@ def _config(args) -> Config:
         enable_chunked_prefill=args.enable_chunked_prefill,
         enable_prefix_caching=args.enable_prefix_caching,
         preemption_mode=args.preemption_mode,
+        policy=getattr(args, "policy", "fcfs"),
         swap_space=args.swap_space,
         watermark=args.watermark,
         kv_cache_dtype=args.kv_cache_dtype,

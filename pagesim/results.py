@@ -2,7 +2,9 @@
 
     DIR/summary.json       config, trace, per-run summaries, provenance
     DIR/steps.parquet      one row per step of every run (zstd); `run` is categorical
-    DIR/requests.parquet   one row per request of every run, typed: the source of truth
+    DIR/requests.parquet   one row per request of every run, typed: the source of truth; each preemption's
+                           step time (`preempted_at`), re-admission step time (`resumed_at`), both list<double>,
+                           and `swapped_out` (list<bool>), null for a request never preempted
 
 Columns that follow from others are not stored; `read_steps` / `read_requests`
 derive them (the memory fractions, `kv_cache_usage`, `blocks_free`, `free`,
@@ -39,6 +41,9 @@ WIDE_COLUMNS = {"prefill_attn_pairs", "prefill_context_tokens", "decode_context_
 FLOAT_COLUMNS = {"time_s", "duration_s", "arrival_time_s", "first_scheduled_s", "first_token_s", "finish_s"}
 STRING_COLUMNS = ("request_id", "parent_id")
 CATEGORY_COLUMNS = ("run", "state", "reason")
+# Per-request lists (recorder.LIST_COLUMNS), null for a request never preempted.
+LIST_TYPES = {"preempted_at": pa.list_(pa.float64()), "resumed_at": pa.list_(pa.float64()),
+              "swapped_out": pa.list_(pa.bool_())}
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 
 
@@ -173,6 +178,12 @@ def write_options(schema: pa.Schema) -> dict:
 
 def _table(df: pd.DataFrame, metadata: dict) -> pa.Table:
     table = pa.Table.from_pandas(df, preserve_index=False)
+    lists = [i for i, f in enumerate(table.schema) if f.name in LIST_TYPES and f.type != LIST_TYPES[f.name]]
+    if lists:  # all-null (nobody preempted) or mixed columns get their declared type
+        schema = table.schema
+        for i in lists:
+            schema = schema.set(i, pa.field(schema.field(i).name, LIST_TYPES[schema.field(i).name]))
+        table = table.cast(schema)
     return table.replace_schema_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(metadata)})
 
 
@@ -433,6 +444,12 @@ def read_requests(path: str | Path) -> pd.DataFrame:
     for c in ("state", "reason"):
         if c in df:
             df[c] = df[c].astype(str)
+    for c in LIST_TYPES:
+        if c in df:  # numpy arrays back to the lists the recorder makes (only the preempted requests have one)
+            v = df[c].to_numpy(dtype=object, copy=True)
+            for i in np.flatnonzero(pd.notna(v)):
+                v[i] = v[i].tolist()
+            df[c] = v
     df = add_latencies(df)
     from pagesim.recorder import REQUEST_COLUMNS
 

@@ -4,15 +4,23 @@ Each step, in vLLM v1's order:
 
 1. running requests, oldest first, each get their next tokens (1 when
    decoding, a chunk when prefilling) within the token budget; when the cache
-   is short, the most recently admitted running request is preempted
-   (recompute: its blocks are freed and it rejoins the front of the queue;
-   swap: its blocks move to the CPU pool, or it falls back to recompute when
-   that pool is full) until the request fits or is itself the victim;
+   is short, a victim is preempted (recompute: its blocks are freed and it
+   rejoins the waiting queue; swap: its blocks move to the CPU pool, or it
+   falls back to recompute when that pool is full) until the request fits or
+   is itself the victim. Policy `fcfs`: the victim is the most recently
+   admitted running request, and a request that preempted itself ends the
+   pass. Policy `priority` (vLLM's): the victim is the running request with
+   the largest (priority, arrival_time), the first such in running order; one
+   already scheduled this step gives its tokens back to the budget; a request
+   that preempted itself lets the pass go on to the next;
 2. if nobody was preempted this step: swapped-out requests come back, oldest first;
-3. then waiting requests are admitted first-come-first-served, with their
-   prefix-cache hits counted as computed, under `max_num_seqs`, the token
-   budget and the admission watermark; the queue stops at the first request
-   that does not fit.
+3. then waiting requests are admitted in queue order (request_queue.py: arrival
+   order, a preempted request at the front; or (priority, arrival_time,
+   request_id) under `priority`), with their prefix-cache hits counted as
+   computed, under `max_num_seqs`, the token budget and the admission
+   watermark; the queue stops at the first request that does not fit. No
+   running request is preempted to admit a waiting one, under either policy
+   (vllm/v1/core/sched/scheduler.py `schedule`).
 
 A request whose prompt reaches max_model_len, or that can never fit in the
 whole cache, is rejected when it arrives, with the reason; an output that
@@ -33,6 +41,7 @@ from pagesim.kv_contiguous import ContiguousKVCacheManager
 from pagesim.kv_manager import KVCacheManager
 from pagesim.kv_paged import PagedKVCacheManager
 from pagesim.request import Request, RequestStatus
+from pagesim.request_queue import create_request_queue, priority_key
 
 
 @dataclass(slots=True)
@@ -105,12 +114,14 @@ class Scheduler:
         self.config = config
         self.kv: KVCacheManager = make_kv_manager(config, record_events)
         self.max_model_len = config.resolved_max_model_len
-        self.waiting: deque[Request] = deque()
+        self.waiting = create_request_queue(config.policy)  # head: waiting[0]
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
         self.num_preemptions = 0
+        # (request, time, event): 0 preempted (recompute), 1 swapped out, 2 resumed; read by the recorder.
+        self.preemption_log: list[tuple[Request, float | None, int]] = []
         self.step_id = 0
         self.pending_copies: list[tuple[int, int]] = []  # from forks, made at the start of the next step
         self.reserved_seats = 0  # running seats held for the samples of admitted requests with n > 1
@@ -126,7 +137,7 @@ class Scheduler:
             self.rejected.append(request)
             return False
         request.status = RequestStatus.WAITING
-        self.waiting.append(request)
+        self.waiting.add_request(request)
         return True
 
     def rejection_reason(self, request: Request) -> str | None:
@@ -163,6 +174,7 @@ class Scheduler:
         chunked = cfg.enable_chunked_prefill
         scheduled = plan.scheduled
         running = self.running
+        priority = cfg.policy == "priority"
 
         # 1. Running requests.
         i = 0
@@ -176,8 +188,15 @@ class Scheduler:
                 i += 1
                 continue
             while not allocate_slots(req, num_new):
-                victim = running.pop()
-                self._preempt(victim, plan)
+                if priority:
+                    v = max(range(len(running)), key=lambda k: priority_key(running[k])[:2])
+                    victim = running.pop(v)
+                    if v < i:
+                        i -= 1
+                    budget += self._unschedule(victim, plan)
+                else:
+                    victim = running.pop()
+                self._preempt(victim, plan, now)
                 if victim is req:
                     break
             else:
@@ -185,6 +204,8 @@ class Scheduler:
                 scheduled.append(ScheduledRequest(req, computed, num_new, out > 0 and left == 1))
                 budget -= num_new
                 i += 1
+                continue
+            if priority:  # req preempted itself: the requests after it rank higher and may still fit
                 continue
             break
 
@@ -201,12 +222,13 @@ class Scheduler:
                 self.reserved_seats += self._seats(req) - 1
                 plan.blocks_to_swap_in.extend(mapping)
                 plan.swapped_in.append(req.request_id)
+                self.preemption_log.append((req, now, 2))
                 req.status = RequestStatus.RUNNING
                 running.append(req)
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
 
-            # 3. Waiting requests, first come first served.
+            # 3. Waiting requests, in queue order.
             while self.waiting and budget > 0 and not self.swapped:
                 req = self.waiting[0]
                 admit = self.admission(req, budget, len(running), swapped=False)
@@ -214,11 +236,13 @@ class Scheduler:
                     break
                 num_new, hits, num_hit = admit
                 kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running))
-                self.waiting.popleft()
+                self.waiting.pop_request()
                 self.reserved_seats += self._seats(req) - 1
                 req.status = RequestStatus.RUNNING
                 running.append(req)
                 plan.admitted.append(req.request_id)
+                if req.num_preemptions:
+                    self.preemption_log.append((req, now, 2))
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
 
@@ -262,7 +286,7 @@ class Scheduler:
         n = len(self.running) if n_running is None else n_running
         return n + self.reserved_seats + self._seats(req) <= self.config.max_num_seqs
 
-    def _preempt(self, req: Request, plan: StepPlan) -> None:
+    def _preempt(self, req: Request, plan: StepPlan, now: float | None) -> None:
         self.reserved_seats -= self._seats(req) - 1
         self.num_preemptions += 1
         req.num_preemptions += 1
@@ -273,11 +297,22 @@ class Scheduler:
                 plan.blocks_to_swap_out.extend(mapping)
                 req.status = RequestStatus.SWAPPED
                 self.swapped.append(req)
+                self.preemption_log.append((req, now, 1))
                 return
+        self.preemption_log.append((req, now, 0))
         self.kv.free(req)
         req.num_computed_tokens = 0
         req.status = RequestStatus.WAITING
-        self.waiting.appendleft(req)
+        self.waiting.prepend_request(req)
+
+    @staticmethod
+    def _unschedule(req: Request, plan: StepPlan) -> int:
+        """Take `req` out of this step's plan (a priority victim scheduled earlier in the pass); its tokens."""
+        for k, s in enumerate(plan.scheduled):
+            if s.request is req:
+                del plan.scheduled[k]
+                return s.num_new_tokens
+        return 0
 
     def finish_step(self, plan: StepPlan, now: float) -> StepOutcome:
         """Apply a step's outcome at time `now` (the end of the step): tokens computed, tokens sampled."""
@@ -344,7 +379,7 @@ class Scheduler:
             if copies is None:  # no block for the copy: the sample recomputes its prompt later
                 child.num_computed_tokens = 0
                 child.status = RequestStatus.WAITING
-                self.waiting.appendleft(child)
+                self.waiting.prepend_request(child)
                 continue
             self.pending_copies.extend(copies)
             child.status = RequestStatus.RUNNING

@@ -580,3 +580,35 @@ def test_gantt_draws_queued_prefill_and_decode_for_the_window(runs):
     assert queued == pytest.approx((inside["first_scheduled_s"] - inside["arrival_time_s"]).to_numpy())
     ends = np.asarray(fig.data[2].base, dtype=float) + np.asarray(fig.data[2].x, dtype=float)
     assert ends == pytest.approx(inside["finish_s"].to_numpy())
+
+
+def test_gantt_draws_each_preemption_from_the_preempting_step_to_the_readmission(runs):
+    requests = runs["paged"].result.requests
+    preempted = requests[requests["num_preemptions"] > 0]
+    assert len(preempted), "the fixture should preempt"
+    start, stop = float(preempted["arrival_time_s"].min()), float(preempted["arrival_time_s"].max()) + 1e-6
+    fig = serving.gantt(requests, start, stop)
+    bars = {t.name: t for t in fig.data}
+    assert "preempted" in bars and "preempted (swapped out)" not in bars
+    assert fig.layout.showlegend is not False and bars["preempted"].showlegend is not False
+    assert bars["preempted"].marker.color == palette.PREEMPTION
+    shown = requests[(requests["arrival_time_s"] >= start) & (requests["arrival_time_s"] < stop)]
+    shown = shown.sort_values("arrival_time_s")
+    expected = [(p, r) for pre, res in zip(shown["preempted_at"].dropna(), shown["resumed_at"].dropna())
+                for p, r in zip(pre, res)]
+    assert len(expected) == shown["num_preemptions"].sum()
+    got = list(zip(bars["preempted"].base, np.add(bars["preempted"].base, bars["preempted"].x)))
+    assert np.ravel(got) == pytest.approx(np.ravel(expected))
+    assert all(w > 0 for w in bars["preempted"].x)
+
+
+def test_gantt_hatches_swapped_out_intervals_and_reads_older_files_without_intervals():
+    trace = synthesize("sharegpt", num_requests=120, rate=20.0, seed=3)
+    swap = data.replay(trace, Config(num_gpu_blocks=BLOCKS, preemption_mode="swap", swap_space=1.0), [],
+                       num_snapshots=0)["paged"].result.requests
+    fig = serving.gantt(swap, 0.0, 10.0)
+    bars = {t.name: t for t in fig.data}
+    assert bars["preempted (swapped out)"].marker.pattern.shape == "/"
+    old = swap.drop(columns=["preempted_at", "resumed_at", "swapped_out"])
+    assert [t.name for t in serving.gantt(old, 0.0, 10.0).data][:3] == ["queued", "prefill", "decode"]
+    assert not any(t.name.startswith("preempted") for t in serving.gantt(old, 0.0, 10.0).data)

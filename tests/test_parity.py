@@ -37,8 +37,9 @@ def test_parity_refuses_configs_vllm_would_not_start_with():
 
 
 @st.composite
-def workloads(draw, chunked=None):
-    """Small traces and configs: shared prefixes, chunked prefill on/off, memory pressure."""
+def workloads(draw, chunked=None, policy=None):
+    """Small traces and configs: shared prefixes, chunked prefill on/off, memory pressure, policy fcfs or
+    priority (random priorities 0-3, many ties in priority and arrival: the request id breaks them)."""
     bs = draw(st.sampled_from([2, 4, 8, 16]))
     max_model_len = draw(st.integers(4, 12)) * bs
     num_blocks = draw(st.integers(max_model_len // bs + 1, 3 * max_model_len // bs + 2))
@@ -49,7 +50,8 @@ def workloads(draw, chunked=None):
     config = Config(block_size=bs, num_gpu_blocks=num_blocks, max_model_len=max_model_len,
                     max_num_seqs=max_num_seqs, max_num_batched_tokens=mnbt,
                     enable_chunked_prefill=chunked, enable_prefix_caching=draw(st.booleans()),
-                    watermark=draw(st.sampled_from([0.0, 0.0, 0.1])))
+                    watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+                    policy=draw(st.sampled_from(["fcfs", "priority"])) if policy is None else policy)
     n = draw(st.integers(1, 12))
     prefixes = draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=3))
     specs = []
@@ -58,21 +60,23 @@ def workloads(draw, chunked=None):
         tail = draw(st.lists(st.integers(4, 6), max_size=4))
         ids = tuple(prefix + tail)
         prompt_len = draw(st.integers(1, len(ids) * bs + bs - 1))
-        specs.append((draw(st.integers(0, 6)), prompt_len, draw(st.integers(1, 3 * max_model_len // 2)), ids))
+        specs.append((draw(st.integers(0, 6)), prompt_len, draw(st.integers(1, 3 * max_model_len // 2)), ids,
+                      draw(st.integers(0, 3))))
     specs.sort(key=lambda s: s[0])
 
     return config, Requests(specs, bs), [s[0] for s in specs]
 
 
 class Requests:
-    """Fresh requests from (release step, prompt_len, output_len, prefix hash ids) specs; shows them when a test fails."""
+    """Fresh requests from (release step, prompt_len, output_len, prefix hash ids, priority) specs; shows them when
+    a test fails."""
 
     def __init__(self, specs, block_size):
         self.specs, self.block_size = specs, block_size
 
     def __call__(self) -> list[Request]:
-        return [Request(f"r{i}", float(step), p, o, seq_no=i, prefix_hash_ids=ids, hash_block_size=self.block_size)
-                for i, (step, p, o, ids) in enumerate(self.specs)]
+        return [Request(f"r{i}", float(step), p, o, seq_no=i, prefix_hash_ids=ids, hash_block_size=self.block_size,
+                        priority=prio) for i, (step, p, o, ids, prio) in enumerate(self.specs)]
 
     def __repr__(self) -> str:
         return f"Requests({self.specs!r}, {self.block_size})"
@@ -94,7 +98,17 @@ def _assert_parity(workload):
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(workloads())
 def test_every_step_matches_vllm_on_small_workloads(workload):
-    """Chunked prefill on/off, prefix caching on/off with shared prefixes, memory pressure forcing preemption."""
+    """Chunked prefill on/off, prefix caching on/off with shared prefixes, memory pressure forcing preemption,
+    policy fcfs or priority."""
+    _assert_parity(workload)
+
+
+@needs_vllm
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workloads(policy="priority"))
+def test_every_step_matches_vllm_under_priority(workload):
+    """vLLM's priority policy: waiting queue by (priority, arrival, id); victim max (priority, arrival), even one
+    already scheduled this step; a request that preempted itself does not end the pass."""
     _assert_parity(workload)
 
 

@@ -15,10 +15,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pagesim.dashboard.figures import MAX_POINTS, header, duration_label, log_time_axis, time_buckets
-from pagesim.dashboard.palette import QUEUES, SLO, run_color
+from pagesim.dashboard.palette import PREEMPTION, QUEUES, SLO, run_color
 
 SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL"}
-PHASES = {"queued": "#bdbdbd", "prefill": "#ffb300", "decode": "#283593"}
+# Request phases in the timeline; a preemption is drawn over them in the palette's PREEMPTION (near black).
+PHASES = {"queued": "#bdbdbd", "prefill": "#ffb300", "decode": "#5c6bc0"}
 
 
 def kv_cache_usage(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_POINTS, *,
@@ -116,17 +117,37 @@ def latency_histograms(requests_by_run: dict[str, pd.DataFrame], steps_by_run: d
     return fig
 
 
+def preempted_intervals(requests: pd.DataFrame, labels) -> dict[bool, tuple[list, list, list]]:
+    """{swapped out?: (label, start, end) lists}: each preemption of the requests, from the step that
+    preempted it to the step that took it back (requests.parquet's preempted_at, resumed_at, swapped_out)."""
+    out = {False: ([], [], []), True: ([], [], [])}
+    if "preempted_at" not in requests:
+        return out
+    for label, pre, res, swp in zip(labels, requests["preempted_at"], requests["resumed_at"], requests["swapped_out"]):
+        if pre is None or (isinstance(pre, float) and pre != pre):
+            continue
+        for k, start in enumerate(pre):
+            end = res[k] if k < len(res) else np.nan
+            lists = out[bool(swp[k])]
+            lists[0].append(label)
+            lists[1].append(float(start))
+            lists[2].append(float(end))
+    return out
+
+
 def gantt(requests: pd.DataFrame, start_s: float, end_s: float, max_requests: int = 200) -> go.Figure:
     """One bar per request arriving in [start_s, end_s) (the first max_requests): queued (arrival to first
-    scheduled), prefill (to first token), decode (to finish). Preempted requests carry their count in the
-    label and a black outline (when they were off the GPU is not recorded per request)."""
+    scheduled), prefill (to first token), decode (to finish), and over them each preemption, from the step
+    that preempted the request to the one that took it back (swapped out: hatched). Run files written
+    before the intervals were recorded show a preempted request by its count and a black outline."""
     r = requests[(requests["arrival_time_s"] >= start_s) & (requests["arrival_time_s"] < end_s)]
     r = r.sort_values("arrival_time_s").head(max_requests)
     labels = [f"{rid} ({n}× preempted)" if n else str(rid) for rid, n in zip(r["request_id"], r["num_preemptions"])]
     finish = r["finish_s"].fillna(r["arrival_time_s"])
     scheduled = r["first_scheduled_s"].fillna(finish)
     first = r["first_token_s"].fillna(finish)
-    outline = np.where(r["num_preemptions"].to_numpy() > 0, 1.5, 0)
+    recorded = "preempted_at" in r
+    outline = np.where((r["num_preemptions"].to_numpy() > 0) & (not recorded), 1.5, 0)
     fig = go.Figure()
     for phase, begin, stop in (("queued", r["arrival_time_s"], scheduled), ("prefill", scheduled, first),
                                ("decode", first, finish)):
@@ -134,14 +155,25 @@ def gantt(requests: pd.DataFrame, start_s: float, end_s: float, max_requests: in
                              marker=dict(color=PHASES[phase], line=dict(color="#000", width=outline)),
                              customdata=[duration_label(d) for d in (stop - begin)],
                              hovertemplate=f"request %{{y}}<br>{phase} %{{customdata}} from t=%{{base:.2f}} s<extra></extra>"))
+    for swapped, (ys, starts, ends) in preempted_intervals(r, labels).items():
+        if not ys:
+            continue
+        widths = np.subtract(ends, starts)
+        name = "preempted (swapped out)" if swapped else "preempted"
+        fig.add_trace(go.Bar(y=ys, x=widths, base=starts, orientation="h", name=name,
+                             marker=dict(color=PREEMPTION, line=dict(width=0), pattern_shape="/" if swapped else "",
+                                         pattern_fgcolor="#ffffff"),
+                             customdata=[duration_label(d) for d in widths],
+                             hovertemplate=f"request %{{y}}<br>{name} %{{customdata}} from t=%{{base:.2f}} s"
+                                           f"<extra></extra>"))
     rejected = r[r["state"] == "rejected"]
     if len(rejected):
         fig.add_trace(go.Scatter(y=[lbl for lbl, s in zip(labels, r["state"]) if s == "rejected"],
                                  x=rejected["arrival_time_s"], mode="markers", name="rejected",
                                  marker=dict(symbol="x", color="#d32f2f", size=8), customdata=rejected["reason"],
                                  hovertemplate="rejected: %{customdata}<extra></extra>"))
-    header(fig, f"Requests arriving in {start_s:.1f}–{end_s:.1f} s ({len(r)} shown): queued, prefill, decode",
-            min(160 + 14 * max(len(r), 5), 2400), top=90)
+    header(fig, f"Requests arriving in {start_s:.1f}–{end_s:.1f} s ({len(r)} shown): queued, prefill, decode, "
+                f"preempted", min(160 + 14 * max(len(r), 5), 2400), top=90)
     fig.update_layout(barmode="overlay", xaxis_title="time (s)", bargap=0.25,
                       yaxis=dict(autorange="reversed", title="request", type="category"))
     return fig

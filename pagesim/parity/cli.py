@@ -21,8 +21,6 @@ def register(sub) -> None:
     add_run_options(p)
     p.add_argument("--step-s", type=float, default=0.02,
                    help="a request arrives at step floor(arrival_time / STEP_S) on both sides (default 0.02)")
-    p.add_argument("--policy", choices=["fcfs", "priority"], default="fcfs",
-                   help="scheduling policy (priority uses the trace's priority field, lower first)")
     p.set_defaults(func=parity)
 
 
@@ -51,7 +49,7 @@ def parity(args) -> int:
     trace = trace_from_args(args)
     _oracle_available()
     steps = release_steps(requests_from_trace(trace), args.step_s)
-    result = run_parity(config, lambda: requests_from_trace(trace), steps, policy=args.policy)
+    result = run_parity(config, lambda: requests_from_trace(trace), steps)
     summary = {**result.summary(), "trace": trace.name, "step_s": args.step_s}
     (out / "parity.json").write_text(json.dumps(summary, indent=2))
     table = pd.DataFrame(

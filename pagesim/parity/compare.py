@@ -103,9 +103,9 @@ def check_parity_config(config: Config) -> None:
         )
 
 
-def run_parity(config: Config, make_requests, steps: list[int], policy: str = "fcfs",
-               max_idle_steps: int = 1000) -> ParityResult:
-    """Replay the requests through both schedulers; `make_requests()` gives a fresh list per side."""
+def run_parity(config: Config, make_requests, steps: list[int], max_idle_steps: int = 1000) -> ParityResult:
+    """Replay the requests through both schedulers (policy `config.policy` on both); `make_requests()` gives a
+    fresh list per side."""
     from pagesim.parity.oracle import VllmOracle
 
     check_parity_config(config)
@@ -113,8 +113,8 @@ def run_parity(config: Config, make_requests, steps: list[int], policy: str = "f
     if any(r.n > 1 for r in pg_reqs):
         raise UserError("parity needs n = 1 for every request (vLLM v1 forks n > 1 in the front end)")
     order = sorted(range(len(pg_reqs)), key=lambda i: (steps[i], i))
-    pg, vl = PagesimSide(config), VllmOracle(config, policy)
-    result = ParityResult(config={**config.to_dict(), "policy": policy})
+    pg, vl = PagesimSide(config), VllmOracle(config)
+    result = ParityResult(config=config.to_dict())
     step, nxt, idle = 0, 0, 0
     while nxt < len(order) or pg.has_work() or vl.has_work():
         if not pg.has_work() and not vl.has_work():

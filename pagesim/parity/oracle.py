@@ -63,9 +63,10 @@ def _tiny_llama_dir(max_model_len: int) -> str:
 
 
 class VllmOracle:
-    """vLLM's scheduler for one pagesim `Config` (paged, recompute preemption, n = 1)."""
+    """vLLM's scheduler for one pagesim `Config` (paged, recompute preemption, n = 1; `config.policy`: fcfs or
+    priority, with each request's `priority`)."""
 
-    def __init__(self, config: Config, policy: str = "fcfs"):
+    def __init__(self, config: Config):
         bs = config.block_size
         self.max_model_len = config.resolved_max_model_len
         self.num_blocks = config.resolved_num_gpu_blocks
@@ -76,7 +77,7 @@ class VllmOracle:
         scheduler_config = SchedulerConfig(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
-            is_encoder_decoder=False, policy=policy, watermark=config.watermark,
+            is_encoder_decoder=False, policy=config.policy, watermark=config.watermark,
         )
         cache_config = CacheConfig(block_size=bs, enable_prefix_caching=config.enable_prefix_caching)
         cache_config.num_gpu_blocks = self.num_blocks

@@ -150,12 +150,15 @@ def synthesize(
     output_len: LogNormal | Uniform | Fixed | None = None,
     hash_block_size: int = 16,
     name: str | None = None,
+    priority_levels: int = 0,
 ) -> Trace:
     """A synthetic trace of `num_requests` requests at a mean rate of `rate` req/s.
 
     arrival: "poisson", or "gamma" with coefficient of variation `cv` (> 1 is burstier than Poisson).
     prompt_len / output_len override the preset's length distributions.
     kshot and multiturn traces carry prefix_hash_ids at `hash_block_size` tokens per id.
+    priority_levels > 0 adds a `priority` column, uniform in 0 .. priority_levels - 1 (for `--policy priority`),
+    drawn from its own generator so every other column equals the trace without it.
     """
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
@@ -163,12 +166,16 @@ def synthesize(
         raise OptionError(f"{{arrival}} must be 'poisson' (with {{cv}} 1) or 'gamma' with a {{cv}}, got {arrival!r} with {{cv}} {cv}")
     if num_requests < 1 or not rate > 0 or not cv > 0 or hash_block_size < 1:
         raise OptionError("{num_requests}, {rate}, {cv} and {hash_block_size} must be positive")
+    if priority_levels < 0:
+        raise OptionError(f"{{priority_levels}} must be 0 (no priority column) or positive, got {priority_levels}")
     p = PRESETS[preset]
     prompt, output = prompt_len or p.prompt_len, output_len or p.output_len
     rng = np.random.default_rng(seed)
     build = {"independent": _independent, "kshot": _kshot, "multiturn": _multiturn}[p.shape]
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         df = build(rng, num_requests, rate, cv, prompt, output, BlockIds(hash_block_size))
+    if priority_levels:
+        df["priority"] = np.random.default_rng([seed, 1]).integers(0, priority_levels, len(df))
     last = float(df["arrival_time_s"].max())
     if not last < MAX_TIME:
         raise OptionError(f"{{rate}} {rate!r} (with {{cv}} {cv!r}) puts the last arrival at {last:.3g} s, "
