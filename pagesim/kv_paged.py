@@ -254,7 +254,7 @@ class PagedKVCacheManager:
         bs = self.block_size
         total = 0
         for r in running:
-            extra = cdiv(r.num_computed_tokens + k, bs) - len(r.block_ids)
+            extra = -(-(r.num_computed_tokens + k) // bs) - len(r.block_ids)  # cdiv, inlined
             if extra > 0:
                 total += extra
         return total
