@@ -190,11 +190,25 @@ class Recorder:
         """Rows for a decode run; `before` is `memory_state()` taken just before the run was applied.
 
         All but the last step are kept compactly and expanded in bulk by
-        steps_frame(); the last step (which may finish requests) is recorded
-        like any step, from the state.
+        steps_frame(); the last step, when it finished requests, is recorded
+        like any step, from the state; else it follows the run's formulas too
+        (memory changes only by the blocks the run took) and is kept with the run.
         """
         k, n = run.k, run.num_seqs
         s = self.sched
+        stats = s.kv.prefix_cache_stats
+        if (run.outcome is not None and not run.outcome.finished and stats.queries == self._queries
+                and stats.hits == self._hits and stats.host_hits == self._host_hits):
+            self.runs.append((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped),
+                              run.max_context_start) + before)
+            self.run_times.append((starts, durations))
+            blocks = (run.blocks_per_step, run.evicted_per_step, run.internal_delta_per_step)
+            self.run_blocks.append(blocks if run.blocks_per_step else ([0] * k,) * 3)
+            self._memory_cache = (self._head(), self._memory_after(before, n * k, *map(sum, blocks)))
+            self.num_steps = first_step + k
+            if self.num_steps - self.first_step >= self.chunk_steps:
+                self.flush()
+            return
         if k > 1:
             self.runs.append((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped),
                               run.max_context_start) + before)
@@ -208,6 +222,16 @@ class Recorder:
         # FEATURE_COLUMNS of a pure-decode step: only the decode counts are non-zero
         features = (0, 0, 0, 0, n, run.context_start + n * k, run.max_context_start + k if n else 0, 0, 0, 0, 0, 0)
         self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n, features, 0)
+
+    def _memory_after(self, before: tuple, used_delta: int, blocks: int, evicted: int, internal_delta: int) -> tuple:
+        """memory_state() after a decode run that finished nobody, from the state before it (as _runs_columns)."""
+        kv = self.sched.kv
+        bs, total = kv.block_size, kv.num_gpu_blocks
+        blocks_used, cached_blocks = before[0] + blocks, before[1] - evicted
+        used, internal, external = before[3] + used_delta, before[5] + internal_delta, before[6]
+        allocated, cached = blocks_used * bs, cached_blocks * bs
+        return (blocks_used, cached_blocks, total - blocks_used - cached_blocks, used, allocated - used - internal,
+                internal, external, total * bs - allocated - external - cached, cached)
 
     def _runs_columns(self) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs."""
