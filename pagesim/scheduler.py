@@ -247,13 +247,10 @@ class Scheduler:
                 budget -= num_new
 
         plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
-        for s in scheduled:
-            if s.is_decode:
-                plan.num_decode_tokens += s.num_new_tokens
-            else:
-                plan.num_prefill_tokens += s.num_new_tokens
-            if s.request.first_scheduled_time is None:
-                s.request.first_scheduled_time = now
+        plan.num_decode_tokens = sum([s.num_new_tokens for s in scheduled if s.is_decode])
+        plan.num_prefill_tokens = sum([s.num_new_tokens for s in scheduled if not s.is_decode])
+        for req in [s.request for s in scheduled if s.request.first_scheduled_time is None]:
+            req.first_scheduled_time = now
         if self.finished_req_ids and not plan.is_empty:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan
