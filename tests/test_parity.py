@@ -6,6 +6,7 @@ Needs the oracle (requirements-vllm.txt); skipped with the reason where vLLM is 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,8 @@ def _vllm_missing() -> str | None:
 
 
 needs_vllm = pytest.mark.skipif(_vllm_missing() is not None, reason=str(_vllm_missing()))
+# Offline runs: PARITY_EXAMPLES=500 for more examples; PARITY_STATS=FILE appends one JSON line per example.
+EXAMPLES = int(os.environ.get("PARITY_EXAMPLES", 100))
 
 
 def test_parity_refuses_configs_vllm_would_not_start_with():
@@ -87,6 +90,12 @@ def _assert_parity(workload):
 
     config, make, steps = workload
     result = run_parity(config, make, steps)
+    if os.environ.get("PARITY_STATS"):
+        with open(os.environ["PARITY_STATS"], "a") as out:
+            out.write(json.dumps({"policy": config.policy, "chunked": config.enable_chunked_prefill,
+                                  "examples": 1, "steps": result.n_steps_compared,
+                                  "differing": result.n_steps_differing, "preemptions": result.num_preemptions,
+                                  "hit_rate": result.prefix_hit_rate}) + "\n")
     assert result.stuck is None, result.stuck
     assert result.n_steps_differing == 0, (
         f"{result.n_steps_differing} of {result.n_steps_compared} steps differ from vLLM; first: "
@@ -95,7 +104,7 @@ def _assert_parity(workload):
 
 
 @needs_vllm
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(workloads())
 def test_every_step_matches_vllm_on_small_workloads(workload):
     """Chunked prefill on/off, prefix caching on/off with shared prefixes, memory pressure forcing preemption,
