@@ -1,7 +1,7 @@
 """The Streamlit dashboard (`streamlit run app.py`), split so that most of it runs without Streamlit.
 
     data.py            traces (bundled, uploaded, synthetic), replay runs, fingerprints
-    sweep.py           a trace over a grid of configs, in parallel processes
+    sweep.py           a trace over a grid of configs, run by pagesim.sweep (processes or Ray)
     live_runs.py       live GPU run directories (results/live/*/) and their validation files
     kernel_results.py  GPU kernel benchmark results (bench/results/*.json)
     figures.py         DataFrame -> plotly Figure builders, pure
