@@ -6,9 +6,12 @@ loading live in the pagesim.dashboard package and are tested without Streamlit).
 
 import streamlit as st
 
+from pagesim.dashboard import first_chart
+
 PAGES = "pagesim/dashboard/pages"
 
 st.set_page_config(page_title="pagesim", page_icon=":material/memory:", layout="wide")
+first_chart.preload_charts()  # before any page imports pandas and plotly: the browser loads plotly.js meanwhile
 st.navigation([
     st.Page(f"{PAGES}/replay.py", title="Replay", icon=":material/play_arrow:", default=True),
     st.Page(f"{PAGES}/sweep.py", title="Sweep", icon=":material/tune:", url_path="sweep"),

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pagesim.outputs import check_output_file
+from pagesim.outputs import check_output_file  # noqa: E402
 from pagesim.cli import build_parser  # noqa: E402
-from pagesim.sweep import NOT_SWEPT, parse_grid, run_sweep  # noqa: E402
+from pagesim.sweep import NOT_SWEPT, parse_grid, run_sweep, start_ray  # noqa: E402
 from pagesim.traces import load_trace  # noqa: E402
 
 TRACE = ROOT / "traces" / "azure-conv-like-2k.jsonl"
@@ -54,13 +54,10 @@ def main() -> int:
     points = parse_grid(GRID, sub)[: args.configs]
     trace = load_trace(str(TRACE))
     runs = []
-    import ray
-
     for n in workers:
         out = Path(tempfile.mkdtemp(prefix=f"sweep-scaling-{n}-"))
-        os.environ.setdefault("RAY_worker_niceness", "0")  # as run_sweep does for an instance it starts
         t = time.perf_counter()
-        ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray = start_ray(num_cpus=n)  # as run_sweep starts one (bench/ray_start.py times the start-up alone)
         start_s = time.perf_counter() - t
         t = time.perf_counter()
         df = run_sweep(trace, base, points, out, backend="ray", progress=True)

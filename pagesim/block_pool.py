@@ -10,47 +10,77 @@ Invariants (checked by tests/test_kv_paged_properties.py):
   taken from the free queue for new content (then its hash is evicted);
 - `cached_block_hash_to_block` maps each hash to the blocks holding it (one or
   more, as vLLM's BlockHashToBlockMap), and every block with a hash is in it.
+
+How the queue is stored: a block gets a hash only while it is held, and
+uncached blocks are freed to the front, cached ones to the back, so the queue
+is always [free blocks without a hash][free blocks with a hash, LRU first].
+The first part is a list used as a stack (its end is the queue's front), so a
+request's blocks are taken and given back with list slices, no per-block
+Python; the second is an OrderedDict (O(1) removal from the middle on a hit).
+Reference counts are not stored per block: a block that is not free has 1,
+plus its entry in `_extra_refs` when it is shared (a prefix hit or a fork).
+The kv manager works on block ids (`take`, `free_ids`, `touch_ids`); the
+`Block` objects are views for callers that want them (`get_new_blocks`, tests).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 # Block event kinds, consumed by recorders.
 ALLOCATED, FREED, STORED, REMOVED = "allocated", "freed", "stored", "removed"
 
 
-@dataclass(slots=True, eq=False)
 class Block:
-    block_id: int
-    ref_cnt: int = 0
-    block_hash: bytes | None = None  # prefix-cache key (block_hash.py) while the block holds a cached full block
+    """A view of one physical block of a BlockPool: its id, reference count and hash (read from the pool)."""
+
+    __slots__ = ("block_id", "_pool")
+
+    def __init__(self, block_id: int, pool: "BlockPool"):
+        self.block_id = block_id
+        self._pool = pool
+
+    @property
+    def ref_cnt(self) -> int:
+        return self._pool.ref_cnt(self.block_id)
+
+    @property
+    def block_hash(self) -> bytes | None:
+        """The prefix-cache key (block_hash.py) while the block holds a cached full block."""
+        return self._pool.block_hashes[self.block_id]
+
+    def __repr__(self) -> str:
+        return f"Block({self.block_id}, ref_cnt={self.ref_cnt}, block_hash={self.block_hash!r})"
 
 
 class BlockPool:
-    """`num_blocks` blocks; a free queue in LRU order with O(1) removal from the middle.
-
-    The free queue is an OrderedDict (a hash map over a doubly linked list):
-    popping the front, appending at the back and removing a touched block from
-    the middle are all O(1).
-    """
+    """`num_blocks` blocks; a free queue in LRU order with O(1) removal from the middle."""
 
     def __init__(self, num_blocks: int, record_events: bool = False):
         self.num_blocks = num_blocks
-        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.blocks = [Block(i, self) for i in range(num_blocks)]
+        self.block_hashes: list[bytes | None] = [None] * num_blocks
         # Block 0 is vLLM's null block (vllm/v1/core/block_pool.py BlockPool.__init__): never allocated,
-        # so `num_blocks` blocks hold num_blocks - 1 blocks of KV.
-        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks[1:])
+        # so `num_blocks` blocks hold num_blocks - 1 blocks of KV. Front of the queue = end of the stack.
+        self._free_uncached: list[int] = list(range(num_blocks - 1, 0, -1))
+        self._free_cached: OrderedDict[int, None] = OrderedDict()  # LRU first
+        self._extra_refs: dict[int, int] = {}  # block id -> ref_cnt - 1, for shared blocks only
+        self._num_hashed = 0  # blocks holding a hash
+        self._version = 0  # bumped when the uncached part of the queue changes (for _free_set)
+        self._free_set_cache: tuple[int, frozenset] = (-1, frozenset())
         self.cached_block_hash_to_block: dict[bytes, dict[int, Block]] = {}  # hash -> holders, first inserted first
-        self.num_free_cached = 0  # blocks in the free queue that still hold a hash
         self.num_extra_refs = 0  # sum over blocks in use of (ref_cnt - 1): sharing
         self.events: list[tuple] | None = [] if record_events else None
 
     # ---- queries -----------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_queue)
+        return len(self._free_uncached) + len(self._free_cached)
+
+    @property
+    def num_free_cached(self) -> int:
+        """Blocks in the free queue that still hold a hash."""
+        return len(self._free_cached)
 
     @property
     def num_usable_blocks(self) -> int:
@@ -60,7 +90,34 @@ class BlockPool:
     @property
     def num_used_blocks(self) -> int:
         """Blocks held by requests (the null block is neither used nor free)."""
-        return self.num_blocks - 1 - len(self.free_queue)
+        return self.num_blocks - 1 - self.num_free_blocks
+
+    @property
+    def free_queue(self) -> OrderedDict[int, Block]:
+        """The free queue in eviction order, front first (a copy: id -> Block)."""
+        blocks = self.blocks
+        out = OrderedDict((b, blocks[b]) for b in reversed(self._free_uncached))
+        out.update((b, blocks[b]) for b in self._free_cached)
+        return out
+
+    def ref_cnt(self, block_id: int) -> int:
+        """How many block tables hold the block (0: free, or the null block)."""
+        if block_id == 0 or block_id in self._free_cached:
+            return 0
+        extra = self._extra_refs.get(block_id)
+        if extra:
+            return 1 + extra
+        return 0 if block_id in self._free_set() else 1
+
+    def _free_set(self) -> frozenset:
+        if self._free_set_cache[0] != self._version:
+            self._free_set_cache = (self._version, frozenset(self._free_uncached))
+        return self._free_set_cache[1]
+
+    def num_free_among(self, block_ids) -> int:
+        """How many of these prefix-hit blocks sit in the free queue (hit blocks hold a hash)."""
+        cached = self._free_cached
+        return sum(1 for b in block_ids if b in cached)
 
     def get_cached_block(self, block_hash: bytes) -> Block | None:
         """The first cached block holding this content (vLLM's BlockHashToBlockMap.get_one_block)."""
@@ -68,8 +125,11 @@ class BlockPool:
         return next(iter(holders.values())) if holders else None
 
     def cached_free_blocks(self) -> list[Block]:
-        """Free blocks that still hold a cached prefix."""
-        return [b for b in self.free_queue.values() if b.block_hash is not None]
+        """Free blocks that still hold a cached prefix, in queue order."""
+        return [self.blocks[b] for b in self._free_cached]
+
+    def cached_free_block_ids(self) -> list[int]:
+        return list(self._free_cached)
 
     # ---- allocation ----------------------------------------------------------
     def get_new_blocks(self, n: int, evicted: list[bool] | None = None) -> list[Block]:
@@ -78,43 +138,69 @@ class BlockPool:
         A taken block that still held a cached prefix loses it (is evicted);
         with `evicted`, one flag per block taken says whether it was.
         """
-        if n > len(self.free_queue):
-            raise ValueError(f"asked for {n} blocks with {len(self.free_queue)} free")
-        out = []
-        popitem = self.free_queue.popitem
+        return [self.blocks[b] for b in self.take(n, evicted)]
+
+    def take(self, n: int, evicted: list[bool] | None = None) -> list[int]:
+        """`get_new_blocks`, as block ids."""
+        stack = self._free_uncached
+        m = len(stack)
+        if n > m + len(self._free_cached):
+            raise ValueError(f"asked for {n} blocks with {self.num_free_blocks} free")
+        if n <= 0:
+            return []
+        self._version += 1
         events = self.events
-        for _ in range(n):
-            _, block = popitem(last=False)
+        if n <= m:
+            out = stack[m - n:]
+            del stack[m - n:]
+            out.reverse()
             if evicted is not None:
-                evicted.append(block.block_hash is not None)
-            if block.block_hash is not None:
-                self._evict(block)
-            block.ref_cnt = 1
-            out.append(block)
+                evicted.extend([False] * n)
             if events is not None:
-                events.append((ALLOCATED, block.block_id))
+                events.extend([(ALLOCATED, b) for b in out])
+            return out
+        out = stack[::-1]
+        stack.clear()
+        if evicted is not None:
+            evicted.extend([False] * m)
+        if events is not None:
+            events.extend([(ALLOCATED, b) for b in out])
+        popitem = self._free_cached.popitem
+        for _ in range(n - m):
+            b, _ = popitem(last=False)
+            if evicted is not None:
+                evicted.append(True)
+            self._evict(b)
+            out.append(b)
+            if events is not None:
+                events.append((ALLOCATED, b))
         return out
 
-    def _evict(self, block: Block) -> None:
-        holders = self.cached_block_hash_to_block[block.block_hash]
-        del holders[block.block_id]
+    def _evict(self, block_id: int) -> None:
+        block_hash = self.block_hashes[block_id]
+        holders = self.cached_block_hash_to_block[block_hash]
+        del holders[block_id]
         if not holders:
-            del self.cached_block_hash_to_block[block.block_hash]
+            del self.cached_block_hash_to_block[block_hash]
         if self.events is not None:
-            self.events.append((REMOVED, block.block_id))
-        block.block_hash = None
-        self.num_free_cached -= 1
+            self.events.append((REMOVED, block_id))
+        self.block_hashes[block_id] = None
+        self._num_hashed -= 1
 
     def touch(self, blocks: list[Block]) -> None:
-        """Add a reference to each block (a prefix-cache hit or a fork); free ones leave the queue."""
-        for block in blocks:
-            if block.ref_cnt == 0:
-                del self.free_queue[block.block_id]
-                if block.block_hash is not None:
-                    self.num_free_cached -= 1
+        """Add a reference to each block (a prefix-cache hit or a fork); free ones leave the queue.
+
+        Only blocks in use or holding a hash are touched (a free block without one is never hit)."""
+        self.touch_ids([b.block_id for b in blocks])
+
+    def touch_ids(self, block_ids) -> None:
+        cached, extra = self._free_cached, self._extra_refs
+        for b in block_ids:
+            if b in cached:
+                del cached[b]
             else:
+                extra[b] = extra.get(b, 0) + 1
                 self.num_extra_refs += 1
-            block.ref_cnt += 1
 
     def free_blocks(self, blocks) -> None:
         """Drop one reference from each block, in the given order, as vLLM's BlockPool.free_blocks does:
@@ -124,32 +210,49 @@ class BlockPool:
         Callers pass a request's blocks tail first, so that its prefix blocks,
         the likeliest to be hit again, are evicted last.
         """
-        free_queue, events = self.free_queue, self.events
+        self.free_ids([b.block_id for b in blocks])
+
+    def free_ids(self, block_ids: list[int]) -> None:
+        """`free_blocks`, by block ids (a list, in the given order)."""
+        self._version += 1
+        events = self.events
+        if not self._extra_refs and not self._num_hashed:  # nothing shared, nothing cached: all to the front
+            if events is not None:
+                events.extend([(FREED, b) for b in block_ids])
+            self._free_uncached.extend(reversed(block_ids))
+            return
+        extra, hashes, cached = self._extra_refs, self.block_hashes, self._free_cached
         to_front = []
-        for block in blocks:
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
-                if block.block_hash is not None:
-                    free_queue[block.block_id] = block
-                    self.num_free_cached += 1
+        for b in block_ids:
+            e = extra.get(b)
+            if e:
+                if e == 1:
+                    del extra[b]
                 else:
-                    to_front.append(block)
-                if events is not None:
-                    events.append((FREED, block.block_id))
-            else:
+                    extra[b] = e - 1
                 self.num_extra_refs -= 1
-        for block in reversed(to_front):
-            free_queue[block.block_id] = block
-            free_queue.move_to_end(block.block_id, last=False)
+                continue
+            if hashes[b] is not None:
+                cached[b] = None
+            else:
+                to_front.append(b)
+            if events is not None:
+                events.append((FREED, b))
+        to_front.reverse()
+        self._free_uncached.extend(to_front)
 
     def cache_block(self, block: Block, block_hash: bytes) -> bool:
         """Register a full block's content hash; False if the block has one already. Two blocks may hold
         the same content (computed before either was cached): both are indexed, as in vLLM, so the
         content stays findable until the last copy is evicted."""
-        if block.block_hash is not None:
+        return self.cache_block_id(block.block_id, block_hash)
+
+    def cache_block_id(self, block_id: int, block_hash: bytes) -> bool:
+        if self.block_hashes[block_id] is not None:
             return False
-        block.block_hash = block_hash
-        self.cached_block_hash_to_block.setdefault(block_hash, {})[block.block_id] = block
+        self.block_hashes[block_id] = block_hash
+        self._num_hashed += 1
+        self.cached_block_hash_to_block.setdefault(block_hash, {})[block_id] = self.blocks[block_id]
         if self.events is not None:
-            self.events.append((STORED, block.block_id))
+            self.events.append((STORED, block_id))
         return True

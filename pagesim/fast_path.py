@@ -19,6 +19,21 @@ import numpy as np
 
 from pagesim.scheduler import Scheduler, StepOutcome
 
+SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
+
+
+def _starts_before(cut: float, now: float, durations: np.ndarray) -> tuple[list[float], np.ndarray, float]:
+    """Start times of the steps (with these durations, from `now`) that start before `cut`, the first always;
+    their durations and the end of the last. Added one at a time, as a step-by-step clock would."""
+    starts = []
+    t = now
+    for d in durations.tolist():
+        if starts and t >= cut:
+            break
+        starts.append(t)
+        t += d
+    return starts, durations[:len(starts)], t
+
 
 @dataclass(slots=True)
 class DecodeRun:
@@ -66,8 +81,8 @@ def decode_run_limit(sched: Scheduler) -> int:
     return sched.kv.max_decode_steps(running, limit)
 
 
-def run_decode_steps(sched: Scheduler, k: int, step_ends: list[float], context: list[int] | None = None) -> DecodeRun:
-    """Apply k pure-decode steps at once; `step_ends[j]` is the time step j ends. Requires k <= decode_run_limit().
+def run_decode_steps(sched: Scheduler, k: int, end: float, context: list[int] | None = None) -> DecodeRun:
+    """Apply k pure-decode steps at once, the last ending at `end`. Requires k <= decode_run_limit().
 
     `context`: the running requests' num_computed_tokens, when the caller has them.
     """
@@ -81,7 +96,6 @@ def run_decode_steps(sched: Scheduler, k: int, step_ends: list[float], context: 
     run.evicted_per_step = blocks.evicted_per_step
     run.internal_delta_per_step = blocks.internal_delta_per_step
     sched.step_id += k
-    end = float(step_ends[k - 1])
     outcome = StepOutcome()
     for r in running:
         old = r.num_computed_tokens
@@ -103,13 +117,22 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
     Returns (steps applied, end time of the last).
     """
     context = [r.num_computed_tokens for r in sched.running]
-    durations = cost_model.decode_run_times(len(context), sum(context), k, max(context, default=0))
-    # times[j] = now + d0 + ... + d(j-1), added one at a time as a step-by-step clock would (cumsum is sequential)
-    times = np.cumsum(np.concatenate(([now], durations)))
-    k = max(1, int(np.searchsorted(times[:k], cut, side="left")))  # steps starting before cut; the first always
+    n, total, longest = len(context), sum(context), max(context, default=0)
+    if k > SHORT_RUN:  # time a short window first: most runs are cut by an arrival within it
+        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, SHORT_RUN, longest))
+        if len(starts) == SHORT_RUN and end < cut:  # not cut within the window: time the whole run
+            starts = None
+    else:
+        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, k, longest))
+    if starts is None:
+        durations = cost_model.decode_run_times(n, total, k, longest)
+        # times[j] = now + d0 + ... + d(j-1), added one at a time as a step-by-step clock would (cumsum is sequential)
+        times = np.cumsum(np.concatenate(([now], durations)))
+        k = max(1, int(np.searchsorted(times[:k], cut, side="left")))  # steps starting before cut; the first always
+        starts, durations, end = times[:k], durations[:k], float(times[k])
+    k = len(starts)
     before = recorder.memory_state()
     first_step = sched.step_id
-    ends = times[1 : k + 1]
-    run = run_decode_steps(sched, k, ends, context)
-    recorder.record_decode_run(first_step, times[:k], durations[:k], run, before)
-    return k, float(ends[-1])
+    run = run_decode_steps(sched, k, end, context)
+    recorder.record_decode_run(first_step, starts, durations, run, before)
+    return k, end

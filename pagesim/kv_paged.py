@@ -65,12 +65,12 @@ class PagedKVCacheManager:
         max_blocks = (request.num_tokens - 1) // bs
         hashes = request_block_hashes(request, max_blocks, bs)
         hits: list[Block] = []
-        get = self.pool.get_cached_block
+        get = self.pool.cached_block_hash_to_block.get
         for h in hashes[:max_blocks]:
-            block = get(h)
-            if block is None:
+            holders = get(h)
+            if not holders:
                 break
-            hits.append(block)
+            hits.append(next(iter(holders.values())))  # the first cached copy (BlockPool.get_cached_block)
         num_host = self.host.lookup(hashes[len(hits):max_blocks]) if self.host is not None else 0
         return hits, (len(hits) + num_host) * bs  # host hits: the tokens past the GPU blocks, loaded at admission
 
@@ -89,6 +89,18 @@ class PagedKVCacheManager:
         they count as computed. On admission, `watermark` of the cache is kept
         free for the growth of running requests (unless none is running).
         """
+        if not admission and not computed_blocks and not num_computed_from_cache:
+            # A running request's next tokens (the common case, inlined): the general path below, without hits.
+            bs = self.block_size
+            need = -(-(request.num_computed_tokens + num_new_tokens) // bs) - len(request.block_ids)
+            if need > 0:
+                if need > self.pool.num_free_blocks:
+                    return False
+                request.block_ids.extend(self.pool.take(need))
+            if self.enable_caching:
+                self._cache_blocks(request, request.num_computed_tokens // bs,
+                                   min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
+            return True
         need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
         check = self._num_blocks_to_admit(request, computed_blocks) if admission else need
         if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
@@ -98,11 +110,12 @@ class PagedKVCacheManager:
         if admission and self.enable_caching:
             self.prefix_cache_stats.record(request, num_computed_from_cache, num_host * self.block_size)
         if computed_blocks:
-            pool.touch(computed_blocks)
-            request.block_ids.extend(b.block_id for b in computed_blocks)
+            hit_ids = [b.block_id for b in computed_blocks]
+            pool.touch_ids(hit_ids)
+            request.block_ids.extend(hit_ids)
         request.num_computed_tokens += num_computed_from_cache
         if need > 0:
-            request.block_ids.extend([b.block_id for b in pool.get_new_blocks(need)])
+            request.block_ids.extend(pool.take(need))
         if self.host is not None and num_computed_from_cache:
             self._load_host_hits(request, len(computed_blocks), num_host)
         # Like vLLM, blocks this step fills are cached when allocated (the step computes them), so a
@@ -120,9 +133,8 @@ class PagedKVCacheManager:
             return
         dst = request.block_ids[first : first + num_host]
         self.host.load(hashes[first : first + num_host], dst)
-        blocks = self.pool.blocks
         for i, h in zip(dst, hashes[first : first + num_host]):
-            self.pool.cache_block(blocks[i], h)
+            self.pool.cache_block_id(i, h)
 
     def _num_blocks_to_admit(self, request: Request, computed_blocks=()) -> int:
         """vLLM admits a waiting request only if its whole sequence fits, not just this step's chunk
@@ -144,7 +156,7 @@ class PagedKVCacheManager:
     def num_allocatable_blocks(self, computed_blocks=(), admission: bool = False, num_running: int = 1) -> int:
         """Free blocks a request may take now: hit blocks sitting in the free queue stop being free once
         touched, and admission keeps the watermark free for running requests (unless none runs)."""
-        free_hits = sum(1 for b in computed_blocks if b.ref_cnt == 0)
+        free_hits = self.pool.num_free_among([b.block_id for b in computed_blocks]) if computed_blocks else 0
         available = self.pool.num_free_blocks - free_hits
         if admission and num_running > 0:
             available -= self.watermark_blocks
@@ -168,9 +180,9 @@ class PagedKVCacheManager:
             return
         bs = self.block_size
         hashes = request_block_hashes(request, last, bs)
-        blocks = self.pool.blocks
+        cache, ids = self.pool.cache_block_id, request.block_ids
         for i in range(first, last):
-            self.pool.cache_block(blocks[request.block_ids[i]], hashes[i])
+            cache(ids[i], hashes[i])
 
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """Host-tier copies for the plan being made: (loads (host, gpu), stores (gpu, host))."""
@@ -178,7 +190,7 @@ class PagedKVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
-        self.pool.free_blocks(map(self.pool.blocks.__getitem__, reversed(request.block_ids)))
+        self.pool.free_ids(request.block_ids[::-1])
         request.block_ids = []
 
     # ---- parallel sampling ----------------------------------------------------
@@ -193,16 +205,15 @@ class PagedKVCacheManager:
         has_partial = len(parent.block_ids) > num_full
         if has_partial and self.pool.num_free_blocks < 1:
             return None
-        blocks = self.pool.blocks
-        shared = [blocks[i] for i in parent.block_ids[:num_full]]
-        self.pool.touch(shared)
-        child.block_ids = [b.block_id for b in shared]
+        shared = parent.block_ids[:num_full]
+        self.pool.touch_ids(shared)
+        child.block_ids = list(shared)
         child.block_hashes = list(parent.block_hashes[:num_full])
         copies = []
         if has_partial:
-            (dst,) = self.pool.get_new_blocks(1)
-            copies.append((parent.block_ids[num_full], dst.block_id))
-            child.block_ids.append(dst.block_id)
+            (dst,) = self.pool.take(1)
+            copies.append((parent.block_ids[num_full], dst))
+            child.block_ids.append(dst)
         return copies
 
     # ---- swapping ----------------------------------------------------------------
@@ -228,8 +239,7 @@ class PagedKVCacheManager:
         if not self.can_swap_in(request, num_new_tokens, num_running):
             return None
         n = len(request.cpu_block_ids)
-        gpu = self.pool.get_new_blocks(self._swap_in_blocks(request, num_new_tokens))
-        request.block_ids = [b.block_id for b in gpu]
+        request.block_ids = self.pool.take(self._swap_in_blocks(request, num_new_tokens))
         mapping = list(zip(request.cpu_block_ids, request.block_ids[:n]))
         self.free_cpu_blocks.extend(reversed(request.cpu_block_ids))
         request.cpu_block_ids = []
@@ -244,7 +254,7 @@ class PagedKVCacheManager:
         bs = self.block_size
         total = 0
         for r in running:
-            extra = cdiv(r.num_computed_tokens + k, bs) - len(r.block_ids)
+            extra = -(-(r.num_computed_tokens + k) // bs) - len(r.block_ids)  # cdiv, inlined
             if extra > 0:
                 total += extra
         return total
@@ -265,24 +275,27 @@ class PagedKVCacheManager:
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
-        # (step, running index) of every block allocation.
-        crossings = sorted(
-            (j, idx)
-            for idx, r in enumerate(running)
-            for j in range(len(r.block_ids) * bs - r.num_computed_tokens, k, bs)
-        )
         out = DecodeBlocks([0] * k, [0] * k, [0] * k)
+        internal = out.internal_delta_per_step
+        crossings = []  # (step, running index) of every block allocation
+        for idx, r in enumerate(running):
+            held = len(r.block_ids)
+            first = held * bs - r.num_computed_tokens  # the step that needs the request's next block
+            if first >= k:
+                continue
+            crossings.extend([(j, idx) for j in range(first, k, bs)])
+            # A request's last block is the only one that can reach past its final length.
+            final = r.prompt_len + r.output_len - 1  # final_kv_len
+            last = (final - 1) // bs  # index of the block holding its last KV slot
+            j = last * bs - r.num_computed_tokens  # the step that allocates it (>= first when last >= held)
+            if last >= held and j < k:
+                internal[j] += (last + 1) * bs - final
         if not crossings:
             return out
-        # A request's last block is the only one that can reach past its final length.
-        for r in running:
-            last = (r.final_kv_len - 1) // bs  # index of the block holding its last KV slot
-            j = last * bs - r.num_computed_tokens  # the step that allocates it
-            if last >= len(r.block_ids) and j < k:
-                out.internal_delta_per_step[j] += (last + 1) * bs - r.final_kv_len
+        crossings.sort()
         evicted: list[bool] = []
-        for (j, idx), block, was_cached in zip(crossings, self.pool.get_new_blocks(len(crossings), evicted), evicted):
-            running[idx].block_ids.append(block.block_id)
+        for (j, idx), block, was_cached in zip(crossings, self.pool.take(len(crossings), evicted), evicted):
+            running[idx].block_ids.append(block)
             out.blocks_per_step[j] += 1
             out.evicted_per_step[j] += was_cached
         return out
@@ -292,7 +305,7 @@ class PagedKVCacheManager:
         return self.pool.num_used_blocks + (self.num_cpu_blocks - len(self.free_cpu_blocks))
 
     def cached_block_ids(self) -> list[int]:
-        return [b.block_id for b in self.pool.cached_free_blocks()]
+        return self.pool.cached_free_block_ids()
 
     def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
         """Slots per category. `running` are the requests holding GPU blocks."""

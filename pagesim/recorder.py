@@ -11,6 +11,7 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,6 +51,9 @@ NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
     "prefill_attn_pairs": np.int64, "prefill_context_tokens": np.int64, "decode_context_tokens": np.int64,
 }
 CHUNK_STEPS = 1 << 16
+assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
+_features_tuple = attrgetter(*FEATURE_COLUMNS)
+_categories_tuple = attrgetter(*CATEGORIES)
 REQUEST_COLUMNS = (
     "request_id",
     "parent_id",
@@ -156,9 +160,7 @@ class Recorder:
         acc = kv.accounting(self.sched.running, head)
         bs = kv.block_size
         allocated_blocks, cached_blocks = acc.allocated // bs, acc.cached // bs
-        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + tuple(
-            getattr(acc, c) for c in CATEGORIES
-        )
+        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + _categories_tuple(acc)
         self._memory_cache = (head, memory)
         return memory
 
@@ -181,19 +183,32 @@ class Recorder:
 
     def record_step(self, start: float, duration: float, plan: StepPlan, num_running: int) -> None:
         f = self.features_of(plan)
-        self._append_row(plan.step_id, start, duration, num_running, tuple(getattr(f, c) for c in FEATURE_COLUMNS),
-                         len(plan.preempted))
+        self._append_row(plan.step_id, start, duration, num_running, _features_tuple(f), len(plan.preempted))
 
     def record_decode_run(self, first_step: int, starts: np.ndarray, durations: np.ndarray, run: DecodeRun,
                           before: tuple) -> None:
         """Rows for a decode run; `before` is `memory_state()` taken just before the run was applied.
 
         All but the last step are kept compactly and expanded in bulk by
-        steps_frame(); the last step (which may finish requests) is recorded
-        like any step, from the state.
+        steps_frame(); the last step, when it finished requests, is recorded
+        like any step, from the state; else it follows the run's formulas too
+        (memory changes only by the blocks the run took) and is kept with the run.
         """
         k, n = run.k, run.num_seqs
         s = self.sched
+        stats = s.kv.prefix_cache_stats
+        if (run.outcome is not None and not run.outcome.finished and stats.queries == self._queries
+                and stats.hits == self._hits and stats.host_hits == self._host_hits):
+            self.runs.append((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped),
+                              run.max_context_start) + before)
+            self.run_times.append((starts, durations))
+            blocks = (run.blocks_per_step, run.evicted_per_step, run.internal_delta_per_step)
+            self.run_blocks.append(blocks if run.blocks_per_step else ([0] * k,) * 3)
+            self._memory_cache = (self._head(), self._memory_after(before, n * k, *map(sum, blocks)))
+            self.num_steps = first_step + k
+            if self.num_steps - self.first_step >= self.chunk_steps:
+                self.flush()
+            return
         if k > 1:
             self.runs.append((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped),
                               run.max_context_start) + before)
@@ -204,12 +219,19 @@ class Recorder:
             else:
                 zeros = [0] * (k - 1)
                 self.run_blocks.append((zeros, zeros, zeros))
-        features = dict.fromkeys(FEATURE_COLUMNS, 0)
-        features["num_decode_seqs"] = n
-        features["decode_context_tokens"] = run.context_start + n * k
-        features["max_decode_context"] = run.max_context_start + k if n else 0
-        self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n,
-                         tuple(features.values()), 0)
+        # FEATURE_COLUMNS of a pure-decode step: only the decode counts are non-zero
+        features = (0, 0, 0, 0, n, run.context_start + n * k, run.max_context_start + k if n else 0, 0, 0, 0, 0, 0)
+        self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n, features, 0)
+
+    def _memory_after(self, before: tuple, used_delta: int, blocks: int, evicted: int, internal_delta: int) -> tuple:
+        """memory_state() after a decode run that finished nobody, from the state before it (as _runs_columns)."""
+        kv = self.sched.kv
+        bs, total = kv.block_size, kv.num_gpu_blocks
+        blocks_used, cached_blocks = before[0] + blocks, before[1] - evicted
+        used, internal, external = before[3] + used_delta, before[5] + internal_delta, before[6]
+        allocated, cached = blocks_used * bs, cached_blocks * bs
+        return (blocks_used, cached_blocks, total - blocks_used - cached_blocks, used, allocated - used - internal,
+                internal, external, total * bs - allocated - external - cached, cached)
 
     def _runs_columns(self) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs."""

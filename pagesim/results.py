@@ -119,10 +119,7 @@ def times_from_idle(idle_s: np.ndarray, duration_s: np.ndarray) -> np.ndarray:
 def _run_segments(df: pd.DataFrame) -> list[slice]:
     if "run" not in df or not len(df):
         return [slice(0, len(df))]
-    codes, _ = _run_codes(df)
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    ends = np.r_[starts[1:], len(codes)]
-    return [slice(int(a), int(b)) for a, b in zip(starts, ends)]
+    return _run_segments_of(_run_codes(df)[0])
 
 
 def add_derived_step_columns(df: pd.DataFrame, runs: dict) -> pd.DataFrame:
@@ -366,27 +363,68 @@ def parquet_metadata(path: Path) -> dict:
 def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A steps.parquet with every column the simulator produces (derived ones computed here), or `columns`.
 
-    Files written before schema 2 (every column stored) are returned as they are.
+    Files written before schema 2 (every column stored) are returned as they are. Columns go from
+    Arrow to numpy one by one into a frame that keeps them as they are (no consolidation copy), and
+    the run geometry is looked up once for all derived columns.
     """
     path = Path(path)
-    meta = parquet_metadata(path)
-    df = pd.read_parquet(path)
+    table = pq.read_table(path)
+    raw = table.schema.metadata or {}
+    meta = json.loads(raw[METADATA_KEY]) if METADATA_KEY in raw else {}
     if not meta:
+        df = table.to_pandas()
         return df if columns is None else df[columns]
     runs = meta["runs"]
-    if IDLE in df:
-        idle, d = df[IDLE].to_numpy(np.float64), df["duration_s"].to_numpy(np.float64)
-        time_s = np.empty(len(df))
-        for seg in _run_segments(df):
+    cols: dict[str, object] = {}
+    for name in table.column_names:
+        col = table.column(name)
+        cols[name] = col.to_pandas() if pa.types.is_dictionary(col.type) else col.to_numpy()
+    del table
+    if "run" not in cols or not runs:
+        raise ValueError("steps without run geometry")
+    run = cols["run"]
+    codes, names = run.cat.codes.to_numpy(), [str(c) for c in run.cat.categories]
+    blocks = np.array([runs[n]["num_gpu_blocks"] for n in names], dtype=np.int64)[codes]
+    bs = np.array([runs[n]["block_size"] for n in names], dtype=np.int64)[codes]
+    segments = _run_segments_of(codes)
+    if IDLE in cols:
+        idle, d = cols.pop(IDLE).astype(np.float64, copy=False), cols["duration_s"].astype(np.float64, copy=False)
+        time_s = np.empty(len(d))
+        for seg in segments:
             time_s[seg] = times_from_idle(idle[seg], d[seg])
-        df = df.drop(columns=IDLE)
-        df["time_s"] = time_s
+        cols["time_s"] = time_s
+    get = lambda c: cols[c].astype(np.int64, copy=False)  # noqa: E731
     for c in meta.get("derived", []):
-        if c != "time_s":
-            df[c] = _derive_step_column(c, df, runs)
-    df = add_derived_step_columns(df, runs)
-    order = [c for c in _step_order() if c in df] + [c for c in df.columns if c not in _step_order()]
-    return df[order if columns is None else columns]
+        if c == "step":
+            if len(segments) == len(np.unique(codes)):  # each run stored in one piece
+                starts = np.array([seg.start for seg in segments], dtype=np.int64)
+                cols[c] = np.arange(len(codes)) - np.repeat(starts, np.diff(np.r_[starts, len(codes)]))
+            else:
+                cols[c] = pd.Series(codes).groupby(codes, sort=False).cumcount().to_numpy()
+        elif c == "blocks_free":
+            cols[c] = blocks - get("blocks_used") - get("blocks_cached")
+        elif c == "cached":
+            cols[c] = get("blocks_cached") * bs
+        elif c == "free":
+            cols[c] = blocks * bs - sum(get(x) for x in CATEGORIES if x != "free")
+    total = blocks * bs
+    for c in CATEGORIES:
+        cols[f"{c}_frac"] = cols[c] / total
+    cols["kv_cache_usage"] = cols["blocks_used"] / blocks
+    order = _step_order()
+    names_out = [c for c in order if c in cols] + [c for c in cols if c not in order]
+    if columns is not None:
+        names_out = list(columns)
+    return pd.DataFrame({c: cols[c] for c in names_out}, copy=False)
+
+
+def _run_segments_of(codes: np.ndarray) -> list[slice]:
+    """Row ranges of constant run code (each run's rows, when runs are stored one after the other)."""
+    if not len(codes):
+        return [slice(0, 0)]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    return [slice(int(a), int(b)) for a, b in zip(starts, ends)]
 
 
 def _step_order() -> tuple[str, ...]:

@@ -178,13 +178,16 @@ class Scheduler:
 
         # 1. Running requests.
         i = 0
+        allocate_slots = kv.allocate_slots
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = clip_to_budget(req.num_tokens - req.num_computed_tokens, budget, chunked)
+            computed, out = req.num_computed_tokens, req.num_output_tokens
+            left = req.prompt_len + out - computed  # num_tokens - num_computed_tokens
+            num_new = left if left <= budget else clip_to_budget(left, budget, chunked)
             if not num_new:
                 i += 1
                 continue
-            while not kv.allocate_slots(req, num_new):
+            while not allocate_slots(req, num_new):
                 if priority:
                     v = max(range(len(running)), key=lambda k: priority_key(running[k])[:2])
                     victim = running.pop(v)
@@ -197,7 +200,8 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
+                # is_decoding: the step computes exactly the last sampled token
+                scheduled.append(ScheduledRequest(req, computed, num_new, out > 0 and left == 1))
                 budget -= num_new
                 i += 1
                 continue
@@ -243,13 +247,10 @@ class Scheduler:
                 budget -= num_new
 
         plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
-        for s in scheduled:
-            if s.is_decode:
-                plan.num_decode_tokens += s.num_new_tokens
-            else:
-                plan.num_prefill_tokens += s.num_new_tokens
-            if s.request.first_scheduled_time is None:
-                s.request.first_scheduled_time = now
+        plan.num_decode_tokens = sum([s.num_new_tokens for s in scheduled if s.is_decode])
+        plan.num_prefill_tokens = sum([s.num_new_tokens for s in scheduled if not s.is_decode])
+        for req in [s.request for s in scheduled if s.request.first_scheduled_time is None]:
+            req.first_scheduled_time = now
         if self.finished_req_ids and not plan.is_empty:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan
@@ -314,12 +315,13 @@ class Scheduler:
         """Apply a step's outcome at time `now` (the end of the step): tokens computed, tokens sampled."""
         outcome = StepOutcome()
         kv = self.kv
+        cache_full_blocks = kv.cache_full_blocks
         for s in plan.scheduled:
             req = s.request
             old = req.num_computed_tokens
-            req.num_computed_tokens = old + s.num_new_tokens
-            kv.cache_full_blocks(req, old)
-            if req.num_computed_tokens < req.num_tokens:
+            req.num_computed_tokens = computed = old + s.num_new_tokens
+            cache_full_blocks(req, old)
+            if computed < req.prompt_len + req.num_output_tokens:  # num_tokens
                 continue  # a prefill chunk that does not reach the end samples nothing
             req.num_output_tokens += 1
             if req.first_token_time is None:

@@ -51,9 +51,16 @@ class SimExecutor:
 
     def __init__(self, cost_model):
         self.cost_model = cost_model
+        self.last: tuple = (None, None)  # (plan, its features): the recorder asks for them right after
 
     def execute(self, plan) -> float:
-        return self.cost_model.step_time(StepFeatures.from_plan(plan))
+        features = StepFeatures.from_plan(plan)
+        self.last = (plan, features)
+        return self.cost_model.step_time(features)
+
+    def features_of(self, plan) -> StepFeatures:
+        last_plan, features = self.last
+        return features if last_plan is plan else StepFeatures.from_plan(plan)
 
 
 @dataclass
@@ -84,7 +91,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.scheduler = Scheduler(config, record_events)
         self.executor = SimExecutor(cost_model)
-        self.recorder = Recorder(self.scheduler, StepFeatures.from_plan, sink=steps_sink)
+        self.recorder = Recorder(self.scheduler, self.executor.features_of, sink=steps_sink)
         self._snaps = list(self.snapshot_times)
 
     def _tick(self, now: float) -> float:

@@ -103,7 +103,6 @@ def run_config(trace, base: dict, params: dict) -> dict:
 def _simulate(trace, base: dict, params: dict) -> dict:
     from pagesim.replay import config_from_args, simulate_run
     from pagesim.slo import parse_slos
-    from pagesim.specs import GIB
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
     config = config_from_args(argparse.Namespace(**opts))
@@ -111,14 +110,22 @@ def _simulate(trace, base: dict, params: dict) -> dict:
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
     if "kv_cache_gib" in params:
-        blocks = int(params["kv_cache_gib"] * GIB // config.block_bytes)
-        if blocks < 1:
-            raise UserError(f"{params['kv_cache_gib']} GiB holds no block of {config.block_size} tokens")
-        config = config.replace(num_gpu_blocks=blocks)
+        config = config.replace(num_gpu_blocks=blocks_for_gib(config, params["kv_cache_gib"]))
     _, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
                               router=opts["router"], slos=parse_slos(opts["slo"]))
     summary["num_gpu_blocks"] = config.resolved_num_gpu_blocks
     return flatten(summary)
+
+
+def blocks_for_gib(config, gib: float) -> int:
+    """How many of the config's KV blocks fit in `gib` GiB of K/V (at least one, or a UserError)."""
+    from pagesim.specs import GIB
+
+    blocks = int(gib * GIB // config.block_bytes)
+    if blocks < 1:
+        raise UserError(f"{gib:g} GiB holds no KV block of {config.block_size} tokens for {config.model} "
+                        f"({config.block_bytes / 2**20:g} MiB each)")
+    return blocks
 
 
 def flatten(summary: dict) -> dict:
@@ -136,24 +143,29 @@ def flatten(summary: dict) -> dict:
 def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend: str = "ray",
               address: str | None = None, num_cpus: int | None = None, progress: bool = True,
               on_row=None) -> pd.DataFrame:
-    """Run every point not already in out/results.parquet; returns the whole table (old rows and new)."""
+    """Run every point not already in out/results.parquet; returns the whole table (old rows and new).
+
+    on_row(row, done, total) is called in this thread as each configuration finishes (done counts the
+    configurations already in results.parquet too). Stopped by an exception (Ctrl-C, or one raised by
+    on_row), the sweep writes the rows that finished, drops the configurations not started and re-raises."""
+    if backend not in ("ray", "local"):
+        raise UserError(f"--backend {backend!r}: expected ray or local")
     out = Path(out)
     results = out / "results.parquet"
     check_or_write_manifest(out, trace, base)
     old = pd.read_parquet(results) if results.exists() else pd.DataFrame({"config_id": []})
-    done = set(old["config_id"])
-    todo = [p for p in points if config_id(p) not in done]
+    finished = set(old["config_id"])
+    todo = [p for p in points if config_id(p) not in finished]
     writer = _Writer(results, old)
     from tqdm import tqdm
 
-    if backend not in ("ray", "local"):
-        raise UserError(f"--backend {backend!r}: expected ray or local")
     run = _run_ray if backend == "ray" else _run_local
+    rows = run(trace, base, todo, address=address, num_cpus=num_cpus)
     with tqdm(total=len(points), initial=len(points) - len(todo), desc="sweep", unit="config",
               disable=not progress) as bar:
         done = len(points) - len(todo)
         try:
-            for row in run(trace, base, todo, address=address, num_cpus=num_cpus):
+            for row in rows:
                 writer.add(row)
                 done += 1
                 bar.update(1)
@@ -162,6 +174,8 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
         except BaseException:  # interrupted (Ctrl-C, a dead driver): keep what finished, for the resume
             writer.close()
             raise
+        finally:
+            rows.close()  # now, not when the traceback is freed: the backend stops its pending work
     return writer.close()
 
 
@@ -219,16 +233,42 @@ class _Writer:
 
 
 # ---- backends ------------------------------------------------------------------------------------------
+# Ray's start-up is a chain of process launches (GCS; the dashboard's API server, which ray.init waits for;
+# raylet, which waits for its dashboard agent; then the driver, then the workers), mostly Python start-ups that
+# compete for the CPUs: bench/ray_start.py times each step. What pagesim switches off (an explicit environment
+# variable of the same name still wins):
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",  # no usage-stats report (an outbound HTTP request from the API server)
+    "RAY_enable_metrics_collection": "0",  # no metrics recorded and exported by GCS, raylet and workers
+    "RAY_DISABLE_IMPORT_WARNING": "1",
+    # Ray starts its workers at nice 15, below every other process of the machine; a sweep on a shared
+    # machine then crawls. Ask for the ordinary priority.
+    "RAY_worker_niceness": "0",
+}
+
+
+def start_ray(address: str | None = None, num_cpus: int | None = None):
+    """ray.init for pagesim: a local instance of num_cpus CPUs (all by default), or the cluster at `address`;
+    no dashboard (only the API server's minimal modules), no metrics, no usage stats, no worker logs on the
+    driver's terminal. Returns the ray module."""
+    import ray
+
+    for key, value in RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    return ray
+
+
 def _run_ray(trace, base, points, *, address=None, num_cpus=None):
     import ray
 
+    if not points:
+        return
     started = not ray.is_initialized()
     if started:
-        # Ray starts its workers at nice 15, below every other process of the machine; a sweep on a shared
-        # machine then crawls. Ask for the ordinary priority (an explicit RAY_worker_niceness still wins).
-        os.environ.setdefault("RAY_worker_niceness", "0")
-        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        start_ray(address, num_cpus)
+    pending = {}
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_config)
         trace_ref = ray.put(trace)
@@ -245,6 +285,9 @@ def _run_ray(trace, base, points, *, address=None, num_cpus=None):
     finally:
         if started:
             ray.shutdown()
+        else:  # interrupted on an instance that stays up (the dashboard's): its CPUs go back to other work
+            for ref in pending:
+                ray.cancel(ref)
 
 
 _TRACE = None
@@ -266,8 +309,9 @@ def _run_local(trace, base, points, *, address=None, num_cpus=None):
     if not points:
         return
     workers = max(1, min(num_cpus or os.cpu_count() or 1, len(points)))
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_set_trace,
-                             initargs=(trace,)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_set_trace,
+                               initargs=(trace,))
+    try:
         futures = {pool.submit(_run_in_worker, base, p): p for p in points}
         for future in as_completed(futures):
             params = futures[future]
@@ -275,6 +319,8 @@ def _run_local(trace, base, points, *, address=None, num_cpus=None):
                 yield future.result()
             except Exception as exc:  # a worker process died
                 yield {**params, "config_id": config_id(params), "status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    finally:  # interrupted: configurations not started yet are dropped, not run to the end
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # ---- CLI ----------------------------------------------------------------------------------------------------

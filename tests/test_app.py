@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from pagesim.dashboard import first_chart
 from pagesim.dashboard.kernel_results import RESULTS_DIR_ENV
 from pagesim.dashboard.live_runs import LIVE_DIR_ENV, VALIDATION_FILES
 from tests.conftest import REPO
@@ -29,8 +30,17 @@ PAGES = "pagesim/dashboard/pages"
 TIMEOUT = 180  # seconds per run: generous for a loaded 2-core CI machine
 
 
+def new_app() -> AppTest:
+    """A new session as the browser has it once its first chart is drawn (first_chart.DRAWN: the signal
+    AppTest cannot send, having no browser), with the Replay headline table opened."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state[first_chart.DRAWN] = True
+    at.session_state["replay.headline_table"] = True
+    return at
+
+
 def app(page: str | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at = new_app().run()
     if page is not None:
         at.switch_page(f"{PAGES}/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
@@ -98,6 +108,25 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert not replay.get("progress"), "the progress bar is removed once the runs are done"
 
 
+def test_a_new_session_draws_the_trace_chart_before_the_heavy_charts():
+    """The first run of a session stops after the trace chart and the headline, with the component that
+    reruns the page once the browser has drawn that chart; the headline table is built only when opened."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not at.exception and not at.error
+    (trace,) = charts(at)
+    assert trace_names(trace) == ["arrivals", "prompt_len", "output_len"]
+    assert "Drawing the charts" in " ".join(c.value for c in at.caption)
+    components = [c.key for c in at.get("bidi_component")]
+    assert components == ["pagesim.first_chart", "pagesim.preload_charts"] and not at.dataframe and not at.tabs
+    assert [label for label, _ in metrics(at)].count("Throughput (req/s)") == 2, "the headline comes first"
+    at.session_state[first_chart.DRAWN] = True  # what the component's callback does once a chart is drawn
+    at.run()
+    assert len(charts(at)) == 4 and not at.get("bidi_component") and not at.dataframe, "both only on the first run"
+    at.session_state["replay.headline_table"] = True
+    at.run()
+    assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max"]
+
+
 def test_replay_headline_shows_each_baseline_against_paged(replay):
     deltas = metric_deltas(replay)
     paged, base = (s["request_throughput"] for s in (summary(replay, "paged"), summary(replay, "contiguous-max")))
@@ -154,7 +183,7 @@ LONG_PROMPTS = ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
 
 
 def test_replay_long_prompt_upload_shows_the_rejection_banner():
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = new_app()
     at.session_state["replay.injected_upload"] = ("long.csv", LONG_PROMPTS)
     at.run()
     at.radio(key="replay.source").set_value("Upload a file").run()
@@ -167,7 +196,7 @@ def test_replay_long_prompt_upload_shows_the_rejection_banner():
 
 def test_replay_settings_come_from_the_url():
     """A bookmarked URL reproduces the scenario: every sidebar setting and view is a query parameter."""
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = new_app()
     at.query_params.update({"replay.block_size": "32", "replay.kv_cache_gib": "2.0",
                             "replay.baselines": ["max", "oracle"], "replay.view": "Serving (vLLM metrics)",
                             "replay.slo_ttft": "250.0"})
@@ -183,7 +212,7 @@ def test_replay_settings_come_from_the_url():
 
 
 def test_replay_serving_view_controls():
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = new_app()
     at.query_params["replay.view"] = "Serving (vLLM metrics)"
     at.run()
     assert not at.exception
@@ -240,7 +269,7 @@ def test_replay_time_slider_scrubs_the_block_map(replay):
 
 
 def test_replay_latency_view_has_the_cdfs_table_and_downloads():
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = new_app()
     at.query_params["replay.view"] = "Latency and requests"
     at.run()
     assert not at.exception
@@ -253,7 +282,7 @@ MALFORMED = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68059
 
 
 def test_replay_malformed_upload_shows_the_validation_message_without_a_traceback():
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = new_app()
     at.session_state["replay.injected_upload"] = ("conv.csv", MALFORMED)
     at.run()
     at.radio(key="replay.source").set_value("Upload a file").run()
@@ -265,7 +294,7 @@ def test_replay_malformed_upload_shows_the_validation_message_without_a_tracebac
 
 
 def test_replay_valid_upload_is_replayed():
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at = new_app()
     at.session_state["replay.injected_upload"] = ("conv.csv", MALFORMED.replace(b"-5", b"500"))
     at.run()
     at.radio(key="replay.source").set_value("Upload a file").run()

@@ -239,6 +239,20 @@ def test_replay_serving_view_screenshot(browser, server):
     tab.close()
 
 
+def test_replay_timeline_draws_preemptions(browser, server):
+    """At 0.5 GiB paged preempts: the per-request timeline draws the preempted intervals with a legend entry."""
+    tab, _ = open_page(browser, f"{server.url}/?replay.kv_cache_gib=0.5&replay.view=Serving+%28vLLM+metrics%29", 5)
+    gantt = tab.locator(".js-plotly-plot").last
+    legend = gantt.locator(".legendtext").all_text_contents()
+    assert legend[:4] == ["queued", "prefill", "decode", "preempted"], legend
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / "replay-timeline-preempted.png"
+    gantt.screenshot(path=str(path))
+    if UPDATE_SCREENSHOTS:
+        shutil.copyfile(path, SCREENSHOTS / path.name)
+    tab.close()
+
+
 def main_text(tab) -> str:
     return tab.inner_text('[data-testid="stMain"]')
 

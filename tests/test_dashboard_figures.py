@@ -217,28 +217,13 @@ def test_ecdf_thins_long_samples_but_keeps_the_extremes():
 
 
 # ---- sweep ---------------------------------------------------------------------------------------------
-def test_sweep_grid_gives_every_block_size_the_same_memory():
-    points = sweep.grid_points(Config(), {"block_size": [16, 256], "kv_cache_gib": [1.0]})
-    blocks = [cfg.resolved_num_gpu_blocks * cfg.block_bytes for _, cfg in points]
-    assert blocks == [GIB, GIB]
-    assert [p for p, _ in points] == [{"block_size": 16, "kv_cache_gib": 1.0}, {"block_size": 256, "kv_cache_gib": 1.0}]
-
-
-def test_sweep_grid_maps_layouts_and_rejects_unknown_parameters():
-    (_, cfg), = sweep.grid_points(Config(), {"layout": ["contiguous-pow2"]})
-    assert (cfg.kv_layout, cfg.reserve_policy) == ("contiguous", "pow2")
-    with pytest.raises(UserError, match="cannot sweep"):
-        sweep.grid_points(Config(), {"watermark": [0.1]})
-    with pytest.raises(UserError, match="at least one value for block_size"):
-        sweep.grid_points(Config(), {"block_size": []})
-
-
-def test_token_state_fraction_falls_as_block_size_grows_on_the_sharegpt_like_trace():
+def test_token_state_fraction_falls_as_block_size_grows_on_the_sharegpt_like_trace(tmp_path):
     """PagedAttention (SOSP 2023, §7.2): on ShareGPT-like lengths larger blocks waste more of each
-    request's last block. The default sweep, run directly on the bundled trace."""
+    request's last block. The default sweep, run directly on the bundled trace (grid helpers: test_sweep_page.py)."""
     trace = load_trace(data.default_trace_path())
     assert "sharegpt" in trace.name
-    result = sweep.run_sweep(trace, Config(), {"block_size": [16, 32, 64, 128, 256], "kv_cache_gib": [1.0]})
+    points = sweep.grid_points({"block_size": [16, 32, 64, 128, 256], "kv_cache_gib": [1.0]})
+    result = sweep.table(sweep.run(trace, sweep.base_options(Config()), points, tmp_path), points)
     tsf = result.set_index("block_size")["token_state_fraction"]
     assert tsf.is_monotonic_decreasing and tsf.is_unique, f"token-state fraction by block size:\n{tsf}"
     assert tsf[16] > 0.95 and tsf[256] < 0.9

@@ -37,15 +37,6 @@ def base(parser):
     return {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
 
 
-@pytest.fixture(scope="session")
-def ray_local():
-    """One local Ray instance for the test session, bounded to the machine's 2 cores."""
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_grid_is_the_cross_product_with_typed_values(parser):
     points = parse_grid(["block_size=16,32", "--enable-prefix-caching=true,false", "router=round-robin",
                          "layout=paged,pow2", "kv_cache_gib=0.5"], parser)
@@ -94,7 +85,7 @@ def test_local_sweep_streams_rows_and_resumes_after_an_interruption(trace, base,
     assert len(seen) == 4 and not set(seen) & set(first["config_id"]), "the resume re-ran a finished configuration"
     assert sorted(df["config_id"]) == sorted(config_id(p) for p in points)
     assert (df.loc[df["kv_cache_gib"] < 1, "status"] == "error").all()
-    assert df.loc[df["kv_cache_gib"] < 1, "error"].str.contains("GiB holds no block").all()
+    assert df.loc[df["kv_cache_gib"] < 1, "error"].str.contains("GiB holds no KV block").all()
     assert (df.loc[df["kv_cache_gib"] >= 1, "status"] == "ok").all()
 
 

@@ -72,6 +72,8 @@ STEP_OVERHEAD_S = 200e-6
 # Per-sequence host work (input rows, output processing) hides behind the GPU in engines that
 # overlap the host with the device; 0 by default, an override for engines that do not.
 SEQ_OVERHEAD_S = 0.0
+# decode_run_times evaluates runs up to this many steps on Python floats (bit for bit numpy's result).
+SMALL_RUN = 48
 
 
 class RooflineCostModel:
@@ -133,6 +135,14 @@ class RooflineCostModel:
         """
         if num_seqs == 0:
             return np.zeros(k)
+        if k <= SMALL_RUN:  # numpy's per-call cost dominates short runs: _forward_time's operations on floats
+            n = num_seqs
+            dense = max(self.weight_read_bytes / self.mem_rate, (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
+            allreduce = self.allreduce_s + n * self.allreduce_s_per_token
+            kvb, mem_rate, attn, flop_rate = self.kv_bytes, self.mem_rate, self.attn_flops, self.flop_rate
+            overhead, seq_overhead = self.step_overhead_s, n * self.seq_overhead_s
+            return np.array([dense + max((c + n) * kvb / mem_rate, c * attn / flop_rate) + allreduce + overhead + seq_overhead
+                             for c in range(context_start + n, context_start + n * (k + 1), n)])
         ctx = context_start + num_seqs * np.arange(1, k + 1, dtype=np.int64)
         return self._forward_time(num_seqs, num_seqs, ctx, ctx, np.maximum)
 

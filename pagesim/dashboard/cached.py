@@ -2,8 +2,8 @@
 
 Traces and replay runs are read-only results kept in st.cache_resource: the same objects are handed to
 every rerun and session (immutable by convention: nothing may modify them), where st.cache_data would
-unpickle a copy on every rerun (tens of MB for a replay with baselines). Small tables (sweeps) and
-result files stay in st.cache_data.
+unpickle a copy on every rerun (tens of MB for a replay with baselines). Result files stay in
+st.cache_data. (Sweeps are not cached here: their rows live in a sweep directory, pagesim.dashboard.sweep.)
 
 Keys: a trace is keyed by its source (file path and modification time, upload
 bytes, or generator arguments); a run by the trace's content fingerprint and
@@ -26,7 +26,7 @@ from pathlib import Path
 import streamlit as st
 
 from pagesim.config import Config
-from pagesim.dashboard import data, sweep
+from pagesim.dashboard import data
 from pagesim.dashboard.kernel_results import load_kernel_result
 from pagesim.dashboard.live_runs import LiveRun, extract_run_zip, load_live_run
 from pagesim.traces import Trace, load_trace
@@ -71,15 +71,6 @@ def once(name: str, key: str, _build):
     everything it is drawn from (the trace's fingerprint, the config, the baselines, the view's
     settings), so a new session or a rerun of the same view gets it ready-made. Read-only, like the runs."""
     return _build()
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def run_sweep(trace_key: str, base_json: str, grid_json: str, _trace: Trace):
-    """sweep.run_sweep, cached by (trace fingerprint, base config, grid)."""
-    bar = st.progress(0.0, text="starting worker processes")
-    base = Config.from_dict(json.loads(base_json))
-    return sweep.run_sweep(_trace, base, json.loads(grid_json),
-                           progress=lambda done, total: bar.progress(done / total, text=f"{done} of {total} configurations"))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

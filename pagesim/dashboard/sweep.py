@@ -1,47 +1,50 @@
-"""One trace over a grid of configurations, in parallel processes.
+"""The Sweep page's grid, run by pagesim.sweep.run_sweep: the code of `python -m pagesim sweep`.
 
-Memory is swept as KV-cache GiB (`kv_cache_gib`), not as a block count, so that
-configurations with different block sizes get the same bytes: num_gpu_blocks =
-floor(GiB / bytes per block). The default sweep is the PagedAttention paper's
-block-size study (Kwon et al., SOSP 2023, §7.2 and Fig. 18b): block sizes 8..256
-on a ShareGPT-like trace; larger blocks leave more of each request's last block
-empty, so the share of allocated KV memory holding token states falls.
+The page's config (a Config from the sidebar) becomes the sweep's fixed replay options and its grid the
+sweep's points; each point is one task (local processes or Ray), and the rows go to a results.parquet in a
+directory named after everything they depend on (trace fingerprint, fixed options, points), so a view seen
+before opens at once and an interrupted one resumes where it stopped.
+
+Memory is swept as KV-cache GiB (`kv_cache_gib`), not as a block count, so that configurations with
+different block sizes get the same bytes: num_gpu_blocks = floor(GiB / bytes per block). The default sweep
+is the PagedAttention paper's block-size study (Kwon et al., SOSP 2023, §7.2 and Fig. 18b): block sizes
+8..256 on a ShareGPT-like trace; larger blocks leave more of each request's last block empty, so the share
+of allocated KV memory holding token states falls.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
-import multiprocessing
+import json
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 
 from pagesim.config import Config
 from pagesim.errors import UserError
-from pagesim.metrics import summarize_run
-from pagesim.simulator import simulate
-from pagesim.specs import GIB
+from pagesim.sweep import blocks_for_gib  # noqa: F401 - the sidebar's memory form uses it from here
 
 BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
 LAYOUTS = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
-DEFAULT_KV_CACHE_GIB = 4.0  # 2048 blocks of 16 tokens for Llama-3-8B (128 KiB of K/V per token)
-DEFAULT_GRID = {"block_size": list(BLOCK_SIZES)}
 PARAMETERS = ("block_size", "kv_cache_gib", "preemption_mode", "enable_prefix_caching", "layout")
-# Summary figures kept per grid point (flattened: ttft_p50_s is summary["ttft_s"]["p50"]).
+# Summary figures shown per grid point (pagesim.sweep's names; latencies renamed ttft_s_p50 -> ttft_p50_s).
 FIGURES = ("token_state_fraction", "internal_fragmentation_fraction", "reserved_fraction",
            "external_fragmentation_fraction", "request_throughput", "output_token_throughput", "num_preemptions",
            "mean_num_running", "peak_num_running", "num_rejected", "prefix_cache_hit_rate", "mean_kv_cache_usage",
            "makespan_s", "sim_wall_s")
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+LATENCIES = ("ttft", "tpot", "e2e")
+CACHE_ENV = "PAGESIM_SWEEP_DIR"  # where the page's sweep directories go (default: <tmp>/pagesim-sweeps)
 
 
-def grid_points(base: Config, grid: dict[str, list]) -> list[tuple[dict, Config]]:
-    """(parameters, config) for every combination of the grid's values, in grid order.
+def grid_points(grid: dict[str, list]) -> list[dict]:
+    """The grid's points in grid order, as pagesim.sweep parameters (layout "contiguous-max" -> "max").
 
     grid keys: block_size, kv_cache_gib, preemption_mode, enable_prefix_caching, layout ("paged" or
-    "contiguous-<policy>"). Without kv_cache_gib, the base config's num_gpu_blocks (or its
-    gpu_memory_utilization) is kept as it is."""
+    "contiguous-<policy>")."""
     unknown = set(grid) - set(PARAMETERS)
     if unknown:
         raise UserError(f"cannot sweep {', '.join(sorted(unknown))}; expected some of {', '.join(PARAMETERS)}")
@@ -52,55 +55,62 @@ def grid_points(base: Config, grid: dict[str, list]) -> list[tuple[dict, Config]
     points = []
     for values in itertools.product(*(grid[k] for k in keys)):
         params = dict(zip(keys, values))
-        changes = {k: v for k, v in params.items() if k in ("block_size", "preemption_mode", "enable_prefix_caching")}
-        layout = params.get("layout", "paged")
-        if layout != "paged":
-            policy = layout.removeprefix("contiguous-")
-            changes.update(kv_layout="contiguous", reserve_policy=policy)
-        config = base.replace(**changes)
-        if "kv_cache_gib" in params:
-            config = config.replace(num_gpu_blocks=blocks_for_gib(config, params["kv_cache_gib"]))
-        points.append((params, config))
+        if "layout" in params:
+            params["layout"] = params["layout"].removeprefix("contiguous-")
+        points.append(params)
     return points
 
 
-def blocks_for_gib(config: Config, gib: float) -> int:
-    """How many of the config's KV blocks fit in `gib` GiB of K/V (at least one, or a UserError)."""
-    blocks = int(gib * GIB // config.block_bytes)
-    if blocks < 1:
-        raise UserError(f"{gib:g} GiB holds no KV block of {config.block_size} tokens for {config.model} "
-                        f"({config.block_bytes / 2**20:g} MiB each)")
-    return blocks
+def base_options(config: Config) -> dict:
+    """The sweep's fixed options: `python -m pagesim sweep`'s defaults, with every setting of `config`."""
+    import argparse
+
+    from pagesim.cli import build_parser
+    from pagesim.sweep import NOT_SWEPT
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
+    base = {k: v for k, v in vars(sub.parse_args(["trace", "--out", "unused"])).items()
+            if k not in NOT_SWEPT or k == "slo"}
+    for field in dataclasses.fields(Config):
+        if field.name in base:
+            base[field.name] = getattr(config, field.name)
+    return base
 
 
-def run_point(trace, config: Config) -> dict:
-    """Simulate one grid point; its summary figures, flattened (runs in a worker process)."""
-    summary = summarize_run(simulate(trace, config))
-    row = {k: summary[k] for k in FIGURES}
-    for metric in LATENCIES:
-        for p in ("p50", "p99"):
-            row[f"{metric.removesuffix('_s')}_{p}_s"] = summary[metric][p]
-    row["num_gpu_blocks"] = config.resolved_num_gpu_blocks
-    row["kv_cache_tokens"] = config.resolved_num_gpu_blocks * config.block_size
-    return row
+def results_dir(trace_key: str, base: dict, points: list[dict]) -> Path:
+    """The sweep directory of these points of this trace under these options (its name hashes all three)."""
+    key = json.dumps({"trace": trace_key, "base": base, "points": points}, sort_keys=True, default=str)
+    root = Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "pagesim-sweeps")
+    return root / hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
-def run_sweep(trace, base: Config, grid: dict[str, list] | None = None, *, max_workers: int | None = None,
-              progress=None) -> pd.DataFrame:
-    """One row per grid point: its parameters, then the summary figures (FIGURES, latency p50/p99).
+def run(trace, base: dict, points: list[dict], out: Path, *, backend: str = "local", address: str | None = None,
+        on_row=None) -> pd.DataFrame:
+    """pagesim.sweep.run_sweep of the points not yet in out/results.parquet; the whole table."""
+    from pagesim.sweep import run_sweep
 
-    Points run in a ProcessPoolExecutor of max_workers processes (default os.cpu_count()), started by
-    spawn (safe under Streamlit's threads). progress(done, total), if given, is called as points finish."""
-    points = grid_points(base, grid or DEFAULT_GRID)
-    workers = max(1, min(max_workers or os.cpu_count() or 1, len(points)))
-    rows: dict[int, dict] = {}
-    if progress is not None:
-        progress(0, len(points))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_point, trace, config): i for i, (_, config) in enumerate(points)}
-        for future in as_completed(futures):
-            i = futures[future]
-            rows[i] = {**points[i][0], **future.result()}
-            if progress is not None:
-                progress(len(rows), len(points))
-    return pd.DataFrame([rows[i] for i in range(len(points))])
+    return run_sweep(trace, base, points, out, backend=backend, address=address, progress=False, on_row=on_row)
+
+
+def table(results: pd.DataFrame, points: list[dict] | None = None) -> pd.DataFrame:
+    """The rows to show: in grid order (when `points` is given), the swept parameters, the figures, then
+    status, error and config_id; layouts by run name (contiguous-max), latencies as ttft_p50_s."""
+    from pagesim.sweep import config_id
+
+    df = results.copy()
+    if points is not None and len(df):
+        order = {config_id(p): i for i, p in enumerate(points)}
+        df = df[df["config_id"].isin(order)]
+        df = df.iloc[df["config_id"].map(order).argsort()].reset_index(drop=True)
+    if "layout" in df:
+        df["layout"] = df["layout"].map(lambda v: v if v == "paged" or str(v).startswith("contiguous-")
+                                        else f"contiguous-{v}")
+    df = df.rename(columns={f"{m}_s_{p}": f"{m}_{p}_s" for m in LATENCIES for p in ("p50", "p99")})
+    if "num_gpu_blocks" in df and "block_size" in df:
+        df["kv_cache_tokens"] = df["num_gpu_blocks"] * df["block_size"]
+    cols = list(df.columns)
+    params = cols[: cols.index("config_id")] if "config_id" in cols else []
+    figures = [c for c in (*FIGURES, *(f"{m}_{p}_s" for m in LATENCIES for p in ("p50", "p99")), "num_gpu_blocks",
+                           "kv_cache_tokens") if c in df]
+    tail = [c for c in ("status", "error", "config_id") if c in df]
+    return df[params + figures + tail]

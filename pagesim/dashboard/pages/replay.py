@@ -7,7 +7,7 @@ import io
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import block_map, cached, data, figures, serving, tables, widgets
+from pagesim.dashboard import block_map, cached, data, figures, first_chart, serving, tables, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 from pagesim.specs import GIB
@@ -35,6 +35,8 @@ def render() -> None:
                "filled; **external fragmentation** is free but in pieces too small for the next request. "
                "Every setting is in the page's URL: bookmark it to come back to this scenario.")
     loaded = widgets.trace_source(PREFIX)
+    if loaded is not None:
+        show_trace(*loaded)  # the first chart, before anything else is drawn or simulated
     config = widgets.config_sidebar(PREFIX)
     baselines = st.sidebar.multiselect(
         "Contiguous baselines (reserve policy)", data.BASELINES, default=["max"], bind=URL, key=f"{PREFIX}.baselines",
@@ -43,7 +45,6 @@ def render() -> None:
     if loaded is None or config is None:
         return
     trace, trace_key = loaded
-    show_trace(trace, trace_key)
     slot = st.empty()
     try:
         with slot.container():
@@ -56,6 +57,8 @@ def render() -> None:
     st.session_state[RUNS_KEY] = f"{trace_key}|{cached.config_key(config)}|{','.join(baselines)}"
     rejection_banner(runs, config.resolved_max_model_len)
     headline(runs, config)
+    if not first_chart.wait_for_first_chart():
+        return  # a new session: the heavy charts follow once the browser has drawn the trace chart
     memory_tab, serving_tab, latency_tab = st.tabs(VIEWS, bind=URL, key=f"{PREFIX}.view")
     if memory_tab.open:
         with memory_tab:
@@ -149,7 +152,10 @@ def headline(runs: dict[str, data.Run], config) -> None:
         if swap:
             peak = _peak_swap_gib(run, config)
             cols[i].metric("Peak CPU swap", f"{peak:.2f} GiB", help=f"of swap_space {config.swap_space:g} GiB")
-    with st.expander("All headline figures as a table"):
+    expander = st.expander("All headline figures as a table", key=f"{PREFIX}.headline_table", on_change="rerun")
+    if not expander.open:
+        return  # built only when opened: a table's script bundle is not loaded before the first charts
+    with expander:
         table = tables.headline_table({name: run.summary for name, run in runs.items()})
         st.dataframe(table, column_config={
             c: st.column_config.NumberColumn(format="%.3f" if "fraction" in c or "rate" in c else "%.4g")

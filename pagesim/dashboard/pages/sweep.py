@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
-from pagesim.dashboard import cached, figures, sweep, widgets
+from pagesim.dashboard import figures, sweep, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 
@@ -14,14 +12,17 @@ PREFIX = "sweep"
 RAN = f"{PREFIX}.ran"  # the grid last run: the results shown are for it
 GIB_OPTIONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_GIB = 1.0  # 512 blocks of 16 tokens for Llama-3-8B: tight enough that block size moves latency too
+BACKENDS = ("local processes", "Ray")
+STREAM_S = 0.5  # the table so far is redrawn at most this often while a sweep runs
 
 
 def render() -> None:
     st.title("Sweep")
-    st.caption("The same trace over a grid of configurations, each simulated in its own process. The default is the "
-               "PagedAttention paper's block-size study (Kwon et al., SOSP 2023, §7.2): block sizes 8–256 on a "
-               "ShareGPT-like trace at equal KV memory. Larger blocks leave more of each request's last block "
-               "empty, so less of the allocated memory holds token states.")
+    st.caption("The same trace over a grid of configurations, each one task of `python -m pagesim sweep`'s runner "
+               "(pagesim.sweep), in local processes or on Ray. The default is the PagedAttention paper's block-size "
+               "study (Kwon et al., SOSP 2023, §7.2): block sizes 8–256 on a ShareGPT-like trace at equal KV "
+               "memory. Larger blocks leave more of each request's last block empty, so less of the allocated "
+               "memory holds token states.")
     finished = st.sidebar.file_uploader("Open a finished sweep (results.parquet of `python -m pagesim sweep`)",
                                         type=["parquet"], key=f"{PREFIX}.results")
     if finished is not None:
@@ -30,6 +31,7 @@ def render() -> None:
     loaded = widgets.trace_source(PREFIX, default_limit=0)  # the whole trace (Replay keeps its first 500)
     base = widgets.config_sidebar(PREFIX, memory=False, block_size=False, preemption=False, prefix_caching=False)
     grid = grid_form()
+    backend, address = backend_form()
     if loaded is None or base is None:
         return
     trace, trace_key = loaded
@@ -41,24 +43,100 @@ def render() -> None:
                    "are still those of the grid last run.", icon=":material/pending:")
     grid = ran
     try:
-        points = sweep.grid_points(base, grid)
+        points = sweep.grid_points(grid)
     except UserError as exc:
         st.error(str(exc))
         return
+    options = sweep.base_options(base)
+    out = sweep.results_dir(trace_key, options, points)
     st.markdown(f"Trace **{trace.name}**: {len(trace.df):,} requests · {len(points)} "
                 f"configurations · KV memory as GiB of K/V per configuration (num_gpu_blocks = GiB / block bytes)")
-    slot = st.empty()
-    with slot.container():
-        results = cached.run_sweep(trace_key, cached.config_key(base), json.dumps(grid), trace)
-    slot.empty()
-    varied = [k for k, v in grid.items() if len(v) > 1]
-    x = st.selectbox("x axis", varied or list(grid), key=f"{PREFIX}.x")
-    series = [k for k in varied if k != x]
-    st.plotly_chart(figures.sweep_lines(results, x, series), key=f"{PREFIX}.figure")
-    finding(results)
+    results = run(trace, options, points, out, backend, address)
+    if results is None:
+        return
+    results = sweep.table(results, points)
+    ok = results[results["status"] == "ok"]
+    failed = results[results["status"] != "ok"]
+    if len(failed):
+        st.warning(f"{len(failed)} of {len(results)} configurations failed (their rows say why); first: "
+                   f"{failed['error'].iloc[0]}")
+    if len(ok):
+        varied = [k for k, v in grid.items() if len(v) > 1]
+        x = st.selectbox("x axis", varied or list(grid), key=f"{PREFIX}.x")
+        series = [k for k in varied if k != x]
+        st.plotly_chart(figures.sweep_lines(ok, x, series), key=f"{PREFIX}.figure")
+        finding(ok)
     st.dataframe(results, hide_index=True)
-    st.download_button("sweep.csv", lambda: results.to_csv(index=False), file_name="sweep.csv", mime="text/csv",
+    st.caption(f"Rows in `{out / 'results.parquet'}` (`python -m pagesim sweep`'s format; reopen it above).")
+    c1, c2 = st.columns(2)
+    c1.download_button("sweep.csv", lambda: results.to_csv(index=False), file_name="sweep.csv", mime="text/csv",
                        key=f"{PREFIX}.dl")
+    c2.download_button("results.parquet", (out / "results.parquet").read_bytes(), file_name="results.parquet",
+                       key=f"{PREFIX}.dl_parquet")
+
+
+def run(trace, options: dict, points: list[dict], out, backend: str, address: str | None):
+    """The sweep's whole table: rows stream into the page as configurations finish (a progress bar and the
+    table so far), and the finished table is returned. None after st.error if the backend cannot start."""
+    import time
+
+    import pandas as pd
+
+    bar, live = st.empty(), st.empty()
+    rows: list[dict] = []
+    last = [0.0]
+
+    def on_row(row: dict, done: int, total: int) -> None:
+        rows.append(row)
+        failed = sum(r["status"] != "ok" for r in rows)
+        bar.progress(done / total, text=f"{done} of {total} configurations" + (f" ({failed} failed)" if failed else ""))
+        if time.monotonic() - last[0] >= STREAM_S or done == total:
+            live.dataframe(sweep.table(pd.DataFrame(rows), points), hide_index=True)
+            last[0] = time.monotonic()
+
+    if backend == "Ray":
+        try:
+            ray_instance(address or None)
+        except Exception as exc:  # noqa: BLE001 - Ray's own errors (a bad address, no GCS there) in one line
+            st.error(f"Ray could not start{' at ' + address if address else ''}: "
+                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return None
+    bar.progress(0.0, text="starting " + ("Ray tasks" if backend == "Ray" else "worker processes"))
+    results = sweep.run(trace, options, points, out, backend="ray" if backend == "Ray" else "local",
+                        address=address or None, on_row=on_row)
+    bar.empty()
+    live.empty()
+    return results
+
+
+@st.cache_resource(show_spinner="starting Ray")
+def ray_instance(address: str | None) -> str:
+    """One Ray instance (or connection) for the server's life; later sweeps reuse it."""
+    import ray
+
+    from pagesim.sweep import start_ray
+
+    if not ray.is_initialized():
+        start_ray(address)
+    return ray.get_runtime_context().get_node_id()
+
+
+def backend_form() -> tuple[str, str]:
+    """Where the grid runs: local processes (default), or Ray when it is installed (a local instance, or
+    the cluster at an address)."""
+    import importlib.util
+
+    sb = st.sidebar
+    sb.subheader("Run on")
+    has_ray = importlib.util.find_spec("ray") is not None
+    backend = sb.radio("Backend", BACKENDS if has_ray else BACKENDS[:1], bind=URL, key=f"{PREFIX}.backend",
+                       horizontal=True, help="local processes, or one Ray task per configuration" +
+                       ("" if has_ray else " (Ray is not installed)"))
+    address = ""
+    if backend == "Ray":
+        address = sb.text_input("Ray address (empty: a local instance)", "", bind=URL, key=f"{PREFIX}.address",
+                                placeholder="ray://head:10001 or auto").strip()
+    return backend, address
 
 
 def show_finished(file) -> None:
@@ -70,10 +148,10 @@ def show_finished(file) -> None:
     try:
         results = pd.read_parquet(io.BytesIO(file.getvalue()))
         params = list(results.columns[: list(results.columns).index("config_id")])
-    except (ValueError, OSError):
-        st.error(f"{file.name}: not a results.parquet of `python -m pagesim sweep` (no config_id column)")
+        ok = sweep.table(results[results["status"] == "ok"])
+    except (ValueError, OSError, KeyError):
+        st.error(f"{file.name}: not a results.parquet of `python -m pagesim sweep` (no config_id and status columns)")
         return
-    ok = results[results["status"] == "ok"].rename(columns={f"{m}_s_p50": f"{m}_p50_s" for m in ("ttft", "e2e")})
     st.markdown(f"**{len(results):,}** configurations, {len(results) - len(ok):,} failed")
     varied = [c for c in params if ok[c].nunique() > 1] or params
     if len(ok) and varied:
