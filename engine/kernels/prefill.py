@@ -39,10 +39,9 @@ FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_st
 
 
 @triton.jit
-def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                 NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
+def _load_kv_tile(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """Keys and values of tokens n0 : n0 + BLOCK_N through the block table (zeros past ctx), and their positions."""
     t = n0 + tl.arange(0, BLOCK_N)
     d = tl.arange(0, HEAD_DIM)
     block = tl.load(bt_row + t // BLOCK_SIZE, mask=t < ctx, other=0).to(tl.int64)
@@ -52,6 +51,16 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     if DOT_DTYPE is not None:  # an fp8 cache is widened in registers (its scales are applied outside)
         k = k.to(DOT_DTYPE)
         v = v.to(DOT_DTYPE)
+    return t, k, v
+
+
+@triton.jit
+def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                 NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
+    t, k, v = _load_kv_tile(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
+                            DOT_DTYPE)
     s = tl.dot(qv, tl.trans(k)) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
@@ -68,15 +77,8 @@ def _attend_tile_t(acc_t, m, l, q_t, k_cache, v_cache, bt_row, kvh, n0, pos, ctx
                    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """_attend_tile transposed: q_t [HEAD_DIM, BLOCK_M], scores [BLOCK_N, BLOCK_M], acc_t [HEAD_DIM, BLOCK_M]."""
-    t = n0 + tl.arange(0, BLOCK_N)
-    d = tl.arange(0, HEAD_DIM)
-    block = tl.load(bt_row + t // BLOCK_SIZE, mask=t < ctx, other=0).to(tl.int64)
-    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
-    k = tl.load(k_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
-    v = tl.load(v_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
-    if DOT_DTYPE is not None:
-        k = k.to(DOT_DTYPE)
-        v = v.to(DOT_DTYPE)
+    t, k, v = _load_kv_tile(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
+                            DOT_DTYPE)
     s = tl.dot(k, q_t) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[:, None] <= pos[None, :]) & (t[:, None] < ctx), s, float("-inf"))
