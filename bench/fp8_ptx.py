@@ -37,7 +37,7 @@ def ptx(widen: str, stages: int, prefetch: bool) -> str:
            "stride_qb": "i32", "stride_qh": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
            "stride_os": "i32"}
     const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, GROUP_PAD=16, BLOCK_N=128, STORE_LSE=False,
-                 DOT_DTYPE=tl.float16 if widen == "fp16" else tl.bfloat16, FP8=True, SWAP_AB=False, PREFETCH=prefetch)
+                 DOT_DTYPE=tl.float16 if widen == "fp16" else tl.bfloat16, FP8=True, PREFETCH=prefetch)
     sig.update({name: "constexpr" for name in const})
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(10)}
     src = triton.compiler.ASTSource(fn=_decode_split_kernel, signature=sig, constexprs=const, attrs=attrs)

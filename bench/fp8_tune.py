@@ -5,9 +5,9 @@
 
 Decode, at bench.kernels' four shapes (Llama-3-8B heads: 32 query, 8 KV, head dim 128; block size 16;
 shuffled block tables), for each dtype: stage 1 times every config of the grid (block_n, num_warps,
-num_stages, swap_ab and, for fp8, fp8_widen) at the default split count; stage 2 times the three best
+num_stages and, for fp8, fp8_widen) at the default split count; stage 2 times the three best
 configs of each dtype at other split counts. Prefill (fp8 and bf16, 4096 new tokens, and 512 after a
-3584-token prefix): block_m, block_n, num_warps, num_stages, swap_ab (and fp8_widen). Every timed config's output
+3584-token prefix): block_m, block_n, num_warps, num_stages (and fp8_widen). Every timed config's output
 is checked against a torch fp32 reference on the same cache (for fp8: the dequantised cache), and the
 fp8 reference is compared with the bf16 one (the quantisation error, reported, not a pass criterion).
 
@@ -36,10 +36,10 @@ import triton
 from engine.kernels import reference as R
 from pagesim.outputs import check_output_file
 
-HQ, HKV, D, BS = 32, 8, 128, 16
-BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-DECODE_SHAPES = [(1, 32768), (16, 4096), (64, 4096), (256, 1024)]  # as bench.kernels
+from bench.fp8 import FP8, quantised  # noqa: E402  (after engine.kernels: it imports triton)
+from bench.kernels import BF16, BS, D, DECODE_SHAPES, HKV, HQ  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # --smoke runs on the CPU (bench.kernels assumes CUDA)
 PREFILL_SHAPES = [(4096, 4096), (512, 4096)]  # (new tokens, context)
 SMOKE_DECODE, SMOKE_PREFILL = [(2, 64)], [(32, 48)]
 OK_ATOL = 2e-2  # a config whose output differs from the reference by more is marked not ok
@@ -55,11 +55,11 @@ def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
         return ([K.DecodeConfig(bn, w, s, "fp16") for bn in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3, 4)]
                 + [K.DecodeConfig(bn, w, s, "fp16", prefetch=True) for bn in (64, 128) for w in (4, 8) for s in (1, 2)])
     if smoke:
-        return [K.DecodeConfig(), K.DecodeConfig(block_n=32, swap_ab=True, fp8_widen="fp16" if dtype == "fp8" else "bf16")]
+        return [K.DecodeConfig(), K.DecodeConfig(block_n=32, fp8_widen="fp16" if dtype == "fp8" else "bf16")]
     block_ns = (64, 128, 256) if dtype == "fp8" else (64, 128)
     widens = ("bf16", "fp16") if dtype == "fp8" else ("bf16",)
-    return [K.DecodeConfig(bn, w, s, widen, swap) for bn, w, s, widen, swap in
-            itertools.product(block_ns, (2, 4, 8), (2, 3, 4), widens, (False, True))]
+    return [K.DecodeConfig(bn, w, s, widen) for bn, w, s, widen in
+            itertools.product(block_ns, (2, 4, 8), (2, 3, 4), widens)]
 
 
 def prefill_grid(dtype: str, smoke: bool) -> list[K.PrefillConfig]:
@@ -69,11 +69,11 @@ def prefill_grid(dtype: str, smoke: bool) -> list[K.PrefillConfig]:
         return [K.PrefillConfig(bm, bn, w, s, "fp16") for bm, bn, w in ((128, 128, 8), (128, 64, 8), (64, 128, 4))
                 for s in (1, 2, 3)]
     if smoke:
-        return [K.PrefillConfig(16, 16, 4, 2, "fp16" if dtype == "fp8" else "bf16", swap_ab=True)]
+        return [K.PrefillConfig(16, 16, 4, 2, "fp16" if dtype == "fp8" else "bf16")]
     tiles = [(128, 128, 8, 3), (128, 128, 8, 2), (128, 128, 8, 4), (128, 64, 8, 3), (128, 64, 4, 3), (64, 128, 4, 3),
              (128, 128, 4, 3), (64, 64, 4, 3)]
     widens = ("bf16", "fp16") if dtype == "fp8" else ("bf16",)
-    return [K.PrefillConfig(*t, widen, swap) for t in tiles for widen in widens for swap in (False, True)]
+    return [K.PrefillConfig(*t, widen) for t in tiles for widen in widens]
 
 
 def split_candidates(default: int) -> list[int]:
@@ -81,15 +81,6 @@ def split_candidates(default: int) -> list[int]:
 
 
 # ---- the cases: one cache per shape, quantised by the store kernel (per-tensor scale amax / 448) ---------------
-def quantised(cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = (cache.abs().amax().float() / 448.0).reshape(1)
-    out = torch.empty(cache.shape, dtype=FP8, device=cache.device)
-    rows = cache.view(-1, HKV, D)
-    slots = torch.arange(rows.shape[0], dtype=torch.int64, device=cache.device)
-    K.store_kvcache(rows, rows, out, torch.empty_like(out), slots, scale, scale)
-    return out, scale
-
-
 def _reference(q, k, v, causal_offset=None) -> torch.Tensor:
     """fp32 attention of q [B, n, Hq, D] over k/v [B, m, Hkv, D] (GQA), one batch row at a time."""
     outs = []
@@ -285,8 +276,8 @@ def describe(r: dict | None) -> str:
     if not r:
         return "none ok"
     c = r["config"]
-    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "swap_ab", "prefetch") if "block_m" not in c \
-        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "swap_ab")
+    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "prefetch") if "block_m" not in c \
+        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")
 

@@ -73,8 +73,8 @@ DECODE_CASES = [  # (q dtype, block_size, hq, hkv, d, context_lens, num_splits)
 
 # The launch variants bench/fp8_tune.py sweeps: each must compute the same attention.
 DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": K.DecodeConfig(fp8_widen="fp16"),
-                   "swap": K.DecodeConfig(block_n=32, swap_ab=True),
-                   "swap-fp16": K.DecodeConfig(block_n=16, num_warps=2, swap_ab=True, fp8_widen="fp16"),
+                   "bn32": K.DecodeConfig(block_n=32),
+                   "fp16-bn16-w2": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16"),
                    "prefetch-fp16": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True),
                    "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True)}
 
@@ -116,8 +116,7 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
 ]
 
 
-PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "swap": {"swap_ab": True},
-                    "swap-fp16": {"swap_ab": True, "fp8_widen": "fp16"}}
+PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}}
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)

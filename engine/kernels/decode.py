@@ -55,11 +55,8 @@ class DecodeConfig:
     # fp8 cache only: "bf16" widens fp8 K/V to q's dtype; "fp16" widens them to fp16 (one native cvt per two
     # elements on sm_89+) and runs both products in fp16 (q cast once; p in [0, 1]; |q| must stay < 65504).
     fp8_widen: str = "bf16"
-    # Compute S^T = K Q^T and O^T = V^T P^T: K and V become the left operand (M = block_n or head_dim rows,
-    # instead of 16 padded query rows), which Hopper's wgmma can take from registers after the fp8 widening.
-    swap_ab: bool = False
     # Load the next tile before computing this one (registers double-buffered by hand; meant for num_stages 1,
-    # where Triton does not stage loads through shared memory and fp8 is widened in registers). Not with swap_ab.
+    # where Triton does not stage loads through shared memory and fp8 is widened in registers).
     prefetch: bool = False
 
 
@@ -88,7 +85,7 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                         SWAP_AB: tl.constexpr, PREFETCH: tl.constexpr):
+                         PREFETCH: tl.constexpr):
     """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are)."""
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     num_splits = tl.num_programs(2)
@@ -102,60 +99,38 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     d = tl.arange(0, HEAD_DIM)
     if FP8:  # K's scale folds into the score scale, V's into the output: the loop only widens fp8
         qk_scale = qk_scale * tl.load(k_scale)
-    if SWAP_AB:  # everything transposed: scores [BLOCK_N, GROUP_PAD], acc [HEAD_DIM, GROUP_PAD]
-        qt = tl.load(q + b * stride_qb + heads[None, :] * stride_qh + d[:, None], mask=g[None, :] < GROUP, other=0.0)
-        if DOT_DTYPE is not None:
-            qt = qt.to(DOT_DTYPE)
-        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l = tl.zeros([GROUP_PAD], tl.float32)
-        acc_t = tl.zeros([HEAD_DIM, GROUP_PAD], tl.float32)
-        for n0 in range(start, end, BLOCK_N):
-            t = n0 + tl.arange(0, BLOCK_N)
-            valid = t < end
+    qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
+    if DOT_DTYPE is not None:
+        qv = qv.to(DOT_DTYPE)
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    if PREFETCH:  # the first tile, as read (widened where it is used)
+        t = start + tl.arange(0, BLOCK_N)
+        k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, t < end, d,
+                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
+    for n0 in range(start, end, BLOCK_N):
+        t = n0 + tl.arange(0, BLOCK_N)
+        valid = t < end
+        if PREFETCH:  # registers double-buffered by hand: the next tile's loads are in flight during this one
+            k, v = k_next, v_next
+            if DOT_DTYPE is not None:
+                k = k.to(DOT_DTYPE)
+                v = v.to(DOT_DTYPE)
+            tn = t + BLOCK_N
+            k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, tn, tn < end, d,
+                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
+        else:
             k, v = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
                             NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)
-            s = tl.dot(k, qt) * qk_scale  # [BLOCK_N, GROUP_PAD], log2 domain
-            s = tl.where(valid[:, None], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 0))
-            p = tl.exp2(s - m_new[None, :])
-            alpha = tl.exp2(m - m_new)
-            l = l * alpha + tl.sum(p, 0)
-            acc_t = acc_t * alpha[None, :] + tl.dot(tl.trans(v), p.to(v.dtype))
-            m = m_new
-        acc = tl.trans(acc_t)
-    else:
-        qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
-        if DOT_DTYPE is not None:
-            qv = qv.to(DOT_DTYPE)
-        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-        if PREFETCH:  # the first tile, as read (widened where it is used)
-            t = start + tl.arange(0, BLOCK_N)
-            k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, t < end, d,
-                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
-        for n0 in range(start, end, BLOCK_N):
-            t = n0 + tl.arange(0, BLOCK_N)
-            valid = t < end
-            if PREFETCH:  # registers double-buffered by hand: the next tile's loads are in flight during this one
-                k, v = k_next, v_next
-                if DOT_DTYPE is not None:
-                    k = k.to(DOT_DTYPE)
-                    v = v.to(DOT_DTYPE)
-                tn = t + BLOCK_N
-                k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, tn, tn < end, d,
-                                          NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
-            else:
-                k, v = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
-                                NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)
-            s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
-            s = tl.where(valid[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.exp2(s - m_new[:, None])
-            alpha = tl.exp2(m - m_new)
-            l = l * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m = m_new
+        s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
@@ -239,7 +214,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
-        DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, SWAP_AB=cfg.swap_ab, PREFETCH=cfg.prefetch,
+        DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,

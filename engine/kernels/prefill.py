@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.decode import LOG2E, dot_dtype
+from engine.kernels.decode import LOG2E, _load_kv, dot_dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,6 @@ class PrefillConfig:
     num_warps: int = 8
     num_stages: int = 3
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
-    swap_ab: bool = False  # S^T = K Q^T, O^T = V^T P^T: the widened K and V are the left (register) operand
 
 
 # The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 (bench/NOTES.md).
@@ -39,28 +38,13 @@ FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_st
 
 
 @triton.jit
-def _load_kv_tile(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """Keys and values of tokens n0 : n0 + BLOCK_N through the block table (zeros past ctx), and their positions."""
-    t = n0 + tl.arange(0, BLOCK_N)
-    d = tl.arange(0, HEAD_DIM)
-    block = tl.load(bt_row + t // BLOCK_SIZE, mask=t < ctx, other=0).to(tl.int64)
-    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
-    k = tl.load(k_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
-    v = tl.load(v_cache + rows[:, None] + d[None, :], mask=(t < ctx)[:, None], other=0.0)
-    if DOT_DTYPE is not None:  # an fp8 cache is widened in registers (its scales are applied outside)
-        k = k.to(DOT_DTYPE)
-        v = v.to(DOT_DTYPE)
-    return t, k, v
-
-
-@triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
-    t, k, v = _load_kv_tile(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                            DOT_DTYPE)
+    t = n0 + tl.arange(0, BLOCK_N)
+    k, v = _load_kv(k_cache, v_cache, bt_row, 0, 0, kvh, t, t < ctx, tl.arange(0, HEAD_DIM),
+                    NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)  # an fp8 cache widened; scales applied outside
     s = tl.dot(qv, tl.trans(k)) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
@@ -73,29 +57,11 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
 
 
 @triton.jit
-def _attend_tile_t(acc_t, m, l, q_t, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                   NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                   BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """_attend_tile transposed: q_t [HEAD_DIM, BLOCK_M], scores [BLOCK_N, BLOCK_M], acc_t [HEAD_DIM, BLOCK_M]."""
-    t, k, v = _load_kv_tile(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                            DOT_DTYPE)
-    s = tl.dot(k, q_t) * qk_scale
-    if CAUSAL_MASK:
-        s = tl.where((t[:, None] <= pos[None, :]) & (t[:, None] < ctx), s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, 0))
-    p = tl.exp2(s - m_new[None, :])
-    alpha = tl.exp2(m - m_new)
-    l = l * alpha + tl.sum(p, 0)
-    acc_t = acc_t * alpha[None, :] + tl.dot(tl.trans(v), p.to(v.dtype))
-    return acc_t, m_new, l
-
-
-@triton.jit
 def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                    FP8: tl.constexpr, SWAP_AB: tl.constexpr):
+                    FP8: tl.constexpr):
     b, tile, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_start = tl.load(cu_seqlens_q + b)
     q_len = tl.load(cu_seqlens_q + b + 1) - q_start
@@ -115,29 +81,16 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     l = tl.zeros([BLOCK_M], tl.float32)
     unmasked_end = (first // BLOCK_N) * BLOCK_N  # keys before every row of the tile
     end = tl.minimum(first + BLOCK_M, ctx)
-    if SWAP_AB:
-        q_t = tl.load(q + tok[None, :] * stride_qt + h * stride_qh + d[:, None], mask=(r < q_len)[None, :], other=0.0)
-        if DOT_DTYPE is not None:
-            q_t = q_t.to(DOT_DTYPE)
-        acc_t = tl.zeros([HEAD_DIM, BLOCK_M], tl.float32)
-        for n0 in range(0, unmasked_end, BLOCK_N):
-            acc_t, m, l = _attend_tile_t(acc_t, m, l, q_t, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                         NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
-        for n0 in range(unmasked_end, end, BLOCK_N):
-            acc_t, m, l = _attend_tile_t(acc_t, m, l, q_t, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                         NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
-        acc = tl.trans(acc_t)
-    else:
-        qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
-        if DOT_DTYPE is not None:
-            qv = qv.to(DOT_DTYPE)
-        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        for n0 in range(0, unmasked_end, BLOCK_N):
-            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
-        for n0 in range(unmasked_end, end, BLOCK_N):
-            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
+    qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
+    if DOT_DTYPE is not None:
+        qv = qv.to(DOT_DTYPE)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for n0 in range(0, unmasked_end, BLOCK_N):
+        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
+    for n0 in range(unmasked_end, end, BLOCK_N):
+        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
@@ -178,6 +131,6 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
                           NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
                           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, SWAP_AB=cfg.swap_ab,
+                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -47,10 +47,10 @@ def sourced_fp8_cache(num_blocks, block_size, g, amax: float):
 
 
 # the launch variants bench/fp8_tune.py sweeps (None: the fp8 defaults, FP8_DECODE_CONFIG / FP8_PREFILL_CONFIG)
-DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "swap": K.DecodeConfig(swap_ab=True),
+DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(),
                    "bn256-w8": K.DecodeConfig(block_n=256, num_warps=8),
-                   "swap-fp16-bn256": K.DecodeConfig(block_n=256, num_warps=8, fp8_widen="fp16", swap_ab=True),
-                   "swap-bn64-w4-s2": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True),
+                   "fp16-bn256": K.DecodeConfig(block_n=256, num_warps=8, fp8_widen="fp16"),
+                   "bn64-w4-s2": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2),
                    "prefetch-fp16-s1": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16", prefetch=True),
                    "stages1-fp16": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16")}
 
@@ -93,8 +93,8 @@ def test_fp8_decode_variants_match_the_dequantised_reference(variant, num_splits
     assert (out[3] == 0).all(), "an empty context must give zeros"
 
 
-PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen": "fp16"}, "swap": {"swap_ab": True},
-                    "swap-fp16-64x64-w4": {"swap_ab": True, "fp8_widen": "fp16", "block_m": 64, "block_n": 64,
+PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen": "fp16"},
+                    "fp16-64x64-w4": {"fp8_widen": "fp16", "block_m": 64, "block_n": 64,
                                            "num_warps": 4}}
 
 
