@@ -113,7 +113,7 @@ def times_from_idle(idle_s: np.ndarray, duration_s: np.ndarray) -> np.ndarray:
     """time_s from the idle gaps: ((g0 + d0) + g1) + d1 ..., added one at a time (cumsum is sequential)."""
     inter = np.empty(2 * len(idle_s))
     inter[0::2], inter[1::2] = idle_s, duration_s
-    return np.cumsum(inter)[0::2]
+    return np.cumsum(inter, out=inter)[0::2]
 
 
 def _run_segments(df: pd.DataFrame) -> list[slice]:
@@ -361,61 +361,137 @@ def parquet_metadata(path: Path) -> dict:
 
 
 def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """A steps.parquet with every column the simulator produces (derived ones computed here), or `columns`.
+    """A steps.parquet with every column the simulator produces (derived ones computed here), or only `columns`
+    (then only the stored columns they need are read, and only those derived).
 
-    Files written before schema 2 (every column stored) are returned as they are. Columns go from
-    Arrow to numpy one by one into a frame that keeps them as they are (no consolidation copy), and
-    the run geometry is looked up once for all derived columns.
+    Files written before schema 2 (every column stored) are returned as they are. Reading a large
+    table is mostly filling fresh memory, so the reader makes as few bytes as it can: a stored
+    column stored in one piece is handed to the frame without a copy, derived counts are int32
+    when they fit, and each derived column is written once into its own array.
     """
     path = Path(path)
-    table = pq.read_table(path)
-    raw = table.schema.metadata or {}
-    meta = json.loads(raw[METADATA_KEY]) if METADATA_KEY in raw else {}
+    meta = parquet_metadata(path)
     if not meta:
-        df = table.to_pandas()
-        return df if columns is None else df[columns]
+        df = pq.read_table(path, columns=columns).to_pandas()
+        return df
     runs = meta["runs"]
+    derived = set(meta.get("derived", [])) | {f"{c}_frac" for c in CATEGORIES} | {"kv_cache_usage"}
+    if columns is None:
+        stored = None
+        wanted = None
+    else:
+        need = {c for c in columns if c not in derived} | {"run"}
+        for c in columns:
+            need.update(_DERIVED_FROM.get(c, ()))
+        stored = [c for c in pq.read_schema(path).names if c in need]
+        wanted = list(columns)
+    pf = pq.ParquetFile(path)
+    zero = _zero_columns(pf.metadata)
+    names_stored = [c for c in pf.schema_arrow.names if stored is None or c in stored]
+    table = pf.read(columns=[c for c in names_stored if c not in zero])
     cols: dict[str, object] = {}
-    for name in table.column_names:
+    for name in names_stored:
+        if name in zero:  # 0 in every row: calloc'd zeros, whose pages are never touched unless written
+            cols[name] = np.zeros(pf.metadata.num_rows, dtype=pf.schema_arrow.field(name).type.to_pandas_dtype())
+            continue
         col = table.column(name)
-        cols[name] = col.to_pandas() if pa.types.is_dictionary(col.type) else col.to_numpy()
+        cols[name] = col.to_pandas() if pa.types.is_dictionary(col.type) else _to_numpy(col)
     del table
     if "run" not in cols or not runs:
         raise ValueError("steps without run geometry")
     run = cols["run"]
     codes, names = run.cat.codes.to_numpy(), [str(c) for c in run.cat.categories]
-    blocks = np.array([runs[n]["num_gpu_blocks"] for n in names], dtype=np.int64)[codes]
-    bs = np.array([runs[n]["block_size"] for n in names], dtype=np.int64)[codes]
     segments = _run_segments_of(codes)
+    seg_geometry = [(seg, runs[names[codes[seg.start]]]) for seg in segments if seg.stop > seg.start]
+    n = len(codes)
+    want = (lambda c: True) if wanted is None else (lambda c: c in wanted)  # noqa: E731
     if IDLE in cols:
-        idle, d = cols.pop(IDLE).astype(np.float64, copy=False), cols["duration_s"].astype(np.float64, copy=False)
-        time_s = np.empty(len(d))
-        for seg in segments:
-            time_s[seg] = times_from_idle(idle[seg], d[seg])
-        cols["time_s"] = time_s
-    get = lambda c: cols[c].astype(np.int64, copy=False)  # noqa: E731
+        idle = cols.pop(IDLE)
+        if want("time_s"):
+            cols["time_s"] = _times_of_segments(idle, cols["duration_s"], segments)
+    small = max((g["num_gpu_blocks"] * g["block_size"] for g in runs.values()), default=0) < 2**31
+    itype = np.int32 if small else np.int64
+
+    def per_run(fill, dtype) -> np.ndarray:
+        out = np.empty(n, dtype=dtype)
+        for seg, g in seg_geometry:
+            fill(out[seg], seg, g["num_gpu_blocks"], g["block_size"])
+        return out
+
     for c in meta.get("derived", []):
+        if not (want(c) or want(f"{c}_frac")) or c == "time_s":
+            continue
         if c == "step":
-            if len(segments) == len(np.unique(codes)):  # each run stored in one piece
-                starts = np.array([seg.start for seg in segments], dtype=np.int64)
-                cols[c] = np.arange(len(codes)) - np.repeat(starts, np.diff(np.r_[starts, len(codes)]))
-            else:
+            cols[c] = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+            for seg in segments:
+                cols[c][seg] = np.arange(seg.stop - seg.start)
+            if len(segments) != len(np.unique(codes)):  # a run split in pieces: count the general way
                 cols[c] = pd.Series(codes).groupby(codes, sort=False).cumcount().to_numpy()
         elif c == "blocks_free":
-            cols[c] = blocks - get("blocks_used") - get("blocks_cached")
+            def fill(o, seg, blocks, bs):
+                np.subtract(blocks, cols["blocks_used"][seg], out=o)
+                o -= cols["blocks_cached"][seg]
+            cols[c] = per_run(fill, itype)
         elif c == "cached":
-            cols[c] = get("blocks_cached") * bs
+            cols[c] = np.zeros(n, dtype=itype) if "blocks_cached" in zero else \
+                per_run(lambda o, seg, blocks, bs: np.multiply(cols["blocks_cached"][seg], bs, out=o), itype)
         elif c == "free":
-            cols[c] = blocks * bs - sum(get(x) for x in CATEGORIES if x != "free")
-    total = blocks * bs
+            def fill(o, seg, blocks, bs):
+                np.subtract(blocks * bs, cols["used"][seg], out=o)
+                for x in ("reserved", "internal_fragmentation", "external_fragmentation"):
+                    o -= cols[x][seg]
+                o -= cols["cached"][seg] if "cached" in cols else cols["blocks_cached"][seg] * bs
+            cols[c] = per_run(fill, itype)
     for c in CATEGORIES:
-        cols[f"{c}_frac"] = cols[c] / total
-    cols["kv_cache_usage"] = cols["blocks_used"] / blocks
-    order = _step_order()
-    names_out = [c for c in order if c in cols] + [c for c in cols if c not in order]
-    if columns is not None:
-        names_out = list(columns)
+        if want(f"{c}_frac") and (c in zero or (c == "cached" and "blocks_cached" in zero)):
+            cols[f"{c}_frac"] = np.zeros(n)
+        elif want(f"{c}_frac"):
+            cols[f"{c}_frac"] = per_run(lambda o, seg, blocks, bs, c=c: np.divide(cols[c][seg], blocks * bs, out=o),
+                                        np.float64)
+    if want("kv_cache_usage"):
+        cols["kv_cache_usage"] = per_run(lambda o, seg, blocks, bs: np.divide(cols["blocks_used"][seg], blocks, out=o),
+                                         np.float64)
+    if wanted is not None:
+        names_out = wanted
+    else:
+        order = _step_order()
+        names_out = [c for c in order if c in cols] + [c for c in cols if c not in order]
     return pd.DataFrame({c: cols[c] for c in names_out}, copy=False)
+
+
+# Stored columns each derived column is computed from (besides `run`).
+_DERIVED_FROM = {"time_s": (IDLE, "duration_s"), "blocks_free": ("blocks_used", "blocks_cached"),
+                 "cached": ("blocks_cached",), "free": CATEGORIES[:4] + ("blocks_cached",),
+                 "kv_cache_usage": ("blocks_used",)} | {f"{c}_frac": (c,) if c not in ("free", "cached") else ()
+                                                         for c in CATEGORIES}
+_DERIVED_FROM["free_frac"] = _DERIVED_FROM["free"]
+_DERIVED_FROM["cached_frac"] = _DERIVED_FROM["cached"]
+
+
+def _zero_columns(meta: pq.FileMetaData) -> set[str]:
+    """Integer columns whose statistics say 0 in every row group (no swaps, no prefix caching, ...)."""
+    out = set()
+    for j in range(meta.num_columns):
+        chunks = [meta.row_group(r).column(j) for r in range(meta.num_row_groups)]
+        if chunks and chunks[0].physical_type in ("INT32", "INT64") and all(
+                (st := ch.statistics) is not None and st.has_min_max and st.min == 0 and st.max == 0
+                and st.null_count == 0 for ch in chunks):
+            out.add(chunks[0].path_in_schema)
+    return out
+
+
+def _to_numpy(col: pa.ChunkedArray) -> np.ndarray:
+    """A column as numpy: without a copy when it is one chunk, else one concatenation."""
+    arr = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _times_of_segments(idle: np.ndarray, duration: np.ndarray, segments: list[slice]) -> np.ndarray:
+    """time_s of every run's steps from the idle gaps (see `times_from_idle`), into one array."""
+    out = np.empty(len(idle))
+    for seg in segments:
+        out[seg] = times_from_idle(idle[seg], duration[seg])
+    return out
 
 
 def _run_segments_of(codes: np.ndarray) -> list[slice]:

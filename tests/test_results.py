@@ -14,7 +14,7 @@ import pytest
 from pagesim.config import Config
 from pagesim.metrics import prefix_cache_kwargs, summarize, summarize_run
 from pagesim.replay import run_configs, write_run_dir
-from pagesim.results import SCHEMA_VERSION, parquet_metadata, read_requests, read_run, requests_path
+from pagesim.results import SCHEMA_VERSION, parquet_metadata, read_requests, read_run, read_steps, requests_path
 from pagesim.simulator import simulate
 from pagesim.traces import load_trace, trace_from_frame
 
@@ -115,3 +115,19 @@ def test_steps_streamed_in_small_chunks_equal_the_whole_table(tmp_path, monkeypa
         expected = summarize_run(r)
         assert {k: v for k, v in summaries[name].items() if k not in ("sim_wall_s", "cost_model", "num_gpus", "num_replicas")} == \
             {k: v for k, v in expected.items() if k != "sim_wall_s"}
+
+
+def test_columns_that_are_zero_or_asked_for_alone_read_back_as_recorded(tmp_path):
+    """A run without prefix caching or swaps has all-zero columns (read as zeros without decoding them), and
+    asking for a few columns (derived ones included) reads only what they need and gives the same values."""
+    trace = load_trace(ROOT / "traces" / "sharegpt-poisson-1k.jsonl", limit=150)
+    results, _ = _write(tmp_path, trace, Config(num_gpu_blocks=400), baselines=("max",))
+    steps = read_run(tmp_path)[1]
+    assert (steps["prefix_cache_queries"] == 0).all() and (steps["reserved"] > 0).any()
+    for name, r in results.items():
+        s = steps[steps["run"] == name].drop(columns="run").reset_index(drop=True)
+        pd.testing.assert_frame_equal(s, r.steps, check_dtype=False)
+    for cols in (["time_s", "free_frac", "kv_cache_usage"], ["cached_frac", "free", "step", "run"], ["num_running"],
+                 ["blocks_free", "cached", "external_fragmentation_frac"]):
+        pd.testing.assert_frame_equal(read_steps(tmp_path / "steps.parquet", columns=cols), steps[cols],
+                                      check_dtype=False)
