@@ -13,7 +13,9 @@ block decisions equal step-by-step simulation (tests/test_fast_path.py).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
@@ -25,14 +27,9 @@ SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Pyth
 def _starts_before(cut: float, now: float, durations: np.ndarray) -> tuple[list[float], np.ndarray, float]:
     """Start times of the steps (with these durations, from `now`) that start before `cut`, the first always;
     their durations and the end of the last. Added one at a time, as a step-by-step clock would."""
-    starts = []
-    t = now
-    for d in durations.tolist():
-        if starts and t >= cut:
-            break
-        starts.append(t)
-        t += d
-    return starts, durations[:len(starts)], t
+    times = list(accumulate(durations.tolist(), initial=now))  # times[j]: start of step j; sequential sums
+    k = max(1, bisect_left(times, cut, 0, len(durations)))  # starts are non-decreasing
+    return times[:k], durations[:k], times[k]
 
 
 @dataclass(slots=True)

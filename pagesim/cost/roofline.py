@@ -141,7 +141,9 @@ class RooflineCostModel:
             allreduce = self.allreduce_s + n * self.allreduce_s_per_token
             kvb, mem_rate, attn, flop_rate = self.kv_bytes, self.mem_rate, self.attn_flops, self.flop_rate
             overhead, seq_overhead = self.step_overhead_s, n * self.seq_overhead_s
-            return np.array([dense + max((c + n) * kvb / mem_rate, c * attn / flop_rate) + allreduce + overhead + seq_overhead
+            # max(a, b) written out (a builtin call per step was a tenth of a run's cost); the same value
+            return np.array([dense + (a if (a := (c + n) * kvb / mem_rate) >= (b := c * attn / flop_rate) else b)
+                             + allreduce + overhead + seq_overhead
                              for c in range(context_start + n, context_start + n * (k + 1), n)])
         ctx = context_start + num_seqs * np.arange(1, k + 1, dtype=np.int64)
         return self._forward_time(num_seqs, num_seqs, ctx, ctx, np.maximum)
