@@ -275,14 +275,16 @@ class PagedKVCacheManager:
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
-        out = DecodeBlocks([0] * k, [0] * k, [0] * k)
-        internal = out.internal_delta_per_step
+        out = None
         crossings = []  # (step, running index) of every block allocation
         for idx, r in enumerate(running):
             held = len(r.block_ids)
             first = held * bs - r.num_computed_tokens  # the step that needs the request's next block
             if first >= k:
                 continue
+            if out is None:
+                out = DecodeBlocks([0] * k, [0] * k, [0] * k)
+                internal = out.internal_delta_per_step
             crossings.extend([(j, idx) for j in range(first, k, bs)])
             # A request's last block is the only one that can reach past its final length.
             final = r.prompt_len + r.output_len - 1  # final_kv_len
@@ -290,8 +292,9 @@ class PagedKVCacheManager:
             j = last * bs - r.num_computed_tokens  # the step that allocates it (>= first when last >= held)
             if last >= held and j < k:
                 internal[j] += (last + 1) * bs - final
-        if not crossings:
-            return out
+        if out is None:  # nothing allocated, so no internal fragmentation added either: one list of zeros
+            zeros = [0] * k
+            return DecodeBlocks(zeros, zeros, zeros)
         crossings.sort()
         evicted: list[bool] = []
         for (j, idx), block, was_cached in zip(crossings, self.pool.take(len(crossings), evicted), evicted):

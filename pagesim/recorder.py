@@ -11,6 +11,7 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -249,7 +250,9 @@ class Recorder:
             prior = np.concatenate([[0], cs])[offsets]
             return cs - np.repeat(prior, K)
 
-        blocks = [np.concatenate([np.asarray(b[i], dtype=np.int64) for b in self.run_blocks]) for i in range(3)]
+        total = int(K.sum())
+        blocks = [np.fromiter(chain.from_iterable(b[i] for b in self.run_blocks), dtype=np.int64, count=total)
+                  for i in range(3)]
         n = rep(2)
         blocks_used = rep(7) + segment_cumsum(blocks[0])
         cached_blocks = rep(8) - segment_cumsum(blocks[1])
