@@ -38,6 +38,7 @@ def main() -> int:
     if args.stream:
         from pagesim.replay import simulate_runs
 
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         gc.collect()
         t = time.perf_counter()
         results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, Path(args.out))

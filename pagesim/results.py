@@ -109,10 +109,12 @@ def idle_before(time_s: np.ndarray, duration_s: np.ndarray, prev_end: float) -> 
     raise AssertionError("step start times cannot be stored as idle gaps exactly")
 
 
-def times_from_idle(idle_s: np.ndarray, duration_s: np.ndarray) -> np.ndarray:
-    """time_s from the idle gaps: ((g0 + d0) + g1) + d1 ..., added one at a time (cumsum is sequential)."""
+def times_from_idle(idle_s: np.ndarray, duration_s: np.ndarray, start: float = 0.0) -> np.ndarray:
+    """time_s from the idle gaps: ((start + g0) + d0) + g1 ..., added one at a time (cumsum is sequential)."""
     inter = np.empty(2 * len(idle_s))
     inter[0::2], inter[1::2] = idle_s, duration_s
+    if len(inter):
+        inter[0] = start + inter[0]
     return np.cumsum(inter, out=inter)[0::2]
 
 
@@ -413,7 +415,7 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
     itype = np.int32 if small else np.int64
 
     def per_run(fill, dtype) -> np.ndarray:
-        out = np.empty(n, dtype=dtype)
+        out = _empty(n, dtype)
         for seg, g in seg_geometry:
             fill(out[seg], seg, g["num_gpu_blocks"], g["block_size"])
         return out
@@ -422,7 +424,7 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
         if not (want(c) or want(f"{c}_frac")) or c == "time_s":
             continue
         if c == "step":
-            cols[c] = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+            cols[c] = _empty(n, np.int32 if n < 2**31 else np.int64)
             for seg in segments:
                 cols[c][seg] = np.arange(seg.stop - seg.start)
             if len(segments) != len(np.unique(codes)):  # a run split in pieces: count the general way
@@ -486,12 +488,27 @@ def _to_numpy(col: pa.ChunkedArray) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
-def _times_of_segments(idle: np.ndarray, duration: np.ndarray, segments: list[slice]) -> np.ndarray:
-    """time_s of every run's steps from the idle gaps (see `times_from_idle`), into one array."""
-    out = np.empty(len(idle))
+def _times_of_segments(idle: np.ndarray, duration: np.ndarray, segments: list[slice], block: int = 1 << 16) -> np.ndarray:
+    """time_s of every run's steps from the idle gaps, into one array: `times_from_idle` a block of steps at a
+    time, each block's first start added to the end of the block before it (the same additions in the same
+    order), so the interleaved buffer stays small."""
+    out = _empty(len(idle), np.float64)
     for seg in segments:
-        out[seg] = times_from_idle(idle[seg], duration[seg])
+        end = 0.0
+        for a in range(seg.start, seg.stop, block):
+            b = min(a + block, seg.stop)
+            t = times_from_idle(idle[a:b], duration[a:b], end)
+            out[a:b] = t
+            end = float(t[-1] + duration[b - 1])
     return out
+
+
+def _empty(n: int, dtype) -> np.ndarray:
+    """An uninitialised column in Arrow's memory pool, like the columns read from the file (numpy's own
+    allocations of this size ask for transparent huge pages, whose first touch costs 2-4x more on the VMs
+    measured here: bench/sim_speed.py's read of steps.parquet)."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer(pa.allocate_buffer(n * dtype.itemsize), dtype=dtype)
 
 
 def _run_segments_of(codes: np.ndarray) -> list[slice]:
