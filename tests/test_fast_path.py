@@ -59,3 +59,25 @@ def test_fast_path_equals_step_by_step(path, name):
     # The fast path must actually be taken on these traces, or the test proves nothing.
     assert fast.extra["fast_path_steps"] > fast.num_steps / 4, fast.extra
     assert slow.extra["fast_path_steps"] == 0
+
+
+def test_a_decode_run_goes_on_through_finishes_when_nothing_is_due():
+    """Three requests admitted together that finish one after another, with no arrival after them: the
+    driver loop takes one turn for the prefill and one for all the decode steps (the run goes on
+    through the first two finishes), and the result equals step-by-step simulation."""
+    from pagesim.traces import trace_from_frame
+
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_time_s": [0.0, 0.0, 0.0],
+                       "prompt_len": [100, 200, 300], "output_len": [10, 40, 90]})
+    trace = trace_from_frame(df, "three")
+    cfg = Config(model="llama-3-8b", gpu="h200", max_model_len=8192)
+    turns = []
+    sim = Simulation(requests_from_trace(trace), cfg, make_cost_model("roofline", cfg))
+    tick = sim._tick
+    sim._tick = lambda now: (turns.append(now), tick(now))[1]
+    fast = sim.run()
+    slow, _ = run(trace, False)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
+    assert fast.num_steps == 90 and fast.extra["fast_path_steps"] == 89
+    assert len(turns) == 3, f"expected prefill, one decode run through both finishes, end; loop turns at {turns}"
