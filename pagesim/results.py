@@ -367,29 +367,27 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
     (then only the stored columns they need are read, and only those derived).
 
     Files written before schema 2 (every column stored) are returned as they are. Reading a large
-    table is mostly filling fresh memory, so the reader makes as few bytes as it can: a stored
-    column stored in one piece is handed to the frame without a copy, derived counts are int32
-    when they fit, and each derived column is written once into its own array.
+    table is mostly filling fresh memory, so the reader makes as few bytes as it can: a column
+    that the row-group statistics say is 0 everywhere is not decoded (calloc'd zeros, pages never
+    touched), a column stored in one piece goes to the frame without a copy, derived counts are
+    int32 when they fit, and each derived column is written once, into Arrow's pool (`_empty`).
     """
     path = Path(path)
     meta = parquet_metadata(path)
     if not meta:
         df = pq.read_table(path, columns=columns).to_pandas()
-        return df
+        return df if columns is None else df[list(columns)]
     runs = meta["runs"]
     derived = set(meta.get("derived", [])) | {f"{c}_frac" for c in CATEGORIES} | {"kv_cache_usage"}
-    if columns is None:
-        stored = None
-        wanted = None
-    else:
+    wanted = None
+    if columns is not None:
         need = {c for c in columns if c not in derived} | {"run"}
         for c in columns:
             need.update(_DERIVED_FROM.get(c, ()))
-        stored = [c for c in pq.read_schema(path).names if c in need]
         wanted = list(columns)
     pf = pq.ParquetFile(path)
     zero = _zero_columns(pf.metadata)
-    names_stored = [c for c in pf.schema_arrow.names if stored is None or c in stored]
+    names_stored = [c for c in pf.schema_arrow.names if columns is None or c in need]
     table = pf.read(columns=[c for c in names_stored if c not in zero])
     cols: dict[str, object] = {}
     for name in names_stored:
