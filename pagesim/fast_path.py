@@ -56,12 +56,15 @@ def decode_run_limit(sched: Scheduler) -> int:
     same). The limit is the fewest remaining output tokens of a running request
     (the step in which one finishes is the run's last) and the most steps whose
     block allocations all succeed (`max_decode_steps`, so nobody is preempted).
-    The caller also stops the run at the next arrival.
+    The caller also stops the run at the next arrival. Fewer than 2 steps is no run: 0.
     """
     running = sched.running
     n = len(running)
     budget = sched.config.max_num_batched_tokens - n
     if not n or sched.pending_copies or budget < 0:
+        return 0
+    last = running[-1]  # the newest: the one most likely still prefilling, so asked first
+    if not last.num_output_tokens or last.num_computed_tokens != last.prompt_len + last.num_output_tokens - 1:
         return 0
     limit = 1 << 62
     for r in running:
@@ -71,6 +74,8 @@ def decode_run_limit(sched: Scheduler) -> int:
         left = r.output_len - out
         if left < limit:
             limit = left
+    if limit < 2:  # a run of one step is no run: schedule() takes it
+        return 0
     if sched.swapped or sched.waiting:
         head = sched.swapped[0] if sched.swapped else sched.waiting[0]
         if budget > 0 and sched.admission(head, budget, n, swapped=bool(sched.swapped)) is not None:
