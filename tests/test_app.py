@@ -65,6 +65,14 @@ def _typed_arrays(value):
     return value
 
 
+def vega_titles(at: AppTest) -> list[str]:
+    """The titles of the Vega-Lite charts on the page (the trace overview's panels)."""
+    return [json.loads(el.proto.spec)["title"] for el in at.get("vega_lite_chart")]
+
+
+TRACE_PANELS = ["arrivals (req/s)", "prompt length (tokens)", "output length (tokens)"]
+
+
 def trace_names(fig: go.Figure) -> list[str]:
     return [t.name for t in fig.data]
 
@@ -89,10 +97,10 @@ def metric_deltas(at: AppTest) -> dict[str, list[str]]:
 def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert not replay.error and not replay.warning, "nothing is rejected in the default view"
     assert replay.title[0].value == "Replay"
+    assert vega_titles(replay) == TRACE_PANELS  # the trace, in Vega-Lite (pagesim.dashboard.trace_chart)
     specs = charts(replay)
-    assert len(specs) == 4  # the Memory view: trace, memory, requests, block map
-    trace, memory, requests, blocks = specs
-    assert trace_names(trace) == ["arrivals", "prompt_len", "output_len"]
+    assert len(specs) == 3  # the Memory view: memory, requests, block map
+    memory, requests, blocks = specs
     assert trace_names(memory)[:7] == ["used", "reserved", "internal fragmentation", "external fragmentation",
                                        "cached", "free while requests wait", "free"]
     assert len(memory.data) == 14 and [a.text for a in memory.layout.annotations][:2] == ["paged", "contiguous-max"]
@@ -113,15 +121,14 @@ def test_a_new_session_draws_the_trace_chart_before_the_heavy_charts():
     reruns the page once the browser has drawn that chart; the headline table is built only when opened."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     assert not at.exception and not at.error
-    (trace,) = charts(at)
-    assert trace_names(trace) == ["arrivals", "prompt_len", "output_len"]
+    assert vega_titles(at) == TRACE_PANELS and not charts(at), "the first chart is Vega-Lite; no plotly yet"
     assert "Drawing the charts" in " ".join(c.value for c in at.caption)
     components = [c.key for c in at.get("bidi_component")]
     assert components == ["pagesim.first_chart", "pagesim.preload_charts"] and not at.dataframe and not at.tabs
     assert [label for label, _ in metrics(at)].count("Throughput (req/s)") == 2, "the headline comes first"
     at.session_state[first_chart.DRAWN] = True  # what the component's callback does once a chart is drawn
     at.run()
-    assert len(charts(at)) == 4 and not at.get("bidi_component") and not at.dataframe, "both only on the first run"
+    assert len(charts(at)) == 3 and not at.get("bidi_component") and not at.dataframe, "both only on the first run"
     at.session_state["replay.headline_table"] = True
     at.run()
     assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max"]
@@ -231,17 +238,17 @@ def test_replay_serving_view_controls():
 
 def test_replay_time_controls(replay):
     replay.toggle(key="replay.shared_time").set_value(True).run()
-    memory = charts(replay)[1]
+    memory = charts(replay)[0]
     assert memory.layout.xaxis.matches == "x2"
     replay.toggle(key="replay.shared_time").set_value(False).run()
-    assert charts(replay)[1].layout.xaxis.matches is None, "each run on its own time axis by default"
+    assert charts(replay)[0].layout.xaxis.matches is None, "each run on its own time axis by default"
     options = replay.select_slider(key="replay.snapshot").options
     assert len(options) > 40, "the slider runs past the last arrival, over the baseline's drain"
     replay.select_slider(key="replay.snapshot").set_value(len(options) - 1).run()
-    blocks = charts(replay)[3]
+    blocks = charts(replay)[2]
     assert "finished at" in blocks.layout.annotations[0].text, "paged ended before the last slider time"
     replay.segmented_control(key="replay.colour_by").set_value("state").run()
-    assert "used (holds tokens)" in trace_names(charts(replay)[3])
+    assert "used (holds tokens)" in trace_names(charts(replay)[2])
     replay.select_slider(key="replay.snapshot").set_value(20).run()
     replay.toggle(key="replay.play").set_value(True).run()
     assert not replay.exception
@@ -254,15 +261,15 @@ def test_replay_baselines_add_one_run_each():
     at.multiselect(key="replay.baselines").set_value(["max", "pow2", "oracle"]).run()
     assert not at.exception
     assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]
-    assert len(charts(at)[1].data) == 7 * 4
+    assert len(charts(at)[0].data) == 7 * 4
 
 
 def test_replay_time_slider_scrubs_the_block_map(replay):
-    first = charts(replay)[3]
+    first = charts(replay)[2]
     slider = replay.select_slider(key="replay.snapshot")
     slider.set_value(0).run()
     assert not replay.exception
-    early = charts(replay)[3]
+    early = charts(replay)[2]
     assert early.layout.title.text != first.layout.title.text  # "at t = ... s"
     assert not np.array_equal(np.asarray(early.data[0].z, dtype=float), np.asarray(first.data[0].z, dtype=float),
                               equal_nan=True)
@@ -300,7 +307,7 @@ def test_replay_valid_upload_is_replayed():
     at.radio(key="replay.source").set_value("Upload a file").run()
     assert not at.exception and not at.error
     assert "conv" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 4
+    assert len(charts(at)) == 3
 
 
 def test_replay_invalid_config_shows_the_config_error():
@@ -318,7 +325,7 @@ def test_replay_synthetic_source():
     at.checkbox(key="replay.prefix_caching").check().run()
     assert not at.exception and not at.error
     assert "kshot-500" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 4
+    assert len(charts(at)) == 3
     assert "Prefix-cache hit rate" in [label for label, _ in metrics(at)]
 
 

@@ -1,6 +1,6 @@
 """The dashboard in a real browser: `streamlit run app.py` served to headless Debian Chromium via playwright.
 
-Each page is opened and must draw its plotly charts (a `.js-plotly-plot` with its SVG) without a
+Each page is opened and must draw its charts (a `.js-plotly-plot` with its SVG, or a Vega-Lite chart) without a
 Streamlit exception box. The Replay page's default view is timed from navigation start to its first
 chart drawn and to all its charts drawn, on a freshly started server (cold: the simulations run) and
 then in new browser sessions (new contexts) on the warm server; the times go to
@@ -52,25 +52,32 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
 ]
 
-# Plotly charts each page draws by default (Sim vs Live and Kernels: when they have results to show).
-PAGES = {"replay": 4, "sweep": 1}
+# Charts each page draws by default, plotly and Vega-Lite alike (Sim vs Live and Kernels: when they have
+# results to show). Replay: the trace's three Vega-Lite panels, then the memory, request and block-map charts.
+PAGES = {"replay": 6, "sweep": 1}
+SERVING = 7  # Replay's Serving view: the trace's three panels, KV usage, queues, histograms and the timeline
 WARM_SESSIONS = 3
 FIXTURE_PAGES = {"live": 5, "kernels": 2}
 
-# True once every expected chart has an SVG drawn and Streamlit has stopped running the script;
-# records performance.now() (ms since navigation start) the first time it holds, and in window.__first
-# when the first chart is drawn.
+# A drawn chart: a plotly chart with its SVG, or a Vega-Lite chart whose SVG has marks (or its canvas).
+# True once `n` charts are drawn and Streamlit has stopped running the script; records performance.now()
+# (ms since navigation start) the first time it holds, and in window.__first when the first chart of
+# either kind is drawn.
 CHARTS_DRAWN = """
 ([n, stamp]) => {
-  const drawn = [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('svg.main-svg'));
-  if (drawn.length > 0 && window.__first === undefined) window.__first = performance.now();
+  const plotly = [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('svg.main-svg'));
+  const vega = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+    .filter(v => v.querySelector('svg.marks g, canvas.marks'));
+  const drawn = plotly.length + vega.length;
+  if (drawn > 0 && window.__first === undefined) window.__first = performance.now();
   const running = document.querySelector('[data-testid="stStatusWidget"]');
   const body = document.querySelector('[data-testid="stMainBlockContainer"]');
-  const ready = drawn.length >= n && body !== null && body.innerText.length > 0 && (n > 0 || !running);
+  const ready = drawn >= n && body !== null && body.innerText.length > 0 && (n > 0 || !running);
   if (ready && window[stamp] === undefined) window[stamp] = performance.now();
   return ready;
 }
 """
+CHARTS = '.js-plotly-plot, [data-testid="stVegaLiteChart"]'
 
 
 def free_port() -> int:
@@ -201,7 +208,7 @@ def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
     tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"], times=cold)  # the default page lives at /
     text = tab.inner_text('[data-testid="stMainBlockContainer"]')
     assert "contiguous-max" in text and "paged" in text and "Page not found" not in tab.content()
-    assert tab.locator(".js-plotly-plot").count() == PAGES["replay"]
+    assert tab.locator(CHARTS).count() == PAGES["replay"]
     screenshot(tab, "replay", docs=True)
     tab.close()
     warm = []
@@ -217,7 +224,7 @@ def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
         "warm_first_chart_s": [round(t["first"], 3) for t in warm],
         "warm_all_charts_s": [round(t["all"], 3) for t in warm],
         "targets": "first chart <= 3 s warm (new browser session), <= 5 s cold",
-        "measured": f"navigation start -> first / all {PAGES['replay']} plotly charts drawn (performance.now), "
+        "measured": f"navigation start -> first / all {PAGES['replay']} charts drawn (plotly or Vega-Lite; performance.now), "
                     "headless Chromium, each visit a new browser context (a new Streamlit session)",
         "cold": "first visit after `streamlit run app.py` started: the paged and contiguous-max simulations run",
         "warm": "later visits: traces and runs from st.cache_resource",
@@ -233,7 +240,7 @@ def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
 
 
 def test_replay_serving_view_screenshot(browser, server):
-    tab, _ = open_page(browser, f"{server.url}/?replay.view=Serving+%28vLLM+metrics%29", 5)
+    tab, _ = open_page(browser, f"{server.url}/?replay.view=Serving+%28vLLM+metrics%29", SERVING)
     assert "kv_cache_usage_perc" in tab.inner_text('[data-testid="stMainBlockContainer"]')
     screenshot(tab, "replay-serving", docs=True)
     tab.close()
@@ -241,7 +248,7 @@ def test_replay_serving_view_screenshot(browser, server):
 
 def test_replay_timeline_draws_preemptions(browser, server):
     """At 0.5 GiB paged preempts: the per-request timeline draws the preempted intervals with a legend entry."""
-    tab, _ = open_page(browser, f"{server.url}/?replay.kv_cache_gib=0.5&replay.view=Serving+%28vLLM+metrics%29", 5)
+    tab, _ = open_page(browser, f"{server.url}/?replay.kv_cache_gib=0.5&replay.view=Serving+%28vLLM+metrics%29", SERVING)
     gantt = tab.locator(".js-plotly-plot").last
     legend = gantt.locator(".legendtext").all_text_contents()
     assert legend[:4] == ["queued", "prefill", "decode", "preempted"], legend
@@ -340,7 +347,7 @@ def find(page: str):
 @pytest.mark.parametrize("page", ["live", "kernels"])
 def test_result_pages_draw_their_charts_from_fixture_results(browser, fixture_server, page):
     tab, _ = open_page(browser, f"{fixture_server.url}/{page}", FIXTURE_PAGES[page])
-    assert tab.locator(".js-plotly-plot").count() == FIXTURE_PAGES[page]
+    assert tab.locator(CHARTS).count() == FIXTURE_PAGES[page]
     screenshot(tab, f"{page}-fixture", docs=False)
     tab.close()
 

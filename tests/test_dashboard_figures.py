@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pagesim.config import Config
-from pagesim.dashboard import block_map, data, figures, kernel_results, live_runs, palette, serving, sweep, tables
+from pagesim.dashboard import block_map, data, figures, kernel_results, live_runs, palette, serving, sweep, tables, trace_chart
 from pagesim.errors import UserError
 from pagesim.recorder import BlockSnapshot
 from pagesim.specs import GIB
@@ -42,14 +42,18 @@ def steps_of(runs):
 
 # ---- the trace -------------------------------------------------------------------------------------------
 def test_trace_overview_shows_arrival_rate_and_length_distributions():
+    """Three Vega-Lite specs (the first chart a session draws): arrival rate, prompt and output lengths,
+    binned here, in the palette's trace colour."""
     trace = synthesize("sharegpt", num_requests=400, rate=8.0, seed=0)
-    fig = figures.trace_overview(trace.df, bins=20)
-    assert [t.name for t in fig.data] == ["arrivals", "prompt_len", "output_len"]
-    arrivals = fig.data[0]
-    assert len(arrivals.x) == 20
+    specs = trace_chart.trace_overview(trace.df, num_bins=20)
+    assert [s["title"] for s in specs] == ["arrivals (req/s)", "prompt length (tokens)", "output length (tokens)"]
+    assert {s["mark"]["color"] for s in specs} == {palette.TRACE}
+    rows = [next(iter(s["datasets"].values())) for s in specs]
+    assert [len(r) for r in rows] == [20, 20, 20]
     span = trace.df["arrival_time_s"].max()
-    assert sum(arrivals.y) * span / 20 == pytest.approx(400)  # req/s x bin width = requests
-    assert list(fig.data[1].x) == trace.df["prompt_len"].tolist()
+    assert sum(r["value"] for r in rows[0]) * span / 20 == pytest.approx(400)  # req/s x bin width = requests
+    assert sum(r["value"] for r in rows[1]) == 400 and rows[1][0]["start"] == trace.df["prompt_len"].min()
+    assert rows[2][-1]["end"] == trace.df["output_len"].max()
 
 
 # ---- memory and requests over time -----------------------------------------------------------------

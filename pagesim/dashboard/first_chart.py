@@ -16,13 +16,16 @@ from pathlib import Path
 import streamlit as st
 
 DRAWN = "first_chart.drawn"
+# A drawn chart of either kind: plotly's SVG, or the SVG or canvas vega-embed draws a Vega-Lite chart into.
+DRAWN_CHART = ('.js-plotly-plot svg.main-svg, [data-testid="stVegaLiteChart"] svg.marks g, '
+               '[data-testid="stVegaLiteChart"] canvas.marks')
 MAX_WAIT_MS = 5000
 
 _JS = """
 export default function({ setTriggerValue }) {
   const start = performance.now();
   const check = () => {
-    if (document.querySelector('.js-plotly-plot svg.main-svg') || performance.now() - start > %d) {
+    if (document.querySelector(%s) || performance.now() - start > %d) {
       setTriggerValue('drawn', true);
     } else {
       setTimeout(check, 50);
@@ -30,7 +33,7 @@ export default function({ setTriggerValue }) {
   };
   check();
 }
-""" % MAX_WAIT_MS
+""" % (repr(DRAWN_CHART), MAX_WAIT_MS)
 
 _watcher = st.components.v2.component("pagesim.first_chart", js=_JS)
 

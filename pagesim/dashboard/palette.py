@@ -32,6 +32,7 @@ RUNS = {"paged": "#283593", "contiguous-max": "#00838f", "contiguous-pow2": "#8e
 MORE_RUNS = ["#283593", "#00838f", "#8e24aa", "#795548", "#37474f", "#827717", "#ad1457", "#4e342e",
              "#0277bd", "#880e4f"]
 SLO = "#212121"  # threshold lines
+TRACE = "#546e7a"  # the trace's own charts (arrivals, prompt and output lengths): blue grey, neither a state nor a run
 
 # Request queues (one panel per run): greys told apart by dash.
 QUEUES = {"num_running": ("running", "#212121", "solid"), "num_waiting": ("waiting", "#757575", "dash"),

@@ -7,7 +7,7 @@ import io
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import block_map, cached, data, figures, first_chart, serving, tables, widgets
+from pagesim.dashboard import block_map, cached, data, figures, first_chart, serving, tables, trace_chart, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 from pagesim.specs import GIB
@@ -77,15 +77,17 @@ def render() -> None:
 
 
 def show_trace(trace, trace_key: str) -> None:
-    """The trace's load summary and shape. Drawn before the simulations run, so the browser loads the
-    charting library while the server simulates."""
+    """The trace's load summary and shape: Vega-Lite charts (trace_chart), drawn before the simulations
+    run and before the plotly bundle of the heavy charts has loaded."""
     stats = cached.once("trace_stats", trace_key, lambda: trace_stats(trace))
     rate = f"{stats['rate']:.2f} req/s" if stats["rate"] else "all at once"
     with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} requests over {stats['span_s']:.1f} s ({rate}); "
                      f"prompt mean {stats['prompt_len']['mean']:,.0f}, output mean {stats['output_len']['mean']:,.0f} tokens",
                      expanded=bool(trace.summary.warnings)):
         st.text(str(trace.summary))
-    st.plotly_chart(cached.once("trace", trace_key, lambda: figures.trace_overview(trace.df)), key=f"{PREFIX}.trace")
+    specs = cached.once("trace_specs", trace_key, lambda: trace_chart.trace_overview(trace.df))
+    for i, (col, spec) in enumerate(zip(st.columns(len(specs)), specs)):
+        col.vega_lite_chart(spec=spec, width="stretch", key=f"{PREFIX}.trace.{i}")
 
 
 def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
