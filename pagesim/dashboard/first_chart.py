@@ -1,12 +1,13 @@
 """A new session's first chart before its heavy ones.
 
-Streamlit's browser code draws every plotly chart of a run in one go once the charting library has
-loaded, so the trace chart of a new session would wait for the memory and block-map charts (about a
-second of drawing on a 2-core machine). A page's first run in a session therefore stops after its
+A new session's first chart is the trace overview, drawn with Vega-Lite (trace_chart.py), whose
+bundle is a sixth of plotly's; Streamlit's browser code draws every plotly chart of a run in one go
+once plotly.js has loaded (~1 s to fetch and parse, ~1.3 s to evaluate on a 2-core machine) and then
+needs about a second more to draw them. A page's first run in a session therefore stops after its
 light part with `wait_for_first_chart()`: a script-only component, mounted in its place, watches the
-page for a drawn plotly chart and then reruns the script (at most MAX_WAIT_MS later if none appears),
-and every later run of the session draws everything at once. AppTest runs no browser code: tests set
-`session_state[DRAWN] = True` to stand for the browser's signal.
+page for a drawn chart of either kind and then reruns the script (at most MAX_WAIT_MS later if none
+appears), and every later run of the session draws everything at once. AppTest runs no browser code:
+tests set `session_state[DRAWN] = True` to stand for the browser's signal.
 """
 
 from __future__ import annotations
