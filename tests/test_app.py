@@ -117,18 +117,20 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
 
 
 def test_a_new_session_draws_the_trace_chart_before_the_heavy_charts():
-    """The first run of a session stops after the trace chart and the headline, with the component that
-    reruns the page once the browser has drawn that chart; the headline table is built only when opened."""
+    """The first run of a session stops after the trace chart (Vega-Lite), with the component that reruns
+    the page once the browser has drawn it; the engine settings, the runs' headline and the plotly charts
+    follow; the headline table is built only when opened."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     assert not at.exception and not at.error
     assert vega_titles(at) == TRACE_PANELS and not charts(at), "the first chart is Vega-Lite; no plotly yet"
     assert "Drawing the charts" in " ".join(c.value for c in at.caption)
     components = [c.key for c in at.get("bidi_component")]
     assert components == ["pagesim.first_chart", "pagesim.preload_charts"] and not at.dataframe and not at.tabs
-    assert [label for label, _ in metrics(at)].count("Throughput (req/s)") == 2, "the headline comes first"
+    assert not at.metric and not at.get("multiselect"), "nothing but the trace before the first chart"
     at.session_state[first_chart.DRAWN] = True  # what the component's callback does once a chart is drawn
     at.run()
     assert len(charts(at)) == 3 and not at.get("bidi_component") and not at.dataframe, "both only on the first run"
+    assert [label for label, _ in metrics(at)].count("Throughput (req/s)") == 2
     at.session_state["replay.headline_table"] = True
     at.run()
     assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max"]
@@ -216,6 +218,34 @@ def test_replay_settings_come_from_the_url():
     assert any("kv_cache_usage_perc" in t for t in titles), titles
     (hist,) = [f for f in charts(at) if "histograms" in (f.layout.title.text or "")]
     assert 0.25 in [sh.x0 for sh in hist.layout.shapes]
+
+
+def test_replay_snapshot_from_the_url_is_applied_and_kept():
+    """?replay.snapshot=5 opens the block map at snapshot 5 and stays in the URL, through a new session's
+    first run (which draws no slider) and after; the slider writes its number back; a time picks the
+    nearest snapshot; anything else says so and shows the default."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["replay.snapshot"] = "5"
+    at.run()  # a new session's first run: the trace chart only
+    assert not at.get("select_slider") and at.query_params["replay.snapshot"] == "5"
+    at.session_state[first_chart.DRAWN] = True
+    at.run()
+    slider = at.select_slider(key="replay.snapshot")
+    assert slider.value == 5 and at.query_params["replay.snapshot"] == "5"
+    title = charts(at)[2].layout.title.text
+    assert f"{slider.options[5]}" in title.replace("t = ", ""), title  # the block map is drawn at snapshot 5
+    slider.set_value(7).run()
+    assert at.query_params["replay.snapshot"] == "7"
+    at = new_app()
+    at.query_params["replay.snapshot"] = "62.4 s"
+    at.run()
+    times = [float(o.removesuffix(" s")) for o in at.select_slider(key="replay.snapshot").options]
+    nearest = min(range(len(times)), key=lambda k: abs(times[k] - 62.4))
+    assert at.select_slider(key="replay.snapshot").value == nearest and at.query_params["replay.snapshot"] == str(nearest)
+    at = new_app()
+    at.query_params["replay.snapshot"] = "soon"
+    at.run()
+    assert not at.exception and "replay.snapshot='soon' is not a snapshot number" in at.warning[0].value
 
 
 def test_replay_serving_view_controls():

@@ -271,11 +271,12 @@ def sidebar_text(tab) -> str:
 def test_url_settings_are_applied_when_the_page_opens(browser, server):
     """The URL round trip: a bookmarked URL with settings opens the page with them applied."""
     url = (f"{server.url}/?replay.block_size=32&replay.kv_cache_gib=2.0&replay.baselines=max"
-           f"&replay.baselines=oracle&replay.max_model_len=512")
+           f"&replay.baselines=oracle&replay.max_model_len=512&replay.snapshot=5")
     tab, _ = open_page(browser, url, PAGES["replay"])
     assert "512 blocks × 32 tokens = 16,384 token slots = 2.00 GiB" in sidebar_text(tab)
     text = main_text(tab)
     assert "contiguous-oracle" in text and "requests rejected" in text, "max_model_len 512 rejects the prompts that reach it"
+    assert "replay.snapshot=5" in tab.url and "replay.block_size=32" in tab.url, tab.url  # kept through the page's runs
     tab.close()
 
 
