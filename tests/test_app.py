@@ -248,6 +248,38 @@ def test_replay_snapshot_from_the_url_is_applied_and_kept():
     assert not at.exception and "replay.snapshot='soon' is not a snapshot number" in at.warning[0].value
 
 
+def test_replay_kv_cache_dtype_fp8_doubles_the_blocks_in_the_same_gib():
+    at = app()
+    assert "2,048 blocks × 16 tokens" in " ".join(c.value for c in at.sidebar.caption)
+    at.selectbox(key="replay.kv_cache_dtype").set_value("fp8").run()
+    assert not at.exception and not at.error
+    assert "4,096 blocks × 16 tokens = 65,536 token slots = 4.00 GiB of K/V for llama-3-8b in fp8" in \
+        " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_replay_host_tier_views_follow_kv_offloading_size():
+    """kv_offloading_size needs prefix caching (disabled without it); > 0 puts the host tier beside the GPU
+    block map and its hit rate by tier, bytes moved and occupancy over time under it."""
+    at = new_app()
+    at.query_params.update({"replay.bundled": "kshot-shared-prefix-500.jsonl", "replay.kv_cache_gib": "1.0",
+                            "replay.limit": "200", "replay.baselines": "max"})
+    at.run()
+    assert at.number_input(key="replay.kv_offloading_size").disabled, "no host tier without prefix caching"
+    at.checkbox(key="replay.prefix_caching").check().run()
+    titles = lambda: [f.layout.title.text or "" for f in charts(at)]  # noqa: E731
+    assert not any("Host tier" in t for t in titles())
+    at.number_input(key="replay.kv_offloading_size").set_value(4.0).run()
+    assert not at.exception and not at.error
+    assert "host tier 2,048 blocks = 4.00 GiB" in " ".join(c.value for c in at.sidebar.caption)
+    names = titles()
+    assert names[2].startswith("Physical KV blocks") and names[3].startswith("Host tier at t =")
+    assert names[4] == "Host tier over time (paged)"
+    host_hits = [t for t in charts(at)[4].data if t.name == "host hit"]
+    assert host_hits and np.nanmax(np.asarray(host_hits[0].y, dtype=float)) > 0, "the host tier answers lookups"
+    at.select_slider(key="replay.snapshot").set_value(3).run()
+    assert "Host tier at t = " + at.select_slider(key="replay.snapshot").options[3] in titles()[3]
+
+
 def test_replay_serving_view_controls():
     at = new_app()
     at.query_params["replay.view"] = "Serving (vLLM metrics)"

@@ -26,6 +26,16 @@ SHARED = "#fff176"  # a prefix block held by more than one request (a used block
 WAITING_FREE = "#bdbdbd"  # free slots while requests wait: the next admission does not fit (watermark)
 PREEMPTION = "#212121"
 
+# The host (CPU) tier of the prefix cache: its blocks' states (a cached prefix is "cached" on either tier),
+# and the tier a prompt token's prefix-cache lookup was answered from.
+HOST_STATES = {
+    "storing": ("being stored (GPU → host)", "#b39ddb"),
+    "loading": ("being loaded from (host → GPU)", "#80cbc4"),
+    "cached": ("cached prefix (ready)", STATES["cached"][1]),
+    "free": ("free", STATES["free"][1]),
+}
+HIT_TIERS = {"gpu": ("GPU hit", "#1e88e5"), "host": ("host hit", "#26a69a"), "miss": ("miss (computed)", "#9e9e9e")}
+
 # Runs: dark, saturated hues (no green, amber, salmon, red or light blue), stable by name.
 RUNS = {"paged": "#283593", "contiguous-max": "#00838f", "contiguous-pow2": "#8e24aa",
         "contiguous-oracle": "#795548", "live": "#283593", "simulated": "#00838f"}

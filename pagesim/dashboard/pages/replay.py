@@ -7,7 +7,7 @@ import io
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import block_map, cached, data, figures, first_chart, serving, tables, trace_chart, widgets
+from pagesim.dashboard import block_map, cached, data, figures, first_chart, host_tier, serving, tables, trace_chart, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 from pagesim.specs import GIB
@@ -245,12 +245,26 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
             notes[name] = f": finished at {snap.time_s:.1f} s"
         frames[name] = snap
     st.subheader("Block map")
-    chart("blocks", (i, by), lambda: block_map.block_maps({n: snap.to_frame() for n, snap in frames.items()},
-                                                          config.block_size, t, by=by, notes=notes))
+    host = runs.get("paged") if config.num_offload_blocks else None  # the host tier backs the paged prefix cache
+    gpu_col, host_col = st.columns([3, 1.3]) if host is not None else (st.container(), None)
+    with gpu_col:
+        chart("blocks", (i, by), lambda: block_map.block_maps({n: snap.to_frame() for n, snap in frames.items()},
+                                                              config.block_size, t, by=by, notes=notes))
+    if host is not None:
+        with host_col:
+            chart("host_blocks", t, lambda: host_tier.host_block_map(host.result.steps, config.num_offload_blocks,
+                                                                     config.block_bytes, t))
     st.caption("Each cell is one physical KV block of the GPU cache, in block-id order. Paged attention scatters a "
                "request's blocks anywhere; the contiguous baseline needs one run of consecutive blocks per request, "
                "so free gaps between runs (external fragmentation) and pale reserved tails show where memory goes. "
                "Hover a cell for its block, request and fill.")
+    if host is not None:
+        st.caption("**Host tier** (kv_offloading_size): the CPU blocks behind the paged prefix cache. Its blocks "
+                   "fill with full prompt blocks as they are computed (stored once each) and are freed only to make "
+                   "room for a new store (LRU), so those in use are the blocks stored so far, up to the tier's size; "
+                   "which block holds which prefix is not recorded, so the cells are grouped by state.")
+        chart("host_time", t, lambda: host_tier.host_tier_over_time(host.result.steps, config.num_offload_blocks,
+                                                                    config.block_bytes, time_s=t))
 
 
 def serving_view(runs: dict[str, data.Run]) -> None:
