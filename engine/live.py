@@ -124,7 +124,7 @@ class LiveReplay:
         all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
         requests = rec.requests_frame(all_requests)
         summary = summarize(steps, requests, leaked_blocks=sched.leaked_blocks(), sim_wall_s=wall,
-                            **prefix_cache_kwargs(sched.kv.prefix_cache_stats))
+                            block_bytes=self.config.block_bytes, **prefix_cache_kwargs(sched.kv.prefix_cache_stats))
         summary["wall_s"] = wall
         return {"steps": steps, "requests": requests, "summary": summary}
 

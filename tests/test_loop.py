@@ -11,6 +11,8 @@ from pagesim.recorder import Recorder
 from pagesim.cost.features import StepFeatures
 from pagesim.scheduler import Scheduler
 from pagesim.simulator import Simulation
+from pagesim.specs import GIB
+from pagesim.request import Request
 from pagesim.cost import make_cost_model
 from tests.helpers import assert_all_done, make_requests
 
@@ -103,3 +105,16 @@ def test_hooks_see_every_step_in_order():
     stats = run(drive(s, StatefulExecutor(), None, Arrivals.at_arrival_times(make_requests([(5, 3)])),
                       VirtualClock(), hooks=hooks))
     assert seen == [(kind, i) for i in range(stats.num_steps) for kind in ("plan", "step")]
+
+
+def test_a_live_run_with_a_host_tier_reports_the_bytes_it_moved():
+    """Live summaries once left offload_load_bytes / offload_store_bytes empty (no block size was passed)."""
+    base = config(num_gpu_blocks=12, enable_prefix_caching=True, max_num_seqs=4, max_num_batched_tokens=32)
+    cfg = base.replace(kv_offloading_size=30.5 * base.block_bytes / GIB)
+    a, b = (0, 1) * 18 + (3,), (2,) * 36 + (3,)
+    reqs = [Request(f"r{i}", 0.002 * i, len(p), 1, seq_no=i, prompt_token_ids=p) for i, p in enumerate([a, b, a, b, a])]
+    out = LiveReplay(reqs, cfg, StatefulExecutor()).run()
+    summary, steps = out["summary"], out["steps"]
+    assert summary["offload_store_bytes"] == int(steps["num_store_blocks"].sum()) * cfg.block_bytes > 0
+    assert summary["offload_load_bytes"] == int(steps["num_load_blocks"].sum()) * cfg.block_bytes
+    assert summary["num_finished"] == len(reqs)
