@@ -260,6 +260,21 @@ def test_replay_timeline_draws_preemptions(browser, server):
     tab.close()
 
 
+HOST_TIER_URL = ("?replay.bundled=kshot-shared-prefix-500.jsonl&replay.kv_cache_gib=1.0&replay.prefix_caching=true"
+                 "&replay.kv_offloading_size=4.0&replay.snapshot=30")
+
+
+def test_replay_host_tier_views(browser, server):
+    """A prefix-heavy trace on 1 GiB of GPU KV with a 4 GiB host tier: the host tier's blocks beside the GPU
+    block map, and its hit rate by tier, bytes moved and occupancy over time, drawn."""
+    tab, _ = open_page(browser, f"{server.url}/{HOST_TIER_URL}", PAGES["replay"] + 2)
+    text = main_text(tab)
+    assert "Host tier over time (paged)" in text and "Host tier at t =" in text, text[-2000:]
+    assert "host hit" in text and "stored GPU → host" in text
+    screenshot(tab, "replay-host-tier", docs=True)
+    tab.close()
+
+
 def main_text(tab) -> str:
     return tab.inner_text('[data-testid="stMain"]')
 

@@ -22,7 +22,7 @@ from pagesim.dashboard.palette import HIT_TIERS, HOST_STATES
 from pagesim.specs import GIB
 
 HOST_MAP_WIDTH = 32
-MAX_HOST_BLOCKS_DRAWN = 32 * 64
+MAX_HOST_BLOCKS_DRAWN = 32 * 24  # rows about as many as a GPU map of a few thousand blocks
 HIT_BUCKETS = 120  # hit rates per time bucket (a step's few lookups are too noisy to read)
 
 
@@ -47,17 +47,19 @@ def at_time(steps: pd.DataFrame, time_s: float | None) -> int:
 def host_block_map(steps: pd.DataFrame, num_host_blocks: int, block_bytes: int, time_s: float | None = None,
                    width: int = HOST_MAP_WIDTH, max_blocks: int = MAX_HOST_BLOCKS_DRAWN) -> go.Figure:
     """The host tier's blocks at `time_s` as cells, `width` per row, grouped by state: being stored, being
-    loaded from, cached (ready), free. At most `max_blocks` cells are drawn (each then stands for more)."""
+    loaded from, cached (ready), free. At most about `max_blocks` cells are drawn: a cell then stands for
+    several blocks (each state's count rounded up to whole cells)."""
     row = occupancy(steps, num_host_blocks).iloc[at_time(steps, time_s)] if len(steps) else None
     counts = {k: int(row[k]) if row is not None else 0 for k in HOST_STATES if k != "free"}
     counts["free"] = num_host_blocks - sum(counts.values())
-    scale = max(1.0, num_host_blocks / max_blocks)
-    drawn = [int(round(counts[k] / scale)) for k in HOST_STATES]
+    scale = max(1, -(-num_host_blocks // max_blocks))  # blocks per cell
+    drawn = [-(-counts[k] // scale) for k in HOST_STATES]
     codes = np.repeat(np.arange(len(HOST_STATES), dtype=float), drawn)
     rows = max(1, -(-len(codes) // width))
     z = np.concatenate([codes, np.full(rows * width - len(codes), np.nan)]).reshape(-1, width)
-    labels = [f"{HOST_STATES[k][0]}: {counts[k]:,} blocks ({counts[k] * block_bytes / GIB:.2f} GiB)" for k in HOST_STATES]
-    text = np.array([labels[int(c)] if c == c else "" for c in z.ravel()], dtype=object).reshape(z.shape)
+    labels = [f"{HOST_STATES[k][0]}: {counts[k]:,}" for k in HOST_STATES]
+    hover = [f"{label} blocks ({counts[k] * block_bytes / GIB:.2f} GiB)" for k, label in zip(HOST_STATES, labels)]
+    text = np.array([hover[int(c)] if c == c else "" for c in z.ravel()], dtype=object).reshape(z.shape)
     colors = [HOST_STATES[k][1] for k in HOST_STATES]
     fig = go.Figure(go.Heatmap(z=z, text=text, hoverinfo="text", colorscale=_colorscale(colors), zmin=-0.5,
                                zmax=len(colors) - 0.5, showscale=False, xgap=1, ygap=1, name="host blocks"))
@@ -67,11 +69,12 @@ def host_block_map(steps: pd.DataFrame, num_host_blocks: int, block_bytes: int, 
     fig.update_yaxes(autorange="reversed", showticklabels=False, ticks="", showgrid=False, zeroline=False)
     fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False)
     when = "" if time_s is None else f" at t = {time_s:.1f} s"
-    each = "" if scale == 1 else f", a cell per {scale:,.1f} blocks"
-    header(fig, f"Host tier{when}: {num_host_blocks:,} blocks = {num_host_blocks * block_bytes / GIB:.2f} GiB "
-                f"(grouped by state{each})", 200 + max(rows, 4) * 14, top=150)
+    each = "" if scale == 1 else f", a cell per {scale:,} blocks"
+    height = 240 + max(rows, 4) * 14
+    header(fig, f"Host tier{when}<br><sup>{num_host_blocks:,} blocks = {num_host_blocks * block_bytes / GIB:.2f} GiB"
+                f"<br>grouped by state{each}</sup>", height, top=180)
     fig.update_layout(plot_bgcolor="white", margin=dict(l=20, r=20, b=20),
-                      legend=dict(orientation="v", y=1.0 - 40 / (200 + max(rows, 4) * 14)))
+                      legend=dict(orientation="v", y=1.0 - 75 / height))
     return fig
 
 

@@ -29,9 +29,9 @@ PREEMPTION = "#212121"
 # The host (CPU) tier of the prefix cache: its blocks' states (a cached prefix is "cached" on either tier),
 # and the tier a prompt token's prefix-cache lookup was answered from.
 HOST_STATES = {
-    "storing": ("being stored (GPU → host)", "#b39ddb"),
-    "loading": ("being loaded from (host → GPU)", "#80cbc4"),
-    "cached": ("cached prefix (ready)", STATES["cached"][1]),
+    "storing": ("storing (GPU → host)", "#b39ddb"),
+    "loading": ("loading (host → GPU)", "#80cbc4"),
+    "cached": ("cached prefix", STATES["cached"][1]),
     "free": ("free", STATES["free"][1]),
 }
 HIT_TIERS = {"gpu": ("GPU hit", "#1e88e5"), "host": ("host hit", "#26a69a"), "miss": ("miss (computed)", "#9e9e9e")}

@@ -46,8 +46,9 @@ def trace_overview(trace: pd.DataFrame, num_bins: int = 60) -> list[dict]:
         frame = bins(trace, column, num_bins)
         tip = [alt.Tooltip("start:Q", title="from", format=",.1f"), alt.Tooltip("end:Q", title="to", format=",.1f"),
                alt.Tooltip("value:Q", title=y_title, format=",.2f" if column == "arrival_time_s" else ",d")]
-        chart = alt.Chart(frame, title=title, height=HEIGHT).mark_bar(color=TRACE, binSpacing=0).encode(
+        # rect, not bar: a bar with a ranged x is drawn as a horizontal bar, a dot per bin
+        chart = alt.Chart(frame, title=title, height=HEIGHT).mark_rect(color=TRACE).encode(
             x=alt.X("start:Q", title=x_title, scale=alt.Scale(zero=False, nice=False)),
-            x2="end:Q", y=alt.Y("value:Q", title=y_title), tooltip=tip)
+            x2="end:Q", y=alt.Y("value:Q", title=y_title), y2=alt.datum(0), tooltip=tip)
         specs.append(chart.to_dict())
     return specs
