@@ -3,8 +3,8 @@
 Starts `streamlit run app.py` from --repo (default: this checkout; give another worktree to compare a
 commit), opens the page in headless Chromium once on the fresh server (cold: the simulations run) and
 then --warm times in new browser contexts (new Streamlit sessions on the warm server), and records per
-visit: seconds from navigation start to the first plotly chart and to all of them (as
-tests/test_browser.py measures them), and the renderer main thread's CPU time (Chrome trace thread
+visit: seconds from navigation start to the first chart drawn (plotly or Vega-Lite) and to all of them
+(as tests/test_browser.py measures them), and the renderer main thread's CPU time (Chrome trace thread
 time) up to each, which depends far less on the machine's load than wall time. Prints one line per
 visit and writes JSON to --out.
 
