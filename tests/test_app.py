@@ -116,6 +116,12 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert not replay.get("progress"), "the progress bar is removed once the runs are done"
 
 
+def test_other_pages_preload_plotly_at_the_start_of_a_session():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.switch_page(f"{PAGES}/kernels.py").run()
+    assert [c.key for c in at.get("bidi_component")] == ["pagesim.preload_charts"]
+
+
 def test_a_new_session_draws_the_trace_chart_before_the_heavy_charts():
     """The first run of a session stops after the trace chart (Vega-Lite), with the component that reruns
     the page once the browser has drawn it; the engine settings, the runs' headline and the plotly charts
@@ -125,7 +131,10 @@ def test_a_new_session_draws_the_trace_chart_before_the_heavy_charts():
     assert vega_titles(at) == TRACE_PANELS and not charts(at), "the first chart is Vega-Lite; no plotly yet"
     assert "Drawing the charts" in " ".join(c.value for c in at.caption)
     components = [c.key for c in at.get("bidi_component")]
-    assert components == ["pagesim.first_chart", "pagesim.preload_charts"] and not at.dataframe and not at.tabs
+    assert components == ["pagesim.first_chart"] and not at.dataframe and not at.tabs
+    watcher = at.get("bidi_component")[0].proto
+    assert json.loads(watcher.json).startswith("PlotlyChart.") and "preload(data)" in watcher.js_content, \
+        "the watcher loads plotly.js once the first chart is drawn (not before: it would hold the first chart up)"
     assert not at.metric and not at.get("multiselect"), "nothing but the trace before the first chart"
     at.session_state[first_chart.DRAWN] = True  # what the component's callback does once a chart is drawn
     at.run()

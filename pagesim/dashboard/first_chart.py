@@ -22,11 +22,26 @@ DRAWN_CHART = ('.js-plotly-plot svg.main-svg, [data-testid="stVegaLiteChart"] sv
                '[data-testid="stVegaLiteChart"] canvas.marks')
 MAX_WAIT_MS = 5000
 
-_JS = """
-export default function({ setTriggerValue }) {
+# Streamlit's charting bundle (plotly.js, ~4.7 MB), which its page code loads only when a chart element
+# arrives. The file name carries a hash of the installed Streamlit's build. `preload(name)` imports it by
+# the URL Streamlit's page code uses, so it loads and runs once.
+_BUNDLE = next((p.name for p in (Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js")), None)
+_PRELOAD = """
+function preload(name) {
+  const index = document.querySelector('script[src*="/static/js/index."]');
+  if (name && index) import(new URL(name, index.src).href).catch(() => {});
+}
+"""
+_PRELOAD_JS = _PRELOAD + """
+export default function({ data }) { preload(data); }
+"""
+
+_JS = _PRELOAD + """
+export default function({ data, setTriggerValue }) {
   const start = performance.now();
   const check = () => {
     if (document.querySelector(%s) || performance.now() - start > %d) {
+      preload(data);  // the heavy charts' bundle, now that it cannot hold up the first chart
       setTriggerValue('drawn', true);
     } else {
       setTimeout(check, 50);
@@ -37,25 +52,16 @@ export default function({ setTriggerValue }) {
 """ % (repr(DRAWN_CHART), MAX_WAIT_MS)
 
 _watcher = st.components.v2.component("pagesim.first_chart", js=_JS)
-
-
-# Streamlit's charting bundle (plotly.js, ~4.7 MB), which its page code loads only when a chart element
-# arrives: `preload_charts` loads it at the start of a session instead, while the server is still
-# importing and loading the trace. The file name carries a hash of the installed Streamlit's build.
-_BUNDLE = next((p.name for p in (Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js")), None)
-_PRELOAD_JS = """
-export default function({ data }) {
-  const index = document.querySelector('script[src*="/static/js/index."]');
-  if (data && index) import(new URL(data, index.src).href).catch(() => {});
-}
-"""
 _preloader = st.components.v2.component("pagesim.preload_charts", js=_PRELOAD_JS)
+
+
 PRELOADED = "first_chart.preloaded"
 
 
 def preload_charts() -> None:
-    """On a session's first run: start loading the charting bundle now (the same module the chart
-    elements import later, so it loads and runs once). Does nothing if the bundle is not found."""
+    """On a session's first run of a page without a light first chart: start loading the charting
+    bundle now, while the server imports and loads (the same module the chart elements import later,
+    so it loads and runs once). Does nothing if the bundle is not found or was preloaded already."""
     if _BUNDLE is None or st.session_state.get(PRELOADED):
         return
     st.session_state[PRELOADED] = True
@@ -72,6 +78,7 @@ def wait_for_first_chart() -> bool:
     which reruns the script once the browser has drawn a chart, and return False (stop here)."""
     if st.session_state.get(DRAWN):
         return True
-    _watcher(key="pagesim.first_chart", on_drawn_change=_drawn)
+    st.session_state[PRELOADED] = True  # the watcher loads the bundle once the first chart is drawn
+    _watcher(key="pagesim.first_chart", data=_BUNDLE, on_drawn_change=_drawn)
     st.caption("Drawing the charts…")
     return False
