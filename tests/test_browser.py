@@ -1,8 +1,8 @@
 """The dashboard in a real browser: `streamlit run app.py` served to headless Debian Chromium via playwright.
 
-Each page is opened and must draw its charts (a `.js-plotly-plot` with its SVG, or a Vega-Lite chart) without a
-Streamlit exception box. The Replay page's default view is timed from navigation start to its first
-chart drawn and to all its charts drawn, on a freshly started server (cold: the simulations run) and
+Each page is opened and must draw its charts (a `.js-plotly-plot` with its SVG, or a Vega-Lite chart
+with its marks) without a Streamlit exception box. The Replay page's default view is timed from
+navigation start to its first chart of either kind drawn and to all its charts drawn, on a freshly started server (cold: the simulations run) and
 then in new browser sessions (new contexts) on the warm server; the times go to
 test-artifacts/browser/render_times.json and are reported, not asserted (the waits' timeouts are the
 only bound; targets: first chart <= 3 s warm, <= 5 s cold). Screenshots go to test-artifacts/browser/,
@@ -11,8 +11,8 @@ and also to docs/screenshots/ when PAGESIM_UPDATE_SCREENSHOTS=1.
 Through the real browser: a malformed file uploaded through st.file_uploader shows the validation
 message; a long-prompt trace uploaded the same way shows the rejection banner; block size 128 with
 a KV-cache size typed in GiB shows the blocks derived from it, and the URL follows the settings; a
-URL carrying settings opens the page with them applied.
-A second server points the Sim vs Live and Kernels pages at fixture results (tests/dashboard_fixtures.py:
+URL carrying settings (the time slider's snapshot too) opens the page with them applied and keeps
+them; the host-tier views draw with a host tier. A second server points the Sim vs Live and Kernels pages at fixture results (tests/dashboard_fixtures.py:
 not GPU measurements) so their charts are checked too; those screenshots stay in test-artifacts/.
 """
 
