@@ -226,7 +226,8 @@ def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
         "targets": "first chart <= 3 s warm (new browser session), <= 5 s cold",
         "measured": f"navigation start -> first / all {PAGES['replay']} charts drawn (plotly or Vega-Lite; performance.now), "
                     "headless Chromium, each visit a new browser context (a new Streamlit session)",
-        "cold": "first visit after `streamlit run app.py` started: the paged and contiguous-max simulations run",
+        "cold": "first visit after `streamlit run app.py` started: the page's modules are imported and the trace "
+                "loaded before the first chart; the paged and contiguous-max simulations run after it",
         "warm": "later visits: traces and runs from st.cache_resource",
         "cpu_count": os.cpu_count(),
         "load_average": os.getloadavg(),
