@@ -3,8 +3,8 @@
 Starts `streamlit run app.py` from --repo (default: this checkout; give another worktree to compare a
 commit), opens the page in headless Chromium once on the fresh server (cold: the simulations run) and
 then --warm times in new browser contexts (new Streamlit sessions on the warm server), and records per
-visit: seconds from navigation start to the first plotly chart and to all of them (as
-tests/test_browser.py measures them), and the renderer main thread's CPU time (Chrome trace thread
+visit: seconds from navigation start to the first chart drawn (plotly or Vega-Lite) and to all of them
+(as tests/test_browser.py measures them), and the renderer main thread's CPU time (Chrome trace thread
 time) up to each, which depends far less on the machine's load than wall time. Prints one line per
 visit and writes JSON to --out.
 
@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warm", type=int, default=3, help="new browser sessions after the cold one")
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--charts", type=int, help="charts the default view draws (default: this checkout's "
+                        "tests/test_browser.py PAGES['replay']; 4 for a --repo before the Vega-Lite trace chart)")
     parser.add_argument("--keep", help="folder to keep the Chrome traces (trace-N.json) and the server log in")
     parser.add_argument("--no-trace", action="store_true",
                         help="wall times only: no Chrome trace (tracing slows the browser), no CPU times")
@@ -72,7 +74,7 @@ def main(argv=None) -> int:
                         browser.start_tracing(page=tab, path=str(trace), categories=[
                             "devtools.timeline", "blink.user_timing", "disabled-by-default-devtools.timeline"])
                     tab.goto(f"{server.url}/", wait_until="domcontentloaded")
-                    tab.wait_for_function(tb.CHARTS_DRAWN, arg=[tb.PAGES["replay"], "__drawn"],
+                    tab.wait_for_function(tb.CHARTS_DRAWN, arg=[args.charts or tb.PAGES["replay"], "__drawn"],
                                           timeout=tb.RENDER_TIMEOUT_MS, polling="raf")
                     first, drawn = tab.evaluate("window.__first"), tab.evaluate("window.__drawn")
                     if not args.no_trace:

@@ -65,6 +65,14 @@ def _typed_arrays(value):
     return value
 
 
+def vega_titles(at: AppTest) -> list[str]:
+    """The titles of the Vega-Lite charts on the page (the trace overview's panels)."""
+    return [json.loads(el.proto.spec)["title"] for el in at.get("vega_lite_chart")]
+
+
+TRACE_PANELS = ["arrivals (req/s)", "prompt length (tokens)", "output length (tokens)"]
+
+
 def trace_names(fig: go.Figure) -> list[str]:
     return [t.name for t in fig.data]
 
@@ -89,10 +97,10 @@ def metric_deltas(at: AppTest) -> dict[str, list[str]]:
 def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert not replay.error and not replay.warning, "nothing is rejected in the default view"
     assert replay.title[0].value == "Replay"
+    assert vega_titles(replay) == TRACE_PANELS  # the trace, in Vega-Lite (pagesim.dashboard.trace_chart)
     specs = charts(replay)
-    assert len(specs) == 4  # the Memory view: trace, memory, requests, block map
-    trace, memory, requests, blocks = specs
-    assert trace_names(trace) == ["arrivals", "prompt_len", "output_len"]
+    assert len(specs) == 3  # the Memory view: memory, requests, block map
+    memory, requests, blocks = specs
     assert trace_names(memory)[:7] == ["used", "reserved", "internal fragmentation", "external fragmentation",
                                        "cached", "free while requests wait", "free"]
     assert len(memory.data) == 14 and [a.text for a in memory.layout.annotations][:2] == ["paged", "contiguous-max"]
@@ -108,20 +116,30 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert not replay.get("progress"), "the progress bar is removed once the runs are done"
 
 
+def test_other_pages_preload_plotly_at_the_start_of_a_session():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.switch_page(f"{PAGES}/kernels.py").run()
+    assert [c.key for c in at.get("bidi_component")] == ["pagesim.preload_charts"]
+
+
 def test_a_new_session_draws_the_trace_chart_before_the_heavy_charts():
-    """The first run of a session stops after the trace chart and the headline, with the component that
-    reruns the page once the browser has drawn that chart; the headline table is built only when opened."""
+    """The first run of a session stops after the trace chart (Vega-Lite), with the component that reruns
+    the page once the browser has drawn it; the engine settings, the runs' headline and the plotly charts
+    follow; the headline table is built only when opened."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     assert not at.exception and not at.error
-    (trace,) = charts(at)
-    assert trace_names(trace) == ["arrivals", "prompt_len", "output_len"]
+    assert vega_titles(at) == TRACE_PANELS and not charts(at), "the first chart is Vega-Lite; no plotly yet"
     assert "Drawing the charts" in " ".join(c.value for c in at.caption)
     components = [c.key for c in at.get("bidi_component")]
-    assert components == ["pagesim.first_chart", "pagesim.preload_charts"] and not at.dataframe and not at.tabs
-    assert [label for label, _ in metrics(at)].count("Throughput (req/s)") == 2, "the headline comes first"
+    assert components == ["pagesim.first_chart"] and not at.dataframe and not at.tabs
+    watcher = at.get("bidi_component")[0].proto
+    assert json.loads(watcher.json).startswith("PlotlyChart.") and "preload(data)" in watcher.js_content, \
+        "the watcher loads plotly.js once the first chart is drawn (not before: it would hold the first chart up)"
+    assert not at.metric and not at.get("multiselect"), "nothing but the trace before the first chart"
     at.session_state[first_chart.DRAWN] = True  # what the component's callback does once a chart is drawn
     at.run()
-    assert len(charts(at)) == 4 and not at.get("bidi_component") and not at.dataframe, "both only on the first run"
+    assert len(charts(at)) == 3 and not at.get("bidi_component") and not at.dataframe, "both only on the first run"
+    assert [label for label, _ in metrics(at)].count("Throughput (req/s)") == 2
     at.session_state["replay.headline_table"] = True
     at.run()
     assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max"]
@@ -211,6 +229,66 @@ def test_replay_settings_come_from_the_url():
     assert 0.25 in [sh.x0 for sh in hist.layout.shapes]
 
 
+def test_replay_snapshot_from_the_url_is_applied_and_kept():
+    """?replay.snapshot=5 opens the block map at snapshot 5 and stays in the URL, through a new session's
+    first run (which draws no slider) and after; the slider writes its number back; a time picks the
+    nearest snapshot; anything else says so and shows the default."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["replay.snapshot"] = "5"
+    at.run()  # a new session's first run: the trace chart only
+    assert not at.get("select_slider") and at.query_params["replay.snapshot"] == "5"
+    at.session_state[first_chart.DRAWN] = True
+    at.run()
+    slider = at.select_slider(key="replay.snapshot")
+    assert slider.value == 5 and at.query_params["replay.snapshot"] == "5"
+    title = charts(at)[2].layout.title.text
+    assert f"{slider.options[5]}" in title.replace("t = ", ""), title  # the block map is drawn at snapshot 5
+    slider.set_value(7).run()
+    assert at.query_params["replay.snapshot"] == "7"
+    at = new_app()
+    at.query_params["replay.snapshot"] = "62.4 s"
+    at.run()
+    times = [float(o.removesuffix(" s")) for o in at.select_slider(key="replay.snapshot").options]
+    nearest = min(range(len(times)), key=lambda k: abs(times[k] - 62.4))
+    assert at.select_slider(key="replay.snapshot").value == nearest and at.query_params["replay.snapshot"] == str(nearest)
+    at = new_app()
+    at.query_params["replay.snapshot"] = "soon"
+    at.run()
+    assert not at.exception and "replay.snapshot='soon' is not a snapshot number" in at.warning[0].value
+
+
+def test_replay_kv_cache_dtype_fp8_doubles_the_blocks_in_the_same_gib():
+    at = app()
+    assert "2,048 blocks × 16 tokens" in " ".join(c.value for c in at.sidebar.caption)
+    at.selectbox(key="replay.kv_cache_dtype").set_value("fp8").run()
+    assert not at.exception and not at.error
+    assert "4,096 blocks × 16 tokens = 65,536 token slots = 4.00 GiB of K/V for llama-3-8b in fp8" in \
+        " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_replay_host_tier_views_follow_kv_offloading_size():
+    """kv_offloading_size needs prefix caching (disabled without it); > 0 puts the host tier beside the GPU
+    block map and its hit rate by tier, bytes moved and occupancy over time under it."""
+    at = new_app()
+    at.query_params.update({"replay.bundled": "kshot-shared-prefix-500.jsonl", "replay.kv_cache_gib": "1.0",
+                            "replay.limit": "200", "replay.baselines": "max"})
+    at.run()
+    assert at.number_input(key="replay.kv_offloading_size").disabled, "no host tier without prefix caching"
+    at.checkbox(key="replay.prefix_caching").check().run()
+    titles = lambda: [f.layout.title.text or "" for f in charts(at)]  # noqa: E731
+    assert not any("Host tier" in t for t in titles())
+    at.number_input(key="replay.kv_offloading_size").set_value(4.0).run()
+    assert not at.exception and not at.error
+    assert "host tier 2,048 blocks = 4.00 GiB" in " ".join(c.value for c in at.sidebar.caption)
+    names = titles()
+    assert names[2].startswith("Physical KV blocks") and names[3].startswith("Host tier at t =")
+    assert names[4] == "Host tier over time (paged)"
+    host_hits = [t for t in charts(at)[4].data if t.name == "host hit"]
+    assert host_hits and np.nanmax(np.asarray(host_hits[0].y, dtype=float)) > 0, "the host tier answers lookups"
+    at.select_slider(key="replay.snapshot").set_value(3).run()
+    assert "Host tier at t = " + at.select_slider(key="replay.snapshot").options[3] in titles()[3]
+
+
 def test_replay_serving_view_controls():
     at = new_app()
     at.query_params["replay.view"] = "Serving (vLLM metrics)"
@@ -231,17 +309,17 @@ def test_replay_serving_view_controls():
 
 def test_replay_time_controls(replay):
     replay.toggle(key="replay.shared_time").set_value(True).run()
-    memory = charts(replay)[1]
+    memory = charts(replay)[0]
     assert memory.layout.xaxis.matches == "x2"
     replay.toggle(key="replay.shared_time").set_value(False).run()
-    assert charts(replay)[1].layout.xaxis.matches is None, "each run on its own time axis by default"
+    assert charts(replay)[0].layout.xaxis.matches is None, "each run on its own time axis by default"
     options = replay.select_slider(key="replay.snapshot").options
     assert len(options) > 40, "the slider runs past the last arrival, over the baseline's drain"
     replay.select_slider(key="replay.snapshot").set_value(len(options) - 1).run()
-    blocks = charts(replay)[3]
+    blocks = charts(replay)[2]
     assert "finished at" in blocks.layout.annotations[0].text, "paged ended before the last slider time"
     replay.segmented_control(key="replay.colour_by").set_value("state").run()
-    assert "used (holds tokens)" in trace_names(charts(replay)[3])
+    assert "used (holds tokens)" in trace_names(charts(replay)[2])
     replay.select_slider(key="replay.snapshot").set_value(20).run()
     replay.toggle(key="replay.play").set_value(True).run()
     assert not replay.exception
@@ -254,15 +332,15 @@ def test_replay_baselines_add_one_run_each():
     at.multiselect(key="replay.baselines").set_value(["max", "pow2", "oracle"]).run()
     assert not at.exception
     assert list(at.dataframe[0].value.index) == ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]
-    assert len(charts(at)[1].data) == 7 * 4
+    assert len(charts(at)[0].data) == 7 * 4
 
 
 def test_replay_time_slider_scrubs_the_block_map(replay):
-    first = charts(replay)[3]
+    first = charts(replay)[2]
     slider = replay.select_slider(key="replay.snapshot")
     slider.set_value(0).run()
     assert not replay.exception
-    early = charts(replay)[3]
+    early = charts(replay)[2]
     assert early.layout.title.text != first.layout.title.text  # "at t = ... s"
     assert not np.array_equal(np.asarray(early.data[0].z, dtype=float), np.asarray(first.data[0].z, dtype=float),
                               equal_nan=True)
@@ -300,7 +378,7 @@ def test_replay_valid_upload_is_replayed():
     at.radio(key="replay.source").set_value("Upload a file").run()
     assert not at.exception and not at.error
     assert "conv" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 4
+    assert len(charts(at)) == 3
 
 
 def test_replay_invalid_config_shows_the_config_error():
@@ -318,7 +396,7 @@ def test_replay_synthetic_source():
     at.checkbox(key="replay.prefix_caching").check().run()
     assert not at.exception and not at.error
     assert "kshot-500" in " ".join(e.label for e in at.expander)
-    assert len(charts(at)) == 4
+    assert len(charts(at)) == 3
     assert "Prefix-cache hit rate" in [label for label, _ in metrics(at)]
 
 

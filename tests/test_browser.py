@@ -1,8 +1,8 @@
 """The dashboard in a real browser: `streamlit run app.py` served to headless Debian Chromium via playwright.
 
-Each page is opened and must draw its plotly charts (a `.js-plotly-plot` with its SVG) without a
-Streamlit exception box. The Replay page's default view is timed from navigation start to its first
-chart drawn and to all its charts drawn, on a freshly started server (cold: the simulations run) and
+Each page is opened and must draw its charts (a `.js-plotly-plot` with its SVG, or a Vega-Lite chart
+with its marks) without a Streamlit exception box. The Replay page's default view is timed from
+navigation start to its first chart of either kind drawn and to all its charts drawn, on a freshly started server (cold: the simulations run) and
 then in new browser sessions (new contexts) on the warm server; the times go to
 test-artifacts/browser/render_times.json and are reported, not asserted (the waits' timeouts are the
 only bound; targets: first chart <= 3 s warm, <= 5 s cold). Screenshots go to test-artifacts/browser/,
@@ -11,8 +11,8 @@ and also to docs/screenshots/ when PAGESIM_UPDATE_SCREENSHOTS=1.
 Through the real browser: a malformed file uploaded through st.file_uploader shows the validation
 message; a long-prompt trace uploaded the same way shows the rejection banner; block size 128 with
 a KV-cache size typed in GiB shows the blocks derived from it, and the URL follows the settings; a
-URL carrying settings opens the page with them applied.
-A second server points the Sim vs Live and Kernels pages at fixture results (tests/dashboard_fixtures.py:
+URL carrying settings (the time slider's snapshot too) opens the page with them applied and keeps
+them; the host-tier views draw with a host tier. A second server points the Sim vs Live and Kernels pages at fixture results (tests/dashboard_fixtures.py:
 not GPU measurements) so their charts are checked too; those screenshots stay in test-artifacts/.
 """
 
@@ -52,25 +52,32 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
 ]
 
-# Plotly charts each page draws by default (Sim vs Live and Kernels: when they have results to show).
-PAGES = {"replay": 4, "sweep": 1}
+# Charts each page draws by default, plotly and Vega-Lite alike (Sim vs Live and Kernels: when they have
+# results to show). Replay: the trace's three Vega-Lite panels, then the memory, request and block-map charts.
+PAGES = {"replay": 6, "sweep": 1}
+SERVING = 7  # Replay's Serving view: the trace's three panels, KV usage, queues, histograms and the timeline
 WARM_SESSIONS = 3
 FIXTURE_PAGES = {"live": 5, "kernels": 2}
 
-# True once every expected chart has an SVG drawn and Streamlit has stopped running the script;
-# records performance.now() (ms since navigation start) the first time it holds, and in window.__first
-# when the first chart is drawn.
+# A drawn chart: a plotly chart with its SVG, or a Vega-Lite chart whose SVG has marks (or its canvas).
+# True once `n` charts are drawn and Streamlit has stopped running the script; records performance.now()
+# (ms since navigation start) the first time it holds, and in window.__first when the first chart of
+# either kind is drawn.
 CHARTS_DRAWN = """
 ([n, stamp]) => {
-  const drawn = [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('svg.main-svg'));
-  if (drawn.length > 0 && window.__first === undefined) window.__first = performance.now();
+  const plotly = [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('svg.main-svg'));
+  const vega = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+    .filter(v => v.querySelector('svg.marks g, canvas.marks'));
+  const drawn = plotly.length + vega.length;
+  if (drawn > 0 && window.__first === undefined) window.__first = performance.now();
   const running = document.querySelector('[data-testid="stStatusWidget"]');
   const body = document.querySelector('[data-testid="stMainBlockContainer"]');
-  const ready = drawn.length >= n && body !== null && body.innerText.length > 0 && (n > 0 || !running);
+  const ready = drawn >= n && body !== null && body.innerText.length > 0 && (n > 0 || !running);
   if (ready && window[stamp] === undefined) window[stamp] = performance.now();
   return ready;
 }
 """
+CHARTS = '.js-plotly-plot, [data-testid="stVegaLiteChart"]'
 
 
 def free_port() -> int:
@@ -201,7 +208,7 @@ def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
     tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"], times=cold)  # the default page lives at /
     text = tab.inner_text('[data-testid="stMainBlockContainer"]')
     assert "contiguous-max" in text and "paged" in text and "Page not found" not in tab.content()
-    assert tab.locator(".js-plotly-plot").count() == PAGES["replay"]
+    assert tab.locator(CHARTS).count() == PAGES["replay"]
     screenshot(tab, "replay", docs=True)
     tab.close()
     warm = []
@@ -217,9 +224,10 @@ def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
         "warm_first_chart_s": [round(t["first"], 3) for t in warm],
         "warm_all_charts_s": [round(t["all"], 3) for t in warm],
         "targets": "first chart <= 3 s warm (new browser session), <= 5 s cold",
-        "measured": f"navigation start -> first / all {PAGES['replay']} plotly charts drawn (performance.now), "
+        "measured": f"navigation start -> first / all {PAGES['replay']} charts drawn (plotly or Vega-Lite; performance.now), "
                     "headless Chromium, each visit a new browser context (a new Streamlit session)",
-        "cold": "first visit after `streamlit run app.py` started: the paged and contiguous-max simulations run",
+        "cold": "first visit after `streamlit run app.py` started: the page's modules are imported and the trace "
+                "loaded before the first chart; the paged and contiguous-max simulations run after it",
         "warm": "later visits: traces and runs from st.cache_resource",
         "cpu_count": os.cpu_count(),
         "load_average": os.getloadavg(),
@@ -233,7 +241,7 @@ def test_replay_default_view_renders_and_its_time_is_recorded(browser, server):
 
 
 def test_replay_serving_view_screenshot(browser, server):
-    tab, _ = open_page(browser, f"{server.url}/?replay.view=Serving+%28vLLM+metrics%29", 5)
+    tab, _ = open_page(browser, f"{server.url}/?replay.view=Serving+%28vLLM+metrics%29", SERVING)
     assert "kv_cache_usage_perc" in tab.inner_text('[data-testid="stMainBlockContainer"]')
     screenshot(tab, "replay-serving", docs=True)
     tab.close()
@@ -241,7 +249,7 @@ def test_replay_serving_view_screenshot(browser, server):
 
 def test_replay_timeline_draws_preemptions(browser, server):
     """At 0.5 GiB paged preempts: the per-request timeline draws the preempted intervals with a legend entry."""
-    tab, _ = open_page(browser, f"{server.url}/?replay.kv_cache_gib=0.5&replay.view=Serving+%28vLLM+metrics%29", 5)
+    tab, _ = open_page(browser, f"{server.url}/?replay.kv_cache_gib=0.5&replay.view=Serving+%28vLLM+metrics%29", SERVING)
     gantt = tab.locator(".js-plotly-plot").last
     legend = gantt.locator(".legendtext").all_text_contents()
     assert legend[:4] == ["queued", "prefill", "decode", "preempted"], legend
@@ -250,6 +258,21 @@ def test_replay_timeline_draws_preemptions(browser, server):
     gantt.screenshot(path=str(path))
     if UPDATE_SCREENSHOTS:
         shutil.copyfile(path, SCREENSHOTS / path.name)
+    tab.close()
+
+
+HOST_TIER_URL = ("?replay.bundled=kshot-shared-prefix-500.jsonl&replay.kv_cache_gib=1.0&replay.prefix_caching=true"
+                 "&replay.kv_offloading_size=4.0&replay.snapshot=30")
+
+
+def test_replay_host_tier_views(browser, server):
+    """A prefix-heavy trace on 1 GiB of GPU KV with a 4 GiB host tier: the host tier's blocks beside the GPU
+    block map, and its hit rate by tier, bytes moved and occupancy over time, drawn."""
+    tab, _ = open_page(browser, f"{server.url}/{HOST_TIER_URL}", PAGES["replay"] + 2)
+    text = main_text(tab)
+    assert "Host tier over time (paged)" in text and "Host tier at t =" in text, text[-2000:]
+    assert "host hit" in text and "stored GPU → host" in text
+    screenshot(tab, "replay-host-tier", docs=True)
     tab.close()
 
 
@@ -264,11 +287,12 @@ def sidebar_text(tab) -> str:
 def test_url_settings_are_applied_when_the_page_opens(browser, server):
     """The URL round trip: a bookmarked URL with settings opens the page with them applied."""
     url = (f"{server.url}/?replay.block_size=32&replay.kv_cache_gib=2.0&replay.baselines=max"
-           f"&replay.baselines=oracle&replay.max_model_len=512")
+           f"&replay.baselines=oracle&replay.max_model_len=512&replay.snapshot=5")
     tab, _ = open_page(browser, url, PAGES["replay"])
     assert "512 blocks × 32 tokens = 16,384 token slots = 2.00 GiB" in sidebar_text(tab)
     text = main_text(tab)
     assert "contiguous-oracle" in text and "requests rejected" in text, "max_model_len 512 rejects the prompts that reach it"
+    assert "replay.snapshot=5" in tab.url and "replay.block_size=32" in tab.url, tab.url  # kept through the page's runs
     tab.close()
 
 
@@ -340,7 +364,7 @@ def find(page: str):
 @pytest.mark.parametrize("page", ["live", "kernels"])
 def test_result_pages_draw_their_charts_from_fixture_results(browser, fixture_server, page):
     tab, _ = open_page(browser, f"{fixture_server.url}/{page}", FIXTURE_PAGES[page])
-    assert tab.locator(".js-plotly-plot").count() == FIXTURE_PAGES[page]
+    assert tab.locator(CHARTS).count() == FIXTURE_PAGES[page]
     screenshot(tab, f"{page}-fixture", docs=False)
     tab.close()
 

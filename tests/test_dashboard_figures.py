@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from pagesim.config import Config
-from pagesim.dashboard import block_map, data, figures, kernel_results, live_runs, palette, serving, sweep, tables
+from pagesim.dashboard import (block_map, data, figures, host_tier, kernel_results, live_runs, palette, serving, sweep,
+                                 tables, trace_chart)
 from pagesim.errors import UserError
 from pagesim.recorder import BlockSnapshot
 from pagesim.specs import GIB
@@ -42,14 +43,18 @@ def steps_of(runs):
 
 # ---- the trace -------------------------------------------------------------------------------------------
 def test_trace_overview_shows_arrival_rate_and_length_distributions():
+    """Three Vega-Lite specs (the first chart a session draws): arrival rate, prompt and output lengths,
+    binned here, in the palette's trace colour."""
     trace = synthesize("sharegpt", num_requests=400, rate=8.0, seed=0)
-    fig = figures.trace_overview(trace.df, bins=20)
-    assert [t.name for t in fig.data] == ["arrivals", "prompt_len", "output_len"]
-    arrivals = fig.data[0]
-    assert len(arrivals.x) == 20
+    specs = trace_chart.trace_overview(trace.df, num_bins=20)
+    assert [s["title"] for s in specs] == ["arrivals (req/s)", "prompt length (tokens)", "output length (tokens)"]
+    assert {s["mark"]["color"] for s in specs} == {palette.TRACE}
+    rows = [next(iter(s["datasets"].values())) for s in specs]
+    assert [len(r) for r in rows] == [20, 20, 20]
     span = trace.df["arrival_time_s"].max()
-    assert sum(arrivals.y) * span / 20 == pytest.approx(400)  # req/s x bin width = requests
-    assert list(fig.data[1].x) == trace.df["prompt_len"].tolist()
+    assert sum(r["value"] for r in rows[0]) * span / 20 == pytest.approx(400)  # req/s x bin width = requests
+    assert sum(r["value"] for r in rows[1]) == 400 and rows[1][0]["start"] == trace.df["prompt_len"].min()
+    assert rows[2][-1]["end"] == trace.df["output_len"].max()
 
 
 # ---- memory and requests over time -----------------------------------------------------------------
@@ -597,3 +602,73 @@ def test_gantt_hatches_swapped_out_intervals_and_reads_older_files_without_inter
     old = swap.drop(columns=["preempted_at", "resumed_at", "swapped_out"])
     assert [t.name for t in serving.gantt(old, 0.0, 10.0).data][:3] == ["queued", "prefill", "decode"]
     assert not any(t.name.startswith("preempted") for t in serving.gantt(old, 0.0, 10.0).data)
+
+
+# ---- the host tier (kv_offloading_size) ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def offload_run():
+    """A prefix-heavy trace on 0.5 GiB of GPU KV with a 1 GiB host tier: the tier fills and evicts."""
+    config = Config(enable_prefix_caching=True, kv_offloading_size=1.0)
+    config = config.replace(num_gpu_blocks=sweep.blocks_for_gib(config, 0.5))
+    run = data.replay(synthesize("kshot", num_requests=150, rate=10.0, seed=0), config, ())["paged"]
+    assert run.result.steps["num_store_blocks"].sum() > config.num_offload_blocks, "the tier must fill and evict"
+    return run, config
+
+
+def test_host_occupancy_is_the_blocks_stored_so_far_up_to_the_tiers_size():
+    """What host_tier.occupancy assumes, checked on pagesim.kv_offload itself: host blocks are freed only to
+    make room for a store, so those holding a prefix after each step are min(stored so far, size)."""
+    from pagesim.kv_offload import HostKVCache
+
+    host = HostKVCache(num_blocks=5)
+    rng = np.random.default_rng(0)
+    issued, counter = [], 0
+    for step in range(40):
+        for _ in range(int(rng.integers(0, 3))):
+            counter += 1
+            host.store(counter, counter.to_bytes(4, "little"))  # a new hash each time
+        if step % 7 == 3 and host.blocks:  # a load pins a ready block for a step
+            ready = [h for h, b in host.blocks.items() if b.ready][:1]
+            host.load(ready, [0] * len(ready))
+        _, stores = host.take_transfers()
+        issued.append(len(stores))
+        held = host_tier.occupancy(pd.DataFrame({"time_s": np.arange(len(issued), dtype=float),
+                                                 "num_store_blocks": issued, "num_load_blocks": 0}), 5)
+        assert held["held"].iloc[-1] == host.num_cached
+    assert sum(issued) > 5, "the test must evict"
+
+
+def test_host_tier_over_time_splits_hits_by_tier_and_counts_the_bytes(offload_run):
+    run, config = offload_run
+    steps, summary = run.result.steps, run.summary
+    hits = host_tier.hits_by_tier(steps)
+    looked_up = hits["queries"] > 0
+    assert np.allclose(hits.loc[looked_up, ["gpu", "host", "miss"]].sum(axis=1), 1.0)
+    whole = (hits["host"] * hits["queries"]).sum() / hits["queries"].sum()
+    assert whole == pytest.approx(summary["prefix_cache_host_hit_rate"]) and whole > 0.1
+    fig = host_tier.host_tier_over_time(steps, config.num_offload_blocks, config.block_bytes, time_s=5.0)
+    names = [t.name for t in fig.data]
+    assert names[:3] == ["GPU hit", "host hit", "miss (computed)"]
+    stored, loaded = fig.data[3], fig.data[4]
+    assert stored.name.startswith("stored GPU → host") and loaded.name.startswith("loaded host → GPU")
+    assert stored.y[-1] == pytest.approx(summary["offload_store_bytes"] / GIB)
+    assert loaded.y[-1] == pytest.approx(summary["offload_load_bytes"] / GIB)
+    in_use = fig.data[5].y
+    assert max(in_use) == pytest.approx(config.num_offload_blocks * config.block_bytes / GIB), "the tier fills up"
+    assert len(fig.layout.shapes) == 1 + 3, "the tier's size, and the slider's time on each panel"
+
+
+def test_host_block_map_groups_the_tiers_blocks_by_state(offload_run):
+    run, config = offload_run
+    steps = run.result.steps
+    k = int(np.argmax(steps["num_store_blocks"].to_numpy() > 0))  # a step with a store in flight
+    t = float(steps["time_s"].iloc[k])
+    fig = host_tier.host_block_map(steps, config.num_offload_blocks, config.block_bytes, t)
+    z = np.asarray(fig.data[0].z, dtype=float).ravel()
+    occ = host_tier.occupancy(steps, config.num_offload_blocks).iloc[k]
+    counts = [int((z == code).sum()) for code in range(4)]
+    assert counts == [occ["storing"], occ["loading"], occ["cached"], occ["free"]] and counts[0] > 0
+    assert sum(counts) == config.num_offload_blocks
+    assert [t.name.split(":")[0] for t in fig.data[1:]] == [label for label, _ in palette.HOST_STATES.values()]
+    big = host_tier.host_block_map(steps, 10_000, config.block_bytes, t, max_blocks=1000)
+    assert np.isfinite(np.asarray(big.data[0].z, dtype=float)).sum() <= 1000 + 4, "a cell stands for several blocks"

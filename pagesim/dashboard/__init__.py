@@ -5,6 +5,8 @@
     live_runs.py       live GPU run directories (results/live/*/) and their validation files
     kernel_results.py  GPU kernel benchmark results (bench/results/*.json)
     figures.py         DataFrame -> plotly Figure builders, pure
+    trace_chart.py     the trace overview as Vega-Lite specs (a session's first chart), pure
+    host_tier.py       the host (CPU) tier of the prefix cache: occupancy, hits by tier, bytes moved, pure
     tables.py          DataFrame builders for the tables the pages show and offer as CSV
     cached.py          the st.cache_data wrappers around the expensive calls above
     widgets.py         sidebar forms shared by pages

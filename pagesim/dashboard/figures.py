@@ -23,24 +23,6 @@ MEMORY_LAYERS = STATES
 LATENCIES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
 
-# ---- the trace -------------------------------------------------------------------------------------------
-def trace_overview(trace: pd.DataFrame, bins: int = 60) -> go.Figure:
-    """Arrivals per second over the trace, and the prompt and output length distributions (token counts)."""
-    fig = make_subplots(rows=1, cols=3, subplot_titles=["arrivals (req/s)", "prompt length (tokens)",
-                                                        "output length (tokens)"], horizontal_spacing=0.06)
-    t = trace["arrival_time_s"].to_numpy(dtype="float64")
-    span = float(t.max()) if len(t) else 0.0
-    width = max(span / bins, 1e-9)
-    counts, edges = np.histogram(t, bins=bins, range=(0.0, max(span, 1e-9)))
-    fig.add_trace(go.Bar(x=edges[:-1], y=counts / width, width=width, name="arrivals", marker_color="#4c78a8",
-                         hovertemplate="t=%{x:.1f} s<br>%{y:.2f} req/s<extra></extra>"), row=1, col=1)
-    for col, (column, color) in enumerate((("prompt_len", "#54a24b"), ("output_len", "#e45756")), 2):
-        fig.add_trace(go.Histogram(x=trace[column], nbinsx=bins, name=column, marker_color=color), row=1, col=col)
-    fig.update_xaxes(title_text="time (s)", row=1, col=1)
-    fig.update_layout(height=240, showlegend=False, bargap=0, margin=dict(t=40, b=40, l=50, r=20))
-    return fig
-
-
 # ---- step tables over time -------------------------------------------------------------------------
 def time_buckets(steps: pd.DataFrame, columns, max_points: int = MAX_POINTS, sums=()) -> pd.DataFrame:
     """Steps reduced to at most max_points equal time buckets: `columns` as duration-weighted means,

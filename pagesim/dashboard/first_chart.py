@@ -1,12 +1,13 @@
 """A new session's first chart before its heavy ones.
 
-Streamlit's browser code draws every plotly chart of a run in one go once the charting library has
-loaded, so the trace chart of a new session would wait for the memory and block-map charts (about a
-second of drawing on a 2-core machine). A page's first run in a session therefore stops after its
+A new session's first chart is the trace overview, drawn with Vega-Lite (trace_chart.py), whose
+bundle is a sixth of plotly's; Streamlit's browser code draws every plotly chart of a run in one go
+once plotly.js has loaded (~1 s to fetch and parse, ~1.3 s to evaluate on a 2-core machine) and then
+needs about a second more to draw them. A page's first run in a session therefore stops after its
 light part with `wait_for_first_chart()`: a script-only component, mounted in its place, watches the
-page for a drawn plotly chart and then reruns the script (at most MAX_WAIT_MS later if none appears),
-and every later run of the session draws everything at once. AppTest runs no browser code: tests set
-`session_state[DRAWN] = True` to stand for the browser's signal.
+page for a drawn chart of either kind and then reruns the script (at most MAX_WAIT_MS later if none
+appears), and every later run of the session draws everything at once. AppTest runs no browser code:
+tests set `session_state[DRAWN] = True` to stand for the browser's signal.
 """
 
 from __future__ import annotations
@@ -16,13 +17,31 @@ from pathlib import Path
 import streamlit as st
 
 DRAWN = "first_chart.drawn"
+# A drawn chart of either kind: plotly's SVG, or the SVG or canvas vega-embed draws a Vega-Lite chart into.
+DRAWN_CHART = ('.js-plotly-plot svg.main-svg, [data-testid="stVegaLiteChart"] svg.marks g, '
+               '[data-testid="stVegaLiteChart"] canvas.marks')
 MAX_WAIT_MS = 5000
 
-_JS = """
-export default function({ setTriggerValue }) {
+# Streamlit's charting bundle (plotly.js, ~4.7 MB), which its page code loads only when a chart element
+# arrives. The file name carries a hash of the installed Streamlit's build. `preload(name)` imports it by
+# the URL Streamlit's page code uses, so it loads and runs once.
+_BUNDLE = next((p.name for p in (Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js")), None)
+_PRELOAD = """
+function preload(name) {
+  const index = document.querySelector('script[src*="/static/js/index."]');
+  if (name && index) import(new URL(name, index.src).href).catch(() => {});
+}
+"""
+_PRELOAD_JS = _PRELOAD + """
+export default function({ data }) { preload(data); }
+"""
+
+_JS = _PRELOAD + """
+export default function({ data, setTriggerValue }) {
   const start = performance.now();
   const check = () => {
-    if (document.querySelector('.js-plotly-plot svg.main-svg') || performance.now() - start > %d) {
+    if (document.querySelector(%s) || performance.now() - start > %d) {
+      preload(data);  // the heavy charts' bundle, now that it cannot hold up the first chart
       setTriggerValue('drawn', true);
     } else {
       setTimeout(check, 50);
@@ -30,28 +49,19 @@ export default function({ setTriggerValue }) {
   };
   check();
 }
-""" % MAX_WAIT_MS
+""" % (repr(DRAWN_CHART), MAX_WAIT_MS)
 
 _watcher = st.components.v2.component("pagesim.first_chart", js=_JS)
-
-
-# Streamlit's charting bundle (plotly.js, ~4.7 MB), which its page code loads only when a chart element
-# arrives: `preload_charts` loads it at the start of a session instead, while the server is still
-# importing and loading the trace. The file name carries a hash of the installed Streamlit's build.
-_BUNDLE = next((p.name for p in (Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js")), None)
-_PRELOAD_JS = """
-export default function({ data }) {
-  const index = document.querySelector('script[src*="/static/js/index."]');
-  if (data && index) import(new URL(data, index.src).href).catch(() => {});
-}
-"""
 _preloader = st.components.v2.component("pagesim.preload_charts", js=_PRELOAD_JS)
+
+
 PRELOADED = "first_chart.preloaded"
 
 
 def preload_charts() -> None:
-    """On a session's first run: start loading the charting bundle now (the same module the chart
-    elements import later, so it loads and runs once). Does nothing if the bundle is not found."""
+    """On a session's first run of a page without a light first chart: start loading the charting
+    bundle now, while the server imports and loads (the same module the chart elements import later,
+    so it loads and runs once). Does nothing if the bundle is not found or was preloaded already."""
     if _BUNDLE is None or st.session_state.get(PRELOADED):
         return
     st.session_state[PRELOADED] = True
@@ -68,6 +78,7 @@ def wait_for_first_chart() -> bool:
     which reruns the script once the browser has drawn a chart, and return False (stop here)."""
     if st.session_state.get(DRAWN):
         return True
-    _watcher(key="pagesim.first_chart", on_drawn_change=_drawn)
+    st.session_state[PRELOADED] = True  # the watcher loads the bundle once the first chart is drawn
+    _watcher(key="pagesim.first_chart", data=_BUNDLE, on_drawn_change=_drawn)
     st.caption("Drawing the charts…")
     return False

@@ -26,12 +26,23 @@ SHARED = "#fff176"  # a prefix block held by more than one request (a used block
 WAITING_FREE = "#bdbdbd"  # free slots while requests wait: the next admission does not fit (watermark)
 PREEMPTION = "#212121"
 
+# The host (CPU) tier of the prefix cache: its blocks' states (a cached prefix is "cached" on either tier),
+# and the tier a prompt token's prefix-cache lookup was answered from.
+HOST_STATES = {
+    "storing": ("storing (GPU → host)", "#b39ddb"),
+    "loading": ("loading (host → GPU)", "#80cbc4"),
+    "cached": ("cached prefix", STATES["cached"][1]),
+    "free": ("free", STATES["free"][1]),
+}
+HIT_TIERS = {"gpu": ("GPU hit", "#1e88e5"), "host": ("host hit", "#26a69a"), "miss": ("miss (computed)", "#9e9e9e")}
+
 # Runs: dark, saturated hues (no green, amber, salmon, red or light blue), stable by name.
 RUNS = {"paged": "#283593", "contiguous-max": "#00838f", "contiguous-pow2": "#8e24aa",
         "contiguous-oracle": "#795548", "live": "#283593", "simulated": "#00838f"}
 MORE_RUNS = ["#283593", "#00838f", "#8e24aa", "#795548", "#37474f", "#827717", "#ad1457", "#4e342e",
              "#0277bd", "#880e4f"]
 SLO = "#212121"  # threshold lines
+TRACE = "#546e7a"  # the trace's own charts (arrivals, prompt and output lengths): blue grey, neither a state nor a run
 
 # Request queues (one panel per run): greys told apart by dash.
 QUEUES = {"num_running": ("running", "#212121", "solid"), "num_waiting": ("waiting", "#757575", "dash"),

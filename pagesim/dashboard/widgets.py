@@ -23,6 +23,7 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 INJECTED_UPLOAD = "injected_upload"
 URL = "query-params"  # every setting is in the page's URL (bind=), so a scenario can be bookmarked and shared
 MEMORY_MODES = ("KV-cache GiB", "num_gpu_blocks", "gpu_memory_utilization")
+KV_CACHE_DTYPES = ("auto", "fp8")
 DEFAULT_KV_CACHE_GIB = 4.0  # data.DEFAULT_NUM_GPU_BLOCKS blocks of 16 tokens for Llama-3-8B
 
 
@@ -113,8 +114,18 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     max_batched = sb.number_input("max_num_batched_tokens", 1, 10_000_000, 8192, step=1024,
                                   bind=URL, key=f"{prefix}.max_num_batched_tokens")
     chunked = sb.checkbox("enable_chunked_prefill", True, bind=URL, key=f"{prefix}.chunked")
+    changes["kv_cache_dtype"] = sb.selectbox("kv_cache_dtype", KV_CACHE_DTYPES, bind=URL, key=f"{prefix}.kv_cache_dtype",
+                                             help="auto: the model's dtype; fp8: e4m3 K/V (vLLM's fp8), half the bytes "
+                                                  "per token, so twice the blocks in the same GiB")
     if prefix_caching:
-        changes["enable_prefix_caching"] = sb.checkbox("enable_prefix_caching", False, bind=URL, key=f"{prefix}.prefix_caching")
+        caching = sb.checkbox("enable_prefix_caching", False, bind=URL, key=f"{prefix}.prefix_caching")
+        changes["enable_prefix_caching"] = caching
+        offload = sb.number_input("kv_offloading_size (GiB of host memory; 0 = off)", 0.0, 1_000_000.0, 0.0, step=1.0,
+                                  bind=URL, key=f"{prefix}.kv_offloading_size", disabled=not caching,
+                                  help="a host (CPU) tier behind the GPU prefix cache, as vLLM's native KV offloading; "
+                                       "needs enable_prefix_caching")
+        if caching and offload:
+            changes["kv_offloading_size"] = float(offload)
     if preemption:
         changes["preemption_mode"] = sb.radio("preemption_mode", ["recompute", "swap"], bind=URL, key=f"{prefix}.preemption",
                                               horizontal=True)
@@ -136,12 +147,15 @@ def memory_caption(config: Config) -> str:
     blocks = config.resolved_num_gpu_blocks
     gib = blocks * config.block_bytes / GIB
     text = (f"{blocks:,} blocks × {config.block_size} tokens = {blocks * config.block_size:,} token slots "
-            f"= {gib:.2f} GiB of K/V for {config.model}")
+            f"= {gib:.2f} GiB of K/V for {config.model}" + (f" in {config.kv_cache_dtype}" if config.kv_cache_dtype != "auto" else ""))
     if config.num_gpu_blocks is not None:
         try:
             full = config.replace(num_gpu_blocks=None, gpu_memory_utilization=0.9).resolved_num_gpu_blocks
             text += f" (an {config.gpu} at gpu_memory_utilization 0.9 holds {full:,} blocks)"
         except UserError:
             pass
+    if config.num_offload_blocks:
+        text += (f"; host tier {config.num_offload_blocks:,} blocks = "
+                 f"{config.num_offload_blocks * config.block_bytes / GIB:.2f} GiB")
     return text
 

@@ -7,7 +7,7 @@ import io
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import block_map, cached, data, figures, first_chart, serving, tables, widgets
+from pagesim.dashboard import block_map, cached, data, figures, first_chart, host_tier, serving, tables, trace_chart, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 from pagesim.specs import GIB
@@ -37,6 +37,8 @@ def render() -> None:
     loaded = widgets.trace_source(PREFIX)
     if loaded is not None:
         show_trace(*loaded)  # the first chart, before anything else is drawn or simulated
+        if not first_chart.wait_for_first_chart():
+            return  # a new session: the engine settings, runs and heavy charts follow once the browser has drawn it
     config = widgets.config_sidebar(PREFIX)
     baselines = st.sidebar.multiselect(
         "Contiguous baselines (reserve policy)", data.BASELINES, default=["max"], bind=URL, key=f"{PREFIX}.baselines",
@@ -57,8 +59,6 @@ def render() -> None:
     st.session_state[RUNS_KEY] = f"{trace_key}|{cached.config_key(config)}|{','.join(baselines)}"
     rejection_banner(runs, config.resolved_max_model_len)
     headline(runs, config)
-    if not first_chart.wait_for_first_chart():
-        return  # a new session: the heavy charts follow once the browser has drawn the trace chart
     memory_tab, serving_tab, latency_tab = st.tabs(VIEWS, bind=URL, key=f"{PREFIX}.view")
     if memory_tab.open:
         with memory_tab:
@@ -77,15 +77,17 @@ def render() -> None:
 
 
 def show_trace(trace, trace_key: str) -> None:
-    """The trace's load summary and shape. Drawn before the simulations run, so the browser loads the
-    charting library while the server simulates."""
+    """The trace's load summary and shape: Vega-Lite charts (trace_chart), drawn before the simulations
+    run and before the plotly bundle of the heavy charts has loaded."""
     stats = cached.once("trace_stats", trace_key, lambda: trace_stats(trace))
     rate = f"{stats['rate']:.2f} req/s" if stats["rate"] else "all at once"
     with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} requests over {stats['span_s']:.1f} s ({rate}); "
                      f"prompt mean {stats['prompt_len']['mean']:,.0f}, output mean {stats['output_len']['mean']:,.0f} tokens",
                      expanded=bool(trace.summary.warnings)):
         st.text(str(trace.summary))
-    st.plotly_chart(cached.once("trace", trace_key, lambda: figures.trace_overview(trace.df)), key=f"{PREFIX}.trace")
+    specs = cached.once("trace_specs", trace_key, lambda: trace_chart.trace_overview(trace.df))
+    for i, (col, spec) in enumerate(zip(st.columns(len(specs)), specs)):
+        col.vega_lite_chart(spec=spec, width="stretch", key=f"{PREFIX}.trace.{i}")
 
 
 def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
@@ -174,6 +176,26 @@ def slider_times(runs: dict[str, data.Run]) -> list[float]:
     return [s.time_s for s in longest.result.snapshots]
 
 
+def snapshot_index(times: list[float]) -> int:
+    """The time slider's position, an index into `times`: this session's, else the URL's `replay.snapshot`
+    (the snapshot's number, as the page writes it; a time such as "62.4 s" picks the nearest snapshot),
+    else the middle of the arrivals. Clamped to the last snapshot (a shorter run than the last view's)."""
+    last = len(times) - 1
+    if SNAPSHOT in st.session_state:
+        return min(int(st.session_state[SNAPSHOT]), last)
+    text = st.query_params.get(SNAPSHOT)
+    if text is not None:
+        try:
+            if text.strip().endswith("s"):
+                t = float(text.strip().removesuffix("s"))
+                return min(range(len(times)), key=lambda k: abs(times[k] - t))
+            return max(0, min(int(text), last))
+        except ValueError:
+            st.warning(f"URL parameter {SNAPSHOT}={text!r} is not a snapshot number (0 to {last}) or a time "
+                       f"such as \"12.5 s\"; showing the middle of the arrivals.", icon=":material/link_off:")
+    return min(data.NUM_SNAPSHOTS // 2, last)
+
+
 def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: bool) -> None:
     """The time slider (over the longest run), the memory and request charts marked at its time, and the
     block map at it: a fragment, so scrubbing or playing reruns only this section. `played`: whether
@@ -184,11 +206,8 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
         return
     playing = st.session_state.get(PLAY, False)
     state = st.session_state
-    if SNAPSHOT not in state and SNAPSHOT not in st.query_params:
-        state[SNAPSHOT] = min(data.NUM_SNAPSHOTS // 2, len(times) - 1)  # the middle of the arrivals
-    elif SNAPSHOT in state and state[SNAPSHOT] >= len(times):
-        state[SNAPSHOT] = len(times) - 1  # a shorter run than the last view's
-    if playing and SNAPSHOT in state:
+    state[SNAPSHOT] = snapshot_index(times)
+    if playing:
         if state[SNAPSHOT] + 1 >= len(times):
             state[PLAY] = False
         else:
@@ -196,7 +215,9 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
     cols = st.columns([8, 1.3, 2])
     with cols[0]:
         i = st.select_slider("Time (block map and chart markers)", options=list(range(len(times))),
-                             format_func=lambda k: f"{times[k]:.1f} s", bind=URL, key=SNAPSHOT)
+                             format_func=lambda k: f"{times[k]:.1f} s", key=SNAPSHOT)
+    if st.query_params.get(SNAPSHOT) != str(i):
+        st.query_params[SNAPSHOT] = str(i)  # the snapshot's number (not bind=, which would write "62.4 s")
     with cols[1]:
         if st.toggle("Play", key=PLAY, help=f"advance the time every {FRAME_S:g} s") != played:
             st.rerun()  # the whole page: the section's refresh interval starts or stops
@@ -224,12 +245,26 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
             notes[name] = f": finished at {snap.time_s:.1f} s"
         frames[name] = snap
     st.subheader("Block map")
-    chart("blocks", (i, by), lambda: block_map.block_maps({n: snap.to_frame() for n, snap in frames.items()},
-                                                          config.block_size, t, by=by, notes=notes))
+    host = runs.get("paged") if config.num_offload_blocks else None  # the host tier backs the paged prefix cache
+    gpu_col, host_col = st.columns([3, 1.3]) if host is not None else (st.container(), None)
+    with gpu_col:
+        chart("blocks", (i, by), lambda: block_map.block_maps({n: snap.to_frame() for n, snap in frames.items()},
+                                                              config.block_size, t, by=by, notes=notes))
+    if host is not None:
+        with host_col:
+            chart("host_blocks", t, lambda: host_tier.host_block_map(host.result.steps, config.num_offload_blocks,
+                                                                     config.block_bytes, t))
     st.caption("Each cell is one physical KV block of the GPU cache, in block-id order. Paged attention scatters a "
                "request's blocks anywhere; the contiguous baseline needs one run of consecutive blocks per request, "
                "so free gaps between runs (external fragmentation) and pale reserved tails show where memory goes. "
                "Hover a cell for its block, request and fill.")
+    if host is not None:
+        st.caption("**Host tier** (kv_offloading_size): the CPU blocks behind the paged prefix cache. Its blocks "
+                   "fill with full prompt blocks as they are computed (stored once each) and are freed only to make "
+                   "room for a new store (LRU), so those in use are the blocks stored so far, up to the tier's size; "
+                   "which block holds which prefix is not recorded, so the cells are grouped by state.")
+        chart("host_time", t, lambda: host_tier.host_tier_over_time(host.result.steps, config.num_offload_blocks,
+                                                                    config.block_bytes, time_s=t))
 
 
 def serving_view(runs: dict[str, data.Run]) -> None:
@@ -237,8 +272,7 @@ def serving_view(runs: dict[str, data.Run]) -> None:
     steps = {name: run.result.steps for name, run in runs.items()}
     requests = {name: run.result.requests for name, run in runs.items()}
     times = slider_times(runs)
-    t = times[st.session_state[SNAPSHOT]] if times and st.session_state.get(SNAPSHOT) is not None \
-        and st.session_state[SNAPSHOT] < len(times) else None
+    t = times[snapshot_index(times)] if times else None
     chart("kv_usage", t, lambda: serving.kv_cache_usage(steps, time_s=t))
     chart("queues", t, lambda: serving.queues(steps, time_s=t))
     st.markdown("**Service-level objectives** (thresholds in ms)")
