@@ -104,8 +104,6 @@ def main() -> int:
     check_output_file(ap, args.out, args.force)  # before any work: committed results are never replaced by default
     work = Path(tempfile.mkdtemp(prefix="pagesim-bench-"))
     old = work / "old"
-    old.mkdir()
-    subprocess.run(f"git -C {ROOT} archive {OLD_COMMIT} | tar -x -C {old}", shell=True, check=True)
     cases = [("synthetic-20k", synth_trace(work / "sharegpt-20k.jsonl", 20_000), [], True)]
     if AZURE_CONV.exists():
         cases += [("azure-conv-default", AZURE_CONV, [], True),
@@ -119,6 +117,9 @@ def main() -> int:
                       args.million_old))
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
+    if any(with_old for *_, with_old in cases):  # the old tree only when a case compares against it
+        old.mkdir()
+        subprocess.run(f"git -C {ROOT} archive {OLD_COMMIT} | tar -x -C {old}", shell=True, check=True)
     report = []
     for name, trace, options, with_old in cases:
         entry = {"case": name, "trace": str(trace.name), "options": options}
