@@ -52,6 +52,11 @@ def synth_trace(path: Path, num_requests: int) -> Path:
     return path
 
 
+def with_tree(tree: Path) -> str:
+    """PYTHONPATH with `tree` first (the tree's pagesim wins), keeping the caller's entries after it."""
+    return os.pathsep.join([str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def git_rev(tree: Path) -> str:
     done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip() + ("" if not subprocess.run(["git", "-C", str(tree), "diff", "--quiet", "HEAD"]).returncode
@@ -59,7 +64,7 @@ def git_rev(tree: Path) -> str:
 
 
 def time_case(tree: Path, trace: Path, options: list[str], out: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree), TQDM_DISABLE="1")
+    env = dict(os.environ, PYTHONPATH=with_tree(tree), TQDM_DISABLE="1")
     cmd = [sys.executable, str(ROOT / "bench/sim_speed_worker.py"), str(trace), "--out", str(out)] + options
     t = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
@@ -80,7 +85,7 @@ READ_CODE = ("import sys, time; from pagesim.results import read_steps; t = time
 def read_times(tree: Path, steps: Path, n: int) -> dict:
     """read_steps(steps.parquet), every column, in n fresh processes: wall and CPU seconds, fastest and median.
     (Reading a large table is mostly filling fresh memory, whose cost varies from process to process.)"""
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=with_tree(tree))
     runs = []
     for _ in range(n):
         done = subprocess.run([sys.executable, "-c", READ_CODE, str(steps)], capture_output=True, text=True, env=env,
