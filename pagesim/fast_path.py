@@ -63,11 +63,8 @@ def decode_run_limit(sched: Scheduler) -> int:
     budget = sched.config.max_num_batched_tokens - n
     if not n or sched.pending_copies or budget < 0:
         return 0
-    last = running[-1]  # the newest: the one most likely still prefilling, so asked first
-    if not last.num_output_tokens or last.num_computed_tokens != last.prompt_len + last.num_output_tokens - 1:
-        return 0
     limit = 1 << 62
-    for r in running:
+    for r in reversed(running):  # the newest first: the one most likely still prefilling
         out = r.num_output_tokens
         if not out or r.num_computed_tokens != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
             return 0

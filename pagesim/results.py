@@ -421,12 +421,12 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
     for c in meta.get("derived", []):
         if not (want(c) or want(f"{c}_frac")) or c == "time_s":
             continue
-        if c == "step":
+        if c == "step" and len(segments) != len(np.unique(codes)):  # a run split in pieces: count the general way
+            cols[c] = pd.Series(codes).groupby(codes, sort=False).cumcount().to_numpy()
+        elif c == "step":
             cols[c] = _empty(n, np.int32 if n < 2**31 else np.int64)
             for seg in segments:
                 cols[c][seg] = np.arange(seg.stop - seg.start)
-            if len(segments) != len(np.unique(codes)):  # a run split in pieces: count the general way
-                cols[c] = pd.Series(codes).groupby(codes, sort=False).cumcount().to_numpy()
         elif c == "blocks_free":
             def fill(o, seg, blocks, bs):
                 np.subtract(blocks, cols["blocks_used"][seg], out=o)
@@ -462,10 +462,8 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
 # Stored columns each derived column is computed from (besides `run`).
 _DERIVED_FROM = {"time_s": (IDLE, "duration_s"), "blocks_free": ("blocks_used", "blocks_cached"),
                  "cached": ("blocks_cached",), "free": CATEGORIES[:4] + ("blocks_cached",),
-                 "kv_cache_usage": ("blocks_used",)} | {f"{c}_frac": (c,) if c not in ("free", "cached") else ()
-                                                         for c in CATEGORIES}
-_DERIVED_FROM["free_frac"] = _DERIVED_FROM["free"]
-_DERIVED_FROM["cached_frac"] = _DERIVED_FROM["cached"]
+                 "kv_cache_usage": ("blocks_used",)}
+_DERIVED_FROM |= {f"{c}_frac": _DERIVED_FROM.get(c, (c,)) for c in CATEGORIES}
 
 
 def _zero_columns(meta: pq.FileMetaData) -> set[str]:

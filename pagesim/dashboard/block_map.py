@@ -63,7 +63,7 @@ def request_index(request_id: str) -> int:
     return int(head) if head.isdigit() else zlib.crc32(request_id.encode())
 
 
-def _colorscale(colors: list[str]) -> list:
+def colorscale(colors: list[str]) -> list:
     n = len(colors)
     scale = []
     for i, c in enumerate(colors):
@@ -92,7 +92,7 @@ def block_maps(snapshots: dict[str, pd.DataFrame], block_size: int, time_s: floa
         pad = cells - len(f)
         z = np.concatenate([codes.astype(float), np.full(pad, np.nan)]).reshape(-1, width)
         text = np.concatenate([_hover(f, block_size), np.full(pad, "")]).reshape(-1, width)
-        fig.add_trace(go.Heatmap(z=z, text=text, hoverinfo="text", colorscale=_colorscale(colors), zmin=-0.5,
+        fig.add_trace(go.Heatmap(z=z, text=text, hoverinfo="text", colorscale=colorscale(colors), zmin=-0.5,
                                  zmax=len(colors) - 0.5, showscale=False, xgap=1, ygap=1, name=f"blocks: {run}"),
                       row=row, col=1)
         fig.update_yaxes(autorange="reversed", showticklabels=False, ticks="", showgrid=False, zeroline=False,

@@ -113,11 +113,12 @@ def memory_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = MA
             fig.add_hline(y=100 - watermark * 100, line=dict(color="#616161", width=1, dash="dash"), row=row, col=1,
                           annotation_text=f"watermark: {watermark:.0%} kept free at admission" if row == 1 else None,
                           annotation_position="bottom left", annotation_font_size=10)
-        mark_time(fig, row, time_s, _end(steps))
+        mark_time(fig, row, time_s, end_time(steps))
     return fig
 
 
-def _end(steps: pd.DataFrame) -> float:
+def end_time(steps: pd.DataFrame) -> float:
+    """When the run's last step ends (0 with no steps)."""
     if not len(steps):
         return 0.0
     return float(steps["time_s"].iloc[-1] + steps["duration_s"].iloc[-1])
@@ -150,7 +151,7 @@ def requests_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = 
                          row=row, col=1, secondary_y=True)
         if row == len(titles) or not shared_time:
             fig.update_xaxes(title_text="time (s)", row=row, col=1)
-        mark_time(fig, row, time_s, _end(steps))
+        mark_time(fig, row, time_s, end_time(steps))
     return fig
 
 

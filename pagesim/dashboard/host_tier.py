@@ -16,8 +16,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pagesim.dashboard.block_map import _colorscale
-from pagesim.dashboard.figures import _end, header, time_buckets
+from pagesim.dashboard.block_map import colorscale
+from pagesim.dashboard.figures import end_time, header, mark_time, time_buckets
 from pagesim.dashboard.palette import HIT_TIERS, HOST_STATES
 from pagesim.specs import GIB
 
@@ -61,7 +61,7 @@ def host_block_map(steps: pd.DataFrame, num_host_blocks: int, block_bytes: int, 
     hover = [f"{label} blocks ({counts[k] * block_bytes / GIB:.2f} GiB)" for k, label in zip(HOST_STATES, labels)]
     text = np.array([hover[int(c)] if c == c else "" for c in z.ravel()], dtype=object).reshape(z.shape)
     colors = [HOST_STATES[k][1] for k in HOST_STATES]
-    fig = go.Figure(go.Heatmap(z=z, text=text, hoverinfo="text", colorscale=_colorscale(colors), zmin=-0.5,
+    fig = go.Figure(go.Heatmap(z=z, text=text, hoverinfo="text", colorscale=colorscale(colors), zmin=-0.5,
                                zmax=len(colors) - 0.5, showscale=False, xgap=1, ygap=1, name="host blocks"))
     for k, label in zip(HOST_STATES, labels):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, marker=dict(
@@ -127,9 +127,8 @@ def host_tier_over_time(steps: pd.DataFrame, num_host_blocks: int, block_bytes: 
     fig.update_yaxes(title_text="GiB", row=2, col=1)
     fig.update_yaxes(title_text="GiB", rangemode="tozero", row=3, col=1)
     fig.update_xaxes(title_text="time (s)", row=3, col=1)
-    if time_s is not None and len(steps) and time_s <= _end(steps):
-        for row in (1, 2, 3):
-            fig.add_vline(x=time_s, line=dict(color="#212121", width=1, dash="dot"), row=row, col=1)
+    for row in (1, 2, 3):
+        mark_time(fig, row, time_s, end_time(steps))
     return header(fig, "Host tier over time (paged)", 720, top=110)
 
 
