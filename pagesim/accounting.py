@@ -31,8 +31,11 @@ class MemoryAccounting:
     total: int
 
     def __post_init__(self) -> None:
-        parts = [getattr(self, c) for c in CATEGORIES]
-        if min(parts) < 0 or sum(parts) != self.total:
+        # every category >= 0 and the six sum to total (written out: the recorder builds one per step)
+        used, reserved, internal, external, free, cached = (self.used, self.reserved, self.internal_fragmentation,
+                                                            self.external_fragmentation, self.free, self.cached)
+        if (used < 0 or reserved < 0 or internal < 0 or external < 0 or free < 0 or cached < 0
+                or used + reserved + internal + external + free + cached != self.total):
             raise AssertionError(f"memory accounting broken: {self}")
 
     @property
@@ -53,7 +56,11 @@ def request_slots(running, block_size: int) -> tuple[int, int]:
 
     Shared blocks are counted once per table that holds them; callers correct for sharing.
     """
-    used = sum([r.num_computed_tokens for r in running])
-    # slots beyond final_kv_len (= prompt_len + output_len - 1, inlined: this runs every step)
-    internal = sum([b for r in running if (b := len(r.block_ids) * block_size - r.prompt_len - r.output_len + 1) > 0])
+    used = internal = 0
+    for r in running:
+        used += r.num_computed_tokens
+        # slots beyond final_kv_len (= prompt_len + output_len - 1, inlined: this runs every step)
+        b = len(r.block_ids) * block_size - r.prompt_len - r.output_len + 1
+        if b > 0:
+            internal += b
     return used, internal

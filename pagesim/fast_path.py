@@ -24,14 +24,6 @@ from pagesim.scheduler import Scheduler, StepOutcome
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
 
 
-def _starts_before(cut: float, now: float, durations: np.ndarray) -> tuple[list[float], np.ndarray, float]:
-    """Start times of the steps (with these durations, from `now`) that start before `cut`, the first always;
-    their durations and the end of the last. Added one at a time, as a step-by-step clock would."""
-    times = list(accumulate(durations.tolist(), initial=now))  # times[j]: start of step j; sequential sums
-    k = max(1, bisect_left(times, cut, 0, len(durations)))  # starts are non-decreasing
-    return times[:k], durations[:k], times[k]
-
-
 @dataclass(slots=True)
 class DecodeRun:
     """What a batch of k identical decode steps did, for recorders (per-step lists have length k)."""
@@ -117,21 +109,22 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
     """
     context = [r.num_computed_tokens for r in sched.running]
     n, total, longest = len(context), sum(context), max(context, default=0)
-    if k > SHORT_RUN:  # time a short window first: most runs are cut by an arrival within it
-        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, SHORT_RUN, longest))
-        if len(starts) == SHORT_RUN and end < cut:  # not cut within the window: time the whole run
-            starts = None
-    else:
-        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, k, longest))
-    if starts is None:
-        durations = cost_model.decode_run_times(n, total, k, longest)
-        # times[j] = now + d0 + ... + d(j-1), added one at a time as a step-by-step clock would (cumsum is sequential)
-        times = np.cumsum(np.concatenate(([now], durations)))
-        k = max(1, int(np.searchsorted(times[:k], cut, side="left")))  # steps starting before cut; the first always
-        starts, durations, end = times[:k], durations[:k], float(times[k])
-    k = len(starts)
+    # Time a short window first: most runs are cut by an arrival within it. Start times are added one at a
+    # time, as a step-by-step clock would (times[j]: start of step j; accumulate and cumsum are sequential).
+    window = k if k <= SHORT_RUN else SHORT_RUN
+    durations = cost_model.decode_run_times(n, total, window, longest).tolist()
+    times = list(accumulate(durations, initial=now))
+    m = bisect_left(times, cut, 0, window)  # steps starting before cut (starts are non-decreasing)
+    if m < window or window == k or times[window] >= cut:
+        m = m or 1  # the first step always
+        starts, durations, end = times[:m], durations[:m], times[m]
+    else:  # not cut within the window: time the whole run
+        full = cost_model.decode_run_times(n, total, k, longest)
+        times = np.cumsum(np.concatenate(([now], full)))
+        m = int(np.searchsorted(times[:k], cut, side="left"))  # > window
+        starts, durations, end = times[:m].tolist(), full[:m].tolist(), float(times[m])
     before = recorder.memory_state()
     first_step = sched.step_id
-    run = run_decode_steps(sched, k, end, context)
+    run = run_decode_steps(sched, m, end, context)
     recorder.record_decode_run(first_step, starts, durations, run, before)
-    return k, end
+    return m, end

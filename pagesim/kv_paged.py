@@ -275,33 +275,45 @@ class PagedKVCacheManager:
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
-        out = None
-        crossings = []  # (step, running index) of every block allocation
+        n = len(running)
+        keys = None  # step * n + running index of every block allocation: sorted, the step-by-step order
         for idx, r in enumerate(running):
+            computed = r.num_computed_tokens
             held = len(r.block_ids)
-            first = held * bs - r.num_computed_tokens  # the step that needs the request's next block
+            first = held * bs - computed  # the step that needs the request's next block
             if first >= k:
                 continue
-            if out is None:
-                out = DecodeBlocks([0] * k, [0] * k, [0] * k)
-                internal = out.internal_delta_per_step
-            crossings.extend([(j, idx) for j in range(first, k, bs)])
+            if keys is None:
+                keys, internal = [], [0] * k
+            keys.extend(range(first * n + idx, k * n, bs * n))
             # A request's last block is the only one that can reach past its final length.
             final = r.prompt_len + r.output_len - 1  # final_kv_len
             last = (final - 1) // bs  # index of the block holding its last KV slot
-            j = last * bs - r.num_computed_tokens  # the step that allocates it (>= first when last >= held)
+            j = last * bs - computed  # the step that allocates it (>= first when last >= held)
             if last >= held and j < k:
                 internal[j] += (last + 1) * bs - final
-        if out is None:  # nothing allocated, so no internal fragmentation added either: one list of zeros
-            zeros = [0] * k
+        zeros = [0] * k
+        if keys is None:  # nothing allocated, so no internal fragmentation added either: one list of zeros
             return DecodeBlocks(zeros, zeros, zeros)
-        crossings.sort()
+        keys.sort()
         evicted: list[bool] = []
-        for (j, idx), block, was_cached in zip(crossings, self.pool.take(len(crossings), evicted), evicted):
-            running[idx].block_ids.append(block)
-            out.blocks_per_step[j] += 1
-            out.evicted_per_step[j] += was_cached
-        return out
+        taken = self.pool.take(len(keys), evicted)
+        blocks = zeros.copy()
+        if n == 1:
+            running[0].block_ids.extend(taken)
+            for j in keys:
+                blocks[j] += 1
+        else:
+            tables = [r.block_ids for r in running]
+            for key, block in zip(keys, taken):
+                j, idx = divmod(key, n)
+                tables[idx].append(block)
+                blocks[j] += 1
+        if True in evicted:  # zeros is the evictions' list from here on
+            for key, was_cached in zip(keys, evicted):
+                if was_cached:
+                    zeros[key // n] += 1
+        return DecodeBlocks(blocks, zeros, internal)
 
     # ---- state ------------------------------------------------------------------
     def num_held_blocks(self) -> int:

@@ -11,7 +11,6 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -127,8 +126,10 @@ class Recorder:
         self.num_steps = 0  # recorded so far
         self.rows: list[tuple] = []  # one per recorded step
         self.runs: list[tuple] = []  # decode runs, kept compact (see record_decode_run)
-        self.run_times: list[tuple] = []
-        self.run_blocks: list[tuple] = []
+        # Their steps' start times, durations and block counts, run after run (flat: one list each).
+        self.run_starts: list[float] = []
+        self.run_durations: list[float] = []
+        self.run_blocks: tuple[list[int], list[int], list[int]] = ([], [], [])  # allocated, evicted, internal delta
         self._memory_cache: tuple | None = None
         self.snapshots: list[BlockSnapshot] = []
         self._queries = 0
@@ -186,7 +187,7 @@ class Recorder:
         f = self.features_of(plan)
         self._append_row(plan.step_id, start, duration, num_running, _features_tuple(f), len(plan.preempted))
 
-    def record_decode_run(self, first_step: int, starts: np.ndarray, durations: np.ndarray, run: DecodeRun,
+    def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], run: DecodeRun,
                           before: tuple) -> None:
         """Rows for a decode run; `before` is `memory_state()` taken just before the run was applied.
 
@@ -198,13 +199,17 @@ class Recorder:
         k, n = run.k, run.num_seqs
         s = self.sched
         stats = s.kv.prefix_cache_stats
+        blocks = (run.blocks_per_step, run.evicted_per_step, run.internal_delta_per_step)
+        if not blocks[0]:
+            blocks = ([0] * k,) * 3
         if (run.outcome is not None and not run.outcome.finished and stats.queries == self._queries
                 and stats.hits == self._hits and stats.host_hits == self._host_hits):
             self.runs.append((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped),
                               run.max_context_start) + before)
-            self.run_times.append((starts, durations))
-            blocks = (run.blocks_per_step, run.evicted_per_step, run.internal_delta_per_step)
-            self.run_blocks.append(blocks if run.blocks_per_step else ([0] * k,) * 3)
+            self.run_starts += starts
+            self.run_durations += durations
+            for kept, new in zip(self.run_blocks, blocks):
+                kept += new
             self._memory_cache = (self._head(), self._memory_after(before, n * k, *map(sum, blocks)))
             self.num_steps = first_step + k
             if self.num_steps - self.first_step >= self.chunk_steps:
@@ -213,13 +218,10 @@ class Recorder:
         if k > 1:
             self.runs.append((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped),
                               run.max_context_start) + before)
-            self.run_times.append((starts[:-1], durations[:-1]))
-            if run.blocks_per_step:
-                self.run_blocks.append((run.blocks_per_step[:-1], run.evicted_per_step[:-1],
-                                        run.internal_delta_per_step[:-1]))
-            else:
-                zeros = [0] * (k - 1)
-                self.run_blocks.append((zeros, zeros, zeros))
+            self.run_starts += starts[:-1]
+            self.run_durations += durations[:-1]
+            for kept, new in zip(self.run_blocks, blocks):
+                kept += new[:-1]
         # FEATURE_COLUMNS of a pure-decode step: only the decode counts are non-zero
         features = (0, 0, 0, 0, n, run.context_start + n * k, run.max_context_start + k if n else 0, 0, 0, 0, 0, 0)
         self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n, features, 0)
@@ -250,9 +252,7 @@ class Recorder:
             prior = np.concatenate([[0], cs])[offsets]
             return cs - np.repeat(prior, K)
 
-        total = int(K.sum())
-        blocks = [np.fromiter(chain.from_iterable(b[i] for b in self.run_blocks), dtype=np.int64, count=total)
-                  for i in range(3)]
+        blocks = [np.array(b, dtype=np.int64) for b in self.run_blocks]
         n = rep(2)
         blocks_used = rep(7) + segment_cumsum(blocks[0])
         cached_blocks = rep(8) - segment_cumsum(blocks[1])
@@ -263,8 +263,8 @@ class Recorder:
         zeros = np.zeros(len(j), dtype=np.int64)
         cols = {
             "step": rep(0) + j - 1,
-            "time_s": np.concatenate([t[0] for t in self.run_times]),
-            "duration_s": np.concatenate([t[1] for t in self.run_times]),
+            "time_s": np.array(self.run_starts, dtype=np.float64),
+            "duration_s": np.array(self.run_durations, dtype=np.float64),
             "num_running": n,
             "num_waiting": rep(4),
             "num_swapped": rep(5),
@@ -288,7 +288,7 @@ class Recorder:
         if self.num_steps == self.first_step:
             return
         cols = self._columns()
-        self.rows, self.runs, self.run_times, self.run_blocks = [], [], [], []
+        self.rows, self.runs, self.run_starts, self.run_durations, self.run_blocks = [], [], [], [], ([], [], [])
         self.first_step = self.num_steps
         if self.sink is not None:
             self.sink(cols)

@@ -1,9 +1,11 @@
-"""The discrete-event simulator: a trace replayed through the shared scheduler on simpy's clock.
+"""The discrete-event simulator: a trace replayed through the shared scheduler on a virtual clock.
 
-One simpy process tells the story: the shared driver loop (pagesim/loop.py)
-releases each request into the scheduler at its arrival time, loops
-schedule -> cost model -> finish_step and, when there is nothing to do, sleeps
-until the next arrival.
+The shared driver loop (pagesim/loop.py) releases each request into the
+scheduler at its arrival time, loops schedule -> cost model -> finish_step and,
+when there is nothing to do, jumps to the next arrival. One engine is the only
+process, so its clock is a plain number (`VirtualClock`: `now + seconds`, the
+sum simpy's timeouts make, so the times are the same); the multi-replica
+cluster (cluster.py) runs the same loop as simpy processes.
 
 The exact fast path: when the scheduler certifies that the next k steps are
 identical pure-decode steps (`fast_path.decode_run_limit`), the engine applies
@@ -21,12 +23,11 @@ import time
 from dataclasses import dataclass, field
 
 import pandas as pd
-import simpy
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
 from pagesim.kv_manager import PrefixCacheStats
-from pagesim.loop import Arrivals, Hooks, SchedulerStuck, SimClock, drive
+from pagesim.loop import Arrivals, Hooks, SchedulerStuck, VirtualClock, drive, run
 from pagesim.recorder import BlockSnapshot, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -88,7 +89,7 @@ class Simulation:
         self.fast_path = fast_path
         self.snapshot_times = sorted(snapshot_times)
         self.progress = progress
-        self.env = simpy.Environment()
+        self.clock = VirtualClock()
         self.scheduler = Scheduler(config, record_events)
         self.executor = SimExecutor(cost_model)
         self.recorder = Recorder(self.scheduler, self.executor.features_of, sink=steps_sink)
@@ -105,21 +106,20 @@ class Simulation:
         return snaps[0] if snaps else float("inf")
 
     def engine(self):
-        """The simpy process: the shared driver loop on simpy's clock, then the snapshots after the end."""
+        """The shared driver loop on the virtual clock, then the snapshots after the end."""
         stats = yield from drive(self.scheduler, self.executor, self.recorder,
-                                 Arrivals.at_arrival_times(self.requests), SimClock(self.env),
+                                 Arrivals.at_arrival_times(self.requests), self.clock,
                                  hooks=Hooks(tick=self._tick), fast_path=self.cost_model if self.fast_path else None)
         while self._snaps:
-            self.recorder.snapshot(self.env.now)
+            self.recorder.snapshot(self.clock.now())
             self._snaps.pop(0)
         return stats
 
     # ---- running ----------------------------------------------------------------
     def run(self, name: str | None = None) -> RunResult:
         wall = time.perf_counter()
-        engine = self.env.process(self.engine())
         with paused_gc():
-            self.env.run()
+            stats = run(self.engine())
         wall = time.perf_counter() - wall
         sched = self.scheduler
         unfinished = [r for r in self.requests if not r.is_finished]
@@ -137,7 +137,7 @@ class Simulation:
             num_steps=self.recorder.num_steps,
             leaked_blocks=sched.leaked_blocks(),
             prefix_cache=sched.kv.prefix_cache_stats,
-            extra={"fast_path_steps": engine.value.fast_path_steps},
+            extra={"fast_path_steps": stats.fast_path_steps},
         )
 
 

@@ -104,6 +104,10 @@ class RooflineCostModel:
         self.swap_s_per_block = config.block_bytes / (g.pcie_bandwidth * pcie_efficiency)
         self.copy_s_per_block = 2 * config.block_bytes / self.mem_rate
         self.load_s_per_block = self.store_s_per_block = self.swap_s_per_block  # host tier: the same PCIe link
+        # Decode attention is the K/V read whatever the context when (c + n) * kv_bytes / mem_rate exceeds
+        # c * attn_flops / flop_rate for every c >= 0 by more than rounding can move either (all GQA models
+        # here, by ~40x): decode_run_times then skips the comparison.
+        self._decode_kv_bound = self.kv_bytes * self.flop_rate > self.attn_flops * self.mem_rate * (1 + 1e-6)
 
     def _forward_time(self, tokens, seqs, kv_read, pairs, maximum=max):
         """Works on ints and on numpy arrays alike, with the same operations in the same order."""
@@ -135,18 +139,25 @@ class RooflineCostModel:
         """
         if num_seqs == 0:
             return np.zeros(k)
-        if k <= SMALL_RUN:  # numpy's per-call cost dominates short runs: _forward_time's operations on floats
-            n = num_seqs
-            dense = max(self.weight_read_bytes / self.mem_rate, (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
-            allreduce = self.allreduce_s + n * self.allreduce_s_per_token
-            kvb, mem_rate, attn, flop_rate = self.kv_bytes, self.mem_rate, self.attn_flops, self.flop_rate
-            overhead, seq_overhead = self.step_overhead_s, n * self.seq_overhead_s
+        n = num_seqs
+        dense = max(self.weight_read_bytes / self.mem_rate, (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
+        allreduce = self.allreduce_s + n * self.allreduce_s_per_token
+        kvb, mem_rate, attn, flop_rate = self.kv_bytes, self.mem_rate, self.attn_flops, self.flop_rate
+        overhead, seq_overhead = self.step_overhead_s, n * self.seq_overhead_s
+        if self._decode_kv_bound and not allreduce and not seq_overhead:
+            # _forward_time's sums with attention = the K/V read of c + n keys (iterated as c2 = c + n) and
+            # the two terms that are +0.0 left out (adding +0.0 to a positive float changes no bit).
+            if k <= SMALL_RUN:  # numpy's per-call cost dominates short runs: the same operations on floats
+                return np.array([dense + c2 * kvb / mem_rate + overhead
+                                 for c2 in range(context_start + 2 * n, context_start + n * (k + 2), n)])
+            return dense + np.arange(context_start + 2 * n, context_start + n * (k + 2), n, dtype=np.int64) * kvb / mem_rate + overhead
+        if k <= SMALL_RUN:
             # max(a, b) written out (a builtin call per step was a tenth of a run's cost); the same value
             return np.array([dense + (a if (a := (c + n) * kvb / mem_rate) >= (b := c * attn / flop_rate) else b)
                              + allreduce + overhead + seq_overhead
                              for c in range(context_start + n, context_start + n * (k + 1), n)])
-        ctx = context_start + num_seqs * np.arange(1, k + 1, dtype=np.int64)
-        return self._forward_time(num_seqs, num_seqs, ctx, ctx, np.maximum)
+        ctx = context_start + n * np.arange(1, k + 1, dtype=np.int64)
+        return self._forward_time(n, n, ctx, ctx, np.maximum)
 
     def describe(self) -> dict:
         return {"kind": "roofline", "model": self.model, "gpu": self.gpu,
