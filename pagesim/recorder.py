@@ -10,6 +10,7 @@ released their blocks); `num_running` is the batch the step ran.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -50,6 +51,7 @@ NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
     "time_s": np.float64, "duration_s": np.float64,
     "prefill_attn_pairs": np.int64, "prefill_context_tokens": np.int64, "decode_context_tokens": np.int64,
 }
+FLOAT_COLUMNS = ("time_s", "duration_s")
 CHUNK_STEPS = 1 << 16
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
@@ -124,12 +126,14 @@ class Recorder:
         self.chunks: list[dict[str, np.ndarray]] = []
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
-        self.rows: list[tuple] = []  # one per recorded step
-        self.runs: list[tuple] = []  # decode runs, kept compact (see record_decode_run)
-        # Their steps' start times, durations and block counts, run after run (flat: one list each).
-        self.run_starts: list[float] = []
-        self.run_durations: list[float] = []
-        self.run_blocks: tuple[list[int], list[int], list[int]] = ([], [], [])  # allocated, evicted, internal delta
+        # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
+        # are fresh, and the chunk is turned into columns without chasing (and then freeing) ~10^6 objects.
+        self.rows = array("d")  # STEP_COLUMNS' values of each recorded step (integers are exact: all < 2**53)
+        self.runs = array("q")  # 7 + 9 values of each decode run (see _runs_columns), kept compact (see record_decode_run)
+        # The runs' steps' start times, durations and block counts, run after run.
+        self.run_starts = array("d")
+        self.run_durations = array("d")
+        self.run_blocks = (array("q"), array("q"), array("q"))  # allocated, evicted, internal delta
         self._memory_cache: tuple | None = None
         self.snapshots: list[BlockSnapshot] = []
         self._queries = 0
@@ -171,7 +175,7 @@ class Recorder:
         s = self.sched
         self._memory_cache = None  # the step changed the state
         memory = self.memory_state()
-        self.rows.append(
+        self.rows.extend(
             (step, start, duration, num_running, len(s.waiting), len(s.swapped))
             + features
             + (num_preemptions,)
@@ -204,24 +208,24 @@ class Recorder:
             blocks = ([0] * k,) * 3
         if (run.outcome is not None and not run.outcome.finished and stats.queries == self._queries
                 and stats.hits == self._hits and stats.host_hits == self._host_hits):
-            self.runs.append((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped),
+            self.runs.extend((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped),
                               run.max_context_start) + before)
-            self.run_starts += starts
-            self.run_durations += durations
+            self.run_starts.fromlist(starts)
+            self.run_durations.fromlist(durations)
             for kept, new in zip(self.run_blocks, blocks):
-                kept += new
+                kept.fromlist(new)
             self._memory_cache = (self._head(), self._memory_after(before, n * k, *map(sum, blocks)))
             self.num_steps = first_step + k
             if self.num_steps - self.first_step >= self.chunk_steps:
                 self.flush()
             return
         if k > 1:
-            self.runs.append((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped),
+            self.runs.extend((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped),
                               run.max_context_start) + before)
-            self.run_starts += starts[:-1]
-            self.run_durations += durations[:-1]
+            self.run_starts.fromlist(starts[:-1])
+            self.run_durations.fromlist(durations[:-1])
             for kept, new in zip(self.run_blocks, blocks):
-                kept += new[:-1]
+                kept.fromlist(new[:-1])
         # FEATURE_COLUMNS of a pure-decode step: only the decode counts are non-zero
         features = (0, 0, 0, 0, n, run.context_start + n * k, run.max_context_start + k if n else 0, 0, 0, 0, 0, 0)
         self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n, features, 0)
@@ -241,7 +245,7 @@ class Recorder:
         kv = self.sched.kv
         bs = kv.block_size
         # first step, k, n, context, waiting, swapped, max context; then memory_state()'s 3 + 6 values
-        meta = np.array(self.runs, dtype=np.int64).reshape(-1, 7 + 9)
+        meta = np.frombuffer(self.runs, dtype=np.int64).reshape(-1, 7 + 9)
         K = meta[:, 1]
         rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
         offsets = np.cumsum(K) - K
@@ -252,7 +256,7 @@ class Recorder:
             prior = np.concatenate([[0], cs])[offsets]
             return cs - np.repeat(prior, K)
 
-        blocks = [np.array(b, dtype=np.int64) for b in self.run_blocks]
+        blocks = [np.frombuffer(b, dtype=np.int64) for b in self.run_blocks]
         n = rep(2)
         blocks_used = rep(7) + segment_cumsum(blocks[0])
         cached_blocks = rep(8) - segment_cumsum(blocks[1])
@@ -263,7 +267,7 @@ class Recorder:
         zeros = np.zeros(len(j), dtype=np.int64)
         cols = {
             "step": rep(0) + j - 1,
-            "time_s": np.array(self.run_starts, dtype=np.float64),
+            "time_s": np.array(self.run_starts, dtype=np.float64),  # copies: the buffers are reused
             "duration_s": np.array(self.run_durations, dtype=np.float64),
             "num_running": n,
             "num_waiting": rep(4),
@@ -288,7 +292,8 @@ class Recorder:
         if self.num_steps == self.first_step:
             return
         cols = self._columns()
-        self.rows, self.runs, self.run_starts, self.run_durations, self.run_blocks = [], [], [], [], ([], [], [])
+        self.rows, self.runs, self.run_starts, self.run_durations = array("d"), array("q"), array("d"), array("d")
+        self.run_blocks = (array("q"), array("q"), array("q"))
         self.first_step = self.num_steps
         if self.sink is not None:
             self.sink(cols)
@@ -319,8 +324,9 @@ class Recorder:
     def _columns(self) -> dict[str, np.ndarray]:
         """The rows and expanded decode runs since the last flush, as columns in step order."""
         if self.rows:
-            by_column = list(zip(*self.rows))
-            cols = {c: np.asarray(by_column[i]) for i, c in enumerate(STEP_COLUMNS)}
+            table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
+            cols = {c: table[:, i].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
+                    for i, c in enumerate(STEP_COLUMNS)}
         else:
             cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}
         if self.runs:
