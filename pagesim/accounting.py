@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 CATEGORIES = ("used", "reserved", "internal_fragmentation", "external_fragmentation", "free", "cached")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a value, never changed after it is made (not frozen: a frozen init costs 2.5x, once per step)
 class MemoryAccounting:
     used: int
     reserved: int

@@ -72,34 +72,32 @@ def decode_run_limit(sched: Scheduler) -> int:
     return sched.kv.max_decode_steps(running, limit)
 
 
-def run_decode_steps(sched: Scheduler, k: int, end: float, context: list[int] | None = None) -> DecodeRun:
+def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, int] | None = None) -> DecodeRun:
     """Apply k pure-decode steps at once, the last ending at `end`. Requires k <= decode_run_limit().
 
-    `context`: the running requests' num_computed_tokens, when the caller has them.
+    `context`: the running requests' (sum, max) of num_computed_tokens, when the caller has them.
     """
     kv = sched.kv
     running = sched.running
     if context is None:
-        context = [r.num_computed_tokens for r in running]
-    run = DecodeRun(k=k, num_seqs=len(running), context_start=sum(context), max_context_start=max(context, default=0))
+        computed = [r.num_computed_tokens for r in running]
+        context = (sum(computed), max(computed, default=0))
     blocks = kv.allocate_decode_steps(running, k)
-    run.blocks_per_step = blocks.blocks_per_step
-    run.evicted_per_step = blocks.evicted_per_step
-    run.internal_delta_per_step = blocks.internal_delta_per_step
     sched.step_id += k
     outcome = StepOutcome()
+    cache_full_blocks = kv.cache_full_blocks
     for r in running:
         old = r.num_computed_tokens
         r.num_computed_tokens = old + k
-        kv.cache_full_blocks(r, old)
-        r.num_output_tokens += k
-        if r.num_output_tokens >= r.output_len:
+        cache_full_blocks(r, old)
+        r.num_output_tokens = out = r.num_output_tokens + k
+        if out >= r.output_len:
             sched.finish_request(r, end, outcome)
     if outcome.finished:
         done = {id(r) for r in outcome.finished}
         sched.running = [r for r in running if id(r) not in done]
-    run.outcome = outcome
-    return run
+    return DecodeRun(k, len(running), context[0], context[1], blocks.blocks_per_step, blocks.evicted_per_step,
+                     blocks.internal_delta_per_step, outcome)
 
 
 def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float) -> tuple[int, float]:
@@ -125,6 +123,6 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
         starts, durations, end = times[:m].tolist(), full[:m].tolist(), float(times[m])
     before = recorder.memory_state()
     first_step = sched.step_id
-    run = run_decode_steps(sched, m, end, context)
+    run = run_decode_steps(sched, m, end, (total, longest))
     recorder.record_decode_run(first_step, starts, durations, run, before)
     return m, end
