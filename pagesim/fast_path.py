@@ -85,11 +85,12 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     blocks = kv.allocate_decode_steps(running, k)
     sched.step_id += k
     outcome = StepOutcome()
-    cache_full_blocks = kv.cache_full_blocks
+    cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
     for r in running:
         old = r.num_computed_tokens
         r.num_computed_tokens = old + k
-        cache_full_blocks(r, old)
+        if (old + k) // bs != old // bs:  # a block became full (else there is nothing to register)
+            cache_full_blocks(r, old)
         r.num_output_tokens = out = r.num_output_tokens + k
         if out >= r.output_len:
             sched.finish_request(r, end, outcome)

@@ -315,12 +315,13 @@ class Scheduler:
         """Apply a step's outcome at time `now` (the end of the step): tokens computed, tokens sampled."""
         outcome = StepOutcome()
         kv = self.kv
-        cache_full_blocks = kv.cache_full_blocks
+        cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
         for s in plan.scheduled:
             req = s.request
             old = req.num_computed_tokens
             req.num_computed_tokens = computed = old + s.num_new_tokens
-            cache_full_blocks(req, old)
+            if computed // bs != old // bs:  # a block became full (else there is nothing to register)
+                cache_full_blocks(req, old)
             if computed < req.prompt_len + req.num_output_tokens:  # num_tokens
                 continue  # a prefill chunk that does not reach the end samples nothing
             req.num_output_tokens += 1
