@@ -19,6 +19,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from pagesim.cost.features import shared_decode_tokens
 from pagesim.scheduler import Scheduler, StepOutcome
 
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
@@ -108,17 +109,20 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
     """
     context = [r.num_computed_tokens for r in sched.running]
     n, total, longest = len(context), sum(context), max(context, default=0)
+    # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new blocks are its own)
+    shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
+              if cost_model.prices_sharing else 0)
     # Time a short window first: most runs are cut by an arrival within it. Start times are added one at a
     # time, as a step-by-step clock would (times[j]: start of step j; accumulate and cumsum are sequential).
     window = k if k <= SHORT_RUN else SHORT_RUN
-    durations = cost_model.decode_run_times(n, total, window, longest).tolist()
+    durations = cost_model.decode_run_times(n, total, window, longest, shared).tolist()
     times = list(accumulate(durations, initial=now))
     m = bisect_left(times, cut, 0, window)  # steps starting before cut (starts are non-decreasing)
     if m < window or window == k or times[window] >= cut:
         m = m or 1  # the first step always
         starts, durations, end = times[:m], durations[:m], times[m]
     else:  # not cut within the window: time the whole run
-        full = cost_model.decode_run_times(n, total, k, longest)
+        full = cost_model.decode_run_times(n, total, k, longest, shared)
         times = np.cumsum(np.concatenate(([now], full)))
         m = int(np.searchsorted(times[:k], cut, side="left"))  # > window
         starts, durations, end = times[:m].tolist(), full[:m].tolist(), float(times[m])
