@@ -20,7 +20,7 @@ from itertools import accumulate
 import numpy as np
 
 from pagesim.cost.features import shared_decode_tokens
-from pagesim.scheduler import Scheduler, StepOutcome
+from pagesim.scheduler import Scheduler, StepOutcome, without
 
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
 
@@ -96,8 +96,7 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
         if out >= r.output_len:
             sched.finish_request(r, end, outcome)
     if outcome.finished:
-        done = {id(r) for r in outcome.finished}
-        sched.running = [r for r in running if id(r) not in done]
+        sched.running = without(running, outcome.finished)
     return DecodeRun(k, len(running), context[0], context[1], blocks.blocks_per_step, blocks.evicted_per_step,
                      blocks.internal_delta_per_step, outcome)
 

@@ -261,7 +261,9 @@ class PagedKVCacheManager:
 
     def max_decode_steps(self, running: list[Request], limit: int) -> int:
         free = self.pool.num_free_blocks
-        if self._decode_blocks_needed(running, limit) <= free:
+        # A request needs at most cdiv(limit, block_size) new blocks for `limit` more tokens (its table
+        # covers its computed tokens), so with that many free for each the count below is not needed.
+        if len(running) * -(-limit // self.block_size) <= free or self._decode_blocks_needed(running, limit) <= free:
             return limit
         lo, hi = 0, limit  # needed(lo) <= free < needed(hi)
         while hi - lo > 1:

@@ -96,6 +96,17 @@ def clip_to_budget(num_new_tokens: int, budget: int, chunked: bool) -> int:
     return budget if chunked else 0
 
 
+def without(running: list[Request], ended: list[Request]) -> list[Request]:
+    """A new list of the running requests but the ended ones (those of them that are running; in order)."""
+    running = running.copy()
+    for r in ended:
+        try:
+            running.remove(r)  # by identity (requests compare by identity), scanned in C
+        except ValueError:  # a forked sample that ended at its fork never ran
+            pass
+    return running
+
+
 @dataclass(slots=True)
 class StepOutcome:
     finished: list[Request] = field(default_factory=list)
@@ -178,7 +189,7 @@ class Scheduler:
 
         # 1. Running requests.
         i = 0
-        allocate_slots = kv.allocate_slots
+        allocate_slots, schedule_request, new_scheduled = kv.allocate_slots, scheduled.append, ScheduledRequest
         while i < len(running) and budget > 0:
             req = running[i]
             computed, out = req.num_computed_tokens, req.num_output_tokens
@@ -201,7 +212,7 @@ class Scheduler:
                     break
             else:
                 # is_decoding: the step computes exactly the last sampled token
-                scheduled.append(ScheduledRequest(req, computed, num_new, out > 0 and left == 1))
+                schedule_request(new_scheduled(req, computed, num_new, out > 0 and left == 1))
                 budget -= num_new
                 i += 1
                 continue
@@ -332,8 +343,7 @@ class Scheduler:
             if req.num_output_tokens >= req.output_len:
                 self.finish_request(req, now, outcome)
         if outcome.finished:
-            done = {id(r) for r in outcome.finished}
-            self.running = [r for r in self.running if id(r) not in done]
+            self.running = without(self.running, outcome.finished)
         return outcome
 
     def finish_request(self, req: Request, now: float, outcome: StepOutcome) -> None:
