@@ -258,10 +258,15 @@ class Scheduler:
                 budget -= num_new
 
         plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
-        plan.num_decode_tokens = sum([s.num_new_tokens for s in scheduled if s.is_decode])
-        plan.num_prefill_tokens = sum([s.num_new_tokens for s in scheduled if not s.is_decode])
-        for req in [s.request for s in scheduled if s.request.first_scheduled_time is None]:
-            req.first_scheduled_time = now
+        num_decode = num_prefill = 0
+        for s in scheduled:  # one pass: the token counts, and the first scheduling of requests new to a step
+            if s.is_decode:
+                num_decode += s.num_new_tokens
+            else:
+                num_prefill += s.num_new_tokens
+            if s.request.first_scheduled_time is None:
+                s.request.first_scheduled_time = now
+        plan.num_decode_tokens, plan.num_prefill_tokens = num_decode, num_prefill
         if self.finished_req_ids and not plan.is_empty:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan
@@ -333,14 +338,15 @@ class Scheduler:
             req.num_computed_tokens = computed = old + s.num_new_tokens
             if computed // bs != old // bs:  # a block became full (else there is nothing to register)
                 cache_full_blocks(req, old)
-            if computed < req.prompt_len + req.num_output_tokens:  # num_tokens
+            out = req.num_output_tokens
+            if computed < req.prompt_len + out:  # num_tokens
                 continue  # a prefill chunk that does not reach the end samples nothing
-            req.num_output_tokens += 1
+            req.num_output_tokens = out = out + 1
             if req.first_token_time is None:
                 req.first_token_time = now
                 if req.n > 1 and req.parent_id is None:
                     self._fork_samples(req, now, outcome)
-            if req.num_output_tokens >= req.output_len:
+            if out >= req.output_len:
                 self.finish_request(req, now, outcome)
         if outcome.finished:
             self.running = without(self.running, outcome.finished)
