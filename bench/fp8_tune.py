@@ -106,7 +106,7 @@ class Case:
         cache_dtype = BF16 if DEV == "cuda" else torch.float32
         self.k = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV).to(cache_dtype)
         self.v = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV).to(cache_dtype)
-        (self.k8, self.ks), (self.v8, self.vs) = quantised(self.k), quantised(self.v)
+        (self.k8, self.ks), (self.v8, self.vs) = quantised(self.k, v=False), quantised(self.v, v=True)
         self.tables = torch.randperm(num_blocks, generator=g, device=DEV).view(seqs, pages).to(torch.int32)
         self.lens = torch.full((seqs,), ctx, dtype=torch.int32, device=DEV)
         self.q = torch.randn((q_rows, HQ, D), generator=g, device=DEV).to(cache_dtype)
@@ -121,12 +121,12 @@ class Case:
         ctx = self.shape[1]
         offset = None if self.kind == "decode" else ctx - self.shape[0]
 
-        def gathered(cache, scale=None):
-            return torch.stack([R.dequantize(R.gather_kv(cache, self.tables[b], ctx), scale) for b in range(seqs)])
+        def gathered(cache, scale=None, gather=R.gather_kv):
+            return torch.stack([R.dequantize(gather(cache, self.tables[b], ctx), scale) for b in range(seqs)])
 
         q = self.q.view(seqs, -1, HQ, D)
-        ref = {"bf16": _reference(q, gathered(self.k), gathered(self.v), offset),
-               "fp8": _reference(q, gathered(self.k8, self.ks), gathered(self.v8, self.vs), offset)}
+        ref = {"bf16": _reference(q, gathered(self.k), gathered(self.v, gather=R.gather_v), offset),
+               "fp8": _reference(q, gathered(self.k8, self.ks), gathered(self.v8, self.vs, R.gather_v), offset)}
         return {name: r.view(self.q.shape) for name, r in ref.items()}
 
     def call(self, dtype: str, cfg, splits: int | None = None):

@@ -66,16 +66,45 @@ FP8_DECODE_CONFIG = DecodeConfig(block_n=128, num_warps=4, num_stages=4, fp8_wid
 
 
 @triton.jit
-def _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
-             NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, DTYPE: tl.constexpr):
-    """K and V [BLOCK_N, HEAD_DIM] of tokens t (invalid ones 0), widened to DTYPE when that is not None."""
-    block = tl.load(block_tables + b * stride_bt + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
+             NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+             V_T: tl.constexpr):
+    """K and V [BLOCK_N, HEAD_DIM] of tokens n0 : n0 + BLOCK_N (n0 a multiple of BLOCK_N), as stored.
+
+    K rows of tokens >= end are 0. V_T (an fp8 cache): V is stored transposed per block ([Hkv, D, block_size],
+    engine.kernels.cache), so it is read as V^T [HEAD_DIM, BLOCK_N] in runs of min(BLOCK_SIZE, BLOCK_N) contiguous
+    tokens (16-byte loads; masked per run, so the tail of the last run holds whatever the cache holds there:
+    _widen zeroes it) and returned transposed, a K-major operand for P @ V. Otherwise V rows >= end are 0.
+    """
+    t = n0 + tl.arange(0, BLOCK_N)
+    valid = t < end
+    if V_T:
+        RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+        run_valid = tl.max_constancy((t // RUN) * RUN < end, RUN)  # whole runs: the blocks of tokens < end
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=run_valid, other=0).to(tl.int64)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
     k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-    v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    if V_T:
+        cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
+        cols = tl.max_contiguous(tl.multiple_of(cols, RUN), RUN)
+        vt = tl.load(v_cache + d[:, None] * BLOCK_SIZE + cols[None, :], mask=run_valid[None, :], other=0.0)
+        v = tl.trans(vt)
+    else:
+        v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _widen(k, v, valid, DTYPE: tl.constexpr, V_T: tl.constexpr):
+    """K and V as _load_kv read them, widened to DTYPE when that is not None; with V_T, V rows of tokens that are
+    not valid become 0 (they were read with their run: a cache slot never written may hold NaN bits)."""
     if DTYPE is not None:
         k = k.to(DTYPE)
         v = v.to(DTYPE)
+    if V_T:
+        v = tl.where(valid[:, None], v, 0.0)
     return k, v
 
 
@@ -105,24 +134,20 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    bt_row = block_tables + b * stride_bt
     if PREFETCH:  # the first tile, as read (widened where it is used)
-        t = start + tl.arange(0, BLOCK_N)
-        k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, t < end, d,
-                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
+        k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, start, end, d,
+                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8)
     for n0 in range(start, end, BLOCK_N):
         t = n0 + tl.arange(0, BLOCK_N)
         valid = t < end
         if PREFETCH:  # registers double-buffered by hand: the next tile's loads are in flight during this one
             k, v = k_next, v_next
-            if DOT_DTYPE is not None:
-                k = k.to(DOT_DTYPE)
-                v = v.to(DOT_DTYPE)
-            tn = t + BLOCK_N
-            k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, tn, tn < end, d,
-                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
+            k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, n0 + BLOCK_N, end, d,
+                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8)
         else:
-            k, v = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
-                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)
+            k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8)
+        k, v = _widen(k, v, valid, DOT_DTYPE, FP8)
         s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
