@@ -44,8 +44,8 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
     t = n0 + tl.arange(0, BLOCK_N)
     k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
-                    NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8)
-    k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8)  # an fp8 cache widened; scales applied outside
+                    NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
+    k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
     s = tl.dot(qv, tl.trans(k)) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
