@@ -31,7 +31,8 @@ PATTERNS = {"cp.async": ("cp.async.cg", "cp.async.ca"), "ld.shared 8-bit": ("ld.
 # (label, kernel, cache, widen, num_stages, prefetch)
 VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", None, 3, False),
             ("decode fp8 bf16 widening, 3 stages", "decode", "fp8", "bf16", 3, False),
-            ("decode fp8 fp16 widening, 4 stages (fp8 default)", "decode", "fp8", "fp16", 4, False),
+            ("decode fp8 fp16 widening, 4 stages (old default)", "decode", "fp8", "fp16", 4, False),
+            ("decode fp8 fp16 widening, 2 stages (fp8 default)", "decode", "fp8", "fp16", 2, False),
             ("decode fp8 fp16 widening, 1 stage", "decode", "fp8", "fp16", 1, False),
             ("decode fp8 fp16 widening, 1 stage, prefetch", "decode", "fp8", "fp16", 1, True),
             ("prefill bf16 cache, 3 stages (bf16 default)", "prefill", "bf16", None, 3, False),
