@@ -19,10 +19,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from pagesim.config import Config
-from pagesim.cost.features import StepFeatures
+from pagesim.cost.features import StepFeatures, shared_decode_tokens
+from pagesim.cost.profile import GRAPH_BATCH_SIZES
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.outputs import prepare_output_dir, prepare_output_file, provenance
@@ -293,25 +295,35 @@ def _spec_dict(config: Config) -> dict:
 
 
 # ---- calibration ------------------------------------------------------------------------------
-def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int, ...]]]]:
-    """Synthetic workloads as (name, [(count, prompt_len, output_len[, release_step]), ...]).
+DECODE_STEPS_PER_SIZE = 10  # decode steps the calibration's decode grid times at each batch size
 
-    A group is released before the workload's step `release_step` (0, the default: at the start).
-    Decode grid: uniform batches of 1..256 sequences at contexts 128..4096 (capped at 256k cached
-    tokens); prefill grid: single prompts 16..8192 tokens; mixed: long prompts arriving into running
-    decodes (chunked prefill packs them with the decode tokens); skew: b short sequences (128 or 1024
-    tokens) decoding with one long one (2k-6k), b + 1 = 16..128 rows, so that the longest sequence
-    and the total context vary apart (the decode kernel's time follows the longest sequence once it
-    stops splitting sequences, profile.py); arrive: small prompts (64-512 tokens) released one at a
-    time into a running decode batch (some with a long sequence in it): small eager mixed steps.
+
+def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int, ...]]]]:
+    """Synthetic workloads as (name, [(count, prompt_len, output_len[, release_step[, prefix_len, prefix_id]]), ...]).
+
+    A group is released before the workload's step `release_step` (0, the default: at the start);
+    with prefix_len, its requests' first prefix_len prompt tokens are one shared prefix per prefix_id
+    (the same content; the workload runs with prefix caching, so later requests hit it).
+    Decode grid: per context 128..4096, a batch that grows through the CUDA-graph sizes 1, 2, 4, ...,
+    up to 256 sequences (capped at 256k cached tokens): the sequences that take it to the next size
+    are released once it has decoded DECODE_STEPS_PER_SIZE steps at this one, so each sequence is
+    prefilled once for every batch size; prefill grid: single prompts 16..8192
+    tokens; mixed: long prompts arriving into running decodes (chunked prefill packs them with the
+    decode tokens); skew: b short sequences (128 or 1024 tokens) decoding with one long one (2k-6k),
+    b + 1 = 16..128 rows, so that the longest sequence and the total context vary apart (the decode
+    kernel's time follows the longest sequence once it stops splitting sequences, profile.py); arrive:
+    small prompts (64-512 tokens) released one at a time into a running decode batch (some with a long
+    sequence in it): small eager mixed steps; shared: b sequences reading g shared prefixes of p tokens
+    plus c tokens of their own (decode rows that read the same blocks: decode_shared_tokens), the g
+    first ones released ahead to compute the prefixes.
     """
     out = []
-    for b in (15, 31, 47, 63, 127):
+    budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
+    for b in (15, 31, 63, 127):
         for short in (128, 1024):
             for long in (2048, 4096, 6144):
                 if long + 24 <= max_model_len:
                     out.append((f"skew-b{b}-s{short}-l{long}", [(1, long, 24), (b, short, 24)]))
-    budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
     for b, c, long in ((8, 1024, 0), (32, 512, 0), (32, 512, 4096), (64, 1024, 0), (63, 256, 6144), (128, 512, 0),
                        (127, 512, 4096), (200, 256, 0)):
         if max(c, long) + 48 > max_model_len:
@@ -320,10 +332,15 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         groups = ([(1, long, 48)] if long else []) + [(b, c, 48)]
         groups += [(1, p, 3, first + 4 * i) for i, p in enumerate((64, 128, 256, 512) * 2)]
         out.append((f"arrive-b{b}-c{c}" + (f"-l{long}" if long else ""), groups))
-    for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        for c in (128, 512, 1024, 2048, 4096):
-            if b * c <= 256 * 1024 and c + 24 <= max_model_len:
-                out.append((f"decode-b{b}-c{c}", [(b, c, 24)]))
+    for c in (128, 512, 1024, 2048, 4096):
+        sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
+        release, levels = 0, []
+        for smaller, b in zip([0] + sizes, sizes):
+            levels.append((b - smaller, release))
+            # the new sequences' prefill (decode rows take their share of the budget), then the decode steps
+            release += -(-(b - smaller) * c // (budget - smaller)) + 1 + DECODE_STEPS_PER_SIZE
+        if c + release <= max_model_len:  # every sequence decodes until the last size's steps are done
+            out.append((f"decode-c{c}", [(n, c, release - r, r) for n, r in levels]))
     for p in (16, 64, 256, 1024, 2048, 4096, 8000):
         if p + 2 <= max_model_len:
             out.append((f"prefill-{p}", [(1, p, 2)] * 3))
@@ -339,6 +356,16 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
             out.append((f"decode-b{b}-c{c}", [(b, c, 24)]))
     if 24576 + 24 <= max_model_len:
         out.append(("skew-b31-s1024-l24576", [(1, 24576, 24), (31, 1024, 24)]))
+    for b, p, c, g in ((8, 4096, 256, 1), (16, 1024, 1024, 1), (16, 512, 2048, 1), (32, 2048, 512, 2), (64, 1024, 256, 1),
+                       (32, 8192, 512, 1), (64, 4096, 1024, 4), (128, 2048, 256, 8), (4, 16384, 256, 1),
+                       (8, 12288, 1024, 2)):
+        if p + c + 64 > max_model_len:
+            continue
+        first = -(-g * (p + c) // budget) + 1  # the g prefixes computed (whole prompts of their first requests)
+        groups = []
+        for j in range(g):
+            groups += [(1, p + c, 24 + first, 0, p, j), ((b - g) // g + (j < (b - g) % g), p + c, 24, first, p, j)]
+        out.append((f"shared-b{b}-p{p}-c{c}" + (f"-g{g}" if g > 1 else ""), groups))
     return out
 
 
@@ -351,18 +378,32 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
     if workloads is None:
         workloads = calibration_workloads(config.resolved_max_model_len)
     seq = 0
-    for name, groups in workloads:
-        sched = Scheduler(without_prefix_caching(config))
+    bs = config.block_size
+    for w, (name, groups) in enumerate(workloads):
+        sharing = any(len(g) > 4 for g in groups)
+        sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
+        tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
+
+        def planned(plan, tables=tables):  # inside the timed step: copies only (C speed), counted after the run
+            tables[plan.step_id] = [s.request.block_ids[:] for s in plan.scheduled if s.is_decode]
+
         rec = Recorder(sched, StepFeatures.from_plan)
         pending = []  # (release step, request), in release order
-        for count, p, o, *release in groups:
+        for count, p, o, *rest in groups:
+            release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
+            # a shared prefix: the same hash ids (so the same tokens and prefix-cache keys) in every request of it
+            hashes = tuple(range((w * 64 + prefix_id) << 20, ((w * 64 + prefix_id) << 20) + prefix // bs)) or None
             for _ in range(count):
                 seq += 1
-                pending.append((release[0] if release else 0, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq)))
+                pending.append((release, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq, prefix_hash_ids=hashes,
+                                                 hash_block_size=bs if hashes else None)))
         pending.sort(key=lambda x: x[0])
         # Released before their step; an idle engine takes the next group at once (no step is ever empty).
-        run(drive(sched, executor, rec, Arrivals(pending, by_step=True), WallClock()))
+        run(drive(sched, executor, rec, Arrivals(pending, by_step=True), WallClock(),
+                  hooks=Hooks(plan=planned if sharing else None)))
         steps = stitch_durations(rec.steps_frame(), set())
+        shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
+        steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
         frames.append(steps.iloc[:-1].assign(workload=name))  # the last step has no successor to stitch to
         if on_workload is not None:
             on_workload(pd.concat(frames, ignore_index=True))

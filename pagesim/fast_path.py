@@ -19,6 +19,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from pagesim.cost.features import shared_decode_tokens
 from pagesim.scheduler import Scheduler, StepOutcome
 
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
@@ -117,14 +118,18 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
     """
     context = [r.num_computed_tokens for r in sched.running]
     n, total, longest = len(context), sum(context), max(context, default=0)
+    # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new blocks are its own)
+    shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
+              if cost_model.prices_sharing else 0)
     if k > SHORT_RUN:  # time a short window first: most runs are cut by an arrival within it
-        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, SHORT_RUN, longest))
+        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, SHORT_RUN, longest,
+                                                                                        shared))
         if len(starts) == SHORT_RUN and end < cut:  # not cut within the window: time the whole run
             starts = None
     else:
-        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, k, longest))
+        starts, durations, end = _starts_before(cut, now, cost_model.decode_run_times(n, total, k, longest, shared))
     if starts is None:
-        durations = cost_model.decode_run_times(n, total, k, longest)
+        durations = cost_model.decode_run_times(n, total, k, longest, shared)
         # times[j] = now + d0 + ... + d(j-1), added one at a time as a step-by-step clock would (cumsum is sequential)
         times = np.cumsum(np.concatenate(([now], durations)))
         k = max(1, int(np.searchsorted(times[:k], cut, side="left")))  # steps starting before cut; the first always

@@ -15,7 +15,9 @@ caller runs it with `run(drive(...))`.
 
 An executor is anything with `execute(plan) -> seconds`; a plan carries the
 ids of the requests that finished since the last executed plan
-(`StepPlan.finished_req_ids`), so an executor frees its own per-request state.
+(`StepPlan.finished_req_ids`), so an executor frees its own per-request state;
+those of the last step, which no plan follows, go to its `release(request_id)`
+when it has one (an executor that outlives the loop: warm-up, calibration, then the run).
 With a clock that `measures` (the wall clock), a step lasts from its start
 until the forward pass is done, scheduling included.
 
@@ -148,6 +150,15 @@ def run_step(scheduler: Scheduler, executor, recorder, now: float, clock=None,
     return plan, duration, outcome
 
 
+def _hand_over_last_finished(scheduler: Scheduler, executor) -> None:
+    """The requests that ended in the last step, which no plan will name: to the executor's release()."""
+    release = getattr(executor, "release", None)
+    if release is not None:
+        for request_id in scheduler.finished_req_ids:
+            release(request_id)
+        scheduler.finished_req_ids = []
+
+
 @dataclass(slots=True)
 class LoopStats:
     num_steps: int = 0
@@ -190,6 +201,7 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
         arrivals.release(scheduler, now)
         if not scheduler.has_work():
             if arrivals.exhausted:
+                _hand_over_last_finished(scheduler, executor)
                 return stats
             if hooks.idle is not None:
                 hooks.idle(now)

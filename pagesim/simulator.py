@@ -49,18 +49,20 @@ def paused_gc():
 class SimExecutor:
     """Executes a plan by asking the cost model how long it would take."""
 
-    def __init__(self, cost_model):
+    def __init__(self, cost_model, block_size: int):
         self.cost_model = cost_model
         self.last: tuple = (None, None)  # (plan, its features): the recorder asks for them right after
+        # decode_shared_tokens only for a cost model that prices it (a profile fitted to steps sharing blocks)
+        self.sharing_block_size = block_size if cost_model.prices_sharing else 0
 
     def execute(self, plan) -> float:
-        features = StepFeatures.from_plan(plan)
+        features = StepFeatures.from_plan(plan, self.sharing_block_size)
         self.last = (plan, features)
         return self.cost_model.step_time(features)
 
     def features_of(self, plan) -> StepFeatures:
         last_plan, features = self.last
-        return features if last_plan is plan else StepFeatures.from_plan(plan)
+        return features if last_plan is plan else StepFeatures.from_plan(plan, self.sharing_block_size)
 
 
 @dataclass
@@ -90,7 +92,7 @@ class Simulation:
         self.progress = progress
         self.env = simpy.Environment()
         self.scheduler = Scheduler(config, record_events)
-        self.executor = SimExecutor(cost_model)
+        self.executor = SimExecutor(cost_model, config.block_size)
         self.recorder = Recorder(self.scheduler, self.executor.features_of, sink=steps_sink)
         self._snaps = list(self.snapshot_times)
 

@@ -86,9 +86,14 @@ def _requests(run: dict, released_times: bool = False):
     return reqs
 
 
+# What the cost model sees of a step: the recorded FEATURE_COLUMNS, and the reads of shared blocks, which are
+# never recorded (StepFeatures.decode_shared_tokens) and come from the lockstep replay's plans.
+STEP_FEATURES = FEATURE_COLUMNS + ("decode_shared_tokens",)
+
+
 def with_replayed_features(steps: pd.DataFrame, replayed: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """The live steps with the FEATURE_COLUMNS they lack filled in from the lockstep replay's plans."""
-    missing = [c for c in FEATURE_COLUMNS if c not in steps]
+    """The live steps with the STEP_FEATURES they lack filled in from the lockstep replay's plans."""
+    missing = [c for c in STEP_FEATURES if c not in steps]
     if not missing:
         return steps, []
     filled = steps.merge(replayed[["step", *missing]], on="step", how="left", validate="one_to_one")
@@ -112,11 +117,11 @@ def step_kinds(steps: pd.DataFrame, max_graph_batch: int) -> np.ndarray:
 
 def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256) -> tuple[dict, pd.DataFrame]:
     rows = steps[(steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0]
-    predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(FEATURE_COLUMNS, vals)}))
-                          for vals in rows[list(FEATURE_COLUMNS)].itertuples(index=False)])
+    predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(STEP_FEATURES, vals)}))
+                          for vals in rows[list(STEP_FEATURES)].itertuples(index=False)])
     measured = rows["duration_s"].to_numpy(dtype=np.float64)
     ape = np.abs(predicted / measured - 1)
-    table = rows[["step", "time_s"] + list(FEATURE_COLUMNS)].assign(measured_s=measured, predicted_s=predicted,
+    table = rows[["step", "time_s"] + list(STEP_FEATURES)].assign(measured_s=measured, predicted_s=predicted,
                                                                      ape=ape, kind=step_kinds(rows, max_graph_batch))
     by_kind = {}
     for kind, group in table.groupby("kind"):
@@ -144,7 +149,7 @@ def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256) -> t
 def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
     """Re-run the scheduler with the live run's release steps; compare every step's decisions.
 
-    Returns the report and the replayed plans' features (step + FEATURE_COLUMNS, one row per step).
+    Returns the report and the replayed plans' features (step + STEP_FEATURES, one row per step).
     """
     config: Config = run["config"]
     sched = Scheduler(config)
@@ -163,8 +168,8 @@ def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
 
     def planned(plan) -> None:
         nonlocal num_running
-        f = StepFeatures.from_plan(plan)
-        features.append((plan.step_id, *(getattr(f, c) for c in FEATURE_COLUMNS)))
+        f = StepFeatures.from_plan(plan, config.block_size)
+        features.append((plan.step_id, *(getattr(f, c) for c in STEP_FEATURES)))
         num_running = len(sched.running)
 
     def stepped(plan, duration, outcome) -> None:
@@ -210,7 +215,7 @@ def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
         "preemptions_sim": preempt_sim,
         "compared": compared + ["scheduled", "preempted", "features"],
     }
-    return report, pd.DataFrame(features, columns=["step", *FEATURE_COLUMNS])
+    return report, pd.DataFrame(features, columns=["step", *STEP_FEATURES])
 
 
 def itl_samples(steps: pd.DataFrame) -> np.ndarray:

@@ -19,7 +19,7 @@ from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_
 from pagesim.cost.profile import graph_batch_sizes, num_splits
 from pagesim.errors import UserError
 from pagesim.request import Request
-from pagesim.scheduler import ScheduledRequest, StepPlan
+from pagesim.scheduler import ScheduledRequest, Scheduler, StepPlan
 
 CONFIG = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=1000)
 REPO = Path(__file__).resolve().parent.parent
@@ -27,14 +27,14 @@ COMMITTED_PROFILE = REPO / "results" / "profiles" / "h200-llama-3-8b.json"
 SIZES = graph_batch_sizes(256)  # 1, 2, 4, ..., 256
 
 
-def features(prefill=(), decode=()) -> StepFeatures:
-    """prefill: (cached c, new q) per chunk; decode: computed tokens per sequence."""
+def features(prefill=(), decode=(), shared=0) -> StepFeatures:
+    """prefill: (cached c, new q) per chunk; decode: computed tokens per sequence; shared: decode_shared_tokens."""
     return StepFeatures(
         num_prefill_tokens=sum(q for _, q in prefill), num_prefill_seqs=len(prefill),
         prefill_attn_pairs=sum(q * c + q * (q + 1) // 2 for c, q in prefill),
         prefill_context_tokens=sum(c + q for c, q in prefill),
         num_decode_seqs=len(decode), decode_context_tokens=sum(c + 1 for c in decode),
-        max_decode_context=max(decode, default=-1) + 1)
+        max_decode_context=max(decode, default=-1) + 1, decode_shared_tokens=shared)
 
 
 def calibration_grid() -> list[StepFeatures]:
@@ -55,6 +55,17 @@ def skewed_grid() -> list[StepFeatures]:
     for n in (16, 32, 48, 64, 128):
         steps += [features(decode=[short] * (n - 1) + [long]) for short in (128, 1024) for long in (2048, 6144)]
     return steps + [features(prefill=[(0, q)], decode=[256] * 47 + [long]) for q in (64, 512) for long in (256, 4096)]
+
+
+def sharing_grid() -> list[StepFeatures]:
+    """Decode batches whose sequences share a prefix of p tokens (the calibration's shared-prefix workloads):
+    n rows of p + c tokens read (n - 1) * p tokens of shared blocks again."""
+    steps = []
+    for n in (8, 16, 32, 64, 128):
+        for p, c in ((1024, 256), (4096, 512), (2048, 2048)):
+            steps.append(features(decode=[p + c] * n, shared=(n - 1) * p))
+            steps.append(features(prefill=[(p, 256)], decode=[p + c] * n, shared=(n - 1) * p))
+    return steps
 
 
 def frame(steps: list[StepFeatures], duration, workload_size: int | None = None) -> pd.DataFrame:
@@ -92,8 +103,13 @@ TRUTH_KNEE = 1218  # one of the fitter's candidate knees
 TRUTH_LANES = 32  # one of the fitter's candidate lanes
 
 
-def known_profile() -> ProfileCostModel:
-    return ProfileCostModel("llama-3-8b", "h200", {**TRUTH, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}, TRUTH_KNEE,
+# Repeated reads of shared blocks cost a fraction of other reads (served from L2).
+TRUTH_SHARING = {"graph_shared_tokens": 0.8e-8, "decode_shared_tokens": 1.5e-8}
+
+
+def known_profile(sharing: bool = False) -> ProfileCostModel:
+    truth = {**TRUTH, **TRUTH_SHARING} if sharing else TRUTH
+    return ProfileCostModel("llama-3-8b", "h200", {**truth, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}, TRUTH_KNEE,
                             graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES)
 
 
@@ -111,6 +127,27 @@ def test_features_from_plan_count_causal_pairs_and_context():
     assert (f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context) == (2, 29, 21)
     assert StepFeatures.from_plan(StepPlan(1, scheduled=[sched(0, 4, False)])).max_decode_context == 0
     assert (f.num_swap_out_blocks, f.num_swap_in_blocks, f.num_copy_blocks) == (1, 2, 1)
+    assert f.decode_shared_tokens == 0  # not asked for
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_decode_shared_tokens_count_repeated_reads_of_shared_prefix_blocks(caching):
+    """Three requests with the same 64-token prompt (4 blocks of 16), admitted one step apart: with the prefix
+    cache the later two hit the first 3 blocks (the last prompt token is always computed, as in vLLM), so a
+    decode step of all three reads 2 x 48 tokens a second time; without it nothing is shared."""
+    cfg = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=64, enable_prefix_caching=caching)
+    sched = Scheduler(cfg)
+    reqs = [Request(f"r{i}", 0.0, 64, 20, prefix_hash_ids=(7, 8, 9, 10), hash_block_size=16, seq_no=i) for i in range(3)]
+    t, shared = 0.0, []
+    for i in range(6):
+        if i < 3:
+            sched.add_request(reqs[i])
+        plan = sched.schedule(t)
+        f = StepFeatures.from_plan(plan, cfg.block_size)
+        shared.append((f.num_decode_seqs, f.decode_shared_tokens))
+        sched.finish_step(plan, t := t + 0.01)
+    assert shared[-1] == (3, 2 * 48 if caching else 0), shared
+    assert shared[1] == (1, 0)  # one decode row shares with nobody
 
 
 # ---- roofline ---------------------------------------------------------------------------
@@ -190,15 +227,17 @@ def test_more_work_is_never_cheaper(request, which, base, more):
     assert t1 >= t0, f"{which}: {bigger} costs {t1} s, less than {base} at {t0} s"
 
 
-@pytest.mark.parametrize("which", ["roofline", "profile", "committed", "known"])
+@pytest.mark.parametrize("which", ["roofline", "profile", "committed", "known", "known-sharing"])
 @pytest.mark.parametrize("num_seqs, context_start, longest, k", [
     (1, 0, 0, 1), (1, 100, 100, 50), (37, 12345, 4000, 300), (37, 12345, 334, 30), (64, 5000, 4000, 40),
     (65, 5000, 300, 40), (16, 20000, 6000, 30), (256, 10**6, 5000, 700), (300, 10**6, 4000, 30), (0, 0, 0, 5)])
 def test_decode_run_times_equal_step_by_step(request, which, num_seqs, context_start, longest, k):
-    model = known_profile() if which == "known" else request.getfixturevalue(which)
-    run = model.decode_run_times(num_seqs, context_start, k, longest)
+    model = known_profile(which == "known-sharing") if which.startswith("known") else request.getfixturevalue(which)
+    shared = context_start // 3 if num_seqs > 1 else 0  # a model that does not price sharing ignores it
+    run = model.decode_run_times(num_seqs, context_start, k, longest, shared)
     one_by_one = [model.step_time(StepFeatures(num_decode_seqs=num_seqs, decode_context_tokens=context_start + num_seqs * (j + 1),
-                                               max_decode_context=(longest + j + 1) * (num_seqs > 0)))
+                                               max_decode_context=(longest + j + 1) * (num_seqs > 0),
+                                               decode_shared_tokens=shared))
                   for j in range(k)]
     assert isinstance(run, np.ndarray) and run.shape == (k,)
     np.testing.assert_allclose(run, one_by_one, rtol=1e-12, atol=0, err_msg=f"{which}: vectorised decode run differs")
@@ -312,6 +351,32 @@ def test_fit_recovers_a_known_model_with_padded_batch_structure():
     for n, g in ((3, 4), (24, 32), (100, 128), (200, 256)):
         f = StepFeatures(num_decode_seqs=n, decode_context_tokens=1000 * n)
         assert fitted.step_time(f) == fitted.step_time(StepFeatures(num_decode_seqs=g, decode_context_tokens=1000 * n))
+
+
+def test_fit_recovers_the_price_of_shared_reads():
+    """With calibration steps whose decode rows share blocks, the fit prices repeated reads apart (cheaper);
+    without such steps it fits no sharing terms, and a model without them prices shared reads as any other."""
+    known = known_profile(sharing=True)
+    steps = calibration_grid() + skewed_grid() + sharing_grid() * 2
+    fitted, report = fit_profile(frame(steps, known.step_time), "llama-3-8b", "h200")
+    assert fitted.prices_sharing and "graph_shared_tokens" in fitted.feature_names
+    for name, value in {**TRUTH_SHARING, "graph_context_tokens": TRUTH["graph_context_tokens"]}.items():
+        assert fitted.coefficients[name] == pytest.approx(value, rel=0.05), name
+    f = features(decode=[4096 + 512] * 32, shared=31 * 4096)
+    assert fitted.step_time(f) == pytest.approx(known.step_time(f), rel=0.01)
+    assert fitted.step_time(f) < fitted.step_time(features(decode=[4096 + 512] * 32))
+    plain, _ = fit_profile(frame(calibration_grid() + skewed_grid(), known_profile().step_time), "llama-3-8b", "h200")
+    assert not plain.prices_sharing and not set(TRUTH_SHARING) & set(plain.coefficients)
+    assert plain.step_time(f) == plain.step_time(features(decode=[4096 + 512] * 32))
+
+
+def test_a_sharing_profile_round_trips_through_json(tmp_path):
+    known = known_profile(sharing=True)
+    known.to_json(tmp_path / "p.json")
+    loaded = ProfileCostModel.from_json(tmp_path / "p.json")
+    assert loaded.prices_sharing and set(TRUTH_SHARING) <= set(json.loads((tmp_path / "p.json").read_text())["features"])
+    for f in sharing_grid():
+        assert loaded.step_time(f) == known.step_time(f)
 
 
 def test_fit_keeps_eager_steps_at_least_as_dear_as_graph_steps():

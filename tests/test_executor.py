@@ -425,3 +425,19 @@ def test_swap_moves_scattered_and_consecutive_blocks_bit_exact():
         assert torch.equal(kv[:, :, g].view(torch.int32), cpu[c].view(torch.int32)), f"CPU block {c} -> GPU {g}"
     untouched = [b for b in range(12) if b not in {g for _, g in in_pairs}]
     assert torch.equal(kv[:, :, untouched].view(torch.int32), before[:, :, untouched].view(torch.int32))
+
+
+def test_one_executor_runs_loop_after_loop_with_the_same_request_ids(toy_model):
+    """Live mode warms up, calibrates, warms up again and then runs on one executor, and the warm-ups reuse
+    their request ids: the loop hands the last step's finished requests to the executor when it ends, so
+    nothing of an earlier loop is left to clash with."""
+    from pagesim.loop import Arrivals, VirtualClock, drive, run
+
+    cfg = base_config("toy", BS, num_gpu_blocks=64)
+    ex = GPUExecutor(cfg, toy_model)
+    for _ in range(2):
+        reqs = [Request(f"warmup-{i}", 0.0, p, o, seq_no=-1 - i) for i, (p, o) in enumerate([(7, 3), (11, 5), (5, 2)])]
+        sched = Scheduler(cfg)
+        run(drive(sched, ex, None, Arrivals([(0, r) for r in reqs], by_step=True), VirtualClock()))
+        assert all(r.status == RequestStatus.FINISHED for r in reqs)
+        assert ex._tokens == {}

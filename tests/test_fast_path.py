@@ -31,9 +31,9 @@ CONFIGS = {
 }
 
 
-def run(trace, fast: bool, **overrides):
+def run(trace, fast: bool, cost=None, **overrides):
     cfg = Config(model="llama-3-8b", gpu="h200", max_model_len=8192, **overrides)
-    sim = Simulation(requests_from_trace(trace), cfg, make_cost_model("roofline", cfg), fast_path=fast,
+    sim = Simulation(requests_from_trace(trace), cfg, cost or make_cost_model("roofline", cfg), fast_path=fast,
                      record_events=True)
     result = sim.run()
     events = [e for e in sim.scheduler.kv.events if e[0] != STORED]
@@ -81,3 +81,33 @@ def test_a_decode_run_goes_on_through_finishes_when_nothing_is_due():
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
     assert fast.num_steps == 90 and fast.extra["fast_path_steps"] == 89
     assert len(turns) == 3, f"expected prefill, one decode run through both finishes, end; loop turns at {turns}"
+
+
+def sharing_profile():
+    """The committed H200 profile with prices for repeated reads of shared blocks (StepFeatures.decode_shared_tokens)."""
+    from pagesim.cost import ProfileCostModel
+
+    base = ProfileCostModel.from_json(Path(__file__).resolve().parent.parent / "results/profiles/h200-llama-3-8b.json")
+    coefficients = {**base.coefficients, "graph_shared_tokens": 0.3 * base.coefficients["graph_context_tokens"],
+                    "decode_shared_tokens": 0.5 * base.coefficients["decode_context_tokens"]}
+    return ProfileCostModel(base.model, base.gpu, coefficients, base.knee_tokens, graph_batch_sizes=base.graph_batch_sizes,
+                            max_context_lanes=base.max_context_lanes)
+
+
+@pytest.mark.parametrize("overrides", [dict(num_gpu_blocks=600, enable_prefix_caching=True),
+                                       dict(enable_prefix_caching=True)], ids=["pressure", "roomy"])
+def test_fast_path_equals_step_by_step_when_the_cost_model_prices_shared_reads(overrides):
+    """A decode run prices its shared reads once (its new blocks are its own): the same as step by step."""
+    trace = load_trace(Path(__file__).resolve().parent.parent / "traces/kshot-shared-prefix-500.jsonl", limit=LIMIT)
+    cost = sharing_profile()
+    slow, slow_events = run(trace, False, cost, **overrides)
+    fast, fast_events = run(trace, True, cost, **overrides)
+    assert fast_events == slow_events and fast.num_steps == slow.num_steps
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    assert fast.extra["fast_path_steps"] > fast.num_steps / 4
+    # sharing changed the timings: the same run priced without it is slower
+    plain, _ = run(trace, True, make_cost_model(str(Path(__file__).resolve().parent.parent
+                                                    / "results/profiles/h200-llama-3-8b.json"),
+                                                Config(model="llama-3-8b", gpu="h200")), **overrides)
+    assert fast.steps["duration_s"].sum() < plain.steps["duration_s"].sum()

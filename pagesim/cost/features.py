@@ -21,6 +21,13 @@ class StepFeatures:
     the engine's decode kernel walks each sequence's keys serially within a
     program, so a step lasts at least as long as its longest sequence takes,
     which the sums cannot show.
+
+    decode_shared_tokens counts the K/V tokens of those decode reads that another
+    decode row of the step reads too: every read of a full block after its first
+    in the step (prefix-cache hits and forked samples share blocks). The GPU
+    serves such repeated reads largely from L2, so they cost less than their bytes.
+    It is computed only when asked (`from_plan(plan, block_size)`: for a cost model
+    that prices sharing, and in validation's replay); it is not a recorded column.
     """
 
     num_prefill_tokens: int = 0
@@ -35,14 +42,16 @@ class StepFeatures:
     num_copy_blocks: int = 0
     num_load_blocks: int = 0  # host tier -> GPU (kv_offloading_size)
     num_store_blocks: int = 0  # GPU -> host tier
+    decode_shared_tokens: int = 0  # repeated reads of shared full blocks by decode rows (see above)
 
     @property
     def num_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_seqs
 
     @classmethod
-    def from_plan(cls, plan: StepPlan) -> "StepFeatures":
+    def from_plan(cls, plan: StepPlan, block_size: int = 0) -> "StepFeatures":
         p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = 0
+        decodes = []
         for s in plan.scheduled:
             c, q = s.num_computed_tokens, s.num_new_tokens
             if s.is_decode:
@@ -50,6 +59,8 @@ class StepFeatures:
                 d_ctx += c + q
                 if c + q > d_max:
                     d_max = c + q
+                if block_size:
+                    decodes.append(s.request.block_ids)
             else:
                 p_tokens += q
                 p_seqs += 1
@@ -57,4 +68,20 @@ class StepFeatures:
                 p_ctx += c + q
         return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx, d_max,
                    len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy),
-                   len(plan.blocks_to_load), len(plan.blocks_to_store))
+                   len(plan.blocks_to_load), len(plan.blocks_to_store),
+                   shared_decode_tokens(decodes, block_size) if decodes else 0)
+
+
+def shared_decode_tokens(block_tables, block_size: int) -> int:
+    """Tokens of the tables' blocks that an earlier table of the list also holds (block_size per repeated
+    reference): with decoding requests' block tables, the reads that hit a block another row reads too.
+
+    A decoding request reads all its blocks (num_computed_tokens + 1 tokens fill them); blocks are
+    shared only when full (prefix-cache hits, forked samples), so each repeat is a whole block.
+    """
+    seen: set[int] = set()
+    total = 0
+    for ids in block_tables:
+        total += len(ids)
+        seen.update(ids)
+    return (total - len(seen)) * block_size

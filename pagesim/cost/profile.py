@@ -96,10 +96,14 @@ FEATURES = ("intercept", "num_prefill_tokens", "num_prefill_seqs", "num_decode_s
             "decode_context_tokens", "max_decode_context", "prefill_attn_pairs", "tokens_over_knee")
 # plus graph_pad_<size> for each size above the first
 GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context")
+# Repeated decode reads of shared blocks (StepFeatures.decode_shared_tokens), one per kind of step: in a profile
+# fitted to calibration steps that share blocks; decode_context_tokens then prices the other reads only.
+SHARING = ("decode_shared_tokens", "graph_shared_tokens")
 TRANSFERS = ("swap_s_per_byte", "copy_s_per_byte")
 HOST_TIER = ("host_store_s_per_byte", "host_load_s_per_byte")  # optional (bench/host_tier_bw.py); else the swap link
 INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
                  "prefill_attn_pairs", "max_decode_context")
+OPTIONAL_COLUMNS = ("decode_shared_tokens",)  # 0 where calibration rows lack it (steps saved before it existed)
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
@@ -113,13 +117,18 @@ def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
     return tuple(sizes + [min(max_num_seqs, GRAPH_BATCH_SIZES[-1])])
 
 
-def graph_features(sizes) -> tuple[str, ...]:
-    return GRAPH_FEATURES + tuple(f"graph_pad_{s}" for s in sizes[1:])
+def graph_features(sizes, sharing: bool = False) -> tuple[str, ...]:
+    return GRAPH_FEATURES + SHARING[1:] * sharing + tuple(f"graph_pad_{s}" for s in sizes[1:])
 
 
-def _terms(p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, knee, maximum=max):
-    """The feature values in FEATURES order, for scalars or (with np.maximum) numpy arrays."""
-    return (1, p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, maximum(p_tokens + d_seqs - knee, 0))
+def eager_features(sharing: bool = False) -> tuple[str, ...]:
+    return FEATURES + SHARING[:1] * sharing
+
+
+def _terms(p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, knee, maximum=max, shared=0):
+    """The feature values in eager_features(True) order, for scalars or (with np.maximum) numpy arrays:
+    decode_context_tokens counts the reads that are not repeats of a shared block (shared)."""
+    return (1, p_tokens, p_seqs, d_seqs, d_ctx - shared, longest, pairs, maximum(p_tokens + d_seqs - knee, 0), shared)
 
 
 def decode_split_programs(gpu: str) -> int:
@@ -170,7 +179,9 @@ class ProfileCostModel:
             raise ValueError("a profile needs graph_batch_sizes (the engine's CUDA-graph decode batch sizes)")
         self.max_context_lanes = int(self.max_context_lanes)
         coef = self.coefficients
-        self._c = tuple(float(coef.get(name, 0.0)) for name in FEATURES)
+        self.prices_sharing = SHARING[1] in coef  # fitted to steps that share blocks (decode_shared_tokens)
+        self._c = tuple(float(coef.get(name, 0.0)) for name in eager_features(True))
+        self._graph_shared = float(coef.get(SHARING[1], 0.0))
         self._programs = decode_split_programs(self.gpu)
         self._kv_heads = get_model(self.model).num_kv_heads
         self._graph_max_ctx = float(coef.get("graph_max_context", 0.0))
@@ -196,7 +207,7 @@ class ProfileCostModel:
 
     @property
     def feature_names(self) -> tuple[str, ...]:
-        return FEATURES + graph_features(self.graph_batch_sizes)
+        return eager_features(self.prices_sharing) + graph_features(self.graph_batch_sizes, self.prices_sharing)
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
         """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
@@ -210,16 +221,20 @@ class ProfileCostModel:
             return self._graph_splits[bisect_left(self.graph_batch_sizes, d_seqs)] if d_seqs else 1
         return num_splits(d_seqs, self._programs, self._kv_heads)
 
-    def _eager_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, maximum=max):
+    def _eager_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, maximum=max, shared=0):
         longest = longest_keys(d_ctx, max_ctx, self._splits(d_seqs), self.max_context_lanes, maximum)
         t = 0.0
-        for c, x in zip(self._c, _terms(p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, self.knee_tokens, maximum)):
+        for c, x in zip(self._c, _terms(p_tokens, p_seqs, d_seqs, d_ctx, longest, pairs, self.knee_tokens, maximum,
+                                        shared)):
             t = t + c * x
         return t
 
-    def _graph_time(self, d_seqs: int, d_ctx, max_ctx, maximum=max):
+    def _graph_time(self, d_seqs: int, d_ctx, max_ctx, maximum=max, shared=0):
         i = bisect_left(self.graph_batch_sizes, d_seqs)
         longest = longest_keys(d_ctx, max_ctx, self._graph_splits[i], self.max_context_lanes, maximum)
+        if shared:
+            return (self._graph_base[i] + self._graph_ctx * (d_ctx - shared) + self._graph_shared * shared
+                    + self._graph_max_ctx * longest)
         return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx * longest
 
     def step_time(self, f: StepFeatures) -> float:
@@ -227,44 +242,51 @@ class ProfileCostModel:
              + f.num_load_blocks * self.load_s_per_block)
         store = f.num_store_blocks * self.store_s_per_block  # overlapped with the forward pass (roofline.py)
         if f.num_prefill_tokens or f.num_decode_seqs:
+            shared = f.decode_shared_tokens if self.prices_sharing else 0
             if not f.num_prefill_tokens and f.num_decode_seqs <= self._graph_max:
-                fwd = self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context)
+                fwd = self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context, shared=shared)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
-                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
+                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
+                                       shared=shared)
             t += max(store, fwd)
         elif t or store:
             t += store + self._idle
         return t
 
-    def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int) -> np.ndarray:
+    def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int,
+                         shared: int = 0) -> np.ndarray:
         """Durations of k pure-decode steps; step j (0-based) reads context_start + num_seqs * (j + 1) keys,
-        max_context_start + j + 1 of them for its longest sequence."""
+        max_context_start + j + 1 of them for its longest sequence, `shared` of them repeats of shared
+        blocks (decode_shared_tokens: the same in every step of a run, whose new blocks are its own)."""
         if num_seqs == 0:
             return np.zeros(k)
+        if not self.prices_sharing:
+            shared = 0
         steps = np.arange(1, k + 1, dtype=np.int64)
         ctx = context_start + num_seqs * steps
         longest = max_context_start + steps
         if num_seqs <= self._graph_max:
-            return self._graph_time(num_seqs, ctx, longest, np.maximum)
-        return self._eager_time(0, 0, num_seqs, ctx, longest, 0, np.maximum)
+            return self._graph_time(num_seqs, ctx, longest, np.maximum, shared)
+        return self._eager_time(0, 0, num_seqs, ctx, longest, 0, np.maximum, shared)
 
     def forward_times(self, rows) -> np.ndarray:
         """Forward time of each row (a frame or dict of INPUT_COLUMNS arrays): step_time without transfers, vectorised."""
         p, ps, n, c, pairs, mx = (np.asarray(rows[col], dtype=np.float64) for col in INPUT_COLUMNS)
+        sh = _shared_column(rows, len(p)) if self.prices_sharing else np.zeros(len(p))
         out = np.zeros(len(p))
         eager = (p > 0) | (n > self._graph_max)
         splits = self._splits_of(n)
         lanes = self.max_context_lanes
         longest = longest_keys(c, mx, splits, lanes, np.maximum)
         eager_terms = _terms(p[eager], ps[eager], n[eager], c[eager], longest[eager], pairs[eager], self.knee_tokens,
-                             np.maximum)
+                             np.maximum, sh[eager])
         out[eager] = sum(coef * x for coef, x in zip(self._c, eager_terms))
         graph = ~eager & (n > 0)
         if graph.any():
             idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
-            out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * c[graph]
-                          + self._graph_max_ctx * longest[graph])
+            out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * (c[graph] - sh[graph])
+                          + self._graph_shared * sh[graph] + self._graph_max_ctx * longest[graph])
         return out
 
     def _splits_of(self, n: np.ndarray) -> np.ndarray:
@@ -317,7 +339,7 @@ class ProfileCostModel:
                 or any(a >= b for a, b in zip(sizes, sizes[1:]))):
             raise UserError(f"profile {p}: 'graph_batch_sizes' is {sizes!r}, expected increasing positive integers "
                             "(the engine's CUDA-graph decode batch sizes)")
-        known = FEATURES + graph_features(sizes)
+        known = eager_features(True) + graph_features(sizes, True)
         if not isinstance(d["features"], list):
             raise UserError(f"profile {p}: 'features' must be a list of feature names")
         unknown = [f for f in d["features"] if f not in known]
@@ -384,8 +406,16 @@ def _fit_relative_l1(a: np.ndarray, y: np.ndarray, iters: int = 100, floor: floa
     return best_x, best_err
 
 
+def _shared_column(rows, n: int) -> np.ndarray:
+    """decode_shared_tokens of the rows, 0 where they lack the column."""
+    col = OPTIONAL_COLUMNS[0]
+    return np.asarray(rows[col], dtype=np.float64) if col in rows else np.zeros(n)
+
+
 def _columns(rows) -> dict[str, np.ndarray]:
-    return {c: np.asarray(rows[c], dtype=np.float64) for c in INPUT_COLUMNS}
+    cols = {c: np.asarray(rows[c], dtype=np.float64) for c in INPUT_COLUMNS}
+    cols[OPTIONAL_COLUMNS[0]] = _shared_column(rows, len(cols[INPUT_COLUMNS[0]]))
+    return cols
 
 
 def _longest(cols, sel, split, lanes) -> np.ndarray:
@@ -395,17 +425,20 @@ def _longest(cols, sel, split, lanes) -> np.ndarray:
 
 
 def _eager_design(cols, sel, knee, names, longest) -> np.ndarray:
-    values = dict(zip(FEATURES, _terms(cols["num_prefill_tokens"][sel], cols["num_prefill_seqs"][sel],
-                                       cols["num_decode_seqs"][sel], cols["decode_context_tokens"][sel], longest,
-                                       cols["prefill_attn_pairs"][sel], knee, np.maximum)))
+    values = dict(zip(eager_features(True), _terms(
+        cols["num_prefill_tokens"][sel], cols["num_prefill_seqs"][sel], cols["num_decode_seqs"][sel],
+        cols["decode_context_tokens"][sel], longest, cols["prefill_attn_pairs"][sel], knee, np.maximum,
+        cols["decode_shared_tokens"][sel])))
     return np.column_stack([np.broadcast_to(np.asarray(values[f], dtype=np.float64), (len(sel),)) for f in names])
 
 
-def _graph_design(cols, sel, sizes, longest) -> np.ndarray:
+def _graph_design(cols, sel, sizes, longest, sharing: bool = False) -> np.ndarray:
+    """Columns in graph_features(sizes, sharing) order."""
     n = cols["num_decode_seqs"][sel]
     g = np.asarray(sizes)[np.searchsorted(sizes, n, side="left")]
-    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel], longest]
-                           + [(g >= s) * 1.0 for s in sizes[1:]])
+    shared = cols["decode_shared_tokens"][sel]
+    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel] - shared, longest]
+                           + [shared] * sharing + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
 def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) -> dict:
@@ -413,18 +446,19 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
     rows_idx = np.asarray(sel)
     is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= sizes[-1])
     graph_rows, eager_rows = rows_idx[is_graph], rows_idx[~is_graph]
-    names = FEATURES
+    sharing = bool(cols["decode_shared_tokens"][rows_idx].any())  # else the fit is the one without sharing
+    names = eager_features(sharing)
     coefficients: dict[str, float] = {}
     dropped: list[str] = []
     raised: list[str] = []
     abs_err = []
-    gnames = graph_features(sizes)
+    gnames = graph_features(sizes, sharing)
     if len(graph_rows) < 2 * len(gnames):
         raise UserError(f"calibration rows: {len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
                         f"least {2 * len(gnames)}")
     best_graph = None
     for k in lanes_grid:
-        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes, _longest(cols, graph_rows, split, k)),
+        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes, _longest(cols, graph_rows, split, k), sharing),
                                   y[graph_rows])
         if best_graph is None or err < best_graph[0]:
             best_graph = (err, k, x)
@@ -458,6 +492,9 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
     if eager["decode_context_tokens"] < coefficients["graph_context_tokens"]:
         eager["decode_context_tokens"] = coefficients["graph_context_tokens"]
         raised.append("decode_context_tokens")
+    if sharing and eager[SHARING[0]] < coefficients[SHARING[1]]:
+        eager[SHARING[0]] = coefficients[SHARING[1]]
+        raised.append(SHARING[0])
     # Both kinds share `lanes` and the splits (the padded size's), so this makes the eager term the larger.
     if eager["max_decode_context"] < coefficients["graph_max_context"]:
         eager["max_decode_context"] = coefficients["graph_max_context"]

@@ -1,0 +1,51 @@
+"""The calibration's workloads, run through the real scheduler and loop with a stand-in executor (no GPU).
+
+What the fit needs of them: decode-only steps at every CUDA-graph batch size of each context (the decode
+grid grows its batch through the sizes, prefilling each sequence once), and decode steps whose rows read
+shared blocks (decode_shared_tokens), saved with the rows as the profile's sharing terms expect.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.live import DECODE_STEPS_PER_SIZE, calibration_workloads, run_calibration
+from pagesim.config import Config
+from pagesim.cost.profile import GRAPH_BATCH_SIZES
+
+CONFIG = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=40000, max_num_seqs=256, max_num_batched_tokens=8192)
+
+
+class NoTime:
+    """Executes nothing: the loop measures wall time around it."""
+
+    def execute(self, plan) -> float:
+        return 0.0
+
+
+@pytest.fixture(scope="module")
+def workloads():
+    return dict(calibration_workloads(8192))
+
+
+@pytest.mark.parametrize("c", [512, 4096])
+def test_the_decode_grid_decodes_at_every_graph_size(workloads, c):
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(f"decode-c{c}", workloads[f"decode-c{c}"])])
+    decode_only = rows[rows["num_prefill_tokens"] == 0]["num_decode_seqs"].value_counts()
+    sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
+    for b in sizes:
+        assert decode_only.get(b, 0) >= DECODE_STEPS_PER_SIZE, f"context {c}: {decode_only.get(b, 0)} decode steps of {b}"
+    # each sequence is prefilled once: the prompt tokens of the workload, no more
+    assert rows["num_prefill_tokens"].sum() == sizes[-1] * c
+    assert (rows["decode_shared_tokens"] == 0).all() and rows["prefix_cache_hits"].sum() == 0
+
+
+@pytest.mark.parametrize("name, b, p, g", [("shared-b16-p1024-c1024", 16, 1024, 1),
+                                           ("shared-b32-p2048-c512-g2", 32, 2048, 2)])
+def test_shared_prefix_workloads_record_the_repeated_reads(workloads, name, b, p, g):
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    full = rows[(rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] == b)]
+    assert len(full) >= 10
+    # b rows over g prefixes of p tokens: every row but the first of each prefix reads the prefix again
+    assert (full["decode_shared_tokens"] == (b - g) * p).all(), full["decode_shared_tokens"].unique()
+    assert rows["prefix_cache_hits"].sum() == (b - g) * p  # the later requests hit the whole prefix
