@@ -45,15 +45,15 @@ SMOKE_DECODE, SMOKE_PREFILL = [(2, 64)], [(32, 48)]
 OK_ATOL = 2e-2  # a config whose output differs from the reference by more is marked not ok
 
 
-GRID = "full"  # "small" (--grid small): the neighbourhood of the chosen defaults, with num_stages 1 (no cp.async)
+GRID = "full"  # "small" (--grid small): the neighbourhood of the fp8 defaults, with 1 and 2 warps
 
 
 def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
     if GRID == "small" and not smoke:
         if dtype == "bf16":
-            return [K.DecodeConfig(bn, 4, s) for bn in (64, 128) for s in (3, 4)]
-        return ([K.DecodeConfig(bn, w, s, "fp16") for bn in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3, 4)]
-                + [K.DecodeConfig(bn, w, s, "fp16", prefetch=True) for bn in (64, 128) for w in (4, 8) for s in (1, 2)])
+            return [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (2, 4) for s in (3, 4)]
+        return ([K.DecodeConfig(bn, w, s, "fp16") for bn in (32, 64, 128) for w in (1, 2, 4) for s in (2, 3)]
+                + [K.DecodeConfig(256, 4, 2, "fp16"), K.DecodeConfig(128, 8, 2, "fp16")])
     if smoke:
         return [K.DecodeConfig(), K.DecodeConfig(block_n=32, fp8_widen="fp16" if dtype == "fp8" else "bf16")]
     block_ns = (64, 128, 256) if dtype == "fp8" else (64, 128)
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
                    help="compile worker processes")
     p.add_argument("--smoke", action="store_true", help="tiny shapes and two configs (runs on the CPU interpreter)")
     p.add_argument("--grid", choices=["full", "small"], default="full",
-                   help="small: around the chosen defaults, fp16 widening only, num_stages 1-4")
+                   help="small: around the fp8 defaults, fp16 widening only, 1-4 warps, 2-3 stages")
     args = p.parse_args(argv)
     global GRID
     GRID = args.grid

@@ -75,32 +75,36 @@ def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
     MASKED: the tile may reach past `end` (else every token is < end and nothing is masked); K rows of tokens
     >= end are then 0. V_T (an fp8 cache): V is stored transposed per block ([Hkv, D, block_size],
     engine.kernels.cache), so it is read as V^T [HEAD_DIM, BLOCK_N] in runs of min(BLOCK_SIZE, BLOCK_N)
-    contiguous tokens (16-byte loads, masked per run, so a run's slots past `end` hold whatever the cache
-    holds there: _widen zeroes them) and returned transposed, a K-major operand for P @ V. Otherwise V rows
-    of tokens >= end are 0.
+    contiguous tokens (16-byte loads, one block-table read per run, masked per run, so a run's slots past
+    `end` hold whatever the cache holds there: _widen zeroes them) and returned transposed, a K-major
+    operand for P @ V. Otherwise V rows of tokens >= end are 0.
     """
     t = n0 + tl.arange(0, BLOCK_N)
     valid = t < end
-    RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
-    run_valid = tl.max_constancy((t // RUN) * RUN < end, RUN)  # whole runs: the blocks of tokens < end
-    if not MASKED:
-        block = tl.load(bt_row + t // BLOCK_SIZE).to(tl.int64)
-    elif V_T:
-        block = tl.load(bt_row + t // BLOCK_SIZE, mask=run_valid, other=0).to(tl.int64)
-    else:
+    if MASKED:
         block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE).to(tl.int64)
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
     if MASKED:
         k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
     else:
         k = tl.load(k_cache + rows[:, None] + d[None, :])
-    if V_T:
-        cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
-        v_ptrs = v_cache + d[:, None] * BLOCK_SIZE + tl.max_contiguous(tl.multiple_of(cols, RUN), RUN)[None, :]
+    if V_T:  # V^T as [HEAD_DIM, runs, RUN], one block id per run of RUN tokens
+        RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+        r0 = n0 + tl.arange(0, BLOCK_N // RUN) * RUN  # each run's first token
         if MASKED:
-            v = tl.trans(tl.load(v_ptrs, mask=run_valid[None, :], other=0.0))
+            rblock = tl.load(bt_row + r0 // BLOCK_SIZE, mask=r0 < end, other=0).to(tl.int64)
         else:
-            v = tl.trans(tl.load(v_ptrs))
+            rblock = tl.load(bt_row + r0 // BLOCK_SIZE).to(tl.int64)
+        base = (rblock * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + r0 % BLOCK_SIZE
+        v_ptrs = (v_cache + d[:, None, None] * BLOCK_SIZE + tl.multiple_of(base, RUN)[None, :, None]
+                  + tl.arange(0, RUN)[None, None, :])
+        if MASKED:
+            vt = tl.load(v_ptrs, mask=(r0 < end)[None, :, None], other=0.0)
+        else:
+            vt = tl.load(v_ptrs)
+        v = tl.trans(tl.reshape(vt, (HEAD_DIM, BLOCK_N)))
     elif MASKED:
         v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
     else:
