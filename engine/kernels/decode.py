@@ -60,10 +60,11 @@ class DecodeConfig:
     prefetch: bool = False
 
 
-# The default launch for an fp8 cache (V stored transposed per block), the fastest in bench/fp8_tune.py's sweep on
-# the H200 at each of the four decode shapes (bench/NOTES.md, 2026-12-01): fp16 widening, 2 stages, 128 tokens per
-# step when the sequence is split and 64 when not (block_n None), 4 warps.
-FP8_DECODE_CONFIG = DecodeConfig(block_n=None, num_warps=4, num_stages=2, fp8_widen="fp16")
+# The default launch for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
+# 16-token run): the best single rule in bench/fp8_tune.py's sweep on the H200 at the four decode shapes
+# (bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md): fp16 widening, 2 warps, 2 stages, 128 tokens
+# per step when the sequence is split and 64 when not (block_n None).
+FP8_DECODE_CONFIG = DecodeConfig(block_n=None, num_warps=2, num_stages=2, fp8_widen="fp16")
 
 
 @triton.jit

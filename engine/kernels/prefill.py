@@ -33,8 +33,9 @@ class PrefillConfig:
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
 
 
-# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 (bench/NOTES.md).
-FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, fp8_widen="fp16")
+# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 at both prefill shapes
+# (1 stage; bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md).
+FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
 
 
 @triton.jit
