@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import time
@@ -27,7 +26,7 @@ from pagesim.cost.features import StepFeatures, shared_decode_tokens
 from pagesim.cost.profile import GRAPH_BATCH_SIZES
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
-from pagesim.outputs import prepare_output_dir, prepare_output_file, provenance
+from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -53,11 +52,7 @@ def environment() -> dict:
                                             capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
-    try:  # PAGESIM_GIT_COMMIT: the code's commit when it runs from a copy inside another checkout
-        info["git_commit"] = os.environ.get("PAGESIM_GIT_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        pass
+    info["git_commit"] = git_commit()  # PAGESIM_GIT_COMMIT when the code runs from a copy inside another checkout
     return info
 
 
@@ -194,7 +189,7 @@ def live(args) -> int:
     from tqdm import tqdm
 
     from pagesim.errors import UserError
-    from pagesim.replay import config_from_args, trace_from_args, trace_info, write_run_dir
+    from pagesim.replay import config_from_args, trace_from_args, write_run_dir
     from pagesim.traces import trace_from_frame, write_trace
 
     if not torch.cuda.is_available() and not args.allow_cpu:
@@ -453,7 +448,7 @@ def calibrate(args) -> int:
             max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
         if "workloads" not in extras and "workload" in rows:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
-        kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", "auto")
+        kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", args.kv_cache_dtype)
         write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
                            kv_cache_dtype=kv_dtype), extras)
         return 0
