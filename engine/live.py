@@ -199,6 +199,8 @@ def live(args) -> int:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
+    if args.calibrate and config.num_gpu_blocks is not None:
+        calibration_workloads_that_fit(config)  # refuses a cache too small to calibrate in, before any work
     executor = make_executor(config)
     config = executor.config  # num_gpu_blocks as really allocated
     out_dir = Path(args.out)
@@ -243,11 +245,9 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
     target = out_dir / "profile.json"
     if getattr(args, "calibrate", False):
         t0 = time.perf_counter()
+        workloads = calibration_workloads_that_fit(config)
         warm_up(executor, config)
         cal = without_prefix_caching(config).replace(preemption_mode="recompute")
-        capacity = cal.resolved_num_gpu_blocks * cal.block_size
-        workloads = [(name, groups) for name, groups in calibration_workloads(cal.resolved_max_model_len)
-                     if sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * capacity]  # those that fit this cache
         rows = run_calibration(executor, cal, workloads=workloads)
         rows.to_csv(out_dir / "profile.steps.csv", index=False)
         fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
@@ -263,6 +263,22 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         shutil.copyfile(src, target)
         return {"path": target.name, "source": str(src)}
     return None
+
+
+def calibration_workloads_that_fit(config: Config) -> list:
+    """The calibration workloads whose tokens fit 90% of the config's KV cache (`live --calibrate` calibrates
+    with the run's own executor and cache); refuses a cache that leaves out the decode grid or half the grid."""
+    from pagesim.errors import UserError
+
+    capacity = config.resolved_num_gpu_blocks * config.block_size
+    every = calibration_workloads(config.resolved_max_model_len)
+    fit = [(name, groups) for name, groups in every if sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * capacity]
+    if len(fit) < len(every) / 2 or not any(name.startswith("decode-c") for name, _ in fit):
+        raise UserError(f"--calibrate: only {len(fit)} of the {len(every)} calibration workloads fit a KV cache of "
+                        f"{config.resolved_num_gpu_blocks} blocks (--num-gpu-blocks), too few to fit a profile; "
+                        f"calibrate on this GPU first (python -m pagesim calibrate --model {config.model} --out P.json) "
+                        "and pass --profile P.json")
+    return fit
 
 
 def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str) -> dict:

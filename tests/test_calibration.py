@@ -49,3 +49,15 @@ def test_shared_prefix_workloads_record_the_repeated_reads(workloads, name, b, p
     # b rows over g prefixes of p tokens: every row but the first of each prefix reads the prefix again
     assert (full["decode_shared_tokens"] == (b - g) * p).all(), full["decode_shared_tokens"].unique()
     assert rows["prefix_cache_hits"].sum() == (b - g) * p  # the later requests hit the whole prefix
+
+
+def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, capsys):
+    """`live --calibrate` calibrates in the run's own KV cache: with 600 blocks only the small prefills fit, too
+    few to fit a profile. It says so, and the way out, before loading a model or running anything."""
+    from pagesim.cli import main
+
+    rc = main(["live", "traces/kshot-shared-prefix-500.jsonl", "--allow-cpu", "--limit", "4", "--num-gpu-blocks", "600",
+               "--calibrate", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--calibrate: only 9 of the 55 calibration workloads fit a KV cache of 600 blocks" in err, err
+    assert "--profile P.json" in err and not (tmp_path / "run" / "profile.json").exists()
