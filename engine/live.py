@@ -326,7 +326,9 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     small prompts (64-512 tokens) released one at a time into a running decode batch (some with a long
     sequence in it): small eager mixed steps; shared: b sequences reading g shared prefixes of p tokens
     plus c tokens of their own (decode rows that read the same blocks: decode_shared_tokens), the g
-    first ones released ahead to compute the prefixes.
+    first ones released ahead to compute the prefixes; spread: b sequences whose contexts are spread
+    evenly from lo to hi tokens (a serving batch: neither uniform nor one long among short ones; without
+    them the fit cannot tell how many sequences saturate memory, the profile's max_context_lanes).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -367,6 +369,10 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
             out.append((f"decode-b{b}-c{c}", [(b, c, 24)]))
     if 24576 + 24 <= max_model_len:
         out.append(("skew-b31-s1024-l24576", [(1, 24576, 24), (31, 1024, 24)]))
+    for b, lo, hi in ((8, 256, 4096), (16, 256, 4096), (32, 256, 4096), (8, 1024, 8192), (16, 1024, 8192),
+                      (4, 4096, 24576)):
+        if hi + 24 <= max_model_len:
+            out.append((f"spread-b{b}-{lo}-{hi}", [(1, lo + (hi - lo) * i // (b - 1), 24) for i in range(b)]))
     for b, p, c, g in ((8, 4096, 256, 1), (16, 1024, 1024, 1), (16, 512, 2048, 1), (32, 2048, 512, 2), (64, 1024, 256, 1),
                        (32, 8192, 512, 1), (64, 4096, 1024, 4), (128, 2048, 256, 8), (4, 16384, 256, 1),
                        (8, 12288, 1024, 2)):

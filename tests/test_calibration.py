@@ -59,5 +59,15 @@ def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, caps
     rc = main(["live", "traces/kshot-shared-prefix-500.jsonl", "--allow-cpu", "--limit", "4", "--num-gpu-blocks", "600",
                "--calibrate", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
-    assert rc == 2 and "--calibrate: only 9 of the 55 calibration workloads fit a KV cache of 600 blocks" in err, err
+    total = len(calibration_workloads(8192))
+    assert rc == 2 and f"--calibrate: only 9 of the {total} calibration workloads fit a KV cache of 600 blocks" in err, err
     assert "--profile P.json" in err and not (tmp_path / "run" / "profile.json").exists()
+
+
+def test_spread_workloads_decode_batches_of_unequal_contexts(workloads):
+    rows = run_calibration(NoTime(), CONFIG, workloads=[("spread-b16-256-4096", workloads["spread-b16-256-4096"])])
+    full = rows[(rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] == 16)]
+    assert len(full) >= 10
+    # 16 contexts from 256 to 4096: the longest is 1.88x the mean, unlike the uniform decode grid (1.0)
+    ratio = full["max_decode_context"] * 16 / full["decode_context_tokens"]
+    assert ((ratio > 1.8) & (ratio < 1.95)).all(), ratio.unique()
