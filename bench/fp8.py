@@ -32,13 +32,14 @@ SPEEDUP_TARGET = 1.8
 from pagesim.outputs import check_output_file
 
 
-def quantised(cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp8 copy written by the store kernel, its scale [1]) of a bf16 cache [blocks, bs, Hkv, D]."""
+def quantised(cache: torch.Tensor, *, v: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 copy written by the store kernel, its scale [1]) of a bf16 K (v False) or V (v True) cache
+    [blocks, bs, Hkv, D]; an fp8 V cache stores its blocks transposed (engine.kernels.cache)."""
     scale = (cache.abs().amax().float() / 448.0).reshape(1)
-    out = torch.empty(cache.shape, dtype=FP8, device=cache.device)
+    out, scratch = (torch.empty(cache.shape, dtype=FP8, device=cache.device) for _ in range(2))
     rows = cache.view(-1, HKV, D)
     slots = torch.arange(rows.shape[0], dtype=torch.int64, device=cache.device)
-    K.store_kvcache(rows, rows, out, torch.empty_like(out), slots, scale, scale)
+    K.store_kvcache(rows, rows, *((scratch, out) if v else (out, scratch)), slots, scale, scale)
     return out, scale
 
 
@@ -48,7 +49,7 @@ def decode_case(batch: int, ctx: int, tune: bool) -> dict:
     num_blocks = batch * pages
     k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
     v_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
-    (k8, ks), (v8, vs) = quantised(k_cache), quantised(v_cache)
+    (k8, ks), (v8, vs) = quantised(k_cache, v=False), quantised(v_cache, v=True)
     tables = torch.randperm(num_blocks, generator=g, device=DEV).view(batch, pages).to(torch.int32)
     lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
     q = torch.randn((batch, HQ, D), generator=g, device=DEV, dtype=BF16)
@@ -88,7 +89,7 @@ def prefill_case(q_len: int, ctx: int) -> dict:
     num_blocks = triton.cdiv(ctx, BS)
     k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
     v_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
-    (k8, ks), (v8, vs) = quantised(k_cache), quantised(v_cache)
+    (k8, ks), (v8, vs) = quantised(k_cache, v=False), quantised(v_cache, v=True)
     tables = torch.randperm(num_blocks, generator=g, device=DEV).view(1, num_blocks).to(torch.int32)
     cu = torch.tensor([0, q_len], dtype=torch.int32, device=DEV)
     lens = torch.tensor([ctx], dtype=torch.int32, device=DEV)

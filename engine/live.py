@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import time
@@ -27,7 +26,7 @@ from pagesim.cost.features import StepFeatures, shared_decode_tokens
 from pagesim.cost.profile import GRAPH_BATCH_SIZES
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
-from pagesim.outputs import prepare_output_dir, prepare_output_file, provenance
+from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -53,11 +52,7 @@ def environment() -> dict:
                                             capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
-    try:  # PAGESIM_GIT_COMMIT: the code's commit when it runs from a copy inside another checkout
-        info["git_commit"] = os.environ.get("PAGESIM_GIT_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        pass
+    info["git_commit"] = git_commit()  # PAGESIM_GIT_COMMIT when the code runs from a copy inside another checkout
     return info
 
 
@@ -194,7 +189,7 @@ def live(args) -> int:
     from tqdm import tqdm
 
     from pagesim.errors import UserError
-    from pagesim.replay import config_from_args, trace_from_args, trace_info, write_run_dir
+    from pagesim.replay import config_from_args, trace_from_args, write_run_dir
     from pagesim.traces import trace_from_frame, write_trace
 
     if not torch.cuda.is_available() and not args.allow_cpu:
@@ -204,6 +199,8 @@ def live(args) -> int:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
+    if args.calibrate and config.num_gpu_blocks is not None:
+        calibration_workloads_that_fit(config)  # refuses a cache too small to calibrate in, before any work
     executor = make_executor(config)
     config = executor.config  # num_gpu_blocks as really allocated
     out_dir = Path(args.out)
@@ -248,11 +245,9 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
     target = out_dir / "profile.json"
     if getattr(args, "calibrate", False):
         t0 = time.perf_counter()
+        workloads = calibration_workloads_that_fit(config)
         warm_up(executor, config)
         cal = without_prefix_caching(config).replace(preemption_mode="recompute")
-        capacity = cal.resolved_num_gpu_blocks * cal.block_size
-        workloads = [(name, groups) for name, groups in calibration_workloads(cal.resolved_max_model_len)
-                     if sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * capacity]  # those that fit this cache
         rows = run_calibration(executor, cal, workloads=workloads)
         rows.to_csv(out_dir / "profile.steps.csv", index=False)
         fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
@@ -268,6 +263,22 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         shutil.copyfile(src, target)
         return {"path": target.name, "source": str(src)}
     return None
+
+
+def calibration_workloads_that_fit(config: Config) -> list:
+    """The calibration workloads whose tokens fit 90% of the config's KV cache (`live --calibrate` calibrates
+    with the run's own executor and cache); refuses a cache that leaves out the decode grid or half the grid."""
+    from pagesim.errors import UserError
+
+    capacity = config.resolved_num_gpu_blocks * config.block_size
+    every = calibration_workloads(config.resolved_max_model_len)
+    fit = [(name, groups) for name, groups in every if sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * capacity]
+    if len(fit) < len(every) / 2 or not any(name.startswith("decode-c") for name, _ in fit):
+        raise UserError(f"--calibrate: only {len(fit)} of the {len(every)} calibration workloads fit a KV cache of "
+                        f"{config.resolved_num_gpu_blocks} blocks (--num-gpu-blocks), too few to fit a profile; "
+                        f"calibrate on this GPU first (python -m pagesim calibrate --model {config.model} --out P.json) "
+                        "and pass --profile P.json")
+    return fit
 
 
 def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str) -> dict:
@@ -315,7 +326,9 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     small prompts (64-512 tokens) released one at a time into a running decode batch (some with a long
     sequence in it): small eager mixed steps; shared: b sequences reading g shared prefixes of p tokens
     plus c tokens of their own (decode rows that read the same blocks: decode_shared_tokens), the g
-    first ones released ahead to compute the prefixes.
+    first ones released ahead to compute the prefixes; spread: b sequences whose contexts are spread
+    evenly from lo to hi tokens (a serving batch: neither uniform nor one long among short ones; without
+    them the fit cannot tell how many sequences saturate memory, the profile's max_context_lanes).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -356,6 +369,10 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
             out.append((f"decode-b{b}-c{c}", [(b, c, 24)]))
     if 24576 + 24 <= max_model_len:
         out.append(("skew-b31-s1024-l24576", [(1, 24576, 24), (31, 1024, 24)]))
+    for b, lo, hi in ((8, 256, 4096), (16, 256, 4096), (32, 256, 4096), (8, 1024, 8192), (16, 1024, 8192),
+                      (4, 4096, 24576)):
+        if hi + 24 <= max_model_len:
+            out.append((f"spread-b{b}-{lo}-{hi}", [(1, lo + (hi - lo) * i // (b - 1), 24) for i in range(b)]))
     for b, p, c, g in ((8, 4096, 256, 1), (16, 1024, 1024, 1), (16, 512, 2048, 1), (32, 2048, 512, 2), (64, 1024, 256, 1),
                        (32, 8192, 512, 1), (64, 4096, 1024, 4), (128, 2048, 256, 8), (4, 16384, 256, 1),
                        (8, 12288, 1024, 2)):
@@ -453,7 +470,7 @@ def calibrate(args) -> int:
             max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
         if "workloads" not in extras and "workload" in rows:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
-        kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", "auto")
+        kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", args.kv_cache_dtype)
         write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
                            kv_cache_dtype=kv_dtype), extras)
         return 0

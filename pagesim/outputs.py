@@ -78,13 +78,25 @@ def provenance(argv: list[str] | None) -> dict:
     import pagesim
 
     args = sys.argv[1:] if argv is None else argv
-    commit, dirty = _git(["rev-parse", "HEAD"]), _git(["status", "--porcelain", "--untracked-files=no"])
+    commit = git_commit()
     return {
         "pagesim_version": pagesim.__version__,
-        "git_commit": commit or None,
-        "git_dirty": None if not commit or dirty is None else bool(dirty),
+        "git_commit": commit.removesuffix("-dirty") if commit else None,
+        "git_dirty": None if not commit else commit.endswith("-dirty"),
         "command": "python -m pagesim " + shlex.join(args),
     }
+
+
+def git_commit() -> str | None:
+    """The commit of the code that runs: PAGESIM_GIT_COMMIT when set (a copy of the code inside another checkout,
+    as on a device machine), else its checkout's HEAD (+ '-dirty' with local changes); None outside git."""
+    env = os.environ.get("PAGESIM_GIT_COMMIT")
+    if env:
+        return env
+    commit = _git(["rev-parse", "HEAD"])
+    if not commit:
+        return None
+    return commit + ("-dirty" if _git(["status", "--porcelain", "--untracked-files=no"]) else "")
 
 
 def _git(args: list[str]) -> str | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pagesim.accounting import CATEGORIES
+from pagesim.outputs import git_commit
 
 SCHEMA_VERSION = 2  # 1: steps.parquet with every column + requests.csv
 METADATA_KEY = b"pagesim"
@@ -230,21 +230,6 @@ def trace_fingerprint(trace) -> str:
         h.update(c.encode())
         h.update(pd.util.hash_pandas_object(v.astype(str) if v.dtype == object else v, index=False).to_numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def git_commit() -> str | None:
-    """The commit of the checkout pagesim runs from (+ '-dirty' with local changes); None outside git."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5)
-        if rev.returncode:
-            return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return rev.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def provenance(config_dict: dict, trace, runs: dict) -> dict:

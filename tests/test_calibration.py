@@ -49,3 +49,25 @@ def test_shared_prefix_workloads_record_the_repeated_reads(workloads, name, b, p
     # b rows over g prefixes of p tokens: every row but the first of each prefix reads the prefix again
     assert (full["decode_shared_tokens"] == (b - g) * p).all(), full["decode_shared_tokens"].unique()
     assert rows["prefix_cache_hits"].sum() == (b - g) * p  # the later requests hit the whole prefix
+
+
+def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, capsys):
+    """`live --calibrate` calibrates in the run's own KV cache: with 600 blocks only the small prefills fit, too
+    few to fit a profile. It says so, and the way out, before loading a model or running anything."""
+    from pagesim.cli import main
+
+    rc = main(["live", "traces/kshot-shared-prefix-500.jsonl", "--allow-cpu", "--limit", "4", "--num-gpu-blocks", "600",
+               "--calibrate", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    total = len(calibration_workloads(8192))
+    assert rc == 2 and f"--calibrate: only 9 of the {total} calibration workloads fit a KV cache of 600 blocks" in err, err
+    assert "--profile P.json" in err and not (tmp_path / "run" / "profile.json").exists()
+
+
+def test_spread_workloads_decode_batches_of_unequal_contexts(workloads):
+    rows = run_calibration(NoTime(), CONFIG, workloads=[("spread-b16-256-4096", workloads["spread-b16-256-4096"])])
+    full = rows[(rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] == 16)]
+    assert len(full) >= 10
+    # 16 contexts from 256 to 4096: the longest is 1.88x the mean, unlike the uniform decode grid (1.0)
+    ratio = full["max_decode_context"] * 16 / full["decode_context_tokens"]
+    assert ((ratio > 1.8) & (ratio < 1.95)).all(), ratio.unique()

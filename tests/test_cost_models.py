@@ -553,6 +553,12 @@ def test_refit_cli_writes_a_loadable_profile_without_a_gpu(tmp_path, capsys):
     for f in calibration_grid()[::5]:
         assert loaded.step_time(f) == pytest.approx(known.step_time(f), rel=1e-3)
     assert json.loads(capsys.readouterr().out)["holdout"] == "workload"
+    # A new profile from rows timed with an fp8 cache: --kv-cache-dtype says so (nothing at --out to read it from).
+    fp8_out = tmp_path / "profiles" / "cal-fp8.json"
+    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(fp8_out), "--kv-cache-dtype", "fp8"]) == 0
+    assert json.loads(fp8_out.read_text())["kv_cache_dtype"] == "fp8"
+    make_cost_model(str(fp8_out), CONFIG.replace(kv_cache_dtype="fp8"))
+    capsys.readouterr()
 
     # Refitting over a calibration's profile keeps the records of the measurement.
     records = {"environment": {"gpu": "NVIDIA H200"}, "config": {"model": "llama-3-8b", "gpu": "h200", "max_num_seqs": 64},

@@ -64,6 +64,82 @@ def test_fp8_store_quantises_with_the_layer_scales_saturates_and_skips_padding(d
     assert ((got - want).abs() <= want.abs() / 16 + 2**-9 * 0.05).all(), "fp8 store lost more than half an ulp"
 
 
+def test_fp8_v_is_stored_transposed_within_its_block_and_k_and_model_dtype_v_token_major():
+    """The cache contract (engine.kernels.cache): an fp8 cache's V bytes of a block are [Hkv, D, block_size]; K,
+    and V of a model-dtype cache, are [block_size, Hkv, D]; v_token_major reads both orders as [block, offset]."""
+    g = gen(21)
+    n, block_size, hkv, d = 11, 8, 2, 16
+    slots = torch.randperm(3 * block_size, generator=g)[:n].to(DEV)
+    key, value = (torch.randn(n, hkv, d, generator=g) * 3).to(DEV), (torch.randn(n, hkv, d, generator=g) * 3).to(DEV)
+    one = torch.ones(1, device=DEV)
+    blk, off = (slots // block_size).long(), (slots % block_size).long()
+    for dtype in (FP8, torch.float32):
+        k_cache = torch.zeros(3, block_size, hkv, d, dtype=dtype, device=DEV)
+        v_cache = torch.zeros_like(k_cache)
+        K.store_kvcache(key, value, k_cache, v_cache, slots.to(torch.int32), one, one)
+        want_k, want_v = (R.quantize_fp8(key, one), R.quantize_fp8(value, one)) if dtype == FP8 else (key, value)
+        assert torch.equal(k_cache[blk, off].float(), want_k.float()), f"{dtype} K is not token-major"
+        if dtype == FP8:
+            stored = v_cache.view(3, hkv, d, block_size)[blk, :, :, off]  # [n, Hkv, D]
+            assert torch.equal(stored.float(), want_v.float()), "fp8 V is not [Hkv, D, block_size] within its block"
+        else:
+            assert torch.equal(v_cache[blk, off], value), "a model-dtype V cache is not token-major"
+        assert torch.equal(K.v_token_major(v_cache)[blk, off].float(), want_v.float()), "v_token_major misreads V"
+
+
+def poisoned_cache(num_blocks, block_size, hkv, d, dtype):
+    """A cache whose every slot holds NaN (fp8: the 0x7F pattern), as memory never written may."""
+    shape = (num_blocks, block_size, hkv, d)
+    if dtype == FP8:
+        return torch.full(shape, 0x7F, dtype=torch.uint8, device=DEV).view(FP8)
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEV)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, FP8], ids=["model-dtype", "fp8"])
+@pytest.mark.parametrize("block_size", [8, 32])
+def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_slots(cache_dtype, block_size):
+    """Store -> decode and store -> prefill, checked against attention over the tokens as stored (fp8: rounded
+    through e4m3 and scaled back), not over the cache, so a layout the store kernel and the readers both get
+    wrong still fails. Every slot not written holds NaN: the readers must ignore the rest of a sequence's last
+    block (the fp8 V tile is read by whole runs of tokens and zeroed past the context). Triton's interpreter
+    widens fp8's NaN pattern 0x7F to 480, not NaN, so for fp8 that part bites on a GPU only
+    (tests/gpu/test_fp8_gpu.py runs this test there)."""
+    g = gen(block_size)
+    hq, hkv, d = 4, 2, 16
+    ctx = [3, block_size + 5, 2 * block_size + 1]  # each ends inside a block
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 2
+    k_cache, v_cache = poisoned_cache(num_blocks, block_size, hkv, d, cache_dtype), poisoned_cache(num_blocks, block_size, hkv, d, cache_dtype)
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, g)
+    keys = [torch.randn(n, hkv, d, generator=g).to(DEV) for n in ctx]
+    values = [(torch.randn(n, hkv, d, generator=g) * 4).to(DEV) for n in ctx]
+    slots = torch.cat([tables[b, torch.arange(n, device=DEV) // block_size] * block_size
+                       + torch.arange(n, device=DEV) % block_size for b, n in enumerate(ctx)])
+    ks, vs = scales(0.25, 0.5)
+    K.store_kvcache(torch.cat(keys), torch.cat(values), k_cache, v_cache, slots.to(torch.int32), ks, vs)
+    fp8 = cache_dtype == FP8
+
+    def as_stored(x, scale):
+        return R.dequantize(R.quantize_fp8(x, scale), scale) if fp8 else x
+
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn(len(ctx), hq, d, generator=g).to(DEV)
+    want = torch.stack([R._attend(q[b : b + 1], as_stored(keys[b], ks), as_stored(values[b], vs), d**-0.5)[0]
+                        for b in range(len(ctx))])
+    tol = variant_tol(torch.float32, None, 4.0) if fp8 else 2e-5
+    for splits in (1, 3):
+        got = K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=splits,
+                                       k_scale=ks, v_scale=vs, config=K.DecodeConfig(block_n=16, fp8_widen="fp16"))
+        assert_close(got, want, torch.float32, f"store -> decode, {splits} splits", atol=tol)
+    q_lens = [min(n, 4) for n in ctx]  # the last tokens of each sequence as new queries, the rest cached
+    qp = torch.randn(sum(q_lens), hq, d, generator=g).to(DEV)
+    cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    got = K.paged_prefill_attention(qp, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale=ks, v_scale=vs,
+                                    config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16"))
+    want = torch.cat([R._attend(qp[cu[b]:cu[b + 1]], as_stored(keys[b], ks), as_stored(values[b], vs), d**-0.5,
+                                causal_offset=n - q_lens[b]) for b, n in enumerate(ctx)])
+    assert_close(got, want, torch.float32, "store -> prefill", atol=tol)
+
+
 DECODE_CASES = [  # (q dtype, block_size, hq, hkv, d, context_lens, num_splits)
     (torch.float32, 8, 4, 2, 16, [0, 1, 9, 37], 1),
     (torch.bfloat16, 16, 8, 2, 32, [15, 64, 100], 3),

@@ -8,6 +8,11 @@ copied bit-exactly like any other.
 FP8 (vLLM's ``kv_cache_dtype="fp8"``): a cache of dtype float8_e4m3fn stores ``x / scale``,
 saturated to e4m3's +-448, with one fp32 scale per layer for K and one for V (tensors of one
 element, read on the device: no host sync, graph-capturable). Readers multiply back (decode, prefill).
+An fp8 cache also stores V transposed within each block (vLLM's old paged kernel's value_cache layout):
+the V bytes of a block hold [num_kv_heads, head_dim, block_size], token index fastest, so that P @ V,
+which contracts over tokens, reads its operand with the contraction dim contiguous (sm_90 has no
+transposed 8-bit shared-memory read). The tensor keeps its shape [num_blocks, block_size, Hkv, D] and a
+block its bytes, so block moves need no change; ``v_token_major`` is the one place that knows the order.
 """
 
 from __future__ import annotations
@@ -22,6 +27,21 @@ FP8_E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 
 def is_fp8(cache: torch.Tensor) -> bool:
     return cache.dtype == torch.float8_e4m3fn
+
+
+def v_transposed(v_cache: torch.Tensor) -> bool:
+    """Whether a V cache stores each block as [Hkv, D, block_size] (an fp8 cache) instead of [block_size, Hkv, D]."""
+    return is_fp8(v_cache)
+
+
+def v_token_major(v_cache: torch.Tensor) -> torch.Tensor:
+    """V cache [num_blocks, block_size, Hkv, D] (one layer, contiguous) as a view indexed [block, offset, head, dim]
+    whatever its storage order: the cache itself, or for an fp8 cache the permuted view of its
+    [num_blocks, Hkv, D, block_size] bytes. Writes through the view land where the kernels read them."""
+    if not v_transposed(v_cache):
+        return v_cache
+    num_blocks, block_size, hkv, d = v_cache.shape
+    return v_cache.view(num_blocks, hkv, d, block_size).permute(0, 3, 1, 2)
 
 
 @triton.jit
@@ -56,7 +76,7 @@ def _quantize(x, scale_ptr, out_ty):
 
 @triton.jit
 def _store_kvcache_kernel(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale, stride_k, stride_v,
-                          ROW: tl.constexpr, ROW_PAD: tl.constexpr, FP8: tl.constexpr):
+                          ROW: tl.constexpr, ROW_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8: tl.constexpr):
     token = tl.program_id(0)
     slot = tl.load(slot_mapping + token).to(tl.int64)
     if slot < 0:  # padding token
@@ -69,7 +89,11 @@ def _store_kvcache_kernel(key, value, k_cache, v_cache, slot_mapping, k_scale, v
         k = _quantize(k, k_scale, k_cache.dtype.element_ty)
         v = _quantize(v, v_scale, v_cache.dtype.element_ty)
     tl.store(k_cache + slot * ROW + cols, k, mask=mask)
-    tl.store(v_cache + slot * ROW + cols, v, mask=mask)
+    if FP8:  # V transposed within its block: element (head, dim) of offset o at ((head * D + dim) * BLOCK_SIZE + o)
+        block, offset = slot // BLOCK_SIZE, slot % BLOCK_SIZE
+        tl.store(v_cache + block * (BLOCK_SIZE * ROW) + cols * BLOCK_SIZE + offset, v, mask=mask)
+    else:
+        tl.store(v_cache + slot * ROW + cols, v, mask=mask)
 
 
 def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -79,7 +103,8 @@ def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
 
     key/value may be strided along N (views into a fused QKV output) but each row's [Hkv, D] must be
     contiguous. Slots must be distinct (two tokens writing one slot race). An fp8 cache needs the
-    layer's k_scale and v_scale (fp32 tensors of one element on the cache's device).
+    layer's k_scale and v_scale (fp32 tensors of one element on the cache's device), and its V is written
+    transposed within the block (see the module docstring).
     """
     n, hkv, d = key.shape
     assert value.shape == key.shape and slot_mapping.shape == (n,)
@@ -91,7 +116,8 @@ def store_kvcache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
         return
     row = hkv * d
     _store_kvcache_kernel[(n,)](key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale,
-                                key.stride(0), value.stride(0), ROW=row, ROW_PAD=triton.next_power_of_2(row), FP8=fp8)
+                                key.stride(0), value.stride(0), ROW=row, ROW_PAD=triton.next_power_of_2(row),
+                                BLOCK_SIZE=k_cache.shape[1], FP8=fp8)
 
 
 def copy_blocks(kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:

@@ -60,23 +60,85 @@ class DecodeConfig:
     prefetch: bool = False
 
 
-# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 over the four
-# decode shapes (bench/NOTES.md): fp16 widening (the bf16 one costs 1.1-2.6x), 128 tokens per step, 4 stages.
-FP8_DECODE_CONFIG = DecodeConfig(block_n=128, num_warps=4, num_stages=4, fp8_widen="fp16")
+# The default launch for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
+# 16-token run): the best single rule in bench/fp8_tune.py's sweep on the H200 at the four decode shapes
+# (bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md): fp16 widening, 2 warps, 2 stages, 128 tokens
+# per step when the sequence is split and 64 when not (block_n None).
+FP8_DECODE_CONFIG = DecodeConfig(block_n=None, num_warps=2, num_stages=2, fp8_widen="fp16")
 
 
 @triton.jit
-def _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
-             NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, DTYPE: tl.constexpr):
-    """K and V [BLOCK_N, HEAD_DIM] of tokens t (invalid ones 0), widened to DTYPE when that is not None."""
-    block = tl.load(block_tables + b * stride_bt + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
+             NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+             V_T: tl.constexpr, MASKED: tl.constexpr):
+    """K and V [BLOCK_N, HEAD_DIM] of tokens n0 : n0 + BLOCK_N (n0 a multiple of BLOCK_N), as stored.
+
+    MASKED: the tile may reach past `end` (else every token is < end and nothing is masked); K rows of tokens
+    >= end are then 0. V_T (an fp8 cache): V is stored transposed per block ([Hkv, D, block_size],
+    engine.kernels.cache), so it is read as V^T [HEAD_DIM, BLOCK_N] in runs of min(BLOCK_SIZE, BLOCK_N)
+    contiguous tokens (16-byte loads, one block-table read per run, masked per run, so a run's slots past
+    `end` hold whatever the cache holds there: _widen zeroes them) and returned transposed, a K-major
+    operand for P @ V. Otherwise V rows of tokens >= end are 0.
+    """
+    t = n0 + tl.arange(0, BLOCK_N)
+    valid = t < end
+    if MASKED:
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE).to(tl.int64)
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
-    k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-    v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    if MASKED:
+        k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache + rows[:, None] + d[None, :])
+    if V_T:  # V^T as [HEAD_DIM, runs, RUN], one block id per run of RUN tokens
+        RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+        r0 = n0 + tl.arange(0, BLOCK_N // RUN) * RUN  # each run's first token
+        if MASKED:
+            rblock = tl.load(bt_row + r0 // BLOCK_SIZE, mask=r0 < end, other=0).to(tl.int64)
+        else:
+            rblock = tl.load(bt_row + r0 // BLOCK_SIZE).to(tl.int64)
+        base = (rblock * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + r0 % BLOCK_SIZE
+        v_ptrs = (v_cache + d[:, None, None] * BLOCK_SIZE + tl.multiple_of(base, RUN)[None, :, None]
+                  + tl.arange(0, RUN)[None, None, :])
+        if MASKED:
+            vt = tl.load(v_ptrs, mask=(r0 < end)[None, :, None], other=0.0)
+        else:
+            vt = tl.load(v_ptrs)
+        v = tl.trans(tl.reshape(vt, (HEAD_DIM, BLOCK_N)))
+    elif MASKED:
+        v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    else:
+        v = tl.load(v_cache + rows[:, None] + d[None, :])
+    return k, v
+
+
+@triton.jit
+def _widen(k, v, valid, DTYPE: tl.constexpr, ZERO_V: tl.constexpr):
+    """K and V as _load_kv read them, widened to DTYPE when that is not None; with ZERO_V (a masked tile of a
+    transposed V), V rows of tokens that are not valid become 0: they were read with their run, and a slot
+    never written may hold NaN bits, which P = 0 there would not cancel. One select per element, so only the
+    tile that may reach past the end pays it."""
     if DTYPE is not None:
         k = k.to(DTYPE)
         v = v.to(DTYPE)
+    if ZERO_V:
+        v = tl.where(valid[:, None], v, 0.0)
     return k, v
+
+
+@triton.jit
+def _attend_step(acc, m, l, qv, k, v, valid, qk_scale, MASKED: tl.constexpr):
+    """One online-softmax step of the query rows qv over the tile's K and V (keys not valid skipped if MASKED)."""
+    s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
+    if MASKED:
+        s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m - m_new)
+    l = l * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l
 
 
 @triton.jit
@@ -86,7 +148,10 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
                          PREFETCH: tl.constexpr):
-    """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are)."""
+    """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are).
+
+    An fp8 cache (not PREFETCH) runs the split's whole tiles unmasked and its last, partial tile masked; a
+    model-dtype cache runs every tile masked (one loop, as before the fp8 layout)."""
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     num_splits = tl.num_programs(2)
     ctx = tl.load(context_lens + b)
@@ -105,32 +170,29 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    bt_row = block_tables + b * stride_bt
+    masked_start = start
+    if FP8 and not PREFETCH:
+        masked_start = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
+        for n0 in range(start, masked_start, BLOCK_N):
+            k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False)
+            k, v = _widen(k, v, None, DOT_DTYPE, False)
+            acc, m, l = _attend_step(acc, m, l, qv, k, v, None, qk_scale, False)
     if PREFETCH:  # the first tile, as read (widened where it is used)
-        t = start + tl.arange(0, BLOCK_N)
-        k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, t < end, d,
-                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
-    for n0 in range(start, end, BLOCK_N):
-        t = n0 + tl.arange(0, BLOCK_N)
-        valid = t < end
+        k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, start, end, d,
+                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
+    for n0 in range(masked_start, end, BLOCK_N):
+        valid = n0 + tl.arange(0, BLOCK_N) < end
         if PREFETCH:  # registers double-buffered by hand: the next tile's loads are in flight during this one
             k, v = k_next, v_next
-            if DOT_DTYPE is not None:
-                k = k.to(DOT_DTYPE)
-                v = v.to(DOT_DTYPE)
-            tn = t + BLOCK_N
-            k_next, v_next = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, tn, tn < end, d,
-                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, None)
+            k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, n0 + BLOCK_N, end, d,
+                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
         else:
-            k, v = _load_kv(k_cache, v_cache, block_tables, b, stride_bt, kvh, t, valid, d,
-                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)
-        s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+            k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
+        k, v = _widen(k, v, valid, DOT_DTYPE, FP8)
+        acc, m, l = _attend_step(acc, m, l, qv, k, v, valid, qk_scale, True)
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.decode import LOG2E, _load_kv, dot_dtype
+from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,18 +33,20 @@ class PrefillConfig:
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
 
 
-# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 (bench/NOTES.md).
-FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, fp8_widen="fp16")
+# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 at both prefill shapes
+# (1 stage; bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md).
+FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
 
 
 @triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr):
+                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
     t = n0 + tl.arange(0, BLOCK_N)
-    k, v = _load_kv(k_cache, v_cache, bt_row, 0, 0, kvh, t, t < ctx, tl.arange(0, HEAD_DIM),
-                    NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, DOT_DTYPE)  # an fp8 cache widened; scales applied outside
+    k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
+                    NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
+    k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
     s = tl.dot(qv, tl.trans(k)) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
@@ -87,10 +89,10 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8)
     for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)

@@ -6,18 +6,35 @@ from __future__ import annotations
 
 import torch
 
+from engine.kernels.cache import v_token_major
+
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
-    """The first `length` tokens of one sequence from a paged cache [blocks, bs, Hkv, D] -> [length, Hkv, D]."""
+    """The first `length` tokens of one sequence from a paged cache [blocks, bs, Hkv, D] -> [length, Hkv, D].
+
+    The cache is indexed [block, offset, head, dim]: pass a V cache through gather_v (an fp8 V is transposed)."""
     block_size = cache.shape[1]
     t = torch.arange(length, device=cache.device)
     blocks = block_table.to(cache.device).long()[t // block_size]
     return cache[blocks, t % block_size]
 
 
+def gather_v(v_cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """gather_kv for a V cache, in whatever order it stores its blocks (engine.kernels.cache.v_token_major)."""
+    return gather_kv(v_token_major(v_cache), block_table, length)
+
+
 def quantize_fp8(x, scale) -> torch.Tensor:
     """x / scale saturated to e4m3's range, as float8_e4m3fn (what the store kernel writes)."""
     return (x.float() / scale.float()).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+def fp8_cache_of(x: torch.Tensor, scale: torch.Tensor, *, v: bool) -> torch.Tensor:
+    """The fp8 cache [blocks, bs, Hkv, D] the store kernel would write for K (v False) or V (v True) given
+    token-major x [blocks, bs, Hkv, D]: x / scale quantised, V in its transposed per-block order."""
+    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    (v_token_major(out) if v else out).copy_(quantize_fp8(x, scale))
+    return out
 
 
 def dequantize(cache, scale) -> torch.Tensor:
@@ -30,8 +47,9 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping, k_scale=None, v_sc
     slots = slot_mapping[keep].long()
     if k_cache.dtype == torch.float8_e4m3fn:
         key, value = quantize_fp8(key, k_scale), quantize_fp8(value, v_scale)
+    block_size = k_cache.shape[1]
     k_cache.view(-1, *k_cache.shape[2:])[slots] = key[keep]
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = value[keep]
+    v_token_major(v_cache)[slots // block_size, slots % block_size] = value[keep]
 
 
 def _attend(q, k, v, scale, causal_offset=None):
@@ -52,7 +70,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scal
     for b, n in enumerate(context_lens.tolist()):
         if n:
             k = dequantize(gather_kv(k_cache, block_tables[b], n), k_scale)
-            v = dequantize(gather_kv(v_cache, block_tables[b], n), v_scale)
+            v = dequantize(gather_v(v_cache, block_tables[b], n), v_scale)
             out[b] = _attend(q[b : b + 1], k, v, scale)[0]
     return out
 
@@ -64,7 +82,7 @@ def paged_prefill_attention(q, k_cache, v_cache, cu_seqlens_q, context_lens, blo
     for b, n in enumerate(context_lens.tolist()):
         lo, hi = cu[b], cu[b + 1]
         k = dequantize(gather_kv(k_cache, block_tables[b], n), k_scale)
-        v = dequantize(gather_kv(v_cache, block_tables[b], n), v_scale)
+        v = dequantize(gather_v(v_cache, block_tables[b], n), v_scale)
         out[lo:hi] = _attend(q[lo:hi], k, v, scale, causal_offset=n - (hi - lo))
     return out
 
