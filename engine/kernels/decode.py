@@ -128,17 +128,24 @@ def _widen(k, v, valid, DTYPE: tl.constexpr, ZERO_V: tl.constexpr):
 
 
 @triton.jit
-def _attend_step(acc, m, l, qv, k, v, valid, qk_scale, MASKED: tl.constexpr):
-    """One online-softmax step of the query rows qv over the tile's K and V (keys not valid skipped if MASKED)."""
-    s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
-    if MASKED:
-        s = tl.where(valid[None, :], s, float("-inf"))
+def online_softmax_step(acc, m, l, s, v):
+    """Fold the scores s [rows, keys] (log2 domain) and their values v [keys, D] into the running max m,
+    sum l and output acc of an online softmax (decode and prefill share it)."""
     m_new = tl.maximum(m, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l
+
+
+@triton.jit
+def _attend_step(acc, m, l, qv, k, v, valid, qk_scale, MASKED: tl.constexpr):
+    """One online-softmax step of the query rows qv over the tile's K and V (keys not valid skipped if MASKED)."""
+    s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
+    if MASKED:
+        s = tl.where(valid[None, :], s, float("-inf"))
+    return online_softmax_step(acc, m, l, s, v)
 
 
 @triton.jit

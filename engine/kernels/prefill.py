@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
+from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype, online_softmax_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +50,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     s = tl.dot(qv, tl.trans(k)) * qk_scale
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, 1))
-    p = tl.exp2(s - m_new[:, None])
-    alpha = tl.exp2(m - m_new)
-    l = l * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    return acc, m_new, l
+    return online_softmax_step(acc, m, l, s, v)
 
 
 @triton.jit
