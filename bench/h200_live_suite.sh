@@ -13,14 +13,15 @@ R=${2:-results}
 T=${3:-.live-traces}
 P="$R/profiles/h200-llama-3-8b-2026-11-30.json"
 mkdir -p "$R/live" "$R/profiles"
-run() { echo "== $(date +%T) $*"; timeout "${BUDGET:-300}" python3 -m pagesim "$@" 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"; }
+source "$(dirname "$0")/h200_lib.sh"
+BUDGET=${BUDGET:-300}
 CONV="$T/AzureLLMInferenceTrace_conv.csv"
 
 if [ "$PART" = a ]; then
   echo "== $(date +%T) GPU tests"
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/test_model.py -k "not safetensors_package" 2>&1 | tail -5
   run calibrate --model llama-3-8b --gpu h200 --out "$P"
-  python3 -c "import json; p=json.load(open('$P')); print('calibration_s', p.get('calibration_s'), 'swap', p.get('swap_bandwidth'))"
+  profile_summary "$P"
   run live "$CONV" --start-s 600 --end-s 660 --profile "$P" --out "$R/live/azure-conv-600-660"
   run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
       --profile "$P" --out "$R/live/kshot-prefix-pressure"
@@ -43,10 +44,4 @@ if [ "$PART" = c ]; then
   run live "$CONV" --start-s 600 --limit 200 --time-scale 20 --num-gpu-blocks 4096 --baseline max --profile "$P" \
       --out "$R/live/pair-conv-contiguous-max"
 fi
-for d in "$R"/live/*/; do
-  [ -f "$d/summary.json" ] && python3 -c "
-import json,sys; s=json.load(open('$d/summary.json')); r=s['runs']['live']
-print('$d', 'wall', round(s['runs']['live'].get('wall_s', 0), 1), 'warmup_s', r.get('warmup_s'), 'compilations_during_run',
-      r.get('compilations_during_run'), r.get('compiled_kernels_during_run'), 'graph_captures_during_run', r.get('graph_captures_during_run'),
-      'profile', s.get('profile'))"
-done
+runs_summary "$R"

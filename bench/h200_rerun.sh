@@ -13,7 +13,8 @@ T=${3:-.live-traces}
 P=results/profiles/h200-llama-3-8b-2026-11-30.json
 CONV="$T/AzureLLMInferenceTrace_conv.csv"
 mkdir -p "$R/live"
-run() { echo "== $(date +%T) $*"; timeout "${BUDGET:-200}" python3 -m pagesim "$@" --force 2>&1 | grep -v "req/s\]\|it/s\]"; }
+source "$(dirname "$0")/h200_lib.sh"
+FORCE=1
 if [ "$PART" = 1 ]; then
   run live "$CONV" --start-s 600 --limit 200 --time-scale 20 --num-gpu-blocks 4096 --watermark 0.01 --profile "$P" \
       --out "$R/live/pair-conv-paged"

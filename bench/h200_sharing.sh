@@ -10,7 +10,8 @@ R=${1:-results}
 T=${2:-.live-traces}
 P="$R/profiles/h200-llama-3-8b-$(date -u +%F).json"
 mkdir -p "$R/live" "$R/profiles"
-run() { echo "== $(date +%T) $*"; timeout "${BUDGET:-200}" python3 -m pagesim "$@" --force 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"; }
+source "$(dirname "$0")/h200_lib.sh"
+FORCE=1
 run calibrate --model llama-3-8b --gpu h200 --out "$P"
 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
     --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure"
@@ -21,10 +22,5 @@ if [ -f "$T/AzureLLMInferenceTrace_conv.csv" ]; then
   run live "$T/AzureLLMInferenceTrace_conv.csv" --start-s 600 --end-s 660 --watermark 0.01 --profile "$P" \
       --out "$R/live/azure-conv-600-660"
 fi
-python3 -c "import json; p=json.load(open('$P')); print('calibration_s', p.get('calibration_s'), 'fit', p['report']['mape'], p['report']['by_kind'])"
-for d in "$R"/live/*/; do
-  [ -f "$d/summary.json" ] && python3 -c "
-import json; s=json.load(open('$d/summary.json')); r=s['runs']['live']
-print('$d', 'wall', round(r.get('wall_s', 0), 1), 'warmup_s', r.get('warmup_s'), 'compilations_during_run',
-      r.get('compilations_during_run'), 'graph_captures_during_run', r.get('graph_captures_during_run'), 'profile', s.get('profile'))"
-done
+profile_summary "$P"
+runs_summary "$R"

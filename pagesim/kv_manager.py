@@ -93,7 +93,10 @@ class KVCacheManager(Protocol):
         """Room for `num_new_tokens` more tokens (hits count as computed); False and no change if short."""
 
     def cache_full_blocks(self, request: Request, old_computed: int) -> None:
-        """Register blocks that became full since `old_computed` tokens were computed."""
+        """Register blocks that became full since `old_computed` tokens were computed.
+
+        A no-op unless a block became full (old_computed // block_size < num_computed_tokens // block_size):
+        the scheduler's hot loops (finish_step, the fast path's decode runs) skip the call otherwise."""
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks."""

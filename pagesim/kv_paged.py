@@ -294,13 +294,13 @@ class PagedKVCacheManager:
             j = last * bs - computed  # the step that allocates it (>= first when last >= held)
             if last >= held and j < k:
                 internal[j] += (last + 1) * bs - final
-        zeros = [0] * k
-        if keys is None:  # nothing allocated, so no internal fragmentation added either: one list of zeros
+        if keys is None:  # nothing allocated, so no internal fragmentation added either: one list of zeros, read-only
+            zeros = [0] * k
             return DecodeBlocks(zeros, zeros, zeros)
         keys.sort()
         evicted: list[bool] = []
         taken = self.pool.take(len(keys), evicted)
-        blocks = zeros.copy()
+        blocks, evictions = [0] * k, [0] * k
         if n == 1:
             running[0].block_ids.extend(taken)
             for j in keys:
@@ -311,11 +311,11 @@ class PagedKVCacheManager:
                 j, idx = divmod(key, n)
                 tables[idx].append(block)
                 blocks[j] += 1
-        if True in evicted:  # zeros is the evictions' list from here on
+        if True in evicted:
             for key, was_cached in zip(keys, evicted):
                 if was_cached:
-                    zeros[key // n] += 1
-        return DecodeBlocks(blocks, zeros, internal)
+                    evictions[key // n] += 1
+        return DecodeBlocks(blocks, evictions, internal)
 
     # ---- state ------------------------------------------------------------------
     def num_held_blocks(self) -> int:

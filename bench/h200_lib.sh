@@ -1,0 +1,21 @@
+# Shared by the bench/h200_*.sh device scripts (source it): one pagesim command with a time limit and the
+# progress bars filtered out, and the summary of the live runs and profile a script made.
+#   run ARGS...            python3 -m pagesim ARGS, under timeout ${BUDGET:-200} (adds --force when FORCE=1)
+#   profile_summary P      calibration time and held-out fit of the profile P
+#   runs_summary RESULTS   per run in RESULTS/live: wall time, warm-up, compilations and graph captures during it, profile
+run() {
+  echo "== $(date +%T) $*"
+  timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
+}
+profile_summary() {
+  python3 -c "import json, sys; p = json.load(open(sys.argv[1])); r = p.get('report', {})
+print('calibration_s', p.get('calibration_s'), 'fit', r.get('mape'), r.get('by_kind'), 'swap', p.get('swap_bandwidth'))" "$1"
+}
+runs_summary() {
+  for d in "$1"/live/*/; do
+    [ -f "$d/summary.json" ] && python3 -c "import json, sys; s = json.load(open(sys.argv[1] + 'summary.json')); r = s['runs']['live']
+print(sys.argv[1], 'wall', round(r.get('wall_s', 0), 1), 'warmup_s', r.get('warmup_s'), 'compilations_during_run',
+      r.get('compilations_during_run'), r.get('compiled_kernels_during_run'), 'graph_captures_during_run',
+      r.get('graph_captures_during_run'), 'profile', s.get('profile'))" "$d"
+  done
+}
