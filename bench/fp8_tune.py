@@ -34,6 +34,7 @@ import torch
 import engine.kernels as K  # before triton: on a machine without CUDA it selects the interpreter
 import triton
 from engine.kernels import reference as R
+from engine.kernels.decode import FP8_MMA
 from pagesim.outputs import check_output_file
 
 from bench.fp8 import FP8, quantised  # noqa: E402  (after engine.kernels: it imports triton)
@@ -45,10 +46,17 @@ SMOKE_DECODE, SMOKE_PREFILL = [(2, 64)], [(32, 48)]
 OK_ATOL = 2e-2  # a config whose output differs from the reference by more is marked not ok
 
 
-GRID = "full"  # "small" (--grid small): the neighbourhood of the fp8 defaults, with 1 and 2 warps
+GRID = "full"  # "small" (--grid small): the neighbourhood of the fp8 defaults, with 1 and 2 warps; "wgmma": see below
 
 
 def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
+    if GRID == "wgmma" and not smoke:  # last round's mma.sync winners, and 64 padded rows (Hopper wgmma) per fp8_mma
+        if dtype == "bf16":
+            return [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (2, 4) for s in (3, 4)]
+        return ([K.DecodeConfig(bn, w, s, "fp16") for bn in (32, 64, 128) for w in (1, 2) for s in (2, 3)]
+                + [K.DecodeConfig(bn, 4, s, "fp16", fp8_mma=mma, min_rows=64)
+                   for bn in (32, 64, 128) for s in (2, 3) for mma in FP8_MMA]
+                + [K.DecodeConfig(128, 8, 2, "fp16", fp8_mma=mma, min_rows=64) for mma in FP8_MMA])
     if GRID == "small" and not smoke:
         if dtype == "bf16":
             return [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (2, 4) for s in (3, 4)]
@@ -235,23 +243,32 @@ def sweep_shape(kind: str, shape, smoke: bool, deadline: float) -> dict:
                                                    "ref_mean_abs": refs["bf16"].abs().mean().item()},
            "results": [], "skipped": []}
     grid = decode_grid if kind == "decode" else prefill_grid
-    from engine.kernels.decode import FP8_DECODE_CONFIG
+    from engine.kernels.decode import fp8_decode_launch
     from engine.kernels.prefill import FP8_PREFILL_CONFIG
 
-    defaults = {"bf16": K.DecodeConfig(), "fp8": FP8_DECODE_CONFIG} if kind == "decode" else \
-        {"bf16": K.PrefillConfig(), "fp8": FP8_PREFILL_CONFIG}
+    if kind == "decode":
+        seqs, pages = case.tables.shape
+        fp8_default, fp8_splits = fp8_decode_launch(seqs, HKV, pages * BS, torch.device(DEV))
+        defaults = {"bf16": K.DecodeConfig(), "fp8": fp8_default}
+        default_splits = {"bf16": None, "fp8": fp8_splits}
+    else:
+        defaults = {"bf16": K.PrefillConfig(), "fp8": FP8_PREFILL_CONFIG}
+        default_splits = {"bf16": None, "fp8": None}
     for dtype in ("bf16", "fp8"):
         configs = [defaults[dtype]] + [c for c in grid(dtype, smoke) if c != defaults[dtype]]
         for i, cfg in enumerate(configs):
             if time.perf_counter() > deadline and i:
                 out["skipped"].append({"dtype": dtype, "config": dataclasses.asdict(cfg), "reason": "budget"})
                 continue
-            row = run_config(case, refs, dtype, cfg, None, smoke)
+            row = run_config(case, refs, dtype, cfg, default_splits[dtype] if i == 0 else None, smoke)
             row["default"] = i == 0
             out["results"].append(row)
-    if kind == "decode":  # stage 2: other split counts for the three best configs of each dtype
+    if kind == "decode":  # stage 2: other split counts for the best configs of each dtype (fp8: the three best
+        # widening K/V, fp8_mma "none", and the two best of the others)
         for dtype in ("bf16", "fp8"):
-            top = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])[:3]
+            ranked = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])
+            exact = [r for r in ranked if r["config"].get("fp8_mma", "none") == "none"]
+            top = exact[:3] + [r for r in ranked if r not in exact][:2]
             for r in top:
                 cfg = type(defaults[dtype])(**r["config"])
                 for splits in split_candidates(case.default_splits):
@@ -276,7 +293,7 @@ def describe(r: dict | None) -> str:
     if not r:
         return "none ok"
     c = r["config"]
-    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "prefetch") if "block_m" not in c \
+    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "fp8_mma", "min_rows") if "block_m" not in c \
         else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")
@@ -290,8 +307,10 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                    help="compile worker processes")
     p.add_argument("--smoke", action="store_true", help="tiny shapes and two configs (runs on the CPU interpreter)")
-    p.add_argument("--grid", choices=["full", "small"], default="full",
-                   help="small: around the fp8 defaults, fp16 widening only, 1-4 warps, 2-3 stages")
+    p.add_argument("--grid", choices=["full", "small", "wgmma"], default="full",
+                   help="small: around the fp8 defaults, fp16 widening only, 1-4 warps, 2-3 stages; wgmma: decode with "
+                        "1-2 warps on 16 rows and 4-8 warps on 64 rows (Hopper wgmma) for every fp8_mma")
+    p.add_argument("--decode-only", action="store_true", help="skip the prefill sweep")
     args = p.parse_args(argv)
     global GRID
     GRID = args.grid
@@ -307,10 +326,12 @@ def main(argv=None) -> int:
               "smoke": args.smoke, "ok_atol": OK_ATOL, "budget_s": args.budget_s, "decode": [], "prefill": []}
     result["grid"] = args.grid
     if DEV == "cuda":
-        result["precompile_s"] = precompile(jobs(args.smoke), args.workers)
+        result["precompile_s"] = precompile([j for j in jobs(args.smoke) if j[0] == "decode" or not args.decode_only],
+                                            args.workers)
         warm_clocks()
-    for kind, shapes in (("decode", SMOKE_DECODE if args.smoke else DECODE_SHAPES),
-                         ("prefill", SMOKE_PREFILL if args.smoke else PREFILL_SHAPES)):
+    kinds = (("decode", SMOKE_DECODE if args.smoke else DECODE_SHAPES),
+             ("prefill", SMOKE_PREFILL if args.smoke else PREFILL_SHAPES))
+    for kind, shapes in kinds[:1] if args.decode_only else kinds:
         for shape in shapes:
             row = sweep_shape(kind, shape, args.smoke, deadline)
             result[kind].append(row)

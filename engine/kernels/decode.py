@@ -323,6 +323,14 @@ def default_num_splits(batch: int, num_kv_heads: int, max_context: int, device: 
     return num_decode_splits(batch, num_kv_heads, sms, max_context)
 
 
+def fp8_decode_launch(batch: int, num_kv_heads: int, max_context: int,
+                      device: torch.device) -> tuple[DecodeConfig, int]:
+    """The default launch (config, num_splits) for an fp8 cache at a shape (never values: graph-capturable), as
+    vLLM's and FlashInfer's decode heuristics pick tiles by batch and context; chosen from bench/fp8_tune.py's
+    sweep on the H200 (bench/NOTES.md)."""
+    return FP8_DECODE_CONFIG, default_num_splits(batch, num_kv_heads, max_context, device)
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float, *,
                            num_splits: int | None = None, out: torch.Tensor | None = None,
@@ -337,9 +345,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     registers, never copied.
     """
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    cfg = config or (FP8_DECODE_CONFIG if fp8 else DecodeConfig())
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
+    cfg = config or DecodeConfig()
+    if fp8 and config is None:
+        cfg, fp8_splits = fp8_decode_launch(batch, num_kv_heads, block_tables.shape[1] * block_size, q.device)
+        num_splits = fp8_splits if num_splits is None else num_splits
     group = num_heads // num_kv_heads
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and head_dim & (head_dim - 1) == 0
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_tables.stride(1) == 1
