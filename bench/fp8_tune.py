@@ -157,6 +157,8 @@ def jobs(smoke: bool) -> list[tuple]:
     for dtype in ("bf16", "fp8"):
         for cfg in decode_grid(dtype, smoke):
             out += [("decode", decode_shape, dtype, cfg, 1), ("decode", decode_shape, dtype, cfg, 2)]
+            if dtype == "fp8":
+                out.append(("decode", decode_shape, dtype, dataclasses.replace(cfg, fused_merge=True), 2))
         out += [("prefill", prefill_shape, dtype, cfg, None) for cfg in prefill_grid(dtype, smoke)]
     return out
 
@@ -265,18 +267,24 @@ def sweep_shape(kind: str, shape, smoke: bool, deadline: float) -> dict:
             out["results"].append(row)
     if kind == "decode":  # stage 2: other split counts for the best configs of each dtype (fp8: the three best
         # widening K/V, fp8_mma "none", and the two best of the others)
+        # fp8 with more than one split: each also with the merge fused (DecodeConfig.fused_merge), default splits too
         for dtype in ("bf16", "fp8"):
             ranked = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])
             exact = [r for r in ranked if r["config"].get("fp8_mma", "none") == "none"]
             top = exact[:3] + [r for r in ranked if r not in exact][:2]
             for r in top:
                 cfg = type(defaults[dtype])(**r["config"])
-                for splits in split_candidates(case.default_splits):
+                runs = [(cfg, splits) for splits in split_candidates(case.default_splits)]
+                if dtype == "fp8":
+                    fused = dataclasses.replace(cfg, fused_merge=True)
+                    runs += [(fused, splits) for splits in [case.default_splits, *split_candidates(case.default_splits)]
+                             if splits > 1]
+                for c, splits in runs:
                     if time.perf_counter() > deadline:
-                        out["skipped"].append({"dtype": dtype, "config": r["config"], "num_splits": splits,
+                        out["skipped"].append({"dtype": dtype, "config": dataclasses.asdict(c), "num_splits": splits,
                                                "reason": "budget"})
                         continue
-                    out["results"].append(run_config(case, refs, dtype, cfg, splits, smoke))
+                    out["results"].append(run_config(case, refs, dtype, c, splits, smoke))
     for dtype in ("bf16", "fp8"):
         out[f"best_{dtype}"] = best_of(out["results"], dtype)
         out[f"default_{dtype}"] = next((r for r in out["results"] if r["dtype"] == dtype and r.get("default")), None)
@@ -293,7 +301,7 @@ def describe(r: dict | None) -> str:
     if not r:
         return "none ok"
     c = r["config"]
-    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "fp8_mma", "min_rows") if "block_m" not in c \
+    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "fp8_mma", "min_rows", "fused_merge") if "block_m" not in c \
         else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")

@@ -69,6 +69,9 @@ class DecodeConfig:
     # use Hopper's wgmma (one warpgroup, M = 64; K and V straight from shared memory, fp8 ones too) instead of
     # mma.sync on 16 rows; fp8 products (fp8_mma) reach the tensor cores only that way (mma.sync widens them).
     min_rows: int = 16
+    # Split sequences: the last program of a (sequence, KV head) to finish merges its heads' partials (an atomic
+    # counter per pair, reset by that program) instead of a second kernel launch.
+    fused_merge: bool = False
 
     def __post_init__(self):
         if self.fp8_mma not in FP8_MMA:
@@ -219,15 +222,47 @@ def _attend_step(acc, m, l, qv, k, v, valid, qk_scale, MASKED: tl.constexpr, FP8
 
 
 @triton.jit
+def _merge_partials(o_part, lse, out, b, kvh, num_splits, stride_ob, stride_oh, NUM_KV_HEADS: tl.constexpr,
+                    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
+    """_merge_splits_kernel for the GROUP heads of one KV head, CHUNK splits at a time, read past L1 (.cg: the
+    other programs' partials)."""
+    d = tl.arange(0, HEAD_DIM)
+    c = tl.arange(0, CHUNK)
+    for i in tl.static_range(GROUP):
+        h = kvh * GROUP + i
+        row = b * (NUM_KV_HEADS * GROUP) + h  # o_part [B, Hq, S, D] and lse [B, Hq, S] are contiguous
+        top = float("-inf")
+        for s0 in range(0, num_splits, CHUNK):
+            x = tl.load(lse + row * num_splits + s0 + c, mask=s0 + c < num_splits, other=float("-inf"),
+                        cache_modifier=".cg")
+            top = tl.maximum(top, tl.max(x, 0))
+        top = tl.where(top == float("-inf"), 0.0, top)  # empty splits weigh 0
+        acc = tl.zeros([HEAD_DIM], tl.float32)
+        total = 0.0
+        for s0 in range(0, num_splits, CHUNK):
+            x = tl.load(lse + row * num_splits + s0 + c, mask=s0 + c < num_splits, other=float("-inf"),
+                        cache_modifier=".cg")
+            w = tl.exp2(x - top)
+            parts = tl.load(o_part + (row * num_splits + s0 + c)[:, None] * HEAD_DIM + d[None, :],
+                            mask=(s0 + c < num_splits)[:, None], other=0.0, cache_modifier=".cg")
+            acc += tl.sum(parts * w[:, None], 0)
+            total += tl.sum(w, 0)
+        tl.store(out + b * stride_ob + h * stride_oh + d, (acc / tl.where(total > 0, total, 1.0)).to(out.dtype.element_ty))
+
+
+@triton.jit
 def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse, qk_scale, k_scale, v_scale,
                          stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
+                         counter, merged, stride_fb, stride_fh,
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
                          PREFETCH: tl.constexpr, FP8_QK: tl.constexpr = False, FP8_PV: tl.constexpr = False,
-                         ROUND: tl.constexpr = False):
+                         ROUND: tl.constexpr = False, FUSED_MERGE: tl.constexpr = False):
     """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are). FP8_QK / FP8_PV (fp8 cache):
     Q K^T / P V on e4m3 operands (DecodeConfig.fp8_mma); ROUND: round to e4m3 in fp32 first (the interpreter).
+    FUSED_MERGE (with STORE_LSE): the last program of (b, kvh) merges the partials into merged [B, Hq, D]; counter
+    [B * NUM_KV_HEADS] int32 is 0 on entry and left 0.
 
     An fp8 cache (not PREFETCH) runs the split's whole tiles unmasked and its last, partial tile masked; a
     model-dtype cache runs every tile masked (one loop, as before the fp8 layout)."""
@@ -289,6 +324,13 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         if FP8_PV:
             part_lse = part_lse - 8.0  # l carries the factor 256 = 2^8
         tl.store(lse + (b * NUM_KV_HEADS * GROUP + heads) * num_splits + split, part_lse, mask=g < GROUP)
+        if FUSED_MERGE:  # every thread's stores before the release; the last arrival acquires them all
+            tl.debug_barrier()
+            done = tl.atomic_add(counter + b * NUM_KV_HEADS + kvh, 1, sem="acq_rel", scope="gpu")
+            if done == num_splits - 1:
+                _merge_partials(o, lse, merged, b, kvh, num_splits, stride_fb, stride_fh, NUM_KV_HEADS, GROUP,
+                                HEAD_DIM, 16)
+                tl.atomic_xchg(counter + b * NUM_KV_HEADS + kvh, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -311,6 +353,18 @@ def _merge_splits_kernel(o_part, lse, out, stride_ob, stride_oh, num_splits,
 @functools.cache
 def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _split_counters(device: torch.device, n: int) -> torch.Tensor:
+    """n int32 zeros for the fused merge's arrival counters, kept per device (the kernel leaves them 0, so the
+    same memory serves every call and every CUDA-graph replay; calls on one stream never overlap)."""
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = _COUNTERS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+    return buf
 
 
 def default_num_splits(batch: int, num_kv_heads: int, max_context: int, device: torch.device) -> int:
@@ -369,15 +423,18 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
         sob, soh, sos = o.stride()[:3]
     block_n = cfg.block_n or (128 if num_splits > 1 else 64)
+    fused = cfg.fused_merge and num_splits > 1
+    counter = _split_counters(q.device, batch * num_kv_heads) if fused else lse
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, k_scale, v_scale,
-        q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
+        q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos, counter, out, out.stride(0), out.stride(1),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
         GROUP_PAD=max(cfg.min_rows, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
         DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
         FP8_QK=fp8 and cfg.fp8_mma != "none", FP8_PV=fp8 and cfg.fp8_mma == "qk_pv", ROUND=INTERPRET,
+        FUSED_MERGE=fused,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if num_splits > 1:
+    if num_splits > 1 and not fused:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
                                                  SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
                                                  HEAD_DIM=head_dim, num_warps=4)

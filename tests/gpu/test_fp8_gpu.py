@@ -54,7 +54,9 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(),
                    "prefetch-fp16-s1": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16", prefetch=True),
                    "stages1-fp16": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16"),
                    "rows64-wgmma-fp16": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, fp8_widen="fp16",
-                                                       min_rows=64)}
+                                                       min_rows=64),
+                   "fused-merge-bn64-w2": K.DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="fp16",
+                                                         fused_merge=True)}
 
 
 def assert_kernel_close(out, ref, what: str):
@@ -98,6 +100,8 @@ def test_fp8_decode_variants_match_the_dequantised_reference(variant, num_splits
 
 FP8_MMA_VARIANTS = {f"{mma}-bn{bn}": K.DecodeConfig(block_n=bn, num_warps=4, num_stages=2, fp8_widen="fp16",
                                                      fp8_mma=mma, min_rows=64) for mma in ("qk", "qk_pv") for bn in (64, 128)}
+FP8_MMA_VARIANTS["qk_pv-bn64-fused"] = K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, fp8_widen="fp16",
+                                                      fp8_mma="qk_pv", min_rows=64, fused_merge=True)
 
 
 @pytest.mark.parametrize("variant", FP8_MMA_VARIANTS)
