@@ -50,7 +50,7 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
                "stride_os": "i32", "counter": "*i32", "merged": "*bf16", "stride_fb": "i32", "stride_fh": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, GROUP_PAD=16, BLOCK_N=128,
                      STORE_LSE=False, DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PREFETCH=prefetch,
-                     FP8_QK=False, FP8_PV=False, ROUND=False, FUSED_MERGE=False)
+                     FUSED_MERGE=False)
         pointers = 10
     else:
         fn, warps = _prefill_kernel, 8

@@ -34,7 +34,6 @@ import torch
 import engine.kernels as K  # before triton: on a machine without CUDA it selects the interpreter
 import triton
 from engine.kernels import reference as R
-from engine.kernels.decode import FP8_MMA
 from pagesim.outputs import check_output_file
 
 from bench.fp8 import FP8, quantised  # noqa: E402  (after engine.kernels: it imports triton)
@@ -46,17 +45,14 @@ SMOKE_DECODE, SMOKE_PREFILL = [(2, 64)], [(32, 48)]
 OK_ATOL = 2e-2  # a config whose output differs from the reference by more is marked not ok
 
 
-GRID = "full"  # "small" (--grid small): the neighbourhood of the fp8 defaults, with 1 and 2 warps; "wgmma": see below
+GRID = "full"  # "small" (--grid small): the neighbourhood of the fp8 defaults, with 1 and 2 warps; "narrow": below
 
 
 def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
-    if GRID == "wgmma" and not smoke:  # last round's mma.sync winners, and 64 padded rows (Hopper wgmma) per fp8_mma
+    if GRID == "narrow" and not smoke:  # the fp8 winners of --grid small: 1-2 warps, 2-3 stages, fp16 widening
         if dtype == "bf16":
             return [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (2, 4) for s in (3, 4)]
-        return ([K.DecodeConfig(bn, w, s, "fp16") for bn in (32, 64, 128) for w in (1, 2) for s in (2, 3)]
-                + [K.DecodeConfig(bn, 4, s, "fp16", fp8_mma=mma, min_rows=64)
-                   for bn in (32, 64, 128) for s in (2, 3) for mma in FP8_MMA]
-                + [K.DecodeConfig(128, 8, 2, "fp16", fp8_mma=mma, min_rows=64) for mma in FP8_MMA])
+        return [K.DecodeConfig(bn, w, s, "fp16") for bn in (32, 64, 128) for w in (1, 2) for s in (2, 3)]
     if GRID == "small" and not smoke:
         if dtype == "bf16":
             return [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (2, 4) for s in (3, 4)]
@@ -265,13 +261,10 @@ def sweep_shape(kind: str, shape, smoke: bool, deadline: float) -> dict:
             row = run_config(case, refs, dtype, cfg, default_splits[dtype] if i == 0 else None, smoke)
             row["default"] = i == 0
             out["results"].append(row)
-    if kind == "decode":  # stage 2: other split counts for the best configs of each dtype (fp8: the three best
-        # widening K/V, fp8_mma "none", and the two best of the others)
-        # fp8 with more than one split: each also with the merge fused (DecodeConfig.fused_merge), default splits too
+    if kind == "decode":  # stage 2: other split counts for the three best configs of each dtype; fp8 with more
+        # than one split also with the merge fused (DecodeConfig.fused_merge), at the default split count too
         for dtype in ("bf16", "fp8"):
-            ranked = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])
-            exact = [r for r in ranked if r["config"].get("fp8_mma", "none") == "none"]
-            top = exact[:3] + [r for r in ranked if r not in exact][:2]
+            top = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])[:3]
             for r in top:
                 cfg = type(defaults[dtype])(**r["config"])
                 runs = [(cfg, splits) for splits in split_candidates(case.default_splits)]
@@ -301,7 +294,7 @@ def describe(r: dict | None) -> str:
     if not r:
         return "none ok"
     c = r["config"]
-    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "fp8_mma", "min_rows", "fused_merge") if "block_m" not in c \
+    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "fused_merge") if "block_m" not in c \
         else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")
@@ -315,9 +308,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                    help="compile worker processes")
     p.add_argument("--smoke", action="store_true", help="tiny shapes and two configs (runs on the CPU interpreter)")
-    p.add_argument("--grid", choices=["full", "small", "wgmma"], default="full",
-                   help="small: around the fp8 defaults, fp16 widening only, 1-4 warps, 2-3 stages; wgmma: decode with "
-                        "1-2 warps on 16 rows and 4-8 warps on 64 rows (Hopper wgmma) for every fp8_mma")
+    p.add_argument("--grid", choices=["full", "small", "narrow"], default="full",
+                   help="small: around the fp8 defaults, fp16 widening only, 1-4 warps, 2-3 stages; narrow: decode "
+                        "1-2 warps, block_n 32-128, 2-3 stages")
     p.add_argument("--decode-only", action="store_true", help="skip the prefill sweep")
     args = p.parse_args(argv)
     global GRID

@@ -130,10 +130,6 @@ def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_s
         got = K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=splits,
                                        k_scale=ks, v_scale=vs, config=K.DecodeConfig(block_n=16, fp8_widen="fp16"))
         assert_close(got, want, torch.float32, f"store -> decode, {splits} splits", atol=tol)
-        if fp8:  # V kept fp8 for P V: its slots past the context are zeroed by a bit select (NaN bites on a GPU)
-            got = K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=splits,
-                                           k_scale=ks, v_scale=vs, config=FP8_MMA_CONFIGS["qk_pv"])
-            assert_close(got, want, torch.float32, f"store -> decode fp8 P V, {splits} splits", atol=FP8_PV_TOL * 4.0)
     q_lens = [min(n, 4) for n in ctx]  # the last tokens of each sequence as new queries, the rest cached
     qp = torch.randn(sum(q_lens), hq, d, generator=g).to(DEV)
     cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
@@ -157,7 +153,6 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": 
                    "fp16-bn16-w2": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16"),
                    "prefetch-fp16": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True),
                    "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True),
-                   "fp16-rows64": K.DecodeConfig(block_n=16, num_warps=4, fp8_widen="fp16", min_rows=64),
                    "fp16-fused-merge": K.DecodeConfig(block_n=16, fp8_widen="fp16", fused_merge=True)}
 
 
@@ -182,7 +177,7 @@ def test_fused_merge_leaves_its_counters_zero_and_matches_the_merge_kernel():
         K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=3, out=out, k_scale=ks,
                                  v_scale=vs, config=K.DecodeConfig(block_n=16, fp8_widen="fp16", fused_merge=True))
         assert torch.allclose(out, want, atol=1e-5, rtol=0), "the fused merge differs from the merge kernel"
-        assert int(_COUNTERS[torch.device(DEV) if DEV == "cpu" else q.device].abs().sum()) == 0, "counters not reset"
+        assert int(_COUNTERS[q.device].abs().sum()) == 0, "the counters were not reset"
 
 
 def variant_tol(dtype, cfg, scale: float) -> float:
@@ -214,41 +209,6 @@ def test_fp8_paged_decode_matches_the_dequantised_reference(case, variant):
     assert (out[lens == 0] == 0).all(), "an empty context must give zeros"
     unscaled = R.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, *scales(1.0, 1.0))
     assert (out.float() - unscaled).abs().max() > 1.0, "the kernel ignored the fp8 scales"
-
-
-FP8_MMA_CONFIGS = {mma: K.DecodeConfig(block_n=16, num_warps=4, fp8_widen="fp16", fp8_mma=mma, min_rows=64)
-                   for mma in ("qk", "qk_pv")}
-FP8_PV_TOL = 2**-4  # of V's magnitude: each weight of P rounded to e4m3 (3 mantissa bits, half an ulp 2^-4)
-
-
-def q_as_e4m3(q: torch.Tensor) -> torch.Tensor:
-    """q [B, Hq, D] rounded through e4m3 per (token, head) with scale amax / 448, as fp8_mma quantises it."""
-    amax = q.float().abs().amax(-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
-    return R.quantize_fp8(q, scale).float() * scale
-
-
-@pytest.mark.parametrize("mma", FP8_MMA_CONFIGS)
-@pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}-s{c[6]}")
-def test_fp8_mma_decode_matches_the_reference_on_e4m3_queries(case, mma):
-    """fp8_mma "qk": the reference on q rounded through e4m3 (per-row scale), to the fp16 variants' tolerance;
-    "qk_pv": the same, within P's e4m3 rounding (FP8_PV_TOL of V's magnitude)."""
-    cfg = FP8_MMA_CONFIGS[mma]
-    dtype, block_size, hq, hkv, d, ctx, splits = case
-    g = gen(sum(ctx) + 1)
-    num_blocks = sum(-(-n // block_size) for n in ctx) + 2
-    k_cache, v_cache = fp8_cache(num_blocks, block_size, hkv, d, g, 0.3), fp8_cache(num_blocks, block_size, hkv, d, g, 4.0)
-    k_scale, v_scale = scales(0.3 / 16, 4.0 / 16)
-    tables = block_tables_for(ctx, block_size, num_blocks, DEV, g)
-    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
-    q = (torch.randn(len(ctx), hq, d, generator=g) * 4).to(DEV, dtype)
-    out = torch.full_like(q, float("nan"))
-    K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=splits, out=out,
-                             k_scale=k_scale, v_scale=v_scale, config=cfg)
-    ref = R.paged_decode_attention(q_as_e4m3(q), k_cache, v_cache, tables, lens, d**-0.5, k_scale, v_scale)
-    tol = variant_tol(dtype, K.DecodeConfig(fp8_widen="fp16"), 4.0) + (FP8_PV_TOL * 4.0 if mma == "qk_pv" else 0)
-    assert_close(out, ref, dtype, f"fp8 decode {mma} {case}", atol=tol)
-    assert (out[lens == 0] == 0).all(), "an empty context must give zeros"
 
 
 PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (block_m, block_n))

@@ -20,7 +20,6 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.cache import _round_to_e4m3
 from pagesim.cost.decode_split import num_decode_splits
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -28,7 +27,6 @@ LOG2E = 1.4426950408889634
 
 
 FP8_WIDEN = ("bf16", "fp16")
-FP8_MMA = ("none", "qk", "qk_pv")
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
@@ -60,24 +58,9 @@ class DecodeConfig:
     # Load the next tile before computing this one (registers double-buffered by hand; meant for num_stages 1,
     # where Triton does not stage loads through shared memory and fp8 is widened in registers).
     prefetch: bool = False
-    # fp8 cache only: products on fp8 tensor cores (mma e4m3: K/V not widened, half the mma count). "qk": q is
-    # quantised to e4m3 per (token, head) with its own scale (amax / 448) for Q K^T (FlashAttention-3's fp8 path);
-    # "qk_pv": P too (P * 256 rounded to e4m3; the softmax sum adds the rounded weights) for P V, V^T as stored.
-    # Less accurate than widening (3 mantissa bits for q and P): an option, measured in bench/NOTES.md.
-    fp8_mma: str = "none"
-    # Query rows of a program padded to at least this many (a power of two >= 16). 64 with 4 or 8 warps lets Triton
-    # use Hopper's wgmma (one warpgroup, M = 64; K and V straight from shared memory, fp8 ones too) instead of
-    # mma.sync on 16 rows; fp8 products (fp8_mma) reach the tensor cores only that way (mma.sync widens them).
-    min_rows: int = 16
     # Split sequences: the last program of a (sequence, KV head) to finish merges its heads' partials (an atomic
     # counter per pair, reset by that program) instead of a second kernel launch.
     fused_merge: bool = False
-
-    def __post_init__(self):
-        if self.fp8_mma not in FP8_MMA:
-            raise ValueError(f"fp8_mma must be one of {FP8_MMA}, got {self.fp8_mma!r}")
-        if self.min_rows < 16 or self.min_rows & (self.min_rows - 1):
-            raise ValueError(f"min_rows must be a power of two >= 16, got {self.min_rows}")
 
 
 # The default launch for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
@@ -85,6 +68,14 @@ class DecodeConfig:
 # (bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md): fp16 widening, 2 warps, 2 stages, 128 tokens
 # per step when the sequence is split and 64 when not (block_n None).
 FP8_DECODE_CONFIG = DecodeConfig(block_n=None, num_warps=2, num_stages=2, fp8_widen="fp16")
+# fp8_decode_launch's per-shape choice (all fp16 widening)
+FP8_SHORT_CONTEXT = 2048  # table width (tokens) up to which an unsplit launch takes FP8_SHORT_CONFIG
+FP8_SHORT_CONFIG = DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16")
+FP8_LONG_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="fp16")
+FP8_FEW_SPLITS = 8
+FP8_FEW_SPLITS_CONFIG = DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16", fused_merge=True)
+FP8_MANY_SPLITS_CONFIG = DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16")
+FP8_MIN_TOKENS_PER_SPLIT = 256
 
 
 @triton.jit
@@ -148,35 +139,6 @@ def _widen(k, v, valid, DTYPE: tl.constexpr, ZERO_V: tl.constexpr):
 
 
 @triton.jit
-def _to_e4m3(x, ROUND: tl.constexpr):
-    """fp32 x (|x| <= 448) as e4m3, rounded to nearest even. ROUND (the interpreter, whose cast drops the carry
-    of a rounding): round in fp32 first (engine.kernels.cache), so the cast is exact; the GPU's cast rounds so."""
-    if ROUND:
-        x = _round_to_e4m3(x)
-    return x.to(tl.float8e4nv)
-
-
-@triton.jit
-def _zero_fp8_rows(v, valid):
-    """Rows of the fp8 tile v [BLOCK_N, D] whose token is not valid become +0 (a select on the bits)."""
-    bits = tl.where(valid[:, None], v.to(tl.uint8, bitcast=True), 0)
-    return bits.to(tl.float8e4nv, bitcast=True)
-
-
-@triton.jit
-def _fp8_softmax_step(acc, m, l, s, v, ROUND: tl.constexpr):
-    """online_softmax_step with P V on fp8 tensor cores: P * 256 rounded to e4m3 (P = 2^-14 is still a normal
-    e4m3 value), the sum l adding the rounded weights (so the output is their weighted mean); acc and l carry
-    the factor 256, which cancels."""
-    m_new = tl.maximum(m, tl.max(s, 1))
-    p = _to_e4m3(tl.exp2(s - m_new[:, None]) * 256.0, ROUND)
-    alpha = tl.exp2(m - m_new)
-    l = l * alpha + tl.sum(p.to(tl.float32), 1)
-    acc = acc * alpha[:, None] + tl.dot(p, v)
-    return acc, m_new, l
-
-
-@triton.jit
 def online_softmax_step(acc, m, l, s, v):
     """Fold the scores s [rows, keys] (log2 domain) and their values v [keys, D] into the running max m,
     sum l and output acc of an online softmax (decode and prefill share it)."""
@@ -189,35 +151,11 @@ def online_softmax_step(acc, m, l, s, v):
 
 
 @triton.jit
-def _prepare_kv(k, v, valid, DTYPE: tl.constexpr, FP8_QK: tl.constexpr, FP8_PV: tl.constexpr,
-                ZERO_V: tl.constexpr):
-    """_widen for the decode: K stays fp8 with FP8_QK, V with FP8_PV (zeroed past the end by a bit select)."""
-    if not FP8_QK and not FP8_PV:
-        k, v = _widen(k, v, valid, DTYPE, ZERO_V)
-    else:
-        if not FP8_QK and DTYPE is not None:
-            k = k.to(DTYPE)
-        if FP8_PV:
-            if ZERO_V:
-                v = _zero_fp8_rows(v, valid)
-        else:
-            if DTYPE is not None:
-                v = v.to(DTYPE)
-            if ZERO_V:
-                v = tl.where(valid[:, None], v, 0.0)
-    return k, v
-
-
-@triton.jit
-def _attend_step(acc, m, l, qv, k, v, valid, qk_scale, MASKED: tl.constexpr, FP8_PV: tl.constexpr,
-                 ROUND: tl.constexpr):
-    """One online-softmax step of the query rows qv over the tile's K and V (keys not valid skipped if MASKED).
-    qk_scale: a scalar, or [GROUP_PAD, 1] (each row's q scale folded in)."""
+def _attend_step(acc, m, l, qv, k, v, valid, qk_scale, MASKED: tl.constexpr):
+    """One online-softmax step of the query rows qv over the tile's K and V (keys not valid skipped if MASKED)."""
     s = tl.dot(qv, tl.trans(k)) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 domain
     if MASKED:
         s = tl.where(valid[None, :], s, float("-inf"))
-    if FP8_PV:
-        return _fp8_softmax_step(acc, m, l, s, v, ROUND)
     return online_softmax_step(acc, m, l, s, v)
 
 
@@ -257,10 +195,8 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                         PREFETCH: tl.constexpr, FP8_QK: tl.constexpr = False, FP8_PV: tl.constexpr = False,
-                         ROUND: tl.constexpr = False, FUSED_MERGE: tl.constexpr = False):
-    """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are). FP8_QK / FP8_PV (fp8 cache):
-    Q K^T / P V on e4m3 operands (DecodeConfig.fp8_mma); ROUND: round to e4m3 in fp32 first (the interpreter).
+                         PREFETCH: tl.constexpr, FUSED_MERGE: tl.constexpr = False):
+    """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are).
     FUSED_MERGE (with STORE_LSE): the last program of (b, kvh) merges the partials into merged [B, Hq, D]; counter
     [B * NUM_KV_HEADS] int32 is 0 on entry and left 0.
 
@@ -279,13 +215,7 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     if FP8:  # K's scale folds into the score scale, V's into the output: the loop only widens fp8
         qk_scale = qk_scale * tl.load(k_scale)
     qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
-    if FP8_QK:  # q per (token, head) as e4m3 with its own scale, folded into each row's score scale
-        qf = qv.to(tl.float32)
-        q_amax = tl.max(tl.abs(qf), 1)
-        q_scale = tl.where(q_amax > 0, q_amax / 448.0, 1.0)
-        qv = _to_e4m3(tl.clamp(qf / q_scale[:, None], -448.0, 448.0), ROUND)
-        qk_scale = (qk_scale * q_scale)[:, None]
-    elif DOT_DTYPE is not None:
+    if DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float32)
@@ -297,8 +227,8 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         for n0 in range(start, masked_start, BLOCK_N):
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
                             NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False)
-            k, v = _prepare_kv(k, v, None, DOT_DTYPE, FP8_QK, FP8_PV, False)
-            acc, m, l = _attend_step(acc, m, l, qv, k, v, None, qk_scale, False, FP8_PV, ROUND)
+            k, v = _widen(k, v, None, DOT_DTYPE, False)
+            acc, m, l = _attend_step(acc, m, l, qv, k, v, None, qk_scale, False)
     if PREFETCH:  # the first tile, as read (widened where it is used)
         k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, start, end, d,
                                   NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
@@ -311,8 +241,8 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         else:
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
                             NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
-        k, v = _prepare_kv(k, v, valid, DOT_DTYPE, FP8_QK, FP8_PV, FP8)
-        acc, m, l = _attend_step(acc, m, l, qv, k, v, valid, qk_scale, True, FP8_PV, ROUND)
+        k, v = _widen(k, v, valid, DOT_DTYPE, FP8)
+        acc, m, l = _attend_step(acc, m, l, qv, k, v, valid, qk_scale, True)
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
@@ -321,8 +251,6 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     tl.store(o_rows + d[None, :], out.to(o.dtype.element_ty), mask=g[:, None] < GROUP)
     if STORE_LSE:
         part_lse = tl.where(l > 0, m + tl.log2(tl.where(l > 0, l, 1.0)), float("-inf"))
-        if FP8_PV:
-            part_lse = part_lse - 8.0  # l carries the factor 256 = 2^8
         tl.store(lse + (b * NUM_KV_HEADS * GROUP + heads) * num_splits + split, part_lse, mask=g < GROUP)
         if FUSED_MERGE:  # every thread's stores before the release; the last arrival acquires them all
             tl.debug_barrier()
@@ -381,8 +309,17 @@ def fp8_decode_launch(batch: int, num_kv_heads: int, max_context: int,
                       device: torch.device) -> tuple[DecodeConfig, int]:
     """The default launch (config, num_splits) for an fp8 cache at a shape (never values: graph-capturable), as
     vLLM's and FlashInfer's decode heuristics pick tiles by batch and context; chosen from bench/fp8_tune.py's
-    sweep on the H200 (bench/NOTES.md)."""
-    return FP8_DECODE_CONFIG, default_num_splits(batch, num_kv_heads, max_context, device)
+    sweep and bench/fp8_launch.py's graph-replay timings on the H200 (bench/NOTES.md).
+
+    Unsplit (enough sequences to fill the GPU): 32-token steps on 1 warp for short contexts, 64 on 2 warps
+    otherwise. A few splits: 128-token steps, the merge fused into the split kernel. Many splits (a few long
+    sequences): 4x the splits of the shared rule, at least FP8_MIN_TOKENS_PER_SPLIT tokens each, 32-token steps."""
+    splits = default_num_splits(batch, num_kv_heads, max_context, device)
+    if splits == 1:
+        return (FP8_SHORT_CONFIG if max_context <= FP8_SHORT_CONTEXT else FP8_LONG_CONFIG), 1
+    if splits <= FP8_FEW_SPLITS:
+        return FP8_FEW_SPLITS_CONFIG, splits
+    return FP8_MANY_SPLITS_CONFIG, max(splits, min(4 * splits, max_context // FP8_MIN_TOKENS_PER_SPLIT))
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -429,9 +366,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, k_scale, v_scale,
         q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos, counter, out, out.stride(0), out.stride(1),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-        GROUP_PAD=max(cfg.min_rows, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
         DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
-        FP8_QK=fp8 and cfg.fp8_mma != "none", FP8_PV=fp8 and cfg.fp8_mma == "qk_pv", ROUND=INTERPRET,
         FUSED_MERGE=fused,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1 and not fused:
