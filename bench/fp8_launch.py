@@ -32,12 +32,9 @@ from pagesim.outputs import check_output_file
 F16 = "fp16"
 # (label, config, splits as a multiple of the default split count; None: the rule's own choice)
 FP8_CANDIDATES = [("rule", None, None), ("old-default", FP8_DECODE_CONFIG, 1)] + [
-    (f"bn{bn}-w{w}-s{s}{'-fused' if fused else ''}-x{mult}", K.DecodeConfig(bn, w, s, F16, fused_merge=fused), mult)
-    for bn, w, s, fused, mult in [(32, 1, 2, False, 1), (32, 2, 2, False, 1), (64, 1, 2, False, 1),
-                                  (64, 2, 3, False, 1), (128, 2, 2, False, 1), (32, 2, 2, False, 2),
-                                  (32, 2, 2, False, 4), (64, 2, 3, False, 2), (128, 2, 2, False, 2),
-                                  (128, 2, 2, True, 1), (128, 2, 3, True, 1), (64, 2, 3, True, 1),
-                                  (32, 2, 2, True, 1), (32, 1, 3, True, 2)]]
+    (f"bn{bn}-w{w}-s{s}-x{mult}", K.DecodeConfig(bn, w, s, F16), mult)
+    for bn, w, s, mult in [(32, 1, 2, 1), (32, 2, 2, 1), (64, 1, 2, 1), (64, 2, 3, 1), (128, 2, 2, 1), (32, 2, 2, 2),
+                           (32, 2, 2, 4), (64, 2, 3, 2), (128, 2, 2, 2)]]
 BF16_CANDIDATES = [("default", K.DecodeConfig(), 1), ("bn64-w2-s4-x2", K.DecodeConfig(64, 2, 4), 2),
                    ("bn64-w4-s4-x1", K.DecodeConfig(64, 4, 4), 1), ("bn64-w2-s3-x1", K.DecodeConfig(64, 2, 3), 1)]
 

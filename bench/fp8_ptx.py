@@ -47,10 +47,9 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
         sig = {"q": "*bf16", "k_cache": elem, "v_cache": elem, "block_tables": "*i32", "context_lens": "*i32",
                "o": "*bf16", "lse": "*fp32", "qk_scale": "fp32", "k_scale": "*fp32", "v_scale": "*fp32",
                "stride_qb": "i32", "stride_qh": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
-               "stride_os": "i32", "counter": "*i32", "merged": "*bf16", "stride_fb": "i32", "stride_fh": "i32"}
+               "stride_os": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, GROUP_PAD=16, BLOCK_N=128,
-                     STORE_LSE=False, DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PREFETCH=prefetch,
-                     FUSED_MERGE=False)
+                     STORE_LSE=False, DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PREFETCH=prefetch)
         pointers = 10
     else:
         fn, warps = _prefill_kernel, 8

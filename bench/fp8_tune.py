@@ -153,8 +153,6 @@ def jobs(smoke: bool) -> list[tuple]:
     for dtype in ("bf16", "fp8"):
         for cfg in decode_grid(dtype, smoke):
             out += [("decode", decode_shape, dtype, cfg, 1), ("decode", decode_shape, dtype, cfg, 2)]
-            if dtype == "fp8":
-                out.append(("decode", decode_shape, dtype, dataclasses.replace(cfg, fused_merge=True), 2))
         out += [("prefill", prefill_shape, dtype, cfg, None) for cfg in prefill_grid(dtype, smoke)]
     return out
 
@@ -261,18 +259,12 @@ def sweep_shape(kind: str, shape, smoke: bool, deadline: float) -> dict:
             row = run_config(case, refs, dtype, cfg, default_splits[dtype] if i == 0 else None, smoke)
             row["default"] = i == 0
             out["results"].append(row)
-    if kind == "decode":  # stage 2: other split counts for the three best configs of each dtype; fp8 with more
-        # than one split also with the merge fused (DecodeConfig.fused_merge), at the default split count too
+    if kind == "decode":  # stage 2: other split counts for the three best configs of each dtype
         for dtype in ("bf16", "fp8"):
             top = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])[:3]
             for r in top:
                 cfg = type(defaults[dtype])(**r["config"])
-                runs = [(cfg, splits) for splits in split_candidates(case.default_splits)]
-                if dtype == "fp8":
-                    fused = dataclasses.replace(cfg, fused_merge=True)
-                    runs += [(fused, splits) for splits in [case.default_splits, *split_candidates(case.default_splits)]
-                             if splits > 1]
-                for c, splits in runs:
+                for c, splits in [(cfg, splits) for splits in split_candidates(case.default_splits)]:
                     if time.perf_counter() > deadline:
                         out["skipped"].append({"dtype": dtype, "config": dataclasses.asdict(c), "num_splits": splits,
                                                "reason": "budget"})
@@ -294,7 +286,7 @@ def describe(r: dict | None) -> str:
     if not r:
         return "none ok"
     c = r["config"]
-    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "fused_merge") if "block_m" not in c \
+    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "prefetch") if "block_m" not in c \
         else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")

@@ -152,32 +152,7 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": 
                    "bn32": K.DecodeConfig(block_n=32),
                    "fp16-bn16-w2": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16"),
                    "prefetch-fp16": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True),
-                   "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True),
-                   "fp16-fused-merge": K.DecodeConfig(block_n=16, fp8_widen="fp16", fused_merge=True)}
-
-
-def test_fused_merge_leaves_its_counters_zero_and_matches_the_merge_kernel():
-    """The fused merge's arrival counters are shared by every call (and graph replay): each call must leave them 0,
-    so a second call merges as the first (a counter left at 1 would make no program the last: NaN stays)."""
-    from engine.kernels.decode import _COUNTERS
-
-    g = gen(7)
-    block_size, hq, hkv, d, ctx = 8, 4, 2, 16, [0, 3, 40, 70]
-    num_blocks = sum(-(-n // block_size) for n in ctx) + 2
-    k_cache, v_cache = fp8_cache(num_blocks, block_size, hkv, d, g, 0.3), fp8_cache(num_blocks, block_size, hkv, d, g, 4.0)
-    ks, vs = scales(0.3 / 16, 4.0 / 16)
-    tables = block_tables_for(ctx, block_size, num_blocks, DEV, g)
-    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
-    q = torch.randn(len(ctx), hq, d, generator=g).to(DEV)
-    base = K.DecodeConfig(block_n=16, fp8_widen="fp16")
-    want = K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=3, k_scale=ks, v_scale=vs,
-                                    config=base)
-    for _ in range(2):
-        out = torch.full_like(q, float("nan"))
-        K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=3, out=out, k_scale=ks,
-                                 v_scale=vs, config=K.DecodeConfig(block_n=16, fp8_widen="fp16", fused_merge=True))
-        assert torch.allclose(out, want, atol=1e-5, rtol=0), "the fused merge differs from the merge kernel"
-        assert int(_COUNTERS[q.device].abs().sum()) == 0, "the counters were not reset"
+                   "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True)}
 
 
 def variant_tol(dtype, cfg, scale: float) -> float:

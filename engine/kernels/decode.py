@@ -58,24 +58,18 @@ class DecodeConfig:
     # Load the next tile before computing this one (registers double-buffered by hand; meant for num_stages 1,
     # where Triton does not stage loads through shared memory and fp8 is widened in registers).
     prefetch: bool = False
-    # Split sequences: the last program of a (sequence, KV head) to finish merges its heads' partials (an atomic
-    # counter per pair, reset by that program) instead of a second kernel launch.
-    fused_merge: bool = False
 
 
-# The default launch for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
-# 16-token run): the best single rule in bench/fp8_tune.py's sweep on the H200 at the four decode shapes
-# (bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md): fp16 widening, 2 warps, 2 stages, 128 tokens
-# per step when the sequence is split and 64 when not (block_n None).
-FP8_DECODE_CONFIG = DecodeConfig(block_n=None, num_warps=2, num_stages=2, fp8_widen="fp16")
-# fp8_decode_launch's per-shape choice (all fp16 widening)
-FP8_SHORT_CONTEXT = 2048  # table width (tokens) up to which an unsplit launch takes FP8_SHORT_CONFIG
-FP8_SHORT_CONFIG = DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16")
-FP8_LONG_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="fp16")
-FP8_FEW_SPLITS = 8
-FP8_FEW_SPLITS_CONFIG = DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16", fused_merge=True)
+# The default launches for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
+# 16-token run), picked by fp8_decode_launch from the batch and table width; all widen fp8 to fp16. Timed on the
+# H200 as CUDA-graph replays (bench/fp8_launch.py, bench/results/fp8-launch-h200-2026-12-01-r6.json, bench/NOTES.md).
+FP8_DECODE_CONFIG = DecodeConfig(block_n=None, num_warps=2, num_stages=2, fp8_widen="fp16")  # a few splits (128)
+FP8_SHORT_CONFIG = DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16")  # unsplit, short tables
+FP8_LONG_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="fp16")  # unsplit, long tables
 FP8_MANY_SPLITS_CONFIG = DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16")
-FP8_MIN_TOKENS_PER_SPLIT = 256
+FP8_SHORT_CONTEXT = 2048  # table width (tokens) up to which an unsplit launch is "short"
+FP8_FEW_SPLITS = 8  # the shared split rule's count up to which the splits stay as they are
+FP8_MIN_TOKENS_PER_SPLIT = 256  # the many-splits launch multiplies the splits by 4 down to this many tokens each
 
 
 @triton.jit
@@ -160,45 +154,13 @@ def _attend_step(acc, m, l, qv, k, v, valid, qk_scale, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _merge_partials(o_part, lse, out, b, kvh, num_splits, stride_ob, stride_oh, NUM_KV_HEADS: tl.constexpr,
-                    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
-    """_merge_splits_kernel for the GROUP heads of one KV head, CHUNK splits at a time, read past L1 (.cg: the
-    other programs' partials)."""
-    d = tl.arange(0, HEAD_DIM)
-    c = tl.arange(0, CHUNK)
-    for i in tl.static_range(GROUP):
-        h = kvh * GROUP + i
-        row = b * (NUM_KV_HEADS * GROUP) + h  # o_part [B, Hq, S, D] and lse [B, Hq, S] are contiguous
-        top = float("-inf")
-        for s0 in range(0, num_splits, CHUNK):
-            x = tl.load(lse + row * num_splits + s0 + c, mask=s0 + c < num_splits, other=float("-inf"),
-                        cache_modifier=".cg")
-            top = tl.maximum(top, tl.max(x, 0))
-        top = tl.where(top == float("-inf"), 0.0, top)  # empty splits weigh 0
-        acc = tl.zeros([HEAD_DIM], tl.float32)
-        total = 0.0
-        for s0 in range(0, num_splits, CHUNK):
-            x = tl.load(lse + row * num_splits + s0 + c, mask=s0 + c < num_splits, other=float("-inf"),
-                        cache_modifier=".cg")
-            w = tl.exp2(x - top)
-            parts = tl.load(o_part + (row * num_splits + s0 + c)[:, None] * HEAD_DIM + d[None, :],
-                            mask=(s0 + c < num_splits)[:, None], other=0.0, cache_modifier=".cg")
-            acc += tl.sum(parts * w[:, None], 0)
-            total += tl.sum(w, 0)
-        tl.store(out + b * stride_ob + h * stride_oh + d, (acc / tl.where(total > 0, total, 1.0)).to(out.dtype.element_ty))
-
-
-@triton.jit
 def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse, qk_scale, k_scale, v_scale,
                          stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
-                         counter, merged, stride_fb, stride_fh,
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                         PREFETCH: tl.constexpr, FUSED_MERGE: tl.constexpr = False):
+                         PREFETCH: tl.constexpr):
     """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are).
-    FUSED_MERGE (with STORE_LSE): the last program of (b, kvh) merges the partials into merged [B, Hq, D]; counter
-    [B * NUM_KV_HEADS] int32 is 0 on entry and left 0.
 
     An fp8 cache (not PREFETCH) runs the split's whole tiles unmasked and its last, partial tile masked; a
     model-dtype cache runs every tile masked (one loop, as before the fp8 layout)."""
@@ -252,13 +214,6 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     if STORE_LSE:
         part_lse = tl.where(l > 0, m + tl.log2(tl.where(l > 0, l, 1.0)), float("-inf"))
         tl.store(lse + (b * NUM_KV_HEADS * GROUP + heads) * num_splits + split, part_lse, mask=g < GROUP)
-        if FUSED_MERGE:  # every thread's stores before the release; the last arrival acquires them all
-            tl.debug_barrier()
-            done = tl.atomic_add(counter + b * NUM_KV_HEADS + kvh, 1, sem="acq_rel", scope="gpu")
-            if done == num_splits - 1:
-                _merge_partials(o, lse, merged, b, kvh, num_splits, stride_fb, stride_fh, NUM_KV_HEADS, GROUP,
-                                HEAD_DIM, 16)
-                tl.atomic_xchg(counter + b * NUM_KV_HEADS + kvh, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -283,18 +238,6 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def _split_counters(device: torch.device, n: int) -> torch.Tensor:
-    """n int32 zeros for the fused merge's arrival counters, kept per device (the kernel leaves them 0, so the
-    same memory serves every call and every CUDA-graph replay; calls on one stream never overlap)."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < n:
-        buf = _COUNTERS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-    return buf
-
-
 def default_num_splits(batch: int, num_kv_heads: int, max_context: int, device: torch.device) -> int:
     """Enough splits that batch * num_kv_heads * splits makes about two waves over the SMs
     (pagesim.cost.decode_split, the rule the profile cost model shares).
@@ -311,14 +254,15 @@ def fp8_decode_launch(batch: int, num_kv_heads: int, max_context: int,
     vLLM's and FlashInfer's decode heuristics pick tiles by batch and context; chosen from bench/fp8_tune.py's
     sweep and bench/fp8_launch.py's graph-replay timings on the H200 (bench/NOTES.md).
 
-    Unsplit (enough sequences to fill the GPU): 32-token steps on 1 warp for short contexts, 64 on 2 warps
-    otherwise. A few splits: 128-token steps, the merge fused into the split kernel. Many splits (a few long
-    sequences): 4x the splits of the shared rule, at least FP8_MIN_TOKENS_PER_SPLIT tokens each, 32-token steps."""
+    Unsplit (enough sequences to fill the GPU): 32-token steps on 1 warp for short tables, 64 on 2 warps
+    otherwise. A few splits: 128-token steps on 2 warps. Many splits (a few long sequences): 4x the shared rule's
+    splits, at least FP8_MIN_TOKENS_PER_SPLIT tokens each, 32-token steps. (pagesim.cost's profile model keeps the
+    shared rule's split count.)"""
     splits = default_num_splits(batch, num_kv_heads, max_context, device)
     if splits == 1:
         return (FP8_SHORT_CONFIG if max_context <= FP8_SHORT_CONTEXT else FP8_LONG_CONFIG), 1
     if splits <= FP8_FEW_SPLITS:
-        return FP8_FEW_SPLITS_CONFIG, splits
+        return FP8_DECODE_CONFIG, splits
     return FP8_MANY_SPLITS_CONFIG, max(splits, min(4 * splits, max_context // FP8_MIN_TOKENS_PER_SPLIT))
 
 
@@ -360,17 +304,14 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
         sob, soh, sos = o.stride()[:3]
     block_n = cfg.block_n or (128 if num_splits > 1 else 64)
-    fused = cfg.fused_merge and num_splits > 1
-    counter = _split_counters(q.device, batch * num_kv_heads) if fused else lse
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, k_scale, v_scale,
-        q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos, counter, out, out.stride(0), out.stride(1),
+        q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
         DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
-        FUSED_MERGE=fused,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if num_splits > 1 and not fused:
+    if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
                                                  SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
                                                  HEAD_DIM=head_dim, num_warps=4)
