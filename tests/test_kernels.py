@@ -117,10 +117,10 @@ PREFILL_CASES = [  # (dtype, block_size, hq, hkv, d, [(q_len, context_len)], con
 ]
 
 
-# Launch variants with their own code paths: GQA heads packed into a tile's rows, the old program order,
-# Triton's warp specialisation of the key loops (a no-op under the interpreter: there it checks the call only).
+# Launch variants with their own code paths: GQA heads packed into a tile's rows, the (sequence, tile, head)
+# program order, int64 K/V offsets (the int32 ones are the default).
 PREFILL_VARIANTS = {"default": {}, "packed": {"pack_gqa": True}, "grid_order": {"longest_first": False},
-                    "packed_ws": {"pack_gqa": True, "warp_specialize": True}}
+                    "packed_i64": {"pack_gqa": True, "int32_offsets": False}}
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)

@@ -37,7 +37,7 @@ class PrefillConfig:
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
     pack_gqa: bool = False  # a tile's rows are block_m // GROUP tokens x the GROUP query heads of one KV head
     longest_first: bool = True  # program order: last query tiles (most keys) first; else (seq, tile, head) order
-    warp_specialize: bool = False  # Triton's warp specialisation of the key loops (sm_90+)
+    int32_offsets: bool = True  # bf16/fp16 cache: K/V element offsets in int32 where the cache has < 2**31 elements
 
 
 # The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 at both prefill shapes
@@ -46,14 +46,40 @@ FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_st
 
 
 @triton.jit
+def _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, end, d, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """decode._load_kv for a token-major (not fp8) cache with int32 element offsets (the caller checked that the
+    cache has fewer than 2**31 elements): fewer registers for the tile's addresses."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    valid = t < end
+    if MASKED:
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    if MASKED:
+        k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache + rows[:, None] + d[None, :])
+        v = tl.load(v_cache + rows[:, None] + d[None, :])
+    return k, v
+
+
+@triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr):
+                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
+                 I32: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
     log2 domain of the scaled scores, the scale applied in one multiply-add with the max subtraction."""
     t = n0 + tl.arange(0, BLOCK_N)
-    k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
-                    NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
+    if I32:
+        k, v = _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, CAUSAL_MASK)
+    else:
+        k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
+                        NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
     k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
     s = tl.dot(qv, tl.trans(k))
     if CAUSAL_MASK:
@@ -71,8 +97,7 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr,
-                    WARP_SPECIALIZE: tl.constexpr):
+                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -111,12 +136,12 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     if DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for n0 in tl.range(0, unmasked_end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8)
-    for n0 in tl.range(unmasked_end, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32)
+    for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
@@ -162,6 +187,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
                           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                           DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
-                          LONGEST_FIRST=cfg.longest_first, WARP_SPECIALIZE=cfg.warp_specialize,
+                          LONGEST_FIRST=cfg.longest_first,
+                          I32=cfg.int32_offsets and not fp8 and k_cache.numel() < 2**31,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
