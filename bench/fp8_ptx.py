@@ -59,7 +59,7 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
                "stride_bt": "i32", "batch": "i32", "num_tiles": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, BLOCK_M=128, BLOCK_N=128,
                      DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PACK_GQA=False, LONGEST_FIRST=True,
-                     I32=False, ONE_LOOP=False)
+                     I32=False)
         pointers = 10
     sig.update({name: "constexpr" for name in const})
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}

@@ -54,10 +54,8 @@ HBM_BYTES_PER_S = 4.3e12  # device-to-device copy measured on this H200 (KINDS.m
 DECODE_CONFIGS = [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
 PREFILL_CONFIGS = [K.PrefillConfig(*c[:4], **c[4]) for c in [
     (128, 128, 8, 3, {"longest_first": False, "int32_offsets": False}), (128, 128, 8, 3, {"int32_offsets": False}),
-    (128, 128, 8, 3, {}), (128, 128, 8, 4, {}), (128, 128, 8, 3, {"one_loop": True}), (128, 128, 8, 4, {"one_loop": True}),
-    (128, 128, 8, 3, {"pack_gqa": True}), (128, 128, 8, 4, {"pack_gqa": True}),
-    (128, 128, 8, 3, {"pack_gqa": True, "one_loop": True}), (128, 128, 8, 2, {"pack_gqa": True, "one_loop": True}),
-    (64, 64, 4, 2, {}), (64, 64, 4, 2, {"one_loop": True})]]
+    (128, 128, 8, 3, {}), (128, 128, 8, 2, {}), (128, 128, 8, 4, {}), (128, 64, 8, 3, {}), (64, 64, 4, 2, {}),
+    (128, 128, 8, 3, {"pack_gqa": True}), (128, 128, 8, 4, {"pack_gqa": True})]]
 
 
 def seconds(fn, rep_ms: int = 200) -> float:

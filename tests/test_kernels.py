@@ -118,10 +118,9 @@ PREFILL_CASES = [  # (dtype, block_size, hq, hkv, d, [(q_len, context_len)], con
 
 
 # Launch variants with their own code paths: GQA heads packed into a tile's rows, the (sequence, tile, head)
-# program order, int64 K/V offsets (the int32 ones are the default), one key loop with the mask on diagonal tiles.
+# program order, int64 K/V offsets (the int32 ones are the default).
 PREFILL_VARIANTS = {"default": {}, "packed": {"pack_gqa": True}, "grid_order": {"longest_first": False},
-                    "packed_i64": {"pack_gqa": True, "int32_offsets": False}, "one_loop": {"one_loop": True},
-                    "packed_one_loop": {"pack_gqa": True, "one_loop": True}}
+                    "packed_i64": {"pack_gqa": True, "int32_offsets": False}}
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)

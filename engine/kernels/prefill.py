@@ -37,7 +37,6 @@ class PrefillConfig:
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
     pack_gqa: bool = False  # a tile's rows are block_m // GROUP tokens x the GROUP query heads of one KV head
     longest_first: bool = True  # program order: last query tiles (most keys) first; else (seq, tile, head) order
-    one_loop: bool = False  # bf16/fp16 cache: one key loop, the causal mask applied on diagonal tiles only
     int32_offsets: bool = True  # bf16/fp16 cache: K/V element offsets in int32 where the cache has < 2**31 elements
 
 
@@ -68,14 +67,12 @@ def _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, end, d, NUM_KV_HEADS: tl.con
 
 
 @triton.jit
-def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale, diag,
+def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                 I32: tl.constexpr, ONE_LOOP: tl.constexpr):
+                 I32: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
-    log2 domain of the scaled scores, the scale applied in one multiply-add with the max subtraction.
-    ONE_LOOP (not fp8): every tile is loaded masked and the causal mask is applied where `diag` (a run-time
-    scalar) says the tile reaches the diagonal, so one pipelined loop serves the whole row of tiles."""
+    log2 domain of the scaled scores, the scale applied in one multiply-add with the max subtraction."""
     t = n0 + tl.arange(0, BLOCK_N)
     if I32:
         k, v = _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
@@ -85,10 +82,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
                         NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
     k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
     s = tl.dot(qv, tl.trans(k))
-    if ONE_LOOP:
-        if diag:
-            s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
-    elif CAUSAL_MASK:
+    if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1) * qk_scale)
     p = tl.exp2(s * qk_scale - m_new[:, None])
@@ -103,8 +97,7 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
-                    ONE_LOOP: tl.constexpr):
+                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -143,18 +136,12 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     if DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if ONE_LOOP:
-        for n0 in range(0, end, BLOCK_N):
-            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                     n0 >= unmasked_end, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
-                                     DOT_DTYPE, FP8, I32, True)
-    else:
-        for n0 in range(0, unmasked_end, BLOCK_N):
-            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale, False,
-                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, False)
-        for n0 in range(unmasked_end, end, BLOCK_N):
-            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale, True,
-                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, False)
+    for n0 in range(0, unmasked_end, BLOCK_N):
+        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32)
+    for n0 in range(unmasked_end, end, BLOCK_N):
+        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
@@ -202,6 +189,5 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
                           LONGEST_FIRST=cfg.longest_first,
                           I32=cfg.int32_offsets and not fp8 and k_cache.numel() < 2**31,
-                          ONE_LOOP=cfg.one_loop and not fp8,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
