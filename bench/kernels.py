@@ -317,10 +317,10 @@ def warm_flashinfer() -> None:
     k_cache = torch.randn((8, BS, HKV, D), device=DEV, dtype=BF16)
     v_cache = torch.randn_like(k_cache)
     tables = torch.arange(8, dtype=torch.int32, device=DEV).view(2, 4)
-    for name, fn in (("prefill", lambda: flashinfer_prefill(flashinfer, torch.randn((128, HQ, D), device=DEV, dtype=BF16),
-                                                            k_cache, v_cache, tables, 64, D**-0.5, False)[0]()),
-                     ("decode", lambda: flashinfer_decode(flashinfer, torch.randn((2, HQ, D), device=DEV, dtype=BF16),
-                                                          k_cache, v_cache, tables, D**-0.5, False)())):
+    for name, fn in (("decode", lambda: flashinfer_decode(flashinfer, torch.randn((2, HQ, D), device=DEV, dtype=BF16),
+                                                          k_cache, v_cache, tables, D**-0.5, False)()),
+                     ("prefill", lambda: flashinfer_prefill(flashinfer, torch.randn((128, HQ, D), device=DEV, dtype=BF16),
+                                                            k_cache, v_cache, tables, 64, D**-0.5, False)[0]())):
         start = datetime.datetime.now()
         try:
             fn()
