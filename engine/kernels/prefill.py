@@ -92,7 +92,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     return acc, m_new, l
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
 def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
