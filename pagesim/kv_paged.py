@@ -279,12 +279,13 @@ class PagedKVCacheManager:
         bs = self.block_size
         n = len(running)
         keys = None  # step * n + running index of every block allocation: sorted, the step-by-step order
-        for idx, r in enumerate(running):
+        # the requests that need a block within the k steps (their table ends before their k-th next token)
+        needy = [idx for idx, r in enumerate(running) if len(r.block_ids) * bs - r.num_computed_tokens < k]
+        for idx in needy:
+            r = running[idx]
             computed = r.num_computed_tokens
             held = len(r.block_ids)
             first = held * bs - computed  # the step that needs the request's next block
-            if first >= k:
-                continue
             if keys is None:
                 keys, internal = [], [0] * k
             keys.extend(range(first * n + idx, k * n, bs * n))
