@@ -56,9 +56,10 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
         sig = {"q": "*bf16", "k_cache": elem, "v_cache": elem, "o": "*bf16", "cu_seqlens_q": "*i32",
                "context_lens": "*i32", "block_tables": "*i32", "qk_scale": "fp32", "k_scale": "*fp32",
                "v_scale": "*fp32", "stride_qt": "i32", "stride_qh": "i32", "stride_ot": "i32", "stride_oh": "i32",
-               "stride_bt": "i32"}
+               "stride_bt": "i32", "batch": "i32", "num_tiles": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, BLOCK_M=128, BLOCK_N=128,
-                     DOT_DTYPE=DOT[widen], FP8=cache == "fp8")
+                     DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PACK_GQA=False, LONGEST_FIRST=True,
+                     I32=False)
         pointers = 10
     sig.update({name: "constexpr" for name in const})
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}

@@ -12,6 +12,15 @@ data, block tables shuffled over the physical blocks. Decode methods, side by si
   gather_sdpa   gather the paged blocks into contiguous K/V, then the same SDPA (naive paged)
   flashinfer    BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) on the same paged cache,
                 when flashinfer imports (else the reason is recorded)
+Prefill (PREFILL_SHAPES: 1x4096, 8x2048, 1x16384 causal tokens, each whole prompt in the paged cache):
+  ours          paged_prefill_attention (default config; --tune sweeps PREFILL_CONFIGS, each launch checked)
+  sdpa          torch SDPA on contiguous Q/K/V with enable_gqa=True, every backend that accepts it, best kept
+  flashinfer    BatchPrefillWithPagedKVCacheWrapper (causal, NHD, page size 16, backend "auto") on the same
+                paged cache, when flashinfer imports
+Each method's output is compared with SDPA's (max abs diff in the JSON). The JSON's "prefill_cases" lists the
+three shapes; "prefill" repeats the first (1x4096), the one case older files and the dashboard read. --prefill-only
+skips the rest;
+--warm-flashinfer only builds FlashInfer's JIT modules (run it in the background before a timed run).
 Timing: triton.testing.do_bench, median; it clears the L2 (a 256 MB write) before every repetition,
 so no run reads K/V from cache. TB/s = K and V bytes read / time; TFLOP/s = 4 * B * Hq * ctx * D / time
 (decode) or 2 * T^2 * Hq * D / time (causal prefill, half the square).
@@ -41,12 +50,14 @@ HQ, HKV, D, BS = 32, 8, 128, 16
 BF16 = torch.bfloat16
 DEV = "cuda"
 DECODE_SHAPES = [(1, 32768), (16, 4096), (64, 4096), (256, 1024)]
-PREFILL_TOKENS = 4096
+PREFILL_SHAPES = [(1, 4096), (8, 2048), (1, 16384)]  # (prompts, tokens each), causal, whole prompt in the cache
 STEP_BATCH, STEP_CONTEXT = 64, 1024
 HBM_BYTES_PER_S = 4.3e12  # device-to-device copy measured on this H200 (KINDS.md), bytes read + written
 DECODE_CONFIGS = [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
-PREFILL_CONFIGS = [K.PrefillConfig(*c) for c in [(128, 128, 8, 3), (128, 128, 8, 2), (128, 128, 8, 4), (128, 64, 8, 3),
-                                                  (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 4, 3), (64, 64, 4, 3)]]
+PREFILL_CONFIGS = [K.PrefillConfig(*c[:4], **c[4]) for c in [
+    (128, 128, 8, 3, {"longest_first": False, "int32_offsets": False}), (128, 128, 8, 3, {"int32_offsets": False}),
+    (128, 128, 8, 3, {}), (128, 128, 8, 2, {}), (128, 128, 8, 4, {}), (128, 64, 8, 3, {}), (64, 64, 4, 2, {}),
+    (128, 128, 8, 3, {"pack_gqa": True}), (128, 128, 8, 4, {"pack_gqa": True})]]
 
 
 def seconds(fn, rep_ms: int = 200) -> float:
@@ -204,52 +215,121 @@ def summarize(row: dict, kv_bytes: int, flops: int) -> None:
                            if t.get(m, {}).get("graph")}
 
 
-def prefill_case(tune: bool) -> dict:
-    t_len = PREFILL_TOKENS
-    g = torch.Generator(device=DEV).manual_seed(5)
+def flashinfer_prefill(flashinfer, q, k_cache, v_cache, tables, t_len: int, scale: float, graph: bool):
+    """BatchPrefillWithPagedKVCacheWrapper (causal, NHD, backend "auto") over the same paged cache; returns
+    (run, backend chosen)."""
+    batch, pages = tables.shape
+    i32 = dict(dtype=torch.int32, device=DEV)
+    qo_indptr = torch.arange(batch + 1, **i32) * t_len
+    kv_indptr = torch.arange(batch + 1, **i32) * pages
+    indices = tables.flatten().contiguous()
+    last = torch.full((batch,), BS, **i32)
+    ws = torch.zeros(256 << 20, dtype=torch.uint8, device=DEV)
+    extra = dict(use_cuda_graph=True, qo_indptr_buf=qo_indptr.clone(), paged_kv_indptr_buf=kv_indptr.clone(),
+                 paged_kv_indices_buf=indices.clone(), paged_kv_last_page_len_buf=last.clone()) if graph else {}
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", **extra)
+    wrapper.plan(qo_indptr, kv_indptr, indices, last, HQ, HKV, D, BS, causal=True, pos_encoding_mode="NONE",
+                 sm_scale=scale, q_data_type=BF16, kv_data_type=BF16)
+    return (lambda: wrapper.run(q, (k_cache, v_cache))), getattr(wrapper, "_backend", None)
+
+
+def prefill_case(batch: int, t_len: int, tune: bool, flashinfer) -> dict:
+    """Causal prefill of `batch` prompts of t_len tokens, each whole prompt in the paged cache (shuffled
+    blocks); primary times are CUDA-graph replays, eager beside them. Every method's output (every sweep
+    launch too) is checked against SDPA's."""
+    g = torch.Generator(device=DEV).manual_seed(5 + batch * 131 + t_len)
     pages = t_len // BS
-    k_cache = torch.randn((pages, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
-    v_cache = torch.randn((pages, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
-    table = torch.randperm(pages, generator=g, device=DEV).view(1, pages).to(torch.int32)
-    q = torch.randn((t_len, HQ, D), generator=g, device=DEV, dtype=BF16)
-    cu = torch.tensor([0, t_len], dtype=torch.int32, device=DEV)
-    lens = torch.tensor([t_len], dtype=torch.int32, device=DEV)
-    flops = 2 * t_len * t_len * HQ * D
-    row = {"tokens": t_len, "flops": flops, "times_s": {}, "notes": {}}
+    num_blocks = batch * pages
+    k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    v_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
+    tables = torch.randperm(num_blocks, generator=g, device=DEV).view(batch, pages).to(torch.int32)
+    q = torch.randn((batch * t_len, HQ, D), generator=g, device=DEV, dtype=BF16)
+    cu = torch.arange(batch + 1, dtype=torch.int32, device=DEV) * t_len
+    lens = torch.full((batch,), t_len, dtype=torch.int32, device=DEV)
+    scale = D**-0.5
+    flops = 2 * batch * t_len * t_len * HQ * D
+    row = {"batch": batch, "tokens": t_len, "flops": flops, "timings": {}, "notes": {}}
 
     def contiguous(cache):
-        return cache[table[0].long()].view(1, t_len, HKV, D).transpose(1, 2).contiguous()
+        return cache[tables.long()].view(batch, t_len, HKV, D).transpose(1, 2).contiguous()
 
-    q4 = q.transpose(0, 1)[None].contiguous()
+    q4 = q.view(batch, t_len, HQ, D).transpose(1, 2).contiguous()
     variants = sdpa_variants(q4, contiguous(k_cache), contiguous(v_cache), causal=True)
-    expected = next(iter(variants.values()))()[0].transpose(0, 1)
+    expected = next(iter(variants.values()))().transpose(1, 2).reshape(batch * t_len, HQ, D).float()
+
+    def err(out) -> float:
+        return (out.float() - expected).abs().max().item()
+
     for name, fn in variants.items():
-        row["times_s"][f"sdpa_{name}"] = seconds(fn)
-    best = min(variants, key=lambda n: row["times_s"][f"sdpa_{n}"])
-    row["notes"]["sdpa_best_backend"] = best
-    row["times_s"]["sdpa"] = row["times_s"][f"sdpa_{best}"]
+        row["timings"][f"sdpa_{name}"] = timed(fn)
+        row["notes"][f"sdpa_{name}_max_abs_diff_vs_first"] = err(fn().transpose(1, 2).reshape(batch * t_len, HQ, D))
+    del variants
 
     def ours(cfg=None):
-        return K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, table, D**-0.5, max_seqlen_q=t_len,
+        return K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, scale, max_seqlen_q=t_len,
                                          config=cfg)
 
-    row["notes"]["ours_max_abs_diff_vs_sdpa"] = (ours().float() - expected.float()).abs().max().item()
-    row["times_s"]["ours"] = seconds(ours)
+    row["notes"]["ours_max_abs_diff_vs_sdpa"] = err(ours())
+    row["timings"]["ours"] = timed(ours)
     if tune:
         sweep = []
         for cfg in PREFILL_CONFIGS:
             try:
-                err = (ours(cfg).float() - expected.float()).abs().max().item()
-                t = seconds(lambda cfg=cfg: ours(cfg), 100) if err < 0.05 else None
-            except Exception as e:  # noqa: BLE001
-                err, t = repr(e)[:200], None
-            sweep.append({"config": dataclasses.asdict(cfg), "time_s": t, "err": err})
-        best = min((s for s in sweep if s["time_s"]), key=lambda s: s["time_s"])
+                e = err(ours(cfg))
+                t = seconds(graph_of(lambda cfg=cfg: ours(cfg)), 100) if e < 0.05 else None
+            except Exception as ex:  # noqa: BLE001 (a config that fails to compile is recorded and skipped)
+                e, t = f"{type(ex).__name__}: {str(ex)[:300]}", None
+            sweep.append({"config": dataclasses.asdict(cfg), "graph_s": t, "err": e,
+                          "tflop_per_s": flops / t / 1e12 if t else None})
+            print(f"  ({batch}, {t_len}) {tuple(dataclasses.asdict(cfg).values())}: "
+                  + (f"{flops / t / 1e12:.0f} TFLOP/s" if t else f"err {e}"), flush=True)
+        best = min((s for s in sweep if s["graph_s"]), key=lambda s: s["graph_s"])
         row["tune"] = {"sweep": sweep, "best": best}
-        row["times_s"]["ours_best"] = best["time_s"]
-    row["tflop_per_s"] = {k: flops / t / 1e12 for k, t in row["times_s"].items()}
-    row["ours_vs_sdpa"] = row["tflop_per_s"]["ours"] / row["tflop_per_s"]["sdpa"]
+        row["timings"]["ours_best"] = {"graph": best["graph_s"]}
+    if flashinfer is not None:
+        try:
+            fi, backend = flashinfer_prefill(flashinfer, q, k_cache, v_cache, tables, t_len, scale, graph=False)
+            row["notes"]["flashinfer_backend"] = backend
+            row["notes"]["flashinfer_max_abs_diff_vs_sdpa"] = err(fi())
+            row["timings"]["flashinfer"] = {"eager": seconds(fi)}
+            fig, _ = flashinfer_prefill(flashinfer, q, k_cache, v_cache, tables, t_len, scale, graph=True)
+            row["timings"]["flashinfer"]["graph"] = seconds(graph_of(fig))
+        except Exception as e:  # noqa: BLE001
+            row["notes"]["flashinfer_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    t = row["timings"]
+    names = [k for k in t if k.startswith("sdpa_") and t[k].get("graph")]
+    best_sdpa = min(names, key=lambda k: t[k]["graph"])
+    row["notes"]["sdpa_best_backend"] = best_sdpa[len("sdpa_"):]
+    t["sdpa"] = dict(t[best_sdpa])
+    row["tflop_per_s"] = {m: {mode: flops / x / 1e12 for mode, x in v.items() if isinstance(x, float)}
+                          for m, v in t.items()}
+    ours_g = t["ours"]["graph"]
+    row["ratios_graph"] = {f"ours_vs_{m}": t[m]["graph"] / ours_g for m in ("sdpa", "flashinfer")
+                           if t.get(m, {}).get("graph")}
     return row
+
+
+def warm_flashinfer() -> None:
+    """Build (JIT) FlashInfer's decode and prefill modules for this benchmark's shapes on a tiny problem, so that
+    a concurrent run finds them built (start it in the background before the timed run)."""
+    flashinfer, error = load_flashinfer()
+    if flashinfer is None:
+        print("flashinfer:", error)
+        return
+    k_cache = torch.randn((8, BS, HKV, D), device=DEV, dtype=BF16)
+    v_cache = torch.randn_like(k_cache)
+    tables = torch.arange(8, dtype=torch.int32, device=DEV).view(2, 4)
+    for name, fn in (("decode", lambda: flashinfer_decode(flashinfer, torch.randn((2, HQ, D), device=DEV, dtype=BF16),
+                                                          k_cache, v_cache, tables, D**-0.5, False)()),
+                     ("prefill", lambda: flashinfer_prefill(flashinfer, torch.randn((128, HQ, D), device=DEV, dtype=BF16),
+                                                            k_cache, v_cache, tables, 64, D**-0.5, False)[0]())):
+        start = datetime.datetime.now()
+        try:
+            fn()
+            torch.cuda.synchronize()
+            print(f"flashinfer {name} built in {(datetime.datetime.now() - start).total_seconds():.0f} s", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"flashinfer {name} failed: {type(e).__name__}: {str(e)[:500]}", flush=True)
 
 
 def model_step_case() -> dict:
@@ -302,12 +382,19 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--tune", action="store_true", help="sweep kernel configs and split counts")
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--prefill-only", action="store_true", help="prefill cases only (no ceilings, decode, model)")
+    parser.add_argument("--commit", default=None, help="the git commit measured (recorded in the JSON)")
+    parser.add_argument("--warm-flashinfer", action="store_true", help="only build FlashInfer's modules, then exit")
     args = parser.parse_args()
+    if args.warm_flashinfer:
+        warm_flashinfer()
+        return
     flashinfer, fi_error = load_flashinfer()
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "gpu": torch.cuda.get_device_name(), "sms": torch.cuda.get_device_properties(0).multi_processor_count,
               "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
               "flashinfer": getattr(flashinfer, "__version__", None), "flashinfer_import_error": fi_error,
+              "commit": args.commit,
               "command": " ".join([sys.executable.split("/")[-1], "-m", "bench.kernels", *sys.argv[1:]]),
               "defaults": {"decode": dataclasses.asdict(K.DecodeConfig()),
                            "prefill": dataclasses.asdict(K.PrefillConfig())}}
@@ -316,15 +403,20 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
 
-    result["ceilings"] = ceilings()
-    result["decode"] = []
-    for batch, ctx in DECODE_SHAPES:
-        result["decode"].append(decode_case(batch, ctx, args.tune, flashinfer))
+    if not args.prefill_only:
+        result["ceilings"] = ceilings()
+        result["decode"] = []
+        for batch, ctx in DECODE_SHAPES:
+            result["decode"].append(decode_case(batch, ctx, args.tune, flashinfer))
+            torch.cuda.empty_cache()
+            save()
+    result["prefill_cases"] = []
+    for batch, t_len in PREFILL_SHAPES:
+        result["prefill_cases"].append(prefill_case(batch, t_len, args.tune, flashinfer))
+        result["prefill"] = result["prefill_cases"][0]  # the 1x4096 case, where readers of one case look
         torch.cuda.empty_cache()
         save()
-    result["prefill"] = prefill_case(args.tune)
-    save()
-    if not args.skip_model:
+    if not args.skip_model and not args.prefill_only:
         try:
             result["model_step"] = model_step_case()
         except Exception:  # noqa: BLE001
@@ -334,24 +426,31 @@ def main() -> None:
 
 
 def print_table(r: dict) -> None:
-    c = r["ceilings"]
-    print(f"\n{r['gpu']}  torch {r['torch']}  triton {r['triton']}  flashinfer {r['flashinfer']}"
-          f"  copy {c['copy_tb_per_s']:.2f} TB/s  matmul {c['bf16_matmul_tflop_per_s']:.0f} TFLOP/s")
+    print(f"\n{r['gpu']}  torch {r['torch']}  triton {r['triton']}  flashinfer {r['flashinfer']}")
+    if "ceilings" in r:
+        c = r["ceilings"]
+        print(f"copy {c['copy_tb_per_s']:.2f} TB/s  matmul {c['bf16_matmul_tflop_per_s']:.0f} TFLOP/s")
     cols = [("ours", "graph"), ("ours_best", "graph"), ("sdpa", "graph"), ("gather_sdpa", "graph"),
             ("flashinfer", "graph"), ("ours", "eager"), ("sdpa", "eager"), ("flashinfer", "eager")]
-    print("decode TB/s (graph replay | eager)  " + " ".join(f"{m[:11]:>11}" for m, _ in cols))
-    for d in r["decode"]:
+    if r.get("decode"):
+        print("decode TB/s (graph replay | eager)  " + " ".join(f"{m[:11]:>11}" for m, _ in cols))
+    for d in r.get("decode", []):
         tb = d["tb_per_s"]
         cells = " ".join(f"{tb[m][mode]:11.2f}" if mode in tb.get(m, {}) else f"{'-':>11}" for m, mode in cols)
         best = d.get("tune", {}).get("best", {})
         print(f"  ({d['batch']:>3}, {d['context']:>5})  splits {d['notes']['auto_splits']:>3}       {cells}"
               f"  sdpa={d['notes']['sdpa_best_backend']}"
               + (f" best: {best.get('splits')} {tuple(best['config'].values())}" if best else ""))
-    p = r["prefill"]
-    tf = p["tflop_per_s"]
-    print(f"prefill {p['tokens']} causal TFLOP/s: ours {tf['ours']:.0f}"
-          + (f" (best {tf['ours_best']:.0f} {tuple(p['tune']['best']['config'].values())})" if "ours_best" in tf else "")
-          + f"  sdpa[{p['notes']['sdpa_best_backend']}] {tf['sdpa']:.0f}  ratio {p['ours_vs_sdpa']:.2f}")
+    pcols = [("ours", "graph"), ("ours_best", "graph"), ("sdpa", "graph"), ("flashinfer", "graph"),
+             ("ours", "eager"), ("sdpa", "eager"), ("flashinfer", "eager")]
+    print("prefill causal TFLOP/s (graph | eager) " + " ".join(f"{m[:10]:>10}" for m, _ in pcols))
+    for p in r.get("prefill_cases", []):
+        tf = p["tflop_per_s"]
+        cells = " ".join(f"{tf[m][mode]:10.0f}" if mode in tf.get(m, {}) else f"{'-':>10}" for m, mode in pcols)
+        best = p.get("tune", {}).get("best")
+        print(f"  ({p['batch']}, {p['tokens']:>5})" + " " * 23 + cells + f"  sdpa={p['notes']['sdpa_best_backend']}"
+              f" fi={p['notes'].get('flashinfer_backend', p['notes'].get('flashinfer_error', '-'))}"
+              + (f" best: {tuple(best['config'].values())}" if best else ""))
     m = r.get("model_step")
     if m and "error" not in m:
         print(f"8B decode step B={m['batch']} ctx={m['context']}: graph {m['graph_s'] * 1e3:.2f} ms"
@@ -359,7 +458,6 @@ def print_table(r: dict) -> None:
               f" floor {m['floor_s'] * 1e3:.2f} ms; weights built in {m['build_s']:.1f} s")
     elif m:
         print("model step failed:", m["error"][-500:])
-
 
 if __name__ == "__main__":
     main()

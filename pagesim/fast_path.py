@@ -56,6 +56,10 @@ def decode_run_limit(sched: Scheduler) -> int:
     budget = sched.config.max_num_batched_tokens - n
     if not n or sched.pending_copies or budget < 0:
         return 0
+    if sched.swapped or sched.waiting:  # asked first: after an arrival it answers at once, without the pass below
+        head = sched.swapped[0] if sched.swapped else sched.waiting[0]
+        if budget > 0 and sched.admission(head, budget, n, swapped=bool(sched.swapped)) is not None:
+            return 0
     limit = 1 << 62
     for r in reversed(running):  # the newest first: the one most likely still prefilling
         out = r.num_output_tokens
@@ -66,10 +70,6 @@ def decode_run_limit(sched: Scheduler) -> int:
             limit = left
     if limit < 2:  # a run of one step is no run: schedule() takes it
         return 0
-    if sched.swapped or sched.waiting:
-        head = sched.swapped[0] if sched.swapped else sched.waiting[0]
-        if budget > 0 and sched.admission(head, budget, n, swapped=bool(sched.swapped)) is not None:
-            return 0
     return sched.kv.max_decode_steps(running, limit)
 
 

@@ -192,6 +192,9 @@ class ContiguousKVCacheManager:
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
         return DecodeBlocks([0] * k, [0] * k, [0] * k)
 
+    def allocate_decode_step(self, running: list[Request]) -> bool:
+        return True  # decode steps grow inside the reserved runs
+
     def num_held_blocks(self) -> int:
         return (self.num_gpu_blocks - self.allocator.num_free) + (self.cpu.size - self.cpu.num_free)
 

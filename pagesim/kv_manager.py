@@ -127,6 +127,11 @@ class KVCacheManager(Protocol):
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
         """Allocate k decode steps' blocks exactly as k single steps would (requires k <= max_decode_steps)."""
 
+    def allocate_decode_step(self, running: list[Request]) -> bool:
+        """Room for the next token of each of `running` (all decoding), in their order, as allocate_slots(r, 1)
+        for each in turn would make it (the same blocks taken, the blocks this step fills cached); False and no
+        change when the free blocks do not cover them all (the caller then takes them one by one)."""
+
     # ---- state ------------------------------------------------------------------------------
     def num_held_blocks(self) -> int:
         """GPU plus CPU blocks held by requests (0 once every request has ended)."""

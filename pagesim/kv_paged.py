@@ -279,12 +279,13 @@ class PagedKVCacheManager:
         bs = self.block_size
         n = len(running)
         keys = None  # step * n + running index of every block allocation: sorted, the step-by-step order
-        for idx, r in enumerate(running):
+        # the requests that need a block within the k steps (their table ends before their k-th next token)
+        needy = [idx for idx, r in enumerate(running) if len(r.block_ids) * bs - r.num_computed_tokens < k]
+        for idx in needy:
+            r = running[idx]
             computed = r.num_computed_tokens
             held = len(r.block_ids)
             first = held * bs - computed  # the step that needs the request's next block
-            if first >= k:
-                continue
             if keys is None:
                 keys, internal = [], [0] * k
             keys.extend(range(first * n + idx, k * n, bs * n))
@@ -316,6 +317,30 @@ class PagedKVCacheManager:
                 if was_cached:
                     evictions[key // n] += 1
         return DecodeBlocks(blocks, evictions, internal)
+
+    def allocate_decode_step(self, running: list[Request]) -> bool:
+        bs = self.block_size
+        pool = self.pool
+        if not self.enable_caching:  # only allocation: the requests whose tables end at their next token's slot
+            need = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
+            if need:
+                if len(need) > pool.num_free_blocks:
+                    return False
+                for r, block in zip(need, pool.take(len(need))):  # take(n) takes what n take(1)s would, in order
+                    r.block_ids.append(block)
+            return True
+        # With caching, allocations and the caching of the blocks this step fills interleave in running order
+        # (allocate_slots' order, which block events and evictions follow).
+        todo = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens or (r.num_computed_tokens + 1) % bs == 0]
+        if sum(len(r.block_ids) * bs <= r.num_computed_tokens for r in todo) > pool.num_free_blocks:
+            return False
+        for r in todo:
+            computed = r.num_computed_tokens
+            if len(r.block_ids) * bs <= computed:
+                r.block_ids.extend(pool.take(1))
+            if (computed + 1) % bs == 0:
+                self._cache_blocks(r, computed // bs, (computed + 1) // bs)
+        return True
 
     # ---- state ------------------------------------------------------------------
     def num_held_blocks(self) -> int:

@@ -194,6 +194,7 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
 
     empty = 0
     stats = LoopStats()
+    scheduler.group_decodes = fast_path is not None  # the fast path's decode groups within single steps
     measure = clock.now if clock.measures else None
     while True:
         now = clock.now()

@@ -76,6 +76,12 @@ class StepPlan:
     blocks_to_load: list[tuple[int, int]] = field(default_factory=list)  # (host, gpu)
     blocks_to_store: list[tuple[int, int]] = field(default_factory=list)  # (gpu, host)
     admitted: list[str] = field(default_factory=list)
+    # The fast path's decode group (Scheduler.group_decodes): running requests, before those of `scheduled`,
+    # each decoding its next token this step, with no ScheduledRequest of their own; with the sum and the
+    # largest of their num_computed_tokens at the start of the step.
+    decode_group: list[Request] = ()
+    decode_group_computed: int = 0
+    decode_group_max_computed: int = 0
     # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
     finished_req_ids: list[str] = field(default_factory=list)
 
@@ -85,7 +91,8 @@ class StepPlan:
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled and not self.blocks_to_swap_out and not self.blocks_to_store and not self.blocks_to_load
+        return (not self.scheduled and not self.decode_group and not self.blocks_to_swap_out and not self.blocks_to_store
+                and not self.blocks_to_load)
 
 
 def clip_to_budget(num_new_tokens: int, budget: int, chunked: bool) -> int:
@@ -137,6 +144,11 @@ class Scheduler:
         self.pending_copies: list[tuple[int, int]] = []  # from forks, made at the start of the next step
         self.reserved_seats = 0  # running seats held for the samples of admitted requests with n > 1
         self.finished_req_ids: list[str] = []  # ended since the last non-empty plan, for the executor
+        # Part of the simulator's exact fast path (set by the driver loop): schedule() takes the running
+        # requests' leading decodes as one group (StepPlan.decode_group) when all of them fit, as the
+        # request-by-request pass would schedule them. Off for live mode, lockstep and parity, whose
+        # executors and comparisons read every ScheduledRequest.
+        self.group_decodes = False
 
     # ---- requests in ---------------------------------------------------------------
     def add_request(self, request: Request) -> bool:
@@ -189,6 +201,9 @@ class Scheduler:
 
         # 1. Running requests.
         i = 0
+        if self.group_decodes and not priority and running:
+            i = self._schedule_decode_group(plan, budget)
+            budget -= i
         allocate_slots, schedule_request, new_scheduled = kv.allocate_slots, scheduled.append, ScheduledRequest
         while i < len(running) and budget > 0:
             req = running[i]
@@ -258,7 +273,7 @@ class Scheduler:
                 budget -= num_new
 
         plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
-        num_decode = num_prefill = 0
+        num_decode, num_prefill = len(plan.decode_group), 0
         for s in scheduled:  # one pass: the token counts, and the first scheduling of requests new to a step
             if s.is_decode:
                 num_decode += s.num_new_tokens
@@ -270,6 +285,30 @@ class Scheduler:
         if self.finished_req_ids and not plan.is_empty:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan
+
+    def _schedule_decode_group(self, plan: StepPlan, budget: int) -> int:
+        """Schedule the leading running requests that decode (at most `budget`) as plan.decode_group, if
+        the cache has a block for each that needs one; returns how many (0: none, the pass takes them).
+
+        The request-by-request pass would give each its one token and its block in the same order, and
+        preempt nobody (the blocks suffice for all), so the decisions are the same."""
+        running = self.running
+        n = 0
+        for r in running:
+            out = r.num_output_tokens
+            if not out or r.num_computed_tokens != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
+                break
+            n += 1
+        if n > budget:
+            n = budget
+        if n < 2:
+            return 0
+        group = running[:n]
+        if not self.kv.allocate_decode_step(group):
+            return 0
+        computed = [r.num_computed_tokens for r in group]
+        plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, sum(computed), max(computed)
+        return n
 
     def admission(self, req: Request, budget: int, num_running: int, swapped: bool) -> tuple[int, list, int] | None:
         """(tokens to compute, prefix-hit blocks, hit tokens) if `req`, at the head of the swapped
@@ -332,6 +371,14 @@ class Scheduler:
         outcome = StepOutcome()
         kv = self.kv
         cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
+        for req in plan.decode_group:  # first in the step's order; each computes and samples one token
+            old = req.num_computed_tokens
+            req.num_computed_tokens = old + 1
+            if (old + 1) % bs == 0:  # a block became full
+                cache_full_blocks(req, old)
+            req.num_output_tokens = out = req.num_output_tokens + 1
+            if out >= req.output_len:
+                self.finish_request(req, now, outcome)
         for s in plan.scheduled:
             req = s.request
             old = req.num_computed_tokens

@@ -192,16 +192,23 @@ def check_plan(s: Scheduler, plan: StepPlan, running_before: list[str]) -> None:
     """A plan within its budgets, with block tables that cover its tokens (checked right after schedule())."""
     cfg: Config = s.config
     bs = s.kv.block_size
-    total = sum(x.num_new_tokens for x in plan.scheduled)
+    group = list(plan.decode_group)  # the fast path's decodes without a ScheduledRequest: one token each
+    total = len(group) + sum(x.num_new_tokens for x in plan.scheduled)
     assert total <= cfg.max_num_batched_tokens, f"step {plan.step_id} computes {total} tokens > budget"
     assert total == plan.num_tokens
-    seqs = [x.request for x in plan.scheduled]
+    seqs = group + [x.request for x in plan.scheduled]
     assert len(seqs) <= cfg.max_num_seqs, f"step {plan.step_id} runs {len(seqs)} sequences > max_num_seqs"
     running = s.running
     assert len(running) <= cfg.max_num_seqs, f"{len(running)} running requests > max_num_seqs {cfg.max_num_seqs}"
-    ids = [x.request_id for x in plan.scheduled]
+    ids = [r.request_id for r in group] + [x.request_id for x in plan.scheduled]
     assert len(ids) == len(set(ids)), f"step {plan.step_id} schedules a request twice"
     running_ids = {r.request_id for r in s.running}
+    assert [r.request_id for r in s.running[: len(group)]] == ids[: len(group)], "the group is not the leading running"
+    if group:
+        assert plan.decode_group_computed == sum(r.num_computed_tokens for r in group)
+        assert plan.decode_group_max_computed == max(r.num_computed_tokens for r in group)
+    for r in group:
+        assert r.is_decoding and len(r.block_ids) * bs >= r.num_tokens, f"{r.request_id} in the group cannot decode"
     for x in plan.scheduled:
         r = x.request
         assert x.request_id in running_ids

@@ -110,3 +110,53 @@ def test_fast_path_equals_step_by_step_when_the_cost_model_prices_shared_reads(o
                                                     / "results/profiles/h200-llama-3-8b.json"),
                                                 Config(model="llama-3-8b", gpu="h200")), **overrides)
     assert fast.steps["duration_s"].sum() < plain.steps["duration_s"].sum()
+
+
+class _FixedStep:
+    def execute(self, plan) -> float:
+        return 0.01
+
+
+def _step_by_step(trace, group: bool, **overrides):
+    """Schedule/finish pairs with the decode group on or off (no decode runs); per step: its features, the
+    scheduled ids, its preemptions; then the block events (caching included) and every request's end state."""
+    from pagesim.cost.features import StepFeatures
+    from pagesim.loop import Arrivals, run_step
+    from pagesim.scheduler import Scheduler
+
+    cfg = Config(model="llama-3-8b", gpu="h200", max_model_len=8192, **overrides)
+    sched = Scheduler(cfg, record_events=True)
+    sched.group_decodes = group
+    requests = requests_from_trace(trace)
+    arrivals = Arrivals([(i // 3, r) for i, r in enumerate(requests)], by_step=True)  # three new requests a step
+    steps, grouped, now = [], 0, 0.0
+    while not arrivals.exhausted or sched.has_work():
+        arrivals.release(sched, now)
+        plan, duration, outcome = run_step(sched, _FixedStep(), None, now)
+        grouped += len(plan.decode_group)
+        ids = [r.request_id for r in plan.decode_group] + [s.request_id for s in plan.scheduled]
+        steps.append((StepFeatures.from_plan(plan, cfg.block_size), ids, plan.preempted,
+                       [r.request_id for r in outcome.finished]))
+        now += duration
+    ends = [(r.request_id, r.num_computed_tokens, r.num_output_tokens, r.finish_time, r.num_preemptions,
+             r.num_prefix_hit_tokens) for r in requests]
+    return steps, sched.kv.events, ends, sched.kv.prefix_cache_stats, grouped
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(num_gpu_blocks=400, enable_prefix_caching=True),
+                                       dict(num_gpu_blocks=400, preemption_mode="swap", swap_space=0.05),
+                                       dict(num_gpu_blocks=2000, kv_layout="contiguous", reserve_policy="max")],
+                         ids=["paged", "pressure-prefix", "pressure-swap", "contiguous"])
+def test_decode_group_schedules_as_request_by_request(overrides):
+    """The fast path's decode group (a step's leading decodes taken as one, StepPlan.decode_group) makes the
+    decisions of the request-by-request pass: the same steps (features, batch order, preemptions, finishes),
+    the same block events in the same order, caching included (blocks a decode fills are cached before
+    the step's admissions look them up), and the same request states."""
+    trace = load_trace(Path(__file__).resolve().parent.parent / "traces/multiturn-300.jsonl", limit=200)
+    plain = _step_by_step(trace, False, **overrides)
+    grouped = _step_by_step(trace, True, **overrides)
+    assert plain[4] == 0 and grouped[4] > 0, "the group was never taken: the test proves nothing"
+    assert grouped[0] == plain[0]
+    assert grouped[1] == plain[1]
+    assert grouped[2] == plain[2]
+    assert grouped[3] == plain[3]

@@ -117,8 +117,15 @@ PREFILL_CASES = [  # (dtype, block_size, hq, hkv, d, [(q_len, context_len)], con
 ]
 
 
+# Launch variants with their own code paths: GQA heads packed into a tile's rows, the (sequence, tile, head)
+# program order, int64 K/V offsets (the int32 ones are the default).
+PREFILL_VARIANTS = {"default": {}, "packed": {"pack_gqa": True}, "grid_order": {"longest_first": False},
+                    "packed_i64": {"pack_gqa": True, "int32_offsets": False}}
+
+
+@pytest.mark.parametrize("variant", PREFILL_VARIANTS)
 @pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}-g{c[2] // c[3]}")
-def test_paged_prefill_matches_causal_reference_with_cached_context(case):
+def test_paged_prefill_matches_causal_reference_with_cached_context(case, variant):
     dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
     g = gen(block_size * 31 + len(seqs))
     ctx = [c for _, c in seqs]
@@ -130,9 +137,9 @@ def test_paged_prefill_matches_causal_reference_with_cached_context(case):
     q = torch.randn(int(cu[-1]), hq, d, generator=g).to(DEV, dtype)
     out = torch.full_like(q, float("nan"))
     K.paged_prefill_attention(q, k_cache, v_cache, cu, context_lens, tables, d**-0.5,
-                              out=out, config=K.PrefillConfig(block_m=bm, block_n=bn))
+                              out=out, config=K.PrefillConfig(block_m=bm, block_n=bn, **PREFILL_VARIANTS[variant]))
     ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, context_lens, tables, d**-0.5)
-    assert_close(out, ref, dtype, f"prefill {case}")
+    assert_close(out, ref, dtype, f"prefill {case} {variant}")
 
 
 def test_copy_blocks_copies_every_layer_k_and_v_exactly():

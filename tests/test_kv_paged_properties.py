@@ -452,9 +452,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.requests: list[Request] = []
         self.saw: set[str] = set()
 
-    @initialize(config=scheduler_configs())
-    def setup(self, config):
+    @initialize(config=scheduler_configs(), group=st.booleans())
+    def setup(self, config, group):
         self.scheduler = Scheduler(config)
+        self.scheduler.group_decodes = group  # the simulator's fast path takes a step's leading decodes as one group
         self.now = 0.0
 
     @rule(prompt=prompts, output_len=st.integers(1, 40), n=st.sampled_from([1, 1, 2, 3]))
@@ -487,6 +488,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.saw.add("swapped")
         if plan.blocks_to_copy:
             self.saw.add("copied")
+        if plan.decode_group:
+            self.saw.add("decode group")
         self.now += 1.0
         s.finish_step(plan, self.now)
         check_scheduler(s)
@@ -522,4 +525,4 @@ def test_scheduler_machine_reaches_the_interesting_paths():
     """Rejection, preemption, swapping and fork copies all happened in the random runs above."""
     if not SEEN:
         pytest.skip("the state machine did not run in this session")
-    assert {"rejected", "preempted", "swapped", "copied"} <= SEEN, f"only saw {sorted(SEEN)}"
+    assert {"rejected", "preempted", "swapped", "copied", "decode group"} <= SEEN, f"only saw {sorted(SEEN)}"

@@ -6,9 +6,13 @@ Query row i of sequence b sits at position context_lens[b] - q_len_b + i and att
 positions 0..that position, so earlier context (prefix-cache hits, earlier prefill chunks) is read
 from the paged cache.
 
-Grid (B, cdiv(max_seqlen_q, BLOCK_M), Hq): one program per tile of BLOCK_M query rows of one query
-head; tiles past a sequence's q_len return at once. Keys below the tile's first position need no
-causal mask and run in a first, unmasked loop; the rest (the diagonal) in a second, masked loop.
+One program per tile of BLOCK_M score rows of one sequence. Unpacked, a tile is BLOCK_M query tokens of one
+query head; packed (pack_gqa), it is BLOCK_M // GROUP query tokens times the GROUP query heads that share one KV
+head, so a chunk shorter than BLOCK_M still fills the tile's rows (each K/V tile is read once for all GROUP heads).
+Tiles past a sequence's q_len return at once. Programs run longest first (the last query tiles of every sequence
+and head have the most keys), so short tiles fill the tail of the launch; programs of the same tile index run side
+by side, reading the same keys. Keys below the tile's first position need no causal mask and run in a first,
+unmasked loop; the rest (the diagonal) in a second, masked loop.
 """
 
 from __future__ import annotations
@@ -19,18 +23,21 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype, online_softmax_step
+from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillConfig:
     """Launch parameters; the defaults were the fastest on an H200 (bench/NOTES.md)."""
 
-    block_m: int = 128
+    block_m: int = 128  # score rows per program (query tokens x heads when packed)
     block_n: int = 128
     num_warps: int = 8
     num_stages: int = 3
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
+    pack_gqa: bool = False  # a tile's rows are block_m // GROUP tokens x the GROUP query heads of one KV head
+    longest_first: bool = True  # program order: last query tiles (most keys) first; else (seq, tile, head) order
+    int32_offsets: bool = True  # bf16/fp16 cache: K/V element offsets in int32 where the cache has < 2**31 elements
 
 
 # The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 at both prefill shapes
@@ -39,60 +46,107 @@ FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_st
 
 
 @triton.jit
-def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                 NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr):
-    """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK)."""
+def _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, end, d, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """decode._load_kv for a token-major (not fp8) cache with int32 element offsets (the caller checked that the
+    cache has fewer than 2**31 elements): fewer registers for the tile's addresses."""
     t = n0 + tl.arange(0, BLOCK_N)
-    k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
-                    NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
-    k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
-    s = tl.dot(qv, tl.trans(k)) * qk_scale
-    if CAUSAL_MASK:
-        s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
-    return online_softmax_step(acc, m, l, s, v)
+    valid = t < end
+    if MASKED:
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    if MASKED:
+        k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache + rows[:, None] + d[None, :])
+        v = tl.load(v_cache + rows[:, None] + d[None, :])
+    return k, v
 
 
 @triton.jit
+def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                 NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
+                 I32: tl.constexpr):
+    """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
+    log2 domain of the scaled scores, the scale applied in one multiply-add with the max subtraction."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    if I32:
+        k, v = _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, CAUSAL_MASK)
+    else:
+        k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
+                        NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
+    k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
+    s = tl.dot(qv, tl.trans(k))
+    if CAUSAL_MASK:
+        s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m - m_new)
+    l = l * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l
+
+
+@triton.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
 def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
-                    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
+                    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                    FP8: tl.constexpr):
-    b, tile, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr):
+    HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
+    TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
+    NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
+    pid = tl.program_id(0)
+    if LONGEST_FIRST:  # tile index descending, then sequence, then head
+        per_tile = batch * NUM_PROGRAM_HEADS
+        tile = num_tiles - 1 - pid // per_tile
+        b = pid % per_tile // NUM_PROGRAM_HEADS
+        hp = pid % NUM_PROGRAM_HEADS
+    else:  # the (sequence, tile, head) grid order, sequence fastest
+        b = pid % batch
+        tile = pid // batch % num_tiles
+        hp = pid // (batch * num_tiles)
     q_start = tl.load(cu_seqlens_q + b)
     q_len = tl.load(cu_seqlens_q + b + 1) - q_start
-    if tile * BLOCK_M >= q_len:
+    if tile * TILE_TOKENS >= q_len:
         return
     ctx = tl.load(context_lens + b)
-    first = ctx - q_len + tile * BLOCK_M  # position of the tile's first query row
-    r = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    first = ctx - q_len + tile * TILE_TOKENS  # position of the tile's first query token
+    rows = tl.arange(0, BLOCK_M)
+    r = tile * TILE_TOKENS + rows // HEADS_PER_TILE  # each row's query token within the sequence
+    head = hp * HEADS_PER_TILE + rows % HEADS_PER_TILE
     pos = ctx - q_len + r
     d = tl.arange(0, HEAD_DIM)
     tok = (q_start + r).to(tl.int64)
     if FP8:  # K's scale folds into the score scale, V's into the output
         qk_scale = qk_scale * tl.load(k_scale)
-    kvh = h // GROUP
+    kvh = hp if PACK_GQA else hp // GROUP
     bt_row = block_tables + b * stride_bt
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     unmasked_end = (first // BLOCK_N) * BLOCK_N  # keys before every row of the tile
-    end = tl.minimum(first + BLOCK_M, ctx)
-    qv = tl.load(q + tok[:, None] * stride_qt + h * stride_qh + d[None, :], mask=(r < q_len)[:, None], other=0.0)
+    end = tl.minimum(first + TILE_TOKENS, ctx)
+    row_ok = (r < q_len)[:, None]
+    qv = tl.load(q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok, other=0.0)
     if DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32)
     for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
-    tl.store(o + tok[:, None] * stride_ot + h * stride_oh + d[None, :], out.to(o.dtype.element_ty),
-             mask=(r < q_len)[:, None])
+    tl.store(o + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], out.to(o.dtype.element_ty),
+             mask=row_ok)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -115,6 +169,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
+    pack = cfg.pack_gqa and group > 1
+    assert not pack or cfg.block_m % group == 0, "pack_gqa needs block_m to be a multiple of the GQA group"
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     batch = cu_seqlens_q.shape[0] - 1
@@ -122,12 +178,16 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         return out
     if max_seqlen_q is None:
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
-    grid = (batch, triton.cdiv(max_seqlen_q, cfg.block_m), num_heads)
+    num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m // group if pack else cfg.block_m)
+    grid = (batch * num_tiles * (num_kv_heads if pack else num_heads),)
     _prefill_kernel[grid](q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E,
                           k_scale, v_scale,
                           q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
+                          batch, num_tiles,
                           NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
                           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8,
+                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
+                          LONGEST_FIRST=cfg.longest_first,
+                          I32=cfg.int32_offsets and not fp8 and k_cache.numel() < 2**31,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

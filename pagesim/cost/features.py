@@ -52,6 +52,13 @@ class StepFeatures:
     def from_plan(cls, plan: StepPlan, block_size: int = 0) -> "StepFeatures":
         p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = 0
         decodes = []
+        group = plan.decode_group  # decode rows without a ScheduledRequest (the fast path's), first in order
+        if group:
+            d_seqs = len(group)
+            d_ctx = plan.decode_group_computed + d_seqs
+            d_max = plan.decode_group_max_computed + 1
+            if block_size:
+                decodes = [r.block_ids for r in group]
         for s in plan.scheduled:
             c, q = s.num_computed_tokens, s.num_new_tokens
             if s.is_decode:

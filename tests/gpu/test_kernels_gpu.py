@@ -42,8 +42,9 @@ def test_decode_llama_heads_long_contexts(block_size, num_splits):
     assert (out[3] == 0).all(), "an empty context must give zeros"
 
 
+@pytest.mark.parametrize("config", [None, K.PrefillConfig(pack_gqa=True)], ids=["default", "packed"])
 @pytest.mark.parametrize("block_size", [16, 64])
-def test_prefill_llama_heads_with_cached_prefix(block_size):
+def test_prefill_llama_heads_with_cached_prefix(block_size, config):
     seqs = [(4096, 4096), (300, 5000), (1, 33), (129, 129)]  # (q_len, context_len)
     g = gen(block_size + 1)
     ctx = [c for _, c in seqs]
@@ -54,9 +55,9 @@ def test_prefill_llama_heads_with_cached_prefix(block_size):
     context_lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
     q = torch.randn(int(cu[-1]), HQ, D, generator=g, device=DEV).to(BF16)
     out = torch.full_like(q, float("nan"))
-    K.paged_prefill_attention(q, k_cache, v_cache, cu, context_lens, tables, D**-0.5, out=out)
+    K.paged_prefill_attention(q, k_cache, v_cache, cu, context_lens, tables, D**-0.5, out=out, config=config)
     ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, context_lens, tables, D**-0.5)
-    assert_close(out, ref, BF16, f"prefill bs={block_size}")
+    assert_close(out, ref, BF16, f"prefill bs={block_size} {config}")
 
 
 def test_store_copy_and_swap_at_real_size():
