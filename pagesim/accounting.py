@@ -16,11 +16,6 @@ The six always sum to `total`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from itertools import repeat
-from operator import add, attrgetter, mul, sub
-
-_computed, _blocks = attrgetter("num_computed_tokens"), attrgetter("block_ids")
-_prompt_len, _output_len = attrgetter("prompt_len"), attrgetter("output_len")
 
 CATEGORIES = ("used", "reserved", "internal_fragmentation", "external_fragmentation", "free", "cached")
 
@@ -60,11 +55,12 @@ def request_slots(running, block_size: int) -> tuple[int, int]:
     """(tokens with live K/V, allocated slots beyond the final length) summed over requests' block tables.
 
     Shared blocks are counted once per table that holds them; callers correct for sharing.
-    (Runs at every recorded step over every running request: mapped in C, no Python loop per request.)
     """
-    used = sum(map(_computed, running))
-    # slots beyond final_kv_len = prompt_len + output_len - 1, where a table reaches past it
-    beyond = map(sub, map(mul, map(len, map(_blocks, running)), repeat(block_size)),
-                 map(add, map(_prompt_len, running), map(_output_len, running)))
-    internal = sum([b + 1 for b in beyond if b >= 0])
+    used = internal = 0
+    for r in running:
+        used += r.num_computed_tokens
+        # slots beyond final_kv_len (= prompt_len + output_len - 1, inlined: this runs every step)
+        b = len(r.block_ids) * block_size - r.prompt_len - r.output_len + 1
+        if b > 0:
+            internal += b
     return used, internal
