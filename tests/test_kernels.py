@@ -206,3 +206,17 @@ def test_default_num_splits_fills_the_gpu_for_one_long_sequence(monkeypatch):
     assert 1 * 8 * K.default_num_splits(1, 8, 32768, cuda) >= 132, "one long sequence must fill the SMs"
     assert K.default_num_splits(256, 8, 1024, cuda) == 1, "a large batch needs no split"
     assert K.default_num_splits(1, 8, 16, cuda) == 1, "a short table cannot be split below 256 tokens a split"
+
+
+def test_fp8_decode_launch_splits_by_shape(monkeypatch):
+    """An fp8 cache's launch depends on shapes only: the shared split count up to a few splits, 4x it (at least
+    256 tokens a split) for a few long sequences, none for a full batch (pagesim.cost.decode_split)."""
+    monkeypatch.setattr(K.decode, "_num_sms", lambda _index: 132)
+    cuda = torch.device("cuda", 0)
+    launch = K.decode.fp8_decode_launch
+    assert launch(256, 8, 1024, cuda)[1] == 1 and launch(64, 8, 4096, cuda)[1] == 1
+    shared = K.default_num_splits(16, 8, 4096, cuda)
+    assert 1 < shared <= 8 and launch(16, 8, 4096, cuda)[1] == shared
+    one = K.default_num_splits(1, 8, 32768, cuda)
+    assert one > 8 and launch(1, 8, 32768, cuda)[1] == min(4 * one, 32768 // 256)
+    assert launch(1, 8, 8192, cuda)[1] == 8192 // 256  # capped by the table: 256 tokens a split at least

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagesim.cost.decode_split import num_decode_splits
+from pagesim.cost.decode_split import FP8_FEW_SPLITS, fp8_decode_splits, num_decode_splits
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
@@ -68,8 +68,6 @@ FP8_SHORT_CONFIG = DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen
 FP8_LONG_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="fp16")  # unsplit, long tables
 FP8_MANY_SPLITS_CONFIG = DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16")
 FP8_SHORT_CONTEXT = 2048  # table width (tokens) up to which an unsplit launch is "short"
-FP8_FEW_SPLITS = 8  # the shared split rule's count up to which the splits stay as they are
-FP8_MIN_TOKENS_PER_SPLIT = 256  # the many-splits launch multiplies the splits by 4 down to this many tokens each
 
 
 @triton.jit
@@ -256,14 +254,14 @@ def fp8_decode_launch(batch: int, num_kv_heads: int, max_context: int,
 
     Unsplit (enough sequences to fill the GPU): 32-token steps on 1 warp for short tables, 64 on 2 warps
     otherwise. A few splits: 128-token steps on 2 warps. Many splits (a few long sequences): 4x the shared rule's
-    splits, at least FP8_MIN_TOKENS_PER_SPLIT tokens each, 32-token steps. (pagesim.cost's profile model keeps the
-    shared rule's split count.)"""
+    splits, at least 256 tokens each, 32-token steps (pagesim.cost.decode_split.fp8_decode_splits, where the
+    profile cost model's note on it is)."""
     splits = default_num_splits(batch, num_kv_heads, max_context, device)
     if splits == 1:
         return (FP8_SHORT_CONFIG if max_context <= FP8_SHORT_CONTEXT else FP8_LONG_CONFIG), 1
     if splits <= FP8_FEW_SPLITS:
         return FP8_DECODE_CONFIG, splits
-    return FP8_MANY_SPLITS_CONFIG, max(splits, min(4 * splits, max_context // FP8_MIN_TOKENS_PER_SPLIT))
+    return FP8_MANY_SPLITS_CONFIG, fp8_decode_splits(splits, max_context)
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

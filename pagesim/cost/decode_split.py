@@ -14,6 +14,8 @@ import numpy as np
 
 MAX_SPLITS = 64
 MIN_TOKENS_PER_SPLIT = 256
+FP8_FEW_SPLITS = 8  # an fp8 cache keeps the rule's count up to this many splits
+FP8_SPLIT_FACTOR = 4  # ... and above it takes this many times more, at least MIN_TOKENS_PER_SPLIT tokens each
 
 
 def num_decode_splits(rows, num_kv_heads: int, num_sms: int, max_context: int | None = None):
@@ -27,3 +29,12 @@ def num_decode_splits(rows, num_kv_heads: int, num_sms: int, max_context: int | 
     if not programs:
         return 1
     return max(1, min(-(-programs // max(rows * num_kv_heads, 1)), cap))
+
+
+def fp8_decode_splits(splits: int, max_context: int) -> int:
+    """The split count an fp8 cache's decode runs at, from num_decode_splits(...)'s `splits` and the table width:
+    a few long sequences get FP8_SPLIT_FACTOR times the splits (bench/NOTES.md, "FP8 cache: round 6"). The
+    profile cost model keeps the shared count, as it leaves out the table-width cap it would need here."""
+    if splits <= FP8_FEW_SPLITS:
+        return splits
+    return max(splits, min(FP8_SPLIT_FACTOR * splits, max_context // MIN_TOKENS_PER_SPLIT))
