@@ -16,6 +16,9 @@ The six always sum to `total`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from operator import attrgetter
+
+_computed = attrgetter("num_computed_tokens")
 
 CATEGORIES = ("used", "reserved", "internal_fragmentation", "external_fragmentation", "free", "cached")
 
@@ -51,10 +54,23 @@ class MemoryAccounting:
         return asdict(self)
 
 
+def internal_slots(request, block_size: int) -> int:
+    """Slots of the request's block table past its final length (final_kv_len): its internal fragmentation.
+    The managers keep the sum over the tables they hand out as the tables change (one term per change)."""
+    b = len(request.block_ids) * block_size - request.prompt_len - request.output_len + 1
+    return b if b > 0 else 0
+
+
+def num_computed(running) -> int:
+    """Tokens with live K/V summed over the requests (a C-level sum: it runs at every recorded step)."""
+    return sum(map(_computed, running))
+
+
 def request_slots(running, block_size: int) -> tuple[int, int]:
     """(tokens with live K/V, allocated slots beyond the final length) summed over requests' block tables.
 
-    Shared blocks are counted once per table that holds them; callers correct for sharing.
+    Shared blocks are counted once per table that holds them; callers correct for sharing. (The managers'
+    accounting keeps the second sum as the tables change; this full pass is the reference the tests hold it to.)
     """
     used = internal = 0
     for r in running:

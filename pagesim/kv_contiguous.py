@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 
-from pagesim.accounting import MemoryAccounting, request_slots
+from pagesim.accounting import MemoryAccounting, internal_slots, num_computed
 from pagesim.config import Config
 from pagesim.kv_manager import DecodeBlocks, PrefixCacheStats
 from pagesim.request import Request
@@ -77,6 +77,7 @@ class ContiguousKVCacheManager:
         self.policy = config.reserve_policy
         self.max_model_len = config.resolved_max_model_len
         self.allocator = FirstFitAllocator(self.num_gpu_blocks)
+        self.num_internal_slots = 0  # internal_slots summed over the runs handed out, kept as they change
         self.cpu = FirstFitAllocator(config.num_cpu_blocks if config.preemption_mode == "swap" else 0)
         self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
         self.prefix_cache_stats = PrefixCacheStats()  # stays empty: no prefix caching here
@@ -117,6 +118,7 @@ class ContiguousKVCacheManager:
         if start is None:
             return False
         request.block_ids = list(range(start, start + n))
+        self.num_internal_slots += internal_slots(request, self.block_size)
         if self.events is not None:
             self.events.append(("allocated_run", start, n))
         return True
@@ -145,6 +147,7 @@ class ContiguousKVCacheManager:
 
     def free(self, request: Request) -> None:
         if request.block_ids:
+            self.num_internal_slots -= internal_slots(request, self.block_size)
             self.allocator.free(request.block_ids[0], len(request.block_ids))
             if self.events is not None:
                 self.events.append(("freed_run", request.block_ids[0], len(request.block_ids)))
@@ -209,7 +212,7 @@ class ContiguousKVCacheManager:
 
     def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
         bs = self.block_size
-        used, internal = request_slots(running, bs)
+        used, internal = num_computed(running), self.num_internal_slots
         allocated = (self.num_gpu_blocks - self.allocator.num_free) * bs
         external = self.external_fragmentation(head)
         return MemoryAccounting(

@@ -12,7 +12,7 @@ fork), so shared blocks never need a copy later.
 
 from __future__ import annotations
 
-from pagesim.accounting import MemoryAccounting, request_slots
+from pagesim.accounting import MemoryAccounting, internal_slots, num_computed
 from pagesim.block_hash import request_block_hashes
 from pagesim.block_pool import Block, BlockPool
 from pagesim.config import Config
@@ -35,6 +35,7 @@ class PagedKVCacheManager:
         self.num_cpu_blocks = config.num_cpu_blocks if config.preemption_mode == "swap" else 0
         self.free_cpu_blocks = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() gives the lowest id
         self.prefix_cache_stats = PrefixCacheStats()
+        self.num_internal_slots = 0  # internal_slots summed over the block tables handed out, kept as they change
         # The host tier behind the prefix cache (vLLM's native offloading; pagesim/kv_offload.py).
         self.host = HostKVCache(config.num_offload_blocks) if self.enable_caching and config.num_offload_blocks else None
 
@@ -96,7 +97,9 @@ class PagedKVCacheManager:
             if need > 0:
                 if need > self.pool.num_free_blocks:
                     return False
+                before = internal_slots(request, bs)
                 request.block_ids.extend(self.pool.take(need))
+                self.num_internal_slots += internal_slots(request, bs) - before
             if self.enable_caching:
                 self._cache_blocks(request, request.num_computed_tokens // bs,
                                    min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
@@ -106,6 +109,7 @@ class PagedKVCacheManager:
         if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
             return False
         pool = self.pool
+        before = internal_slots(request, self.block_size)
         num_host = num_computed_from_cache // self.block_size - len(computed_blocks)  # host-tier hits
         if admission and self.enable_caching:
             self.prefix_cache_stats.record(request, num_computed_from_cache, num_host * self.block_size)
@@ -116,6 +120,7 @@ class PagedKVCacheManager:
         request.num_computed_tokens += num_computed_from_cache
         if need > 0:
             request.block_ids.extend(pool.take(need))
+        self.num_internal_slots += internal_slots(request, self.block_size) - before
         if self.host is not None and num_computed_from_cache:
             self._load_host_hits(request, len(computed_blocks), num_host)
         # Like vLLM, blocks this step fills are cached when allocated (the step computes them), so a
@@ -190,6 +195,7 @@ class PagedKVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
+        self.num_internal_slots -= internal_slots(request, self.block_size)
         self.pool.free_ids(request.block_ids[::-1])
         request.block_ids = []
 
@@ -214,6 +220,7 @@ class PagedKVCacheManager:
             (dst,) = self.pool.take(1)
             copies.append((parent.block_ids[num_full], dst))
             child.block_ids.append(dst)
+        self.num_internal_slots += internal_slots(child, bs)
         return copies
 
     # ---- swapping ----------------------------------------------------------------
@@ -240,6 +247,7 @@ class PagedKVCacheManager:
             return None
         n = len(request.cpu_block_ids)
         request.block_ids = self.pool.take(self._swap_in_blocks(request, num_new_tokens))
+        self.num_internal_slots += internal_slots(request, self.block_size)
         mapping = list(zip(request.cpu_block_ids, request.block_ids[:n]))
         self.free_cpu_blocks.extend(reversed(request.cpu_block_ids))
         request.cpu_block_ids = []
@@ -299,6 +307,7 @@ class PagedKVCacheManager:
             zeros = [0] * k
             return DecodeBlocks(zeros, zeros, zeros)
         keys.sort()
+        self.num_internal_slots += sum(internal)  # each request's last block: from 0 to (last + 1) * bs - final
         evicted: list[bool] = []
         taken = self.pool.take(len(keys), evicted)
         blocks, evictions = [0] * k, [0] * k
@@ -326,8 +335,12 @@ class PagedKVCacheManager:
             if need:
                 if len(need) > pool.num_free_blocks:
                     return False
+                added = 0
                 for r, block in zip(need, pool.take(len(need))):  # take(n) takes what n take(1)s would, in order
+                    added -= internal_slots(r, bs)
                     r.block_ids.append(block)
+                    added += internal_slots(r, bs)
+                self.num_internal_slots += added
             return True
         # With caching, allocations and the caching of the blocks this step fills interleave in running order
         # (allocate_slots' order, which block events and evictions follow).
@@ -337,7 +350,9 @@ class PagedKVCacheManager:
         for r in todo:
             computed = r.num_computed_tokens
             if len(r.block_ids) * bs <= computed:
+                before = internal_slots(r, bs)
                 r.block_ids.extend(pool.take(1))
+                self.num_internal_slots += internal_slots(r, bs) - before
             if (computed + 1) % bs == 0:
                 self._cache_blocks(r, computed // bs, (computed + 1) // bs)
         return True
@@ -353,7 +368,7 @@ class PagedKVCacheManager:
         """Slots per category. `running` are the requests holding GPU blocks."""
         bs = self.block_size
         pool = self.pool
-        used, internal = request_slots(running, bs)
+        used, internal = num_computed(running), self.num_internal_slots
         used -= pool.num_extra_refs * bs  # a shared block (always full) counts once
         allocated = pool.num_used_blocks * bs
         cached = pool.num_free_cached * bs

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pagesim.accounting import request_slots
 from pagesim.config import Config
 from pagesim.loop import Arrivals, Hooks, VirtualClock, run
 from pagesim.loop import drive as loop_drive
@@ -103,6 +104,8 @@ def check_paged(kv: PagedKVCacheManager, holders: list[Request], swapped: list[R
     # Accounting: categories non-negative, summing to the total (checked by MemoryAccounting itself),
     # `used` equal to an independent count over physical blocks, allocated = blocks in use.
     acc = kv.accounting(holders, head)
+    # the internal fragmentation the manager keeps as tables change equals a full pass over the holders' tables
+    assert acc.internal_fragmentation == request_slots(holders, bs)[1], "the kept internal fragmentation drifted"
     fill = {}
     for r in holders:
         for i, bid in enumerate(r.block_ids):
@@ -160,6 +163,7 @@ def check_contiguous(kv: ContiguousKVCacheManager, holders: list[Request], swapp
     check_extents(kv.cpu, cpu_runs, "CPU")
     acc = kv.accounting(holders, head)
     assert acc.used == sum(r.num_computed_tokens for r in holders)
+    assert acc.internal_fragmentation == request_slots(holders, bs)[1], "the kept internal fragmentation drifted"
     assert acc.allocated == sum(len(r.block_ids) for r in holders) * bs
     assert acc.cached == 0
     return acc
