@@ -140,4 +140,6 @@ class KVCacheManager(Protocol):
         """Free GPU blocks that still hold a reusable prefix."""
 
     def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
-        """Slots per memory category; `running` hold the GPU blocks, `head` is the next request to admit."""
+        """Slots per memory category; `running` are all the requests holding GPU blocks (their used tokens are
+        summed; the internal fragmentation of the tables handed out is kept by the manager as they change),
+        `head` is the next request to admit."""
