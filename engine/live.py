@@ -328,7 +328,9 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     plus c tokens of their own (decode rows that read the same blocks: decode_shared_tokens), the g
     first ones released ahead to compute the prefixes; spread: b sequences whose contexts are spread
     evenly from lo to hi tokens (a serving batch: neither uniform nor one long among short ones; without
-    them the fit cannot tell how many sequences saturate memory, the profile's max_context_lanes).
+    them the fit cannot tell how many sequences saturate memory, the profile's max_context_lanes); served:
+    b sequences with contexts spread log-uniformly and outputs of different lengths, so the batch shrinks
+    through the sizes between the graph sizes, as served batches do.
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -383,6 +385,13 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         for j in range(g):
             groups += [(1, p + c, 24 + first, 0, p, j), ((b - g) // g + (j < (b - g) % g), p + c, 24, first, p, j)]
         out.append((f"shared-b{b}-p{p}-c{c}" + (f"-g{g}" if g > 1 else ""), groups))
+    # Served-like: b sequences whose contexts spread log-uniformly over 256..6144 tokens in a scrambled order and
+    # whose outputs end at different steps, so the batch shrinks through sizes between the graph sizes
+    # (live batches are rarely a graph size, nor uniform, nor one long among short ones).
+    for b in (6, 12, 24, 48):
+        hi = min(6144, max_model_len - 40)
+        frac = [(i * 0.6180339887) % 1 for i in range(b)]
+        out.append((f"served-b{b}", [(1, round(256 * (hi / 256) ** f), 8 + (i * 7) % 25) for i, f in enumerate(frac)]))
     return out
 
 
