@@ -73,7 +73,7 @@ FP8_SHORT_CONTEXT = 2048  # table width (tokens) up to which an unsplit launch i
 @triton.jit
 def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
              NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-             V_T: tl.constexpr, MASKED: tl.constexpr):
+             V_T: tl.constexpr, MASKED: tl.constexpr, I32: tl.constexpr):
     """K and V [BLOCK_N, HEAD_DIM] of tokens n0 : n0 + BLOCK_N (n0 a multiple of BLOCK_N), as stored.
 
     MASKED: the tile may reach past `end` (else every token is < end and nothing is masked); K rows of tokens
@@ -81,14 +81,17 @@ def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
     engine.kernels.cache), so it is read as V^T [HEAD_DIM, BLOCK_N] in runs of min(BLOCK_SIZE, BLOCK_N)
     contiguous tokens (16-byte loads, one block-table read per run, masked per run, so a run's slots past
     `end` hold whatever the cache holds there: _widen zeroes them) and returned transposed, a K-major
-    operand for P @ V. Otherwise V rows of tokens >= end are 0.
+    operand for P @ V. Otherwise V rows of tokens >= end are 0. I32: element offsets in int32 (the caller
+    checked that the cache has fewer than 2**31 elements): fewer registers for the tile's addresses.
     """
     t = n0 + tl.arange(0, BLOCK_N)
     valid = t < end
     if MASKED:
-        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
     else:
-        block = tl.load(bt_row + t // BLOCK_SIZE).to(tl.int64)
+        block = tl.load(bt_row + t // BLOCK_SIZE)
+    if not I32:
+        block = block.to(tl.int64)
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
     if MASKED:
         k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
@@ -98,9 +101,11 @@ def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
         RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
         r0 = n0 + tl.arange(0, BLOCK_N // RUN) * RUN  # each run's first token
         if MASKED:
-            rblock = tl.load(bt_row + r0 // BLOCK_SIZE, mask=r0 < end, other=0).to(tl.int64)
+            rblock = tl.load(bt_row + r0 // BLOCK_SIZE, mask=r0 < end, other=0)
         else:
-            rblock = tl.load(bt_row + r0 // BLOCK_SIZE).to(tl.int64)
+            rblock = tl.load(bt_row + r0 // BLOCK_SIZE)
+        if not I32:
+            rblock = rblock.to(tl.int64)
         base = (rblock * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + r0 % BLOCK_SIZE
         v_ptrs = (v_cache + d[:, None, None] * BLOCK_SIZE + tl.multiple_of(base, RUN)[None, :, None]
                   + tl.arange(0, RUN)[None, None, :])
@@ -186,21 +191,21 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         masked_start = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
         for n0 in range(start, masked_start, BLOCK_N):
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
-                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False)
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False, False)
             k, v = _widen(k, v, None, DOT_DTYPE, False)
             acc, m, l = _attend_step(acc, m, l, qv, k, v, None, qk_scale, False)
     if PREFETCH:  # the first tile, as read (widened where it is used)
         k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, start, end, d,
-                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
+                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, False)
     for n0 in range(masked_start, end, BLOCK_N):
         valid = n0 + tl.arange(0, BLOCK_N) < end
         if PREFETCH:  # registers double-buffered by hand: the next tile's loads are in flight during this one
             k, v = k_next, v_next
             k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, n0 + BLOCK_N, end, d,
-                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
+                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, False)
         else:
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
-                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True)
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, False)
         k, v = _widen(k, v, valid, DOT_DTYPE, FP8)
         acc, m, l = _attend_step(acc, m, l, qv, k, v, valid, qk_scale, True)
 

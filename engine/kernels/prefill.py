@@ -46,27 +46,6 @@ FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_st
 
 
 @triton.jit
-def _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, end, d, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
-    """decode._load_kv for a token-major (not fp8) cache with int32 element offsets (the caller checked that the
-    cache has fewer than 2**31 elements): fewer registers for the tile's addresses."""
-    t = n0 + tl.arange(0, BLOCK_N)
-    valid = t < end
-    if MASKED:
-        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
-    else:
-        block = tl.load(bt_row + t // BLOCK_SIZE)
-    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
-    if MASKED:
-        k = tl.load(k_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_cache + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-    else:
-        k = tl.load(k_cache + rows[:, None] + d[None, :])
-        v = tl.load(v_cache + rows[:, None] + d[None, :])
-    return k, v
-
-
-@triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
@@ -74,12 +53,9 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
     log2 domain of the scaled scores, the scale applied in one multiply-add with the max subtraction."""
     t = n0 + tl.arange(0, BLOCK_N)
-    if I32:
-        k, v = _load_kv_i32(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
-                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, CAUSAL_MASK)
-    else:
-        k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM),
-                        NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK or not FP8)
+    # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
+    k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
+                    BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
     k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
     s = tl.dot(qv, tl.trans(k))
     if CAUSAL_MASK:
