@@ -329,32 +329,19 @@ class PagedKVCacheManager:
 
     def allocate_decode_step(self, running: list[Request]) -> bool:
         bs = self.block_size
-        pool = self.pool
-        if not self.enable_caching:  # only allocation: the requests whose tables end at their next token's slot
-            need = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
-            if need:
-                if len(need) > pool.num_free_blocks:
-                    return False
-                added = 0
-                for r, block in zip(need, pool.take(len(need))):  # take(n) takes what n take(1)s would, in order
-                    added -= internal_slots(r, bs)
-                    r.block_ids.append(block)
-                    added += internal_slots(r, bs)
-                self.num_internal_slots += added
-            return True
-        # With caching, allocations and the caching of the blocks this step fills interleave in running order
-        # (allocate_slots' order, which block events and evictions follow).
-        todo = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens or (r.num_computed_tokens + 1) % bs == 0]
-        if sum(len(r.block_ids) * bs <= r.num_computed_tokens for r in todo) > pool.num_free_blocks:
+        # Only these need allocate_slots(r, 1): the requests whose table ends at their next token's slot and, with
+        # caching, those whose next token fills a block (allocate_slots caches it). Taken in running order.
+        if self.enable_caching:
+            todo = [r for r in running
+                    if len(r.block_ids) * bs <= r.num_computed_tokens or (r.num_computed_tokens + 1) % bs == 0]
+            need = sum(len(r.block_ids) * bs <= r.num_computed_tokens for r in todo)
+        else:
+            todo = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
+            need = len(todo)
+        if need > self.pool.num_free_blocks:
             return False
-        for r in todo:
-            computed = r.num_computed_tokens
-            if len(r.block_ids) * bs <= computed:
-                before = internal_slots(r, bs)
-                r.block_ids.extend(pool.take(1))
-                self.num_internal_slots += internal_slots(r, bs) - before
-            if (computed + 1) % bs == 0:
-                self._cache_blocks(r, computed // bs, (computed + 1) // bs)
+        for r in todo:  # each finds its block: the free blocks cover them all
+            self.allocate_slots(r, 1)
         return True
 
     # ---- state ------------------------------------------------------------------
