@@ -21,8 +21,7 @@ import triton
 from triton.testing import do_bench
 
 import engine.kernels as K
-
-BS, HKV, HQ, D = 16, 8, 32, 128
+from bench.kernels import BF16, BS, D, DEV, HKV, HQ  # Llama-3-8B attention shapes, as every kernel bench
 NUM_BLOCKS = 56147  # the H200 live runs' cache (results/live/*/summary.json)
 TABLE_WIDTH = 2048  # blocks: tables 32,768 tokens wide
 # (rows, context, padded graph size)
@@ -34,16 +33,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    dev = "cuda"
-    k_cache = torch.randn((NUM_BLOCKS, BS, HKV, D), device=dev, dtype=torch.bfloat16)
-    v_cache = torch.randn((NUM_BLOCKS, BS, HKV, D), device=dev, dtype=torch.bfloat16)
+    dev = DEV
+    k_cache = torch.randn((NUM_BLOCKS, BS, HKV, D), device=dev, dtype=BF16)
+    v_cache = torch.randn((NUM_BLOCKS, BS, HKV, D), device=dev, dtype=BF16)
     g = torch.Generator(device=dev).manual_seed(0)
     rows = []
     for batch, ctx, padded in SHAPES:
         pages = triton.cdiv(ctx, BS)
         lens = torch.zeros((padded,), dtype=torch.int32, device=dev)
         lens[:batch] = ctx
-        q = torch.randn((padded, HQ, D), device=dev, dtype=torch.bfloat16)
+        q = torch.randn((padded, HQ, D), device=dev, dtype=BF16)
         layouts = {
             "contiguous_low": torch.arange(batch * pages, device=dev).view(batch, pages),
             "interleaved_low": torch.arange(batch * pages, device=dev).view(pages, batch).t().contiguous(),

@@ -188,7 +188,9 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
 
     `fast_path` (the simulator's cost model, or None) enables the exact fast
     path of pagesim/fast_path.py: runs of identical decode steps applied at
-    once, cut before the next arrival or the time `hooks.tick` returned.
+    once, cut before the next arrival or the time `hooks.tick` returned; and
+    sets `scheduler.group_decodes` to match (a single step's leading decodes
+    scheduled as one group, StepPlan.decode_group; off for every other caller).
     """
     from pagesim import fast_path as fp
 
