@@ -14,29 +14,29 @@ block decisions equal step-by-step simulation (tests/test_fast_path.py).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import accumulate
 
 import numpy as np
 
 from pagesim.cost.features import shared_decode_tokens
+from pagesim.kv_manager import DecodeBlocks
 from pagesim.scheduler import Scheduler, StepOutcome, without
 
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
+FUSED_RUN = 64  # ... or of this many by a cost model that times them in one pass (decode_run_until)
 
 
 @dataclass(slots=True)
 class DecodeRun:
-    """What a batch of k identical decode steps did, for recorders (per-step lists have length k)."""
+    """What a batch of k identical decode steps did, for recorders."""
 
     k: int
     num_seqs: int
     context_start: int  # tokens in the cache for the running requests before the first step
-    max_context_start: int = 0  # the most any one of them has then (step j, 0-based, reads max + j + 1 for it)
-    blocks_per_step: list[int] = field(default_factory=list)
-    evicted_per_step: list[int] = field(default_factory=list)
-    internal_delta_per_step: list[int] = field(default_factory=list)
-    outcome: StepOutcome | None = None
+    max_context_start: int  # the most any one of them has then (step j, 0-based, reads max + j + 1 for it)
+    blocks: DecodeBlocks  # the blocks the steps took, by step
+    outcome: StepOutcome
 
 
 def decode_run_limit(sched: Scheduler) -> int:
@@ -97,20 +97,12 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
             sched.finish_request(r, end, outcome)
     if outcome.finished:
         sched.running = without(running, outcome.finished)
-    return DecodeRun(k, len(running), context[0], context[1], blocks.blocks_per_step, blocks.evicted_per_step,
-                     blocks.internal_delta_per_step, outcome)
+    return DecodeRun(k, len(running), context[0], context[1], blocks, outcome)
 
 
-def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float) -> tuple[int, float]:
-    """Apply and record up to k decode steps from `now`, none but the first starting at or after `cut`.
-
-    Returns (steps applied, end time of the last).
-    """
-    context = [r.num_computed_tokens for r in sched.running]
-    n, total, longest = len(context), sum(context), max(context, default=0)
-    # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new blocks are its own)
-    shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
-              if cost_model.prices_sharing else 0)
+def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int, now: float,
+              cut: float) -> tuple[int, list[float], list[float], float]:
+    """(steps, their start times, their durations, end) of a decode run cut before `cut`, from decode_run_times."""
     # Time a short window first: most runs are cut by an arrival within it. Start times are added one at a
     # time, as a step-by-step clock would (times[j]: start of step j; accumulate and cumsum are sequential).
     window = k if k <= SHORT_RUN else SHORT_RUN
@@ -125,6 +117,26 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
         times = np.cumsum(np.concatenate(([now], full)))
         m = int(np.searchsorted(times[:k], cut, side="left"))  # > window
         starts, durations, end = times[:m].tolist(), full[:m].tolist(), float(times[m])
+    return m, starts, durations, end
+
+
+def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float) -> tuple[int, float]:
+    """Apply and record up to k decode steps from `now`, none but the first starting at or after `cut`.
+
+    Returns (steps applied, end time of the last).
+    """
+    context = [r.num_computed_tokens for r in sched.running]
+    n, total, longest = len(context), sum(context), max(context, default=0)
+    # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new blocks are its own)
+    shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
+              if cost_model.prices_sharing else 0)
+    until = None if shared else getattr(cost_model, "decode_run_until", None)
+    timed = until(n, total, k, now, cut, FUSED_RUN) if until is not None else None
+    if timed is not None:  # the roofline's one pass over the steps that start before cut
+        starts, durations, end = timed
+        m = len(starts)
+    else:
+        m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, now, cut)
     before = recorder.memory_state()
     first_step = sched.step_id
     run = run_decode_steps(sched, m, end, (total, longest))

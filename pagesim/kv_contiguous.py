@@ -20,7 +20,7 @@ import bisect
 
 from pagesim.accounting import MemoryAccounting, internal_slots, num_computed
 from pagesim.config import Config
-from pagesim.kv_manager import DecodeBlocks, PrefixCacheStats
+from pagesim.kv_manager import NO_DECODE_BLOCKS, DecodeBlocks, PrefixCacheStats
 from pagesim.request import Request
 from pagesim.utils import cdiv
 
@@ -193,7 +193,7 @@ class ContiguousKVCacheManager:
         return limit  # decode steps grow inside the reserved runs
 
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
-        return DecodeBlocks([0] * k, [0] * k, [0] * k)
+        return NO_DECODE_BLOCKS  # decode steps grow inside the reserved runs
 
     def allocate_decode_step(self, running: list[Request]) -> bool:
         return True  # decode steps grow inside the reserved runs

@@ -64,11 +64,15 @@ class PrefixCacheStats:
 
 @dataclass(slots=True)
 class DecodeBlocks:
-    """Per-step effects of a run of k decode steps' block allocations (lists of length k)."""
+    """The block allocations of a run of decode steps, by the step (0-based in the run) that made each."""
 
-    blocks_per_step: list[int]  # blocks allocated in each step
-    evicted_per_step: list[int]  # of those, blocks that held a cached prefix (evicted to be reused)
-    internal_delta_per_step: list[int]  # internal fragmentation added (a request's last block allocated)
+    block_steps: list[int]  # one per block allocated, in allocation order (non-decreasing)
+    evicted_steps: list[int]  # one per allocated block that held a cached prefix (evicted to be reused)
+    internal_steps: list[int]  # one per request's last block allocated (it reaches past the final length) ...
+    internal_slots: list[int]  # ... and the internal fragmentation that block adds
+
+
+NO_DECODE_BLOCKS = DecodeBlocks([], [], [], [])  # read-only
 
 
 class KVCacheManager(Protocol):

@@ -16,7 +16,7 @@ from pagesim.accounting import MemoryAccounting, internal_slots, num_computed
 from pagesim.block_hash import request_block_hashes
 from pagesim.block_pool import Block, BlockPool
 from pagesim.config import Config
-from pagesim.kv_manager import DecodeBlocks, PrefixCacheStats
+from pagesim.kv_manager import NO_DECODE_BLOCKS, DecodeBlocks, PrefixCacheStats
 from pagesim.kv_offload import HostKVCache
 from pagesim.request import Request
 from pagesim.utils import cdiv
@@ -286,46 +286,40 @@ class PagedKVCacheManager:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
         n = len(running)
-        keys = None  # step * n + running index of every block allocation: sorted, the step-by-step order
+        keys = []  # step * n + running index of every block allocation: sorted, the step-by-step order
+        internal_steps, internal_slots = [], []
         # the requests that need a block within the k steps (their table ends before their k-th next token)
-        needy = [idx for idx, r in enumerate(running) if len(r.block_ids) * bs - r.num_computed_tokens < k]
-        for idx in needy:
+        for idx in [idx for idx, r in enumerate(running) if len(r.block_ids) * bs - r.num_computed_tokens < k]:
             r = running[idx]
             computed = r.num_computed_tokens
             held = len(r.block_ids)
-            first = held * bs - computed  # the step that needs the request's next block
-            if keys is None:
-                keys, internal = [], [0] * k
-            keys.extend(range(first * n + idx, k * n, bs * n))
+            keys.extend(range((held * bs - computed) * n + idx, k * n, bs * n))  # from the step that needs its next block
             # A request's last block is the only one that can reach past its final length.
             final = r.prompt_len + r.output_len - 1  # final_kv_len
             last = (final - 1) // bs  # index of the block holding its last KV slot
-            j = last * bs - computed  # the step that allocates it (>= first when last >= held)
+            j = last * bs - computed  # the step that allocates it (>= the first when last >= held)
             if last >= held and j < k:
-                internal[j] += (last + 1) * bs - final
-        if keys is None:  # nothing allocated, so no internal fragmentation added either: one list of zeros, read-only
-            zeros = [0] * k
-            return DecodeBlocks(zeros, zeros, zeros)
+                internal_steps.append(j)
+                internal_slots.append((last + 1) * bs - final)
+        if not keys:  # nothing allocated, so no internal fragmentation added either
+            return NO_DECODE_BLOCKS
         keys.sort()
-        self.num_internal_slots += sum(internal)  # each request's last block: from 0 to (last + 1) * bs - final
+        if internal_slots:
+            self.num_internal_slots += sum(internal_slots)  # each request's last block: (last + 1) * bs - final
         evicted: list[bool] = []
         taken = self.pool.take(len(keys), evicted)
-        blocks, evictions = [0] * k, [0] * k
         if n == 1:
             running[0].block_ids.extend(taken)
-            for j in keys:
-                blocks[j] += 1
+            steps = keys
         else:
-            tables = [r.block_ids for r in running]
+            steps = []
+            add_step = steps.append
             for key, block in zip(keys, taken):
                 j, idx = divmod(key, n)
-                tables[idx].append(block)
-                blocks[j] += 1
-        if True in evicted:
-            for key, was_cached in zip(keys, evicted):
-                if was_cached:
-                    evictions[key // n] += 1
-        return DecodeBlocks(blocks, evictions, internal)
+                running[idx].block_ids.append(block)
+                add_step(j)
+        evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
+        return DecodeBlocks(steps, evicted_steps, internal_steps, internal_slots)
 
     def allocate_decode_step(self, running: list[Request]) -> bool:
         bs = self.block_size

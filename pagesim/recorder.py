@@ -11,6 +11,7 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -53,6 +54,7 @@ NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
 }
 FLOAT_COLUMNS = ("time_s", "duration_s")
 CHUNK_STEPS = 1 << 16
+RUN_FIELDS = 7 + 9 + 3  # values kept per decode run (Recorder._runs_columns)
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
 _categories_tuple = attrgetter(*CATEGORIES)
@@ -129,11 +131,11 @@ class Recorder:
         # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
         # are fresh, and the chunk is turned into columns without chasing (and then freeing) ~10^6 objects.
         self.rows = array("d")  # STEP_COLUMNS' values of each recorded step (integers are exact: all < 2**53)
-        self.runs = array("q")  # 7 + 9 values of each decode run (see _runs_columns), kept compact (see record_decode_run)
-        # The runs' steps' start times, durations and block counts, run after run.
+        self.runs = array("q")  # RUN_FIELDS values of each decode run (see _runs_columns), kept compact (record_decode_run)
+        # The runs' steps' start times and durations, and their block allocations (DecodeBlocks' four lists), run after run.
         self.run_starts = array("d")
         self.run_durations = array("d")
-        self.run_blocks = (array("q"), array("q"), array("q"))  # allocated, evicted, internal delta
+        self.run_blocks = _block_arrays()
         self._memory_cache: tuple | None = None
         self.snapshots: list[BlockSnapshot] = []
         self._queries = 0
@@ -203,29 +205,33 @@ class Recorder:
         k, n = run.k, run.num_seqs
         s = self.sched
         stats = s.kv.prefix_cache_stats
-        blocks = (run.blocks_per_step, run.evicted_per_step, run.internal_delta_per_step)
-        if not blocks[0]:
-            blocks = ([0] * k,) * 3
+        b = run.blocks
         if (run.outcome is not None and not run.outcome.finished and stats.queries == self._queries
                 and stats.hits == self._hits and stats.host_hits == self._host_hits):
-            self.runs.extend((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped),
-                              run.max_context_start) + before)
+            self.runs.extend((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped), run.max_context_start)
+                             + before + (len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
             self.run_starts.fromlist(starts)
             self.run_durations.fromlist(durations)
-            for kept, new in zip(self.run_blocks, blocks):
-                kept.fromlist(new)
-            self._memory_cache = (self._head(), self._memory_after(before, n * k, *map(sum, blocks)))
+            if b.block_steps:
+                for kept, new in zip(self.run_blocks, (b.block_steps, b.evicted_steps, b.internal_steps, b.internal_slots)):
+                    kept.fromlist(new)
+            self._memory_cache = (self._head(), self._memory_after(before, n * k, len(b.block_steps), len(b.evicted_steps),
+                                                                   sum(b.internal_slots)))
             self.num_steps = first_step + k
             if self.num_steps - self.first_step >= self.chunk_steps:
                 self.flush()
             return
-        if k > 1:
-            self.runs.extend((first_step, k - 1, n, run.context_start, len(s.waiting), len(s.swapped),
-                              run.max_context_start) + before)
+        if k > 1:  # the first k - 1 steps as a run (their blocks: those of steps < k - 1; the lists are by step)
+            last = k - 1
+            internal = [(j, slots) for j, slots in zip(b.internal_steps, b.internal_slots) if j < last]
+            blocks = (b.block_steps[:bisect_left(b.block_steps, last)], b.evicted_steps[:bisect_left(b.evicted_steps, last)],
+                      [j for j, _ in internal], [slots for _, slots in internal])
+            self.runs.extend((first_step, last, n, run.context_start, len(s.waiting), len(s.swapped),
+                              run.max_context_start) + before + tuple(map(len, blocks[:3])))
             self.run_starts.fromlist(starts[:-1])
             self.run_durations.fromlist(durations[:-1])
             for kept, new in zip(self.run_blocks, blocks):
-                kept.fromlist(new[:-1])
+                kept.fromlist(new)
         # FEATURE_COLUMNS of a pure-decode step: only the decode counts are non-zero
         features = (0, 0, 0, 0, n, run.context_start + n * k, run.max_context_start + k if n else 0, 0, 0, 0, 0, 0)
         self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n, features, 0)
@@ -244,23 +250,32 @@ class Recorder:
         """Expand the compact decode runs into one row per step, vectorised over all runs."""
         kv = self.sched.kv
         bs = kv.block_size
-        # first step, k, n, context, waiting, swapped, max context; then memory_state()'s 3 + 6 values
-        meta = np.frombuffer(self.runs, dtype=np.int64).reshape(-1, 7 + 9)
+        # first step, k, n, context, waiting, swapped, max context; then memory_state()'s 3 + 6 values; then how
+        # many blocks, evicted blocks and internal-fragmentation entries the run has in run_blocks
+        meta = np.frombuffer(self.runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
         K = meta[:, 1]
         rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
         offsets = np.cumsum(K) - K
         j = np.arange(int(K.sum())) - np.repeat(offsets, K) + 1  # 1-based step within its run
+        at = rep(0) + j - 1 - self.first_step  # each row's step, from the chunk's first
+        span = self.num_steps - self.first_step
+
+        def per_row(steps, count_col, weights=None):
+            """Per run row: the entries of run_blocks' `steps` (run-local steps) made in its step (summing `weights`)."""
+            in_chunk = np.frombuffer(steps, dtype=np.int64) + np.repeat(meta[:, 0] - self.first_step, meta[:, count_col])
+            w = None if weights is None else np.frombuffer(weights, dtype=np.int64).astype(np.float64)
+            return np.bincount(in_chunk, w, minlength=span).astype(np.int64)[at]  # float sums of ints: exact
 
         def segment_cumsum(values):
             cs = np.cumsum(values)
             prior = np.concatenate([[0], cs])[offsets]
             return cs - np.repeat(prior, K)
 
-        blocks = [np.frombuffer(b, dtype=np.int64) for b in self.run_blocks]
+        block_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
         n = rep(2)
-        blocks_used = rep(7) + segment_cumsum(blocks[0])
-        cached_blocks = rep(8) - segment_cumsum(blocks[1])
-        internal = rep(12) + segment_cumsum(blocks[2])
+        blocks_used = rep(7) + segment_cumsum(per_row(block_steps, 16))
+        cached_blocks = rep(8) - segment_cumsum(per_row(evicted_steps, 17))
+        internal = rep(12) + segment_cumsum(per_row(internal_steps, 18, internal_slots))
         used = rep(10) + n * j
         allocated = blocks_used * bs
         external = rep(13)
@@ -293,7 +308,7 @@ class Recorder:
             return
         cols = self._columns()
         self.rows, self.runs, self.run_starts, self.run_durations = array("d"), array("q"), array("d"), array("d")
-        self.run_blocks = (array("q"), array("q"), array("q"))
+        self.run_blocks = _block_arrays()
         self.first_step = self.num_steps
         if self.sink is not None:
             self.sink(cols)
@@ -435,6 +450,11 @@ class Recorder:
                 cols["swapped_out"][i].append(event == 1)
         for c, v in cols.items():
             df[c] = v
+
+
+def _block_arrays() -> tuple[array, array, array, array]:
+    """Where decode runs' DecodeBlocks go, list by list (block_steps, evicted_steps, internal_steps, internal_slots)."""
+    return array("q"), array("q"), array("q"), array("q")
 
 
 def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:

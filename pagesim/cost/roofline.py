@@ -163,6 +163,32 @@ class RooflineCostModel:
         ctx = context_start + n * np.arange(1, k + 1, dtype=np.int64)
         return self._forward_time(n, n, ctx, ctx, np.maximum)
 
+    def decode_run_until(self, num_seqs: int, context_start: int, k: int, now: float, cut: float,
+                         window: int) -> tuple[list[float], list[float], float] | None:
+        """The steps of a decode run (decode_run_times' durations) that start before `cut`, the first always,
+        at most k, timed from `now`: (start times, durations, end of the last); each start is the previous
+        plus its duration, as a step-by-step clock adds them. One pass on Python floats, the same floats as
+        decode_run_times'; None when more than `window` steps start before cut or when the run's durations
+        need the max() (the caller then times the run with decode_run_times)."""
+        n = num_seqs
+        if not n or not self._decode_kv_bound or self.allreduce_s + n * self.allreduce_s_per_token or n * self.seq_overhead_s:
+            return None
+        dense = max(self.weight_read_bytes / self.mem_rate, (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
+        kvb, mem_rate, overhead = self.kv_bytes, self.mem_rate, self.step_overhead_s
+        starts: list[float] = []
+        durations: list[float] = []
+        add_start, add_duration = starts.append, durations.append
+        t, c2 = now, context_start + 2 * n
+        for _ in range(k if k < window else window):
+            add_start(t)
+            d = dense + c2 * kvb / mem_rate + overhead  # decode_run_times' expression, in its order
+            add_duration(d)
+            t += d
+            if t >= cut:
+                return starts, durations, t
+            c2 += n
+        return (starts, durations, t) if len(starts) == k else None
+
     def describe(self) -> dict:
         return {"kind": "roofline", "model": self.model, "gpu": self.gpu,
                 "tensor_parallel_size": self.tensor_parallel_size, "mem_efficiency": self.mem_efficiency,
