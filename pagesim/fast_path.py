@@ -23,6 +23,7 @@ from pagesim.cost.features import shared_decode_tokens
 from pagesim.kv_manager import DecodeBlocks
 from pagesim.scheduler import Scheduler, StepOutcome, without
 
+NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
 FUSED_RUN = 64  # ... or of this many by a cost model that times them in one pass (decode_run_until)
 
@@ -40,7 +41,12 @@ class DecodeRun:
 
 
 def decode_run_limit(sched: Scheduler) -> int:
-    """How many next steps are certainly identical pure-decode steps of the same running set.
+    """How many next steps are certainly identical pure-decode steps (plan_decode_run's k)."""
+    return plan_decode_run(sched)[0]
+
+
+def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
+    """(k, sum, max of the running requests' num_computed_tokens): how many next steps are certainly identical pure-decode steps of the same running set.
 
     0 unless every running request is decoding and will be scheduled, no fork
     copy is pending, and the head of the swapped (else waiting) queue would not
@@ -49,28 +55,33 @@ def decode_run_limit(sched: Scheduler) -> int:
     same). The limit is the fewest remaining output tokens of a running request
     (the step in which one finishes is the run's last) and the most steps whose
     block allocations all succeed (`max_decode_steps`, so nobody is preempted).
-    The caller also stops the run at the next arrival. Fewer than 2 steps is no run: 0.
+    The caller also stops the run at the next arrival. Fewer than 2 steps is no run: k = 0
+    (and the sums are not made).
     """
     running = sched.running
     n = len(running)
     budget = sched.config.max_num_batched_tokens - n
     if not n or sched.pending_copies or budget < 0:
-        return 0
+        return NO_RUN
     if sched.swapped or sched.waiting:  # asked first: after an arrival it answers at once, without the pass below
         head = sched.swapped[0] if sched.swapped else sched.waiting[0]
         if budget > 0 and sched.admission(head, budget, n, swapped=bool(sched.swapped)) is not None:
-            return 0
+            return NO_RUN
     limit = 1 << 62
+    total = longest = 0
     for r in reversed(running):  # the newest first: the one most likely still prefilling
-        out = r.num_output_tokens
-        if not out or r.num_computed_tokens != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
-            return 0
+        out, computed = r.num_output_tokens, r.num_computed_tokens
+        if not out or computed != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
+            return NO_RUN
         left = r.output_len - out
         if left < limit:
             limit = left
+        total += computed
+        if computed > longest:
+            longest = computed
     if limit < 2:  # a run of one step is no run: schedule() takes it
-        return 0
-    return sched.kv.max_decode_steps(running, limit)
+        return NO_RUN
+    return sched.kv.max_decode_steps(running, limit), total, longest
 
 
 def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, int] | None = None) -> DecodeRun:
@@ -120,13 +131,17 @@ def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int,
     return m, starts, durations, end
 
 
-def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float) -> tuple[int, float]:
+def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float,
+               context: tuple[int, int] | None = None) -> tuple[int, float]:
     """Apply and record up to k decode steps from `now`, none but the first starting at or after `cut`.
 
-    Returns (steps applied, end time of the last).
+    `context`: the running requests' (sum, max) of num_computed_tokens (plan_decode_run's), when the caller
+    has them. Returns (steps applied, end time of the last).
     """
-    context = [r.num_computed_tokens for r in sched.running]
-    n, total, longest = len(context), sum(context), max(context, default=0)
+    if context is None:
+        computed = [r.num_computed_tokens for r in sched.running]
+        context = (sum(computed), max(computed, default=0))
+    n, (total, longest) = len(sched.running), context
     # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new blocks are its own)
     shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
               if cost_model.prices_sharing else 0)

@@ -211,17 +211,17 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
             yield clock.wait(arrivals.next_time() - now)
             continue
         if fast_path is not None:
-            k = fp.decode_run_limit(scheduler)
+            k, *context = fp.plan_decode_run(scheduler)
             if k >= 2:
                 # A run goes on through the finishes that end it while nothing is due before `cut` and the
                 # scheduler still certifies a run (the queue heads stay blocked after the finished requests'
                 # blocks are freed): what the loop's next turns would do, without their tick, release and wait.
                 cut, end = min(arrivals.next_time(), seen_until), now
                 while k >= 2:
-                    k, end = fp.decode_run(scheduler, recorder, fast_path, k, end, cut)
+                    k, end = fp.decode_run(scheduler, recorder, fast_path, k, end, cut, context)
                     stats.num_steps += k
                     stats.fast_path_steps += k
-                    k = fp.decode_run_limit(scheduler) if end < cut else 0
+                    k, *context = fp.plan_decode_run(scheduler) if end < cut else fp.NO_RUN
                 empty = 0
                 yield clock.wait(end - now)
                 continue

@@ -293,21 +293,21 @@ class Scheduler:
         The request-by-request pass would give each its one token and its block in the same order, and
         preempt nobody (the blocks suffice for all), so the decisions are the same."""
         running = self.running
-        n = 0
-        for r in running:
-            out = r.num_output_tokens
-            if not out or r.num_computed_tokens != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
+        n = total = longest = 0
+        for r in running if len(running) <= budget else running[:budget]:
+            out, computed = r.num_output_tokens, r.num_computed_tokens
+            if not out or computed != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
                 break
             n += 1
-        if n > budget:
-            n = budget
+            total += computed
+            if computed > longest:
+                longest = computed
         if n < 2:
             return 0
         group = running[:n]
         if not self.kv.allocate_decode_step(group):
             return 0
-        computed = [r.num_computed_tokens for r in group]
-        plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, sum(computed), max(computed)
+        plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, total, longest
         return n
 
     def admission(self, req: Request, budget: int, num_running: int, swapped: bool) -> tuple[int, list, int] | None:
