@@ -25,7 +25,7 @@ from pagesim.scheduler import Scheduler, StepOutcome, without
 
 NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
-FUSED_RUN = 64  # ... or of this many by a cost model that times them in one pass (decode_run_until)
+FUSED_RUN = 160  # ... or of this many by a cost model that times them in one pass (decode_run_until)
 
 
 @dataclass(slots=True)
