@@ -21,7 +21,7 @@ import numpy as np
 
 from pagesim.cost.features import shared_decode_tokens
 from pagesim.kv_manager import DecodeBlocks
-from pagesim.scheduler import Scheduler, StepOutcome, without
+from pagesim.scheduler import NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, without
 
 NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
@@ -67,18 +67,22 @@ def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
         head = sched.swapped[0] if sched.swapped else sched.waiting[0]
         if budget > 0 and sched.admission(head, budget, n, swapped=bool(sched.swapped)) is not None:
             return NO_RUN
-    limit = 1 << 62
-    total = longest = 0
-    for r in reversed(running):  # the newest first: the one most likely still prefilling
-        out, computed = r.num_output_tokens, r.num_computed_tokens
-        if not out or computed != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
-            return NO_RUN
-        left = r.output_len - out
-        if left < limit:
-            limit = left
-        total += computed
-        if computed > longest:
-            longest = computed
+    summary = sched.decode_summary_now()
+    if summary is not None:  # learnt as the last step or run advanced them
+        limit, total, longest = summary.fewest_left, summary.total_computed, summary.max_computed
+    else:
+        limit = NO_LIMIT
+        total = longest = 0
+        for r in reversed(running):  # the newest first: the one most likely still prefilling
+            out, computed = r.num_output_tokens, r.num_computed_tokens
+            if not out or computed != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
+                return NO_RUN
+            left = r.output_len - out
+            if left < limit:
+                limit = left
+            total += computed
+            if computed > longest:
+                longest = computed
     if limit < 2:  # a run of one step is no run: schedule() takes it
         return NO_RUN
     return sched.kv.max_decode_steps(running, limit), total, longest
@@ -98,16 +102,25 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     sched.step_id += k
     outcome = StepOutcome()
     cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
+    fewest, total, longest = NO_LIMIT, 0, 0  # the decode summary of those that go on running
     for r in running:
         old = r.num_computed_tokens
-        r.num_computed_tokens = old + k
-        if (old + k) // bs != old // bs:  # a block became full (else there is nothing to register)
+        r.num_computed_tokens = computed = old + k
+        if computed // bs != old // bs:  # a block became full (else there is nothing to register)
             cache_full_blocks(r, old)
         r.num_output_tokens = out = r.num_output_tokens + k
-        if out >= r.output_len:
+        left = r.output_len - out
+        if left <= 0:
             sched.finish_request(r, end, outcome)
+            continue
+        if left < fewest:
+            fewest = left
+        total += computed
+        if computed > longest:
+            longest = computed
     if outcome.finished:
         sched.running = without(running, outcome.finished)
+    sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest)
     return DecodeRun(k, len(running), context[0], context[1], blocks, outcome)
 
 

@@ -114,6 +114,22 @@ def without(running: list[Request], ended: list[Request]) -> list[Request]:
     return running
 
 
+NO_LIMIT = 1 << 62
+
+
+@dataclass(slots=True)
+class DecodeSummary:
+    """What the fast path needs of the running requests, learnt while advancing them: every one of them decodes
+    (Request.is_decoding); the fewest output tokens any has left, the sum and the max of their
+    num_computed_tokens. Valid while the scheduler is at `step_id` with this `running` list."""
+
+    step_id: int
+    running: list
+    fewest_left: int
+    total_computed: int
+    max_computed: int
+
+
 @dataclass(slots=True)
 class StepOutcome:
     finished: list[Request] = field(default_factory=list)
@@ -149,6 +165,9 @@ class Scheduler:
         # request-by-request pass would schedule them. Off for live mode, lockstep and parity, whose
         # executors and comparisons read every ScheduledRequest.
         self.group_decodes = False
+        # Also the fast path's: what the last finish_step (or decode run) learnt of the running requests as it
+        # advanced them, valid until the next step or change to `running` (decode_summary_now).
+        self.decode_summary: DecodeSummary | None = None
 
     # ---- requests in ---------------------------------------------------------------
     def add_request(self, request: Request) -> bool:
@@ -187,9 +206,17 @@ class Scheduler:
         return self.kv.num_held_blocks()
 
     # ---- one step --------------------------------------------------------------------
+    def decode_summary_now(self) -> DecodeSummary | None:
+        """The decode summary when it describes the running requests now, else None."""
+        summary = self.decode_summary
+        if summary is not None and summary.step_id == self.step_id and summary.running is self.running:
+            return summary
+        return None
+
     def schedule(self, now: float | None = None) -> StepPlan:
         cfg = self.config
         kv = self.kv
+        summary = self.decode_summary_now() if self.group_decodes else None
         plan = StepPlan(self.step_id)
         self.step_id += 1
         plan.blocks_to_copy, self.pending_copies = self.pending_copies, []
@@ -202,7 +229,7 @@ class Scheduler:
         # 1. Running requests.
         i = 0
         if self.group_decodes and not priority and running:
-            i = self._schedule_decode_group(plan, budget)
+            i = self._schedule_decode_group(plan, budget, summary)
             budget -= i
         allocate_slots, schedule_request, new_scheduled = kv.allocate_slots, scheduled.append, ScheduledRequest
         while i < len(running) and budget > 0:
@@ -286,22 +313,26 @@ class Scheduler:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan
 
-    def _schedule_decode_group(self, plan: StepPlan, budget: int) -> int:
+    def _schedule_decode_group(self, plan: StepPlan, budget: int, summary: DecodeSummary | None = None) -> int:
         """Schedule the leading running requests that decode (at most `budget`) as plan.decode_group, if
         the cache has a block for each that needs one; returns how many (0: none, the pass takes them).
+        `summary`: the decode summary of the running requests, when there is one (no pass over them then).
 
         The request-by-request pass would give each its one token and its block in the same order, and
         preempt nobody (the blocks suffice for all), so the decisions are the same."""
         running = self.running
-        n = total = longest = 0
-        for r in running if len(running) <= budget else running[:budget]:
-            out, computed = r.num_output_tokens, r.num_computed_tokens
-            if not out or computed != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
-                break
-            n += 1
-            total += computed
-            if computed > longest:
-                longest = computed
+        if summary is not None and len(running) <= budget:  # every running request decodes
+            n, total, longest = len(running), summary.total_computed, summary.max_computed
+        else:
+            n = total = longest = 0
+            for r in running if len(running) <= budget else running[:budget]:
+                out, computed = r.num_output_tokens, r.num_computed_tokens
+                if not out or computed != r.prompt_len + out - 1:  # not decoding (Request.is_decoding)
+                    break
+                n += 1
+                total += computed
+                if computed > longest:
+                    longest = computed
         if n < 2:
             return 0
         group = running[:n]
@@ -371,14 +402,24 @@ class Scheduler:
         outcome = StepOutcome()
         kv = self.kv
         cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
+        num_running = len(self.running)
+        # the decode summary of the requests that go on running (valid if all of them sample this step)
+        fewest, total, longest, all_sample = NO_LIMIT, 0, 0, True
         for req in plan.decode_group:  # first in the step's order; each computes and samples one token
             old = req.num_computed_tokens
-            req.num_computed_tokens = old + 1
-            if (old + 1) % bs == 0:  # a block became full
+            req.num_computed_tokens = computed = old + 1
+            if computed % bs == 0:  # a block became full
                 cache_full_blocks(req, old)
             req.num_output_tokens = out = req.num_output_tokens + 1
-            if out >= req.output_len:
+            left = req.output_len - out
+            if left <= 0:
                 self.finish_request(req, now, outcome)
+                continue
+            if left < fewest:
+                fewest = left
+            total += computed
+            if computed > longest:
+                longest = computed
         for s in plan.scheduled:
             req = s.request
             old = req.num_computed_tokens
@@ -387,16 +428,31 @@ class Scheduler:
                 cache_full_blocks(req, old)
             out = req.num_output_tokens
             if computed < req.prompt_len + out:  # num_tokens
+                all_sample = False
                 continue  # a prefill chunk that does not reach the end samples nothing
             req.num_output_tokens = out = out + 1
             if req.first_token_time is None:
                 req.first_token_time = now
                 if req.n > 1 and req.parent_id is None:
                     self._fork_samples(req, now, outcome)
-            if out >= req.output_len:
+            left = req.output_len - out
+            if left <= 0:
                 self.finish_request(req, now, outcome)
+                continue
+            if left < fewest:
+                fewest = left
+            total += computed
+            if computed > longest:
+                longest = computed
         if outcome.finished:
             self.running = without(self.running, outcome.finished)
+        # Every request that goes on running sampled this step (so it decodes next) when the step took each
+        # running request once (the decode group and the scheduled ones) and none stopped within its prompt.
+        if (self.group_decodes and all_sample and not outcome.forked
+                and len(plan.decode_group) + len(plan.scheduled) == num_running):
+            self.decode_summary = DecodeSummary(self.step_id, self.running, fewest, total, longest)
+        else:
+            self.decode_summary = None
         return outcome
 
     def finish_request(self, req: Request, now: float, outcome: StepOutcome) -> None:
