@@ -210,9 +210,10 @@ class ContiguousKVCacheManager:
             return 0
         return self.allocator.free_in_extents_shorter_than(self.run_blocks(head)) * self.block_size
 
-    def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
+    def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
         bs = self.block_size
-        used, internal = num_computed(running), self.num_internal_slots
+        used = num_computed(running) if used is None else used
+        internal = self.num_internal_slots
         allocated = (self.num_gpu_blocks - self.allocator.num_free) * bs
         external = self.external_fragmentation(head)
         return MemoryAccounting(

@@ -143,7 +143,7 @@ class KVCacheManager(Protocol):
     def cached_block_ids(self) -> Iterable[int]:
         """Free GPU blocks that still hold a reusable prefix."""
 
-    def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
+    def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
         """Slots per memory category; `running` are all the requests holding GPU blocks (their used tokens are
-        summed; the internal fragmentation of the tables handed out is kept by the manager as they change),
-        `head` is the next request to admit."""
+        summed, unless the caller has the sum: `used`; the internal fragmentation of the tables handed out is
+        kept by the manager as they change), `head` is the next request to admit."""

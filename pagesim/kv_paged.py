@@ -93,13 +93,17 @@ class PagedKVCacheManager:
         if not admission and not computed_blocks and not num_computed_from_cache:
             # A running request's next tokens (the common case, inlined): the general path below, without hits.
             bs = self.block_size
-            need = -(-(request.num_computed_tokens + num_new_tokens) // bs) - len(request.block_ids)
+            held = len(request.block_ids)
+            need = -(-(request.num_computed_tokens + num_new_tokens) // bs) - held
             if need > 0:
                 if need > self.pool.num_free_blocks:
                     return False
-                before = internal_slots(request, bs)
                 request.block_ids.extend(self.pool.take(need))
-                self.num_internal_slots += internal_slots(request, bs) - before
+                # internal_slots(request) after minus before, written out: slots past final_kv_len
+                over = (held + need) * bs - request.prompt_len - request.output_len + 1
+                if over > 0:
+                    before = over - need * bs
+                    self.num_internal_slots += over - before if before > 0 else over
             if self.enable_caching:
                 self._cache_blocks(request, request.num_computed_tokens // bs,
                                    min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
@@ -345,11 +349,12 @@ class PagedKVCacheManager:
     def cached_block_ids(self) -> list[int]:
         return self.pool.cached_free_block_ids()
 
-    def accounting(self, running: list[Request], head: Request | None = None) -> MemoryAccounting:
+    def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
         """Slots per category. `running` are the requests holding GPU blocks."""
         bs = self.block_size
         pool = self.pool
-        used, internal = num_computed(running), self.num_internal_slots
+        used = num_computed(running) if used is None else used
+        internal = self.num_internal_slots
         used -= pool.num_extra_refs * bs  # a shared block (always full) counts once
         allocated = pool.num_used_blocks * bs
         cached = pool.num_free_cached * bs

@@ -165,7 +165,8 @@ class Recorder:
         if self._memory_cache is not None and self._memory_cache[0] is head:
             return self._memory_cache[1]
         kv = self.sched.kv
-        acc = kv.accounting(self.sched.running, head)
+        summary = self.sched.decode_summary_now()  # with the running requests' num_computed_tokens summed
+        acc = kv.accounting(self.sched.running, head, None if summary is None else summary.total_computed)
         bs = kv.block_size
         allocated_blocks, cached_blocks = acc.allocated // bs, acc.cached // bs
         memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + _categories_tuple(acc)
