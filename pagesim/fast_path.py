@@ -25,7 +25,7 @@ from pagesim.scheduler import NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, w
 
 NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
-FUSED_RUN = 160  # ... or of this many by a cost model that times them in one pass (decode_run_until)
+FUSED_RUN = 128  # ... or up to this many by a cost model that times them on floats (decode_run_until)
 
 
 @dataclass(slots=True)
@@ -125,21 +125,22 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
 
 
 def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int, now: float,
-              cut: float) -> tuple[int, list[float], list[float], float]:
-    """(steps, their start times, their durations, end) of a decode run cut before `cut`, from decode_run_times."""
+              cut: float, window: int) -> tuple[int, list[float], list[float], float]:
+    """(steps, their start times, their durations, end) of a decode run cut before `cut`, from decode_run_times,
+    over a window of `window` steps first (0: none)."""
     # Time a short window first: most runs are cut by an arrival within it. Start times are added one at a
     # time, as a step-by-step clock would (times[j]: start of step j; accumulate and cumsum are sequential).
-    window = k if k <= SHORT_RUN else SHORT_RUN
-    durations = cost_model.decode_run_times(n, total, window, longest, shared).tolist()
+    window = k if k <= window else window
+    durations = cost_model.decode_run_times(n, total, window, longest, shared).tolist() if window else []
     times = list(accumulate(durations, initial=now))
     m = bisect_left(times, cut, 0, window)  # steps starting before cut (starts are non-decreasing)
-    if m < window or window == k or times[window] >= cut:
+    if window and (m < window or window == k or times[window] >= cut):
         m = m or 1  # the first step always
         starts, durations, end = times[:m], durations[:m], times[m]
     else:  # not cut within the window: time the whole run
         full = cost_model.decode_run_times(n, total, k, longest, shared)
         times = np.cumsum(np.concatenate(([now], full)))
-        m = int(np.searchsorted(times[:k], cut, side="left"))  # > window
+        m = max(int(np.searchsorted(times[:k], cut, side="left")), 1)  # > window (the first step always)
         starts, durations, end = times[:m].tolist(), full[:m].tolist(), float(times[m])
     return m, starts, durations, end
 
@@ -164,7 +165,8 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
         starts, durations, end = timed
         m = len(starts)
     else:
-        m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, now, cut)
+        m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, now, cut,
+                                              0 if until is not None else SHORT_RUN)
     before = recorder.memory_state()
     first_step = sched.step_id
     run = run_decode_steps(sched, m, end, (total, longest))
