@@ -160,3 +160,30 @@ def test_decode_group_schedules_as_request_by_request(overrides):
     assert grouped[1] == plain[1]
     assert grouped[2] == plain[2]
     assert grouped[3] == plain[3]
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "llama-2-7b"])
+def test_roofline_run_timing_equals_decode_run_times(model):
+    """decode_run_until (the roofline's float pass up to the cut) gives the floats that timing the whole run
+    with decode_run_times and a running sum gives: the same steps, start times, durations and end."""
+    import random
+
+    from pagesim.fast_path import FUSED_RUN, _time_run
+
+    cfg = Config(model=model, gpu="h200")
+    cost = make_cost_model("roofline", cfg)
+    rng = random.Random(7)
+    timed = 0
+    for _ in range(400):
+        n, k = rng.randint(1, 300), rng.randint(2, 400)
+        total = n * rng.randint(1, 4000)
+        now = rng.uniform(0, 3600)
+        cut = rng.choice([float("inf"), now + rng.uniform(-0.01, 0.05), now + rng.uniform(0, 3)])
+        got = cost.decode_run_until(n, total, k, now, cut, FUSED_RUN)
+        m, starts, durations, end = _time_run(cost, n, total, k, total // n, 0, now, cut, 0)
+        if got is not None:
+            timed += 1
+            assert got == (starts, durations, end)
+        else:  # handed back only when the first step's duration bounds the steps before the cut above the window
+            assert m > FUSED_RUN // 4
+    assert timed > 200

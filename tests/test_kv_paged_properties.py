@@ -493,6 +493,14 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.now += 1.0
         s.finish_step(plan, self.now)
         check_scheduler(s)
+        summary = s.decode_summary_now()  # what the fast path reads instead of a pass over the running requests
+        if summary is not None:
+            assert s.group_decodes and all(r.is_decoding for r in s.running)
+            if s.running:
+                assert summary.fewest_left == min(r.output_len - r.num_output_tokens for r in s.running)
+                assert summary.total_computed == sum(r.num_computed_tokens for r in s.running)
+                assert summary.max_computed == max(r.num_computed_tokens for r in s.running)
+            self.saw.add("decode summary")
         return plan
 
     def teardown(self):
@@ -525,4 +533,4 @@ def test_scheduler_machine_reaches_the_interesting_paths():
     """Rejection, preemption, swapping and fork copies all happened in the random runs above."""
     if not SEEN:
         pytest.skip("the state machine did not run in this session")
-    assert {"rejected", "preempted", "swapped", "copied", "decode group"} <= SEEN, f"only saw {sorted(SEEN)}"
+    assert {"rejected", "preempted", "swapped", "copied", "decode group", "decode summary"} <= SEEN, f"only saw {sorted(SEEN)}"
