@@ -25,7 +25,7 @@ from pagesim.scheduler import NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, w
 
 NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
-FUSED_RUN = 128  # ... or up to this many by a cost model that times them on floats (decode_run_until)
+FUSED_RUN = 100  # ... or up to this many by a cost model that times them on floats (decode_run_until)
 
 
 @dataclass(slots=True)

@@ -338,30 +338,33 @@ class Recorder:
         return df
 
     def _columns(self) -> dict[str, np.ndarray]:
-        """The rows and expanded decode runs since the last flush, as columns in step order.
-
-        Both go into one table of STEP_COLUMNS' values per step (as doubles: every integer here is < 2**53),
-        placed row by row, which is then cut into typed columns."""
-        width = len(STEP_COLUMNS)
-        table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, width)
+        """The rows and expanded decode runs since the last flush, as columns in step order."""
+        if self.rows:
+            table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
+            cols = {c: table[:, i].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
+                    for i, c in enumerate(STEP_COLUMNS)}
+        else:
+            cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}
         if self.runs:
             runs = self._runs_columns()
-            run_table = np.empty((len(runs["step"]), width))
-            for i, c in enumerate(STEP_COLUMNS):
-                run_table[:, i] = runs[c]
+            total = len(cols["step"]) + len(runs["step"])
             first = self.first_step
-            rows_at, runs_at = table[:, 0].astype(np.int64) - first, runs["step"] - first
-            total = len(rows_at) + len(runs_at)
-            if _is_permutation(rows_at, runs_at, total):
-                # Steps are numbered first..first+total-1, each once: every row goes straight to its place.
-                merged = np.empty((total, width))
-                merged[rows_at] = table
-                merged[runs_at] = run_table
+            if _is_permutation(cols["step"] - first, runs["step"] - first, total):
+                # Steps are numbered first..first+total-1, each once: every row goes straight to its place
+                # (one pass and one array per column, where concatenating then sorting makes two).
+                merged = {}
+                rows_at, runs_at = cols["step"] - first, runs["step"] - first
+                for c in STEP_COLUMNS:
+                    out = np.empty(total, dtype=np.result_type(cols[c], runs[c]))
+                    out[rows_at] = cols[c]
+                    out[runs_at] = runs[c]
+                    merged[c] = out
+                cols = merged
             else:
-                merged = np.concatenate([table, run_table])
-                merged = merged[np.argsort(np.concatenate([rows_at, runs_at]), kind="stable")]
-            table = merged
-        return {c: table[:, i].astype(np.float64 if c in FLOAT_COLUMNS else np.int64) for i, c in enumerate(STEP_COLUMNS)}
+                cols = {c: np.concatenate([cols[c], runs[c]]) for c in STEP_COLUMNS}
+                order = np.argsort(cols["step"], kind="stable")
+                cols = {c: v[order] for c, v in cols.items()}
+        return cols
 
     # ---- snapshots ---------------------------------------------------------------
     def snapshot(self, time_s: float) -> None:

@@ -45,9 +45,6 @@ and 0.99-1.02x from 1024 to 8192 tokens. A profile fitted on the real engine clo
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from itertools import accumulate
-
 import numpy as np
 
 from pagesim.config import Config
@@ -170,29 +167,31 @@ class RooflineCostModel:
                          window: int) -> tuple[list[float], list[float], float] | None:
         """The steps of a decode run (decode_run_times' durations) that start before `cut`, the first always,
         at most k, timed from `now`: (start times, durations, end of the last); each start is the previous
-        plus its duration, as a step-by-step clock adds them. On Python floats, the same floats as
-        decode_run_times', for the steps up to the cut only (durations grow, so the first one bounds how many
-        start before it); None when that bound exceeds `window` steps or when the run's durations need the
-        max() (the caller then times the run with decode_run_times)."""
+        plus its duration, as a step-by-step clock adds them. One pass on Python floats up to the cut, the same
+        floats as decode_run_times'; None when more than `window` steps may start before cut (durations grow, so
+        the first bounds how many) or when the durations need the max() (the caller then uses decode_run_times)."""
         n = num_seqs
         if not n or not self._decode_kv_bound or self.allreduce_s + n * self.allreduce_s_per_token or n * self.seq_overhead_s:
             return None
         dense = max(self.weight_read_bytes / self.mem_rate, (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
         kvb, mem_rate, overhead = self.kv_bytes, self.mem_rate, self.step_overhead_s
         c2 = context_start + 2 * n  # the keys read by the first step plus its new tokens' (decode_run_times)
-        span = cut - now
-        w = k
-        if span < w * (dense + c2 * kvb / mem_rate + overhead):  # every step lasts at least the first one
-            w = max(int(span / (dense + c2 * kvb / mem_rate + overhead)) + 2, 1)
-        if w > window:
+        first = dense + c2 * kvb / mem_rate + overhead  # decode_run_times' expression, in its order
+        if k > window and cut - now > (window - 1) * first:  # every step lasts at least the first: maybe a long run
             return None
-        durations = [dense + c * kvb / mem_rate + overhead for c in range(c2, c2 + n * w, n)]  # decode_run_times' order
-        times = list(accumulate(durations, initial=now))
-        m = bisect_left(times, cut, 0, w)  # steps starting before cut (starts are non-decreasing)
-        if m == w and w < k and times[w] < cut:  # rounding put the cut past the bound: the caller's turn
-            return None
-        m = m or 1  # the first step always
-        return times[:m], durations[:m], times[m]
+        starts: list[float] = []
+        durations: list[float] = []
+        add_start, add_duration = starts.append, durations.append
+        t, d = now, first
+        for _ in range(k if k < window else window):
+            add_start(t)
+            add_duration(d)
+            t += d
+            if t >= cut:
+                return starts, durations, t
+            c2 += n
+            d = dense + c2 * kvb / mem_rate + overhead
+        return (starts, durations, t) if len(starts) == k else None
 
     def describe(self) -> dict:
         return {"kind": "roofline", "model": self.model, "gpu": self.gpu,
