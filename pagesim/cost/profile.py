@@ -117,6 +117,17 @@ def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
     return tuple(sizes + [min(max_num_seqs, GRAPH_BATCH_SIZES[-1])])
 
 
+# The packed token counts the engine captures piecewise CUDA graphs of mixed and prefill steps at (a step of T
+# tokens runs padded to the next size; beyond the last one it runs eagerly); engine.executor imports this rule.
+MIXED_GRAPH_TOKEN_SIZES = (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def mixed_graph_token_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
+    """The mixed-step token buckets: the sizes below max_num_batched_tokens, then it (at most 1024)."""
+    sizes = [t for t in MIXED_GRAPH_TOKEN_SIZES if t < max_num_batched_tokens]
+    return tuple(sizes + [min(max_num_batched_tokens, MIXED_GRAPH_TOKEN_SIZES[-1])])
+
+
 def graph_features(sizes, sharing: bool = False) -> tuple[str, ...]:
     return GRAPH_FEATURES + SHARING[1:] * sharing + tuple(f"graph_pad_{s}" for s in sizes[1:])
 
