@@ -44,6 +44,18 @@ the second below; a batch of short sequences with one long one is ruled by the l
 sums alone cannot see. Both terms only add cost as C or max_decode_context grow, so more work is never
 cheaper. max_context_lanes is chosen from a grid by the fit of graph steps; eager steps use the same.
 
+- graph mixed steps (profiles with `mixed_graph_token_sizes`): steps with prefill tokens (and decode
+  batches above the largest decode graph) of at most the largest token bucket T_max replay piecewise
+  CUDA graphs padded to the bucket t (mixed_graph_token_sizes: 16, 32, ..., 1024), with each layer's
+  attention launched eagerly between the pieces; no launch-bound intercept, no knee:
+
+    mixed = mixed_graph_intercept + sum of mixed_graph_pad_<s> over the buckets s <= t (s > 16)
+            + num_prefill_seqs + num_decode_seqs + decode_context_tokens + longest + prefill_attn_pairs
+            (each term times its mixed_graph_ coefficient; longest with the exact decode row count's
+            splits: the decode launch of a mixed step is not padded)
+
+  A profile without the key prices such steps as eager steps (as before the engine graphed them).
+
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
 sizes only add cost, and the fit keeps eager steps at least as dear as graph steps with as many
@@ -124,8 +136,8 @@ MIXED_GRAPH_TOKEN_SIZES = (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
 
 def mixed_graph_token_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
     """The mixed-step token buckets: the sizes below max_num_batched_tokens, then it (at most 1024)."""
-    sizes = [t for t in MIXED_GRAPH_TOKEN_SIZES if t < max_num_batched_tokens]
-    return tuple(sizes + [min(max_num_batched_tokens, MIXED_GRAPH_TOKEN_SIZES[-1])])
+    largest = min(max_num_batched_tokens, MIXED_GRAPH_TOKEN_SIZES[-1])
+    return tuple([t for t in MIXED_GRAPH_TOKEN_SIZES if t < largest] + [largest])
 
 
 def graph_features(sizes, sharing: bool = False) -> tuple[str, ...]:
@@ -170,6 +182,23 @@ def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
     return maximum(d_ctx / lanes, -(-max_ctx // splits))
 
 
+# Graph mixed steps (module docstring): their own intercept, bucket increments and attention terms.
+MIXED_FEATURES = ("mixed_graph_intercept", "mixed_graph_prefill_seqs", "mixed_graph_decode_seqs",
+                  "mixed_graph_context_tokens", "mixed_graph_max_context", "mixed_graph_attn_pairs")
+
+
+def mixed_features(sizes) -> tuple[str, ...]:
+    """The graph-mixed features of a profile with these token buckets (none without buckets)."""
+    if not sizes:
+        return ()
+    return MIXED_FEATURES + tuple(f"mixed_graph_pad_{t}" for t in sizes[1:])
+
+
+def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs):
+    """The values of MIXED_FEATURES[1:], in order."""
+    return (p_seqs, d_seqs, d_ctx, longest, pairs)
+
+
 @dataclass
 class ProfileCostModel:
     model: str
@@ -183,6 +212,7 @@ class ProfileCostModel:
     graph_batch_sizes: tuple[int, ...] = ()  # the engine's CUDA-graph decode sizes (required, increasing)
     max_context_lanes: int = 0  # 0: no longest-sequence term (profiles fitted before it existed)
     kv_cache_dtype: str = "auto"  # the engine's cache dtype when the timings were taken (Config.kv_cache_dtype)
+    mixed_graph_token_sizes: tuple[int, ...] = ()  # the engine's mixed-step token buckets; () prices them eagerly
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -209,6 +239,7 @@ class ProfileCostModel:
         self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
         self._graph_splits = tuple(num_splits(s, self._programs, self._kv_heads) for s in sizes)
         self._idle = self._graph_base[0]
+        self._init_mixed()
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
         self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
@@ -218,7 +249,35 @@ class ProfileCostModel:
 
     @property
     def feature_names(self) -> tuple[str, ...]:
-        return eager_features(self.prices_sharing) + graph_features(self.graph_batch_sizes, self.prices_sharing)
+        return (eager_features(self.prices_sharing) + graph_features(self.graph_batch_sizes, self.prices_sharing)
+                + mixed_features(self.mixed_graph_token_sizes))
+
+    # ---- graph mixed steps (module docstring) ---------------------------------------------
+    def _init_mixed(self) -> None:
+        sizes = self.mixed_graph_token_sizes = tuple(int(t) for t in self.mixed_graph_token_sizes)
+        coef = self.coefficients
+        self._mixed_max = sizes[-1] if sizes else 0
+        self._mc = tuple(float(coef.get(name, 0.0)) for name in MIXED_FEATURES[1:])
+        base, self._mixed_base = float(coef.get(MIXED_FEATURES[0], 0.0)), []
+        for i, t in enumerate(sizes):
+            if i:
+                base += float(coef.get(f"mixed_graph_pad_{t}", 0.0))
+            self._mixed_base.append(base)
+
+    def is_mixed_graph(self, p_tokens, d_seqs):
+        """Whether a step with these counts replays the mixed-step graphs (scalars or numpy arrays)."""
+        return ((p_tokens > 0) | (d_seqs > self._graph_max)) & (p_tokens + d_seqs <= self._mixed_max)
+
+    def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, maximum=max):
+        tokens = p_tokens + d_seqs
+        if isinstance(tokens, np.ndarray):
+            base = np.asarray(self._mixed_base)[np.searchsorted(self.mixed_graph_token_sizes, tokens, side="left")]
+            splits = num_splits(np.maximum(np.asarray(d_seqs, dtype=np.int64), 1), self._programs, self._kv_heads)
+        else:
+            base = self._mixed_base[bisect_left(self.mixed_graph_token_sizes, tokens)]
+            splits = num_splits(max(int(d_seqs), 1), self._programs, self._kv_heads)
+        longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
+        return base + sum(c * x for c, x in zip(self._mc, _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs)))
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
         """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
@@ -256,6 +315,9 @@ class ProfileCostModel:
             shared = f.decode_shared_tokens if self.prices_sharing else 0
             if not f.num_prefill_tokens and f.num_decode_seqs <= self._graph_max:
                 fwd = self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context, shared=shared)
+            elif f.num_prefill_tokens + f.num_decode_seqs <= self._mixed_max:
+                fwd = self._mixed_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
+                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
@@ -279,6 +341,8 @@ class ProfileCostModel:
         longest = max_context_start + steps
         if num_seqs <= self._graph_max:
             return self._graph_time(num_seqs, ctx, longest, np.maximum, shared)
+        if num_seqs <= self._mixed_max:
+            return self._mixed_time(0, 0, np.full(k, num_seqs), ctx, longest, 0, np.maximum)
         return self._eager_time(0, 0, num_seqs, ctx, longest, 0, np.maximum, shared)
 
     def forward_times(self, rows) -> np.ndarray:
@@ -298,6 +362,9 @@ class ProfileCostModel:
             idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
             out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * (c[graph] - sh[graph])
                           + self._graph_shared * sh[graph] + self._graph_max_ctx * longest[graph])
+        mixed = self.is_mixed_graph(p, n)
+        if mixed.any():
+            out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], np.maximum)
         return out
 
     def _splits_of(self, n: np.ndarray) -> np.ndarray:
@@ -310,6 +377,8 @@ class ProfileCostModel:
              "created": self.created, "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.mixed_graph_token_sizes:
+            d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         return d
 
     # ---- files ---------------------------------------------------------------------
@@ -319,6 +388,8 @@ class ProfileCostModel:
              "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.mixed_graph_token_sizes:
+            d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         if self.kv_cache_dtype != "auto":
             d["kv_cache_dtype"] = self.kv_cache_dtype
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
@@ -350,7 +421,12 @@ class ProfileCostModel:
                 or any(a >= b for a, b in zip(sizes, sizes[1:]))):
             raise UserError(f"profile {p}: 'graph_batch_sizes' is {sizes!r}, expected increasing positive integers "
                             "(the engine's CUDA-graph decode batch sizes)")
-        known = eager_features(True) + graph_features(sizes, True)
+        mixed_sizes = d.get("mixed_graph_token_sizes", [])
+        if (not isinstance(mixed_sizes, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in mixed_sizes)
+                or any(a >= b for a, b in zip(mixed_sizes, mixed_sizes[1:]))):
+            raise UserError(f"profile {p}: 'mixed_graph_token_sizes' is {mixed_sizes!r}, expected increasing positive "
+                            "integers (the engine's mixed-step token buckets)")
+        known = eager_features(True) + graph_features(sizes, True) + mixed_features(mixed_sizes)
         if not isinstance(d["features"], list):
             raise UserError(f"profile {p}: 'features' must be a list of feature names")
         unknown = [f for f in d["features"] if f not in known]
@@ -380,7 +456,7 @@ class ProfileCostModel:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes, kv_dtype)
+                       lanes, kv_dtype, tuple(mixed_sizes))
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
@@ -452,11 +528,30 @@ def _graph_design(cols, sel, sizes, longest, sharing: bool = False) -> np.ndarra
                            + [shared] * sharing + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
-def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) -> dict:
-    """Both kinds' coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
+def _mixed_design(cols, sel, mixed_sizes, lanes, split) -> np.ndarray:
+    """Columns in mixed_features(mixed_sizes) order, for graph mixed rows."""
+    p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
+    t = np.asarray(mixed_sizes)[np.searchsorted(mixed_sizes, p + n, side="left")]
+    splits = num_splits(np.maximum(n.astype(np.int64), 1), split[1], split[2])
+    longest = longest_keys(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel], splits, lanes, np.maximum)
+    terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, cols["decode_context_tokens"][sel], longest,
+                         cols["prefill_attn_pairs"][sel])
+    return np.column_stack([np.ones(len(n)), *terms] + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
+
+
+def _is_mixed_graph(cols, sel, sizes, mixed_sizes) -> np.ndarray:
+    p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
+    if not mixed_sizes:
+        return np.zeros(len(p), dtype=bool)
+    return ((p > 0) | (n > sizes[-1])) & (p + n <= mixed_sizes[-1])
+
+
+def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES, mixed_sizes=()) -> dict:
+    """Every kind's coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
     rows_idx = np.asarray(sel)
     is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= sizes[-1])
-    graph_rows, eager_rows = rows_idx[is_graph], rows_idx[~is_graph]
+    is_mixed = _is_mixed_graph(cols, rows_idx, sizes, mixed_sizes)
+    graph_rows, eager_rows, mixed_rows = rows_idx[is_graph], rows_idx[~is_graph & ~is_mixed], rows_idx[is_mixed]
     sharing = bool(cols["decode_shared_tokens"][rows_idx].any())  # else the fit is the one without sharing
     names = eager_features(sharing)
     coefficients: dict[str, float] = {}
@@ -512,13 +607,23 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
         raised.append("max_decode_context")
     coefficients = {**eager, **coefficients}
     abs_err.append(err * len(eager_rows))
+    if mixed_sizes:
+        mnames = mixed_features(mixed_sizes)
+        if len(mixed_rows) < 2 * len(mnames):
+            raise UserError(f"calibration rows: {len(mixed_rows)} usable graph mixed steps (prefill tokens, at most "
+                            f"{mixed_sizes[-1]} tokens) to fit, need at least {2 * len(mnames)}")
+        x, err = _fit_relative_l1(_mixed_design(cols, mixed_rows, mixed_sizes, lanes, split), y[mixed_rows])
+        coefficients.update(zip(mnames, map(float, x)))
+        dropped += [f for f, v in zip(mnames, x) if v == 0]
+        abs_err.append(err * len(mixed_rows))
     return {"coefficients": coefficients, "knee": knee, "lanes": lanes, "dropped": dropped, "raised": raised,
             "train_mape": float(sum(abs_err) / len(rows_idx))}
 
 
 def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
                 knees: tuple[int, ...] = KNEES, holdout: str = "rows",
-                max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES) -> tuple[ProfileCostModel, dict]:
+                max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES,
+                mixed_graph_token_sizes: tuple[int, ...] = ()) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
     `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
@@ -526,7 +631,8 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     eager; see the module docstring) gets its own coefficients, fitted to the least mean absolute
     relative error; the knee is the one in `knees` with the least training error, and max_context_lanes
     the one in `lanes` with the least training error of graph steps. The graph sizes are the executor's
-    for `max_num_seqs` (the calibrated engine's).
+    for `max_num_seqs` (the calibrated engine's). With `mixed_graph_token_sizes` (the calibrated engine's
+    token buckets, when it graphed its mixed steps) graph mixed steps get their own coefficients.
 
     holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
     fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
@@ -563,10 +669,13 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     def make(fitted, fit=None):
         return ProfileCostModel(m.name, g.name, {**fitted["coefficients"], **transfers}, fitted["knee"], fit=fit or {},
                                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                graph_batch_sizes=sizes, max_context_lanes=fitted["lanes"])
+                                graph_batch_sizes=sizes, max_context_lanes=fitted["lanes"],
+                                mixed_graph_token_sizes=mixed_sizes)
+
+    mixed_sizes = tuple(int(t) for t in mixed_graph_token_sizes)
 
     def fit(sel):
-        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes)
+        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes, mixed_sizes)
 
     predicted = np.full(len(y), np.nan)
     if holdout == "rows":
@@ -597,6 +706,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
         n_test = len(idx) if folds else 0
     ape = np.abs(predicted[scored] / y[scored] - 1)
     is_graph = (cols["num_prefill_tokens"][scored] == 0) & (cols["num_decode_seqs"][scored] <= sizes[-1])
+    is_mixed = _is_mixed_graph(cols, scored, sizes, mixed_sizes)
 
     def summary(a):
         return {"mape": float(a.mean()), "p90_ape": float(np.percentile(a, 90)), "n": int(len(a))} if len(a) else None
@@ -605,12 +715,16 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
            "n_test": int(n_test), "holdout": holdout}
     if folds is not None:
         fit.update(folds=folds, n_workloads=n_workloads)
-    fit["by_kind"] = {"graph": summary(ape[is_graph]), "eager": summary(ape[~is_graph])}
+    fit["by_kind"] = {"graph": summary(ape[is_graph]), "eager": summary(ape[~is_graph & ~is_mixed])}
+    if mixed_sizes:
+        fit["by_kind"]["graph mixed"] = summary(ape[is_mixed])
     profile = make(final, fit)
     report = dict(fit, knee_tokens=final["knee"], dropped=final["dropped"], raised=final["raised"],
                   n_left_out=int((~keep).sum()), train_mape=final["train_mape"],
                   objective="mean absolute relative error", graph_batch_sizes=list(sizes),
                   max_context_lanes=final["lanes"])
+    if mixed_sizes:
+        report["mixed_graph_token_sizes"] = list(mixed_sizes)
     if fold_workloads:
         report["fold_workloads"] = fold_workloads
     return profile, report
