@@ -2,11 +2,15 @@
 
 Llama-3-8B shape, random bf16 weights, block 16. Each case is one step of a prefill chunk of P tokens
 (after C cached tokens) packed with D decode rows (context 512 each), run through GPUExecutor.execute
-as hand-built step plans: once by an executor whose prefill/mixed steps replay the pieces' CUDA graphs
+as hand-built step plans (each decode row's token state built before the timed step, as a live engine
+holds it: the 2026-12-01 figures predate this and include rebuilding 512 prompt ids per decode row, ~40 us
+a row on the H200's host, in the wall time of every case with decode rows): once by an executor whose prefill/mixed steps replay the pieces' CUDA graphs
 (the default) and once by one that runs them eagerly at their exact size (mixed_graphs=False).
 Reported per case and path: median wall time per step (execute(): host preparation, launches and the
-final sync), median GPU time (CUDA events around the step's device work), and wall / GPU (issue #13's
-target: <= 1.3 for every step up to the largest bucket).
+final sync); median device span (CUDA events around the step's device work: it includes the gaps in
+which the GPU waits for launches, so it follows wall time when the host is the bottleneck); and the
+GPU-only time, the summed duration of the step's kernels and copies (torch.profiler / CUPTI, a separate
+pass). Issue #13's target: wall <= 1.3 x GPU-only time for every step up to the largest bucket.
 
     python3 -m bench.mixed_graphs --out $OUT/mixed-graphs.json
 """
@@ -56,18 +60,45 @@ class Plans:
         return StepPlan(0, sched, num_prefill_tokens=prefill, num_decode_tokens=decodes)
 
 
+def step(ex: GPUExecutor, plans: Plans, case) -> float:
+    plan = plans.plan(*case)
+    for s in plan.scheduled:
+        if s.is_decode:  # a live engine built a decoding request's prompt ids in its first step, not in this one
+            ex._tokens_for(s.request)
+    w = ex.execute(plan)
+    for s in plan.scheduled:
+        ex.release(s.request_id)
+    return w
+
+
+def kernel_ms(ex: GPUExecutor, plans: Plans, case, reps: int) -> float | None:
+    """Summed device time of the step's kernels and copies per step (CUPTI through torch.profiler); None if
+    the profiler records no device activity here."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                step(ex, plans, case)
+        us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    except Exception as e:  # noqa: BLE001 -- report, keep the other figures
+        print(f"profiler failed: {e}")
+        return None
+    return us / reps / 1e3 if us else None
+
+
 def time_case(ex: GPUExecutor, plans: Plans, case, reps: int) -> dict:
     wall, gpu = [], []
     for i in range(reps + 3):
-        plan = plans.plan(*case)
-        w = ex.execute(plan)
-        for s in plan.scheduled:
-            ex.release(s.request_id)
+        w = step(ex, plans, case)
         if i >= 3:
             wall.append(w)
             gpu.append(ex.last_gpu_time_s)
     w, g = statistics.median(wall), statistics.median(gpu)
-    return {"wall_ms": 1e3 * w, "gpu_ms": 1e3 * g, "wall_over_gpu": w / g}
+    k = kernel_ms(ex, plans, case, 5)
+    return {"wall_ms": 1e3 * w, "gpu_ms": 1e3 * g, "wall_over_gpu": w / g, "gpu_only_ms": k,
+            "wall_over_gpu_only": 1e3 * w / k if k else None}
 
 
 def main() -> int:
@@ -83,7 +114,7 @@ def main() -> int:
     capture_s = time.perf_counter() - t0
     eager = GPUExecutor(cfg, model, mixed_graphs=False)
     for ex in (graphed, eager):
-        ex.kv_cache.zero_()  # decode rows read context no step wrote: zeros, not whatever memory held
+        ex.kv_cache.normal_()  # decode rows read context no step wrote: random values, not whatever memory held
     plans = Plans()
     rows = []
     for case in CASES:
@@ -94,21 +125,24 @@ def main() -> int:
         row["speedup_wall"] = row["eager"]["wall_ms"] / row["graph"]["wall_ms"]
         rows.append(row)
         print(f"P={case[0]:5d} C={case[1]:5d} D={case[2]:3d} pad={row['padded_to']}: "
-              f"graph {row['graph']['wall_ms']:.2f} ms wall / {row['graph']['gpu_ms']:.2f} GPU "
-              f"({row['graph']['wall_over_gpu']:.2f}x); eager {row['eager']['wall_ms']:.2f} / "
-              f"{row['eager']['gpu_ms']:.2f} ({row['eager']['wall_over_gpu']:.2f}x)", flush=True)
+              + "; ".join(f"{k} {row[k]['wall_ms']:.2f} ms wall, {row[k]['gpu_ms']:.2f} span, "
+                          f"{row[k]['gpu_only_ms'] or float('nan'):.2f} GPU-only "
+                          f"({row[k]['wall_over_gpu_only'] or float('nan'):.2f}x)" for k in ("graph", "eager")),
+              flush=True)
     graphed_rows = [r for r in rows if r["padded_to"] is not None]
-    worst = max(r["graph"]["wall_over_gpu"] for r in graphed_rows)
+    ratios = [r["graph"]["wall_over_gpu_only"] for r in graphed_rows]
+    worst = max(ratios) if None not in ratios else None
     out = {"bench": "mixed_graphs", "date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "python": platform.python_version(), "model": cfg.model, "block_size": BS,
            "decode_context": DECODE_CONTEXT, "reps": args.reps, "token_buckets": list(graphed.mixed_sizes),
            "graph_captures": graphed.num_graph_captures, "executor_start_s": capture_s,
-           "worst_graph_wall_over_gpu": worst, "target_wall_over_gpu": 1.3, "target_met": worst <= 1.3,
+           "worst_graph_wall_over_gpu_only": worst, "target_wall_over_gpu_only": 1.3,
+           "target_met": worst is not None and worst <= 1.3,
            "cases": rows}
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
     print(f"executor start (incl. {graphed.num_graph_captures} graph captures) {capture_s:.1f} s; worst graphed "
-          f"wall/GPU {worst:.2f} (target 1.3: {'met' if worst <= 1.3 else 'missed'}); wrote {args.out}")
+          f"wall / GPU-only {worst} (target 1.3: {'met' if out['target_met'] else 'missed'}); wrote {args.out}")
     return 0
 
 
