@@ -3,8 +3,9 @@
 Llama-3-8B shape, random bf16 weights, block 16. Each case is one step of a prefill chunk of P tokens
 (after C cached tokens) packed with D decode rows (context 512 each), run through GPUExecutor.execute
 as hand-built step plans (each decode row's token state built before the timed step, as a live engine
-holds it: the 2026-12-01 figures predate this and include rebuilding 512 prompt ids per decode row, ~40 us
-a row on the H200's host, in the wall time of every case with decode rows): once by an executor whose prefill/mixed steps replay the pieces' CUDA graphs
+holds it: the 2026-12-01 figures predate this and include rebuilding 512 prompt ids per decode row in
+the wall time of every case with decode rows, 0.14 ms a row on a 2-core CPU box, not measured on the
+H200's host): once by an executor whose prefill/mixed steps replay the pieces' CUDA graphs
 (the default) and once by one that runs them eagerly at their exact size (mixed_graphs=False).
 Reported per case and path: median wall time per step (execute(): host preparation, launches and the
 final sync); median device span (CUDA events around the step's device work: it includes the gaps in
