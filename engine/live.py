@@ -140,7 +140,8 @@ def without_prefix_caching(config: Config) -> Config:
 def warm_up(executor, config: Config) -> dict:
     """Build every kernel variant and graph a run can need before the clock starts; returns what it did.
 
-    CUDA graphs for the padded decode sizes are captured when the executor is made. Here: a few
+    CUDA graphs for the padded decode sizes and the pieces of the mixed-step token buckets are captured
+    when the executor is made (their kernels built then). Here: a few
     requests through the real loop (a short prefill, a chunked prefill of a full token budget, mixed
     prefill + decode steps, recompute of nothing: just the shapes), then the decode attention at every
     split count an eager step can pick (GPUExecutor.warm_decode_variants). Pointer alignment cannot
