@@ -154,7 +154,10 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": 
                    "bn32": K.DecodeConfig(block_n=32),
                    "fp16-bn16-w2": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16"),
                    "prefetch-fp16": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True),
-                   "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True)}
+                   "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True),
+                   "fp16-bn16-i32": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16", int32_offsets=True),
+                   "prefetch-i32": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True,
+                                                  int32_offsets=True)}
 
 
 def variant_tol(dtype, cfg, scale: float) -> float:
