@@ -135,11 +135,9 @@ def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_s
     cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
     want = torch.cat([R._attend(qp[cu[b]:cu[b + 1]], as_stored(keys[b], ks), as_stored(values[b], vs), d**-0.5,
                                 causal_offset=n - q_lens[b]) for b, n in enumerate(ctx)])
-    for prefetch in (False, True) if fp8 else (False,):
-        got = K.paged_prefill_attention(qp, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale=ks, v_scale=vs,
-                                        config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16",
-                                                               prefetch=prefetch))
-        assert_close(got, want, torch.float32, f"store -> prefill, prefetch {prefetch}", atol=tol)
+    got = K.paged_prefill_attention(qp, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale=ks, v_scale=vs,
+                                    config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16"))
+    assert_close(got, want, torch.float32, "store -> prefill", atol=tol)
 
 
 DECODE_CASES = [  # (q dtype, block_size, hq, hkv, d, context_lens, num_splits)
@@ -155,9 +153,9 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": 
                    "fp16-bn16-w2": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16"),
                    "prefetch-fp16": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True),
                    "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True),
-                   "fp16-bn16-i32": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16", int32_offsets=True),
-                   "prefetch-i32": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True,
-                                                  int32_offsets=True)}
+                   "fp16-bn16-i64": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16", int32_offsets=False),
+                   "prefetch-i64": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True,
+                                                  int32_offsets=False)}
 
 
 def variant_tol(dtype, cfg, scale: float) -> float:
@@ -198,12 +196,10 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
 ]
 
 
-# int32 offsets are PrefillConfig's default (the fp8 cache now takes them too); "i64" is the old fp8 path
+# int32 offsets are the default of both configs (for an fp8 cache too); "i64" is the r6 fp8 path
 PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "fp16-i64": {"fp8_widen": "fp16", "int32_offsets": False},
-                    "prefetch": {"fp8_widen": "fp16", "prefetch": True},
-                    "prefetch-i64": {"fp8_widen": "fp16", "prefetch": True, "int32_offsets": False},
                     "qk-fp8": {"fp8_widen": "fp16", "qk_fp8": True},
-                    "qk-fp8-prefetch": {"fp8_widen": "fp16", "qk_fp8": True, "prefetch": True}}
+                    "qk-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "int32_offsets": False}}
 
 
 def rowwise_e4m3(q: torch.Tensor) -> torch.Tensor:

@@ -58,7 +58,9 @@ class DecodeConfig:
     # Load the next tile before computing this one (registers double-buffered by hand; meant for num_stages 1,
     # where Triton does not stage loads through shared memory and fp8 is widened in registers).
     prefetch: bool = False
-    int32_offsets: bool = False  # fp8 cache only: K/V element offsets in int32 where the cache has < 2**31 elements
+    # fp8 cache only (the bf16 decode keeps int64 offsets): K/V element offsets in int32 where the cache has fewer
+    # than 2**31 elements (an 8B model's fp8 layer at the H200's whole budget: 1.87e9)
+    int32_offsets: bool = True
 
 
 # The default launches for an fp8 cache (V stored transposed per block, its tile read one block-table entry per

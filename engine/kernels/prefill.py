@@ -39,14 +39,12 @@ class PrefillConfig:
     pack_gqa: bool = False  # a tile's rows are block_m // GROUP tokens x the GROUP query heads of one KV head
     longest_first: bool = True  # program order: last query tiles (most keys) first; else (seq, tile, head) order
     int32_offsets: bool = True  # K/V element offsets in int32 where the cache has < 2**31 elements
-    prefetch: bool = False  # fp8 cache only: the next key tile's loads in flight (registers) during this one
     qk_fp8: bool = False  # fp8 cache only: Q K^T as an e4m3 product (q quantised per row), P V widened as before
 
 
-# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 at both prefill shapes
-# (1 stage; bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md).
-FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16",
-                                   int32_offsets=False)
+# The default launch for an fp8 cache, the fastest at both prefill shapes in bench/fp8_tune.py's sweeps on the H200
+# (1 stage, int32 offsets; bench/results/fp8-tune-h200-2026-12-01-r7.json, bench/NOTES.md).
+FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
 
 
 @triton.jit
@@ -54,22 +52,15 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
                  I32: tl.constexpr, QK_FP8: tl.constexpr):
-    """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK), K/V read here."""
+    """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
+    log2 domain of the scaled scores, the scale (a scalar, or with QK_FP8 one per row) applied in one multiply-add
+    with the max subtraction. QK_FP8 (not None): qv is e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core
+    product; QK_FP8 is the product's input type, fp32 under the interpreter, where it is exact); V is widened."""
+    t = n0 + tl.arange(0, BLOCK_N)
     # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
     k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
                     BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
-    return _attend_kv(acc, m, l, qv, k, v, n0, pos, ctx, qk_scale, BLOCK_N, CAUSAL_MASK, DOT_DTYPE, FP8, QK_FP8)
-
-
-@triton.jit
-def _attend_kv(acc, m, l, qv, k, v, n0, pos, ctx, qk_scale, BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr,
-               DOT_DTYPE: tl.constexpr, FP8: tl.constexpr, QK_FP8: tl.constexpr):
-    """The step on K/V as _load_kv read them; m is in the log2 domain of the scaled scores, the scale (a scalar,
-    or with QK_FP8 one per row) applied in one multiply-add with the max subtraction. QK_FP8 (not None): qv is
-    e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core product; QK_FP8 is the product's input type, fp32 under
-    the interpreter, where it is exact); only V is widened."""
-    t = n0 + tl.arange(0, BLOCK_N)
-    if QK_FP8 is not None:  # QK_FP8: the product's input type (e4m3; fp32 under the interpreter, exact there)
+    if QK_FP8 is not None:
         k = k.to(QK_FP8)
         _, v = _widen(k, v, t < ctx, DOT_DTYPE, CAUSAL_MASK)
     else:
@@ -77,11 +68,10 @@ def _attend_kv(acc, m, l, qv, k, v, n0, pos, ctx, qk_scale, BLOCK_N: tl.constexp
     s = tl.dot(qv, tl.trans(k))
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1) * qk_scale)
     if QK_FP8 is not None:  # one scale per row
-        m_new = tl.maximum(m, tl.max(s, 1) * qk_scale)
         p = tl.exp2(s * qk_scale[:, None] - m_new[:, None])
     else:
-        m_new = tl.maximum(m, tl.max(s, 1) * qk_scale)
         p = tl.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
@@ -95,7 +85,7 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
                     FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
-                    PREFETCH: tl.constexpr, QK_FP8: tl.constexpr):
+                    QK_FP8: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -141,20 +131,9 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     elif DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if PREFETCH:  # registers double-buffered by hand: tile n0 + BLOCK_N is in flight while tile n0 is computed
-        k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, 0, unmasked_end, d, NUM_KV_HEADS, HEAD_DIM,
-                                  BLOCK_SIZE, BLOCK_N, FP8, True, I32)
-        last = unmasked_end - BLOCK_N  # the last iteration loads its own tile again (unmasked, in bounds)
-        for n0 in range(0, unmasked_end, BLOCK_N):
-            k, v = k_next, v_next
-            k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, tl.minimum(n0 + BLOCK_N, last), ctx, d,
-                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False, I32)
-            acc, m, l = _attend_kv(acc, m, l, qv, k, v, n0, pos, ctx, qk_scale, BLOCK_N, False, DOT_DTYPE, FP8,
-                                   QK_FP8)
-    else:
-        for n0 in range(0, unmasked_end, BLOCK_N):
-            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8)
+    for n0 in range(0, unmasked_end, BLOCK_N):
+        acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8)
     for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8)
@@ -185,7 +164,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
-    assert fp8 or not (cfg.prefetch or cfg.qk_fp8), "prefetch and qk_fp8 are options of an fp8 cache"
+    assert fp8 or not cfg.qk_fp8, "qk_fp8 is an option of an fp8 cache"
     pack = cfg.pack_gqa and group > 1
     assert not pack or cfg.block_m % group == 0, "pack_gqa needs block_m to be a multiple of the GQA group"
     if out is None:
@@ -205,7 +184,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                           DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
                           LONGEST_FIRST=cfg.longest_first,
-                          I32=cfg.int32_offsets and k_cache.numel() < 2**31, PREFETCH=cfg.prefetch,
+                          I32=cfg.int32_offsets and k_cache.numel() < 2**31,
                           QK_FP8=(tl.float32 if INTERPRET else tl.float8e4nv) if cfg.qk_fp8 else None,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

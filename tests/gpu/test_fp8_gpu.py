@@ -56,10 +56,10 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(),
                    "stages1-fp16": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16"),
                    "many-splits-bn32-w2": K.DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16"),
                    "short-bn32-w1": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16"),
-                   "short-bn32-w1-i32": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16",
-                                                       int32_offsets=True),
-                   "bn128-w2-i32": K.DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16",
-                                                  int32_offsets=True)}
+                   "short-bn32-w1-i64": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16",
+                                                       int32_offsets=False),
+                   "bn128-w2-i64": K.DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16",
+                                                  int32_offsets=False)}
 
 
 def assert_kernel_close(out, ref, what: str):
@@ -105,10 +105,8 @@ PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen":
                     "fp16-64x64-w4": {"fp8_widen": "fp16", "block_m": 64, "block_n": 64,
                                            "num_warps": 4},
                     "fp16-i64-s1": {"fp8_widen": "fp16", "num_stages": 1, "int32_offsets": False},
-                    "prefetch-s1": {"fp8_widen": "fp16", "num_stages": 1, "prefetch": True},
-                    "prefetch-s2-bn64": {"fp8_widen": "fp16", "num_stages": 2, "block_n": 64, "prefetch": True},
                     "qk-fp8-s1": {"fp8_widen": "fp16", "num_stages": 1, "qk_fp8": True},
-                    "qk-fp8-prefetch": {"fp8_widen": "fp16", "num_stages": 1, "qk_fp8": True, "prefetch": True}}
+                    "qk-fp8-s2": {"fp8_widen": "fp16", "num_stages": 2, "qk_fp8": True}}
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)
