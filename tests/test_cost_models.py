@@ -317,6 +317,31 @@ def test_the_longest_sequence_sets_the_decode_attention_time():
     assert old.step_time(skewed) == old.step_time(StepFeatures(num_decode_seqs=48, decode_context_tokens=47971))
 
 
+def test_the_longest_walk_is_priced_per_split_regime():
+    """graph_max_context prices the longest walk of graphs whose sequences split 4+ ways (8 rows and fewer on an
+    H200), graph_max_context_2_3_splits that of 16 and 32 rows, graph_max_context_1_split that of 64+; a profile
+    without the last two (fitted before them) prices every graph with the first. The fit recovers all three."""
+    regimes = {"graph_max_context": 0.6e-6, "graph_max_context_2_3_splits": 0.8e-6, "graph_max_context_1_split": 1.0e-6}
+    known = ProfileCostModel("llama-3-8b", "h200", {**TRUTH, **regimes, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0},
+                             TRUTH_KNEE, graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES)
+    old = known_profile()  # graph_max_context 1e-6 only
+    for rows, splits, name in ((8, 5, "graph_max_context"), (16, 3, "graph_max_context_2_3_splits"),
+                               (32, 2, "graph_max_context_2_3_splits"), (64, 1, "graph_max_context_1_split")):
+        assert num_splits(rows, 264, 8) == splits
+        short, long = (StepFeatures(num_decode_seqs=rows, decode_context_tokens=100 * rows + m, max_decode_context=m)
+                       for m in (100, 12000))
+        walk = -(-12000 // splits) - max((100 * rows + 100) / TRUTH_LANES, -(-100 // splits))  # longest keys
+        extra = TRUTH["graph_context_tokens"] * 11900
+        assert known.step_time(long) - known.step_time(short) == pytest.approx(extra + regimes[name] * walk, rel=1e-9), rows
+        assert old.step_time(long) - old.step_time(short) == pytest.approx(extra + TRUTH["graph_max_context"] * walk,
+                                                                           rel=1e-9), rows
+    fitted, _ = fit_profile(frame(calibration_grid() + skewed_grid() * 2, known.step_time), "llama-3-8b", "h200")
+    for name, value in regimes.items():
+        assert fitted.coefficients[name] == pytest.approx(value, rel=0.05), name
+    # eager steps stay at least as dear: their one coefficient covers the dearest regime
+    assert fitted.coefficients["max_decode_context"] >= max(fitted.coefficients[f] for f in regimes)
+
+
 def test_forward_times_equal_step_time_row_by_row(profile, committed):
     grid = calibration_grid() + skewed_grid() + [features(decode=[100] * 300), features(decode=[100] * 299 + [5000])]
     df = frame(grid, lambda f: 1.0)

@@ -7,7 +7,7 @@ The engine runs a step in one of two ways (engine/executor.py), and so does this
   the padding rows run through every matmul, so the cost is the graph's own:
 
     graph = graph_intercept + sum of graph_pad_<s> over the sizes s <= g (s > 1) + graph_context_tokens * C
-            + graph_max_context * longest
+            + graph_max_context[regime of g] * longest
 
   graph_pad_<s> is what the graph of size s costs more than the one below it (matmuls, LM head,
   sampling over s rows; the decode-attention grid has s rows); every step between two sizes costs the
@@ -42,7 +42,19 @@ feature `longest` is that max in keys; graph_max_context / max_decode_context is
 of a serial walk (all layers). With uniform batches the first term rules from `lanes` sequences up and
 the second below; a batch of short sequences with one long one is ruled by the long one, which the
 sums alone cannot see. Both terms only add cost as C or max_decode_context grow, so more work is never
-cheaper. max_context_lanes is chosen from a grid by the fit of graph steps; eager steps use the same.
+cheaper. max_context_lanes is chosen from a grid by the fit of graph steps (lanes that fit them within 1% of the
+best are told apart by the fit of eager steps, which use the same lanes).
+
+One key of the longest walk costs differently by how many ways the kernel splits each sequence, so graphs
+price it with one coefficient per split regime of their padded size: graph_max_context for 4 or more
+splits (8 rows and fewer on an H200), graph_max_context_2_3_splits (16 and 32 rows), graph_max_context_1_split
+(64 rows and more). On the H200 the fitted costs per key rise with the split regime's batch (0.56 / 0.60 /
+0.84 us, 2026-12-01 calibration): a long sequence among short ones in a small batch runs nearly alone. On ten
+recorded live runs, each validated with a profile fitted to its own session's calibration steps in both forms
+(`python bench/longest_regimes.py`, bench/results/longest-regimes-2026-12-01.json), step MAPE moved 3.75% ->
+3.11% on average (seven runs better, by up to 2.5 points; three worse, by 0.1 to 0.6). A profile without the two
+newer coefficients prices every graph with graph_max_context, as before. Eager steps keep one coefficient, at
+least the dearest graph regime's.
 
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
@@ -95,7 +107,11 @@ if TYPE_CHECKING:
 FEATURES = ("intercept", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
             "decode_context_tokens", "max_decode_context", "prefill_attn_pairs", "tokens_over_knee")
 # plus graph_pad_<size> for each size above the first
-GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context")
+GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context", "graph_max_context_2_3_splits",
+                  "graph_max_context_1_split")
+# The graph formula's longest-walk coefficient, one per split regime of the padded size (module docstring): the
+# feature for 4 or more splits, for 2-3, for 1. A profile without the last two (fitted before them) uses the first.
+GRAPH_LONGEST = GRAPH_FEATURES[2:]
 # Repeated decode reads of shared blocks (StepFeatures.decode_shared_tokens), one per kind of step: in a profile
 # fitted to calibration steps that share blocks; decode_context_tokens then prices the other reads only.
 SHARING = ("decode_shared_tokens", "graph_shared_tokens")
@@ -119,6 +135,11 @@ def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
 
 def graph_features(sizes, sharing: bool = False) -> tuple[str, ...]:
     return GRAPH_FEATURES + SHARING[1:] * sharing + tuple(f"graph_pad_{s}" for s in sizes[1:])
+
+
+def split_regime(splits):
+    """Which of GRAPH_LONGEST prices a graph's longest walk: 0 for 4+ splits, 1 for 2-3, 2 for one (ints or arrays)."""
+    return (splits <= 3) * 1 + (splits == 1) * 1
 
 
 def eager_features(sharing: bool = False) -> tuple[str, ...]:
@@ -184,7 +205,8 @@ class ProfileCostModel:
         self._graph_shared = float(coef.get(SHARING[1], 0.0))
         self._programs = decode_split_programs(self.gpu)
         self._kv_heads = get_model(self.model).num_kv_heads
-        self._graph_max_ctx = float(coef.get("graph_max_context", 0.0))
+        by_regime = [float(coef.get(GRAPH_LONGEST[0], 0.0))]
+        by_regime += [float(coef.get(f, by_regime[0])) for f in GRAPH_LONGEST[1:]]
         sizes = self.graph_batch_sizes
         # Fixed cost of each graph: graph_intercept plus the increments up to its size (one sum, shared by
         # step_time and decode_run_times so both give the same float).
@@ -197,6 +219,7 @@ class ProfileCostModel:
         self._graph_max = sizes[-1]
         self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
         self._graph_splits = tuple(num_splits(s, self._programs, self._kv_heads) for s in sizes)
+        self._graph_max_ctx = tuple(by_regime[split_regime(s)] for s in self._graph_splits)  # per graph size
         self._idle = self._graph_base[0]
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
@@ -234,8 +257,8 @@ class ProfileCostModel:
         longest = longest_keys(d_ctx, max_ctx, self._graph_splits[i], self.max_context_lanes, maximum)
         if shared:
             return (self._graph_base[i] + self._graph_ctx * (d_ctx - shared) + self._graph_shared * shared
-                    + self._graph_max_ctx * longest)
-        return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx * longest
+                    + self._graph_max_ctx[i] * longest)
+        return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx[i] * longest
 
     def step_time(self, f: StepFeatures) -> float:
         t = ((f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
@@ -286,7 +309,7 @@ class ProfileCostModel:
         if graph.any():
             idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
             out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * (c[graph] - sh[graph])
-                          + self._graph_shared * sh[graph] + self._graph_max_ctx * longest[graph])
+                          + self._graph_shared * sh[graph] + np.asarray(self._graph_max_ctx)[idx] * longest[graph])
         return out
 
     def _splits_of(self, n: np.ndarray) -> np.ndarray:
@@ -358,9 +381,9 @@ class ProfileCostModel:
         lanes = d.get("max_context_lanes", 0)
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 0:
             raise UserError(f"profile {p}: 'max_context_lanes' is {lanes!r}, expected a non-negative integer")
-        uses_longest = any(f in ("graph_max_context", "max_decode_context") for f in d["features"])
+        uses_longest = any(f in (*GRAPH_LONGEST, "max_decode_context") for f in d["features"])
         if uses_longest and not lanes:
-            raise UserError(f"profile {p}: features graph_max_context/max_decode_context need 'max_context_lanes' "
+            raise UserError(f"profile {p}: features graph_max_context*/max_decode_context need 'max_context_lanes' "
                             "(a positive integer)")
         kv_dtype = d.get("kv_cache_dtype", "auto")
         if kv_dtype not in KV_CACHE_DTYPE_BYTES:
@@ -432,12 +455,15 @@ def _eager_design(cols, sel, knee, names, longest) -> np.ndarray:
     return np.column_stack([np.broadcast_to(np.asarray(values[f], dtype=np.float64), (len(sel),)) for f in names])
 
 
-def _graph_design(cols, sel, sizes, longest, sharing: bool = False) -> np.ndarray:
-    """Columns in graph_features(sizes, sharing) order."""
+def _graph_design(cols, sel, split, longest, sharing: bool = False) -> np.ndarray:
+    """Columns in graph_features(sizes, sharing) order (split: (sizes, programs, kv_heads))."""
+    sizes = split[0]
     n = cols["num_decode_seqs"][sel]
     g = np.asarray(sizes)[np.searchsorted(sizes, n, side="left")]
     shared = cols["decode_shared_tokens"][sel]
-    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel] - shared, longest]
+    regime = split_regime(_splits_array(n, *split))
+    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel] - shared]
+                           + [longest * (regime == r) for r in range(len(GRAPH_LONGEST))]
                            + [shared] * sharing + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
@@ -456,26 +482,30 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
     if len(graph_rows) < 2 * len(gnames):
         raise UserError(f"calibration rows: {len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
                         f"least {2 * len(gnames)}")
-    best_graph = None
+    graph_fits = []
     for k in lanes_grid:
-        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes, _longest(cols, graph_rows, split, k), sharing),
+        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, split, _longest(cols, graph_rows, split, k), sharing),
                                   y[graph_rows])
-        if best_graph is None or err < best_graph[0]:
-            best_graph = (err, k, x)
-    err, lanes, x = best_graph
-    coefficients.update(zip(gnames, map(float, x)))
-    dropped += [f for f, v in zip(gnames, x) if v == 0]
-    abs_err.append(err * len(graph_rows))
+        graph_fits.append((err, k, x))
     if len(eager_rows) < 2 * len(names):
         raise UserError(f"calibration rows: {len(eager_rows)} usable eager (prefill or mixed) "
                         f"training rows, need at least {2 * len(names)}")
+    # lanes: the best fit of graph steps; lanes that fit them within 1% of it (a grid that the graph rows cannot tell
+    # apart) are told apart by the eager steps, which use the same lanes
+    best_graph_err = min(f[0] for f in graph_fits)
     best = None
-    longest = _longest(cols, eager_rows, split, lanes)
-    for knee in knees:
-        x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names, longest), y[eager_rows])
-        if best is None or err < best[0]:
-            best = (err, knee, x)
-    err, knee, x = best
+    for g_err, k, g_x in graph_fits:
+        if g_err > best_graph_err * 1.01:
+            continue
+        longest = _longest(cols, eager_rows, split, k)
+        for knee in knees:
+            x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names, longest), y[eager_rows])
+            if best is None or err < best[0]:
+                best = (err, knee, x, g_err, k, g_x)
+    err, knee, x, g_err, lanes, g_x = best
+    coefficients.update(zip(gnames, map(float, g_x)))
+    dropped += [f for f, v in zip(gnames, g_x) if v == 0]
+    abs_err.append(g_err * len(graph_rows))
     eager = dict(zip(names, map(float, x)))
     dropped += [f for f, v in eager.items() if v == 0]
     # An eager step never costs less than a graph step with fewer sequences and less context:
@@ -496,9 +526,11 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
         eager[SHARING[0]] = coefficients[SHARING[1]]
         raised.append(SHARING[0])
     # Both kinds share `lanes` and the splits (the padded size's), so this makes the eager term the larger.
-    if eager["max_decode_context"] < coefficients["graph_max_context"]:
-        eager["max_decode_context"] = coefficients["graph_max_context"]
-        raised.append("max_decode_context")
+    top = max(coefficients[f] for f in GRAPH_LONGEST)
+    if eager["max_decode_context"] < top:
+        if top - eager["max_decode_context"] > 1e-9 * top + 1e-15:  # reported when it moves more than rounding
+            raised.append("max_decode_context")
+        eager["max_decode_context"] = top
     coefficients = {**eager, **coefficients}
     abs_err.append(err * len(eager_rows))
     return {"coefficients": coefficients, "knee": knee, "lanes": lanes, "dropped": dropped, "raised": raised,
