@@ -338,7 +338,8 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     b sequences with contexts spread log-uniformly and outputs of different lengths, so the batch shrinks
     through the sizes between the graph sizes, as served batches do; buckets: prompts released one at a
     time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
-    mixed steps, 16..1024 tokens), two of each.
+    mixed steps, 16..1024 tokens), two of each; eager: the same, with steps of 1.1k-6k tokens (eager mixed
+    steps above the largest bucket, where served prompts of 1-4k tokens land).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -355,15 +356,19 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         groups = ([(1, long, 48)] if long else []) + [(b, c, 48)]
         groups += [(1, p, 3, first + 4 * i) for i, p in enumerate((64, 128, 256, 512) * 2)]
         out.append((f"arrive-b{b}-c{c}" + (f"-l{long}" if long else ""), groups))
-    # Token buckets: prompts released one at a time into a small running decode batch, one landing in each of the
-    # mixed-step token buckets (16..1024 packed tokens: graph mixed steps), twice.
-    for b, c in ((4, 512), (24, 1024)):
-        if c + 48 > max_model_len:
-            continue
-        first = -(-(b * c) // budget) + 2
-        prompts = [max(1, t - b - 2) for t in MIXED_GRAPH_TOKEN_SIZES if t > b + 2] * 2
-        out.append((f"buckets-b{b}-c{c}", [(b, c, 3 * len(prompts) + 12)]
-                    + [(1, p, 2, first + 3 * i) for i, p in enumerate(prompts)]))
+    # Prompts released one at a time into a small running decode batch, so that each lands in a step of a chosen
+    # packed size, twice: buckets, one in each mixed-step token bucket (16..1024 tokens: graph mixed steps); eager,
+    # steps above the largest bucket (1.1k-6k tokens: eager mixed steps, where served prompts of 1-4k tokens land).
+    largest = MIXED_GRAPH_TOKEN_SIZES[-1]
+    for kind, totals in (("buckets", MIXED_GRAPH_TOKEN_SIZES),
+                         ("eager", [round(largest * f) for f in (1.07, 1.25, 1.55, 2, 2.6, 3.3, 4.2, 6)])):
+        for b, c in ((4, 512), (24, 1024)):
+            if c + 48 > max_model_len:
+                continue
+            first = -(-(b * c) // budget) + 2
+            prompts = [max(1, t - b - 2) for t in totals if b + 2 < t <= max_model_len - 2 and t <= budget] * 2
+            out.append((f"{kind}-b{b}-c{c}", [(b, c, 3 * len(prompts) + 12)]
+                        + [(1, p, 2, first + 3 * i) for i, p in enumerate(prompts)]))
     for c in (128, 512, 1024, 2048, 4096):
         sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
         release, levels = 0, []

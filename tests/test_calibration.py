@@ -101,3 +101,17 @@ def test_bucket_workloads_time_prefill_steps_in_every_mixed_graph_token_bucket(w
             assert bucket.get(t, 0) >= 2, f"{name}: {bucket.get(t, 0)} steps in the {t}-token bucket"
     small = pre[tokens <= sizes[-1]]
     assert (small["num_decode_seqs"] >= b - 1).all()  # packed with the running decodes
+
+
+@pytest.mark.parametrize("name", ["eager-b4-c512", "eager-b24-c1024"])
+def test_eager_workloads_time_mixed_steps_above_the_largest_bucket(workloads, name):
+    """Eager mixed steps of 1.1k-6k packed tokens (above the largest token bucket, below the budget), two of each
+    size, each packed with the running decodes: where served prompts of 1-4k tokens land."""
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    pre = rows[rows["num_prefill_tokens"] > 0]
+    tokens = pre["num_prefill_tokens"] + pre["num_decode_seqs"]
+    largest = mixed_graph_token_sizes(CONFIG.max_num_batched_tokens)[-1]
+    b = int(name.split("-b")[1].split("-")[0])
+    packed = (tokens > largest) & (pre["num_decode_seqs"] >= b - 1)  # not the running batch's own prefill
+    eager = tokens[packed].value_counts()
+    assert len(eager) == 8 and (eager >= 2).all() and eager.index.min() < 1.1 * largest and eager.index.max() > 5 * largest
