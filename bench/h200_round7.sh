@@ -3,7 +3,8 @@
 # then four live windows no calibration saw, recorded with that profile (mixed and prefill steps of <= 1024
 # tokens from piecewise CUDA graphs). One device call; validate each run on any CPU afterwards:
 #   bash bench/h200_round7.sh OUT [TRACES]      then   python -m pagesim validate RESULTS/live/RUN
-# The profile and the runs come back as OUT/round7.tar.gz (TRACES: the Azure 2023 CSVs, never committed).
+# The profile and the runs are left in OUT/results (TRACES: the Azure 2023 CSVs, never committed); the device
+# call tars them after the script, so a call cut short still returns what was recorded.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=$1
@@ -24,4 +25,3 @@ BUDGET=110 run live "$T/AzureLLMInferenceTrace_code.csv" --start-s 600 --end-s 6
 BUDGET=100 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --num-gpu-blocks 400 --watermark 0.01 \
     --profile "$P" --out "$R/live/preempt-sharegpt-bursty-r7"
 runs_summary "$R"
-tar -C "$R" -czf "$OUT/round7.tar.gz" . && rm -rf "$R"
