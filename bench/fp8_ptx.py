@@ -27,8 +27,9 @@ from engine.kernels.prefill import _prefill_kernel  # noqa: E402
 
 PATTERNS = {"cp.async": ("cp.async.cg", "cp.async.ca"), "ld.shared 8-bit": ("ld.shared.u8", "ld.shared.b8"),
             "ldmatrix": ("ldmatrix",), "cvt e4m3x2->f16x2": ("cvt.rn.f16x2.e4m3x2",), "mma.sync": ("mma.sync",),
-            "wgmma": ("wgmma.mma_async",), "selp.b16": ("selp.b16",), "prmt": ("prmt",)}
-# (label, kernel, cache, widen, num_stages, prefetch)
+            "wgmma": ("wgmma.mma_async",), "wgmma e4m3": ("e4m3.e4m3",), "selp.b16": ("selp.b16",), "prmt": ("prmt",)}
+# (label, kernel, cache, widen, num_stages, option: decode prefetch (bool); prefill None (int64 offsets), "i32", or
+# "qk_fp8" (with int32 offsets))
 VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", None, 3, False),
             ("decode fp8 bf16 widening, 3 stages", "decode", "fp8", "bf16", 3, False),
             ("decode fp8 fp16 widening, 4 stages (old default)", "decode", "fp8", "fp16", 4, False),
@@ -36,7 +37,10 @@ VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", Non
             ("decode fp8 fp16 widening, 1 stage", "decode", "fp8", "fp16", 1, False),
             ("decode fp8 fp16 widening, 1 stage, prefetch", "decode", "fp8", "fp16", 1, True),
             ("prefill bf16 cache, 3 stages (bf16 default)", "prefill", "bf16", None, 3, False),
-            ("prefill fp8 fp16 widening, 2 stages (fp8 default)", "prefill", "fp8", "fp16", 2, False)]
+            ("prefill fp8 fp16 widening, 1 stage, int64 (r6 default)", "prefill", "fp8", "fp16", 1, False),
+            ("prefill fp8 fp16 widening, 1 stage, int32", "prefill", "fp8", "fp16", 1, "i32"),
+            ("prefill fp8 1 stage, int32, e4m3 Q K^T", "prefill", "fp8", "fp16", 1, "qk_fp8"),
+            ("prefill fp8 2 stages, int32, e4m3 Q K^T", "prefill", "fp8", "fp16", 2, "qk_fp8")]
 DOT = {None: None, "bf16": tl.bfloat16, "fp16": tl.float16}
 
 
@@ -49,7 +53,7 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
                "stride_qb": "i32", "stride_qh": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
                "stride_os": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, GROUP_PAD=16, BLOCK_N=128,
-                     STORE_LSE=False, DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PREFETCH=prefetch)
+                     STORE_LSE=False, DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PREFETCH=prefetch, I32=False)
         pointers = 10
     else:
         fn, warps = _prefill_kernel, 8
@@ -59,7 +63,7 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
                "stride_bt": "i32", "batch": "i32", "num_tiles": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, BLOCK_M=128, BLOCK_N=128,
                      DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PACK_GQA=False, LONGEST_FIRST=True,
-                     I32=False)
+                     I32=cache == "bf16" or bool(prefetch), QK_FP8=tl.float8e4nv if prefetch == "qk_fp8" else None)
         pointers = 10
     sig.update({name: "constexpr" for name in const})
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}

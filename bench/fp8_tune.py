@@ -38,6 +38,7 @@ from pagesim.outputs import check_output_file
 
 from bench.fp8 import FP8, quantised  # noqa: E402  (after engine.kernels: it imports triton)
 from bench.kernels import BF16, BS, D, DECODE_SHAPES, HKV, HQ  # noqa: E402
+from engine.kernels.prefill import FP8_PREFILL_CONFIG  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # --smoke runs on the CPU (bench.kernels assumes CUDA)
 PREFILL_SHAPES = [(4096, 4096), (512, 4096)]  # (new tokens, context)
@@ -46,9 +47,13 @@ OK_ATOL = 2e-2  # a config whose output differs from the reference by more is ma
 
 
 GRID = "full"  # "small" (--grid small): the neighbourhood of the fp8 defaults, with 1 and 2 warps; "narrow": below
+# "r7": the fp8 prefill's load path (int32 offsets, e4m3 Q K^T) x stages, and each fp8 decode default launch against
+# itself with the other offset width (int32 / int64; no split sweep)
 
 
 def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
+    if GRID == "r7" and not smoke:  # the default launch and its int32 twin only (sweep_shape)
+        return []
     if GRID == "narrow" and not smoke:  # the fp8 winners of --grid small: 1-2 warps, 2-3 stages, fp16 widening
         if dtype == "bf16":
             return [K.DecodeConfig(bn, w, s) for bn in (64, 128) for w in (2, 4) for s in (3, 4)]
@@ -67,6 +72,15 @@ def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
 
 
 def prefill_grid(dtype: str, smoke: bool) -> list[K.PrefillConfig]:
+    if GRID == "r7" and not smoke:
+        if dtype == "bf16":
+            return []
+        f16 = dict(fp8_widen="fp16", int32_offsets=True)
+        # the r7 call (commit a44e65d) ran these less int64 at 2-3 stages, plus register-prefetch configs since removed
+        return ([K.PrefillConfig(128, 128, 8, s, fp8_widen="fp16", int32_offsets=i32) for s in (1, 2, 3)
+                 for i32 in (True, False)]
+                + [K.PrefillConfig(128, 128, 8, s, **f16, qk_fp8=True) for s in (1, 2, 3)]
+                + [K.PrefillConfig(128, 64, 4, 1, **f16)])
     if GRID == "small" and not smoke:
         if dtype == "bf16":
             return [K.PrefillConfig(128, 128, 8, s) for s in (3, 4)]
@@ -153,8 +167,23 @@ def jobs(smoke: bool) -> list[tuple]:
     for dtype in ("bf16", "fp8"):
         for cfg in decode_grid(dtype, smoke):
             out += [("decode", decode_shape, dtype, cfg, 1), ("decode", decode_shape, dtype, cfg, 2)]
+    if GRID == "r7" and not smoke:  # the defaults and their int32 twins, at each shape's own splits
+        for shape in DECODE_SHAPES:
+            cfg, splits = _fp8_default(shape)
+            out += [("decode", shape, "fp8", c, splits) for c in (cfg, dataclasses.replace(cfg, int32_offsets=False))]
+            out.append(("decode", shape, "bf16", K.DecodeConfig(), None))
         out += [("prefill", prefill_shape, dtype, cfg, None) for cfg in prefill_grid(dtype, smoke)]
+    if not smoke:  # the defaults, where the grid leaves them out
+        out += [("prefill", prefill_shape, "bf16", K.PrefillConfig(), None),
+                ("prefill", prefill_shape, "fp8", FP8_PREFILL_CONFIG, None)]
     return out
+
+
+def _fp8_default(shape) -> tuple[K.DecodeConfig, int]:
+    from engine.kernels.decode import fp8_decode_launch
+
+    batch, ctx = shape
+    return fp8_decode_launch(batch, HKV, -(-ctx // BS) * BS, torch.device(DEV))
 
 
 _CASES: dict = {}
@@ -213,7 +242,11 @@ def run_config(case: Case, refs: dict, dtype: str, cfg, splits, smoke: bool) -> 
         fn = case.call(dtype, cfg, splits)
         case.out.fill_(float("nan"))
         fn()
-        err = (case.out.float() - refs[dtype]).abs().max().item()
+        diff = (case.out.float() - refs[dtype]).abs()
+        err = diff.max().item()
+        row.update(mean_abs_err_vs_ref=diff.mean().item(),  # and against attention over the unquantised cache:
+                   max_abs_err_vs_bf16_ref=(case.out.float() - refs["bf16"]).abs().max().item(),
+                   mean_abs_err_vs_bf16_ref=(case.out.float() - refs["bf16"]).abs().mean().item())
         t = measure(fn, smoke)
     except Exception as e:  # noqa: BLE001 (a config that fails to compile or run is recorded)
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -252,14 +285,17 @@ def sweep_shape(kind: str, shape, smoke: bool, deadline: float) -> dict:
         default_splits = {"bf16": None, "fp8": None}
     for dtype in ("bf16", "fp8"):
         configs = [defaults[dtype]] + [c for c in grid(dtype, smoke) if c != defaults[dtype]]
+        if GRID == "r7" and kind == "decode" and dtype == "fp8" and not smoke:
+            configs.append(dataclasses.replace(defaults[dtype], int32_offsets=not defaults[dtype].int32_offsets))
         for i, cfg in enumerate(configs):
             if time.perf_counter() > deadline and i:
                 out["skipped"].append({"dtype": dtype, "config": dataclasses.asdict(cfg), "reason": "budget"})
                 continue
-            row = run_config(case, refs, dtype, cfg, default_splits[dtype] if i == 0 else None, smoke)
+            splits = default_splits[dtype] if i == 0 or (GRID == "r7" and kind == "decode") else None
+            row = run_config(case, refs, dtype, cfg, splits, smoke)
             row["default"] = i == 0
             out["results"].append(row)
-    if kind == "decode":  # stage 2: other split counts for the three best configs of each dtype
+    if kind == "decode" and GRID != "r7":  # stage 2: other split counts for the three best configs of each dtype
         for dtype in ("bf16", "fp8"):
             top = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])[:3]
             for r in top:
@@ -286,8 +322,8 @@ def describe(r: dict | None) -> str:
     if not r:
         return "none ok"
     c = r["config"]
-    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "prefetch") if "block_m" not in c \
-        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen")
+    keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "prefetch", "int32_offsets") if "block_m" not in c \
+        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "int32_offsets", "qk_fp8")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")
 
@@ -300,9 +336,10 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                    help="compile worker processes")
     p.add_argument("--smoke", action="store_true", help="tiny shapes and two configs (runs on the CPU interpreter)")
-    p.add_argument("--grid", choices=["full", "small", "narrow"], default="full",
+    p.add_argument("--grid", choices=["full", "small", "narrow", "r7"], default="full",
                    help="small: around the fp8 defaults, fp16 widening only, 1-4 warps, 2-3 stages; narrow: decode "
-                        "1-2 warps, block_n 32-128, 2-3 stages")
+                        "1-2 warps, block_n 32-128, 2-3 stages; r7: fp8 prefill load paths (int32 offsets, "
+                        "qk_fp8) x stages, fp8 decode defaults against their other offset width")
     p.add_argument("--decode-only", action="store_true", help="skip the prefill sweep")
     args = p.parse_args(argv)
     global GRID

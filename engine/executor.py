@@ -27,8 +27,16 @@ its tokens and re-feeds them.
 
 Decode-only steps run at a padded batch size (the next of 1, 2, 4, ..., 256, up to max_num_seqs;
 padding rows have slot -1 and context_len 0), replayed from a CUDA graph captured at start, or
-eagerly with the same shapes when graphs are off or on the CPU; prefill and mixed steps run
-eagerly at their exact size. Block tables are always cdiv(max_model_len, block_size) wide, so
+eagerly with the same shapes when graphs are off or on the CPU. Steps with prefill tokens (and
+decode-only steps above the largest decode graph) whose packed token count T fits a token bucket
+(pagesim.cost.profile.mixed_graph_token_sizes: 16, 32, ..., 1024) run padded to the bucket, piecewise:
+the forward pass between attentions (embed + layer 0's norm/QKV/RoPE/store; then per layer o_proj,
+norm, MLP and the next layer's norm/QKV/RoPE/store; last o_proj, MLP and the final norm) replays one
+CUDA graph per piece, all captured at start over static buffers sized for the largest bucket, and
+each layer's attention runs eagerly between them at the step's real counts (the prefill launch for
+the chunks, the decode launch for the decode rows). Padding tokens have slot -1 (nothing stored),
+position 0, and their rows are never read. On the CPU or with graphs off the same padded pieces run
+eagerly. Steps beyond the largest bucket run eagerly at their exact size. Block tables are always cdiv(max_model_len, block_size) wide, so
 kernel shapes depend only on the batch size. The contiguous baseline needs nothing special: its
 block tables are runs of consecutive block ids.
 
@@ -40,6 +48,7 @@ synchronisation), host-side preparation included, as a live engine would see it;
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +60,8 @@ from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
-from pagesim.cost.profile import graph_batch_sizes  # one rule, shared with the cost model that prices the graphs
+# one rule each, shared with the cost model that prices the graphs
+from pagesim.cost.profile import graph_batch_sizes, mixed_graph_token_sizes
 from pagesim.utils import cdiv
 from pagesim.request import Request
 from pagesim.specs import ModelSpec
@@ -150,12 +160,23 @@ def _pack_aligned(parts: list[np.ndarray], dtype) -> tuple[np.ndarray, list[tupl
     return buf, spans
 
 
+@contextmanager
+def _capture(graph, pool):
+    """torch.cuda.graph without its per-capture gc.collect and empty_cache (hundreds of piecewise captures at
+    start; vLLM skips them the same way), which free nothing here: captures run back to back, pool shared."""
+    from unittest.mock import patch
+
+    with patch("gc.collect", lambda *a: 0), patch("torch.cuda.empty_cache", lambda: None):
+        with torch.cuda.graph(graph, pool=pool):
+            yield
+
+
 class GPUExecutor:
     """Executes step plans on a LlamaModel with a paged KV cache; see the module docstring."""
 
     def __init__(self, config: Config, model: LlamaModel | None = None, *, device: str | torch.device | None = None,
                  dtype: torch.dtype = torch.bfloat16, seed: int = 0, cuda_graphs: bool = True,
-                 keep_logits: bool = False):
+                 keep_logits: bool = False, mixed_graphs: bool = True):
         if model is None:
             device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
             model = LlamaModel.random(config.model_spec, device, dtype, seed)
@@ -186,6 +207,8 @@ class GPUExecutor:
         self.num_steps = 0
         self.num_graph_steps = 0  # decode steps replayed from a CUDA graph
         self.num_graph_captures = 0  # CUDA graphs captured so far (all at start)
+        self.num_mixed_padded_steps = 0  # prefill / mixed steps run padded to a token bucket, piecewise
+        self.num_mixed_graph_steps = 0  # those of them replayed from the pieces' CUDA graphs
 
         # Decode-only steps: static buffers sized for the largest padded batch, shared by all graphs.
         self.decode_sizes = graph_batch_sizes(config.max_num_seqs)
@@ -197,6 +220,20 @@ class GPUExecutor:
         self._host = {k: torch.zeros(shape, dtype=dt, pin_memory=self.is_cuda) for k, (shape, dt) in shapes.items()}
         self._host_np = {k: t.numpy() for k, t in self._host.items()}
         self.graphs: dict[int, _DecodeGraph] = {}
+
+        # Prefill and mixed steps up to the largest token bucket: padded, piecewise (mixed_graphs=False: exact, eager).
+        self.mixed_sizes = mixed_graph_token_sizes(config.max_num_batched_tokens) if mixed_graphs else ()
+        self.mixed_graphs: dict[int, list] = {}  # bucket -> one torch.cuda.CUDAGraph per piece
+        if self.mixed_sizes:
+            t, s = self.mixed_sizes[-1], model.spec
+            self._mix = {"ids": torch.zeros(t, dtype=torch.int64, device=dev),
+                         "pos": torch.zeros(t, dtype=torch.int64, device=dev),
+                         "slots": torch.full((t,), -1, dtype=torch.int64, device=dev),
+                         "q": torch.zeros((t, s.num_heads, s.head_dim), dtype=model.dtype, device=dev),
+                         "o": torch.zeros((t, s.num_heads, s.head_dim), dtype=model.dtype, device=dev),
+                         "res": torch.zeros((t, s.hidden_size), dtype=model.dtype, device=dev),
+                         "out": torch.zeros((t, s.hidden_size), dtype=model.dtype, device=dev)}
+            self._mix_host = torch.zeros((3, t), dtype=torch.int64, pin_memory=self.is_cuda)  # ids, pos, slots
         if self.is_cuda:
             self._ev_start = torch.cuda.Event(enable_timing=True)
             self._ev_end = torch.cuda.Event(enable_timing=True)
@@ -211,8 +248,12 @@ class GPUExecutor:
             "num_gpu_blocks": self.num_gpu_blocks,
             "num_cpu_blocks": 0 if self.cpu_cache is None else int(self.cpu_cache.shape[2]),
             "cuda_graph_batch_sizes": sorted(self.graphs),
+            "mixed_graph_token_sizes": sorted(self.mixed_graphs),
+            "mixed_padded_token_sizes": list(self.mixed_sizes),
             "num_steps": self.num_steps,
             "num_graph_steps": self.num_graph_steps,
+            "num_mixed_padded_steps": self.num_mixed_padded_steps,
+            "num_mixed_graph_steps": self.num_mixed_graph_steps,
         }
 
     # ---- tokens ----------------------------------------------------------------------------
@@ -320,6 +361,9 @@ class GPUExecutor:
             (decodes if s.is_decode and s.num_new_tokens == 1 else prefills).append((s, t))
         if not prefills and len(decodes) <= self.decode_sizes[-1]:
             return self._decode_step(decodes)
+        total = sum(s.num_new_tokens for s, _ in prefills) + len(decodes)
+        if self.mixed_sizes and total <= self.mixed_sizes[-1]:
+            return self._mixed_step(prefills, decodes, next(t for t in self.mixed_sizes if t >= total))
         return self._eager_step(prefills, decodes)
 
     def _table_rows(self, out: np.ndarray, steps) -> None:
@@ -370,11 +414,13 @@ class GPUExecutor:
         self._dec["slots"].fill_(-1)
         pool = None
         with torch.inference_mode():
+            for t in reversed(self.mixed_sizes):
+                pool = self._capture_mixed(t, pool)
             for g in reversed(self.decode_sizes):
                 self._decode_forward(g)  # warm-up: compiles kernels, settles cuBLAS workspaces
                 torch.cuda.synchronize(self.device)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with _capture(graph, pool):
                     logits, tokens = self._decode_forward(g)
                 pool = graph.pool()
                 self.graphs[g] = _DecodeGraph(graph, logits, tokens)
@@ -405,8 +451,79 @@ class GPUExecutor:
             torch.cuda.synchronize(self.device)
         return len(seen)
 
-    # ---- prefill and mixed steps: eager, exact sizes --------------------------------------------
+    # ---- prefill and mixed steps -----------------------------------------------------------------
+    def _capture_mixed(self, t: int, pool):
+        """The pieces of bucket t, each a CUDA graph in the shared pool (over padding only: nothing is stored)."""
+        for k in range(len(self.model.layers) + 1):  # warm-up: compiles kernels, settles cuBLAS workspaces
+            self._mixed_piece(k, t)
+        torch.cuda.synchronize(self.device)
+        graphs = []
+        for k in range(len(self.model.layers) + 1):
+            graph = torch.cuda.CUDAGraph()
+            with _capture(graph, pool):
+                self._mixed_piece(k, t)
+            pool = graph.pool()
+            graphs.append(graph)
+            self.num_graph_captures += 1
+        self.mixed_graphs[t] = graphs
+        return pool
+
+    def _mixed_piece(self, k: int, t: int) -> None:
+        """Piece k of the forward pass over the first t rows of the static buffers (see the module docstring):
+        k = 0: embed + layer 0 up to attention; 0 < k < L: the rest of layer k-1 + layer k up to attention;
+        k = L: the rest of the last layer + final norm. Reads ids/pos/slots, o and res; writes q and res, or out."""
+        m, b = self.model, self._mix
+        if k == 0:
+            hidden, residual = m.embed[b["ids"][:t]], None
+        else:
+            hidden, residual = m.layer_output(k - 1, b["o"][:t], b["res"][:t])
+        if k == len(m.layers):
+            b["out"][:t].copy_(m.final_norm(hidden, residual))
+            return
+        q, residual = m.layer_input(k, hidden, residual, b["pos"][:t], self.kv_cache, b["slots"][:t])
+        b["q"][:t].copy_(q)
+        b["res"][:t].copy_(residual)
+
+    def _mixed_step(self, prefills, decodes, t: int):
+        """A step of at most t packed tokens, padded to t: the pieces' graphs (or the pieces, eagerly) with
+        each layer's attention between them at the step's real sizes."""
+        (ids, pos, slots), rows, reqs, attn = self._step_inputs(prefills, decodes, pad=True)
+        n = len(ids)
+        h = self._mix_host.numpy()
+        h[0, :n], h[1, :n], h[2, :n] = ids, pos, slots
+        h[0, n:t], h[1, n:t], h[2, n:t] = 0, 0, -1
+        b = self._mix
+        for i, name in enumerate(("ids", "pos", "slots")):  # pinned -> device, asynchronous; the step ends with a sync
+            b[name][:t].copy_(self._mix_host[i, :t], non_blocking=True)
+        graphs = self.mixed_graphs.get(t)
+        for k in range(len(self.model.layers) + 1):
+            if k:
+                self.model.attention(k - 1, b["q"][:t], self.kv_cache, attn, out=b["o"][:t])
+            if graphs is not None:
+                graphs[k].replay()
+            else:
+                self._mixed_piece(k, t)
+        self.num_mixed_padded_steps += 1
+        self.num_mixed_graph_steps += graphs is not None
+        return self._sample(b["out"][:t], rows, reqs)
+
     def _eager_step(self, prefills, decodes):
+        """A step beyond the largest token bucket (or any, with mixed_graphs=False): eager, at its exact size."""
+        (input_ids, positions, _), rows, reqs, attn = self._step_inputs(prefills, decodes, pad=False)
+        return self._sample(self.model.forward(input_ids, positions, self.kv_cache, attn), rows, reqs)
+
+    def _sample(self, hidden, rows, reqs):
+        if not reqs:
+            return [], hidden.new_empty((0, self.vocab_size), dtype=torch.float32), rows
+        logits = self.model.compute_logits(hidden[rows])
+        return reqs, logits, logits.argmax(dim=-1)
+
+    def _step_inputs(self, prefills, decodes, pad: bool):
+        """The step's token rows (prefill chunks, then decodes) and attention metadata on the device.
+
+        Returns ((ids, positions, slots), sample rows, sampling requests, AttentionMetadata); with pad the
+        token rows stay host arrays (the caller writes them into its static buffers) and the metadata's
+        slot_mapping is the static one."""
         bs, w = self.block_size, self.max_blocks_per_seq
         ids, pos, slots = [], [], []
         cu, ctx_p, ctx_d, sample_rows, reqs = [0], [], [], [], []
@@ -428,26 +545,25 @@ class GPUExecutor:
             ctx_d.append(c + 1)
             sample_rows.append(num_prefill + i)
             reqs.append(s.request)
-        total = num_prefill + len(decodes)
         tables_p = np.zeros((len(prefills), w), dtype=np.int32)
         tables_d = np.zeros((len(decodes), w), dtype=np.int32)
         self._table_rows(tables_p, prefills)
         self._table_rows(tables_d, decodes)
-        host64, at64 = _pack_aligned([np.concatenate(ids), np.concatenate(pos), np.concatenate(slots),
-                                      np.asarray(sample_rows)], np.int64)
+        tokens = (np.concatenate(ids), np.concatenate(pos), np.concatenate(slots))
+        host64, at64 = _pack_aligned(([] if pad else list(tokens)) + [np.asarray(sample_rows)], np.int64)
         host32, at32 = _pack_aligned([np.asarray(cu), np.asarray(ctx_p), np.asarray(ctx_d), tables_p.ravel(),
                                       tables_d.ravel()], np.int32)
         dev64 = torch.from_numpy(host64).to(self.device, non_blocking=True)
         dev32 = torch.from_numpy(host32).to(self.device, non_blocking=True)
-        input_ids, positions, slot_mapping, rows = (dev64[a:b] for a, b in at64)
+        parts64 = [dev64[a:b] for a, b in at64]
+        rows = parts64.pop()
+        if not pad:
+            tokens = tuple(parts64)
         cu_t, ctx_p_t, ctx_d_t, tables_p_t, tables_d_t = (dev32[a:b] for a, b in at32)
         attn = AttentionMetadata(
-            slot_mapping=slot_mapping, num_prefill_tokens=num_prefill, num_decode_tokens=len(decodes),
+            slot_mapping=self._mix["slots"] if pad else tokens[2], num_prefill_tokens=num_prefill,
+            num_decode_tokens=len(decodes),
             cu_seqlens_q=cu_t, context_lens_prefill=ctx_p_t, block_tables_prefill=tables_p_t.view(-1, w),
             max_seqlen_q=max((s.num_new_tokens for s, _ in prefills), default=0),
             context_lens_decode=ctx_d_t, block_tables_decode=tables_d_t.view(-1, w))
-        hidden = self.model.forward(input_ids, positions, self.kv_cache, attn)
-        if not reqs:
-            return [], hidden.new_empty((0, self.vocab_size), dtype=torch.float32), rows
-        logits = self.model.compute_logits(hidden[rows])
-        return reqs, logits, logits.argmax(dim=-1)
+        return tokens, rows, reqs, attn

@@ -23,7 +23,7 @@ import pandas as pd
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures, shared_decode_tokens
-from pagesim.cost.profile import GRAPH_BATCH_SIZES
+from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
@@ -140,7 +140,8 @@ def without_prefix_caching(config: Config) -> Config:
 def warm_up(executor, config: Config) -> dict:
     """Build every kernel variant and graph a run can need before the clock starts; returns what it did.
 
-    CUDA graphs for the padded decode sizes are captured when the executor is made. Here: a few
+    CUDA graphs for the padded decode sizes and the pieces of the mixed-step token buckets are captured
+    when the executor is made (their kernels built then). Here: a few
     requests through the real loop (a short prefill, a chunked prefill of a full token budget, mixed
     prefill + decode steps, recompute of nothing: just the shapes), then the decode attention at every
     split count an eager step can pick (GPUExecutor.warm_decode_variants). Pointer alignment cannot
@@ -253,7 +254,7 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
                                           "workloads": [w for w, _ in workloads],
                                           "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache)},
-                      "live --calibrate")
+                      "live --calibrate", mixed_graph_token_sizes=tuple(sorted(executor.mixed_graphs)))
         return {"path": target.name, "source": "live --calibrate", "calibration_s": time.perf_counter() - t0,
                 "calibration_workloads": len(workloads)}
     if getattr(args, "profile", None):
@@ -281,11 +282,16 @@ def calibration_workloads_that_fit(config: Config) -> list:
     return fit
 
 
-def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str) -> dict:
-    """Fit the profile cost model to calibration steps (workloads held out in turn) and write it to out."""
+def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str,
+                  mixed_graph_token_sizes: tuple[int, ...] = ()) -> dict:
+    """Fit the profile cost model to calibration steps (workloads held out in turn) and write it to out.
+
+    mixed_graph_token_sizes: the token buckets whose mixed steps the calibrating executor replayed from
+    CUDA graphs (GPUExecutor.mixed_graphs); those steps get their own coefficients."""
     from pagesim.cost.profile import fit_profile
 
-    model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs)
+    model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs,
+                                mixed_graph_token_sizes=mixed_graph_token_sizes)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.to_json(out)
     profile = json.loads(out.read_text())
@@ -330,7 +336,10 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     evenly from lo to hi tokens (a serving batch: neither uniform nor one long among short ones; without
     them the fit cannot tell how many sequences saturate memory, the profile's max_context_lanes); served:
     b sequences with contexts spread log-uniformly and outputs of different lengths, so the batch shrinks
-    through the sizes between the graph sizes, as served batches do.
+    through the sizes between the graph sizes, as served batches do; buckets: prompts released one at a
+    time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
+    mixed steps, 16..1024 tokens), two of each; eager: the same, with steps of 1.1k-6k tokens (eager mixed
+    steps above the largest bucket, where served prompts of 1-4k tokens land).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -347,6 +356,19 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         groups = ([(1, long, 48)] if long else []) + [(b, c, 48)]
         groups += [(1, p, 3, first + 4 * i) for i, p in enumerate((64, 128, 256, 512) * 2)]
         out.append((f"arrive-b{b}-c{c}" + (f"-l{long}" if long else ""), groups))
+    # Prompts released one at a time into a small running decode batch, so that each lands in a step of a chosen
+    # packed size, twice: buckets, one in each mixed-step token bucket (16..1024 tokens: graph mixed steps); eager,
+    # steps above the largest bucket (1.1k-6k tokens: eager mixed steps, where served prompts of 1-4k tokens land).
+    largest = MIXED_GRAPH_TOKEN_SIZES[-1]
+    for kind, totals in (("buckets", MIXED_GRAPH_TOKEN_SIZES),
+                         ("eager", [round(largest * f) for f in (1.07, 1.25, 1.55, 2, 2.6, 3.3, 4.2, 6)])):
+        for b, c in ((4, 512), (24, 1024)):
+            if c + 48 > max_model_len:
+                continue
+            first = -(-(b * c) // budget) + 2
+            prompts = [max(1, t - b - 2) for t in totals if b + 2 < t <= max_model_len - 2 and t <= budget] * 2
+            out.append((f"{kind}-b{b}-c{c}", [(b, c, 3 * len(prompts) + 12)]
+                        + [(1, p, 2, first + 3 * i) for i, p in enumerate(prompts)]))
     for c in (128, 512, 1024, 2048, 4096):
         sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
         release, levels = 0, []
@@ -452,8 +474,8 @@ def calibrate(args) -> int:
     command = "python -m pagesim " + " ".join(args.argv)
     out = prepare_output_file(args.out, args.force or bool(args.refit))  # --refit replaces the profile it refits
 
-    def write(rows, config, extras: dict) -> None:
-        print(json.dumps(fit_and_write(rows, config, out, extras, command), indent=2))
+    def write(rows, config, extras: dict, mixed_sizes=()) -> None:
+        print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes), indent=2))
 
     if args.refit:
         rows_path = Path(args.refit)
@@ -463,7 +485,7 @@ def calibrate(args) -> int:
             rows = pd.read_csv(rows_path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise UserError(f"--refit {rows_path}: not a CSV of calibration steps ({e})") from None
-        extras = {}
+        extras, mixed_sizes = {}, ()
         if out.is_file():  # the profile these rows came from: its measurement's records carry over
             try:
                 previous = json.loads(out.read_text())
@@ -472,6 +494,7 @@ def calibrate(args) -> int:
             if isinstance(previous, dict):
                 extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth")
                           if k in previous}
+                mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
             measured = extras.get("config") or {}
             if (measured.get("model", args.model), measured.get("gpu", args.gpu)) != (args.model, args.gpu):
                 raise UserError(f"--out {out} holds a profile of {measured.get('model')} on {measured.get('gpu')}, "
@@ -481,7 +504,7 @@ def calibrate(args) -> int:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
         kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", args.kv_cache_dtype)
         write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
-                           kv_cache_dtype=kv_dtype), extras)
+                           kv_cache_dtype=kv_dtype), extras, mixed_sizes)
         return 0
 
     import torch
@@ -513,7 +536,7 @@ def calibrate(args) -> int:
     write(rows, config, {"environment": environment(), "config": config.to_dict(),
                          "workloads": [w for w, _ in workloads],
                          "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache),
-                         "calibration_s": t_fit - t_start})
+                         "calibration_s": t_fit - t_start}, tuple(sorted(executor.mixed_graphs)))
     return 0
 
 

@@ -165,34 +165,54 @@ class LlamaModel:
         return (qkv[:, :nq].view(t, s.num_heads, s.head_dim), qkv[:, nq:nq + nk].view(t, s.num_kv_heads, s.head_dim),
                 qkv[:, nq + nk:].view(t, s.num_kv_heads, s.head_dim))
 
-    def _attention(self, q, k_cache, v_cache, attn: AttentionMetadata, scales: dict) -> torch.Tensor:
-        out = torch.empty_like(q)
-        p = attn.num_prefill_tokens
+    def attention(self, i: int, q: torch.Tensor, kv_cache: torch.Tensor, attn: AttentionMetadata,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer i's attention of q [T, Hq, D] (rows beyond the step's tokens, if any, are left as they are)."""
+        out = torch.empty_like(q) if out is None else out
+        p, d = attn.num_prefill_tokens, attn.num_decode_tokens
+        scales = {"k_scale": self.k_scales[i : i + 1], "v_scale": self.v_scales[i : i + 1]}
+        k_cache, v_cache = kv_cache[i, 0], kv_cache[i, 1]
         if p:
             paged_prefill_attention(q[:p], k_cache, v_cache, attn.cu_seqlens_q, attn.context_lens_prefill,
                                     attn.block_tables_prefill, self.scale, max_seqlen_q=attn.max_seqlen_q, out=out[:p],
                                     **scales)
-        if attn.num_decode_tokens:
-            paged_decode_attention(q[p:], k_cache, v_cache, attn.block_tables_decode, attn.context_lens_decode,
-                                   self.scale, out=out[p:], **scales)
+        if d:
+            paged_decode_attention(q[p : p + d], k_cache, v_cache, attn.block_tables_decode, attn.context_lens_decode,
+                                   self.scale, out=out[p : p + d], **scales)
         return out
+
+    # The forward pass in the pieces between attentions (the executor captures each piece as a CUDA graph):
+    # embed, then per layer layer_input -> attention -> layer_output, then final_norm.
+    def layer_input(self, i: int, hidden: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
+                    kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
+        """Layer i before attention: norm, QKV, RoPE, K/V stored by slot_mapping -> (q [T, Hq, D], residual)."""
+        w = self.layers[i]
+        x, residual = rms_norm(hidden, w.input_norm, self.spec.rms_norm_eps, residual)
+        q, k, v = self._split_qkv(F.linear(x, w.qkv))
+        rotary_embedding(q, k, positions, self.cos_sin)
+        store_kvcache(k, v, kv_cache[i, 0], kv_cache[i, 1], slot_mapping, k_scale=self.k_scales[i : i + 1],
+                      v_scale=self.v_scales[i : i + 1])
+        return q, residual
+
+    def layer_output(self, i: int, o: torch.Tensor, residual: torch.Tensor):
+        """Layer i after attention: o_proj, norm, MLP -> (hidden, residual)."""
+        w = self.layers[i]
+        x, residual = rms_norm(F.linear(o.reshape(o.shape[0], -1), w.o_proj), w.post_norm, self.spec.rms_norm_eps,
+                               residual)
+        return F.linear(silu_and_mul(F.linear(x, w.gate_up)), w.down), residual
+
+    def final_norm(self, hidden: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return rms_norm(hidden, self.norm, self.spec.rms_norm_eps, residual)[0]
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
                 attn: AttentionMetadata) -> torch.Tensor:
         assert input_ids.shape[0] == attn.num_prefill_tokens + attn.num_decode_tokens
-        eps, t = self.spec.rms_norm_eps, input_ids.shape[0]
         hidden, residual = self.embed[input_ids], None
-        for i, w in enumerate(self.layers):
-            x, residual = rms_norm(hidden, w.input_norm, eps, residual)
-            q, k, v = self._split_qkv(F.linear(x, w.qkv))
-            rotary_embedding(q, k, positions, self.cos_sin)
-            scales = {"k_scale": self.k_scales[i : i + 1], "v_scale": self.v_scales[i : i + 1]}
-            store_kvcache(k, v, kv_cache[i, 0], kv_cache[i, 1], attn.slot_mapping, **scales)
-            o = self._attention(q, kv_cache[i, 0], kv_cache[i, 1], attn, scales)
-            x, residual = rms_norm(F.linear(o.view(t, -1), w.o_proj), w.post_norm, eps, residual)
-            hidden = F.linear(silu_and_mul(F.linear(x, w.gate_up)), w.down)
-        return rms_norm(hidden, self.norm, eps, residual)[0]
+        for i in range(len(self.layers)):
+            q, residual = self.layer_input(i, hidden, residual, positions, kv_cache, attn.slot_mapping)
+            hidden, residual = self.layer_output(i, self.attention(i, q, kv_cache, attn), residual)
+        return self.final_norm(hidden, residual)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ files are never overwritten without --force.
   end-to-end latency p50/p90/p99, makespan, throughput and preemptions, each
   as live, simulated and relative error.
 
-Step level is also reported by step kind (graph decode, mixed, prefill, swap), with the ten worst
+Step level is also reported by step kind (graph decode, graph mixed, mixed, prefill, swap), with the ten worst
 steps and their features. Request level adds inter-token latency (ITL) percentiles.
 
 Also writes validation_steps.parquet (measured vs predicted per step),
@@ -102,27 +102,33 @@ def with_replayed_features(steps: pd.DataFrame, replayed: pd.DataFrame) -> tuple
     return filled.astype({c: np.int64 for c in missing}), missing
 
 
-STEP_KINDS = ("graph decode", "mixed", "prefill", "swap")
+STEP_KINDS = ("graph decode", "graph mixed", "mixed", "prefill", "swap")
 
 
-def step_kinds(steps: pd.DataFrame, max_graph_batch: int) -> np.ndarray:
-    """How each step ran: swap (blocks moved to or from the CPU), prefill (prefill tokens only), mixed
-    (prefill and decode tokens), graph decode (decode only, at most max_graph_batch sequences: a CUDA
-    graph replay); a decode-only step beyond the largest graph is 'eager decode'."""
+def step_kinds(steps: pd.DataFrame, max_graph_batch: int, max_mixed_graph_tokens: int = 0) -> np.ndarray:
+    """How each step ran: swap (blocks moved to or from the CPU), graph mixed (prefill tokens, or decodes
+    beyond the largest decode graph, in at most max_mixed_graph_tokens tokens: piecewise CUDA graphs padded
+    to a token bucket, with or without decode rows), prefill (prefill tokens only, eager), mixed (prefill
+    and decode tokens, eager), graph decode (decode only, at most max_graph_batch sequences: a CUDA
+    graph replay); a decode-only step beyond the largest graph and the token buckets is 'eager decode'."""
     swap = (steps["num_swap_out_blocks"] + steps["num_swap_in_blocks"]) > 0
     pre, dec = steps["num_prefill_tokens"] > 0, steps["num_decode_seqs"] > 0
-    return np.select([swap, pre & dec, pre, dec & (steps["num_decode_seqs"] <= max_graph_batch)],
-                     ["swap", "mixed", "prefill", "graph decode"], "eager decode")
+    graph_decode = dec & ~pre & (steps["num_decode_seqs"] <= max_graph_batch)
+    graph_mixed = ~graph_decode & ((steps["num_prefill_tokens"] + steps["num_decode_seqs"]) <= max_mixed_graph_tokens)
+    return np.select([swap, graph_mixed, pre & dec, pre, graph_decode],
+                     ["swap", "graph mixed", "mixed", "prefill", "graph decode"], "eager decode")
 
 
-def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256) -> tuple[dict, pd.DataFrame]:
+def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256,
+               max_mixed_graph_tokens: int = 0) -> tuple[dict, pd.DataFrame]:
     rows = steps[(steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0]
     predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(STEP_FEATURES, vals)}))
                           for vals in rows[list(STEP_FEATURES)].itertuples(index=False)])
     measured = rows["duration_s"].to_numpy(dtype=np.float64)
     ape = np.abs(predicted / measured - 1)
     table = rows[["step", "time_s"] + list(STEP_FEATURES)].assign(measured_s=measured, predicted_s=predicted,
-                                                                     ape=ape, kind=step_kinds(rows, max_graph_batch))
+                                                                     ape=ape, kind=step_kinds(rows, max_graph_batch,
+                                                                                              max_mixed_graph_tokens))
     by_kind = {}
     for kind, group in table.groupby("kind"):
         by_kind[kind] = {"n_steps": int(len(group)), "mape": float(group["ape"].mean()),
@@ -279,7 +285,9 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     decisions, replayed = lockstep(run)
     steps, filled = with_replayed_features(run["steps"], replayed)
     max_graph = max(getattr(cost, "graph_batch_sizes", ()) or (run["config"].max_num_seqs,))
-    steps_report, step_table = step_level(steps, cost, max_graph)
+    # the token buckets the live engine replayed mixed steps at (its summary's executor record; none before it had them)
+    mixed_sizes = (run["summary"].get("executor") or {}).get("mixed_graph_token_sizes") or [0]
+    steps_report, step_table = step_level(steps, cost, max_graph, max(mixed_sizes))
     steps_report["features_from_replay"] = filled
     requests_report, sim = request_level(run, cost)
     report = {

@@ -7,11 +7,12 @@ shared blocks (decode_shared_tokens), saved with the rows as the profile's shari
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from engine.live import DECODE_STEPS_PER_SIZE, calibration_workloads, run_calibration
 from pagesim.config import Config
-from pagesim.cost.profile import GRAPH_BATCH_SIZES
+from pagesim.cost.profile import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
 
 CONFIG = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=40000, max_num_seqs=256, max_num_batched_tokens=8192)
 
@@ -84,3 +85,33 @@ def test_served_workloads_shrink_through_sizes_between_the_graph_sizes(workloads
     assert {12, 11, 9, 7, 6, 5, 3} <= sizes, sorted(sizes)
     spread = decode["max_decode_context"] * decode["num_decode_seqs"] / decode["decode_context_tokens"]
     assert (spread[decode["num_decode_seqs"] == 12] > 1.5).all()
+
+
+@pytest.mark.parametrize("name", ["buckets-b4-c512", "buckets-b24-c1024"])
+def test_bucket_workloads_time_prefill_steps_in_every_mixed_graph_token_bucket(workloads, name):
+    """Graph mixed steps (prefill tokens, at most 1024 packed tokens) in each token bucket, twice or more."""
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    pre = rows[rows["num_prefill_tokens"] > 0]
+    tokens = pre["num_prefill_tokens"] + pre["num_decode_seqs"]
+    sizes = mixed_graph_token_sizes(CONFIG.max_num_batched_tokens)
+    bucket = pd.Series([next(t for t in sizes if t >= n) for n in tokens if n <= sizes[-1]]).value_counts()
+    b = int(name.split("-b")[1].split("-")[0])
+    for t in sizes:
+        if t > b + 2:
+            assert bucket.get(t, 0) >= 2, f"{name}: {bucket.get(t, 0)} steps in the {t}-token bucket"
+    small = pre[tokens <= sizes[-1]]
+    assert (small["num_decode_seqs"] >= b - 1).all()  # packed with the running decodes
+
+
+@pytest.mark.parametrize("name", ["eager-b4-c512", "eager-b24-c1024"])
+def test_eager_workloads_time_mixed_steps_above_the_largest_bucket(workloads, name):
+    """Eager mixed steps of 1.1k-6k packed tokens (above the largest token bucket, below the budget), two of each
+    size, each packed with the running decodes: where served prompts of 1-4k tokens land."""
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    pre = rows[rows["num_prefill_tokens"] > 0]
+    tokens = pre["num_prefill_tokens"] + pre["num_decode_seqs"]
+    largest = mixed_graph_token_sizes(CONFIG.max_num_batched_tokens)[-1]
+    b = int(name.split("-b")[1].split("-")[0])
+    packed = (tokens > largest) & (pre["num_decode_seqs"] >= b - 1)  # not the running batch's own prefill
+    eager = tokens[packed].value_counts()
+    assert len(eager) == 8 and (eager >= 2).all() and eager.index.min() < 1.1 * largest and eager.index.max() > 5 * largest

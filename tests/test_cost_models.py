@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
-from pagesim.cost.profile import graph_batch_sizes, num_splits
+from pagesim.cost.profile import MIXED_FEATURES, graph_batch_sizes, mixed_graph_token_sizes, num_splits
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, Scheduler, StepPlan
@@ -317,6 +317,31 @@ def test_the_longest_sequence_sets_the_decode_attention_time():
     assert old.step_time(skewed) == old.step_time(StepFeatures(num_decode_seqs=48, decode_context_tokens=47971))
 
 
+def test_the_longest_walk_is_priced_per_split_regime():
+    """graph_max_context prices the longest walk of graphs whose sequences split 4+ ways (8 rows and fewer on an
+    H200), graph_max_context_2_3_splits that of 16 and 32 rows, graph_max_context_1_split that of 64+; a profile
+    without the last two (fitted before them) prices every graph with the first. The fit recovers all three."""
+    regimes = {"graph_max_context": 0.6e-6, "graph_max_context_2_3_splits": 0.8e-6, "graph_max_context_1_split": 1.0e-6}
+    known = ProfileCostModel("llama-3-8b", "h200", {**TRUTH, **regimes, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0},
+                             TRUTH_KNEE, graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES)
+    old = known_profile()  # graph_max_context 1e-6 only
+    for rows, splits, name in ((8, 5, "graph_max_context"), (16, 3, "graph_max_context_2_3_splits"),
+                               (32, 2, "graph_max_context_2_3_splits"), (64, 1, "graph_max_context_1_split")):
+        assert num_splits(rows, 264, 8) == splits
+        short, long = (StepFeatures(num_decode_seqs=rows, decode_context_tokens=100 * rows + m, max_decode_context=m)
+                       for m in (100, 12000))
+        walk = -(-12000 // splits) - max((100 * rows + 100) / TRUTH_LANES, -(-100 // splits))  # longest keys
+        extra = TRUTH["graph_context_tokens"] * 11900
+        assert known.step_time(long) - known.step_time(short) == pytest.approx(extra + regimes[name] * walk, rel=1e-9), rows
+        assert old.step_time(long) - old.step_time(short) == pytest.approx(extra + TRUTH["graph_max_context"] * walk,
+                                                                           rel=1e-9), rows
+    fitted, _ = fit_profile(frame(calibration_grid() + skewed_grid() * 2, known.step_time), "llama-3-8b", "h200")
+    for name, value in regimes.items():
+        assert fitted.coefficients[name] == pytest.approx(value, rel=0.05), name
+    # eager steps stay at least as dear: their one coefficient covers the dearest regime
+    assert fitted.coefficients["max_decode_context"] >= max(fitted.coefficients[f] for f in regimes)
+
+
 def test_forward_times_equal_step_time_row_by_row(profile, committed):
     grid = calibration_grid() + skewed_grid() + [features(decode=[100] * 300), features(decode=[100] * 299 + [5000])]
     df = frame(grid, lambda f: 1.0)
@@ -608,3 +633,66 @@ def test_relative_l1_fit_reaches_the_linear_programs_optimum(seed):
     assert lp.success and (x >= 0).all()
     assert err == pytest.approx(np.abs(ratio @ x - 1).mean(), rel=1e-12)
     assert err == pytest.approx(lp.fun, rel=1e-3), f"IRLS stopped at {err}, the optimum is {lp.fun}"
+
+
+# ---- graph mixed steps (piecewise CUDA graphs up to a token bucket) -----------------------------------------
+MIXED_SIZES = mixed_graph_token_sizes(8192)
+TRUTH_MIXED = {"mixed_graph_intercept": 4e-3, "mixed_graph_prefill_seqs": 6e-5, "mixed_graph_decode_seqs": 1e-5,
+               "mixed_graph_context_tokens": 4e-8, "mixed_graph_max_context": 1e-6, "mixed_graph_attn_pairs": 1.5e-9,
+               **{f"mixed_graph_pad_{t}": 2e-6 * t for t in MIXED_SIZES[1:]}}
+
+
+def mixed_grid() -> list[StepFeatures]:
+    """Prefill chunks and mixed steps landing in every token bucket (the calibration's buckets workloads)."""
+    steps = []
+    for t in MIXED_SIZES:
+        for d, ctx in ((0, 0), (4, 512), (12, 2048), (2, 6000)):
+            q = max(1, t - d - 3)
+            steps += [features(prefill=[(c, q)], decode=[ctx] * d) for c in (0, 700)]
+    return steps
+
+
+def test_mixed_graph_token_sizes_are_the_executors():
+    from engine.executor import mixed_graph_token_sizes as executor_rule
+
+    assert executor_rule is mixed_graph_token_sizes
+    assert MIXED_SIZES == (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
+    assert mixed_graph_token_sizes(300) == (16, 32, 64, 128, 192, 256, 300)
+    assert mixed_graph_token_sizes(8) == (8,)
+
+
+def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_path):
+    known = ProfileCostModel("llama-3-8b", "h200", {**TRUTH, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0},
+                             TRUTH_KNEE, graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES,
+                             mixed_graph_token_sizes=MIXED_SIZES)
+    grid = mixed_grid() + calibration_grid() + skewed_grid()
+    rows = frame(grid * 2, known.step_time)
+    np.testing.assert_allclose(known.forward_times(rows), [known.step_time(f) for f in grid * 2], rtol=1e-12)
+    fitted, report = fit_profile(rows, "llama-3-8b", "h200", test_fraction=0.0, mixed_graph_token_sizes=MIXED_SIZES)
+    assert fitted.mixed_graph_token_sizes == MIXED_SIZES and report["by_kind"]["graph mixed"]["n"] >= 2 * len(mixed_grid())
+    assert report["by_kind"]["graph mixed"]["mape"] < 1e-3
+    for name in MIXED_FEATURES[1:]:
+        assert fitted.coefficients[name] == pytest.approx(TRUTH_MIXED[name], rel=0.05), name
+    for t in MIXED_SIZES:  # each bucket's fixed cost: a prefill-only step filling it
+        f = features(prefill=[(0, t)])
+        assert fitted.step_time(f) == pytest.approx(known.step_time(f), rel=0.01), f"bucket {t}"
+    # Steps between two buckets cost what the larger bucket costs; beyond the last one the eager formula applies.
+    step = [fitted.step_time(features(prefill=[(0, q)])) for q in (600, 700)]  # both in the 768 bucket
+    assert step[1] - step[0] == pytest.approx(fitted.coefficients["mixed_graph_attn_pairs"] * (700 * 701 - 600 * 601) / 2)
+    big = features(prefill=[(0, 2000)])
+    assert fitted.step_time(big) == pytest.approx(known_profile().step_time(big), rel=0.05)
+    # A profile without buckets (fitted before the engine graphed mixed steps) prices them as eager steps.
+    old = known_profile()
+    small = features(prefill=[(0, 100)], decode=[512] * 4)
+    assert old.step_time(small) == pytest.approx(old._eager_time(100, 1, 4, 4 * 513, 513, 100 * 101 // 2))
+    assert known.step_time(small) < old.step_time(small)
+    # The buckets and the mixed coefficients survive a JSON round trip.
+    fitted.to_json(tmp_path / "p.json")
+    back = ProfileCostModel.from_json(tmp_path / "p.json")
+    assert back.mixed_graph_token_sizes == MIXED_SIZES
+    assert [back.step_time(f) for f in grid] == [fitted.step_time(f) for f in grid]
+    d = json.loads((tmp_path / "p.json").read_text())
+    d["mixed_graph_token_sizes"] = [64, 16]
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(UserError, match="mixed_graph_token_sizes"):
+        ProfileCostModel.from_json(tmp_path / "bad.json")

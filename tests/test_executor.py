@@ -309,6 +309,34 @@ def test_mixed_load_matches_greedy_reference(toy_model):
     assert_greedy_matches_reference(run, **TOL)
 
 
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_padded_piecewise_steps_match_exact_eager_steps(toy_model, kv_cache_dtype):
+    """Prefill and mixed steps padded to a token bucket and run piece by piece (what the CUDA graphs capture; on
+    the CPU the same pieces run eagerly) give the tokens and logits of the exact-size eager path: the mixed load's
+    chunked prefills, prefix hits, forks, swaps and mixed batches, with a bf16-style and an fp8 cache."""
+    cfg = mixed_config("toy", BS, num_gpu_blocks=16, cpu_blocks=5, max_num_batched_tokens=32, max_model_len=256,
+                       kv_cache_dtype=kv_cache_dtype)
+    runs = {}
+    for padded in (True, False):
+        reqs, arrive = mixed_load(toy_model.spec.vocab_size, BS, num=8, max_prompt=64, max_output=12, system_len=24)
+        runs[padded] = run_to_completion(cfg, toy_model, reqs, arrive, mixed_graphs=padded)
+        if kv_cache_dtype == "auto":  # (fp8's smaller blocks fit the CPU pool: no recompute there)
+            mixed_load_stats(runs[padded], reqs)
+    padded, exact = runs[True], runs[False]
+    assert padded.executor.mixed_sizes == (16, 32) and exact.executor.mixed_sizes == ()
+    plans = padded.plans
+    sizes = {p.num_tokens for p in plans if p.num_prefill_tokens}
+    assert padded.executor.num_mixed_padded_steps == sum(1 for p in plans if p.num_prefill_tokens)
+    assert exact.executor.num_mixed_padded_steps == 0
+    assert sizes - {16, 32}, f"every step filled its bucket exactly ({sizes}): nothing was padded"
+    assert [p.num_tokens for p in plans] == [p.num_tokens for p in exact.plans]
+    for r in padded.scheduler.finished:
+        rid = r.request_id
+        assert padded.executor.tokens_of(rid) == exact.executor.tokens_of(rid), f"{rid}: padded and exact tokens differ"
+        a, b = padded.executor.last_logits[rid], exact.executor.last_logits[rid]
+        assert torch.allclose(a, b, atol=1e-4, rtol=0), f"{rid}: logits differ by {(a - b).abs().max()}"
+
+
 def random_cache_bits(cache: torch.Tensor, seed: int) -> None:
     """Fill a cache with random bit patterns (NaNs and infinities included): equality below is of bits."""
     as_int = cache.view({4: torch.int32, 2: torch.int16}[cache.element_size()])

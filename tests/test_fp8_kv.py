@@ -133,10 +133,10 @@ def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_s
     q_lens = [min(n, 4) for n in ctx]  # the last tokens of each sequence as new queries, the rest cached
     qp = torch.randn(sum(q_lens), hq, d, generator=g).to(DEV)
     cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
-    got = K.paged_prefill_attention(qp, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale=ks, v_scale=vs,
-                                    config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16"))
     want = torch.cat([R._attend(qp[cu[b]:cu[b + 1]], as_stored(keys[b], ks), as_stored(values[b], vs), d**-0.5,
                                 causal_offset=n - q_lens[b]) for b, n in enumerate(ctx)])
+    got = K.paged_prefill_attention(qp, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale=ks, v_scale=vs,
+                                    config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16"))
     assert_close(got, want, torch.float32, "store -> prefill", atol=tol)
 
 
@@ -152,7 +152,10 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": 
                    "bn32": K.DecodeConfig(block_n=32),
                    "fp16-bn16-w2": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16"),
                    "prefetch-fp16": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True),
-                   "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True)}
+                   "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True),
+                   "fp16-bn16-i64": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16", int32_offsets=False),
+                   "prefetch-i64": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True,
+                                                  int32_offsets=False)}
 
 
 def variant_tol(dtype, cfg, scale: float) -> float:
@@ -189,10 +192,22 @@ def test_fp8_paged_decode_matches_the_dequantised_reference(case, variant):
 PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (block_m, block_n))
     (torch.float32, 8, 4, 2, 16, [(5, 5), (7, 20)], (16, 16)),
     (torch.bfloat16, 16, 8, 2, 32, [(33, 47), (1, 64)], (16, 32)),
+    (torch.float32, 8, 4, 2, 16, [(20, 90), (3, 70), (1, 16)], (16, 16)),  # up to 5 whole key tiles before the diagonal
 ]
 
 
-PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}}
+# int32 offsets are the default of both configs (for an fp8 cache too); "i64" is the r6 fp8 path
+PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "fp16-i64": {"fp8_widen": "fp16", "int32_offsets": False},
+                    "qk-fp8": {"fp8_widen": "fp16", "qk_fp8": True},
+                    "qk-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "int32_offsets": False}}
+
+
+def rowwise_e4m3(q: torch.Tensor) -> torch.Tensor:
+    """q [T, Hq, D] as the qk_fp8 prefill multiplies it: each (token, head) row quantised to e4m3 with the scale
+    amax / 448 (1 for an all-zero row) and scaled back."""
+    amax = q.float().abs().amax(-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    return R.dequantize(R.quantize_fp8(q, scale), scale)
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)
@@ -212,9 +227,36 @@ def test_fp8_paged_prefill_matches_the_dequantised_reference(case, variant):
     K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, out=out,
                               config=K.PrefillConfig(block_m=bm, block_n=bn, **PREFILL_VARIANTS[variant]),
                               k_scale=k_scale, v_scale=v_scale)
-    ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale, v_scale)
+    qk_fp8 = PREFILL_VARIANTS[variant].get("qk_fp8", False)
+    ref = R.paged_prefill_attention(rowwise_e4m3(q) if qk_fp8 else q, k_cache, v_cache, cu, lens, tables, d**-0.5,
+                                    k_scale, v_scale)
     tol = variant_tol(dtype, K.PrefillConfig(**PREFILL_VARIANTS[variant]), 4.0)
     assert_close(out, ref, dtype, f"fp8 prefill {case}", atol=tol)
+    if qk_fp8:  # the quantised q is what moved the result, not a wrong kernel: unquantised q is further off
+        plain = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale, v_scale)
+        assert (out.float() - plain).abs().max() > (out.float() - ref).abs().max()
+
+
+def test_fp8_qk_product_rounds_q_per_row_to_e4m3_as_the_torch_cast():
+    """The qk_fp8 path's q quantisation (per (token, head) row, amax / 448, round to nearest even) is torch's
+    cast: one query row per head attending to one key with value 1 gives out = 1 whatever the scores, so instead
+    two keys with values 0 and 1 and K = [0, e_j] expose score q_j exactly: out = sigmoid(scale * q_j * k)."""
+    g = gen(3)
+    d, hq = 16, 2
+    q = (torch.randn(1, hq, d, generator=g) * 3).to(DEV)
+    k_cache = torch.zeros(2, 8, 1, d, dtype=FP8, device=DEV)
+    v_cache = torch.zeros(2, 8, 1, d, dtype=FP8, device=DEV)
+    tables = torch.tensor([[0]], dtype=torch.int32, device=DEV)
+    cu = torch.tensor([0, 1], dtype=torch.int32, device=DEV)
+    lens = torch.tensor([2], dtype=torch.int32, device=DEV)
+    k_cache[0, 1, 0, 5] = 1.0  # key 1 = e_5: score of key 1 is q[5]; key 0 scores 0
+    K.v_token_major(v_cache)[0, 1, 0, :] = 1.0  # value of key 1 is 1, of key 0 is 0
+    out = K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, 1.0, k_scale=scales(1.0, 1.0)[0],
+                                    v_scale=scales(1.0, 1.0)[1],
+                                    config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16", qk_fp8=True))
+    want = torch.sigmoid(rowwise_e4m3(q)[0, :, 5])
+    assert torch.allclose(out[0, :, 0].float(), want, atol=2e-3), (out[0, :, 0], want)
+    assert not torch.allclose(want, torch.sigmoid(q[0, :, 5]), atol=1e-6), "the case must not be exact in e4m3"
 
 
 def test_fp8_blocks_copy_and_swap_bit_exact():

@@ -168,8 +168,21 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     assert main(["validate", str(out), "--cost-model", "roofline"]) == 2  # would overwrite: needs --force
     assert main(["validate", str(out), "--cost-model", "roofline", "--force"]) == 0
     report = json.loads((out / "validation" / "validation.json").read_text())
-    assert set(report["step_level"]["by_kind"]) <= {"graph decode", "eager decode", "mixed", "prefill", "swap"}
+    assert set(report["step_level"]["by_kind"]) <= {"graph decode", "eager decode", "graph mixed", "mixed", "prefill", "swap"}
     assert len(report["step_level"]["worst_steps"]) == min(10, report["step_level"]["n_steps"])
     assert {"itl_s_p50", "itl_s_p90", "itl_s_p99"} <= set(report["request_level"])
     assert report["decisions"]["n_steps_differing"] == 0 and "features" in report["decisions"]["compared"]
     assert report["step_level"]["features_from_replay"] == ["decode_shared_tokens"]  # never recorded; the rest are
+
+
+def test_step_kinds_tell_graph_mixed_steps_from_eager_ones():
+    from pagesim.validate import step_kinds
+
+    steps = pd.DataFrame({"num_prefill_tokens": [0, 0, 100, 100, 2000, 2000, 0, 100],
+                          "num_decode_seqs": [8, 300, 0, 8, 0, 8, 8, 8],
+                          "num_swap_out_blocks": [0] * 7 + [2], "num_swap_in_blocks": [0] * 8})
+    kinds = ["graph decode", "graph mixed", "graph mixed", "graph mixed", "prefill", "mixed", "graph decode", "swap"]
+    assert list(step_kinds(steps, 256, 1024)) == kinds
+    # a run recorded before the engine graphed mixed steps (no token buckets): eager kinds, as before
+    assert list(step_kinds(steps, 256)) == ["graph decode", "eager decode", "prefill", "mixed", "prefill", "mixed",
+                                            "graph decode", "swap"]

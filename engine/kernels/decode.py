@@ -58,6 +58,9 @@ class DecodeConfig:
     # Load the next tile before computing this one (registers double-buffered by hand; meant for num_stages 1,
     # where Triton does not stage loads through shared memory and fp8 is widened in registers).
     prefetch: bool = False
+    # fp8 cache only (the bf16 decode keeps int64 offsets): K/V element offsets in int32 where the cache has fewer
+    # than 2**31 elements (an 8B model's fp8 layer at the H200's whole budget: 1.87e9)
+    int32_offsets: bool = True
 
 
 # The default launches for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
@@ -162,7 +165,7 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                         PREFETCH: tl.constexpr):
+                         PREFETCH: tl.constexpr, I32: tl.constexpr):
     """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are).
 
     An fp8 cache (not PREFETCH) runs the split's whole tiles unmasked and its last, partial tile masked; a
@@ -191,21 +194,21 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         masked_start = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
         for n0 in range(start, masked_start, BLOCK_N):
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
-                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False, False)
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False, I32)
             k, v = _widen(k, v, None, DOT_DTYPE, False)
             acc, m, l = _attend_step(acc, m, l, qv, k, v, None, qk_scale, False)
     if PREFETCH:  # the first tile, as read (widened where it is used)
         k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, start, end, d,
-                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, False)
+                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, I32)
     for n0 in range(masked_start, end, BLOCK_N):
         valid = n0 + tl.arange(0, BLOCK_N) < end
         if PREFETCH:  # registers double-buffered by hand: the next tile's loads are in flight during this one
             k, v = k_next, v_next
             k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, n0 + BLOCK_N, end, d,
-                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, False)
+                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, I32)
         else:
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
-                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, False)
+                            NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, I32)
         k, v = _widen(k, v, valid, DOT_DTYPE, FP8)
         acc, m, l = _attend_step(acc, m, l, qv, k, v, valid, qk_scale, True)
 
@@ -313,6 +316,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
         DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
+        I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
+from engine.kernels.cache import _round_to_e4m3
+from engine.kernels.decode import INTERPRET, LOG2E, _load_kv, _widen, dot_dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +38,12 @@ class PrefillConfig:
     fp8_widen: str = "bf16"  # fp8 cache only: as DecodeConfig.fp8_widen
     pack_gqa: bool = False  # a tile's rows are block_m // GROUP tokens x the GROUP query heads of one KV head
     longest_first: bool = True  # program order: last query tiles (most keys) first; else (seq, tile, head) order
-    int32_offsets: bool = True  # bf16/fp16 cache: K/V element offsets in int32 where the cache has < 2**31 elements
+    int32_offsets: bool = True  # K/V element offsets in int32 where the cache has < 2**31 elements
+    qk_fp8: bool = False  # fp8 cache only: Q K^T as an e4m3 product (q quantised per row), P V widened as before
 
 
-# The default launch for an fp8 cache, the fastest in bench/fp8_tune.py's sweep on the H200 at both prefill shapes
-# (1 stage; bench/results/fp8-tune-h200-2026-12-01-runs.json, bench/NOTES.md).
+# The default launch for an fp8 cache, the fastest at both prefill shapes in bench/fp8_tune.py's sweeps on the H200
+# (1 stage, int32 offsets; bench/results/fp8-tune-h200-2026-12-01-r7.json, bench/NOTES.md).
 FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
 
 
@@ -49,19 +51,28 @@ FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_st
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                 I32: tl.constexpr):
+                 I32: tl.constexpr, QK_FP8: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
-    log2 domain of the scaled scores, the scale applied in one multiply-add with the max subtraction."""
+    log2 domain of the scaled scores, the scale (a scalar, or with QK_FP8 one per row) applied in one multiply-add
+    with the max subtraction. QK_FP8 (not None): qv is e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core
+    product; QK_FP8 is the product's input type, fp32 under the interpreter, where it is exact); V is widened."""
     t = n0 + tl.arange(0, BLOCK_N)
     # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
     k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
                     BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
-    k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
+    if QK_FP8 is not None:
+        k = k.to(QK_FP8)
+        _, v = _widen(k, v, t < ctx, DOT_DTYPE, CAUSAL_MASK)
+    else:
+        k, v = _widen(k, v, t < ctx, DOT_DTYPE, FP8 and CAUSAL_MASK)  # an fp8 cache widened; scales applied outside
     s = tl.dot(qv, tl.trans(k))
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1) * qk_scale)
-    p = tl.exp2(s * qk_scale - m_new[:, None])
+    if QK_FP8 is not None:  # one scale per row
+        p = tl.exp2(s * qk_scale[:, None] - m_new[:, None])
+    else:
+        p = tl.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
@@ -73,7 +84,8 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr):
+                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
+                    QK_FP8: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -109,15 +121,22 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     end = tl.minimum(first + TILE_TOKENS, ctx)
     row_ok = (r < q_len)[:, None]
     qv = tl.load(q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok, other=0.0)
-    if DOT_DTYPE is not None:
+    if QK_FP8 is not None:  # q to e4m3 with one scale per row (token, head), folded into that row's score scale
+        qf = qv.to(tl.float32)
+        amax = tl.max(tl.abs(qf), 1)
+        q_scale = tl.where(amax > 0, amax / 448.0, 1.0)
+        qv = _round_to_e4m3(tl.clamp(qf / q_scale[:, None], -448.0, 448.0)).to(tl.float8e4nv)
+        qv = qv.to(QK_FP8)
+        qk_scale = qk_scale * q_scale
+    elif DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8)
     for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
@@ -145,6 +164,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
+    assert fp8 or not cfg.qk_fp8, "qk_fp8 is an option of an fp8 cache"
     pack = cfg.pack_gqa and group > 1
     assert not pack or cfg.block_m % group == 0, "pack_gqa needs block_m to be a multiple of the GQA group"
     if out is None:
@@ -164,6 +184,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                           DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
                           LONGEST_FIRST=cfg.longest_first,
-                          I32=cfg.int32_offsets and not fp8 and k_cache.numel() < 2**31,
+                          I32=cfg.int32_offsets and k_cache.numel() < 2**31,
+                          QK_FP8=(tl.float32 if INTERPRET else tl.float8e4nv) if cfg.qk_fp8 else None,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

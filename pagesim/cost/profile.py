@@ -1,13 +1,13 @@
-"""A cost model fitted to step timings measured on a real GPU: two small linear models, one per way a step runs.
+"""A cost model fitted to step timings measured on a real GPU: small linear models, one per way a step runs.
 
-The engine runs a step in one of two ways (engine/executor.py), and so does this model:
+The engine runs a step in one of three ways (engine/executor.py), and so does this model:
 
 - graph steps: decode-only steps of at most the largest captured batch replay a CUDA graph captured
   at a PADDED batch size g, the next of `graph_batch_sizes` (1, 2, 4, ..., 256 for max_num_seqs 256);
   the padding rows run through every matmul, so the cost is the graph's own:
 
     graph = graph_intercept + sum of graph_pad_<s> over the sizes s <= g (s > 1) + graph_context_tokens * C
-            + graph_max_context * longest
+            + graph_max_context[regime of g] * longest
 
   graph_pad_<s> is what the graph of size s costs more than the one below it (matmuls, LM head,
   sampling over s rows; the decode-attention grid has s rows); every step between two sizes costs the
@@ -42,7 +42,31 @@ feature `longest` is that max in keys; graph_max_context / max_decode_context is
 of a serial walk (all layers). With uniform batches the first term rules from `lanes` sequences up and
 the second below; a batch of short sequences with one long one is ruled by the long one, which the
 sums alone cannot see. Both terms only add cost as C or max_decode_context grow, so more work is never
-cheaper. max_context_lanes is chosen from a grid by the fit of graph steps; eager steps use the same.
+cheaper. max_context_lanes is chosen from a grid by the fit of graph steps (lanes that fit them within 1% of the
+best are told apart by the fit of eager steps, which use the same lanes).
+
+One key of the longest walk costs differently by how many ways the kernel splits each sequence, so graphs
+price it with one coefficient per split regime of their padded size: graph_max_context for 4 or more
+splits (8 rows and fewer on an H200), graph_max_context_2_3_splits (16 and 32 rows), graph_max_context_1_split
+(64 rows and more). On the H200 the fitted costs per key rise with the split regime's batch (0.56 / 0.60 /
+0.84 us, 2026-12-01 calibration): a long sequence among short ones in a small batch runs nearly alone. On ten
+recorded live runs, each validated with a profile fitted to its own session's calibration steps in both forms
+(`python bench/longest_regimes.py`, bench/results/longest-regimes-2026-12-01.json), step MAPE moved 3.75% ->
+3.11% on average (seven runs better, by up to 2.5 points; three worse, by 0.1 to 0.6). A profile without the two
+newer coefficients prices every graph with graph_max_context, as before. Eager steps keep one coefficient, at
+least the dearest graph regime's.
+
+- graph mixed steps (profiles with `mixed_graph_token_sizes`): steps with prefill tokens (and decode
+  batches above the largest decode graph) of at most the largest token bucket T_max replay piecewise
+  CUDA graphs padded to the bucket t (mixed_graph_token_sizes: 16, 32, ..., 1024), with each layer's
+  attention launched eagerly between the pieces; no launch-bound intercept, no knee:
+
+    mixed = mixed_graph_intercept + sum of mixed_graph_pad_<s> over the buckets s <= t (s > 16)
+            + num_prefill_seqs + num_decode_seqs + decode_context_tokens + longest + prefill_attn_pairs
+            (each term times its mixed_graph_ coefficient; longest with the exact decode row count's
+            splits: the decode launch of a mixed step is not padded)
+
+  A profile without the key prices such steps as eager steps (as before the engine graphed them).
 
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
@@ -95,7 +119,11 @@ if TYPE_CHECKING:
 FEATURES = ("intercept", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
             "decode_context_tokens", "max_decode_context", "prefill_attn_pairs", "tokens_over_knee")
 # plus graph_pad_<size> for each size above the first
-GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context")
+GRAPH_FEATURES = ("graph_intercept", "graph_context_tokens", "graph_max_context", "graph_max_context_2_3_splits",
+                  "graph_max_context_1_split")
+# The graph formula's longest-walk coefficient, one per split regime of the padded size (module docstring): the
+# feature for 4 or more splits, for 2-3, for 1. A profile without the last two (fitted before them) uses the first.
+GRAPH_LONGEST = GRAPH_FEATURES[2:]
 # Repeated decode reads of shared blocks (StepFeatures.decode_shared_tokens), one per kind of step: in a profile
 # fitted to calibration steps that share blocks; decode_context_tokens then prices the other reads only.
 SHARING = ("decode_shared_tokens", "graph_shared_tokens")
@@ -117,8 +145,24 @@ def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
     return tuple(sizes + [min(max_num_seqs, GRAPH_BATCH_SIZES[-1])])
 
 
+# The packed token counts the engine captures piecewise CUDA graphs of mixed and prefill steps at (a step of T
+# tokens runs padded to the next size; beyond the last one it runs eagerly); engine.executor imports this rule.
+MIXED_GRAPH_TOKEN_SIZES = (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def mixed_graph_token_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
+    """The mixed-step token buckets: the sizes below max_num_batched_tokens, then it (at most 1024)."""
+    largest = min(max_num_batched_tokens, MIXED_GRAPH_TOKEN_SIZES[-1])
+    return tuple([t for t in MIXED_GRAPH_TOKEN_SIZES if t < largest] + [largest])
+
+
 def graph_features(sizes, sharing: bool = False) -> tuple[str, ...]:
     return GRAPH_FEATURES + SHARING[1:] * sharing + tuple(f"graph_pad_{s}" for s in sizes[1:])
+
+
+def split_regime(splits):
+    """Which of GRAPH_LONGEST prices a graph's longest walk: 0 for 4+ splits, 1 for 2-3, 2 for one (ints or arrays)."""
+    return (splits <= 3) * 1 + (splits == 1) * 1
 
 
 def eager_features(sharing: bool = False) -> tuple[str, ...]:
@@ -159,6 +203,23 @@ def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
     return maximum(d_ctx / lanes, -(-max_ctx // splits))
 
 
+# Graph mixed steps (module docstring): their own intercept, bucket increments and attention terms.
+MIXED_FEATURES = ("mixed_graph_intercept", "mixed_graph_prefill_seqs", "mixed_graph_decode_seqs",
+                  "mixed_graph_context_tokens", "mixed_graph_max_context", "mixed_graph_attn_pairs")
+
+
+def mixed_features(sizes) -> tuple[str, ...]:
+    """The graph-mixed features of a profile with these token buckets (none without buckets)."""
+    if not sizes:
+        return ()
+    return MIXED_FEATURES + tuple(f"mixed_graph_pad_{t}" for t in sizes[1:])
+
+
+def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs):
+    """The values of MIXED_FEATURES[1:], in order."""
+    return (p_seqs, d_seqs, d_ctx, longest, pairs)
+
+
 @dataclass
 class ProfileCostModel:
     model: str
@@ -172,6 +233,7 @@ class ProfileCostModel:
     graph_batch_sizes: tuple[int, ...] = ()  # the engine's CUDA-graph decode sizes (required, increasing)
     max_context_lanes: int = 0  # 0: no longest-sequence term (profiles fitted before it existed)
     kv_cache_dtype: str = "auto"  # the engine's cache dtype when the timings were taken (Config.kv_cache_dtype)
+    mixed_graph_token_sizes: tuple[int, ...] = ()  # the engine's mixed-step token buckets; () prices them eagerly
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -184,7 +246,8 @@ class ProfileCostModel:
         self._graph_shared = float(coef.get(SHARING[1], 0.0))
         self._programs = decode_split_programs(self.gpu)
         self._kv_heads = get_model(self.model).num_kv_heads
-        self._graph_max_ctx = float(coef.get("graph_max_context", 0.0))
+        by_regime = [float(coef.get(GRAPH_LONGEST[0], 0.0))]
+        by_regime += [float(coef.get(f, by_regime[0])) for f in GRAPH_LONGEST[1:]]
         sizes = self.graph_batch_sizes
         # Fixed cost of each graph: graph_intercept plus the increments up to its size (one sum, shared by
         # step_time and decode_run_times so both give the same float).
@@ -197,7 +260,9 @@ class ProfileCostModel:
         self._graph_max = sizes[-1]
         self._graph_ctx = float(coef.get("graph_context_tokens", 0.0))
         self._graph_splits = tuple(num_splits(s, self._programs, self._kv_heads) for s in sizes)
+        self._graph_max_ctx = tuple(by_regime[split_regime(s)] for s in self._graph_splits)  # per graph size
         self._idle = self._graph_base[0]
+        self._init_mixed()
         block_bytes = get_model(self.model).kv_bytes_per_block(self.block_size, KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype))
         self.swap_s_per_block = coef["swap_s_per_byte"] * block_bytes
         self.copy_s_per_block = coef["copy_s_per_byte"] * block_bytes
@@ -207,7 +272,35 @@ class ProfileCostModel:
 
     @property
     def feature_names(self) -> tuple[str, ...]:
-        return eager_features(self.prices_sharing) + graph_features(self.graph_batch_sizes, self.prices_sharing)
+        return (eager_features(self.prices_sharing) + graph_features(self.graph_batch_sizes, self.prices_sharing)
+                + mixed_features(self.mixed_graph_token_sizes))
+
+    # ---- graph mixed steps (module docstring) ---------------------------------------------
+    def _init_mixed(self) -> None:
+        sizes = self.mixed_graph_token_sizes = tuple(int(t) for t in self.mixed_graph_token_sizes)
+        coef = self.coefficients
+        self._mixed_max = sizes[-1] if sizes else 0
+        self._mc = tuple(float(coef.get(name, 0.0)) for name in MIXED_FEATURES[1:])
+        base, self._mixed_base = float(coef.get(MIXED_FEATURES[0], 0.0)), []
+        for i, t in enumerate(sizes):
+            if i:
+                base += float(coef.get(f"mixed_graph_pad_{t}", 0.0))
+            self._mixed_base.append(base)
+
+    def is_mixed_graph(self, p_tokens, d_seqs):
+        """Whether a step with these counts replays the mixed-step graphs (scalars or numpy arrays)."""
+        return ((p_tokens > 0) | (d_seqs > self._graph_max)) & (p_tokens + d_seqs <= self._mixed_max)
+
+    def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, maximum=max):
+        tokens = p_tokens + d_seqs
+        if isinstance(tokens, np.ndarray):
+            base = np.asarray(self._mixed_base)[np.searchsorted(self.mixed_graph_token_sizes, tokens, side="left")]
+            splits = num_splits(np.maximum(np.asarray(d_seqs, dtype=np.int64), 1), self._programs, self._kv_heads)
+        else:
+            base = self._mixed_base[bisect_left(self.mixed_graph_token_sizes, tokens)]
+            splits = num_splits(max(int(d_seqs), 1), self._programs, self._kv_heads)
+        longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
+        return base + sum(c * x for c, x in zip(self._mc, _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs)))
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
         """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
@@ -234,8 +327,8 @@ class ProfileCostModel:
         longest = longest_keys(d_ctx, max_ctx, self._graph_splits[i], self.max_context_lanes, maximum)
         if shared:
             return (self._graph_base[i] + self._graph_ctx * (d_ctx - shared) + self._graph_shared * shared
-                    + self._graph_max_ctx * longest)
-        return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx * longest
+                    + self._graph_max_ctx[i] * longest)
+        return self._graph_base[i] + self._graph_ctx * d_ctx + self._graph_max_ctx[i] * longest
 
     def step_time(self, f: StepFeatures) -> float:
         t = ((f.num_swap_out_blocks + f.num_swap_in_blocks) * self.swap_s_per_block + f.num_copy_blocks * self.copy_s_per_block
@@ -245,6 +338,9 @@ class ProfileCostModel:
             shared = f.decode_shared_tokens if self.prices_sharing else 0
             if not f.num_prefill_tokens and f.num_decode_seqs <= self._graph_max:
                 fwd = self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context, shared=shared)
+            elif f.num_prefill_tokens + f.num_decode_seqs <= self._mixed_max:
+                fwd = self._mixed_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
+                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
@@ -268,6 +364,8 @@ class ProfileCostModel:
         longest = max_context_start + steps
         if num_seqs <= self._graph_max:
             return self._graph_time(num_seqs, ctx, longest, np.maximum, shared)
+        if num_seqs <= self._mixed_max:
+            return self._mixed_time(0, 0, np.full(k, num_seqs), ctx, longest, 0, np.maximum)
         return self._eager_time(0, 0, num_seqs, ctx, longest, 0, np.maximum, shared)
 
     def forward_times(self, rows) -> np.ndarray:
@@ -286,7 +384,10 @@ class ProfileCostModel:
         if graph.any():
             idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
             out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * (c[graph] - sh[graph])
-                          + self._graph_shared * sh[graph] + self._graph_max_ctx * longest[graph])
+                          + self._graph_shared * sh[graph] + np.asarray(self._graph_max_ctx)[idx] * longest[graph])
+        mixed = self.is_mixed_graph(p, n)
+        if mixed.any():
+            out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], np.maximum)
         return out
 
     def _splits_of(self, n: np.ndarray) -> np.ndarray:
@@ -299,6 +400,8 @@ class ProfileCostModel:
              "created": self.created, "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.mixed_graph_token_sizes:
+            d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         return d
 
     # ---- files ---------------------------------------------------------------------
@@ -308,6 +411,8 @@ class ProfileCostModel:
              "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.mixed_graph_token_sizes:
+            d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         if self.kv_cache_dtype != "auto":
             d["kv_cache_dtype"] = self.kv_cache_dtype
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
@@ -339,7 +444,12 @@ class ProfileCostModel:
                 or any(a >= b for a, b in zip(sizes, sizes[1:]))):
             raise UserError(f"profile {p}: 'graph_batch_sizes' is {sizes!r}, expected increasing positive integers "
                             "(the engine's CUDA-graph decode batch sizes)")
-        known = eager_features(True) + graph_features(sizes, True)
+        mixed_sizes = d.get("mixed_graph_token_sizes", [])
+        if (not isinstance(mixed_sizes, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in mixed_sizes)
+                or any(a >= b for a, b in zip(mixed_sizes, mixed_sizes[1:]))):
+            raise UserError(f"profile {p}: 'mixed_graph_token_sizes' is {mixed_sizes!r}, expected increasing positive "
+                            "integers (the engine's mixed-step token buckets)")
+        known = eager_features(True) + graph_features(sizes, True) + mixed_features(mixed_sizes)
         if not isinstance(d["features"], list):
             raise UserError(f"profile {p}: 'features' must be a list of feature names")
         unknown = [f for f in d["features"] if f not in known]
@@ -358,9 +468,9 @@ class ProfileCostModel:
         lanes = d.get("max_context_lanes", 0)
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 0:
             raise UserError(f"profile {p}: 'max_context_lanes' is {lanes!r}, expected a non-negative integer")
-        uses_longest = any(f in ("graph_max_context", "max_decode_context") for f in d["features"])
+        uses_longest = any(f in (*GRAPH_LONGEST, "max_decode_context") for f in d["features"])
         if uses_longest and not lanes:
-            raise UserError(f"profile {p}: features graph_max_context/max_decode_context need 'max_context_lanes' "
+            raise UserError(f"profile {p}: features graph_max_context*/max_decode_context need 'max_context_lanes' "
                             "(a positive integer)")
         kv_dtype = d.get("kv_cache_dtype", "auto")
         if kv_dtype not in KV_CACHE_DTYPE_BYTES:
@@ -369,7 +479,7 @@ class ProfileCostModel:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes, kv_dtype)
+                       lanes, kv_dtype, tuple(mixed_sizes))
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
@@ -432,20 +542,42 @@ def _eager_design(cols, sel, knee, names, longest) -> np.ndarray:
     return np.column_stack([np.broadcast_to(np.asarray(values[f], dtype=np.float64), (len(sel),)) for f in names])
 
 
-def _graph_design(cols, sel, sizes, longest, sharing: bool = False) -> np.ndarray:
-    """Columns in graph_features(sizes, sharing) order."""
+def _graph_design(cols, sel, split, longest, sharing: bool = False) -> np.ndarray:
+    """Columns in graph_features(sizes, sharing) order (split: (sizes, programs, kv_heads))."""
+    sizes = split[0]
     n = cols["num_decode_seqs"][sel]
     g = np.asarray(sizes)[np.searchsorted(sizes, n, side="left")]
     shared = cols["decode_shared_tokens"][sel]
-    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel] - shared, longest]
+    regime = split_regime(_splits_array(n, *split))
+    return np.column_stack([np.ones(len(n)), cols["decode_context_tokens"][sel] - shared]
+                           + [longest * (regime == r) for r in range(len(GRAPH_LONGEST))]
                            + [shared] * sharing + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
-def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) -> dict:
-    """Both kinds' coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
+def _mixed_design(cols, sel, mixed_sizes, lanes, split) -> np.ndarray:
+    """Columns in mixed_features(mixed_sizes) order, for graph mixed rows."""
+    p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
+    t = np.asarray(mixed_sizes)[np.searchsorted(mixed_sizes, p + n, side="left")]
+    splits = num_splits(np.maximum(n.astype(np.int64), 1), split[1], split[2])
+    longest = longest_keys(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel], splits, lanes, np.maximum)
+    terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, cols["decode_context_tokens"][sel], longest,
+                         cols["prefill_attn_pairs"][sel])
+    return np.column_stack([np.ones(len(n)), *terms] + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
+
+
+def _is_mixed_graph(cols, sel, sizes, mixed_sizes) -> np.ndarray:
+    p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
+    if not mixed_sizes:
+        return np.zeros(len(p), dtype=bool)
+    return ((p > 0) | (n > sizes[-1])) & (p + n <= mixed_sizes[-1])
+
+
+def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES, mixed_sizes=()) -> dict:
+    """Every kind's coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
     rows_idx = np.asarray(sel)
     is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= sizes[-1])
-    graph_rows, eager_rows = rows_idx[is_graph], rows_idx[~is_graph]
+    is_mixed = _is_mixed_graph(cols, rows_idx, sizes, mixed_sizes)
+    graph_rows, eager_rows, mixed_rows = rows_idx[is_graph], rows_idx[~is_graph & ~is_mixed], rows_idx[is_mixed]
     sharing = bool(cols["decode_shared_tokens"][rows_idx].any())  # else the fit is the one without sharing
     names = eager_features(sharing)
     coefficients: dict[str, float] = {}
@@ -456,26 +588,30 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
     if len(graph_rows) < 2 * len(gnames):
         raise UserError(f"calibration rows: {len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
                         f"least {2 * len(gnames)}")
-    best_graph = None
+    graph_fits = []
     for k in lanes_grid:
-        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, sizes, _longest(cols, graph_rows, split, k), sharing),
+        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, split, _longest(cols, graph_rows, split, k), sharing),
                                   y[graph_rows])
-        if best_graph is None or err < best_graph[0]:
-            best_graph = (err, k, x)
-    err, lanes, x = best_graph
-    coefficients.update(zip(gnames, map(float, x)))
-    dropped += [f for f, v in zip(gnames, x) if v == 0]
-    abs_err.append(err * len(graph_rows))
+        graph_fits.append((err, k, x))
     if len(eager_rows) < 2 * len(names):
         raise UserError(f"calibration rows: {len(eager_rows)} usable eager (prefill or mixed) "
                         f"training rows, need at least {2 * len(names)}")
+    # lanes: the best fit of graph steps; lanes that fit them within 1% of it (a grid that the graph rows cannot tell
+    # apart) are told apart by the eager steps, which use the same lanes
+    best_graph_err = min(f[0] for f in graph_fits)
     best = None
-    longest = _longest(cols, eager_rows, split, lanes)
-    for knee in knees:
-        x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names, longest), y[eager_rows])
-        if best is None or err < best[0]:
-            best = (err, knee, x)
-    err, knee, x = best
+    for g_err, k, g_x in graph_fits:
+        if g_err > best_graph_err * 1.01:
+            continue
+        longest = _longest(cols, eager_rows, split, k)
+        for knee in knees:
+            x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names, longest), y[eager_rows])
+            if best is None or err < best[0]:
+                best = (err, knee, x, g_err, k, g_x)
+    err, knee, x, g_err, lanes, g_x = best
+    coefficients.update(zip(gnames, map(float, g_x)))
+    dropped += [f for f, v in zip(gnames, g_x) if v == 0]
+    abs_err.append(g_err * len(graph_rows))
     eager = dict(zip(names, map(float, x)))
     dropped += [f for f, v in eager.items() if v == 0]
     # An eager step never costs less than a graph step with fewer sequences and less context:
@@ -496,18 +632,30 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES) 
         eager[SHARING[0]] = coefficients[SHARING[1]]
         raised.append(SHARING[0])
     # Both kinds share `lanes` and the splits (the padded size's), so this makes the eager term the larger.
-    if eager["max_decode_context"] < coefficients["graph_max_context"]:
-        eager["max_decode_context"] = coefficients["graph_max_context"]
-        raised.append("max_decode_context")
+    top = max(coefficients[f] for f in GRAPH_LONGEST)
+    if eager["max_decode_context"] < top:
+        if top - eager["max_decode_context"] > 1e-9 * top + 1e-15:  # reported when it moves more than rounding
+            raised.append("max_decode_context")
+        eager["max_decode_context"] = top
     coefficients = {**eager, **coefficients}
     abs_err.append(err * len(eager_rows))
+    if mixed_sizes:
+        mnames = mixed_features(mixed_sizes)
+        if len(mixed_rows) < 2 * len(mnames):
+            raise UserError(f"calibration rows: {len(mixed_rows)} usable graph mixed steps (prefill tokens, at most "
+                            f"{mixed_sizes[-1]} tokens) to fit, need at least {2 * len(mnames)}")
+        x, err = _fit_relative_l1(_mixed_design(cols, mixed_rows, mixed_sizes, lanes, split), y[mixed_rows])
+        coefficients.update(zip(mnames, map(float, x)))
+        dropped += [f for f, v in zip(mnames, x) if v == 0]
+        abs_err.append(err * len(mixed_rows))
     return {"coefficients": coefficients, "knee": knee, "lanes": lanes, "dropped": dropped, "raised": raised,
             "train_mape": float(sum(abs_err) / len(rows_idx))}
 
 
 def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
                 knees: tuple[int, ...] = KNEES, holdout: str = "rows",
-                max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES) -> tuple[ProfileCostModel, dict]:
+                max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES,
+                mixed_graph_token_sizes: tuple[int, ...] = ()) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
     `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
@@ -515,7 +663,8 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     eager; see the module docstring) gets its own coefficients, fitted to the least mean absolute
     relative error; the knee is the one in `knees` with the least training error, and max_context_lanes
     the one in `lanes` with the least training error of graph steps. The graph sizes are the executor's
-    for `max_num_seqs` (the calibrated engine's).
+    for `max_num_seqs` (the calibrated engine's). With `mixed_graph_token_sizes` (the calibrated engine's
+    token buckets, when it graphed its mixed steps) graph mixed steps get their own coefficients.
 
     holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
     fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
@@ -552,10 +701,13 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     def make(fitted, fit=None):
         return ProfileCostModel(m.name, g.name, {**fitted["coefficients"], **transfers}, fitted["knee"], fit=fit or {},
                                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                graph_batch_sizes=sizes, max_context_lanes=fitted["lanes"])
+                                graph_batch_sizes=sizes, max_context_lanes=fitted["lanes"],
+                                mixed_graph_token_sizes=mixed_sizes)
+
+    mixed_sizes = tuple(int(t) for t in mixed_graph_token_sizes)
 
     def fit(sel):
-        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes)
+        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes, mixed_sizes)
 
     predicted = np.full(len(y), np.nan)
     if holdout == "rows":
@@ -586,6 +738,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
         n_test = len(idx) if folds else 0
     ape = np.abs(predicted[scored] / y[scored] - 1)
     is_graph = (cols["num_prefill_tokens"][scored] == 0) & (cols["num_decode_seqs"][scored] <= sizes[-1])
+    is_mixed = _is_mixed_graph(cols, scored, sizes, mixed_sizes)
 
     def summary(a):
         return {"mape": float(a.mean()), "p90_ape": float(np.percentile(a, 90)), "n": int(len(a))} if len(a) else None
@@ -594,12 +747,16 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
            "n_test": int(n_test), "holdout": holdout}
     if folds is not None:
         fit.update(folds=folds, n_workloads=n_workloads)
-    fit["by_kind"] = {"graph": summary(ape[is_graph]), "eager": summary(ape[~is_graph])}
+    fit["by_kind"] = {"graph": summary(ape[is_graph]), "eager": summary(ape[~is_graph & ~is_mixed])}
+    if mixed_sizes:
+        fit["by_kind"]["graph mixed"] = summary(ape[is_mixed])
     profile = make(final, fit)
     report = dict(fit, knee_tokens=final["knee"], dropped=final["dropped"], raised=final["raised"],
                   n_left_out=int((~keep).sum()), train_mape=final["train_mape"],
                   objective="mean absolute relative error", graph_batch_sizes=list(sizes),
                   max_context_lanes=final["lanes"])
+    if mixed_sizes:
+        report["mixed_graph_token_sizes"] = list(mixed_sizes)
     if fold_workloads:
         report["fold_workloads"] = fold_workloads
     return profile, report

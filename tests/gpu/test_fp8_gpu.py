@@ -24,6 +24,7 @@ import engine.kernels as K
 from engine.kernels import reference as R
 from engine.model import LlamaModel
 from pagesim.specs import get_model
+from tests.test_fp8_kv import rowwise_e4m3
 from tests.test_kernels import assert_close, block_tables_for
 
 pytestmark = pytest.mark.gpu
@@ -54,7 +55,11 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(),
                    "prefetch-fp16-s1": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16", prefetch=True),
                    "stages1-fp16": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16"),
                    "many-splits-bn32-w2": K.DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16"),
-                   "short-bn32-w1": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16")}
+                   "short-bn32-w1": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16"),
+                   "short-bn32-w1-i64": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16",
+                                                       int32_offsets=False),
+                   "bn128-w2-i64": K.DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16",
+                                                  int32_offsets=False)}
 
 
 def assert_kernel_close(out, ref, what: str):
@@ -98,7 +103,10 @@ def test_fp8_decode_variants_match_the_dequantised_reference(variant, num_splits
 
 PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen": "fp16"},
                     "fp16-64x64-w4": {"fp8_widen": "fp16", "block_m": 64, "block_n": 64,
-                                           "num_warps": 4}}
+                                           "num_warps": 4},
+                    "fp16-i64-s1": {"fp8_widen": "fp16", "num_stages": 1, "int32_offsets": False},
+                    "qk-fp8-s1": {"fp8_widen": "fp16", "num_stages": 1, "qk_fp8": True},
+                    "qk-fp8-s2": {"fp8_widen": "fp16", "num_stages": 2, "qk_fp8": True}}
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)
@@ -117,11 +125,14 @@ def test_fp8_prefill_variants_match_the_dequantised_reference(variant):
     K.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs,
                               config=None if PREFILL_VARIANTS[variant] is None
                               else K.PrefillConfig(**PREFILL_VARIANTS[variant]))
-    ref = R.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs)
+    qk_fp8 = (PREFILL_VARIANTS[variant] or {}).get("qk_fp8", False)  # its reference multiplies q as rounded
+    ref = R.paged_prefill_attention(rowwise_e4m3(q) if qk_fp8 else q, k8, v8, cu, lens, tables, D**-0.5, ks, vs)
     exact = R.paged_prefill_attention(q, xk, xv, cu, lens, tables, D**-0.5)
     quant = (ref - exact).abs()
+    total = (out.float() - exact).abs()
     print(f"\nfp8 prefill {variant}: kernel vs dequantised ref max|err| {(out.float() - ref).abs().max().item():.3g};"
-          f" quantisation max {quant.max().item():.3g}, mean {quant.mean().item():.3g}")
+          f" quantisation max {quant.max().item():.3g}, mean {quant.mean().item():.3g}; kernel vs the bf16 source"
+          f" max {total.max().item():.3g}, mean {total.mean().item():.3g}")
     assert_kernel_close(out, ref, f"fp8 prefill {variant}")
 
 
