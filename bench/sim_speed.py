@@ -15,7 +15,7 @@ Azure conv with two baselines (this tree only: steps.parquet size and read time)
 with --million, a 1M-request synthetic trace (50 req/s) through replay's streaming path, this tree
 only unless --million-old.
 
-    python bench/sim_speed.py [--out bench/results/sim-speed.json] [--repeat N] [--million] [--only CASE]
+    python bench/sim_speed.py [--out bench/results/sim-speed.json] [--repeat N] [--million] [--only CASE] [--old COMMIT]
 """
 
 from __future__ import annotations
@@ -104,6 +104,8 @@ def main() -> int:
     ap.add_argument("--million", action="store_true", help="also replay a 1M-request trace (this tree; slow)")
     ap.add_argument("--million-old", action="store_true", help="... and with the old tree too (~10 min, ~5 GB)")
     ap.add_argument("--only", action="append", default=[], help="run only this case (repeatable)")
+    ap.add_argument("--old", default=OLD_COMMIT, metavar="COMMIT",
+                    help=f"the tree to compare against (default {OLD_COMMIT}, the issue's reference; the targets are against it)")
     ap.add_argument("--read-repeat", type=int, default=7, help="fresh processes timing the read of steps.parquet")
     args = ap.parse_args()
     check_output_file(ap, args.out, args.force)  # before any work: committed results are never replaced by default
@@ -124,7 +126,7 @@ def main() -> int:
         cases = [c for c in cases if c[0] in args.only]
     if any(with_old for *_, with_old in cases):  # the old tree only when a case compares against it
         old.mkdir()
-        subprocess.run(f"git -C {ROOT} archive {OLD_COMMIT} | tar -x -C {old}", shell=True, check=True)
+        subprocess.run(f"git -C {ROOT} archive {args.old} | tar -x -C {old}", shell=True, check=True)
     report = []
     for name, trace, options, with_old in cases:
         entry = {"case": name, "trace": str(trace.name), "options": options}
@@ -164,7 +166,7 @@ def main() -> int:
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "loadavg_at_end": os.getloadavg()},
         "new_commit": git_rev(ROOT),
-        "old_commit": OLD_COMMIT,
+        "old_commit": args.old,
         "targets": TARGETS,
         "cases": report,
         "command": "python bench/sim_speed.py " + " ".join(sys.argv[1:]),
