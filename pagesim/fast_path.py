@@ -9,6 +9,9 @@ the step-by-step order), and `decode_run` does both with the cost model's
 vectorised durations, stopping before the step that would start at or after
 `cut` (the next arrival or snapshot). Per-request results, step tables and
 block decisions equal step-by-step simulation (tests/test_fast_path.py).
+
+Both read the running requests' counters from the scheduler's DecodeSummary when the last step or
+run left one (it advanced every running request and learnt them), else in one pass.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def decode_run_limit(sched: Scheduler) -> int:
 
 
 def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
-    """(k, sum, max of the running requests' num_computed_tokens): how many next steps are certainly identical pure-decode steps of the same running set.
+    """(k, sum, max of the running requests' num_computed_tokens): k, how many next steps are certainly
+    identical pure-decode steps of the same running set.
 
     0 unless every running request is decoding and will be scheduled, no fork
     copy is pending, and the head of the swapped (else waiting) queue would not
