@@ -492,7 +492,7 @@ def calibrate(args) -> int:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 previous = None
             if isinstance(previous, dict):
-                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth")
+                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth", "calibration_s")
                           if k in previous}
                 mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
             measured = extras.get("config") or {}
