@@ -14,7 +14,6 @@ OUT_DIR/longest-regimes.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,37 +22,18 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.sharing_ablation import METRICS, figures  # noqa: E402  (the same figures, the same order)
+from bench.sharing_ablation import METRICS, figures, run_specs  # noqa: E402  (the same figures and command line)
 
 
 def main() -> int:
     import pandas as pd
 
     from pagesim.cost import profile
-    from pagesim.errors import UserError
-    from pagesim.outputs import prepare_output_dir
     from pagesim.validate import load_run, validate
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", help="RUN_DIR or RUN_DIR=STEPS.csv")
-    p.add_argument("--out", required=True)
-    p.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
-    args = p.parse_args()
-    jobs = []
-    for spec in args.runs:  # every input checked before any work
-        run_dir, _, steps = spec.partition("=")
-        run_dir, steps = Path(run_dir), Path(steps) if steps else Path(run_dir) / "profile.steps.csv"
-        if not steps.is_file():
-            raise SystemExit(f"error: {spec}: no {steps} (calibration steps)")
-        if not (run_dir / "summary.json").is_file():
-            raise SystemExit(f"error: {spec}: {run_dir} is not a run directory (no summary.json)")
-        jobs.append((run_dir, steps))
-    try:
-        out = prepare_output_dir(args.out, args.force)
-    except UserError as e:
-        raise SystemExit(f"error: --out {args.out}: {e}") from None
+    jobs, out, force = run_specs(__doc__.splitlines()[0])
     result = {}
-    for run_dir, steps in jobs:
+    for run_dir, steps, _ in jobs:
         config = load_run(run_dir)["config"]
         d = out / run_dir.name
         d.mkdir(exist_ok=True)
@@ -66,7 +46,7 @@ def main() -> int:
                 fitted.kv_cache_dtype = config.kv_cache_dtype
                 fitted.fit = report
                 fitted.to_json(d / f"{form}.json")
-                figs[form] = figures(validate(run_dir, str(d / f"{form}.json"), d / f"validation-{form}", force=args.force))
+                figs[form] = figures(validate(run_dir, str(d / f"{form}.json"), d / f"validation-{form}", force=force))
                 figs[form]["calibration_holdout_mape"] = report["mape"]
         result[run_dir.name] = {"steps": str(steps), **figs}
         a, b = figs["regimes"], figs["single"]

@@ -31,33 +31,43 @@ def figures(validation: dict) -> dict:
             **{m: r[m]["rel_error"] for m in METRICS if m in r}}
 
 
-def main() -> int:
-    import pandas as pd
-
-    from pagesim.cli import main as pagesim_main
+def run_specs(description: str, *, needs_own_validation: bool = False):
+    """The command line shared by the profile ablations: RUN_DIR[=STEPS.csv] ... --out OUT_DIR [--force], every input
+    checked before any work. Returns [(run_dir, steps, own validation.json)], the prepared OUT_DIR and --force."""
     from pagesim.errors import UserError
     from pagesim.outputs import prepare_output_dir
-    from pagesim.validate import load_run, validate
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("runs", nargs="+", help="RUN_DIR or RUN_DIR=STEPS.csv")
     p.add_argument("--out", required=True)
     p.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
     args = p.parse_args()
     jobs = []
-    for spec in args.runs:  # every input checked before any work
+    for spec in args.runs:
         run_dir, _, steps = spec.partition("=")
         run_dir = Path(run_dir)
         steps = Path(steps) if steps else run_dir / "profile.steps.csv"
         own = run_dir / "validation" / "validation.json"
-        for path, what in ((steps, "calibration steps"), (own, "the run's own validation (python -m pagesim validate)")):
+        needed = [(steps, "calibration steps"), (run_dir / "summary.json", "summary: not a run directory")]
+        if needs_own_validation:
+            needed.append((own, "the run's own validation (python -m pagesim validate)"))
+        for path, what in needed:
             if not path.is_file():
                 raise SystemExit(f"error: {spec}: no {path} ({what})")
         jobs.append((run_dir, steps, own))
     try:
-        out = prepare_output_dir(args.out, args.force)
+        return jobs, prepare_output_dir(args.out, args.force), args.force
     except UserError as e:
-        raise SystemExit(f"error: --out {args.out}: {e}") from None
+        raise SystemExit(f"error: {e}") from None  # the message names --out
+
+
+def main() -> int:
+    import pandas as pd
+
+    from pagesim.cli import main as pagesim_main
+    from pagesim.validate import load_run, validate
+
+    jobs, out, force = run_specs(__doc__.splitlines()[0], needs_own_validation=True)
     result = {}
     for run_dir, steps, own in jobs:
         config = load_run(run_dir)["config"]
@@ -69,7 +79,7 @@ def main() -> int:
                              "--model", config.model, "--gpu", config.gpu, "--kv-cache-dtype", config.kv_cache_dtype])
         if code:
             raise SystemExit(f"error: refitting {steps} failed")
-        blind = validate(run_dir, str(d / "blind.json"), d / "validation", force=args.force)
+        blind = validate(run_dir, str(d / "blind.json"), d / "validation", force=force)
         result[run_dir.name] = {"steps": str(steps), "sharing": figures(json.loads(own.read_text())),
                                 "blind": figures(blind)}
         a, b = result[run_dir.name]["sharing"], result[run_dir.name]["blind"]

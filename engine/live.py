@@ -339,7 +339,8 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     through the sizes between the graph sizes, as served batches do; buckets: prompts released one at a
     time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
     mixed steps, 16..1024 tokens), two of each; eager: the same, with steps of 1.1k-6k tokens (eager mixed
-    steps above the largest bucket, where served prompts of 1-4k tokens land).
+    steps above the largest bucket, where served prompts of 1-4k tokens land); prefix: the buckets' steps
+    with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -358,17 +359,23 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         out.append((f"arrive-b{b}-c{c}" + (f"-l{long}" if long else ""), groups))
     # Prompts released one at a time into a small running decode batch, so that each lands in a step of a chosen
     # packed size, twice: buckets, one in each mixed-step token bucket (16..1024 tokens: graph mixed steps); eager,
-    # steps above the largest bucket (1.1k-6k tokens: eager mixed steps, where served prompts of 1-4k tokens land).
+    # steps above the largest bucket (1.1k-6k tokens: eager mixed steps, where served prompts of 1-4k tokens land);
+    # prefix, bucket-sized prompt suffixes after a cached prefix of `pre` tokens (computed by a first request at the
+    # start): chunks that attend to far more keys than their own, as prefix-cache hits do.
     largest = MIXED_GRAPH_TOKEN_SIZES[-1]
-    for kind, totals in (("buckets", MIXED_GRAPH_TOKEN_SIZES),
-                         ("eager", [round(largest * f) for f in (1.07, 1.25, 1.55, 2, 2.6, 3.3, 4.2, 6)])):
-        for b, c in ((4, 512), (24, 1024)):
-            if c + 48 > max_model_len:
+    for kind, totals, shapes in (
+            ("buckets", MIXED_GRAPH_TOKEN_SIZES, ((4, 512, 0), (24, 1024, 0))),
+            ("eager", [round(largest * f) for f in (1.07, 1.25, 1.55, 2, 2.6, 3.3, 4.2, 6)], ((4, 512, 0), (24, 1024, 0))),
+            ("prefix", MIXED_GRAPH_TOKEN_SIZES, ((4, 512, 2048), (16, 1024, 4096)))):
+        for b, c, pre in shapes:
+            if max(c, pre + largest) + 48 > max_model_len:
                 continue
-            first = -(-(b * c) // budget) + 2
-            prompts = [max(1, t - b - 2) for t in totals if b + 2 < t <= max_model_len - 2 and t <= budget] * 2
-            out.append((f"{kind}-b{b}-c{c}", [(b, c, 3 * len(prompts) + 12)]
-                        + [(1, p, 2, first + 3 * i) for i, p in enumerate(prompts)]))
+            first = -(-(b * c + pre) // budget) + 2
+            prompts = [max(1, t - b - 2) for t in totals if b + 2 < t <= max_model_len - 2 - pre and t <= budget] * 2
+            shared = (pre, 0) if pre else ()
+            out.append((f"{kind}-b{b}-c{c}" + (f"-p{pre}" if pre else ""), [(b, c, 3 * len(prompts) + 12)]
+                        + ([(1, pre + 16, 2, 0, pre, 0)] if pre else [])
+                        + [(1, pre + p, 2, first + 3 * i, *shared) for i, p in enumerate(prompts)]))
     for c in (128, 512, 1024, 2048, 4096):
         sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
         release, levels = 0, []
@@ -492,7 +499,7 @@ def calibrate(args) -> int:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 previous = None
             if isinstance(previous, dict):
-                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth")
+                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth", "calibration_s")
                           if k in previous}
                 mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
             measured = extras.get("config") or {}

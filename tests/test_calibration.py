@@ -115,3 +115,22 @@ def test_eager_workloads_time_mixed_steps_above_the_largest_bucket(workloads, na
     packed = (tokens > largest) & (pre["num_decode_seqs"] >= b - 1)  # not the running batch's own prefill
     eager = tokens[packed].value_counts()
     assert len(eager) == 8 and (eager >= 2).all() and eager.index.min() < 1.1 * largest and eager.index.max() > 5 * largest
+
+
+@pytest.mark.parametrize("name", ["prefix-b4-c512-p2048", "prefix-b16-c1024-p4096"])
+def test_prefix_workloads_time_bucket_sized_chunks_after_a_cached_prefix(workloads, name):
+    """Graph mixed steps in every token bucket whose chunk reads a cached prefix far longer than itself (prefix-cache
+    hits: prefill_attn_pairs of q * pre + q(q+1)/2), twice or more, packed with the running decodes."""
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    pre = int(name.split("-p")[-1])
+    b = int(name.split("-b")[1].split("-")[0])
+    sizes = mixed_graph_token_sizes(CONFIG.max_num_batched_tokens)
+    chunks = rows[(rows["num_prefill_tokens"] > 0) & (rows["num_decode_seqs"] >= b - 1)]
+    tokens = chunks["num_prefill_tokens"] + chunks["num_decode_seqs"]
+    hits = chunks[(tokens <= sizes[-1]) & (chunks["prefill_context_tokens"] - chunks["num_prefill_tokens"] >= pre)]
+    q = hits["num_prefill_tokens"]
+    assert (hits["prefill_attn_pairs"] >= q * pre + q * (q + 1) // 2).all()
+    bucket = pd.Series([next(t for t in sizes if t >= n) for n in hits["num_prefill_tokens"] + hits["num_decode_seqs"]])
+    for t in sizes:
+        if t > b + 2:
+            assert (bucket == t).sum() >= 2, f"{name}: {(bucket == t).sum()} prefix-hit steps in the {t}-token bucket"

@@ -587,7 +587,7 @@ def test_refit_cli_writes_a_loadable_profile_without_a_gpu(tmp_path, capsys):
 
     # Refitting over a calibration's profile keeps the records of the measurement.
     records = {"environment": {"gpu": "NVIDIA H200"}, "config": {"model": "llama-3-8b", "gpu": "h200", "max_num_seqs": 64},
-               "workloads": ["a", "b"]}
+               "workloads": ["a", "b"], "calibration_s": 97.5}
     out.write_text(json.dumps({**d, **records, "report": {}, "command": "old"}))
     assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out)]) == 0
     d2 = json.loads(out.read_text())
@@ -696,3 +696,24 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
     (tmp_path / "bad.json").write_text(json.dumps(d))
     with pytest.raises(UserError, match="mixed_graph_token_sizes"):
         ProfileCostModel.from_json(tmp_path / "bad.json")
+
+
+def test_with_mixed_graphs_the_eager_floor_counts_the_tokens_above_the_largest_bucket():
+    """Eager steps of a profile with buckets carry more tokens than the largest bucket (smaller steps replay graphs):
+    the fit raises their intercept only as far as such a step needs to cost at least the decode graph of its rows,
+    not as far as a one-token step would (which raised the 2026-12-01 H200 eager intercept from 3.5 to 4.8 ms and
+    priced live 1-2k-token prefill steps 7% too dear)."""
+    cheap = {**TRUTH, **TRUTH_MIXED, "intercept": 1e-3, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
+    known = ProfileCostModel("llama-3-8b", "h200", cheap, TRUTH_KNEE, graph_batch_sizes=SIZES,
+                             max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
+    eager = [features(prefill=[(0, q)], decode=[512] * d) for q in (1100, 1500, 2500, 4000, 6000) for d in (0, 4, 16)]
+    grid = mixed_grid() + calibration_grid() + skewed_grid() + eager
+    fitted, report = fit_profile(frame(grid * 2, known.step_time), "llama-3-8b", "h200", test_fraction=0.0,
+                                 mixed_graph_token_sizes=MIXED_SIZES)
+    assert "intercept" in report["raised"]
+    largest = MIXED_SIZES[-1]
+    gaps = []
+    for n in range(1, SIZES[-1] + 1):  # the cheapest eager step with n decode rows, against the graph of n rows
+        t = max(n, largest + 1)
+        gaps.append(fitted._eager_time(t - n, int(t > n), n, 0, 0, 0) - fitted.step_time(StepFeatures(num_decode_seqs=n)))
+    assert min(gaps) == pytest.approx(0.0, abs=1e-9)  # raised exactly as far as needed: never below, never more

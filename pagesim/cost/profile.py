@@ -617,10 +617,13 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES, 
     # An eager step never costs less than a graph step with fewer sequences and less context:
     # intercept + num_decode_seqs * n (+ the hinge) covers every graph's fixed cost at n sequences,
     # and decode_context_tokens is at least graph_context_tokens.
+    # With mixed graphs an eager step has more tokens than the largest bucket (smaller steps replay graphs): its
+    # floor at n decode rows counts the prefill tokens that take it there.
     n = np.arange(1, sizes[-1] + 1)
     graph_base = np.cumsum([coefficients["graph_intercept"]] + [coefficients[f"graph_pad_{s}"] for s in sizes[1:]])
-    eager_floor = (eager["intercept"] + eager["num_decode_seqs"] * n
-                   + eager["tokens_over_knee"] * np.maximum(n - knee, 0))
+    tokens = np.maximum(n, mixed_sizes[-1] + 1) if mixed_sizes else n
+    eager_floor = (eager["intercept"] + eager["num_decode_seqs"] * n + eager["num_prefill_tokens"] * (tokens - n)
+                   + eager["num_prefill_seqs"] * (tokens > n) + eager["tokens_over_knee"] * np.maximum(tokens - knee, 0))
     shortfall = float(np.max(graph_base[np.searchsorted(sizes, n)] - eager_floor))
     if shortfall > 0:
         eager["intercept"] += shortfall
