@@ -81,10 +81,11 @@ a rare host pause in the calibration rows (three in the H200 rows, 0.16-2.1 s, l
 new kernel specialisation) does not pull the fit. A profile must name its `graph_batch_sizes`
 (the former single model, one formula for every step, is no longer read or fitted).
 
-On the H200 (results/profiles/h200-llama-3-8b.json, 2026-11-29) the fit chose max_context_lanes 45 and
-~0.79 us per key of the longest walk: a decode batch of short sequences with one at 6k tokens costs ~4 ms
-more than its total context says. Held out by workload, graph steps are predicted to 3.7% (9.6% by the
-same fit without the term, on the same rows).
+On the H200 (results/profiles/h200-llama-3-8b.json, 2026-11-29 rows, refitted 2026-12-01 with the split
+regimes) the fit chose max_context_lanes 64 and 0.23 / 0.62 / 0.80 us per key of the longest walk (4+ / 2-3 /
+1 splits): a 64-row decode batch of short sequences with one at 6k tokens costs ~4 ms more than its total
+context says. Held out by workload, graph steps are predicted to 3.5% (3.7% with one longest-walk
+coefficient; 9.6% without the term, on the same rows).
 
 Known limits: apart from the longest sequence, the model sees sums over the step, not how the context is
 spread over the other sequences (the second-longest sequence matters when two long ones share the
