@@ -39,6 +39,7 @@ from pagesim.accounting import CATEGORIES
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
+from pagesim.cost.profile import runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
@@ -114,7 +115,8 @@ def step_kinds(steps: pd.DataFrame, max_graph_batch: int, max_mixed_graph_tokens
     swap = (steps["num_swap_out_blocks"] + steps["num_swap_in_blocks"]) > 0
     pre, dec = steps["num_prefill_tokens"] > 0, steps["num_decode_seqs"] > 0
     graph_decode = dec & ~pre & (steps["num_decode_seqs"] <= max_graph_batch)
-    graph_mixed = ~graph_decode & ((steps["num_prefill_tokens"] + steps["num_decode_seqs"]) <= max_mixed_graph_tokens)
+    graph_mixed = runs_mixed_graph(steps["num_prefill_tokens"], steps["num_decode_seqs"], max_graph_batch,
+                                   max_mixed_graph_tokens)
     return np.select([swap, graph_mixed, pre & dec, pre, graph_decode],
                      ["swap", "graph mixed", "mixed", "prefill", "graph decode"], "eager decode")
 

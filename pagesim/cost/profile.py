@@ -157,6 +157,13 @@ def mixed_graph_token_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
     return tuple([t for t in MIXED_GRAPH_TOKEN_SIZES if t < largest] + [largest])
 
 
+def runs_mixed_graph(p_tokens, d_seqs, max_graph_batch: int, max_mixed_tokens: int):
+    """Whether a step replays the mixed-step graphs (scalars or numpy arrays): it has prefill tokens, or more decode
+    rows than the largest decode graph, in at most the largest token bucket's tokens (max_mixed_tokens 0: none
+    does). The profile, its fit and validate's step kinds ask this; the executor decides it the same way."""
+    return ((p_tokens > 0) | (d_seqs > max_graph_batch)) & (p_tokens + d_seqs <= max_mixed_tokens)
+
+
 def graph_features(sizes, sharing: bool = False) -> tuple[str, ...]:
     return GRAPH_FEATURES + SHARING[1:] * sharing + tuple(f"graph_pad_{s}" for s in sizes[1:])
 
@@ -290,7 +297,7 @@ class ProfileCostModel:
 
     def is_mixed_graph(self, p_tokens, d_seqs):
         """Whether a step with these counts replays the mixed-step graphs (scalars or numpy arrays)."""
-        return ((p_tokens > 0) | (d_seqs > self._graph_max)) & (p_tokens + d_seqs <= self._mixed_max)
+        return runs_mixed_graph(p_tokens, d_seqs, self._graph_max, self._mixed_max)
 
     def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, maximum=max):
         tokens = p_tokens + d_seqs
@@ -567,10 +574,8 @@ def _mixed_design(cols, sel, mixed_sizes, lanes, split) -> np.ndarray:
 
 
 def _is_mixed_graph(cols, sel, sizes, mixed_sizes) -> np.ndarray:
-    p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
-    if not mixed_sizes:
-        return np.zeros(len(p), dtype=bool)
-    return ((p > 0) | (n > sizes[-1])) & (p + n <= mixed_sizes[-1])
+    return runs_mixed_graph(cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel], sizes[-1],
+                            mixed_sizes[-1] if mixed_sizes else 0)
 
 
 def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES, mixed_sizes=()) -> dict:
