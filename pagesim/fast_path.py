@@ -102,9 +102,19 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     if context is None:
         computed = [r.num_computed_tokens for r in running]
         context = (sum(computed), max(computed, default=0))
+    summary = sched.decode_summary_now()
     blocks = kv.allocate_decode_steps(running, k)
     sched.step_id += k
     outcome = StepOutcome()
+    if summary is not None and summary.fewest_left > k and not kv.caches_full_blocks:
+        # Nobody finishes and no block needs registering: each request only counts its k tokens, and the
+        # summary follows from the last one (every running request k tokens further).
+        for r in running:
+            r.num_computed_tokens += k
+            r.num_output_tokens += k
+        sched.decode_summary = DecodeSummary(sched.step_id, running, summary.fewest_left - k,
+                                             summary.total_computed + len(running) * k, summary.max_computed + k)
+        return DecodeRun(k, len(running), context[0], context[1], blocks, outcome)
     cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
     fewest, total, longest = NO_LIMIT, 0, 0  # the decode summary of those that go on running
     for r in running:

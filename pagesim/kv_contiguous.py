@@ -81,6 +81,7 @@ class ContiguousKVCacheManager:
         self.cpu = FirstFitAllocator(config.num_cpu_blocks if config.preemption_mode == "swap" else 0)
         self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
         self.prefix_cache_stats = PrefixCacheStats()  # stays empty: no prefix caching here
+        self.caches_full_blocks = False  # KVCacheManager: cache_full_blocks is a no-op
         self.events = [] if record_events else None
 
     def reserve_tokens(self, request: Request) -> int:

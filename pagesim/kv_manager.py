@@ -80,6 +80,7 @@ class KVCacheManager(Protocol):
     num_gpu_blocks: int
     prefix_cache_stats: PrefixCacheStats
     events: list[tuple] | None  # block events when recording was asked for
+    caches_full_blocks: bool  # False when cache_full_blocks is always a no-op (the hot loops then skip the check)
 
     # ---- admission --------------------------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:

@@ -28,6 +28,7 @@ class PagedKVCacheManager:
     def __init__(self, config: Config, record_events: bool = False):
         self.block_size = config.block_size
         self.enable_caching = config.enable_prefix_caching
+        self.caches_full_blocks = self.enable_caching  # KVCacheManager: cache_full_blocks registers hashes
         self.pool = BlockPool(config.resolved_num_gpu_blocks, record_events)
         # Blocks that hold KV: all but vLLM's null block (usage, accounting and recorders count these).
         self.num_gpu_blocks = self.pool.num_usable_blocks  # == config.usable_gpu_blocks

@@ -82,6 +82,7 @@ class StepPlan:
     decode_group: list[Request] = ()
     decode_group_computed: int = 0
     decode_group_max_computed: int = 0
+    decode_group_fewest_left: int = 0  # the fewest output tokens any of them has left (0: not known)
     # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
     finished_req_ids: list[str] = field(default_factory=list)
 
@@ -321,8 +322,9 @@ class Scheduler:
         The request-by-request pass would give each its one token and its block in the same order, and
         preempt nobody (the blocks suffice for all), so the decisions are the same."""
         running = self.running
+        fewest = 0  # not known
         if summary is not None and len(running) <= budget:  # every running request decodes
-            n, total, longest = len(running), summary.total_computed, summary.max_computed
+            n, total, longest, fewest = len(running), summary.total_computed, summary.max_computed, summary.fewest_left
         else:
             n = total = longest = 0
             for r in running if len(running) <= budget else running[:budget]:
@@ -339,6 +341,7 @@ class Scheduler:
         if not self.kv.allocate_decode_step(group):
             return 0
         plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, total, longest
+        plan.decode_group_fewest_left = fewest
         return n
 
     def admission(self, req: Request, budget: int, num_running: int, swapped: bool) -> tuple[int, list, int] | None:
@@ -405,7 +408,17 @@ class Scheduler:
         num_running = len(self.running)
         # the decode summary of the requests that go on running (valid if all of them sample this step)
         fewest, total, longest, all_sample = NO_LIMIT, 0, 0, True
-        for req in plan.decode_group:  # first in the step's order; each computes and samples one token
+        group = plan.decode_group
+        if plan.decode_group_fewest_left > 1 and not kv.caches_full_blocks:
+            # Nobody in the group finishes and no block needs registering: each only counts its token, and the
+            # group's part of the summary follows from the plan's (all of them one token further).
+            for req in group:
+                req.num_computed_tokens += 1
+                req.num_output_tokens += 1
+            fewest, total = plan.decode_group_fewest_left - 1, plan.decode_group_computed + len(group)
+            longest = plan.decode_group_max_computed + 1
+            group = ()
+        for req in group:  # first in the step's order; each computes and samples one token
             old = req.num_computed_tokens
             req.num_computed_tokens = computed = old + 1
             if computed % bs == 0:  # a block became full
