@@ -24,7 +24,8 @@ import numpy as np
 
 from pagesim.cost.features import shared_decode_tokens
 from pagesim.kv_manager import DecodeBlocks
-from pagesim.scheduler import NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, without
+from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, decode_deadlines,
+                               finish_deadline, without)
 
 NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
@@ -103,18 +104,30 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
         computed = [r.num_computed_tokens for r in running]
         context = (sum(computed), max(computed, default=0))
     summary = sched.decode_summary_now()
+    first = sched.step_id
     blocks = kv.allocate_decode_steps(running, k)
     sched.step_id += k
     outcome = StepOutcome()
-    if summary is not None and summary.fewest_left > k and not kv.caches_full_blocks:
-        # Nobody finishes and no block needs registering: each request only counts its k tokens, and the
-        # summary follows from the last one (every running request k tokens further).
+    n = len(running)
+    if summary is not None and not kv.caches_full_blocks and (summary.fewest_left > k or n >= DEADLINES_MIN):
+        # No block needs registering: each request only counts its k tokens, the ones due in the last step
+        # finish (found by the summary's deadline index; nobody when the fewest left is > k), and the summary
+        # follows from the last one (every running request k tokens further).
+        deadlines = summary.deadlines
+        if summary.fewest_left <= k and deadlines is None:
+            deadlines = decode_deadlines(running, first)
         for r in running:
             r.num_computed_tokens += k
             r.num_output_tokens += k
-        sched.decode_summary = DecodeSummary(sched.step_id, running, summary.fewest_left - k,
-                                             summary.total_computed + len(running) * k, summary.max_computed + k)
-        return DecodeRun(k, len(running), context[0], context[1], blocks, outcome)
+        fewest, total, longest = summary.fewest_left - k, summary.total_computed + n * k, summary.max_computed + k
+        if fewest <= 0:  # == 0: the run stops at the first step in which a request finishes
+            total, max_left = finish_deadline(sched, deadlines, sched.step_id - 1, total, longest, end, outcome)
+            sched.running = without(running, outcome.finished)
+            fewest = min(deadlines) - sched.step_id + 1 if deadlines else NO_LIMIT
+            if max_left:
+                longest = max([r.num_computed_tokens for r in sched.running], default=0)
+        sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest, deadlines)
+        return DecodeRun(k, n, context[0], context[1], blocks, outcome)
     cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
     fewest, total, longest = NO_LIMIT, 0, 0  # the decode summary of those that go on running
     for r in running:

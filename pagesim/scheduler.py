@@ -83,6 +83,7 @@ class StepPlan:
     decode_group_computed: int = 0
     decode_group_max_computed: int = 0
     decode_group_fewest_left: int = 0  # the fewest output tokens any of them has left (0: not known)
+    decode_group_summary: DecodeSummary | None = None  # the decode summary it was taken by (it is all running then)
     # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
     finished_req_ids: list[str] = field(default_factory=list)
 
@@ -129,6 +130,42 @@ class DecodeSummary:
     fewest_left: int
     total_computed: int
     max_computed: int
+    # The running requests by the step in which each samples its last token ({step id: requests, in running
+    # order}), so a step or run that finishes some finds them without a pass; None until a finish needs it.
+    # Kept with the summary (shared and updated by its successors), as steps advance every request alike.
+    deadlines: dict | None = None
+
+
+DEADLINES_MIN = 16  # the deadline index pays from about this many running requests (a plain pass is cheaper below)
+
+
+def decode_deadlines(running: list[Request], next_step: int) -> dict[int, list[Request]]:
+    """{step id: requests of `running` that sample their last token in it}, in running order, when all decode one
+    token per step from step `next_step` on (DecodeSummary.deadlines)."""
+    deadlines: dict[int, list[Request]] = {}
+    for r in running:
+        key = next_step + r.output_len - r.num_output_tokens - 1
+        at = deadlines.get(key)
+        if at is None:
+            deadlines[key] = [r]
+        else:
+            at.append(r)
+    return deadlines
+
+
+def finish_deadline(sched, deadlines: dict, step: int, summary_total: int, summary_max: int, now: float,
+                    outcome) -> tuple[int, bool]:
+    """Finish the requests of `deadlines` due in `step` (their counters already advanced), in running order;
+    (the total minus their num_computed_tokens, whether one of them held the max). For the scheduler and the
+    fast path's runs."""
+    total, had_max = summary_total, False
+    for r in deadlines.pop(step, ()):
+        computed = r.num_computed_tokens
+        total -= computed
+        if computed == summary_max:
+            had_max = True
+        sched.finish_request(r, now, outcome)
+    return total, had_max
 
 
 @dataclass(slots=True)
@@ -341,7 +378,7 @@ class Scheduler:
         if not self.kv.allocate_decode_step(group):
             return 0
         plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, total, longest
-        plan.decode_group_fewest_left = fewest
+        plan.decode_group_fewest_left, plan.decode_group_summary = fewest, summary if fewest else None
         return n
 
     def admission(self, req: Request, budget: int, num_running: int, swapped: bool) -> tuple[int, list, int] | None:
@@ -409,14 +446,27 @@ class Scheduler:
         # the decode summary of the requests that go on running (valid if all of them sample this step)
         fewest, total, longest, all_sample = NO_LIMIT, 0, 0, True
         group = plan.decode_group
-        if plan.decode_group_fewest_left > 1 and not kv.caches_full_blocks:
-            # Nobody in the group finishes and no block needs registering: each only counts its token, and the
-            # group's part of the summary follows from the plan's (all of them one token further).
+        deadlines, max_left = None, False
+        if plan.decode_group_fewest_left and not kv.caches_full_blocks and (
+                plan.decode_group_fewest_left > 1 or len(group) >= DEADLINES_MIN):
+            # No block needs registering: each request only counts its token, the ones due finish (found by the
+            # summary's deadline index; nobody when the fewest left is > 1), and the group's part of the summary
+            # follows from the plan's (all of them one token further).
+            summary = plan.decode_group_summary
+            if plan.decode_group_fewest_left == 1:
+                deadlines = summary.deadlines
+                if deadlines is None:
+                    deadlines = decode_deadlines(group, plan.step_id)
             for req in group:
                 req.num_computed_tokens += 1
                 req.num_output_tokens += 1
-            fewest, total = plan.decode_group_fewest_left - 1, plan.decode_group_computed + len(group)
-            longest = plan.decode_group_max_computed + 1
+            total, longest = plan.decode_group_computed + len(group), plan.decode_group_max_computed + 1
+            if deadlines is None:
+                fewest = plan.decode_group_fewest_left - 1
+                deadlines = summary.deadlines
+            else:
+                total, max_left = finish_deadline(self, deadlines, plan.step_id, total, longest, now, outcome)
+                fewest = min(deadlines) - self.step_id + 1 if deadlines else NO_LIMIT
             group = ()
         for req in group:  # first in the step's order; each computes and samples one token
             old = req.num_computed_tokens
@@ -457,13 +507,22 @@ class Scheduler:
             total += computed
             if computed > longest:
                 longest = computed
+            if deadlines is not None:  # it decodes from the next step on (unless all_sample ends up False)
+                key = self.step_id + left - 1
+                at = deadlines.get(key)
+                if at is None:
+                    deadlines[key] = [req]
+                else:
+                    at.append(req)
         if outcome.finished:
             self.running = without(self.running, outcome.finished)
         # Every request that goes on running sampled this step (so it decodes next) when the step took each
         # running request once (the decode group and the scheduled ones) and none stopped within its prompt.
         if (self.group_decodes and all_sample and not outcome.forked
                 and len(plan.decode_group) + len(plan.scheduled) == num_running):
-            self.decode_summary = DecodeSummary(self.step_id, self.running, fewest, total, longest)
+            if max_left:  # a request with the most tokens finished: the next most, by a pass
+                longest = max([r.num_computed_tokens for r in self.running], default=0)
+            self.decode_summary = DecodeSummary(self.step_id, self.running, fewest, total, longest, deadlines)
         else:
             self.decode_summary = None
         return outcome
