@@ -290,6 +290,8 @@ class PagedKVCacheManager:
     def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
+        if k <= bs:
+            return self._allocate_short_decode_steps(running, k)
         n = len(running)
         keys = []  # step * n + running index of every block allocation: sorted, the step-by-step order
         internal_steps, internal_slots = [], []
@@ -326,6 +328,34 @@ class PagedKVCacheManager:
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
         return DecodeBlocks(steps, evicted_steps, internal_steps, internal_slots)
 
+    def _allocate_short_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
+        """allocate_decode_steps for k <= block_size: a request whose table ends within the k steps takes exactly
+        one block, in the step its table ends (the room left in its table), so the allocations in step order
+        (running order within a step) are the (room, index) pairs sorted."""
+        bs = self.block_size
+        needy = [(room, idx) for idx, r in enumerate(running)
+                 if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
+        if not needy:  # nothing allocated, so no internal fragmentation added either
+            return NO_DECODE_BLOCKS
+        needy.sort()
+        evicted: list[bool] = []
+        taken = self.pool.take(len(needy), evicted)
+        steps, internal_steps, internal_slots = [], [], []
+        for (room, idx), block in zip(needy, taken):
+            r = running[idx]
+            ids = r.block_ids
+            ids.append(block)
+            steps.append(room)
+            # the request's last block (the one holding its final_kv_len-th slot): its slots past that length
+            over = len(ids) * bs - r.prompt_len - r.output_len + 1
+            if 0 <= over < bs:
+                internal_steps.append(room)
+                internal_slots.append(over)
+        if internal_slots:
+            self.num_internal_slots += sum(internal_slots)
+        evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
+        return DecodeBlocks(steps, evicted_steps, internal_steps, internal_slots)
+
     def allocate_decode_step(self, running: list[Request]) -> bool:
         bs = self.block_size
         # Only these need allocate_slots(r, 1): the requests whose table ends at their next token's slot and, with
@@ -336,7 +366,19 @@ class PagedKVCacheManager:
             need = sum(len(r.block_ids) * bs <= r.num_computed_tokens for r in todo)
         else:
             todo = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
-            need = len(todo)
+            if len(todo) > self.pool.num_free_blocks:
+                return False
+            # Without caching, allocate_slots(r, 1) for each in turn (its table ends at its next token's slot, so
+            # it takes one block) written out: the blocks in one take, as many single takes would give them.
+            internal = 0
+            for r, block in zip(todo, self.pool.take(len(todo))):
+                ids = r.block_ids
+                ids.append(block)
+                over = len(ids) * bs - r.prompt_len - r.output_len + 1  # slots of the new block past final_kv_len
+                if over > 0:
+                    internal += over if over <= bs else bs
+            self.num_internal_slots += internal
+            return True
         if need > self.pool.num_free_blocks:
             return False
         for r in todo:  # each finds its block: the free blocks cover them all
