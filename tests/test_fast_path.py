@@ -187,3 +187,81 @@ def test_roofline_run_timing_equals_decode_run_times(model):
         else:  # handed back only when the first step's duration bounds the steps before the cut above the window
             assert m > FUSED_RUN // 4
     assert timed > 200
+
+
+@pytest.mark.parametrize("name", ["paged", "paged-pressure-swap"])
+@pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
+def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
+    """Steps and runs that finish requests find them by the decode summary's deadline index (from
+    DEADLINES_MIN running requests; here from 2, so these traces take it often): still equal to step-by-step
+    simulation, and every decode summary left equals a full pass over the running requests."""
+    from pagesim import fast_path, scheduler
+
+    monkeypatch.setattr(scheduler, "DEADLINES_MIN", 2)
+    monkeypatch.setattr(fast_path, "DEADLINES_MIN", 2)
+    taken = []
+    finish_deadline = scheduler.finish_deadline
+
+    def counted(sched, deadlines, step, *args):
+        taken.append(len(deadlines.get(step, ())))
+        return finish_deadline(sched, deadlines, step, *args)
+
+    monkeypatch.setattr(scheduler, "finish_deadline", counted)
+    monkeypatch.setattr(fast_path, "finish_deadline", counted)
+    checked = []
+    new_summary = scheduler.DecodeSummary
+
+    def checked_summary(step_id, running, fewest, total, longest, deadlines=None):
+        if running:  # what a pass over the running requests gives, as they are when the summary is left
+            assert fewest == min(r.output_len - r.num_output_tokens for r in running)
+            assert total == sum(r.num_computed_tokens for r in running)
+            assert longest == max(r.num_computed_tokens for r in running)
+        if deadlines is not None:
+            assert sorted(r.request_id for rs in deadlines.values() for r in rs) == sorted(r.request_id for r in running)
+            for key, rs in deadlines.items():
+                assert all(key == step_id + r.output_len - r.num_output_tokens - 1 for r in rs)
+                assert [running.index(r) for r in rs] == sorted(running.index(r) for r in rs)  # running order
+            checked.append(len(running))
+        return new_summary(step_id, running, fewest, total, longest, deadlines)
+
+    monkeypatch.setattr(scheduler, "DecodeSummary", checked_summary)
+    monkeypatch.setattr(fast_path, "DecodeSummary", checked_summary)
+    trace = load_trace(path, limit=LIMIT)
+    slow, slow_events = run(trace, False, **CONFIGS[name])
+    fast, fast_events = run(trace, True, **CONFIGS[name])
+    assert fast.num_steps == slow.num_steps and fast_events == slow_events
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    DEADLINE_USE[name] = DEADLINE_USE.get(name, 0) + sum(taken)
+    if name == "paged":  # under memory pressure, preemptions break the summaries on some traces
+        assert sum(taken) > 0 and checked, "the deadline index was never used: the test proves nothing"
+
+
+DEADLINE_USE: dict[str, int] = {}
+
+
+def test_deadline_index_was_used_often():
+    """Over the traces above, the index finished many requests, under memory pressure too."""
+    if len(DEADLINE_USE) < 2:
+        pytest.skip("the deadline tests did not run in this session")
+    assert DEADLINE_USE["paged"] > 1000 and DEADLINE_USE["paged-pressure-swap"] > 100, DEADLINE_USE
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(num_gpu_blocks=400, preemption_mode="swap", swap_space=0.05)],
+                         ids=["paged", "pressure-swap"])
+def test_decode_group_with_the_deadline_index_schedules_as_request_by_request(overrides, monkeypatch):
+    """Single steps whose decode group finishes requests by the deadline index (from 2 running requests here)
+    make the request-by-request pass's decisions and leave the same request states."""
+    from pagesim import scheduler
+
+    monkeypatch.setattr(scheduler, "DEADLINES_MIN", 2)
+    trace = load_trace(Path(__file__).resolve().parent.parent / "traces/multiturn-300.jsonl", limit=200)
+    plain = _step_by_step(trace, False, **overrides)
+    taken = []
+    finish_deadline = scheduler.finish_deadline
+    monkeypatch.setattr(scheduler, "finish_deadline",
+                        lambda sched, deadlines, step, *a: (taken.append(len(deadlines.get(step, ()))),
+                                                            finish_deadline(sched, deadlines, step, *a))[1])
+    grouped = _step_by_step(trace, True, **overrides)
+    assert sum(taken) > 10, "the deadline index was never used: the test proves nothing"
+    assert grouped[:4] == plain[:4]
