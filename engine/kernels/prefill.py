@@ -40,6 +40,12 @@ class PrefillConfig:
     longest_first: bool = True  # program order: last query tiles (most keys) first; else (seq, tile, head) order
     int32_offsets: bool = True  # K/V element offsets in int32 where the cache has < 2**31 elements
     qk_fp8: bool = False  # fp8 cache only: Q K^T as an e4m3 product (q quantised per row), P V widened as before
+    # fp8 cache with qk_fp8 only: P V too as an e4m3 product (P * P_SCALE rounded to e4m3, V^T as stored): K and V go
+    # from the cache to the tensor cores unwidened (vLLM's FA3 fp8-KV path on Hopper)
+    pv_fp8: bool = False
+
+
+P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
 
 
 # The default launch for an fp8 cache, the fastest at both prefill shapes in bench/fp8_tune.py's sweeps on the H200
@@ -51,16 +57,26 @@ FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_st
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                 I32: tl.constexpr, QK_FP8: tl.constexpr):
+                 I32: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
     log2 domain of the scaled scores, the scale (a scalar, or with QK_FP8 one per row) applied in one multiply-add
     with the max subtraction. QK_FP8 (not None): qv is e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core
-    product; QK_FP8 is the product's input type, fp32 under the interpreter, where it is exact); V is widened."""
+    product; QK_FP8 is the product's input type, fp32 under the interpreter, where it is exact); V is widened,
+    unless PV_FP8 (not None, the same type as QK_FP8): then P * P_SCALE is rounded to e4m3 and P V is an e4m3 product
+    too (no widening at all; on a diagonal tile V's slots past the context are zeroed as fp8)."""
     t = n0 + tl.arange(0, BLOCK_N)
-    # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
-    k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
-                    BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
-    if QK_FP8 is not None:
+    if PV_FP8 is None:
+        # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
+        k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
+                        BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
+    if PV_FP8 is not None:
+        k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
+                            CAUSAL_MASK)
+        k = k.to(QK_FP8)
+        if CAUSAL_MASK:  # as _widen's ZERO_V, on the fp8 bits (a run read whole may hold NaN past the context)
+            v = tl.where((t < ctx)[:, None], v, tl.zeros_like(v))
+        v = v.to(PV_FP8)
+    elif QK_FP8 is not None:
         k = k.to(QK_FP8)
         _, v = _widen(k, v, t < ctx, DOT_DTYPE, CAUSAL_MASK)
     else:
@@ -75,8 +91,50 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
         p = tl.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    if PV_FP8 is not None:
+        acc = acc * alpha[:, None] + tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v)
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l
+
+
+@triton.jit
+def _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """K [BLOCK_N, HEAD_DIM] and V [BLOCK_N, HEAD_DIM] of an fp8 cache (int32 offsets), both as stored, for the
+    e4m3 products: V^T [HEAD_DIM, BLOCK_N] is read as one 2-D tile whose token offsets are contiguous in runs of
+    BLOCK_SIZE (said to the compiler, so its copies are 16-byte cp.async straight into the layout the tensor cores
+    read), then transposed (a view). MASKED: as _load_kv (K rows and V runs of tokens >= end read as 0, except a
+    partial run's tail, which the caller zeroes)."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, HEAD_DIM)
+    valid = t < end
+    if MASKED:
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
+    RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+    cols = tl.max_contiguous(tl.multiple_of(cols, RUN), RUN)
+    k_ptrs = k_cache + rows[:, None] + d[None, :]
+    v_ptrs = v_cache + d[:, None] * BLOCK_SIZE + cols[None, :]
+    if MASKED:
+        k = tl.load(k_ptrs, mask=valid[:, None], other=0.0)
+        vt = tl.load(v_ptrs, mask=(t // RUN * RUN < end)[None, :], other=0.0)  # whole runs: 16-byte copies
+    else:
+        k = tl.load(k_ptrs)
+        vt = tl.load(v_ptrs)
+    return k, tl.trans(vt)
+
+
+@triton.jit
+def _p_to_e4m3(x, DTYPE: tl.constexpr):
+    """x (fp32, 0 <= x <= P_SCALE) rounded to e4m3, in DTYPE: the hardware's round-to-nearest cast on the GPU (DTYPE
+    e4m3); under the interpreter (DTYPE fp32) the same rounding done exactly (engine.kernels.cache._round_to_e4m3)."""
+    if DTYPE == tl.float32:
+        return _round_to_e4m3(x)
+    return x.to(DTYPE)
 
 
 @triton.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
@@ -85,7 +143,7 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
                     FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
-                    QK_FP8: tl.constexpr):
+                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -133,13 +191,17 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8,
+                                 PV_FP8)
     for n0 in range(unmasked_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
+                                 PV_FP8)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
+    if PV_FP8 is not None:
+        out = out * (1.0 / P_SCALE)
     tl.store(o + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], out.to(o.dtype.element_ty),
              mask=row_ok)
 
@@ -165,6 +227,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     assert fp8 or not cfg.qk_fp8, "qk_fp8 is an option of an fp8 cache"
+    assert cfg.qk_fp8 or not cfg.pv_fp8, "pv_fp8 needs qk_fp8"
+    assert not cfg.pv_fp8 or min(head_dim, cfg.block_n) >= 32, "pv_fp8 (e4m3 products) needs head_dim, block_n >= 32"
     pack = cfg.pack_gqa and group > 1
     assert not pack or cfg.block_m % group == 0, "pack_gqa needs block_m to be a multiple of the GQA group"
     if out is None:
@@ -175,6 +239,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if max_seqlen_q is None:
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m // group if pack else cfg.block_m)
+    product_fp8 = tl.float32 if INTERPRET else tl.float8e4nv
     grid = (batch * num_tiles * (num_kv_heads if pack else num_heads),)
     _prefill_kernel[grid](q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E,
                           k_scale, v_scale,
@@ -185,6 +250,6 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
                           LONGEST_FIRST=cfg.longest_first,
                           I32=cfg.int32_offsets and k_cache.numel() < 2**31,
-                          QK_FP8=(tl.float32 if INTERPRET else tl.float8e4nv) if cfg.qk_fp8 else None,
+                          QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -107,6 +107,15 @@ PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen":
                     "fp16-i64-s1": {"fp8_widen": "fp16", "num_stages": 1, "int32_offsets": False},
                     "qk-fp8-s1": {"fp8_widen": "fp16", "num_stages": 1, "qk_fp8": True},
                     "qk-fp8-s2": {"fp8_widen": "fp16", "num_stages": 2, "qk_fp8": True}}
+PREFILL_VARIANTS.update({f"pv-fp8-s{s}": {"fp8_widen": "fp16", "num_stages": s, "qk_fp8": True, "pv_fp8": True}
+                         for s in (1, 2, 3)})
+PREFILL_VARIANTS["pv-fp8-64x128-w4-s3"] = {"fp8_widen": "fp16", "block_m": 64, "num_warps": 4, "num_stages": 3,
+                                           "qk_fp8": True, "pv_fp8": True}
+
+
+def abs_v(v_cache: torch.Tensor) -> torch.Tensor:
+    """The fp8 cache with every value's sign cleared (same layout): attention over it is the P-weighted |V|."""
+    return (v_cache.view(torch.uint8) & 0x7F).view(FP8)
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)
@@ -133,6 +142,14 @@ def test_fp8_prefill_variants_match_the_dequantised_reference(variant):
     print(f"\nfp8 prefill {variant}: kernel vs dequantised ref max|err| {(out.float() - ref).abs().max().item():.3g};"
           f" quantisation max {quant.max().item():.3g}, mean {quant.mean().item():.3g}; kernel vs the bf16 source"
           f" max {total.max().item():.3g}, mean {total.mean().item():.3g}")
+    if (PREFILL_VARIANTS[variant] or {}).get("pv_fp8", False):
+        # each P rounded to e4m3 moves its term by at most 2^-4 of it: |err| <= 2^-4 * (P-weighted |V|) + bf16's
+        bound = 2**-4 * R.paged_prefill_attention(rowwise_e4m3(q), k8, abs_v(v8), cu, lens, tables, D**-0.5, ks, vs)
+        err = (out.float() - ref).abs()
+        print(f"fp8 prefill {variant}: max err / (2^-4 P-weighted |V|) {(err / bound).max().item():.3g}, mean "
+              f"|err| {err.mean().item():.3g} (P-weighted |V| mean {bound.mean().item() * 16:.3g})")
+        assert not torch.isnan(out).any() and (err <= bound + 2**-7 * ref.abs().amax(-1, keepdim=True) + 1e-3).all()
+        return
     assert_kernel_close(out, ref, f"fp8 prefill {variant}")
 
 
@@ -199,8 +216,9 @@ def test_fp8_prefill_llama_heads_with_cached_prefix(block_size):
     assert_close(out, ref, BF16, f"fp8 prefill bs={block_size}", atol=0.03 * 30 / 4)
 
 
+@pytest.mark.parametrize("prefill", ["default", "pv-fp8"])
 @pytest.mark.parametrize("num_layers", [2, 32])
-def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers):
+def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, prefill, monkeypatch):
     """Llama-3-8B shapes, random bf16 weights, per-layer scales from the data (amax / 448 over a separate
     calibration batch, engine.kv_scales): teacher-forced logits of 8 sequences (prefill 512, then 128 decode
     steps). The fp8 cache's effect on the logits (fp8 engine vs bf16 engine) must be what rounding K/V
@@ -211,6 +229,11 @@ def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers):
     from engine.kv_scales import calculate_kv_scales
     from tests.test_fp8_kv import assert_fp8_effect_as_emulated, fp8_effect
 
+    if prefill == "pv-fp8":  # the prefill with both products in e4m3 (q and P rounded too), as the engine's default
+        import engine.kernels.prefill as P
+
+        monkeypatch.setattr(P, "FP8_PREFILL_CONFIG", dataclasses.replace(P.FP8_PREFILL_CONFIG, num_stages=3,
+                                                                         qk_fp8=True, pv_fp8=True))
     spec = dataclasses.replace(get_model("llama-3-8b"), num_layers=num_layers)
     model = LlamaModel.random(spec, DEV, BF16, seed=0)
     g = torch.Generator().manual_seed(1)
@@ -218,6 +241,6 @@ def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers):
     ks, vs = calculate_kv_scales(model, calibration)
     ids = torch.randint(0, spec.vocab_size, (8, 640), generator=g).to(DEV)
     m = fp8_effect(model, ids, 512)
-    print(f"\nllama-3-8b shapes, {num_layers} layers, random bf16 weights, scales amax/448 (k {ks.min().item():.3g}.."
+    print(f"\nllama-3-8b shapes, {num_layers} layers, {prefill} fp8 prefill, random bf16 weights, scales amax/448 (k {ks.min().item():.3g}.."
           f"{ks.max().item():.3g}, v {vs.min().item():.3g}..{vs.max().item():.3g}): {m}")
     assert_fp8_effect_as_emulated(m, top1_margin=0.05)
