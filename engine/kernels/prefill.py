@@ -48,9 +48,13 @@ class PrefillConfig:
 P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
 
 
-# The default launch for an fp8 cache, the fastest at both prefill shapes in bench/fp8_tune.py's sweeps on the H200
-# (1 stage, int32 offsets; bench/results/fp8-tune-h200-2026-12-01-r7.json, bench/NOTES.md).
-FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
+# The default launch for an fp8 cache: both products in e4m3 at 2 stages, the fastest at both prefill shapes in
+# bench/fp8_tune.py's r8 sweep on the H200 (bench/results/fp8-tune-h200-2026-12-01-r8.json, bench/NOTES.md), its
+# effect on the logits within the fp8 engine check's tolerance (tests/gpu/test_fp8_gpu.py). Head dims below 32
+# (e4m3 products need K >= 32) take the widened launch, the r7 default (1 stage, int32 offsets).
+FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, fp8_widen="fp16",
+                                   qk_fp8=True, pv_fp8=True)
+FP8_WIDENED_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
 
 
 @triton.jit
@@ -216,11 +220,13 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     cu_seqlens_q [B+1] int32, context_lens [B] int32 (each >= its q_len), block_tables [B, max_blocks]
     int32. max_seqlen_q (a host int) sizes the grid; when None it is read from cu_seqlens_q with
     a host sync. q may be strided over T and Hq (last dim contiguous). An fp8 cache needs the
-    layer's k_scale and v_scale (see paged_decode_attention).
+    layer's k_scale and v_scale (see paged_decode_attention); by default (head_dim >= 32) its two products run in
+    e4m3 with q rounded per row and P rounded to e4m3 (FP8_PREFILL_CONFIG, PrefillConfig.pv_fp8).
     """
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    cfg = config or (FP8_PREFILL_CONFIG if fp8 else PrefillConfig())
     total, num_heads, head_dim = q.shape
+    cfg = config or (PrefillConfig() if not fp8 else FP8_PREFILL_CONFIG if head_dim >= 32
+                     else FP8_WIDENED_PREFILL_CONFIG)
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
