@@ -211,6 +211,7 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
     (torch.bfloat16, 16, 8, 2, 32, [(33, 47), (1, 64)], (16, 32)),
     (torch.float32, 8, 4, 2, 16, [(20, 90), (3, 70), (1, 16)], (16, 16)),  # up to 5 whole key tiles before the diagonal
     (torch.float32, 8, 4, 2, 32, [(20, 90), (3, 70), (1, 16)], (16, 32)),  # as above, e4m3 products' K >= 32
+    (torch.float32, 8, 4, 2, 32, [(40, 100), (33, 64)], (16, 32)),  # diagonal tiles below and past the last whole one
 ]
 
 

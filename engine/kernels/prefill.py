@@ -48,11 +48,11 @@ class PrefillConfig:
 P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
 
 
-# The default launch for an fp8 cache: both products in e4m3 at 2 stages, the fastest at both prefill shapes in
-# bench/fp8_tune.py's r8 sweep on the H200 (bench/results/fp8-tune-h200-2026-12-01-r8.json, bench/NOTES.md), its
+# The default launch for an fp8 cache: both products in e4m3, 3 stages (bench/fp8_tune.py's r8 sweeps on the H200,
+# bench/results/fp8-tune-h200-2026-12-01-r8*.json, bench/NOTES.md), its
 # effect on the logits within the fp8 engine check's tolerance (tests/gpu/test_fp8_gpu.py). Head dims below 32
 # (e4m3 products need K >= 32) take the widened launch, the r7 default (1 stage, int32 offsets).
-FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, fp8_widen="fp16",
+FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, fp8_widen="fp16",
                                    qk_fp8=True, pv_fp8=True)
 FP8_WIDENED_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
 
@@ -61,13 +61,15 @@ FP8_WIDENED_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                 I32: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr):
+                 I32: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PAST_END: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
     log2 domain of the scaled scores, the scale (a scalar, or with QK_FP8 one per row) applied in one multiply-add
     with the max subtraction. QK_FP8 (not None): qv is e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core
     product; QK_FP8 is the product's input type, fp32 under the interpreter, where it is exact); V is widened,
     unless PV_FP8 (not None, the same type as QK_FP8): then P * P_SCALE is rounded to e4m3 and P V is an e4m3 product
-    too (no widening at all; on a diagonal tile V's slots past the context are zeroed as fp8)."""
+    too (no widening at all). PAST_END (PV_FP8 only; the other paths take it as CAUSAL_MASK): the tile may reach
+    past the context, so its loads are masked and V's slots past the context zeroed as fp8 (through registers);
+    a diagonal tile below the context's last whole tile needs neither and keeps the asynchronous copies."""
     t = n0 + tl.arange(0, BLOCK_N)
     if PV_FP8 is None:
         # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
@@ -75,9 +77,9 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
                         BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
     if PV_FP8 is not None:
         k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                            CAUSAL_MASK)
+                            PAST_END)
         k = k.to(QK_FP8)
-        if CAUSAL_MASK:  # as _widen's ZERO_V, on the fp8 bits (a run read whole may hold NaN past the context)
+        if PAST_END:  # as _widen's ZERO_V, on the fp8 bits (a run read whole may hold NaN past the context)
             v = tl.where((t < ctx)[:, None], v, tl.zeros_like(v))
         v = v.to(PV_FP8)
     elif QK_FP8 is not None:
@@ -96,7 +98,9 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
     if PV_FP8 is not None:
-        acc = acc * alpha[:, None] + tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v)
+        # the running output as the product's accumulator: Triton does not fold an add into an fp8 product, and a
+        # product whose result is only the loop's accumulator can stay in flight across iterations (no wait)
+        acc = tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v, acc * alpha[:, None])
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l
@@ -196,11 +200,18 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8,
-                                 PV_FP8)
-    for n0 in range(unmasked_end, end, BLOCK_N):
+                                 PV_FP8, False)
+    past_end = unmasked_end  # the diagonal: tiles from here on may reach past the context
+    if PV_FP8 is not None:  # diagonal tiles below the context's last whole tile first, with unmasked loads
+        past_end = tl.maximum(unmasked_end, ctx // BLOCK_N * BLOCK_N)
+        for n0 in range(unmasked_end, tl.minimum(end, past_end), BLOCK_N):
+            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
+                                     PV_FP8, False)
+    for n0 in range(past_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
-                                 PV_FP8)
+                                 PV_FP8, True)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
