@@ -110,6 +110,8 @@ PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen":
                     "qk-fp8-s2": {"fp8_widen": "fp16", "num_stages": 2, "qk_fp8": True}}
 PREFILL_VARIANTS.update({f"pv-fp8-s{s}": {"fp8_widen": "fp16", "num_stages": s, "qk_fp8": True, "pv_fp8": True}
                          for s in (1, 2, 3)})
+PREFILL_VARIANTS.update({f"pv-fp8-in-flight-s{s}": {"fp8_widen": "fp16", "num_stages": s, "qk_fp8": True,
+                                                     "pv_fp8": True, "pv_in_flight": True} for s in (2, 3)})
 PREFILL_VARIANTS["pv-fp8-64x128-w4-s3"] = {"fp8_widen": "fp16", "block_m": 64, "num_warps": 4, "num_stages": 3,
                                            "qk_fp8": True, "pv_fp8": True}
 
