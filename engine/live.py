@@ -23,7 +23,7 @@ import pandas as pd
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures, shared_decode_tokens
-from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES
+from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, OPTIONAL_COLUMNS
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
@@ -438,11 +438,17 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
         sharing = any(len(g) > 4 for g in groups)
         sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
         tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
+        walks: dict[int, tuple[int, int]] = {}  # step -> its prefill programs' walks (not recorded columns)
 
         def planned(plan, tables=tables):  # inside the timed step: copies only (C speed), counted after the run
             tables[plan.step_id] = [s.request.block_ids[:] for s in plan.scheduled if s.is_decode]
 
-        rec = Recorder(sched, StepFeatures.from_plan)
+        def features_of(plan, walks=walks):  # the recorder's own call, keeping what it does not record
+            f = StepFeatures.from_plan(plan)
+            walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk)
+            return f
+
+        rec = Recorder(sched, features_of)
         pending = []  # (release step, request), in release order
         for count, p, o, *rest in groups:
             release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
@@ -459,12 +465,54 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
         steps = stitch_durations(rec.steps_frame(), set())
         shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
         steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
+        for i, col in enumerate(WALK_COLUMNS):
+            steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
         frames.append(steps.iloc[:-1].assign(workload=name))  # the last step has no successor to stitch to
         if on_workload is not None:
             on_workload(pd.concat(frames, ignore_index=True))
         if progress is not None:
             progress(1)
     return pd.concat(frames, ignore_index=True)
+
+
+WALK_COLUMNS = OPTIONAL_COLUMNS[1:]  # the prefill programs' walks (StepFeatures), kept apart from the recorder
+ALIGNED_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "prefill_attn_pairs", "num_decode_seqs",
+                   "decode_context_tokens")
+
+
+class _NoTime:
+    """A stand-in executor: calibration workloads replayed for their plans only (each step 'takes' no time)."""
+
+    def execute(self, plan) -> float:
+        return 0.0
+
+
+def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.DataFrame:
+    """Calibration rows saved before the prefill walks were kept, with WALK_COLUMNS filled in by replaying their
+    workloads through the scheduler without a GPU (releases go by step, so the plans do not depend on time);
+    every row must meet its replayed step with the same recorded features."""
+    from pagesim.errors import UserError
+
+    if all(c in rows for c in WALK_COLUMNS) or "workload" not in rows:
+        return rows
+    named = dict(calibration_workloads(config.resolved_max_model_len))
+    wanted = list(dict.fromkeys(rows["workload"].astype(str)))
+    unknown = [w for w in wanted if w not in named]
+    if unknown:
+        raise UserError(f"{source}: workload {unknown[0]!r} is not one of this version's calibration workloads, "
+                        "so its prefill walks cannot be replayed; recalibrate")
+    replayed = run_calibration(_NoTime(), config, workloads=[(w, named[w]) for w in wanted])
+    keys = ["workload", "step"]
+    merged = rows.drop(columns=[c for c in WALK_COLUMNS if c in rows]).merge(
+        replayed[keys + list(ALIGNED_COLUMNS + WALK_COLUMNS)], on=keys, how="left", suffixes=("", "_replayed"),
+        validate="one_to_one")
+    for c in ALIGNED_COLUMNS:
+        bad = merged[c + "_replayed"].isna() | (merged[c] != merged[c + "_replayed"])
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise UserError(f"{source}: row {i} (workload {merged.at[i, 'workload']}, step {merged.at[i, 'step']}) does "
+                            f"not match its replayed step ({c}); the prefill walks cannot be filled in; recalibrate")
+    return merged.drop(columns=[c + "_replayed" for c in ALIGNED_COLUMNS]).astype({c: np.int64 for c in WALK_COLUMNS})
 
 
 def calibrate(args) -> int:
@@ -510,6 +558,8 @@ def calibrate(args) -> int:
         if "workloads" not in extras and "workload" in rows:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
         kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", args.kv_cache_dtype)
+        if extras.get("config"):  # rows saved before the prefill walks were kept: replayed from the measured config
+            rows = with_replayed_walks(rows, Config.from_dict(extras["config"]), f"--refit {rows_path}")
         write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
                            kv_cache_dtype=kv_dtype), extras, mixed_sizes)
         return 0

@@ -39,7 +39,7 @@ from pagesim.accounting import CATEGORIES
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
-from pagesim.cost.profile import runs_mixed_graph
+from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
@@ -87,9 +87,9 @@ def _requests(run: dict, released_times: bool = False):
     return reqs
 
 
-# What the cost model sees of a step: the recorded FEATURE_COLUMNS, and the reads of shared blocks, which are
-# never recorded (StepFeatures.decode_shared_tokens) and come from the lockstep replay's plans.
-STEP_FEATURES = FEATURE_COLUMNS + ("decode_shared_tokens",)
+# What the cost model sees of a step: the recorded FEATURE_COLUMNS, and the reads of shared blocks and the prefill
+# programs' walks, which are never recorded (StepFeatures) and come from the lockstep replay's plans.
+STEP_FEATURES = FEATURE_COLUMNS + OPTIONAL_COLUMNS
 
 
 def with_replayed_features(steps: pd.DataFrame, replayed: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

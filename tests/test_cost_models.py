@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
-from pagesim.cost.profile import MIXED_FEATURES, graph_batch_sizes, mixed_graph_token_sizes, num_splits
+from pagesim.cost.features import prefill_walks
+from pagesim.cost.profile import MIXED_FEATURES, graph_batch_sizes, mixed_graph_token_sizes, num_splits, prefill_waves
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, Scheduler, StepPlan
@@ -29,12 +30,14 @@ SIZES = graph_batch_sizes(256)  # 1, 2, 4, ..., 256
 
 def features(prefill=(), decode=(), shared=0) -> StepFeatures:
     """prefill: (cached c, new q) per chunk; decode: computed tokens per sequence; shared: decode_shared_tokens."""
+    walks = [prefill_walks(c, q) for c, q in prefill]
     return StepFeatures(
         num_prefill_tokens=sum(q for _, q in prefill), num_prefill_seqs=len(prefill),
         prefill_attn_pairs=sum(q * c + q * (q + 1) // 2 for c, q in prefill),
         prefill_context_tokens=sum(c + q for c, q in prefill),
         num_decode_seqs=len(decode), decode_context_tokens=sum(c + 1 for c in decode),
-        max_decode_context=max(decode, default=-1) + 1, decode_shared_tokens=shared)
+        max_decode_context=max(decode, default=-1) + 1, decode_shared_tokens=shared,
+        prefill_tile_walks=sum(w for w, _ in walks), prefill_longest_walk=max((top for _, top in walks), default=0))
 
 
 def calibration_grid() -> list[StepFeatures]:
@@ -639,6 +642,7 @@ def test_relative_l1_fit_reaches_the_linear_programs_optimum(seed):
 MIXED_SIZES = mixed_graph_token_sizes(8192)
 TRUTH_MIXED = {"mixed_graph_intercept": 4e-3, "mixed_graph_prefill_seqs": 6e-5, "mixed_graph_decode_seqs": 1e-5,
                "mixed_graph_context_tokens": 4e-8, "mixed_graph_max_context": 1e-6, "mixed_graph_attn_pairs": 1.5e-9,
+               "mixed_graph_attn_waves": 8e-5,
                **{f"mixed_graph_pad_{t}": 2e-6 * t for t in MIXED_SIZES[1:]}}
 
 
@@ -648,7 +652,7 @@ def mixed_grid() -> list[StepFeatures]:
     for t in MIXED_SIZES:
         for d, ctx in ((0, 0), (4, 512), (12, 2048), (2, 6000)):
             q = max(1, t - d - 3)
-            steps += [features(prefill=[(c, q)], decode=[ctx] * d) for c in (0, 700)]
+            steps += [features(prefill=[(c, q)], decode=[ctx] * d) for c in (0, 700, 6000, 24000)]
     return steps
 
 
@@ -678,7 +682,9 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
         assert fitted.step_time(f) == pytest.approx(known.step_time(f), rel=0.01), f"bucket {t}"
     # Steps between two buckets cost what the larger bucket costs; beyond the last one the eager formula applies.
     step = [fitted.step_time(features(prefill=[(0, q)])) for q in (600, 700)]  # both in the 768 bucket
-    assert step[1] - step[0] == pytest.approx(fitted.coefficients["mixed_graph_attn_pairs"] * (700 * 701 - 600 * 601) / 2)
+    waves = [prefill_waves(*prefill_walks(0, q), 32, 132) for q in (600, 700)]  # Llama-3-8B heads, H200 SMs
+    assert step[1] - step[0] == pytest.approx(fitted.coefficients["mixed_graph_attn_pairs"] * (700 * 701 - 600 * 601) / 2
+                                              + fitted.coefficients["mixed_graph_attn_waves"] * (waves[1] - waves[0]))
     big = features(prefill=[(0, 2000)])
     assert fitted.step_time(big) == pytest.approx(known_profile().step_time(big), rel=0.05)
     # A profile without buckets (fitted before the engine graphed mixed steps) prices them as eager steps.

@@ -28,6 +28,15 @@ class StepFeatures:
     serves such repeated reads largely from L2, so they cost less than their bytes.
     It is computed only when asked (`from_plan(plan, block_size)`: for a cost model
     that prices sharing, and in validation's replay); it is not a recorded column.
+
+    prefill_tile_walks and prefill_longest_walk describe the prefill attention
+    kernel's programs (engine.kernels.prefill: one program per PREFILL_TILE query
+    rows of a chunk and query head, walking the chunk's keys causally in
+    PREFILL_TILE-key tiles): the key tiles all programs of one head walk, summed
+    (padded rows included), and the longest single walk. A short chunk after a long
+    context has few programs, each walking the whole context, so it lasts as long
+    as that walk however few its (query, key) pairs. Not recorded columns either
+    (validation's replay and calibration fill them in from the plans).
     """
 
     num_prefill_tokens: int = 0
@@ -43,6 +52,8 @@ class StepFeatures:
     num_load_blocks: int = 0  # host tier -> GPU (kv_offloading_size)
     num_store_blocks: int = 0  # GPU -> host tier
     decode_shared_tokens: int = 0  # repeated reads of shared full blocks by decode rows (see above)
+    prefill_tile_walks: int = 0  # key tiles walked by the prefill programs of one query head (see above)
+    prefill_longest_walk: int = 0  # key tiles of the longest prefill program's walk (see above)
 
     @property
     def num_tokens(self) -> int:
@@ -50,7 +61,7 @@ class StepFeatures:
 
     @classmethod
     def from_plan(cls, plan: StepPlan, block_size: int = 0) -> "StepFeatures":
-        p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = 0
+        p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = walks = longest = 0
         decodes = []
         group = plan.decode_group  # decode rows without a ScheduledRequest (the fast path's), first in order
         if group:
@@ -73,10 +84,29 @@ class StepFeatures:
                 p_seqs += 1
                 p_pairs += q * c + q * (q + 1) // 2
                 p_ctx += c + q
+                w, top = prefill_walks(c, q)
+                walks += w
+                if top > longest:
+                    longest = top
         return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx, d_max,
                    len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy),
                    len(plan.blocks_to_load), len(plan.blocks_to_store),
-                   shared_decode_tokens(decodes, block_size) if decodes else 0)
+                   shared_decode_tokens(decodes, block_size) if decodes else 0, walks, longest)
+
+
+# The engine's prefill tile (engine.kernels.prefill.PrefillConfig: block_m query rows by block_n keys, both this
+# size in every default launch, bf16 and fp8; a test holds them equal).
+PREFILL_TILE = 128
+
+
+def prefill_walks(c: int, q: int) -> tuple[int, int]:
+    """(key tiles walked by all programs of one query head, the longest walk) for a chunk of q query tokens after
+    c computed ones: query tile j (rows up to min((j + 1) T, q)) walks cdiv(c + its last row, T) key tiles."""
+    t = PREFILL_TILE
+    n = -(-q // t)
+    base = -(-c // t)  # with T-row and T-key tiles, tile j < n - 1 walks base + j + 1 tiles
+    longest = -(-(c + q) // t)
+    return (n - 1) * base + n * (n - 1) // 2 + longest, longest
 
 
 def shared_decode_tokens(block_tables, block_size: int) -> int:

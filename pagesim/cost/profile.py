@@ -132,7 +132,9 @@ TRANSFERS = ("swap_s_per_byte", "copy_s_per_byte")
 HOST_TIER = ("host_store_s_per_byte", "host_load_s_per_byte")  # optional (bench/host_tier_bw.py); else the swap link
 INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
                  "prefill_attn_pairs", "max_decode_context")
-OPTIONAL_COLUMNS = ("decode_shared_tokens",)  # 0 where calibration rows lack it (steps saved before it existed)
+# 0 where calibration rows lack them (steps saved before they existed); never recorded in a run's steps
+# (validation's replay and the calibration fill them in from the plans: StepFeatures)
+OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk")
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
@@ -213,7 +215,8 @@ def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
 
 # Graph mixed steps (module docstring): their own intercept, bucket increments and attention terms.
 MIXED_FEATURES = ("mixed_graph_intercept", "mixed_graph_prefill_seqs", "mixed_graph_decode_seqs",
-                  "mixed_graph_context_tokens", "mixed_graph_max_context", "mixed_graph_attn_pairs")
+                  "mixed_graph_context_tokens", "mixed_graph_max_context", "mixed_graph_attn_pairs",
+                  "mixed_graph_attn_waves")
 
 
 def mixed_features(sizes) -> tuple[str, ...]:
@@ -223,9 +226,14 @@ def mixed_features(sizes) -> tuple[str, ...]:
     return MIXED_FEATURES + tuple(f"mixed_graph_pad_{t}" for t in sizes[1:])
 
 
-def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs):
+def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves):
     """The values of MIXED_FEATURES[1:], in order."""
-    return (p_seqs, d_seqs, d_ctx, longest, pairs)
+    return (p_seqs, d_seqs, d_ctx, longest, pairs, waves)
+
+
+def prefill_waves(walks, longest_walk, heads: int, sms: int, maximum=max):
+    """The prefill attention's length in key tiles (module docstring): max(heads * walks / sms, longest_walk)."""
+    return maximum(walks * (heads / sms), longest_walk)
 
 
 @dataclass
@@ -288,6 +296,7 @@ class ProfileCostModel:
         sizes = self.mixed_graph_token_sizes = tuple(int(t) for t in self.mixed_graph_token_sizes)
         coef = self.coefficients
         self._mixed_max = sizes[-1] if sizes else 0
+        self._heads, self._sms = get_model(self.model).num_heads, get_gpu(self.gpu).sm_count
         self._mc = tuple(float(coef.get(name, 0.0)) for name in MIXED_FEATURES[1:])
         base, self._mixed_base = float(coef.get(MIXED_FEATURES[0], 0.0)), []
         for i, t in enumerate(sizes):
@@ -299,7 +308,7 @@ class ProfileCostModel:
         """Whether a step with these counts replays the mixed-step graphs (scalars or numpy arrays)."""
         return runs_mixed_graph(p_tokens, d_seqs, self._graph_max, self._mixed_max)
 
-    def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, maximum=max):
+    def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, walks=0, longest_walk=0, maximum=max):
         tokens = p_tokens + d_seqs
         if isinstance(tokens, np.ndarray):
             base = np.asarray(self._mixed_base)[np.searchsorted(self.mixed_graph_token_sizes, tokens, side="left")]
@@ -308,7 +317,8 @@ class ProfileCostModel:
             base = self._mixed_base[bisect_left(self.mixed_graph_token_sizes, tokens)]
             splits = num_splits(max(int(d_seqs), 1), self._programs, self._kv_heads)
         longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
-        return base + sum(c * x for c, x in zip(self._mc, _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs)))
+        waves = prefill_waves(walks, longest_walk, self._heads, self._sms, maximum)
+        return base + sum(c * x for c, x in zip(self._mc, _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves)))
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
         """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
@@ -348,7 +358,8 @@ class ProfileCostModel:
                 fwd = self._graph_time(f.num_decode_seqs, f.decode_context_tokens, f.max_decode_context, shared=shared)
             elif f.num_prefill_tokens + f.num_decode_seqs <= self._mixed_max:
                 fwd = self._mixed_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
-                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs)
+                                       f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
+                                       f.prefill_tile_walks, f.prefill_longest_walk)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
@@ -373,7 +384,7 @@ class ProfileCostModel:
         if num_seqs <= self._graph_max:
             return self._graph_time(num_seqs, ctx, longest, np.maximum, shared)
         if num_seqs <= self._mixed_max:
-            return self._mixed_time(0, 0, np.full(k, num_seqs), ctx, longest, 0, np.maximum)
+            return self._mixed_time(0, 0, np.full(k, num_seqs), ctx, longest, 0, maximum=np.maximum)
         return self._eager_time(0, 0, num_seqs, ctx, longest, 0, np.maximum, shared)
 
     def forward_times(self, rows) -> np.ndarray:
@@ -395,7 +406,9 @@ class ProfileCostModel:
                           + self._graph_shared * sh[graph] + np.asarray(self._graph_max_ctx)[idx] * longest[graph])
         mixed = self.is_mixed_graph(p, n)
         if mixed.any():
-            out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], np.maximum)
+            walks, longest_walk = (_optional_column(rows, col, len(p))[mixed] for col in OPTIONAL_COLUMNS[1:])
+            out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], walks,
+                                          longest_walk, np.maximum)
         return out
 
     def _splits_of(self, n: np.ndarray) -> np.ndarray:
@@ -524,15 +537,19 @@ def _fit_relative_l1(a: np.ndarray, y: np.ndarray, iters: int = 100, floor: floa
     return best_x, best_err
 
 
+def _optional_column(rows, col: str, n: int) -> np.ndarray:
+    """One of OPTIONAL_COLUMNS of the rows, 0 where they lack it."""
+    return np.asarray(rows[col], dtype=np.float64) if col in rows else np.zeros(n)
+
+
 def _shared_column(rows, n: int) -> np.ndarray:
     """decode_shared_tokens of the rows, 0 where they lack the column."""
-    col = OPTIONAL_COLUMNS[0]
-    return np.asarray(rows[col], dtype=np.float64) if col in rows else np.zeros(n)
+    return _optional_column(rows, OPTIONAL_COLUMNS[0], n)
 
 
 def _columns(rows) -> dict[str, np.ndarray]:
     cols = {c: np.asarray(rows[c], dtype=np.float64) for c in INPUT_COLUMNS}
-    cols[OPTIONAL_COLUMNS[0]] = _shared_column(rows, len(cols[INPUT_COLUMNS[0]]))
+    cols.update((c, _optional_column(rows, c, len(cols[INPUT_COLUMNS[0]]))) for c in OPTIONAL_COLUMNS)
     return cols
 
 
@@ -562,14 +579,15 @@ def _graph_design(cols, sel, split, longest, sharing: bool = False) -> np.ndarra
                            + [shared] * sharing + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
-def _mixed_design(cols, sel, mixed_sizes, lanes, split) -> np.ndarray:
-    """Columns in mixed_features(mixed_sizes) order, for graph mixed rows."""
+def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, int]) -> np.ndarray:
+    """Columns in mixed_features(mixed_sizes) order, for graph mixed rows (heads_sms: query heads, SMs)."""
     p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
     t = np.asarray(mixed_sizes)[np.searchsorted(mixed_sizes, p + n, side="left")]
     splits = num_splits(np.maximum(n.astype(np.int64), 1), split[1], split[2])
     longest = longest_keys(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel], splits, lanes, np.maximum)
+    waves = prefill_waves(cols["prefill_tile_walks"][sel], cols["prefill_longest_walk"][sel], *heads_sms, np.maximum)
     terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, cols["decode_context_tokens"][sel], longest,
-                         cols["prefill_attn_pairs"][sel])
+                         cols["prefill_attn_pairs"][sel], waves)
     return np.column_stack([np.ones(len(n)), *terms] + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
 
 
@@ -578,7 +596,7 @@ def _is_mixed_graph(cols, sel, sizes, mixed_sizes) -> np.ndarray:
                             mixed_sizes[-1] if mixed_sizes else 0)
 
 
-def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES, mixed_sizes=()) -> dict:
+def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes, heads_sms: tuple[int, int]) -> dict:
     """Every kind's coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
     rows_idx = np.asarray(sel)
     is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= sizes[-1])
@@ -653,7 +671,7 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split=None, lanes_grid=LANES, 
         if len(mixed_rows) < 2 * len(mnames):
             raise UserError(f"calibration rows: {len(mixed_rows)} usable graph mixed steps (prefill tokens, at most "
                             f"{mixed_sizes[-1]} tokens) to fit, need at least {2 * len(mnames)}")
-        x, err = _fit_relative_l1(_mixed_design(cols, mixed_rows, mixed_sizes, lanes, split), y[mixed_rows])
+        x, err = _fit_relative_l1(_mixed_design(cols, mixed_rows, mixed_sizes, lanes, split, heads_sms), y[mixed_rows])
         coefficients.update(zip(mnames, map(float, x)))
         dropped += [f for f, v in zip(mnames, x) if v == 0]
         abs_err.append(err * len(mixed_rows))
@@ -716,7 +734,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: fl
     mixed_sizes = tuple(int(t) for t in mixed_graph_token_sizes)
 
     def fit(sel):
-        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes, mixed_sizes)
+        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes, mixed_sizes, (m.num_heads, g.sm_count))
 
     predicted = np.full(len(y), np.nan)
     if holdout == "rows":
