@@ -116,7 +116,8 @@ def prefill_case(q_len: int, ctx: int) -> dict:
                                                       out=out_fp8, k_scale=ks, v_scale=vs, config=cfg))
         torch.cuda.synchronize()
         row["fp8_e4m3_products"][name] = {
-            "s": t, "over_bf16": t / t_bf16, "max_abs_diff_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item(),
+            "s": t, "over_bf16": t / t_bf16,
+            "max_abs_diff_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item(),
             "mean_abs_diff_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().mean().item()}
     return row
 

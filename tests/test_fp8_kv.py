@@ -260,7 +260,8 @@ def test_fp8_paged_prefill_matches_the_dequantised_reference(case, variant):
         err = (out.float() - ref).abs()
         assert err.mean() < tol / 16, f"pv_fp8: mean error {err.mean():.3g}, not what rounding P gives"
     assert_close(out, ref, dtype, f"fp8 prefill {case}", atol=tol)
-    if qk_fp8 and not PREFILL_VARIANTS[variant].get("pv_fp8", False):  # the quantised q is what moved the result, not a wrong kernel: unquantised q is further off
+    if qk_fp8 and not PREFILL_VARIANTS[variant].get("pv_fp8", False):
+        # the quantised q is what moved the result, not a wrong kernel: unquantised q is further off
         plain = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale, v_scale)
         assert (out.float() - plain).abs().max() > (out.float() - ref).abs().max()
 

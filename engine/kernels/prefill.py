@@ -44,8 +44,8 @@ class PrefillConfig:
     # from the cache to the tensor cores unwidened (vLLM's FA3 fp8-KV path on Hopper)
     pv_fp8: bool = False
     # pv_fp8 only: P V accumulates into the running output (so the product stays in flight across iterations, as
-    # bf16's does; otherwise Triton, which folds no add into an fp8 product, waits for it each tile), and diagonal
-    # tiles below the context's last whole tile load unmasked (asynchronous copies; only the tile that reaches past
+    # bf16's does; otherwise Triton, which did not fold the add into the e4m3 product, waits for it each tile), and
+    # diagonal tiles below the context's last whole tile load unmasked (asynchronous copies; only the tile that reaches past
     # the context zeroes V in registers)
     pv_in_flight: bool = False
 
@@ -104,8 +104,8 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
     if PV_FP8 is not None:
-        # PV_IN_FLIGHT: the running output as the product's accumulator: Triton does not fold an add into an fp8
-        # product, and a product whose result is only the loop's accumulator can stay in flight (no wait each tile)
+        # PV_IN_FLIGHT: the running output as the product's accumulator (Triton did not fold the add into the e4m3
+        # product); a product whose result is only the loop's accumulator can stay in flight (no wait each tile)
         if PV_IN_FLIGHT:
             acc = tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v, acc * alpha[:, None])
         else:

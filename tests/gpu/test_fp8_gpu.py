@@ -264,6 +264,7 @@ def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, pre
     ks, vs = calculate_kv_scales(model, calibration)
     ids = torch.randint(0, spec.vocab_size, (8, 640), generator=g).to(DEV)
     m = fp8_effect(model, ids, 512)
-    print(f"\nllama-3-8b shapes, {num_layers} layers, {prefill} fp8 prefill, random bf16 weights, scales amax/448 (k {ks.min().item():.3g}.."
+    print(f"\nllama-3-8b shapes, {num_layers} layers, {prefill} fp8 prefill, random bf16 weights, scales amax/448 "
+          f"(k {ks.min().item():.3g}.."
           f"{ks.max().item():.3g}, v {vs.min().item():.3g}..{vs.max().item():.3g}): {m}")
     assert_fp8_effect_as_emulated(m, top1_margin=0.05)
