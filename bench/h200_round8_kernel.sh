@@ -5,7 +5,8 @@
 #   call's order and selection: sweep, bench.fp8, tests/gpu/test_fp8_gpu.py -k "prefill or nan or engine_effect")
 set -u
 out=${1:?usage: h200_round8_kernel.sh OUT_DIR [first]}
-python3 -m pip install -q --no-index --no-deps --target /tmp/site ../whl/*.whl
+whl=../whl; [ -d "$whl" ] || whl=.gpuwt/whl  # the carried wheels (simpy ...): from .gpuwt/<copy> or the repo root
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$whl"/*.whl
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/log.txt" 2>&1
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$out/log.txt" 2>&1
