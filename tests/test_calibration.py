@@ -134,3 +134,25 @@ def test_prefix_workloads_time_bucket_sized_chunks_after_a_cached_prefix(workloa
     for t in sizes:
         if t > b + 2:
             assert (bucket == t).sum() >= 2, f"{name}: {(bucket == t).sum()} prefix-hit steps in the {t}-token bucket"
+
+
+def test_calibration_rows_keep_the_prefill_walks_and_a_refit_replays_them(workloads):
+    """The rows carry the prefill programs' walks (not recorded columns); rows saved without them get them back
+    from a replay of their workloads, and a row that does not meet its replayed step is refused."""
+    from engine.live import WALK_COLUMNS, with_replayed_walks
+    from pagesim.cost.features import prefill_walks
+    from pagesim.errors import UserError
+
+    names = ["prefix-b4-c512-p2048", "eager-b4-c512"]
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(n, workloads[n]) for n in names])
+    one = rows[rows["num_prefill_seqs"] == 1]
+    q = one["num_prefill_tokens"]
+    expected = [prefill_walks(int(ctx - n), int(n)) for ctx, n in zip(one["prefill_context_tokens"], q)]
+    assert one["prefill_tile_walks"].tolist() == [w for w, _ in expected] and (one["prefill_longest_walk"] > 1).any()
+    assert (rows.loc[rows["num_prefill_tokens"] == 0, list(WALK_COLUMNS)] == 0).all().all()
+    saved = rows.drop(columns=list(WALK_COLUMNS))
+    replayed = with_replayed_walks(saved, CONFIG, "rows.csv")
+    pd.testing.assert_frame_equal(replayed[rows.columns], rows)
+    saved.loc[5, "num_prefill_tokens"] += 1
+    with pytest.raises(UserError, match=r"rows.csv: row 5 .* does not match its replayed step"):
+        with_replayed_walks(saved, CONFIG, "rows.csv")
