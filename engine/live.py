@@ -29,6 +29,7 @@ from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import Recorder
 from pagesim.request import Request, requests_from_trace
+from pagesim.run_warnings import config_warnings, emit, result_warnings
 from pagesim.scheduler import Scheduler
 
 
@@ -200,8 +201,11 @@ def live(args) -> int:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
+    warnings: list[str] = []  # printed once each, recorded in summary.json
+    emit(config_warnings(config, trace), warnings)
     if args.calibrate and config.num_gpu_blocks is not None:
-        calibration_workloads_that_fit(config)  # refuses a cache too small to calibrate in, before any work
+        # refuses a cache too small to calibrate in, before any work; warns when it leaves workloads out
+        emit(calibration_warnings(config, calibration_workloads_that_fit(config)), warnings)
     executor = make_executor(config)
     config = executor.config  # num_gpu_blocks as really allocated
     out_dir = Path(args.out)
@@ -214,11 +218,12 @@ def live(args) -> int:
         out = run.run()
     name = "live"
     out["summary"].update(warm)
+    emit(result_warnings(name, out["requests"]), warnings)
     result = type("Result", (), {"steps": out["steps"], "requests": out["requests"]})
     write_run_dir(out_dir, config, trace, {name: result}, {name: out["summary"]},
                   {"environment": environment(), "model_spec": _spec_dict(config), "time_scale": args.time_scale,
                    "run_name": config.run_name, "executor": executor.describe(), "profile": profile,
-                   **provenance(args.argv)})
+                   "warnings": warnings, **provenance(args.argv)})
     releases = run.releases_frame()
     releases.to_csv(out_dir / "releases.csv", index=False)
     run.batches_frame().to_parquet(out_dir / "batches.parquet", index=False)
@@ -264,6 +269,18 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         shutil.copyfile(src, target)
         return {"path": target.name, "source": str(src)}
     return None
+
+
+def calibration_warnings(config: Config, fit: list) -> list[str]:
+    """`live --calibrate` on a cache that leaves calibration workloads out: the profile misses their steps."""
+    every = calibration_workloads(config.resolved_max_model_len)
+    if len(fit) == len(every):
+        return []
+    return [f"--calibrate: {len(fit)} of the {len(every)} calibration workloads fit a KV cache of "
+            f"{config.resolved_num_gpu_blocks} blocks (--num-gpu-blocks); the profile is fitted without the other "
+            f"{len(every) - len(fit)} (the largest: long prompts, eager steps), so steps like theirs are priced least "
+            f"certainly; for a full profile run `python -m pagesim calibrate --model {config.model} --out P.json` on "
+            "this GPU and pass --profile P.json"]
 
 
 def calibration_workloads_that_fit(config: Config) -> list:

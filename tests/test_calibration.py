@@ -67,6 +67,22 @@ def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, caps
     assert "--profile P.json" in err and not (tmp_path / "run" / "profile.json").exists()
 
 
+def test_live_calibrate_warns_when_the_cache_leaves_workloads_out():
+    """With 4,096 blocks more than half the workloads fit, so `live --calibrate` goes ahead, and says which share
+    its profile was fitted without (printed once, recorded in summary.json by `live`)."""
+    from engine.live import calibration_warnings, calibration_workloads_that_fit
+
+    every = calibration_workloads(8192)
+    small = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=4096)
+    fit = calibration_workloads_that_fit(small)
+    assert len(every) / 2 <= len(fit) < len(every)
+    (text,) = calibration_warnings(small, fit)
+    assert f"{len(fit)} of the {len(every)} calibration workloads fit a KV cache of 4096 blocks" in text
+    assert "--profile P.json" in text
+    full = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=40000)
+    assert calibration_warnings(full, calibration_workloads_that_fit(full)) == []
+
+
 def test_spread_workloads_decode_batches_of_unequal_contexts(workloads):
     rows = run_calibration(NoTime(), CONFIG, workloads=[("spread-b16-256-4096", workloads["spread-b16-256-4096"])])
     full = rows[(rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] == 16)]
