@@ -357,7 +357,9 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
     mixed steps, 16..1024 tokens), two of each; eager: the same, with steps of 1.1k-6k tokens (eager mixed
     steps above the largest bucket, where served prompts of 1-4k tokens land); prefix: the buckets' steps
-    with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits).
+    with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits); multi: 2, 4 or 8 prompts released
+    together into a small decode batch, from scratch and after a cached prefix (graph mixed steps with several
+    prefill sequences, as recomputes after preemption make).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -393,6 +395,18 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
             out.append((f"{kind}-b{b}-c{c}" + (f"-p{pre}" if pre else ""), [(b, c, 3 * len(prompts) + 12)]
                         + ([(1, pre + 16, 2, 0, pre, 0)] if pre else [])
                         + [(1, pre + p, 2, first + 3 * i, *shared) for i, p in enumerate(prompts)]))
+    # Several prompts released in the same step into a small running decode batch: graph mixed steps with 2-8
+    # prefill sequences (as recomputed requests make after preemptions; the workloads above release one at a time),
+    # from scratch and after a cached prefix.
+    for b, c, pre in ((8, 512, 0), (8, 512, 2048)):
+        if max(c, pre + largest) + 48 > max_model_len:
+            continue
+        first = -(-(b * c + pre) // budget) + 2
+        releases = [(k, (t - b - 2) // k) for k in (2, 4, 8) for t in MIXED_GRAPH_TOKEN_SIZES[2:] if t - b - 2 >= k]
+        shared = (pre, 0) if pre else ()
+        out.append((f"multi-b{b}-c{c}" + (f"-p{pre}" if pre else ""), [(b, c, 3 * len(releases) + 12)]
+                    + ([(1, pre + 16, 2, 0, pre, 0)] if pre else [])
+                    + [(k, pre + p, 2, first + 3 * i, *shared) for i, (k, p) in enumerate(releases)]))
     for c in (128, 512, 1024, 2048, 4096):
         sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
         release, levels = 0, []

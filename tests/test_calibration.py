@@ -172,3 +172,17 @@ def test_calibration_rows_keep_the_prefill_walks_and_a_refit_replays_them(worklo
     saved.loc[5, "num_prefill_tokens"] += 1
     with pytest.raises(UserError, match=r"rows.csv: row 5 .* does not match its replayed step"):
         with_replayed_walks(saved, CONFIG, "rows.csv")
+
+
+@pytest.mark.parametrize("name", ["multi-b8-c512", "multi-b8-c512-p2048"])
+def test_multi_workloads_time_graph_mixed_steps_of_several_prefill_sequences(workloads, name):
+    """2, 4 and 8 prompts released together: graph mixed steps (at most the largest bucket) of that many prefill
+    sequences, packed with the running decodes, in several buckets each; after a cached prefix with the prefix."""
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    sizes = mixed_graph_token_sizes(CONFIG.max_num_batched_tokens)
+    mixed = rows[(rows["num_prefill_tokens"] > 0) & (rows["num_prefill_tokens"] + rows["num_decode_seqs"] <= sizes[-1])]
+    for k in (2, 4, 8):
+        steps = mixed[(mixed["num_prefill_seqs"] == k) & (mixed["num_decode_seqs"] >= 8)]
+        assert len(steps) >= 4, f"{name}: {len(steps)} graph mixed steps of {k} prefill sequences"
+        if name.endswith("p2048"):
+            assert (steps["prefill_context_tokens"] - steps["num_prefill_tokens"] >= k * 2048).all()
