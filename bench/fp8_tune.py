@@ -48,11 +48,12 @@ OK_ATOL = 2e-2  # a config whose output differs from the reference by more is ma
 
 GRID = "full"  # "small" (--grid small): the neighbourhood of the fp8 defaults, with 1 and 2 warps; "narrow": below
 # "r7": the fp8 prefill's load path (int32 offsets, e4m3 Q K^T) x stages, and each fp8 decode default launch against
-# itself with the other offset width (int32 / int64; no split sweep)
+# itself with the other offset width (int32 / int64; no split sweep); "r8": the fp8 prefill with both products in e4m3
+# (pv_fp8) x tiles and stages, and the decode defaults only
 
 
 def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
-    if GRID == "r7" and not smoke:  # the default launch and its int32 twin only (sweep_shape)
+    if GRID in ("r7", "r8") and not smoke:  # the default launch and its int32 twin only (sweep_shape)
         return []
     if GRID == "narrow" and not smoke:  # the fp8 winners of --grid small: 1-2 warps, 2-3 stages, fp16 widening
         if dtype == "bf16":
@@ -72,6 +73,15 @@ def decode_grid(dtype: str, smoke: bool) -> list[K.DecodeConfig]:
 
 
 def prefill_grid(dtype: str, smoke: bool) -> list[K.PrefillConfig]:
+    if GRID == "r8" and not smoke:  # both products in e4m3 (pv_fp8) x tiles and stages, against qk_fp8 alone
+        if dtype == "bf16":
+            return []
+        e4m3 = dict(fp8_widen="fp16", qk_fp8=True, pv_fp8=True)
+        return ([K.PrefillConfig(128, 128, 8, s, **e4m3) for s in (1, 2, 3, 4)]
+                + [K.PrefillConfig(128, 64, 8, 3, **e4m3), K.PrefillConfig(128, 64, 4, 3, **e4m3),
+                   K.PrefillConfig(64, 128, 4, 3, **e4m3), K.PrefillConfig(64, 64, 4, 3, **e4m3),
+                   K.PrefillConfig(128, 128, 8, 1, fp8_widen="fp16", qk_fp8=True)]
+                + [K.PrefillConfig(128, 128, 8, s, **e4m3, pv_in_flight=True) for s in (2, 3, 4)])
     if GRID == "r7" and not smoke:
         if dtype == "bf16":
             return []
@@ -172,7 +182,8 @@ def jobs(smoke: bool) -> list[tuple]:
             cfg, splits = _fp8_default(shape)
             out += [("decode", shape, "fp8", c, splits) for c in (cfg, dataclasses.replace(cfg, int32_offsets=False))]
             out.append(("decode", shape, "bf16", K.DecodeConfig(), None))
-        out += [("prefill", prefill_shape, dtype, cfg, None) for cfg in prefill_grid(dtype, smoke)]
+    if GRID in ("r7", "r8") and not smoke:
+        out += [("prefill", prefill_shape, "fp8", cfg, None) for cfg in prefill_grid("fp8", smoke)]
     if not smoke:  # the defaults, where the grid leaves them out
         out += [("prefill", prefill_shape, "bf16", K.PrefillConfig(), None),
                 ("prefill", prefill_shape, "fp8", FP8_PREFILL_CONFIG, None)]
@@ -295,7 +306,7 @@ def sweep_shape(kind: str, shape, smoke: bool, deadline: float) -> dict:
             row = run_config(case, refs, dtype, cfg, splits, smoke)
             row["default"] = i == 0
             out["results"].append(row)
-    if kind == "decode" and GRID != "r7":  # stage 2: other split counts for the three best configs of each dtype
+    if kind == "decode" and GRID not in ("r7", "r8"):  # stage 2: other split counts for the three best configs of each dtype
         for dtype in ("bf16", "fp8"):
             top = sorted((r for r in out["results"] if r["dtype"] == dtype and r.get("ok")), key=lambda r: r["seconds"])[:3]
             for r in top:
@@ -323,7 +334,7 @@ def describe(r: dict | None) -> str:
         return "none ok"
     c = r["config"]
     keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "prefetch", "int32_offsets") if "block_m" not in c \
-        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "int32_offsets", "qk_fp8")
+        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "int32_offsets", "qk_fp8", "pv_fp8", "pv_in_flight")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")
 
@@ -336,11 +347,13 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                    help="compile worker processes")
     p.add_argument("--smoke", action="store_true", help="tiny shapes and two configs (runs on the CPU interpreter)")
-    p.add_argument("--grid", choices=["full", "small", "narrow", "r7"], default="full",
+    p.add_argument("--grid", choices=["full", "small", "narrow", "r7", "r8"], default="full",
                    help="small: around the fp8 defaults, fp16 widening only, 1-4 warps, 2-3 stages; narrow: decode "
                         "1-2 warps, block_n 32-128, 2-3 stages; r7: fp8 prefill load paths (int32 offsets, "
-                        "qk_fp8) x stages, fp8 decode defaults against their other offset width")
+                        "qk_fp8) x stages, fp8 decode defaults against their other offset width; r8: the prefill "
+                        "with both products in e4m3 (pv_fp8) x tiles and stages (decode: the defaults only)")
     p.add_argument("--decode-only", action="store_true", help="skip the prefill sweep")
+    p.add_argument("--prefill-only", action="store_true", help="skip the decode sweep")
     args = p.parse_args(argv)
     global GRID
     GRID = args.grid
@@ -356,12 +369,12 @@ def main(argv=None) -> int:
               "smoke": args.smoke, "ok_atol": OK_ATOL, "budget_s": args.budget_s, "decode": [], "prefill": []}
     result["grid"] = args.grid
     if DEV == "cuda":
-        result["precompile_s"] = precompile([j for j in jobs(args.smoke) if j[0] == "decode" or not args.decode_only],
-                                            args.workers)
+        result["precompile_s"] = precompile([j for j in jobs(args.smoke) if not (j[0] == "prefill" and args.decode_only)
+                                             and not (j[0] == "decode" and args.prefill_only)], args.workers)
         warm_clocks()
     kinds = (("decode", SMOKE_DECODE if args.smoke else DECODE_SHAPES),
              ("prefill", SMOKE_PREFILL if args.smoke else PREFILL_SHAPES))
-    for kind, shapes in kinds[:1] if args.decode_only else kinds:
+    for kind, shapes in kinds[:1] if args.decode_only else kinds[1:] if args.prefill_only else kinds:
         for shape in shapes:
             row = sweep_shape(kind, shape, args.smoke, deadline)
             result[kind].append(row)

@@ -5,6 +5,8 @@
 #   bash bench/h200_round8.sh A OUT [TRACES]   # long-document windows (llama-3.1-8b, 32k, live --calibrate), swap
 #                                              # window, host-tier window (host-tier bandwidth measured first)
 #   bash bench/h200_round8.sh B OUT [TRACES]   # fp8 calibration and fp8 window, the paged/contiguous pair, GPU tests
+#   bash bench/h200_round8.sh C OUT            # calibration with the multi-* workloads, the kshot window with it,
+#                                              # the GPU tests (after the fp8 prefill kernel's merge)
 # The profiles and runs are left in OUT/results; the device call tars them after the script, so a call cut short
 # still returns what was recorded.
 set -uo pipefail
@@ -40,6 +42,14 @@ if [ "$PART" = B ]; then
   BUDGET=150 run live $C --calibrate --out "$R/live/pair-conv-paged-r8"
   BUDGET=80 run live $C --baseline max --profile "$R/live/pair-conv-paged-r8/profile.json" \
       --out "$R/live/pair-conv-contiguous-max-r8"
+  timeout 150 python3 -m pytest -q -m gpu tests/gpu/ -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.txt" | tail -4
+fi
+if [ "$PART" = C ]; then  # the multi-* calibration workloads, one prefix-pressure window, the GPU tests
+  P="$R/profiles/h200-llama-3-8b-$D-r8c.json"
+  BUDGET=170 run calibrate --model llama-3-8b --gpu h200 --out "$P"
+  profile_summary "$P"
+  BUDGET=100 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
+      --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-r8c"
   timeout 150 python3 -m pytest -q -m gpu tests/gpu/ -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.txt" | tail -4
 fi
 runs_summary "$R"

@@ -29,6 +29,7 @@ from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import Recorder
 from pagesim.request import Request, requests_from_trace
+from pagesim.run_warnings import config_warnings, emit, result_warnings
 from pagesim.scheduler import Scheduler
 
 
@@ -200,8 +201,11 @@ def live(args) -> int:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
+    warnings: list[str] = []  # printed once each, recorded in summary.json
+    emit(config_warnings(config, trace), warnings)
     if args.calibrate and config.num_gpu_blocks is not None:
-        calibration_workloads_that_fit(config)  # refuses a cache too small to calibrate in, before any work
+        # refuses a cache too small to calibrate in, before any work; warns when it leaves workloads out
+        emit(calibration_warnings(config, calibration_workloads_that_fit(config)), warnings)
     executor = make_executor(config)
     config = executor.config  # num_gpu_blocks as really allocated
     out_dir = Path(args.out)
@@ -214,11 +218,12 @@ def live(args) -> int:
         out = run.run()
     name = "live"
     out["summary"].update(warm)
+    emit(result_warnings(name, out["requests"]), warnings)
     result = type("Result", (), {"steps": out["steps"], "requests": out["requests"]})
     write_run_dir(out_dir, config, trace, {name: result}, {name: out["summary"]},
                   {"environment": environment(), "model_spec": _spec_dict(config), "time_scale": args.time_scale,
                    "run_name": config.run_name, "executor": executor.describe(), "profile": profile,
-                   **provenance(args.argv)})
+                   "warnings": warnings, **provenance(args.argv)})
     releases = run.releases_frame()
     releases.to_csv(out_dir / "releases.csv", index=False)
     run.batches_frame().to_parquet(out_dir / "batches.parquet", index=False)
@@ -264,6 +269,18 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         shutil.copyfile(src, target)
         return {"path": target.name, "source": str(src)}
     return None
+
+
+def calibration_warnings(config: Config, fit: list) -> list[str]:
+    """`live --calibrate` on a cache that leaves calibration workloads out: the profile misses their steps."""
+    every = calibration_workloads(config.resolved_max_model_len)
+    if len(fit) == len(every):
+        return []
+    return [f"--calibrate: {len(fit)} of the {len(every)} calibration workloads fit a KV cache of "
+            f"{config.resolved_num_gpu_blocks} blocks (--num-gpu-blocks); the profile is fitted without the other "
+            f"{len(every) - len(fit)} (the largest: long prompts, eager steps), so steps like theirs are priced least "
+            f"certainly; for a full profile run `python -m pagesim calibrate --model {config.model} --out P.json` on "
+            "this GPU and pass --profile P.json"]
 
 
 def calibration_workloads_that_fit(config: Config) -> list:
@@ -340,7 +357,9 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
     mixed steps, 16..1024 tokens), two of each; eager: the same, with steps of 1.1k-6k tokens (eager mixed
     steps above the largest bucket, where served prompts of 1-4k tokens land); prefix: the buckets' steps
-    with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits).
+    with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits); multi: 2, 4 or 8 prompts released
+    together into a small decode batch, from scratch and after a cached prefix (graph mixed steps with several
+    prefill sequences, as recomputes after preemption make).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -376,6 +395,18 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
             out.append((f"{kind}-b{b}-c{c}" + (f"-p{pre}" if pre else ""), [(b, c, 3 * len(prompts) + 12)]
                         + ([(1, pre + 16, 2, 0, pre, 0)] if pre else [])
                         + [(1, pre + p, 2, first + 3 * i, *shared) for i, p in enumerate(prompts)]))
+    # Several prompts released in the same step into a small running decode batch: graph mixed steps with 2-8
+    # prefill sequences (as recomputed requests make after preemptions; the workloads above release one at a time),
+    # from scratch and after a cached prefix.
+    for b, c, pre in ((8, 512, 0), (8, 512, 2048)):
+        if max(c, pre + largest) + 48 > max_model_len:
+            continue
+        first = -(-(b * c + pre) // budget) + 2
+        releases = [(k, (t - b - 2) // k) for k in (2, 4, 8) for t in MIXED_GRAPH_TOKEN_SIZES[2:] if t - b - 2 >= k]
+        shared = (pre, 0) if pre else ()
+        out.append((f"multi-b{b}-c{c}" + (f"-p{pre}" if pre else ""), [(b, c, 3 * len(releases) + 12)]
+                    + ([(1, pre + 16, 2, 0, pre, 0)] if pre else [])
+                    + [(k, pre + p, 2, first + 3 * i, *shared) for i, (k, p) in enumerate(releases)]))
     for c in (128, 512, 1024, 2048, 4096):
         sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
         release, levels = 0, []

@@ -67,6 +67,22 @@ def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, caps
     assert "--profile P.json" in err and not (tmp_path / "run" / "profile.json").exists()
 
 
+def test_live_calibrate_warns_when_the_cache_leaves_workloads_out():
+    """With 4,096 blocks more than half the workloads fit, so `live --calibrate` goes ahead, and says which share
+    its profile was fitted without (printed once, recorded in summary.json by `live`)."""
+    from engine.live import calibration_warnings, calibration_workloads_that_fit
+
+    every = calibration_workloads(8192)
+    small = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=4096)
+    fit = calibration_workloads_that_fit(small)
+    assert len(every) / 2 <= len(fit) < len(every)
+    (text,) = calibration_warnings(small, fit)
+    assert f"{len(fit)} of the {len(every)} calibration workloads fit a KV cache of 4096 blocks" in text
+    assert "--profile P.json" in text
+    full = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=40000)
+    assert calibration_warnings(full, calibration_workloads_that_fit(full)) == []
+
+
 def test_spread_workloads_decode_batches_of_unequal_contexts(workloads):
     rows = run_calibration(NoTime(), CONFIG, workloads=[("spread-b16-256-4096", workloads["spread-b16-256-4096"])])
     full = rows[(rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] == 16)]
@@ -134,3 +150,39 @@ def test_prefix_workloads_time_bucket_sized_chunks_after_a_cached_prefix(workloa
     for t in sizes:
         if t > b + 2:
             assert (bucket == t).sum() >= 2, f"{name}: {(bucket == t).sum()} prefix-hit steps in the {t}-token bucket"
+
+
+def test_calibration_rows_keep_the_prefill_walks_and_a_refit_replays_them(workloads):
+    """The rows carry the prefill programs' walks (not recorded columns); rows saved without them get them back
+    from a replay of their workloads, and a row that does not meet its replayed step is refused."""
+    from engine.live import WALK_COLUMNS, with_replayed_walks
+    from pagesim.cost.features import prefill_walks
+    from pagesim.errors import UserError
+
+    names = ["prefix-b4-c512-p2048", "eager-b4-c512"]
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(n, workloads[n]) for n in names])
+    one = rows[rows["num_prefill_seqs"] == 1]
+    q = one["num_prefill_tokens"]
+    expected = [prefill_walks(int(ctx - n), int(n)) for ctx, n in zip(one["prefill_context_tokens"], q)]
+    assert one["prefill_tile_walks"].tolist() == [w for w, _ in expected] and (one["prefill_longest_walk"] > 1).any()
+    assert (rows.loc[rows["num_prefill_tokens"] == 0, list(WALK_COLUMNS)] == 0).all().all()
+    saved = rows.drop(columns=list(WALK_COLUMNS))
+    replayed = with_replayed_walks(saved, CONFIG, "rows.csv")
+    pd.testing.assert_frame_equal(replayed[rows.columns], rows)
+    saved.loc[5, "num_prefill_tokens"] += 1
+    with pytest.raises(UserError, match=r"rows.csv: row 5 .* does not match its replayed step"):
+        with_replayed_walks(saved, CONFIG, "rows.csv")
+
+
+@pytest.mark.parametrize("name", ["multi-b8-c512", "multi-b8-c512-p2048"])
+def test_multi_workloads_time_graph_mixed_steps_of_several_prefill_sequences(workloads, name):
+    """2, 4 and 8 prompts released together: graph mixed steps (at most the largest bucket) of that many prefill
+    sequences, packed with the running decodes, in several buckets each; after a cached prefix with the prefix."""
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    sizes = mixed_graph_token_sizes(CONFIG.max_num_batched_tokens)
+    mixed = rows[(rows["num_prefill_tokens"] > 0) & (rows["num_prefill_tokens"] + rows["num_decode_seqs"] <= sizes[-1])]
+    for k in (2, 4, 8):
+        steps = mixed[(mixed["num_prefill_seqs"] == k) & (mixed["num_decode_seqs"] >= 8)]
+        assert len(steps) >= 4, f"{name}: {len(steps)} graph mixed steps of {k} prefill sequences"
+        if name.endswith("p2048"):
+            assert (steps["prefill_context_tokens"] - steps["num_prefill_tokens"] >= k * 2048).all()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
-from pagesim.cost.features import prefill_walks
+from pagesim.cost.features import PREFILL_TILE, prefill_walks
 from pagesim.cost.profile import MIXED_FEATURES, graph_batch_sizes, mixed_graph_token_sizes, num_splits, prefill_waves
 from pagesim.errors import UserError
 from pagesim.request import Request
@@ -131,6 +131,32 @@ def test_features_from_plan_count_causal_pairs_and_context():
     assert StepFeatures.from_plan(StepPlan(1, scheduled=[sched(0, 4, False)])).max_decode_context == 0
     assert (f.num_swap_out_blocks, f.num_swap_in_blocks, f.num_copy_blocks) == (1, 2, 1)
     assert f.decode_shared_tokens == 0  # not asked for
+
+
+@settings(max_examples=300, deadline=None)
+@given(c=st.integers(0, 40000), q=st.integers(1, 9000))
+def test_prefill_walks_count_each_programs_key_tiles(c, q):
+    """One program per PREFILL_TILE query rows walks the keys up to its last row, in PREFILL_TILE-key tiles."""
+    t = PREFILL_TILE
+    walks = [-(-(c + min((j + 1) * t, q)) // t) for j in range(-(-q // t))]
+    assert prefill_walks(c, q) == (sum(walks), max(walks))
+
+
+def test_features_from_plan_keep_the_prefill_programs_walks():
+    def sched(c, q, decode):
+        return ScheduledRequest(Request("r", 0.0, 20000, 10), c, q, decode)
+
+    f = StepFeatures.from_plan(StepPlan(0, scheduled=[sched(16800, 40, False), sched(0, 300, False), sched(5, 1, True)]))
+    # 40 tokens after 16,800: one program walking 132 tiles; 300 from scratch: tiles of 1, 2 and 3 key tiles
+    assert (f.prefill_tile_walks, f.prefill_longest_walk) == (132 + 6, 132)
+    assert StepFeatures.from_plan(StepPlan(1, scheduled=[sched(5, 1, True)])).prefill_longest_walk == 0
+
+
+def test_prefill_tile_is_the_engines():
+    from engine.kernels.prefill import FP8_PREFILL_CONFIG, PrefillConfig
+
+    for cfg in (PrefillConfig(), FP8_PREFILL_CONFIG):
+        assert (cfg.block_m, cfg.block_n, cfg.pack_gqa) == (PREFILL_TILE, PREFILL_TILE, False)
 
 
 @pytest.mark.parametrize("caching", [True, False])

@@ -98,6 +98,19 @@ def poisoned_cache(num_blocks, block_size, hkv, d, dtype):
 @pytest.mark.parametrize("cache_dtype", [torch.float32, FP8], ids=["model-dtype", "fp8"])
 @pytest.mark.parametrize("block_size", [8, 32])
 def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_slots(cache_dtype, block_size):
+    stored_tokens_attend_as_the_reference(cache_dtype, block_size)
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+@pytest.mark.parametrize("block_size", [8, 32])
+def test_pv_fp8_prefill_over_stored_tokens_with_nan_in_unwritten_slots(block_size, in_flight):
+    """As above for the prefill whose two products are e4m3 (pv_fp8: V^T tiles straight from the cache, a run's
+    slots past the context zeroed as fp8); e4m3 products need head dim and block_n >= 32 on the GPU."""
+    stored_tokens_attend_as_the_reference(FP8, block_size, d=32, prefill=K.PrefillConfig(
+        block_m=64, block_n=32, num_warps=4, fp8_widen="fp16", qk_fp8=True, pv_fp8=True, pv_in_flight=in_flight))
+
+
+def stored_tokens_attend_as_the_reference(cache_dtype, block_size, d=16, prefill=None):
     """Store -> decode and store -> prefill, checked against attention over the tokens as stored (fp8: rounded
     through e4m3 and scaled back), not over the cache, so a layout the store kernel and the readers both get
     wrong still fails. Every slot not written holds NaN: the readers must ignore the rest of a sequence's last
@@ -105,7 +118,7 @@ def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_s
     widens fp8's NaN pattern 0x7F to 480, not NaN, so for fp8 that part bites on a GPU only
     (tests/gpu/test_fp8_gpu.py runs this test there)."""
     g = gen(block_size)
-    hq, hkv, d = 4, 2, 16
+    hq, hkv = 4, 2
     ctx = [3, block_size + 5, 2 * block_size + 1]  # each ends inside a block
     num_blocks = sum(-(-n // block_size) for n in ctx) + 2
     k_cache, v_cache = poisoned_cache(num_blocks, block_size, hkv, d, cache_dtype), poisoned_cache(num_blocks, block_size, hkv, d, cache_dtype)
@@ -126,7 +139,7 @@ def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_s
     want = torch.stack([R._attend(q[b : b + 1], as_stored(keys[b], ks), as_stored(values[b], vs), d**-0.5)[0]
                         for b in range(len(ctx))])
     tol = variant_tol(torch.float32, None, 4.0) if fp8 else 2e-5
-    for splits in (1, 3):
+    for splits in (1, 3) if prefill is None else ():
         got = K.paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, num_splits=splits,
                                        k_scale=ks, v_scale=vs, config=K.DecodeConfig(block_n=16, fp8_widen="fp16"))
         assert_close(got, want, torch.float32, f"store -> decode, {splits} splits", atol=tol)
@@ -136,7 +149,12 @@ def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_s
     want = torch.cat([R._attend(qp[cu[b]:cu[b + 1]], as_stored(keys[b], ks), as_stored(values[b], vs), d**-0.5,
                                 causal_offset=n - q_lens[b]) for b, n in enumerate(ctx)])
     got = K.paged_prefill_attention(qp, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale=ks, v_scale=vs,
-                                    config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16"))
+                                    config=prefill or K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16"))
+    if prefill is not None and prefill.pv_fp8:  # q and P rounded to e4m3: within 2^-4 of max |V| (as stored)
+        want = torch.cat([R._attend(rowwise_e4m3(qp)[cu[b]:cu[b + 1]], as_stored(keys[b], ks),
+                                    as_stored(values[b], vs), d**-0.5, causal_offset=n - q_lens[b])
+                          for b, n in enumerate(ctx)])
+        tol += 2**-4 * max(as_stored(v, vs).abs().max().item() for v in values)
     assert_close(got, want, torch.float32, "store -> prefill", atol=tol)
 
 
@@ -193,13 +211,17 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
     (torch.float32, 8, 4, 2, 16, [(5, 5), (7, 20)], (16, 16)),
     (torch.bfloat16, 16, 8, 2, 32, [(33, 47), (1, 64)], (16, 32)),
     (torch.float32, 8, 4, 2, 16, [(20, 90), (3, 70), (1, 16)], (16, 16)),  # up to 5 whole key tiles before the diagonal
+    (torch.float32, 8, 4, 2, 32, [(20, 90), (3, 70), (1, 16)], (16, 32)),  # as above, e4m3 products' K >= 32
+    (torch.float32, 8, 4, 2, 32, [(40, 100), (33, 64)], (16, 32)),  # diagonal tiles below and past the last whole one
 ]
 
 
 # int32 offsets are the default of both configs (for an fp8 cache too); "i64" is the r6 fp8 path
 PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "fp16-i64": {"fp8_widen": "fp16", "int32_offsets": False},
                     "qk-fp8": {"fp8_widen": "fp16", "qk_fp8": True},
-                    "qk-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "int32_offsets": False}}
+                    "qk-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "int32_offsets": False},
+                    "pv-fp8": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True},
+                    "pv-fp8-in-flight": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True, "pv_in_flight": True}}
 
 
 def rowwise_e4m3(q: torch.Tensor) -> torch.Tensor:
@@ -214,6 +236,8 @@ def rowwise_e4m3(q: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}")
 def test_fp8_paged_prefill_matches_the_dequantised_reference(case, variant):
     dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
+    if PREFILL_VARIANTS[variant].get("pv_fp8", False) and min(d, bn) < 32:
+        pytest.skip("e4m3 products need head dim and block_n >= 32 (the wrapper refuses less)")
     g = gen(block_size + 5)
     ctx = [c for _, c in seqs]
     num_blocks = sum(-(-n // block_size) for n in ctx) + 2
@@ -231,8 +255,13 @@ def test_fp8_paged_prefill_matches_the_dequantised_reference(case, variant):
     ref = R.paged_prefill_attention(rowwise_e4m3(q) if qk_fp8 else q, k_cache, v_cache, cu, lens, tables, d**-0.5,
                                     k_scale, v_scale)
     tol = variant_tol(dtype, K.PrefillConfig(**PREFILL_VARIANTS[variant]), 4.0)
+    if PREFILL_VARIANTS[variant].get("pv_fp8", False):  # each P rounded to e4m3: within 2^-4 of it, so of max |V|
+        tol += 2**-4 * R.dequantize(v_cache, v_scale).abs().max().item()
+        err = (out.float() - ref).abs()
+        assert err.mean() < tol / 16, f"pv_fp8: mean error {err.mean():.3g}, not what rounding P gives"
     assert_close(out, ref, dtype, f"fp8 prefill {case}", atol=tol)
-    if qk_fp8:  # the quantised q is what moved the result, not a wrong kernel: unquantised q is further off
+    if qk_fp8 and not PREFILL_VARIANTS[variant].get("pv_fp8", False):
+        # the quantised q is what moved the result, not a wrong kernel: unquantised q is further off
         plain = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, d**-0.5, k_scale, v_scale)
         assert (out.float() - plain).abs().max() > (out.float() - ref).abs().max()
 

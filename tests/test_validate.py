@@ -161,7 +161,7 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
-    assert {"environment", "model_spec", "config"} <= set(summary)
+    assert {"environment", "model_spec", "config"} <= set(summary) and summary["warnings"] == []
     assert "max_decode_context" in read_steps(out / "steps.parquet")
     assert main(["validate", str(out)]) == 2  # no profile recorded: never a silent roofline
     assert main(["validate", str(out), "--cost-model", "roofline"]) == 0
@@ -186,3 +186,19 @@ def test_step_kinds_tell_graph_mixed_steps_from_eager_ones():
     # a run recorded before the engine graphed mixed steps (no token buckets): eager kinds, as before
     assert list(step_kinds(steps, 256)) == ["graph decode", "eager decode", "prefill", "mixed", "prefill", "mixed",
                                             "graph decode", "swap"]
+
+
+def test_live_mode_warns_once_and_records_it(tmp_path, capsys):
+    """A configuration that makes part of the results meaningless is said once and kept in summary.json, as in replay."""
+    trace = load_trace(REPO / "traces" / "sharegpt-poisson-1k.jsonl", limit=2)
+    from pagesim.traces import trace_from_frame, write_trace
+
+    write_trace(trace_from_frame(trace.df.assign(prompt_len=[5, 9], output_len=[2, 2]), "tiny"), tmp_path / "tiny.jsonl")
+    out = tmp_path / "live"
+    rc = main(["live", str(tmp_path / "tiny.jsonl"), "--allow-cpu", "--model", "toy", "--num-gpu-blocks", "8",
+               "--max-model-len", "32", "--max-num-batched-tokens", "32", "--block-size", "4", "--enable-prefix-caching",
+               "--out", str(out)])
+    assert rc == 0
+    err = capsys.readouterr().err
+    (text,) = json.loads((out / "summary.json").read_text())["warnings"]
+    assert "no request can hit the prefix cache" in text and err.count(text) == 1

@@ -40,27 +40,55 @@ class PrefillConfig:
     longest_first: bool = True  # program order: last query tiles (most keys) first; else (seq, tile, head) order
     int32_offsets: bool = True  # K/V element offsets in int32 where the cache has < 2**31 elements
     qk_fp8: bool = False  # fp8 cache only: Q K^T as an e4m3 product (q quantised per row), P V widened as before
+    # fp8 cache with qk_fp8 only: P V too as an e4m3 product (P * P_SCALE rounded to e4m3, V^T as stored): K and V go
+    # from the cache to the tensor cores unwidened (vLLM's FA3 fp8-KV path on Hopper)
+    pv_fp8: bool = False
+    # pv_fp8 only: P V accumulates into the running output (so the product stays in flight across iterations, as
+    # bf16's does; otherwise Triton, which did not fold the add into the e4m3 product, waits for it each tile), and
+    # diagonal tiles below the context's last whole tile load unmasked (asynchronous copies; only the tile that reaches past
+    # the context zeroes V in registers)
+    pv_in_flight: bool = False
 
 
-# The default launch for an fp8 cache, the fastest at both prefill shapes in bench/fp8_tune.py's sweeps on the H200
-# (1 stage, int32 offsets; bench/results/fp8-tune-h200-2026-12-01-r7.json, bench/NOTES.md).
-FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
+P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
+
+
+# The default launch for an fp8 cache: both products in e4m3 at 2 stages, the fastest at both prefill shapes in
+# bench/fp8_tune.py's r8 sweep on the H200 (bench/results/fp8-tune-h200-2026-12-01-r8.json, bench/NOTES.md), its
+# effect on the logits within the fp8 engine check's tolerance (tests/gpu/test_fp8_gpu.py). Head dims below 32
+# (e4m3 products need K >= 32) take the widened launch, the r7 default (1 stage, int32 offsets).
+FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, fp8_widen="fp16",
+                                   qk_fp8=True, pv_fp8=True)
+FP8_WIDENED_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=1, fp8_widen="fp16")
 
 
 @triton.jit
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                 I32: tl.constexpr, QK_FP8: tl.constexpr):
+                 I32: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PAST_END: tl.constexpr,
+                 PV_IN_FLIGHT: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
     log2 domain of the scaled scores, the scale (a scalar, or with QK_FP8 one per row) applied in one multiply-add
     with the max subtraction. QK_FP8 (not None): qv is e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core
-    product; QK_FP8 is the product's input type, fp32 under the interpreter, where it is exact); V is widened."""
+    product; QK_FP8 is the product's input type, fp32 under the interpreter, where it is exact); V is widened,
+    unless PV_FP8 (not None, the same type as QK_FP8): then P * P_SCALE is rounded to e4m3 and P V is an e4m3 product
+    too (no widening at all). PAST_END (PV_FP8 only; the other paths take it as CAUSAL_MASK): the tile may reach
+    past the context, so its loads are masked and V's slots past the context zeroed as fp8 (through registers);
+    a diagonal tile below the context's last whole tile needs neither and keeps the asynchronous copies."""
     t = n0 + tl.arange(0, BLOCK_N)
-    # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
-    k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
-                    BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
-    if QK_FP8 is not None:
+    if PV_FP8 is None:
+        # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
+        k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
+                        BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
+    if PV_FP8 is not None:
+        k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
+                            PAST_END)
+        k = k.to(QK_FP8)
+        if PAST_END:  # as _widen's ZERO_V, on the fp8 bits (a run read whole may hold NaN past the context)
+            v = tl.where((t < ctx)[:, None], v, tl.zeros_like(v))
+        v = v.to(PV_FP8)
+    elif QK_FP8 is not None:
         k = k.to(QK_FP8)
         _, v = _widen(k, v, t < ctx, DOT_DTYPE, CAUSAL_MASK)
     else:
@@ -75,8 +103,55 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
         p = tl.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    if PV_FP8 is not None:
+        # PV_IN_FLIGHT: the running output as the product's accumulator (Triton did not fold the add into the e4m3
+        # product); a product whose result is only the loop's accumulator can stay in flight (no wait each tile)
+        if PV_IN_FLIGHT:
+            acc = tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v, acc * alpha[:, None])
+        else:
+            acc = acc * alpha[:, None] + tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v)
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l
+
+
+@triton.jit
+def _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """K [BLOCK_N, HEAD_DIM] and V [BLOCK_N, HEAD_DIM] of an fp8 cache (int32 offsets), both as stored, for the
+    e4m3 products: V^T [HEAD_DIM, BLOCK_N] is read as one 2-D tile whose token offsets are contiguous in runs of
+    BLOCK_SIZE (said to the compiler, so its copies are 16-byte cp.async straight into the layout the tensor cores
+    read), then transposed (a view). MASKED: as _load_kv (K rows and V runs of tokens >= end read as 0, except a
+    partial run's tail, which the caller zeroes)."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, HEAD_DIM)
+    valid = t < end
+    if MASKED:
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
+    RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+    cols = tl.max_contiguous(tl.multiple_of(cols, RUN), RUN)
+    k_ptrs = k_cache + rows[:, None] + d[None, :]
+    v_ptrs = v_cache + d[:, None] * BLOCK_SIZE + cols[None, :]
+    if MASKED:
+        k = tl.load(k_ptrs, mask=valid[:, None], other=0.0)
+        vt = tl.load(v_ptrs, mask=(t // RUN * RUN < end)[None, :], other=0.0)  # whole runs: 16-byte copies
+    else:
+        k = tl.load(k_ptrs)
+        vt = tl.load(v_ptrs)
+    return k, tl.trans(vt)
+
+
+@triton.jit
+def _p_to_e4m3(x, DTYPE: tl.constexpr):
+    """x (fp32, 0 <= x <= P_SCALE) rounded to e4m3, in DTYPE: the hardware's round-to-nearest cast on the GPU (DTYPE
+    e4m3); under the interpreter (DTYPE fp32) the same rounding done exactly (engine.kernels.cache._round_to_e4m3)."""
+    if DTYPE == tl.float32:
+        return _round_to_e4m3(x)
+    return x.to(DTYPE)
 
 
 @triton.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
@@ -85,7 +160,7 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
                     FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
-                    QK_FP8: tl.constexpr):
+                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PV_IN_FLIGHT: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -133,13 +208,24 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8)
-    for n0 in range(unmasked_end, end, BLOCK_N):
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8,
+                                 PV_FP8, False, PV_IN_FLIGHT)
+    past_end = unmasked_end  # the diagonal: tiles from here on may reach past the context
+    if PV_IN_FLIGHT:  # diagonal tiles below the context's last whole tile first, with unmasked loads
+        past_end = tl.maximum(unmasked_end, ctx // BLOCK_N * BLOCK_N)
+        for n0 in range(unmasked_end, tl.minimum(end, past_end), BLOCK_N):
+            acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
+                                     NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
+                                     PV_FP8, False, PV_IN_FLIGHT)
+    for n0 in range(past_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
-                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8)
+                                 NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
+                                 PV_FP8, True, PV_IN_FLIGHT)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
+    if PV_FP8 is not None:
+        out = out * (1.0 / P_SCALE)
     tl.store(o + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], out.to(o.dtype.element_ty),
              mask=row_ok)
 
@@ -154,17 +240,21 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     cu_seqlens_q [B+1] int32, context_lens [B] int32 (each >= its q_len), block_tables [B, max_blocks]
     int32. max_seqlen_q (a host int) sizes the grid; when None it is read from cu_seqlens_q with
     a host sync. q may be strided over T and Hq (last dim contiguous). An fp8 cache needs the
-    layer's k_scale and v_scale (see paged_decode_attention).
+    layer's k_scale and v_scale (see paged_decode_attention); by default (head_dim >= 32) its two products run in
+    e4m3 with q rounded per row and P rounded to e4m3 (FP8_PREFILL_CONFIG, PrefillConfig.pv_fp8).
     """
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    cfg = config or (FP8_PREFILL_CONFIG if fp8 else PrefillConfig())
     total, num_heads, head_dim = q.shape
+    cfg = config or (PrefillConfig() if not fp8 else FP8_PREFILL_CONFIG if head_dim >= 32
+                     else FP8_WIDENED_PREFILL_CONFIG)
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and block_tables.stride(1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     assert fp8 or not cfg.qk_fp8, "qk_fp8 is an option of an fp8 cache"
+    assert cfg.qk_fp8 or not cfg.pv_fp8, "pv_fp8 needs qk_fp8"
+    assert not cfg.pv_fp8 or min(head_dim, cfg.block_n) >= 32, "pv_fp8 (e4m3 products) needs head_dim, block_n >= 32"
     pack = cfg.pack_gqa and group > 1
     assert not pack or cfg.block_m % group == 0, "pack_gqa needs block_m to be a multiple of the GQA group"
     if out is None:
@@ -175,6 +265,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if max_seqlen_q is None:
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m // group if pack else cfg.block_m)
+    product_fp8 = tl.float32 if INTERPRET else tl.float8e4nv
     grid = (batch * num_tiles * (num_kv_heads if pack else num_heads),)
     _prefill_kernel[grid](q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E,
                           k_scale, v_scale,
@@ -185,6 +276,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
                           LONGEST_FIRST=cfg.longest_first,
                           I32=cfg.int32_offsets and k_cache.numel() < 2**31,
-                          QK_FP8=(tl.float32 if INTERPRET else tl.float8e4nv) if cfg.qk_fp8 else None,
+                          QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None,
+                          PV_IN_FLIGHT=cfg.pv_fp8 and cfg.pv_in_flight,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -63,10 +63,22 @@ least the dearest graph regime's.
 
     mixed = mixed_graph_intercept + sum of mixed_graph_pad_<s> over the buckets s <= t (s > 16)
             + num_prefill_seqs + num_decode_seqs + decode_context_tokens + longest + prefill_attn_pairs
+            + waves
             (each term times its mixed_graph_ coefficient; longest with the exact decode row count's
             splits: the decode launch of a mixed step is not padded)
 
-  A profile without the key prices such steps as eager steps (as before the engine graphed them).
+  waves = max(query heads * prefill_tile_walks / SMs, prefill_longest_walk) is the prefill attention's length in
+  key tiles (StepFeatures: the prefill kernel runs one program per 128 query rows of a chunk and query head, one
+  program per SM at its default launch, each walking the chunk's keys causally): the key tiles of all programs
+  spread over the SMs, or the longest program's walk when the programs are too few to fill them. A chunk of 40
+  tokens after a 16,800-token cached prefix has 32 programs of 132 tiles each, so it lasts 132 tiles however few
+  its (query, key) pairs; prefill_attn_pairs alone priced such prefix hits at half their time on the long-document
+  windows (2026-12-01, round 8: graph mixed steps 16.2% -> 6.0% on longdoc-b, held-out calibration 8.2% -> 3.2%).
+  Eager steps (more than 1024 tokens) fill the GPU with programs and keep prefill_attn_pairs alone (adding waves
+  there moved held-out calibration error 2.6% -> 2.5%: not kept).
+
+  A profile without the key prices such steps as eager steps (as before the engine graphed them); one without
+  mixed_graph_attn_waves (fitted before it) prices them without it.
 
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded

@@ -22,6 +22,7 @@ import torch
 
 import engine.kernels as K
 from engine.kernels import reference as R
+from engine.kernels.prefill import FP8_PREFILL_CONFIG
 from engine.model import LlamaModel
 from pagesim.specs import get_model
 from tests.test_fp8_kv import rowwise_e4m3
@@ -107,6 +108,17 @@ PREFILL_VARIANTS = {"fp8-default": None, "bf16-widen": {}, "fp16": {"fp8_widen":
                     "fp16-i64-s1": {"fp8_widen": "fp16", "num_stages": 1, "int32_offsets": False},
                     "qk-fp8-s1": {"fp8_widen": "fp16", "num_stages": 1, "qk_fp8": True},
                     "qk-fp8-s2": {"fp8_widen": "fp16", "num_stages": 2, "qk_fp8": True}}
+PREFILL_VARIANTS.update({f"pv-fp8-s{s}": {"fp8_widen": "fp16", "num_stages": s, "qk_fp8": True, "pv_fp8": True}
+                         for s in (1, 2, 3)})
+PREFILL_VARIANTS.update({f"pv-fp8-in-flight-s{s}": {"fp8_widen": "fp16", "num_stages": s, "qk_fp8": True,
+                                                     "pv_fp8": True, "pv_in_flight": True} for s in (2, 3)})
+PREFILL_VARIANTS["pv-fp8-64x128-w4-s3"] = {"fp8_widen": "fp16", "block_m": 64, "num_warps": 4, "num_stages": 3,
+                                           "qk_fp8": True, "pv_fp8": True}
+
+
+def abs_v(v_cache: torch.Tensor) -> torch.Tensor:
+    """The fp8 cache with every value's sign cleared (same layout): attention over it is the P-weighted |V|."""
+    return (v_cache.view(torch.uint8) & 0x7F).view(FP8)
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)
@@ -125,15 +137,30 @@ def test_fp8_prefill_variants_match_the_dequantised_reference(variant):
     K.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs,
                               config=None if PREFILL_VARIANTS[variant] is None
                               else K.PrefillConfig(**PREFILL_VARIANTS[variant]))
-    qk_fp8 = (PREFILL_VARIANTS[variant] or {}).get("qk_fp8", False)  # its reference multiplies q as rounded
-    ref = R.paged_prefill_attention(rowwise_e4m3(q) if qk_fp8 else q, k8, v8, cu, lens, tables, D**-0.5, ks, vs)
+    # "bf16-widen" is {} (the bf16 defaults on the fp8 cache): only None means the fp8 default launch
+    cfg = FP8_PREFILL_CONFIG if PREFILL_VARIANTS[variant] is None else K.PrefillConfig(**PREFILL_VARIANTS[variant])
+    ref = R.paged_prefill_attention(rowwise_e4m3(q) if cfg.qk_fp8 else q, k8, v8, cu, lens, tables, D**-0.5, ks, vs)
     exact = R.paged_prefill_attention(q, xk, xv, cu, lens, tables, D**-0.5)
     quant = (ref - exact).abs()
     total = (out.float() - exact).abs()
     print(f"\nfp8 prefill {variant}: kernel vs dequantised ref max|err| {(out.float() - ref).abs().max().item():.3g};"
           f" quantisation max {quant.max().item():.3g}, mean {quant.mean().item():.3g}; kernel vs the bf16 source"
           f" max {total.max().item():.3g}, mean {total.mean().item():.3g}")
-    assert_kernel_close(out, ref, f"fp8 prefill {variant}")
+    assert_prefill_close(out, ref, cfg, q, k8, v8, cu, lens, tables, ks, vs, f"fp8 prefill {variant}")
+
+
+def assert_prefill_close(out, ref, cfg, q, k8, v8, cu, lens, tables, ks, vs, what: str):
+    """assert_kernel_close, or for a launch with P rounded to e4m3 (pv_fp8): each P moves its term by at most 2^-4
+    of it, so |err| <= 2^-4 * (P-weighted |V|) + the bf16 tolerance, elementwise (the measured ratio is printed)."""
+    if not cfg.pv_fp8:
+        assert_kernel_close(out, ref, what)
+        return
+    bound = 2**-4 * R.paged_prefill_attention(rowwise_e4m3(q), k8, abs_v(v8), cu, lens, tables, D**-0.5, ks, vs)
+    err = (out.float() - ref).abs()
+    print(f"{what}: max err / (2^-4 P-weighted |V|) {(err / bound).max().item():.3g}, mean |err| "
+          f"{err.mean().item():.3g} (P-weighted |V| mean {bound.mean().item() * 16:.3g})")
+    assert not torch.isnan(out).any(), f"{what}: output has NaN"
+    assert (err <= bound + 2**-7 * ref.abs().amax(-1, keepdim=True) + 1e-3).all(), f"{what}: beyond P's rounding"
 
 
 @pytest.mark.parametrize("block_size", [8, 32])
@@ -143,6 +170,16 @@ def test_fp8_store_then_attend_ignores_nan_in_unwritten_slots(block_size):
     from tests.test_fp8_kv import test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_slots as check
 
     check(FP8, block_size)
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+@pytest.mark.parametrize("block_size", [8, 32])
+def test_pv_fp8_prefill_ignores_nan_in_unwritten_slots(block_size, in_flight):
+    """As above for the prefill with both products in e4m3 (the fp8 default): V^T runs go to the tensor cores as
+    stored, so the tile that reaches past the context must zero the slots there (NaN bits) before P V."""
+    from tests.test_fp8_kv import test_pv_fp8_prefill_over_stored_tokens_with_nan_in_unwritten_slots as check
+
+    check(block_size, in_flight)
 
 
 def test_fp8_store_matches_torch_cast_bit_for_bit():
@@ -195,12 +232,18 @@ def test_fp8_prefill_llama_heads_with_cached_prefix(block_size):
     q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
     out = torch.full_like(q, float("nan"))
     K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs)
+    if FP8_PREFILL_CONFIG.qk_fp8:  # the default rounds q (and P) to e4m3: its own bound
+        ref = R.paged_prefill_attention(rowwise_e4m3(q), k_cache, v_cache, cu, lens, tables, D**-0.5, ks, vs)
+        assert_prefill_close(out, ref, FP8_PREFILL_CONFIG, q, k_cache, v_cache, cu, lens, tables, ks, vs,
+                             f"fp8 prefill bs={block_size}")
+        return
     ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, ks, vs)
     assert_close(out, ref, BF16, f"fp8 prefill bs={block_size}", atol=0.03 * 30 / 4)
 
 
+@pytest.mark.parametrize("prefill", ["default", "widened"])
 @pytest.mark.parametrize("num_layers", [2, 32])
-def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers):
+def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, prefill, monkeypatch):
     """Llama-3-8B shapes, random bf16 weights, per-layer scales from the data (amax / 448 over a separate
     calibration batch, engine.kv_scales): teacher-forced logits of 8 sequences (prefill 512, then 128 decode
     steps). The fp8 cache's effect on the logits (fp8 engine vs bf16 engine) must be what rounding K/V
@@ -211,6 +254,10 @@ def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers):
     from engine.kv_scales import calculate_kv_scales
     from tests.test_fp8_kv import assert_fp8_effect_as_emulated, fp8_effect
 
+    if prefill == "widened":  # the r7 default: K and V widened to fp16, q and P unrounded (default: pv_fp8)
+        import engine.kernels.prefill as P
+
+        monkeypatch.setattr(P, "FP8_PREFILL_CONFIG", P.FP8_WIDENED_PREFILL_CONFIG)
     spec = dataclasses.replace(get_model("llama-3-8b"), num_layers=num_layers)
     model = LlamaModel.random(spec, DEV, BF16, seed=0)
     g = torch.Generator().manual_seed(1)
@@ -218,6 +265,7 @@ def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers):
     ks, vs = calculate_kv_scales(model, calibration)
     ids = torch.randint(0, spec.vocab_size, (8, 640), generator=g).to(DEV)
     m = fp8_effect(model, ids, 512)
-    print(f"\nllama-3-8b shapes, {num_layers} layers, random bf16 weights, scales amax/448 (k {ks.min().item():.3g}.."
+    print(f"\nllama-3-8b shapes, {num_layers} layers, {prefill} fp8 prefill, random bf16 weights, scales amax/448 "
+          f"(k {ks.min().item():.3g}.."
           f"{ks.max().item():.3g}, v {vs.min().item():.3g}..{vs.max().item():.3g}): {m}")
     assert_fp8_effect_as_emulated(m, top1_margin=0.05)
