@@ -511,7 +511,7 @@ ALIGNED_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "prefill_attn_pairs
                    "decode_context_tokens")
 
 
-class _NoTime:
+class NoTime:
     """A stand-in executor: calibration workloads replayed for their plans only (each step 'takes' no time)."""
 
     def execute(self, plan) -> float:
@@ -532,7 +532,7 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
     if unknown:
         raise UserError(f"{source}: workload {unknown[0]!r} is not one of this version's calibration workloads, "
                         "so its prefill walks cannot be replayed; recalibrate")
-    replayed = run_calibration(_NoTime(), config, workloads=[(w, named[w]) for w in wanted])
+    replayed = run_calibration(NoTime(), config, workloads=[(w, named[w]) for w in wanted])
     keys = ["workload", "step"]
     merged = rows.drop(columns=[c for c in WALK_COLUMNS if c in rows]).merge(
         replayed[keys + list(ALIGNED_COLUMNS + WALK_COLUMNS)], on=keys, how="left", suffixes=("", "_replayed"),

@@ -100,11 +100,8 @@ class PagedKVCacheManager:
                 if need > self.pool.num_free_blocks:
                     return False
                 request.block_ids.extend(self.pool.take(need))
-                # internal_slots(request) after minus before, written out: slots past final_kv_len
-                over = (held + need) * bs - request.prompt_len - request.output_len + 1
-                if over > 0:
-                    before = over - need * bs
-                    self.num_internal_slots += over - before if before > 0 else over
+                # a table only grows up to the request's final length, so before growing it had no slot past it
+                self.num_internal_slots += internal_slots(request, bs)
             if self.enable_caching:
                 self._cache_blocks(request, request.num_computed_tokens // bs,
                                    min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
@@ -340,21 +337,19 @@ class PagedKVCacheManager:
         needy.sort()
         evicted: list[bool] = []
         taken = self.pool.take(len(needy), evicted)
-        steps, internal_steps, internal_slots = [], [], []
+        steps, internal_steps, slots = [], [], []
         for (room, idx), block in zip(needy, taken):
             r = running[idx]
-            ids = r.block_ids
-            ids.append(block)
+            r.block_ids.append(block)
             steps.append(room)
-            # the request's last block (the one holding its final_kv_len-th slot): its slots past that length
-            over = len(ids) * bs - r.prompt_len - r.output_len + 1
-            if 0 <= over < bs:
+            over = internal_slots(r, bs)  # > 0 only for the request's last block (none before it grew)
+            if over:
                 internal_steps.append(room)
-                internal_slots.append(over)
-        if internal_slots:
-            self.num_internal_slots += sum(internal_slots)
+                slots.append(over)
+        if slots:
+            self.num_internal_slots += sum(slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
-        return DecodeBlocks(steps, evicted_steps, internal_steps, internal_slots)
+        return DecodeBlocks(steps, evicted_steps, internal_steps, slots)
 
     def allocate_decode_step(self, running: list[Request]) -> bool:
         bs = self.block_size
@@ -372,11 +367,8 @@ class PagedKVCacheManager:
             # it takes one block) written out: the blocks in one take, as many single takes would give them.
             internal = 0
             for r, block in zip(todo, self.pool.take(len(todo))):
-                ids = r.block_ids
-                ids.append(block)
-                over = len(ids) * bs - r.prompt_len - r.output_len + 1  # slots of the new block past final_kv_len
-                if over > 0:
-                    internal += over if over <= bs else bs
+                r.block_ids.append(block)
+                internal += internal_slots(r, bs)  # none before it grew (see allocate_slots)
             self.num_internal_slots += internal
             return True
         if need > self.pool.num_free_blocks:

@@ -10,18 +10,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from engine.live import DECODE_STEPS_PER_SIZE, calibration_workloads, run_calibration
+from engine.live import DECODE_STEPS_PER_SIZE, NoTime, calibration_workloads, run_calibration
 from pagesim.config import Config
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
 
 CONFIG = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=40000, max_num_seqs=256, max_num_batched_tokens=8192)
-
-
-class NoTime:
-    """Executes nothing: the loop measures wall time around it."""
-
-    def execute(self, plan) -> float:
-        return 0.0
 
 
 @pytest.fixture(scope="module")

@@ -402,7 +402,7 @@ class ProfileCostModel:
     def forward_times(self, rows) -> np.ndarray:
         """Forward time of each row (a frame or dict of INPUT_COLUMNS arrays): step_time without transfers, vectorised."""
         p, ps, n, c, pairs, mx = (np.asarray(rows[col], dtype=np.float64) for col in INPUT_COLUMNS)
-        sh = _shared_column(rows, len(p)) if self.prices_sharing else np.zeros(len(p))
+        sh = _optional_column(rows, OPTIONAL_COLUMNS[0], len(p)) if self.prices_sharing else np.zeros(len(p))
         out = np.zeros(len(p))
         eager = (p > 0) | (n > self._graph_max)
         splits = self._splits_of(n)
@@ -552,11 +552,6 @@ def _fit_relative_l1(a: np.ndarray, y: np.ndarray, iters: int = 100, floor: floa
 def _optional_column(rows, col: str, n: int) -> np.ndarray:
     """One of OPTIONAL_COLUMNS of the rows, 0 where they lack it."""
     return np.asarray(rows[col], dtype=np.float64) if col in rows else np.zeros(n)
-
-
-def _shared_column(rows, n: int) -> np.ndarray:
-    """decode_shared_tokens of the rows, 0 where they lack the column."""
-    return _optional_column(rows, OPTIONAL_COLUMNS[0], n)
 
 
 def _columns(rows) -> dict[str, np.ndarray]:
