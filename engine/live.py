@@ -27,7 +27,7 @@ from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, OPT
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
-from pagesim.recorder import Recorder
+from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.run_warnings import config_warnings, emit, result_warnings
 from pagesim.scheduler import Scheduler
@@ -507,10 +507,6 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
 
 
 WALK_COLUMNS = OPTIONAL_COLUMNS[1:]  # the prefill programs' walks (StepFeatures), kept apart from the recorder
-ALIGNED_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "prefill_attn_pairs", "num_decode_seqs",
-                   "decode_context_tokens")
-
-
 class NoTime:
     """A stand-in executor: calibration workloads replayed for their plans only (each step 'takes' no time)."""
 
@@ -534,16 +530,17 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
                         "so its prefill walks cannot be replayed; recalibrate")
     replayed = run_calibration(NoTime(), config, workloads=[(w, named[w]) for w in wanted])
     keys = ["workload", "step"]
+    aligned = [c for c in FEATURE_COLUMNS if c in rows]  # every recorded feature the saved rows have
     merged = rows.drop(columns=[c for c in WALK_COLUMNS if c in rows]).merge(
-        replayed[keys + list(ALIGNED_COLUMNS + WALK_COLUMNS)], on=keys, how="left", suffixes=("", "_replayed"),
+        replayed[keys + aligned + list(WALK_COLUMNS)], on=keys, how="left", suffixes=("", "_replayed"),
         validate="one_to_one")
-    for c in ALIGNED_COLUMNS:
+    for c in aligned:
         bad = merged[c + "_replayed"].isna() | (merged[c] != merged[c + "_replayed"])
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise UserError(f"{source}: row {i} (workload {merged.at[i, 'workload']}, step {merged.at[i, 'step']}) does "
                             f"not match its replayed step ({c}); the prefill walks cannot be filled in; recalibrate")
-    return merged.drop(columns=[c + "_replayed" for c in ALIGNED_COLUMNS]).astype({c: np.int64 for c in WALK_COLUMNS})
+    return merged.drop(columns=[c + "_replayed" for c in aligned]).astype({c: np.int64 for c in WALK_COLUMNS})
 
 
 def calibrate(args) -> int:
