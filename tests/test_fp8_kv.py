@@ -224,6 +224,22 @@ PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "fp16-i64": {"fp8
                     "pv-fp8-in-flight": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True, "pv_in_flight": True}}
 
 
+def test_e4m3_products_are_refused_below_32_head_dims_or_keys():
+    case = next(c for c in PREFILL_CASES if not e4m3_products_fit(c))
+    dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
+    g = gen(1)
+    ctx = [c for _, c in seqs]
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 2
+    cache = fp8_cache(num_blocks, block_size, hkv, d, g, 1.0)
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    q = torch.randn(int(cu[-1]), hq, d, generator=g).to(DEV, dtype)
+    with pytest.raises(AssertionError, match="needs head_dim, block_n >= 32"):
+        K.paged_prefill_attention(q, cache, cache, cu, torch.tensor(ctx, dtype=torch.int32, device=DEV),
+                                  block_tables_for(ctx, block_size, num_blocks, DEV, g), d**-0.5,
+                                  config=K.PrefillConfig(block_m=bm, block_n=bn, **PREFILL_VARIANTS["pv-fp8"]),
+                                  k_scale=scales(1.0, 1.0)[0], v_scale=scales(1.0, 1.0)[1])
+
+
 def rowwise_e4m3(q: torch.Tensor) -> torch.Tensor:
     """q [T, Hq, D] as the qk_fp8 prefill multiplies it: each (token, head) row quantised to e4m3 with the scale
     amax / 448 (1 for an all-zero row) and scaled back."""
@@ -232,12 +248,18 @@ def rowwise_e4m3(q: torch.Tensor) -> torch.Tensor:
     return R.dequantize(R.quantize_fp8(q, scale), scale)
 
 
-@pytest.mark.parametrize("variant", PREFILL_VARIANTS)
-@pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: f"{str(c[0])[6:]}-bs{c[1]}")
+def e4m3_products_fit(case) -> bool:
+    """e4m3 products (pv_fp8) need head dim and block_n >= 32; the wrapper refuses less."""
+    d, (_, bn) = case[4], case[6]
+    return min(d, bn) >= 32
+
+
+@pytest.mark.parametrize("case, variant", [
+    pytest.param(case, variant, id=f"{str(case[0])[6:]}-bs{case[1]}-{variant}")
+    for case in PREFILL_CASES for variant in PREFILL_VARIANTS
+    if e4m3_products_fit(case) or not PREFILL_VARIANTS[variant].get("pv_fp8", False)])
 def test_fp8_paged_prefill_matches_the_dequantised_reference(case, variant):
     dtype, block_size, hq, hkv, d, seqs, (bm, bn) = case
-    if PREFILL_VARIANTS[variant].get("pv_fp8", False) and min(d, bn) < 32:
-        pytest.skip("e4m3 products need head dim and block_n >= 32 (the wrapper refuses less)")
     g = gen(block_size + 5)
     ctx = [c for _, c in seqs]
     num_blocks = sum(-(-n // block_size) for n in ctx) + 2
