@@ -171,6 +171,16 @@ def _capture(graph, pool):
             yield
 
 
+def fill_with_noise(kv_cache: torch.Tensor, seed: int = 0) -> None:
+    """Write the same normal noise (sd 2, the magnitude of the random model's K/V) into every block of the cache
+    [layers, 2, blocks, block_size, kv_heads, head_dim], in its dtype (fp8 saturates nothing at that size)."""
+    g = torch.Generator(device=kv_cache.device).manual_seed(seed)
+    shape = list(kv_cache.shape)
+    shape[2] = 1
+    noise = torch.randn(shape, generator=g, device=kv_cache.device, dtype=torch.float32).mul_(2).to(kv_cache.dtype)
+    kv_cache.copy_(noise.expand_as(kv_cache))
+
+
 class GPUExecutor:
     """Executes step plans on a LlamaModel with a paged KV cache; see the module docstring."""
 
@@ -205,6 +215,7 @@ class GPUExecutor:
         self.last_logits: dict[str, torch.Tensor] | None = {} if keep_logits else None
         self.last_gpu_time_s: float | None = None
         self.num_steps = 0
+        self._noise_filled = False  # advance() fills the cache with noise once
         self.num_graph_steps = 0  # decode steps replayed from a CUDA graph
         self.num_graph_captures = 0  # CUDA graphs captured so far (all at start)
         self.num_mixed_padded_steps = 0  # prefill / mixed steps run padded to a token bucket, piecewise
@@ -325,6 +336,30 @@ class GPUExecutor:
         if self.is_cuda:
             self._ev_end.synchronize()
             self.last_gpu_time_s = self._ev_start.elapsed_time(self._ev_end) / 1e3
+        self.num_steps += 1
+        return time.perf_counter() - t0
+
+    def advance(self, plan) -> float:
+        """Take the plan's step without computing it; returns its wall duration. For calibration steps that only
+        build context (engine.live.run_calibration): the step's new tokens keep the K/V the cache holds (the first
+        call fills the whole cache with noise of the computed values' size, once, so nothing reads unwritten memory)
+        and each request that samples gets its last token again, so the requests go on exactly as computed ones."""
+        t0 = time.perf_counter()
+        if not self._noise_filled:
+            self._noise_filled = True
+            with torch.inference_mode():
+                fill_with_noise(self.kv_cache)
+        for request_id in plan.finished_req_ids:
+            self.release(request_id)
+        with torch.inference_mode():
+            self._move_blocks(plan)
+        for s in plan.scheduled:
+            t = self._tokens_for(s.request)
+            self._check(s, t)
+            if s.num_computed_tokens + s.num_new_tokens == t.n:  # a decode, or a prefill's last chunk: samples
+                t.append(int(t.ids[t.n - 1]))
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
         self.num_steps += 1
         return time.perf_counter() - t0
 

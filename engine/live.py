@@ -330,6 +330,30 @@ def _spec_dict(config: Config) -> dict:
 
 # ---- calibration ------------------------------------------------------------------------------
 DECODE_STEPS_PER_SIZE = 10  # decode steps the calibration's decode grid times at each batch size
+# Most calibration workloads prefill their sequences only to decode over them: of a workload's steps that prefill at
+# least ADVANCE_TOKENS tokens, the first TIMED_LARGE_STEPS are timed and the rest advanced without being computed
+# (GPUExecutor.advance) and left out of the rows; the families that time large steps on purpose are timed whole.
+ADVANCE_TOKENS = 4096
+TIMED_LARGE_STEPS = 3
+TIMED_WHOLE = ("prefill-", "eager-", "mixed-")
+
+
+class ContextBuilding:
+    """One calibration workload's executor: runs each step on `executor`, or advances it (module constants above);
+    `advanced` holds the step ids it advanced."""
+
+    def __init__(self, executor, timed_whole: bool):
+        self.executor, self.timed_whole = executor, timed_whole
+        self.large = 0
+        self.advanced: set[int] = set()
+
+    def execute(self, plan) -> float:
+        if plan.num_prefill_tokens >= ADVANCE_TOKENS and not self.timed_whole:
+            self.large += 1
+            if self.large > TIMED_LARGE_STEPS:
+                self.advanced.add(plan.step_id)
+                return self.executor.advance(plan)
+        return self.executor.execute(plan)
 
 
 def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int, ...]]]]:
@@ -437,7 +461,9 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
             out.append((f"spread-b{b}-{lo}-{hi}", [(1, lo + (hi - lo) * i // (b - 1), 24) for i in range(b)]))
     for b, p, c, g in ((8, 4096, 256, 1), (16, 1024, 1024, 1), (16, 512, 2048, 1), (32, 2048, 512, 2), (64, 1024, 256, 1),
                        (32, 8192, 512, 1), (64, 4096, 1024, 4), (128, 2048, 256, 8), (4, 16384, 256, 1),
-                       (8, 12288, 1024, 2)):
+                       (8, 12288, 1024, 2),
+                       # k-shot-like: 8-32 rows over 4 prefixes of ~1.5k tokens, a third to two thirds of reads repeats
+                       (8, 1536, 512, 4), (16, 1536, 512, 4), (24, 1536, 768, 4), (32, 1536, 384, 4)):
         if p + c + 64 > max_model_len:
             continue
         first = -(-g * (p + c) // budget) + 1  # the g prefixes computed (whole prompts of their first requests)
@@ -480,6 +506,7 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
             return f
 
         rec = Recorder(sched, features_of)
+        timed = ContextBuilding(executor, name.startswith(TIMED_WHOLE))
         pending = []  # (release step, request), in release order
         for count, p, o, *rest in groups:
             release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
@@ -491,14 +518,15 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
                                                  hash_block_size=bs if hashes else None)))
         pending.sort(key=lambda x: x[0])
         # Released before their step; an idle engine takes the next group at once (no step is ever empty).
-        run(drive(sched, executor, rec, Arrivals(pending, by_step=True), WallClock(),
+        run(drive(sched, timed, rec, Arrivals(pending, by_step=True), WallClock(),
                   hooks=Hooks(plan=planned if sharing else None)))
         steps = stitch_durations(rec.steps_frame(), set())
         shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
         steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
         for i, col in enumerate(WALK_COLUMNS):
             steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
-        frames.append(steps.iloc[:-1].assign(workload=name))  # the last step has no successor to stitch to
+        steps = steps.iloc[:-1]  # the last step has no successor to stitch to
+        frames.append(steps[~steps["step"].isin(timed.advanced)].assign(workload=name))
         if on_workload is not None:
             on_workload(pd.concat(frames, ignore_index=True))
         if progress is not None:
@@ -512,6 +540,8 @@ class NoTime:
 
     def execute(self, plan) -> float:
         return 0.0
+
+    advance = execute
 
 
 def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.DataFrame:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from engine.live import DECODE_STEPS_PER_SIZE, NoTime, calibration_workloads, run_calibration
+from engine.live import (ADVANCE_TOKENS, DECODE_STEPS_PER_SIZE, TIMED_LARGE_STEPS, TIMED_WHOLE, NoTime,
+                         calibration_workloads, run_calibration)
 from pagesim.config import Config
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
 
@@ -29,9 +30,33 @@ def test_the_decode_grid_decodes_at_every_graph_size(workloads, c):
     sizes = [b for b in GRAPH_BATCH_SIZES if b * c <= 256 * 1024]
     for b in sizes:
         assert decode_only.get(b, 0) >= DECODE_STEPS_PER_SIZE, f"context {c}: {decode_only.get(b, 0)} decode steps of {b}"
-    # each sequence is prefilled once: the prompt tokens of the workload, no more
-    assert rows["num_prefill_tokens"].sum() == sizes[-1] * c
+    # the steps that only build context are advanced, not timed: the first TIMED_LARGE_STEPS large ones are kept
+    large = rows["num_prefill_tokens"] >= ADVANCE_TOKENS
+    assert large.sum() == TIMED_LARGE_STEPS
     assert (rows["decode_shared_tokens"] == 0).all() and rows["prefix_cache_hits"].sum() == 0
+
+
+@pytest.mark.parametrize("name", ["decode-c4096", "skew-b127-s1024-l6144", "mixed-b8-p2048"])
+def test_advancing_context_building_steps_changes_no_timed_step(workloads, name, monkeypatch):
+    """With every step timed, the same workload plans the same steps: the rows kept are those steps, unchanged, and
+    the ones left out are large prefills after the first TIMED_LARGE_STEPS (none in the families timed whole).
+    Every sequence is prefilled once: the workload's prompt tokens, no more."""
+    import engine.live as live
+
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    monkeypatch.setattr(live, "ADVANCE_TOKENS", 10**9)
+    every = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
+    assert every["num_prefill_tokens"].sum() == sum(g[0] * g[1] for g in workloads[name])
+    kept = every[every["step"].isin(rows["step"])]
+    features = [c for c in rows.columns if c not in ("time_s", "duration_s", "exec_s")]
+    pd.testing.assert_frame_equal(kept[features].reset_index(drop=True), rows[features].reset_index(drop=True))
+    left_out = every[~every["step"].isin(rows["step"])]
+    if name.startswith(TIMED_WHOLE):
+        assert left_out.empty
+    else:
+        assert len(left_out) > 0 and (left_out["num_prefill_tokens"] >= ADVANCE_TOKENS).all()
+        first_large = every[every["num_prefill_tokens"] >= ADVANCE_TOKENS]["step"].iloc[:TIMED_LARGE_STEPS]
+        assert first_large.isin(rows["step"]).all()
 
 
 @pytest.mark.parametrize("name, b, p, g", [("shared-b16-p1024-c1024", 16, 1024, 1),

@@ -291,6 +291,48 @@ def test_parallel_sampling_fork_copies_the_partial_block(toy_model):
     assert_greedy_matches_reference(run, **TOL)
 
 
+class Advancing(PlanSpy):
+    """Advances (GPUExecutor.advance) the plans of the given steps instead of computing them."""
+
+    def __init__(self, executor: GPUExecutor, steps: set[int]):
+        super().__init__(executor)
+        self.steps = steps
+
+    def execute(self, plan: StepPlan) -> float:
+        self.plans.append(plan)
+        return (self.executor.advance if plan.step_id in self.steps else self.executor.execute)(plan)
+
+
+def test_advanced_steps_keep_the_requests_going_with_finite_noise_in_the_cache(toy_model):
+    """The calibration advances steps that only build context: the requests go on as if those steps had run (a
+    sampling step repeats the last token), later computed steps read the noise the cache was filled with and stay
+    finite, and every request ends with its prompt and output tokens."""
+    cfg, reqs, arrive = chunked_scenario("toy", BS, toy_model.spec.vocab_size)
+    sched = Scheduler(cfg)
+    ex = GPUExecutor(cfg, toy_model, keep_logits=True)
+    ex.kv_cache.fill_(float("nan"))  # unwritten memory may hold anything
+    spy = Advancing(ex, {0, 2})
+    rec = Recorder(sched, StepFeatures.from_plan)
+    pending = sorted(reqs, key=lambda r: arrive.get(r.request_id, 0))
+    before: dict[str, list[int]] = {}
+    for step in range(60):
+        while pending and arrive.get(pending[0].request_id, 0) <= step:
+            assert sched.add_request(pending.pop(0))
+        if not pending and not sched.has_work():
+            break
+        before = {r.request_id: ex.tokens_of(r.request_id) for r in sched.running if r.request_id in ex._tokens}
+        plan, _, _ = run_step(sched, spy, rec, 0.0)
+        if plan.step_id == 2:  # an advanced step: each request that sampled repeated its last token
+            sampled = [s.request_id for s in plan.scheduled if len(ex.tokens_of(s.request_id)) > len(before[s.request_id])]
+            assert sampled and all(ex.tokens_of(r)[-1] == ex.tokens_of(r)[-2] for r in sampled)
+    assert not pending and not sched.has_work()
+    assert torch.isfinite(ex.kv_cache).all()
+    for r in sched.finished:
+        assert len(ex.tokens_of(r.request_id)) == r.prompt_len + r.output_len
+        assert torch.isfinite(ex.last_logits[r.request_id]).all()
+    assert {0, 2} <= {p.step_id for p in spy.plans if p.scheduled}
+
+
 def test_contiguous_baseline_end_to_end(toy_model):
     cfg, reqs, arrive = contiguous_scenario("toy", BS, toy_model.spec.vocab_size)
     run = run_to_completion(cfg, toy_model, reqs, arrive, check=check_consecutive_tables)
