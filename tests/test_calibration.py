@@ -204,3 +204,23 @@ def test_multi_workloads_time_graph_mixed_steps_of_several_prefill_sequences(wor
         assert len(steps) >= 4, f"{name}: {len(steps)} graph mixed steps of {k} prefill sequences"
         if name.endswith("p2048"):
             assert (steps["prefill_context_tokens"] - steps["num_prefill_tokens"] >= k * 2048).all()
+
+
+def test_calibration_ab_pairs_the_kept_rows_with_their_timed_steps(workloads, monkeypatch, tmp_path):
+    """bench/calibration_ab.py: every row the advancing calibration kept is paired with the same step timed, and the
+    rows right after an advanced step are told apart (the bench's A/B of round 9)."""
+    import engine.live as live
+    from bench.calibration_ab import main
+
+    pick = [(n, workloads[n]) for n in ("decode-c1024", "shared-b16-p1536-c512-g4")]
+    advanced = run_calibration(NoTime(), CONFIG, workloads=pick)
+    monkeypatch.setattr(live, "ADVANCE_TOKENS", 10**9)
+    timed = run_calibration(NoTime(), CONFIG, workloads=pick)
+    advanced.to_csv(tmp_path / "a.csv", index=False)
+    timed.to_csv(tmp_path / "t.csv", index=False)
+    assert main([str(tmp_path / "t.csv"), str(tmp_path / "a.csv"), "--out", str(tmp_path / "ab.json")]) == 0
+    rows = __import__("json").loads((tmp_path / "ab.json").read_text())["rows"]
+    assert sum(r["rows"] for r in rows) == len(advanced) < len(timed)
+    after = [r for r in rows if r["right_after_an_advanced_step"]]
+    assert after and all(r["workload_has_advanced_steps"] for r in after)
+    assert main([str(tmp_path / "t.csv"), str(tmp_path / "a.csv"), "--out", str(tmp_path / "ab.json")]) == 2
