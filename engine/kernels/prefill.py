@@ -48,9 +48,13 @@ class PrefillConfig:
     # diagonal tiles below the context's last whole tile load unmasked (asynchronous copies; only the tile that reaches past
     # the context zeroes V in registers)
     pv_in_flight: bool = False
+    # pv_fp8 only: P comes out of the exponential already times P_SCALE (2**8 folded into the row's max as -8),
+    # so no multiply per score; the row sums and the output stay in those units, and the final division cancels them
+    p_scale_in_exp2: bool = False
 
 
 P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
+LOG2_P_SCALE = tl.constexpr(8.0)
 
 
 # The default launch for an fp8 cache: both products in e4m3 at 2 stages, the fastest at both prefill shapes in
@@ -67,7 +71,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
                  I32: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PAST_END: tl.constexpr,
-                 PV_IN_FLIGHT: tl.constexpr):
+                 PV_IN_FLIGHT: tl.constexpr, P_EXP2: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
     log2 domain of the scaled scores, the scale (a scalar, or with QK_FP8 one per row) applied in one multiply-add
     with the max subtraction. QK_FP8 (not None): qv is e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core
@@ -97,7 +101,9 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     if CAUSAL_MASK:
         s = tl.where((t[None, :] <= pos[:, None]) & (t[None, :] < ctx), s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1) * qk_scale)
-    if QK_FP8 is not None:  # one scale per row
+    if P_EXP2:  # P * P_SCALE straight from the exponential (l and acc in those units too)
+        p = tl.exp2(s * qk_scale[:, None] - (m_new - LOG2_P_SCALE)[:, None])
+    elif QK_FP8 is not None:  # one scale per row
         p = tl.exp2(s * qk_scale[:, None] - m_new[:, None])
     else:
         p = tl.exp2(s * qk_scale - m_new[:, None])
@@ -106,10 +112,11 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     if PV_FP8 is not None:
         # PV_IN_FLIGHT: the running output as the product's accumulator (Triton did not fold the add into the e4m3
         # product); a product whose result is only the loop's accumulator can stay in flight (no wait each tile)
+        p8 = _p_to_e4m3(p if P_EXP2 else p * P_SCALE, PV_FP8)
         if PV_IN_FLIGHT:
-            acc = tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v, acc * alpha[:, None])
+            acc = tl.dot(p8, v, acc * alpha[:, None])
         else:
-            acc = acc * alpha[:, None] + tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v)
+            acc = acc * alpha[:, None] + tl.dot(p8, v)
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l
@@ -160,7 +167,7 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
                     FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
-                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PV_IN_FLIGHT: tl.constexpr):
+                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PV_IN_FLIGHT: tl.constexpr, P_EXP2: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -209,22 +216,22 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8,
-                                 PV_FP8, False, PV_IN_FLIGHT)
+                                 PV_FP8, False, PV_IN_FLIGHT, P_EXP2)
     past_end = unmasked_end  # the diagonal: tiles from here on may reach past the context
     if PV_IN_FLIGHT:  # diagonal tiles below the context's last whole tile first, with unmasked loads
         past_end = tl.maximum(unmasked_end, ctx // BLOCK_N * BLOCK_N)
         for n0 in range(unmasked_end, tl.minimum(end, past_end), BLOCK_N):
             acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
-                                     PV_FP8, False, PV_IN_FLIGHT)
+                                     PV_FP8, False, PV_IN_FLIGHT, P_EXP2)
     for n0 in range(past_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
-                                 PV_FP8, True, PV_IN_FLIGHT)
+                                 PV_FP8, True, PV_IN_FLIGHT, P_EXP2)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
-    if PV_FP8 is not None:
+    if PV_FP8 is not None and not P_EXP2:
         out = out * (1.0 / P_SCALE)
     tl.store(o + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], out.to(o.dtype.element_ty),
              mask=row_ok)
@@ -277,6 +284,6 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           LONGEST_FIRST=cfg.longest_first,
                           I32=cfg.int32_offsets and k_cache.numel() < 2**31,
                           QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None,
-                          PV_IN_FLIGHT=cfg.pv_fp8 and cfg.pv_in_flight,
+                          PV_IN_FLIGHT=cfg.pv_fp8 and cfg.pv_in_flight, P_EXP2=cfg.pv_fp8 and cfg.p_scale_in_exp2,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
