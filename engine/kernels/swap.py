@@ -6,7 +6,7 @@ reads the blocks where they are and writes them where they go, the pinned host c
 by the GPU (zero-copy: pinned memory is mapped into the device's address space, at the same address),
 one program per (block, layer, K or V) slab of block_size * num_kv_heads * head_dim contiguous elements
 on both sides. So a swap costs one launch whatever its block count, where one asynchronous copy per run
-of consecutive CPU blocks cost ~6 us each on the H200 (bench/NOTES.md, "Swap"): a 1 MiB fp8 block paid
+of consecutive CPU blocks cost ~6 us each on the H200 (bench/NOTES.md, "Swap: one zero-copy kernel"): a 1 MiB fp8 block paid
 that as often as a 2 MiB bf16 one. No host synchronisation: the kernel is ordered on the current stream,
 and no one reads the CPU cache but a later swap-in on the same stream. Bit-exact both ways (raw bytes).
 On a machine without CUDA the kernel runs under Triton's interpreter on the CPU tensors.
