@@ -18,7 +18,19 @@ from __future__ import annotations
 
 import torch
 
-from engine.kernels.swap import _raw, _runs, cpu_cache_shape, swap_in, swap_out
+from engine.kernels.swap import _raw, cpu_cache_shape, swap_in, swap_out
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
+    """(position in the list, first id, length) of each run of consecutive ids."""
+    out, i = [], 0
+    while i < len(ids):
+        j = i + 1
+        while j < len(ids) and ids[j] == ids[j - 1] + 1:
+            j += 1
+        out.append((i, ids[i], j - i))
+        i = j
+    return out
 
 
 class HostTier:
