@@ -32,7 +32,8 @@ FP8 = torch.float8_e4m3fn
 SPEEDUP_TARGET = 1.8
 PREFILL_TOKENS = 4096  # one 4096-token prompt (no cached prefix), and 512 new tokens after 3584 cached
 # the prefill with both products in e4m3 (PrefillConfig.pv_fp8, the default at 2 stages), timed in these launches too
-E4M3_PREFILL = {f"stages_{s}": K.PrefillConfig(num_stages=s, fp8_widen="fp16", qk_fp8=True, pv_fp8=True) for s in (2, 3)}
+E4M3_PREFILL = {f"stages_{s}": K.PrefillConfig(num_stages=s, fp8_widen="fp16", qk_fp8=True, pv_fp8=True)
+                for s in (2, 3)}
 from pagesim.outputs import check_output_file
 
 

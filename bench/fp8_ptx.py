@@ -41,7 +41,8 @@ VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", Non
             ("prefill fp8 fp16 widening, 1 stage, int32", "prefill", "fp8", "fp16", 1, "i32"),
             ("prefill fp8 1 stage, int32, e4m3 Q K^T", "prefill", "fp8", "fp16", 1, "qk_fp8"),
             ("prefill fp8 2 stages, int32, e4m3 Q K^T", "prefill", "fp8", "fp16", 2, "qk_fp8")]
-VARIANTS += [(f"prefill fp8 {s} stage{'s' * (s > 1)}, int32, e4m3 Q K^T and P V (in flight)", "prefill", "fp8", "fp16", s, "pv_fp8")
+VARIANTS += [(f"prefill fp8 {s} stage{'s' * (s > 1)}, int32, e4m3 Q K^T and P V (in flight)", "prefill", "fp8", "fp16", s,
+              "pv_fp8")
              for s in (1, 2, 3)]
 DOT = {None: None, "bf16": tl.bfloat16, "fp16": tl.float16}
 

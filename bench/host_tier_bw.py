@@ -1,18 +1,18 @@
-"""Host offload tier bandwidth (GPU): engine/host_tier.py's store (GPU -> pinned host) and load (host -> GPU)
-in GB/s at Llama-3-8B block sizes (32 layers, 8 KV heads, head dim 128, block size 16: 2 MiB per block in
-bf16, 1 MiB in fp8), for batches of 1 to 256 scattered blocks, beside the plain pinned-copy ceiling; then the swap path's figure as
+"""Host offload tier bandwidth (GPU): engine/host_tier.py's store (GPU -> pinned host) and load (host -> GPU) in GB/s at
+Llama-3-8B block sizes (32 layers, 8 KV heads, head dim 128, block size 16: 2 MiB per block in bf16, 1 MiB in fp8),
+for batches of 1 to 256 scattered blocks, beside the plain pinned-copy ceiling; then the swap path's figure as
 calibration records it (measure_swap_bandwidth) on bf16 and fp8 caches of 100 GiB.
 
     python -m bench.host_tier_bw --out $OUT/host_tier_bw.json [--profile P --profile-out P2]
     python -m bench.host_tier_bw --out /tmp/h.json --smoke          # CPU check of the script (tiny blocks)
 
-store: HostTier.store (gather on the device, copy to pinned memory on the side stream) then finish()
-(wait for the copy, scatter into the host cache): the whole path a block takes until it is loadable.
-load: HostTier.load (engine.kernels.swap.swap_in: one kernel reads the pinned host blocks into the GPU blocks), synchronised.
-Wall time (time.perf_counter around a synchronised call), median of --repeats after one warm-up call.
-With --profile, a copy of that profile cost model (results/profiles/*.json) is written to --profile-out
-with coefficients host_store_s_per_byte and host_load_s_per_byte from the largest batch measured, which
-pagesim.cost.profile uses for the host tier instead of the swap link's figure.
+store: HostTier.store (gather on the device, copy to pinned memory on the side stream) then finish() (wait for the
+copies): the whole path a block takes until it is loadable. load: HostTier.load
+(engine.kernels.swap.swap_in: one kernel reads the pinned host blocks into the GPU blocks), synchronised. Wall time
+(time.perf_counter around a synchronised call), median of --repeats after one warm-up call. With --profile, a copy of
+that profile cost model (results/profiles/*.json) is written to --profile-out with coefficients host_store_s_per_byte
+and host_load_s_per_byte from the largest batch measured, which pagesim.cost.profile uses for the host tier instead of
+the swap link's figure.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def measure(dtype: torch.dtype, layers: int, batches, repeats: int, gpu_blocks: 
 
 def swap_figures(dtype: torch.dtype, budget_bytes: int) -> dict:
     """The calibration's swap measurement (engine.kernels.swap.measure_swap_bandwidth, 64 scattered blocks) on a
-    Llama-3-8B cache of budget_bytes, and a round trip of its first, middle and last blocks (offsets past 2**31 words)."""
+    Llama-3-8B cache of budget_bytes, and a round trip of its first, middle and last blocks (offsets past 2**31
+    words)."""
     block_bytes = LAYERS * 2 * BS * HKV * D * torch.tensor([], dtype=dtype).element_size()
     blocks = budget_bytes // block_bytes
     kv = torch.empty((LAYERS, 2, blocks, BS, HKV, D), dtype=dtype, device=DEV)
@@ -118,8 +119,8 @@ def swap_figures(dtype: torch.dtype, budget_bytes: int) -> dict:
     del kv, raw
     torch.cuda.empty_cache()
     print(f"swap {str(dtype)[6:]:14s} (measure_swap_bandwidth, {out['num_blocks']} of {blocks} blocks): out "
-          f"{out['swap_out_bytes_per_s'] / 1e9:.2f} GB/s  in {out['swap_in_bytes_per_s'] / 1e9:.2f} GB/s; round trip of "
-          f"far blocks bit-exact: {out['far_blocks_round_trip_bit_exact']}", flush=True)
+          f"{out['swap_out_bytes_per_s'] / 1e9:.2f} GB/s  in {out['swap_in_bytes_per_s'] / 1e9:.2f} GB/s; "
+          f"round trip of far blocks bit-exact: {out['far_blocks_round_trip_bit_exact']}", flush=True)
     return out
 
 

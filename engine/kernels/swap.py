@@ -1,16 +1,16 @@
 """Swap between the GPU's paged cache and a pinned, block-major CPU cache at the host link's speed.
 
-The CPU cache is block-major, [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, head_dim], so
-one block (every layer, K and V) is one contiguous run of host memory. A swap is one Triton kernel that
-reads the blocks where they are and writes them where they go, the pinned host cache addressed directly
-by the GPU (zero-copy: pinned memory is mapped into the device's address space, at the same address),
-one program per (block, layer, K or V) slab of block_size * num_kv_heads * head_dim contiguous elements
-on both sides. So a swap costs one launch whatever its block count, where the asynchronous copy per run of
-consecutive CPU blocks it replaced cost a fixed ~6 us of host time each (a 1 MiB fp8 block paid it as often as a
-2 MiB bf16 one): 64 scattered fp8 blocks now move at 47-48 GB/s each way on the H200, 34.7 / 36.2 before (bench/NOTES.md,
-"Swap: one zero-copy kernel"). No host synchronisation: the kernel is ordered on the current stream,
-and no one reads the CPU cache but a later swap-in on the same stream. Bit-exact both ways (raw bytes).
-On a machine without CUDA the kernel runs under Triton's interpreter on the CPU tensors.
+The CPU cache is block-major, [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, head_dim], so one block
+(every layer, K and V) is one contiguous run of host memory. A swap is one Triton kernel that reads the blocks where
+they are and writes them where they go, the pinned host cache addressed directly by the GPU (zero-copy: pinned
+memory is mapped into the device's address space, at the same address), one program per (block, layer, K or V) slab
+of block_size * num_kv_heads * head_dim contiguous elements on both sides. So a swap costs one launch whatever its
+block count, where the asynchronous copy per run of consecutive CPU blocks it replaced cost a fixed ~6 us of host
+time each (a 1 MiB fp8 block paid it as often as a 2 MiB bf16 one): 64 scattered fp8 blocks now move at 47-48 GB/s
+each way on the H200, 34.7 / 36.2 before (bench/NOTES.md, "Swap: one zero-copy kernel"). No host synchronisation:
+the kernel is ordered on the current stream, and no one reads the CPU cache but a later swap-in on the same stream.
+Bit-exact both ways (raw bytes). On a machine without CUDA the kernel runs under Triton's interpreter on the CPU
+tensors.
 """
 
 from __future__ import annotations
