@@ -31,10 +31,9 @@ from bench.kernels import BF16, BS, D, DECODE_CONFIGS, DECODE_SHAPES, DEV, HKV, 
 FP8 = torch.float8_e4m3fn
 SPEEDUP_TARGET = 1.8
 PREFILL_TOKENS = 4096  # one 4096-token prompt (no cached prefix), and 512 new tokens after 3584 cached
-# the prefill with both products in e4m3 (PrefillConfig.pv_fp8), timed in these launches too
-E4M3_PREFILL = {f"{'in_flight_' * f}stages_{s}": K.PrefillConfig(num_stages=s, fp8_widen="fp16", qk_fp8=True,
-                                                                  pv_fp8=True, pv_in_flight=f)
-                for f, s in ((False, 2), (False, 3), (True, 2), (True, 3), (True, 4))}
+# the prefill with both products in e4m3 (PrefillConfig.pv_fp8, the default at 2 stages), timed in these launches too
+E4M3_PREFILL = {f"stages_{s}": K.PrefillConfig(num_stages=s, fp8_widen="fp16", qk_fp8=True, pv_fp8=True)
+                for s in (2, 3)}
 from pagesim.outputs import check_output_file
 
 

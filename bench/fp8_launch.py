@@ -2,7 +2,7 @@
 shapes, in interleaved rounds (every candidate once per round, the median over rounds), to pick the per-shape rule
 of engine.kernels.decode.fp8_decode_launch (GPU).
 
-    python -m bench.fp8_launch --out $OUT/fp8_launch.json [--rounds 3]
+    python -m bench.fp8_launch --out $OUT/fp8_launch.json [--rounds 3] [--grid r9]
 
 The same caches as bench.fp8_tune (bf16 K/V quantised by the store kernel; shuffled block tables; Llama-3-8B
 heads, block size 16). Each launch's output is checked against the fp32 reference on the dequantised cache
@@ -30,21 +30,30 @@ from engine.kernels.decode import FP8_DECODE_CONFIG, fp8_decode_launch
 from pagesim.outputs import check_output_file
 
 F16 = "fp16"
-# (label, config, splits as a multiple of the default split count; None: the rule's own choice)
-FP8_CANDIDATES = [("rule", None, None), ("old-default", FP8_DECODE_CONFIG, 1)] + [
-    (f"bn{bn}-w{w}-s{s}-x{mult}", K.DecodeConfig(bn, w, s, F16), mult)
-    for bn, w, s, mult in [(32, 1, 2, 1), (32, 2, 2, 1), (64, 1, 2, 1), (64, 2, 3, 1), (128, 2, 2, 1), (32, 2, 2, 2),
-                           (32, 2, 2, 4), (64, 2, 3, 2), (128, 2, 2, 2)]]
+# (label, config, splits as a multiple of the default split count; None: the rule's own choice), per --grid: r6's
+# sweep, and round 9's launches around each shape's best (1 warp and 3-4 stages unsplit, 16-token steps, 4-8x splits)
+def _grid(launches):
+    return [("rule", None, None)] + [(f"bn{bn}-w{w}-s{s}-x{mult}", K.DecodeConfig(bn, w, s, F16), mult)
+                                     for bn, w, s, mult in launches]
+
+
+_R6 = _grid([(32, 1, 2, 1), (32, 2, 2, 1), (64, 1, 2, 1), (64, 2, 3, 1), (128, 2, 2, 1), (32, 2, 2, 2), (32, 2, 2, 4),
+             (64, 2, 3, 2), (128, 2, 2, 2)])
+GRIDS = {"r6": _R6[:1] + [("old-default", FP8_DECODE_CONFIG, 1)] + _R6[1:],
+         "r9": _grid([(32, 1, 2, 1), (32, 1, 3, 1), (32, 1, 4, 1), (16, 1, 2, 1), (16, 1, 3, 1), (64, 1, 3, 1),
+                      (32, 1, 2, 2), (32, 2, 3, 2), (64, 2, 2, 1), (128, 2, 3, 1), (128, 1, 2, 1), (64, 1, 2, 2),
+                      (32, 1, 2, 4), (64, 2, 2, 4), (32, 2, 3, 4), (32, 2, 2, 8), (32, 1, 2, 8)])}
 BF16_CANDIDATES = [("default", K.DecodeConfig(), 1), ("bn64-w2-s4-x2", K.DecodeConfig(64, 2, 4), 2),
                    ("bn64-w4-s4-x1", K.DecodeConfig(64, 4, 4), 1), ("bn64-w2-s3-x1", K.DecodeConfig(64, 2, 3), 1)]
+BF16_GRIDS = {"r6": BF16_CANDIDATES, "r9": BF16_CANDIDATES[:1]}  # r9: the bf16 default, the speed-up's baseline
 
 
-def launches(case: Case) -> list[tuple[str, str, K.DecodeConfig | None, int | None]]:
+def launches(case: Case, grid: str) -> list[tuple[str, str, K.DecodeConfig | None, int | None]]:
     """(dtype, label, config, num_splits) of every candidate at this shape (config None: the fp8 default path)."""
     out = []
-    for label, cfg, mult in BF16_CANDIDATES:
+    for label, cfg, mult in BF16_GRIDS[grid]:
         out.append(("bf16", label, cfg, case.default_splits * mult))
-    for label, cfg, mult in FP8_CANDIDATES:
+    for label, cfg, mult in GRIDS[grid]:
         out.append(("fp8", label, cfg, None if mult is None else case.default_splits * mult))
     return out
 
@@ -54,6 +63,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--grid", choices=sorted(GRIDS), default="r9", help="the candidate launches (round 6's or 9's)")
     p.add_argument("--rep-ms", type=int, default=60, help="do_bench repetition time per timing")
     args = p.parse_args(argv)
     check_output_file(p, args.out, args.force)
@@ -64,13 +74,13 @@ def main(argv=None) -> int:
 
     result = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "python": platform.python_version(), "rounds": args.rounds, "decode": []}
+              "python": platform.python_version(), "rounds": args.rounds, "grid": args.grid, "decode": []}
     warm_clocks(3.0)
     for shape in DECODE_SHAPES:
         case = Case("decode", shape)
         refs = case.references()
         rows = []
-        for dtype, label, cfg, splits in launches(case):
+        for dtype, label, cfg, splits in launches(case, args.grid):
             fn = case.call(dtype, cfg, splits)
             case.out.fill_(float("nan"))
             fn()

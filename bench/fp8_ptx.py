@@ -29,8 +29,7 @@ PATTERNS = {"cp.async": ("cp.async.cg", "cp.async.ca"), "ld.shared 8-bit": ("ld.
             "ldmatrix": ("ldmatrix",), "cvt e4m3x2->f16x2": ("cvt.rn.f16x2.e4m3x2",), "mma.sync": ("mma.sync",),
             "wgmma": ("wgmma.mma_async",), "wgmma e4m3": ("e4m3.e4m3",), "selp.b16": ("selp.b16",), "prmt": ("prmt",)}
 # (label, kernel, cache, widen, num_stages, option: decode prefetch (bool); prefill None (int64 offsets), "i32", or
-# "qk_fp8" (with int32 offsets), "pv_fp8" (e4m3 Q K^T and P V, int32 offsets), "pv_in_flight" (pv_fp8 with
-# PrefillConfig.pv_in_flight))
+# "qk_fp8" (with int32 offsets), "pv_fp8" (e4m3 Q K^T and P V, int32 offsets, P V in flight since round 9))
 VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", None, 3, False),
             ("decode fp8 bf16 widening, 3 stages", "decode", "fp8", "bf16", 3, False),
             ("decode fp8 fp16 widening, 4 stages (old default)", "decode", "fp8", "fp16", 4, False),
@@ -42,10 +41,9 @@ VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", Non
             ("prefill fp8 fp16 widening, 1 stage, int32", "prefill", "fp8", "fp16", 1, "i32"),
             ("prefill fp8 1 stage, int32, e4m3 Q K^T", "prefill", "fp8", "fp16", 1, "qk_fp8"),
             ("prefill fp8 2 stages, int32, e4m3 Q K^T", "prefill", "fp8", "fp16", 2, "qk_fp8")]
-VARIANTS += [(f"prefill fp8 {s} stage{'s' * (s > 1)}, int32, e4m3 Q K^T and P V", "prefill", "fp8", "fp16", s, "pv_fp8")
+VARIANTS += [(f"prefill fp8 {s} stage{'s' * (s > 1)}, int32, e4m3 Q K^T and P V (in flight)", "prefill", "fp8", "fp16", s,
+              "pv_fp8")
              for s in (1, 2, 3)]
-VARIANTS += [(f"prefill fp8 {s} stages, int32, e4m3 products, P V in flight", "prefill", "fp8", "fp16", s,
-              "pv_in_flight") for s in (2, 3)]
 DOT = {None: None, "bf16": tl.bfloat16, "fp16": tl.float16}
 
 
@@ -69,9 +67,8 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, BLOCK_M=128, BLOCK_N=128,
                      DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PACK_GQA=False, LONGEST_FIRST=True,
                      I32=cache == "bf16" or bool(prefetch),
-                     QK_FP8=tl.float8e4nv if prefetch in ("qk_fp8", "pv_fp8", "pv_in_flight") else None,
-                     PV_FP8=tl.float8e4nv if prefetch in ("pv_fp8", "pv_in_flight") else None,
-                     PV_IN_FLIGHT=prefetch == "pv_in_flight")
+                     QK_FP8=tl.float8e4nv if prefetch in ("qk_fp8", "pv_fp8") else None,
+                     PV_FP8=tl.float8e4nv if prefetch == "pv_fp8" else None)
         pointers = 10
     sig.update({name: "constexpr" for name in const})
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(pointers)}

@@ -80,8 +80,7 @@ def prefill_grid(dtype: str, smoke: bool) -> list[K.PrefillConfig]:
         return ([K.PrefillConfig(128, 128, 8, s, **e4m3) for s in (1, 2, 3, 4)]
                 + [K.PrefillConfig(128, 64, 8, 3, **e4m3), K.PrefillConfig(128, 64, 4, 3, **e4m3),
                    K.PrefillConfig(64, 128, 4, 3, **e4m3), K.PrefillConfig(64, 64, 4, 3, **e4m3),
-                   K.PrefillConfig(128, 128, 8, 1, fp8_widen="fp16", qk_fp8=True)]
-                + [K.PrefillConfig(128, 128, 8, s, **e4m3, pv_in_flight=True) for s in (2, 3, 4)])
+                   K.PrefillConfig(128, 128, 8, 1, fp8_widen="fp16", qk_fp8=True)])
     if GRID == "r7" and not smoke:
         if dtype == "bf16":
             return []
@@ -334,7 +333,7 @@ def describe(r: dict | None) -> str:
         return "none ok"
     c = r["config"]
     keys = ("block_n", "num_warps", "num_stages", "fp8_widen", "prefetch", "int32_offsets") if "block_m" not in c \
-        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "int32_offsets", "qk_fp8", "pv_fp8", "pv_in_flight")
+        else ("block_m", "block_n", "num_warps", "num_stages", "fp8_widen", "int32_offsets", "qk_fp8", "pv_fp8")
     return (f"{r['seconds'] * 1e6:8.1f} us {r['kv_tb_per_s']:.2f} TB/s [" + " ".join(f"{k}={c[k]}" for k in keys)
             + f" splits={r['num_splits']}]")
 

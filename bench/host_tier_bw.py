@@ -1,17 +1,18 @@
-"""Host offload tier bandwidth (GPU): engine/host_tier.py's store (GPU -> pinned host) and load (host -> GPU)
-in GB/s at Llama-3-8B block sizes (32 layers, 8 KV heads, head dim 128, block size 16: 2 MiB per block in
-bf16, 1 MiB in fp8), for batches of 1 to 256 scattered blocks, beside the plain pinned-copy ceiling.
+"""Host offload tier bandwidth (GPU): engine/host_tier.py's store (GPU -> pinned host) and load (host -> GPU) in GB/s at
+Llama-3-8B block sizes (32 layers, 8 KV heads, head dim 128, block size 16: 2 MiB per block in bf16, 1 MiB in fp8),
+for batches of 1 to 256 scattered blocks, beside the plain pinned-copy ceiling; then the swap path's figure as
+calibration records it (measure_swap_bandwidth) on bf16 and fp8 caches of 100 GiB.
 
     python -m bench.host_tier_bw --out $OUT/host_tier_bw.json [--profile P --profile-out P2]
     python -m bench.host_tier_bw --out /tmp/h.json --smoke          # CPU check of the script (tiny blocks)
 
-store: HostTier.store (gather on the device, copy to pinned memory on the side stream) then finish()
-(wait for the copy, scatter into the host cache): the whole path a block takes until it is loadable.
-load: HostTier.load (gather on the host into pinned staging, copy, scatter on the device), synchronised.
-Wall time (time.perf_counter around a synchronised call), median of --repeats after one warm-up call.
-With --profile, a copy of that profile cost model (results/profiles/*.json) is written to --profile-out
-with coefficients host_store_s_per_byte and host_load_s_per_byte from the largest batch measured, which
-pagesim.cost.profile uses for the host tier instead of the swap link's figure.
+store: HostTier.store (gather on the device, copy to pinned memory on the side stream) then finish() (wait for the
+copies): the whole path a block takes until it is loadable. load: HostTier.load
+(engine.kernels.swap.swap_in: one kernel reads the pinned host blocks into the GPU blocks), synchronised. Wall time
+(time.perf_counter around a synchronised call), median of --repeats after one warm-up call. With --profile, a copy of
+that profile cost model (results/profiles/*.json) is written to --profile-out with coefficients host_store_s_per_byte
+and host_load_s_per_byte from the largest batch measured, which pagesim.cost.profile uses for the host tier instead of
+the swap link's figure.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 import torch
 
 from engine.host_tier import HostTier
+from engine.kernels.swap import cpu_cache_shape, measure_swap_bandwidth, swap_in, swap_out
 from pagesim.outputs import check_output_file
 
 LAYERS, HKV, D, BS = 32, 8, 128, 16
@@ -96,6 +98,32 @@ def measure(dtype: torch.dtype, layers: int, batches, repeats: int, gpu_blocks: 
     return {"dtype": str(dtype), "block_bytes": block_bytes, "rows": rows, "round_trip_bit_exact": exact}
 
 
+def swap_figures(dtype: torch.dtype, budget_bytes: int) -> dict:
+    """The calibration's swap measurement (engine.kernels.swap.measure_swap_bandwidth, 64 scattered blocks) on a
+    Llama-3-8B cache of budget_bytes, and a round trip of its first, middle and last blocks (offsets past 2**31
+    words)."""
+    block_bytes = LAYERS * 2 * BS * HKV * D * torch.tensor([], dtype=dtype).element_size()
+    blocks = budget_bytes // block_bytes
+    kv = torch.empty((LAYERS, 2, blocks, BS, HKV, D), dtype=dtype, device=DEV)
+    out = measure_swap_bandwidth(kv)
+    raw, ids = kv.view(torch.uint8), torch.tensor([0, blocks // 2, blocks - 1])
+    raw[:, :, ids.to(DEV)] = torch.randint(0, 256, raw[:, :, :3].shape, dtype=torch.uint8, device=DEV)
+    before = raw[:, :, ids.to(DEV)].clone()
+    cpu = torch.empty(cpu_cache_shape(tuple(kv.shape), 4), dtype=dtype, pin_memory=True)
+    slots = torch.tensor([3, 0, 2])
+    swap_out(kv, cpu, torch.stack([ids, slots], 1))
+    raw[:, :, ids.to(DEV)] = 0
+    swap_in(cpu, kv, torch.stack([slots, ids], 1))
+    out.update(dtype=str(dtype), cache_blocks=blocks,
+               far_blocks_round_trip_bit_exact=torch.equal(raw[:, :, ids.to(DEV)], before))
+    del kv, raw
+    torch.cuda.empty_cache()
+    print(f"swap {str(dtype)[6:]:14s} (measure_swap_bandwidth, {out['num_blocks']} of {blocks} blocks): out "
+          f"{out['swap_out_bytes_per_s'] / 1e9:.2f} GB/s  in {out['swap_in_bytes_per_s'] / 1e9:.2f} GB/s; "
+          f"round trip of far blocks bit-exact: {out['far_blocks_round_trip_bit_exact']}", flush=True)
+    return out
+
+
 def update_profile(path: str, out: str, result: dict) -> None:
     """A copy of the profile with the measured host-tier figures (largest bf16 batch) as its coefficients."""
     profile = json.loads(open(path).read())
@@ -140,12 +168,16 @@ def main(argv=None) -> int:
     for dtype in (torch.bfloat16, torch.float8_e4m3fn):
         result["caches"].append(measure(dtype, layers, batches, args.repeats, gpu_blocks))
         torch.cuda.empty_cache() if DEV == "cuda" else None
+    if DEV == "cuda":  # the swap path on caches of the H200's KV budget (Config: 111.4 GiB for Llama-3-8B)
+        result["swap"] = [swap_figures(dtype, 100 << 30) for dtype in (torch.bfloat16, torch.float8_e4m3fn)]
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {args.out}; round trips bit-exact: {[c['round_trip_bit_exact'] for c in result['caches']]}")
     if args.profile:
         update_profile(args.profile, args.profile_out, result)
-    return 0 if all(c["round_trip_bit_exact"] for c in result["caches"]) else 1
+    exact = [c["round_trip_bit_exact"] for c in result["caches"]]
+    exact += [s["far_blocks_round_trip_bit_exact"] for s in result.get("swap", [])]
+    return 0 if all(exact) else 1
 
 
 if __name__ == "__main__":

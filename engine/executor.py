@@ -5,7 +5,7 @@
 0. forget the requests that ended since the last plan (`plan.finished_req_ids`);
 1. block copies (`plan.blocks_to_copy`: a fork's copy of the parent's last blocks);
 2. swap-outs GPU -> CPU, then swap-ins CPU -> GPU (engine.kernels.swap: a pinned block-major CPU
-   cache, one asynchronous copy per run of blocks, no host sync); then the host offload tier's
+   cache, one zero-copy kernel per direction, no host sync); then the host offload tier's
    stores and loads (engine/host_tier.py);
 3. one forward pass over the packed batch, prefill chunks first, then one token per decoding
    sequence; a token at position pos of a request is stored at slot

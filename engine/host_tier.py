@@ -1,23 +1,36 @@
-"""The engine's host offload tier: a pinned, block-major host cache (one block, every layer, K and V, is one
-contiguous run of host memory, as the swap path's CPU cache), filled and read by the plans' `blocks_to_store`
-(GPU -> host) and `blocks_to_load` (host -> GPU) (pagesim/kv_offload.py decides which).
+"""The engine's host offload tier: a pinned, block-major host cache (one block, every layer, K and V, is one contiguous
+run of host memory, as the swap path's CPU cache), filled and read by the plans' `blocks_to_store` (GPU -> host) and
+`blocks_to_load` (host -> GPU) (pagesim/kv_offload.py decides which).
 
-Stores: the step's blocks are gathered on the device on the compute stream, before the forward pass (so a
-block freed and reused by this step is read before it is overwritten), then copied straight into the pinned
-host cache on a side stream, one asynchronous copy per run of consecutive host blocks, overlapping the
-forward. Loads wait (on the device, no host sync) for the stores in flight, then copy each run of host
-blocks to a device staging tensor and scatter it, on the compute stream before the forward that reads them
-(engine.kernels.swap.swap_in). A load never reads a host block a store of the same step writes (the offload
-manager holds loading blocks, and loads only blocks stored in an earlier step). No host synchronisation
-anywhere; `finish()` waits for the stores, for readers of the host cache on the CPU (tests, benchmarks).
-Copies move raw bytes (an fp8 cache too): a round trip is bit-exact. On the CPU everything is synchronous.
+Stores: the step's blocks are gathered on the device on the compute stream, before the forward pass (so a block
+freed and reused by this step is read before it is overwritten), then copied straight into the pinned host cache on
+a side stream, one asynchronous copy per run of consecutive host blocks, overlapping the forward. Loads wait (on the
+device, no host sync) for the stores in flight, then read the host blocks straight into their GPU blocks, on the
+compute stream before the forward that reads them (engine.kernels.swap.swap_in, one zero-copy kernel; stores stay on
+the copy engine, where the swap kernel would take SMs beside the forward). A load never reads a host block a store
+of the same step writes (the offload manager holds loading blocks, and loads only blocks stored in an earlier step).
+No host synchronisation anywhere; `finish()` waits for the stores, for readers of the host cache on the CPU (tests,
+benchmarks). Copies move raw bytes (an fp8 cache too): a round trip is bit-exact. On the CPU everything is
+synchronous.
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.kernels.swap import _raw, _runs, cpu_cache_shape, swap_in, swap_out
+from engine.kernels.swap import _raw, cpu_cache_shape, swap_in, swap_out
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
+    """(position in the list, first id, length) of each run of consecutive ids."""
+    out, i = [], 0
+    while i < len(ids):
+        j = i + 1
+        while j < len(ids) and ids[j] == ids[j - 1] + 1:
+            j += 1
+        out.append((i, ids[i], j - i))
+        i = j
+    return out
 
 
 class HostTier:

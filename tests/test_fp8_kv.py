@@ -101,13 +101,12 @@ def test_stored_tokens_attend_as_the_reference_over_them_with_nan_in_unwritten_s
     stored_tokens_attend_as_the_reference(cache_dtype, block_size)
 
 
-@pytest.mark.parametrize("in_flight", [False, True])
 @pytest.mark.parametrize("block_size", [8, 32])
-def test_pv_fp8_prefill_over_stored_tokens_with_nan_in_unwritten_slots(block_size, in_flight):
+def test_pv_fp8_prefill_over_stored_tokens_with_nan_in_unwritten_slots(block_size):
     """As above for the prefill whose two products are e4m3 (pv_fp8: V^T tiles straight from the cache, a run's
     slots past the context zeroed as fp8); e4m3 products need head dim and block_n >= 32 on the GPU."""
     stored_tokens_attend_as_the_reference(FP8, block_size, d=32, prefill=K.PrefillConfig(
-        block_m=64, block_n=32, num_warps=4, fp8_widen="fp16", qk_fp8=True, pv_fp8=True, pv_in_flight=in_flight))
+        block_m=64, block_n=32, num_warps=4, fp8_widen="fp16", qk_fp8=True, pv_fp8=True))
 
 
 def stored_tokens_attend_as_the_reference(cache_dtype, block_size, d=16, prefill=None):
@@ -220,8 +219,7 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
 PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "fp16-i64": {"fp8_widen": "fp16", "int32_offsets": False},
                     "qk-fp8": {"fp8_widen": "fp16", "qk_fp8": True},
                     "qk-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "int32_offsets": False},
-                    "pv-fp8": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True},
-                    "pv-fp8-in-flight": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True, "pv_in_flight": True}}
+                    "pv-fp8": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True}}
 
 
 def test_e4m3_products_are_refused_below_32_head_dims_or_keys():

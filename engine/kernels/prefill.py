@@ -41,21 +41,20 @@ class PrefillConfig:
     int32_offsets: bool = True  # K/V element offsets in int32 where the cache has < 2**31 elements
     qk_fp8: bool = False  # fp8 cache only: Q K^T as an e4m3 product (q quantised per row), P V widened as before
     # fp8 cache with qk_fp8 only: P V too as an e4m3 product (P * P_SCALE rounded to e4m3, V^T as stored): K and V go
-    # from the cache to the tensor cores unwidened (vLLM's FA3 fp8-KV path on Hopper)
+    # from the cache to the tensor cores unwidened (vLLM's FA3 fp8-KV path on Hopper). P V accumulates into the running
+    # output, so the product stays in flight across iterations as bf16's does, and diagonal tiles below the context's
+    # last whole tile load unmasked (asynchronous copies; only the tile that reaches past the context zeroes V in
+    # registers)
     pv_fp8: bool = False
-    # pv_fp8 only: P V accumulates into the running output (so the product stays in flight across iterations, as
-    # bf16's does; otherwise Triton, which did not fold the add into the e4m3 product, waits for it each tile), and
-    # diagonal tiles below the context's last whole tile load unmasked (asynchronous copies; only the tile that reaches past
-    # the context zeroes V in registers)
-    pv_in_flight: bool = False
 
 
 P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
 
 
 # The default launch for an fp8 cache: both products in e4m3 at 2 stages, the fastest at both prefill shapes in
-# bench/fp8_tune.py's r8 sweep on the H200 (bench/results/fp8-tune-h200-2026-12-01-r8.json, bench/NOTES.md), its
-# effect on the logits within the fp8 engine check's tolerance (tests/gpu/test_fp8_gpu.py). Head dims below 32
+# bench/fp8_tune.py's r8 sweep on the H200 (bench/results/fp8-tune-h200-2026-12-01-r8.json, bench/NOTES.md; P V in
+# flight since round 9: 1% faster at both shapes in two calls), its effect on the logits within the fp8 engine check's
+# tolerance (tests/gpu/test_fp8_gpu.py). Head dims below 32
 # (e4m3 products need K >= 32) take the widened launch, the r7 default (1 stage, int32 offsets).
 FP8_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, fp8_widen="fp16",
                                    qk_fp8=True, pv_fp8=True)
@@ -66,8 +65,7 @@ FP8_WIDENED_PREFILL_CONFIG = PrefillConfig(block_m=128, block_n=128, num_warps=8
 def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                 I32: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PAST_END: tl.constexpr,
-                 PV_IN_FLIGHT: tl.constexpr):
+                 I32: tl.constexpr, QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PAST_END: tl.constexpr):
     """One online-softmax step over keys n0 : n0 + BLOCK_N (all valid unless CAUSAL_MASK); m is in the
     log2 domain of the scaled scores, the scale (a scalar, or with QK_FP8 one per row) applied in one multiply-add
     with the max subtraction. QK_FP8 (not None): qv is e4m3 and K stays e4m3 for Q K^T (an fp8 tensor-core
@@ -104,12 +102,9 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     alpha = tl.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
     if PV_FP8 is not None:
-        # PV_IN_FLIGHT: the running output as the product's accumulator (Triton did not fold the add into the e4m3
-        # product); a product whose result is only the loop's accumulator can stay in flight (no wait each tile)
-        if PV_IN_FLIGHT:
-            acc = tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v, acc * alpha[:, None])
-        else:
-            acc = acc * alpha[:, None] + tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v)
+        # the running output as the product's accumulator (Triton did not fold `acc * alpha + tl.dot(...)` into the
+        # e4m3 product); a product whose result is only the loop's accumulator can stay in flight (no wait each tile)
+        acc = tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v, acc * alpha[:, None])
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l
@@ -160,7 +155,7 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
                     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
                     FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
-                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, PV_IN_FLIGHT: tl.constexpr):
+                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr):
     HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
     TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
@@ -209,18 +204,18 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     for n0 in range(0, unmasked_end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False, DOT_DTYPE, FP8, I32, QK_FP8,
-                                 PV_FP8, False, PV_IN_FLIGHT)
+                                 PV_FP8, False)
     past_end = unmasked_end  # the diagonal: tiles from here on may reach past the context
-    if PV_IN_FLIGHT:  # diagonal tiles below the context's last whole tile first, with unmasked loads
+    if PV_FP8 is not None:  # diagonal tiles below the context's last whole tile first, with unmasked loads
         past_end = tl.maximum(unmasked_end, ctx // BLOCK_N * BLOCK_N)
         for n0 in range(unmasked_end, tl.minimum(end, past_end), BLOCK_N):
             acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                      NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
-                                     PV_FP8, False, PV_IN_FLIGHT)
+                                     PV_FP8, False)
     for n0 in range(past_end, end, BLOCK_N):
         acc, m, l = _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_scale,
                                  NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True, DOT_DTYPE, FP8, I32, QK_FP8,
-                                 PV_FP8, True, PV_IN_FLIGHT)
+                                 PV_FP8, True)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
@@ -277,6 +272,5 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                           LONGEST_FIRST=cfg.longest_first,
                           I32=cfg.int32_offsets and k_cache.numel() < 2**31,
                           QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None,
-                          PV_IN_FLIGHT=cfg.pv_fp8 and cfg.pv_in_flight,
                           num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -1,16 +1,23 @@
 """Swap between the GPU's paged cache and a pinned, block-major CPU cache at the host link's speed.
 
-The CPU cache is block-major, [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, head_dim], so
-one block (every layer, K and V) is one contiguous run of host memory. A swap gathers the blocks into
-a block-major staging tensor on the GPU (one index_select), then moves each block with one
-asynchronous copy between pinned host memory and the device; runs of consecutive CPU block ids are
-merged into one copy. No host synchronisation: the copies are ordered on the current stream, and no
-one reads the CPU cache but a later swap-in on the same stream. Bit-exact both ways.
+The CPU cache is block-major, [num_cpu_blocks, num_layers, 2, block_size, num_kv_heads, head_dim], so one block
+(every layer, K and V) is one contiguous run of host memory. A swap is one Triton kernel that reads the blocks where
+they are and writes them where they go, the pinned host cache addressed directly by the GPU (zero-copy: pinned
+memory is mapped into the device's address space, at the same address), one program per (block, layer, K or V) slab
+of block_size * num_kv_heads * head_dim contiguous elements on both sides. So a swap costs one launch whatever its
+block count, where the asynchronous copy per run of consecutive CPU blocks it replaced cost a fixed ~6 us of host
+time each (a 1 MiB fp8 block paid it as often as a 2 MiB bf16 one): 64 scattered fp8 blocks now move at 47-48 GB/s
+each way on the H200, 34.7 / 36.2 before (bench/NOTES.md, "Swap: one zero-copy kernel"). No host synchronisation:
+the kernel is ordered on the current stream, and no one reads the CPU cache but a later swap-in on the same stream.
+Bit-exact both ways (raw bytes). On a machine without CUDA the kernel runs under Triton's interpreter on the CPU
+tensors.
 """
 
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 
 def cpu_cache_shape(kv_cache_shape: tuple[int, ...], num_cpu_blocks: int) -> tuple[int, ...]:
@@ -19,49 +26,62 @@ def cpu_cache_shape(kv_cache_shape: tuple[int, ...], num_cpu_blocks: int) -> tup
     return (num_cpu_blocks, layers, two, *rest)
 
 
-def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
-    """(position in the list, first id, length) of each run of consecutive ids."""
-    out, i = [], 0
-    while i < len(ids):
-        j = i + 1
-        while j < len(ids) and ids[j] == ids[j - 1] + 1:
-            j += 1
-        out.append((i, ids[i], j - i))
-        i = j
-    return out
-
-
 def _raw(cache: torch.Tensor) -> torch.Tensor:
     return cache.view(torch.uint8) if cache.dtype == torch.float8_e4m3fn else cache
 
 
+@triton.jit
+def _swap_kernel(gpu, cpu, gpu_ids, cpu_ids, num_gpu_blocks, SLABS: tl.constexpr, SLAB: tl.constexpr,
+                 BLOCK: tl.constexpr, TO_CPU: tl.constexpr):
+    """Program (i, slab): slab `slab` (layer * 2 + K/V) of GPU block gpu_ids[i] <-> CPU block cpu_ids[i], SLAB words
+    contiguous on both sides (GPU [SLABS, num_gpu_blocks, SLAB], CPU [num_cpu_blocks, SLABS, SLAB])."""
+    i, slab = tl.program_id(0), tl.program_id(1)
+    g = tl.load(gpu_ids + i).to(tl.int64)
+    c = tl.load(cpu_ids + i).to(tl.int64)
+    g_base = (slab * num_gpu_blocks + g) * SLAB
+    c_base = (c * SLABS + slab) * SLAB
+    for w0 in tl.static_range(0, SLAB, BLOCK):
+        w = w0 + tl.arange(0, BLOCK)
+        ok = w < SLAB
+        if TO_CPU:
+            tl.store(cpu + c_base + w, tl.load(gpu + g_base + w, mask=ok), mask=ok)
+        else:
+            tl.store(gpu + g_base + w, tl.load(cpu + c_base + w, mask=ok), mask=ok)
+
+
+def _words(cache: torch.Tensor) -> torch.Tensor:
+    """The cache's bytes as the widest of int32 / int16 / uint8 that divides a row (head_dim elements)."""
+    raw = _raw(cache)
+    row = raw.shape[-1] * raw.element_size()
+    for dtype, size in ((torch.int32, 4), (torch.int16, 2)):
+        if row % size == 0:
+            return raw.view(dtype)
+    return raw.view(torch.uint8)
+
+
+def _swap(kv_cache: torch.Tensor, cpu_cache: torch.Tensor, gpu_ids: torch.Tensor, cpu_ids: torch.Tensor,
+          to_cpu: bool) -> None:
+    assert kv_cache.is_contiguous() and cpu_cache.is_contiguous()
+    assert kv_cache.device.type == "cpu" or cpu_cache.is_pinned(), "the CPU cache must be pinned (zero-copy)"
+    gpu, cpu = _words(kv_cache), _words(cpu_cache)
+    layers, two, num_gpu_blocks = gpu.shape[:3]
+    slab = gpu[0, 0, 0].numel()
+    block = min(triton.next_power_of_2(slab), 4096)
+    ids = torch.stack([gpu_ids, cpu_ids]).to(kv_cache.device, torch.int64, non_blocking=True)
+    _swap_kernel[(gpu_ids.numel(), layers * two)](gpu, cpu, ids[0], ids[1], num_gpu_blocks, SLABS=layers * two,
+                                                  SLAB=slab, BLOCK=block, TO_CPU=to_cpu, num_warps=4)
+
+
 def swap_out(kv_cache: torch.Tensor, cpu_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
     """GPU block src_dst[i, 0] -> CPU block src_dst[i, 1]."""
-    kv_cache, cpu_cache = _raw(kv_cache), _raw(cpu_cache)  # an fp8 cache moves as bytes
-    if src_dst.numel() == 0:
-        return
-    pairs = src_dst.tolist()
-    order = sorted(range(len(pairs)), key=lambda i: pairs[i][1])
-    src = torch.tensor([pairs[i][0] for i in order], dtype=torch.int64).to(kv_cache.device, non_blocking=True)
-    dst = [pairs[i][1] for i in order]
-    staged = kv_cache.index_select(2, src).movedim(2, 0).contiguous()  # [M, L, 2, bs, Hkv, D]
-    for pos, first, n in _runs(dst):
-        cpu_cache[first:first + n].copy_(staged[pos:pos + n], non_blocking=True)
+    if src_dst.numel():
+        _swap(kv_cache, cpu_cache, src_dst[:, 0], src_dst[:, 1], True)
 
 
 def swap_in(cpu_cache: torch.Tensor, kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
     """CPU block src_dst[i, 0] -> GPU block src_dst[i, 1]."""
-    kv_cache, cpu_cache = _raw(kv_cache), _raw(cpu_cache)  # an fp8 cache moves as bytes
-    if src_dst.numel() == 0:
-        return
-    pairs = src_dst.tolist()
-    order = sorted(range(len(pairs)), key=lambda i: pairs[i][0])
-    src = [pairs[i][0] for i in order]
-    dst = torch.tensor([pairs[i][1] for i in order], dtype=torch.int64).to(kv_cache.device, non_blocking=True)
-    staged = torch.empty((len(src), *cpu_cache.shape[1:]), dtype=cpu_cache.dtype, device=kv_cache.device)
-    for pos, first, n in _runs(src):
-        staged[pos:pos + n].copy_(cpu_cache[first:first + n], non_blocking=True)
-    kv_cache.index_copy_(2, dst, staged.movedim(0, 2))
+    if src_dst.numel():
+        _swap(kv_cache, cpu_cache, src_dst[:, 1], src_dst[:, 0], False)
 
 
 def measure_swap_bandwidth(kv_cache: torch.Tensor, num_blocks: int = 64, repeats: int = 5) -> dict:
