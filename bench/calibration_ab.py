@@ -7,7 +7,7 @@ ADVANCED kept is in TIMED. For each step kind, the median duration ratio ADVANCE
 with advanced steps, against rows in workloads without any (the run-to-run drift of the two calibrations), and of
 the rows right after an advanced step. Needs no GPU.
 
-    python bench/calibration_ab.py TIMED.steps.csv[.gz] ADVANCED.steps.csv[.gz] --out RESULT.json [--force]
+    python bench/calibration_ab.py TIMED.steps.csv.gz ADVANCED.steps.csv.gz --out RESULT.json [--force]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         frames = []
         for flag, path in (("TIMED", args.timed), ("ADVANCED", args.advanced)):
             if not Path(path).is_file():
-                raise UserError(f"{flag} {path}: no such file; expected a calibration's *.steps.csv")
+                raise UserError(f"{flag} {path}: no such file; expected a calibration's *.steps.csv.gz")
             frames.append(pd.read_csv(path))
         rows = compare(*frames)
     except UserError as e:

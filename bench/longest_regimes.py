@@ -7,8 +7,8 @@ both validations' step MAPE (overall, graph decode) and request-level errors sid
 
     python bench/longest_regimes.py RUN_DIR[=STEPS.csv] ... --out OUT_DIR [--force]
 
-STEPS.csv defaults to RUN_DIR/profile.steps.csv (written by `live --calibrate`); a run recorded with --profile P
-needs P's steps (P with .steps.csv). Writes OUT_DIR/RUN/{regimes,single}.json with their validations and
+STEPS.csv defaults to RUN_DIR/profile.steps.csv.gz (written by `live --calibrate`); a run recorded with --profile P
+needs P's steps (P with .steps.csv.gz). Writes OUT_DIR/RUN/{regimes,single}.json with their validations and
 OUT_DIR/longest-regimes.json.
 """
 

@@ -6,8 +6,8 @@ step MAPE (overall, graph decode) and request-level errors side by side. Needs n
 
     python bench/sharing_ablation.py RUN_DIR[=STEPS.csv] ... --out OUT_DIR [--force]
 
-STEPS.csv defaults to RUN_DIR/profile.steps.csv (written by `live --calibrate`); a run recorded with --profile P
-needs P's steps (P with .steps.csv). The run's own validation (RUN_DIR/validation/validation.json, from
+STEPS.csv defaults to RUN_DIR/profile.steps.csv.gz (written by `live --calibrate`); a run recorded with --profile P
+needs P's steps (P with .steps.csv.gz). The run's own validation (RUN_DIR/validation/validation.json, from
 `python -m pagesim validate RUN_DIR`) is the sharing side. Writes OUT_DIR/RUN/ (the blind profile and its
 validation) and OUT_DIR/sharing-ablation.json.
 """
@@ -46,7 +46,7 @@ def run_specs(description: str, *, needs_own_validation: bool = False):
     for spec in args.runs:
         run_dir, _, steps = spec.partition("=")
         run_dir = Path(run_dir)
-        steps = Path(steps) if steps else run_dir / "profile.steps.csv"
+        steps = Path(steps) if steps else run_dir / "profile.steps.csv.gz"
         own = run_dir / "validation" / "validation.json"
         needed = [(steps, "calibration steps"), (run_dir / "summary.json", "summary: not a run directory")]
         if needs_own_validation:
@@ -74,8 +74,8 @@ def main() -> int:
         d = out / run_dir.name
         d.mkdir(exist_ok=True)  # a fresh OUT_DIR, or --force
         rows = pd.read_csv(steps)
-        rows.drop(columns=["decode_shared_tokens"], errors="ignore").to_csv(d / "blind.steps.csv", index=False)
-        code = pagesim_main(["calibrate", "--refit", str(d / "blind.steps.csv"), "--out", str(d / "blind.json"),
+        rows.drop(columns=["decode_shared_tokens"], errors="ignore").to_csv(d / "blind.steps.csv.gz", index=False)
+        code = pagesim_main(["calibrate", "--refit", str(d / "blind.steps.csv.gz"), "--out", str(d / "blind.json"),
                              "--model", config.model, "--gpu", config.gpu, "--kv-cache-dtype", config.kv_cache_dtype])
         if code:
             raise SystemExit(f"error: refitting {steps} failed")

@@ -255,7 +255,7 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         warm_up(executor, config)
         cal = without_prefix_caching(config).replace(preemption_mode="recompute")
         rows = run_calibration(executor, cal, workloads=workloads)
-        rows.to_csv(out_dir / "profile.steps.csv", index=False)
+        rows.to_csv(out_dir / f"profile{CALIBRATION_ROWS_SUFFIX}", index=False)
         fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
                                           "workloads": [w for w, _ in workloads],
                                           "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache)},
@@ -330,6 +330,9 @@ def _spec_dict(config: Config) -> dict:
 
 # ---- calibration ------------------------------------------------------------------------------
 DECODE_STEPS_PER_SIZE = 10  # decode steps the calibration's decode grid times at each batch size
+# The calibration's rows beside its profile (P.json -> P.steps.csv.gz; `live --calibrate`: DIR/profile.steps.csv.gz),
+# gzipped (a fifth of the size; pandas reads either form, so `--refit` takes rows saved as plain CSV too).
+CALIBRATION_ROWS_SUFFIX = ".steps.csv.gz"
 # Most calibration workloads prefill their sequences only to decode over them: of a workload's steps that prefill at
 # least ADVANCE_TOKENS tokens, the first TIMED_LARGE_STEPS are timed and the rest advanced without being computed
 # (GPUExecutor.advance) and left out of the rows; the families that time large steps on purpose are timed whole.
@@ -578,7 +581,7 @@ def calibrate(args) -> int:
 
     Both fit with whole calibration workloads held out in turn (fit_profile(holdout="workload")): the
     report's errors are those of models that never saw the step's workload. --refit needs no GPU: it
-    refits the rows a calibration saved (PROFILE.steps.csv) and keeps the measurement's environment,
+    refits the rows a calibration saved (PROFILE.steps.csv.gz) and keeps the measurement's environment,
     config and workloads from the profile already at --out, so the committed profile is reproducible.
     """
     from pagesim.errors import UserError
@@ -593,7 +596,7 @@ def calibrate(args) -> int:
     if args.refit:
         rows_path = Path(args.refit)
         if not rows_path.is_file():
-            raise UserError(f"--refit {rows_path}: no such file; expected the *.steps.csv a calibration saved")
+            raise UserError(f"--refit {rows_path}: no such file; expected the *.steps.csv.gz a calibration saved")
         try:
             rows = pd.read_csv(rows_path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -639,7 +642,7 @@ def calibrate(args) -> int:
     warm_up(executor, config)
     workloads = calibration_workloads(config.resolved_max_model_len)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows_path = out.with_suffix(".steps.csv")
+    rows_path = out.with_suffix(CALIBRATION_ROWS_SUFFIX)
 
     def save(rows_so_far: pd.DataFrame) -> None:  # after every workload, so an interrupted calibration can be refitted
         rows_so_far.to_csv(rows_path, index=False)
@@ -678,5 +681,5 @@ def register(sub) -> None:
     c.add_argument("--out", required=True, help="the profile JSON to write")
     c.add_argument("--force", action="store_true", help="replace --out if it exists")
     c.add_argument("--refit", metavar="ROWS.csv", default=None,
-                   help="refit the profile from calibration steps saved earlier (PROFILE.steps.csv); no GPU needed")
+                   help="refit the profile from calibration steps saved earlier (PROFILE.steps.csv.gz); no GPU needed")
     c.set_defaults(func=calibrate)

@@ -631,10 +631,11 @@ def test_refit_cli_writes_a_loadable_profile_without_a_gpu(tmp_path, capsys):
 def test_committed_profile_is_reproduced_by_refit(committed):
     d = json.loads(COMMITTED_PROFILE.read_text())
     assert d["graph_batch_sizes"] == list(SIZES) and d["report"]["holdout"] == "workload"
+    # the command as it was run; its rows have been kept gzipped since round 9 (CALIBRATION_ROWS_SUFFIX)
     assert d["command"] == ("python -m pagesim calibrate --refit results/profiles/h200-llama-3-8b.steps.csv "
                             "--out results/profiles/h200-llama-3-8b.json")
     assert {"environment", "config", "workloads"} <= d.keys()
-    rows = pd.read_csv(COMMITTED_PROFILE.with_suffix(".steps.csv"))
+    rows = pd.read_csv(COMMITTED_PROFILE.with_suffix(".steps.csv.gz"))
     refitted, report = fit_profile(rows, "llama-3-8b", "h200", holdout="workload", max_num_seqs=d["config"]["max_num_seqs"])
     assert refitted.knee_tokens == committed.knee_tokens
     for name, value in committed.coefficients.items():

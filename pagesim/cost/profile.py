@@ -472,7 +472,7 @@ class ProfileCostModel:
         if sizes is None:
             raise UserError(f"profile {p}: no 'graph_batch_sizes'; profiles written before CUDA-graph steps were "
                             "modelled (one formula for every step) are no longer read: recalibrate, or refit "
-                            "their PROFILE.steps.csv with `calibrate --refit`")
+                            "their PROFILE.steps.csv.gz with `calibrate --refit`")
         if (not isinstance(sizes, list) or not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)
                 or any(a >= b for a, b in zip(sizes, sizes[1:]))):
             raise UserError(f"profile {p}: 'graph_batch_sizes' is {sizes!r}, expected increasing positive integers "
