@@ -131,10 +131,11 @@ class KVCacheManager(Protocol):
         """Largest k <= limit such that k decode steps of every running request find their blocks."""
 
     def allocate_decode_steps(self, running: list[Request], k: int,
-                              needy: list[tuple[int, Request]] | None = None) -> DecodeBlocks:
+                              needy: tuple[list[int], list[Request]] | None = None) -> DecodeBlocks:
         """Allocate k decode steps' blocks exactly as k single steps would (requires k <= max_decode_steps).
-        `needy`, when the caller knows it (no prefix caching): the (step within the run, request) of every block a
-        table-bound manager takes, in the step-by-step order (the scheduler's block-need index)."""
+        `needy`, when the caller knows it (no prefix caching; the scheduler's block-need index): (the step within
+        the run, the request) of every block a manager that grows tables by block takes, as two lists, in the
+        step-by-step order."""
 
     def allocate_decode_step(self, running: list[Request], needy: list[Request] | None = None) -> bool:
         """Room for the next token of each of `running` (all decoding), in their order, as allocate_slots(r, 1)

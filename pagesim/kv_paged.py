@@ -286,11 +286,11 @@ class PagedKVCacheManager:
         return lo
 
     def allocate_decode_steps(self, running: list[Request], k: int,
-                              needy: list[tuple[int, Request]] | None = None) -> DecodeBlocks:
+                              needy: tuple[list[int], list[Request]] | None = None) -> DecodeBlocks:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
         if needy is not None:
-            return self._allocate_in_order(needy)
+            return self._allocate_in_order(*needy)
         if k <= bs:
             return self._allocate_short_decode_steps(running, k)
         n = len(running)
@@ -337,21 +337,22 @@ class PagedKVCacheManager:
         needy = [(room, idx) for idx, r in enumerate(running)
                  if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
         needy.sort()
-        return self._allocate_in_order([(room, running[idx]) for room, idx in needy])
+        return self._allocate_in_order([room for room, _ in needy], [running[idx] for _, idx in needy])
 
-    def _allocate_in_order(self, needy: list[tuple[int, Request]]) -> DecodeBlocks:
-        """One block for each (step within the run, request) of `needy`, in its order (the step-by-step order)."""
-        if not needy:  # nothing allocated, so no internal fragmentation added either
+    def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:
+        """One block for each request of `requests`, in its order (the step-by-step order), in the run's step of
+        `steps` alongside."""
+        if not requests:  # nothing allocated, so no internal fragmentation added either
             return NO_DECODE_BLOCKS
         bs = self.block_size
         evicted: list[bool] = []
-        taken = self.pool.take(len(needy), evicted)
-        steps, internal_steps, slots = [], [], []
-        for (j, r), block in zip(needy, taken):
-            r.block_ids.append(block)
-            steps.append(j)
-            over = internal_slots(r, bs)  # > 0 only for the request's last block (none before it grew)
-            if over:
+        taken = self.pool.take(len(requests), evicted)
+        internal_steps, slots = [], []
+        for j, r, block in zip(steps, requests, taken):
+            ids = r.block_ids
+            ids.append(block)
+            over = len(ids) * bs - r.prompt_len - r.output_len + 1  # internal_slots(r, bs), > 0 for its last block only
+            if over > 0:
                 internal_steps.append(j)
                 slots.append(over)
         if slots:

@@ -184,14 +184,15 @@ def add_block_need(needs: dict, req: Request, next_step: int, block_size: int) -
     return True
 
 
-def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> list[tuple[int, Request]]:
-    """The block allocations of k decode steps from step `first`, as (step within the run, request), in the
-    step-by-step order (by step, running order within a step); each request is put back `block_size` steps
-    later, when it takes its next block. Ended requests (their tables freed) are dropped from the index here.
+def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> tuple[list[int], list[Request]]:
+    """The block allocations of k decode steps from step `first` in the step-by-step order (by step, running order
+    within a step): (the step within the run, the request) of each, as two lists; each request is put back
+    `block_size` steps later, when it takes its next block. Ended requests (their tables freed) leave the index here.
 
     Each step's list is in running order: it holds the requests put back from the list block_size steps
     before, in its order, and after them the ones that started decoding since, which are newer."""
-    out: list[tuple[int, Request]] = []
+    steps: list[int] = []
+    requests: list[Request] = []
     for j in range(k):
         at = needs.pop(first + j, None)
         if not at:
@@ -199,14 +200,15 @@ def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> list[t
         live = [r for r in at if r.block_ids]
         if not live:
             continue
-        out.extend([(j, r) for r in live])
+        steps += [j] * len(live)
+        requests += live
         key = first + j + block_size
         later = needs.get(key)
         if later is None:
             needs[key] = live
         else:
             later.extend(live)
-    return out
+    return steps, requests
 
 
 def finish_deadline(sched, deadlines: dict, step: int, summary_total: int, summary_max: int, now: float,
@@ -437,7 +439,7 @@ class Scheduler:
             if needs is None:
                 needs = summary.block_needs = decode_block_needs(running, plan.step_id, self.kv.block_size)
             if needs is not None:
-                needy = [r for _, r in take_block_needs(needs, plan.step_id, 1, self.kv.block_size)]
+                needy = take_block_needs(needs, plan.step_id, 1, self.kv.block_size)[1]
         if not self.kv.allocate_decode_step(group, needy):
             return 0
         plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, total, longest
