@@ -187,27 +187,32 @@ def add_block_need(needs: dict, req: Request, next_step: int, block_size: int) -
 def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> tuple[list[int], list[Request]]:
     """The block allocations of k decode steps from step `first` in the step-by-step order (by step, running order
     within a step): (the step within the run, the request) of each, as two lists; each request is put back
-    `block_size` steps later, when it takes its next block. Ended requests (their tables freed) leave the index here.
+    `block_size` steps after its last one in the run, when it takes its next block. Ended requests (their tables
+    freed) leave the index here.
 
     Each step's list is in running order: it holds the requests put back from the list block_size steps
-    before, in its order, and after them the ones that started decoding since, which are newer."""
+    before, in its order, and after them the ones that started decoding since, which are newer. Every key is
+    within block_size steps of the next step, so the lists due in a run are due again each block_size steps in
+    the same order, and a list put back never meets another."""
     steps: list[int] = []
     requests: list[Request] = []
-    for j in range(k):
-        at = needs.pop(first + j, None)
-        if not at:
-            continue
-        live = [r for r in at if r.block_ids]
-        if not live:
-            continue
-        steps += [j] * len(live)
-        requests += live
-        key = first + j + block_size
-        later = needs.get(key)
-        if later is None:
-            needs[key] = live
-        else:
-            later.extend(live)
+    end = first + k
+    if k <= len(needs):  # a short run: step by step
+        due = [(key, at) for key in range(first, end) if (at := needs.pop(key, None))]
+    else:  # a long run among few lists: the lists due, by step
+        due = [(key, needs.pop(key)) for key in sorted([key for key in needs if key < end])]
+    due = [(key, live) for key, at in due if (live := [r for r in at if r.block_ids])]
+    while due:  # block_size steps at a time
+        later = []
+        for key, live in due:
+            steps += [key - first] * len(live)
+            requests += live
+            key += block_size
+            if key < end:
+                later.append((key, live))
+            else:
+                needs[key] = live
+        due = later
     return steps, requests
 
 
