@@ -164,9 +164,8 @@ def decode_block_needs(running: list[Request], next_step: int, block_size: int) 
     index keeps every key within block_size steps of the next one, which keeps each step's list in running order)."""
     needs: dict[int, list[Request]] = {}
     for r in running:
-        if not add_block_need(needs, r, next_step, block_size):
-            return None
-    return needs
+        needs.setdefault(next_step + len(r.block_ids) * block_size - r.num_computed_tokens, []).append(r)
+    return needs if not needs or max(needs) < next_step + block_size else None
 
 
 def add_block_need(needs: dict, req: Request, next_step: int, block_size: int) -> bool:
@@ -175,12 +174,7 @@ def add_block_need(needs: dict, req: Request, next_step: int, block_size: int) -
     room = len(req.block_ids) * block_size - req.num_computed_tokens
     if room >= block_size:
         return False
-    key = next_step + room
-    at = needs.get(key)
-    if at is None:
-        needs[key] = [req]
-    else:
-        at.append(req)
+    needs.setdefault(next_step + room, []).append(req)
     return True
 
 
@@ -194,6 +188,12 @@ def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> tuple[
     before, in its order, and after them the ones that started decoding since, which are newer. Every key is
     within block_size steps of the next step, so the lists due in a run are due again each block_size steps in
     the same order, and a list put back never meets another."""
+    if k == 1:  # a single step
+        at = needs.pop(first, None)
+        live = [r for r in at if r.block_ids] if at else []
+        if live:
+            needs[first + block_size] = live
+        return [0] * len(live), live
     steps: list[int] = []
     requests: list[Request] = []
     end = first + k
