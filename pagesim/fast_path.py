@@ -107,7 +107,7 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     first = sched.step_id
     n = len(running)
     needs = needy = None
-    if summary is not None and kv.grows_by_block and not kv.caches_full_blocks:  # its blocks, by the need index
+    if summary is not None and n >= DEADLINES_MIN and kv.grows_by_block and not kv.caches_full_blocks:  # by the index
         needs = summary.block_needs
         if needs is None:
             needs = decode_block_needs(running, first, kv.block_size)

@@ -369,7 +369,9 @@ class PagedKVCacheManager:
                     if len(r.block_ids) * bs <= r.num_computed_tokens or (r.num_computed_tokens + 1) % bs == 0]
             need = sum(len(r.block_ids) * bs <= r.num_computed_tokens for r in todo)
         else:
-            todo = needy if needy is not None else [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
+            todo = needy
+            if todo is None:
+                todo = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
             if len(todo) > self.pool.num_free_blocks:
                 return False
             # Without caching, allocate_slots(r, 1) for each in turn (its table ends at its next token's slot, so

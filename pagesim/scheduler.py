@@ -139,7 +139,7 @@ class DecodeSummary:
     block_needs: dict | None = None
 
 
-DEADLINES_MIN = 16  # the deadline index pays from about this many running requests (a plain pass is cheaper below)
+DEADLINES_MIN = 16  # the deadline and block-need indexes pay from about this many running requests (a pass below)
 
 
 def decode_deadlines(running: list[Request], next_step: int) -> dict[int, list[Request]]:
@@ -439,12 +439,14 @@ class Scheduler:
             return 0
         group = running[:n]
         needy = None
-        if fewest and self.kv.grows_by_block and not self.kv.caches_full_blocks:  # all running: needs from the index
-            needs = summary.block_needs
+        if fewest and n >= DEADLINES_MIN and self.kv.grows_by_block and not self.kv.caches_full_blocks:
+            needs = summary.block_needs  # all of the running requests: their block needs from the index
             if needs is None:
                 needs = summary.block_needs = decode_block_needs(running, plan.step_id, self.kv.block_size)
             if needs is not None:
                 needy = take_block_needs(needs, plan.step_id, 1, self.kv.block_size)[1]
+        elif fewest:  # few requests (a pass is as cheap): the index is left behind, so it is dropped
+            summary.block_needs = None
         if not self.kv.allocate_decode_step(group, needy):
             return 0
         plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, total, longest
