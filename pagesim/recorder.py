@@ -47,6 +47,10 @@ STEP_COLUMNS = (
        "prefix_cache_host_hits")
     + CATEGORIES
 )
+# The order in which a recorded step's values are kept (Recorder.rows): the parts as _append_row has them.
+ROW_COLUMNS = (STEP_COLUMNS[:6] + FEATURE_COLUMNS + ("num_preemptions", "blocks_used", "blocks_cached", "blocks_free")
+               + CATEGORIES + ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_host_hits"))
+assert sorted(ROW_COLUMNS) == sorted(STEP_COLUMNS)
 # In-memory types of the step columns (int64 where sums can outgrow int32; the rest int32).
 NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
     "time_s": np.float64, "duration_s": np.float64,
@@ -54,6 +58,7 @@ NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
 }
 FLOAT_COLUMNS = ("time_s", "duration_s")
 CHUNK_STEPS = 1 << 16
+NO_PREFIX_DELTAS = (0, 0, 0)
 RUN_FIELDS = 7 + 9 + 3  # values kept per decode run (Recorder._runs_columns)
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
@@ -130,7 +135,7 @@ class Recorder:
         self.num_steps = 0  # recorded so far
         # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
         # are fresh, and the chunk is turned into columns without chasing (and then freeing) ~10^6 objects.
-        self.rows = array("d")  # STEP_COLUMNS' values of each recorded step (integers are exact: all < 2**53)
+        self.rows = array("d")  # ROW_COLUMNS' values of each recorded step (integers are exact: all < 2**53)
         self.runs = array("q")  # RUN_FIELDS values of each decode run (see _runs_columns), kept compact (record_decode_run)
         # The runs' steps' start times and durations, and their block allocations (DecodeBlocks' four lists), run after run.
         self.run_starts = array("d")
@@ -178,14 +183,16 @@ class Recorder:
         s = self.sched
         self._memory_cache = None  # the step changed the state
         memory = self.memory_state()
-        self.rows.extend(
-            (step, start, duration, num_running, len(s.waiting), len(s.swapped))
-            + features
-            + (num_preemptions,)
-            + memory[:3]
-            + self._prefix_deltas()
-            + memory[3:]
-        )
+        rows = self.rows  # in ROW_COLUMNS' order
+        rows.extend((step, start, duration, num_running, len(s.waiting), len(s.swapped)))
+        rows.extend(features)
+        rows.append(num_preemptions)
+        rows.extend(memory)
+        stats = s.kv.prefix_cache_stats
+        if stats.queries != self._queries or stats.hits != self._hits or stats.host_hits != self._host_hits:
+            rows.extend(self._prefix_deltas())
+        else:
+            rows.extend(NO_PREFIX_DELTAS)
         self.num_steps = step + 1
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -340,9 +347,9 @@ class Recorder:
     def _columns(self) -> dict[str, np.ndarray]:
         """The rows and expanded decode runs since the last flush, as columns in step order."""
         if self.rows:
-            table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
-            cols = {c: table[:, i].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
-                    for i, c in enumerate(STEP_COLUMNS)}
+            table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
+            cols = {c: table[:, ROW_COLUMNS.index(c)].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
+                    for c in STEP_COLUMNS}
         else:
             cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}
         if self.runs:
