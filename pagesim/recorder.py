@@ -255,7 +255,8 @@ class Recorder:
                 internal, external, total * bs - allocated - external - cached, cached)
 
     def _runs_columns(self) -> dict[str, np.ndarray]:
-        """Expand the compact decode runs into one row per step, vectorised over all runs."""
+        """Expand the compact decode runs into one row per step, vectorised over all runs (the columns that are 0 in
+        every row of a decode run, the prefill and transfer features among them, are left out)."""
         kv = self.sched.kv
         bs = kv.block_size
         # first step, k, n, context, waiting, swapped, max context; then memory_state()'s 3 + 6 values; then how
@@ -287,7 +288,6 @@ class Recorder:
         used = rep(10) + n * j
         allocated = blocks_used * bs
         external = rep(13)
-        zeros = np.zeros(len(j), dtype=np.int64)
         cols = {
             "step": rep(0) + j - 1,
             "time_s": np.array(self.run_starts, dtype=np.float64),  # copies: the buffers are reused
@@ -308,7 +308,7 @@ class Recorder:
             "cached": cached_blocks * bs,
             "free": kv.num_gpu_blocks * bs - allocated - external - cached_blocks * bs,
         }
-        return {c: cols.get(c, zeros) for c in STEP_COLUMNS}
+        return cols
 
     def flush(self) -> None:
         """Turn the rows and runs recorded since the last flush (steps first_step.. num_steps-1) into a chunk."""
@@ -362,13 +362,19 @@ class Recorder:
                 merged = {}
                 rows_at, runs_at = cols["step"] - first, runs["step"] - first
                 for c in STEP_COLUMNS:
-                    out = np.empty(total, dtype=np.result_type(cols[c], runs[c]))
+                    at_runs = runs.get(c)
+                    if at_runs is None:  # 0 in every run row
+                        out = np.zeros(total, dtype=cols[c].dtype)
+                    else:
+                        out = np.empty(total, dtype=np.result_type(cols[c], at_runs))
+                        out[runs_at] = at_runs
                     out[rows_at] = cols[c]
-                    out[runs_at] = runs[c]
                     merged[c] = out
                 cols = merged
             else:
-                cols = {c: np.concatenate([cols[c], runs[c]]) for c in STEP_COLUMNS}
+                num_run_rows = len(runs["step"])
+                cols = {c: np.concatenate([cols[c], runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
+                        for c in STEP_COLUMNS}
                 order = np.argsort(cols["step"], kind="stable")
                 cols = {c: v[order] for c, v in cols.items()}
         return cols
