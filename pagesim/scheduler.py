@@ -139,7 +139,8 @@ class DecodeSummary:
     block_needs: dict | None = None
 
 
-DEADLINES_MIN = 16  # the deadline and block-need indexes pay from about this many running requests (a pass below)
+DEADLINES_MIN = 16  # the deadline index pays from about this many running requests (a plain pass is cheaper below)
+BLOCK_NEEDS_MIN = 16  # ... and the block-need index
 
 
 def decode_deadlines(running: list[Request], next_step: int) -> dict[int, list[Request]]:
@@ -439,7 +440,7 @@ class Scheduler:
             return 0
         group = running[:n]
         needy = None
-        if fewest and n >= DEADLINES_MIN and self.kv.grows_by_block and not self.kv.caches_full_blocks:
+        if fewest and n >= BLOCK_NEEDS_MIN and self.kv.grows_by_block and not self.kv.caches_full_blocks:
             needs = summary.block_needs  # all of the running requests: their block needs from the index
             if needs is None:
                 needs = summary.block_needs = decode_block_needs(running, plan.step_id, self.kv.block_size)

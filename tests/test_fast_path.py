@@ -194,12 +194,13 @@ def test_roofline_run_timing_equals_decode_run_times(model):
 def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
     """Steps and runs that finish requests find them by the decode summary's deadline index (from
     DEADLINES_MIN running requests; here from 2, so these traces take it often), and take their blocks by its
-    block-need index: still equal to step-by-step simulation, and every decode summary left (both indexes
-    included) equals a full pass over the running requests."""
+    block-need index (from BLOCK_NEEDS_MIN, here 2 too): still equal to step-by-step simulation, and every
+    decode summary left (both indexes included) equals a full pass over the running requests."""
     from pagesim import fast_path, scheduler
 
-    monkeypatch.setattr(scheduler, "DEADLINES_MIN", 2)
-    monkeypatch.setattr(fast_path, "DEADLINES_MIN", 2)
+    for module in (scheduler, fast_path):
+        monkeypatch.setattr(module, "DEADLINES_MIN", 2)
+        monkeypatch.setattr(module, "BLOCK_NEEDS_MIN", 2)
     taken = []
     finish_deadline = scheduler.finish_deadline
 
@@ -261,11 +262,13 @@ def test_deadline_index_was_used_often():
 @pytest.mark.parametrize("overrides", [dict(), dict(num_gpu_blocks=400, preemption_mode="swap", swap_space=0.05)],
                          ids=["paged", "pressure-swap"])
 def test_decode_group_with_the_deadline_index_schedules_as_request_by_request(overrides, monkeypatch):
-    """Single steps whose decode group finishes requests by the deadline index (from 2 running requests here)
-    make the request-by-request pass's decisions and leave the same request states."""
+    """Single steps whose decode group finishes requests by the deadline index and takes blocks by the block-need
+    index (both from 2 running requests here) make the request-by-request pass's decisions and leave the same
+    request states."""
     from pagesim import scheduler
 
     monkeypatch.setattr(scheduler, "DEADLINES_MIN", 2)
+    monkeypatch.setattr(scheduler, "BLOCK_NEEDS_MIN", 2)
     trace = load_trace(Path(__file__).resolve().parent.parent / "traces/multiturn-300.jsonl", limit=200)
     plain = _step_by_step(trace, False, **overrides)
     taken = []
