@@ -39,7 +39,8 @@ from pagesim.loop import SchedulerStuck, SimClock, drive
 from pagesim.metrics import summarize_run
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
-from pagesim.simulator import RunResult, Simulation, paused_gc
+from pagesim.simulator import RunResult, Simulation
+from pagesim.utils import paused_gc
 
 ROUTERS = ("round-robin", "least-outstanding-tokens", "prefix-aware")
 

@@ -24,8 +24,8 @@ import numpy as np
 
 from pagesim.cost.features import shared_decode_tokens
 from pagesim.kv_manager import DecodeBlocks
-from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, decode_deadlines,
-                               finish_deadline, without)
+from pagesim.scheduler import (BLOCK_NEEDS_MIN, DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome,
+                               decode_block_needs, decode_deadlines, finish_deadline, take_block_needs, without)
 
 NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
@@ -105,10 +105,17 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
         context = (sum(computed), max(computed, default=0))
     summary = sched.decode_summary_now()
     first = sched.step_id
-    blocks = kv.allocate_decode_steps(running, k)
+    n = len(running)
+    needs = needy = None
+    if summary is not None and n >= BLOCK_NEEDS_MIN and kv.grows_by_block and not kv.caches_full_blocks:  # by the index
+        needs = summary.block_needs
+        if needs is None:
+            needs = decode_block_needs(running, first, kv.block_size)
+        if needs is not None:
+            needy = take_block_needs(needs, first, k, kv.block_size)
+    blocks = kv.allocate_decode_steps(running, k, needy)
     sched.step_id += k
     outcome = StepOutcome()
-    n = len(running)
     if summary is not None and not kv.caches_full_blocks and (summary.fewest_left > k or n >= DEADLINES_MIN):
         # No block needs registering: each request only counts its k tokens, the ones due in the last step
         # finish (found by the summary's deadline index; nobody when the fewest left is > k), and the summary
@@ -126,7 +133,7 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
             fewest = min(deadlines) - sched.step_id + 1 if deadlines else NO_LIMIT
             if max_left:
                 longest = max([r.num_computed_tokens for r in sched.running], default=0)
-        sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest, deadlines)
+        sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest, deadlines, needs)
         return DecodeRun(k, n, context[0], context[1], blocks, outcome)
     cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
     fewest, total, longest = NO_LIMIT, 0, 0  # the decode summary of those that go on running
@@ -147,7 +154,7 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
             longest = computed
     if outcome.finished:
         sched.running = without(running, outcome.finished)
-    sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest)
+    sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest, block_needs=needs)
     return DecodeRun(k, len(running), context[0], context[1], blocks, outcome)
 
 

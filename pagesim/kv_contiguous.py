@@ -82,6 +82,7 @@ class ContiguousKVCacheManager:
         self.watermark_blocks = int(config.watermark * self.num_gpu_blocks)
         self.prefix_cache_stats = PrefixCacheStats()  # stays empty: no prefix caching here
         self.caches_full_blocks = False  # KVCacheManager: cache_full_blocks is a no-op
+        self.grows_by_block = False  # KVCacheManager: a request's run is reserved whole on admission
         self.events = [] if record_events else None
 
     def reserve_tokens(self, request: Request) -> int:
@@ -193,10 +194,10 @@ class ContiguousKVCacheManager:
     def max_decode_steps(self, running: list[Request], limit: int) -> int:
         return limit  # decode steps grow inside the reserved runs
 
-    def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
+    def allocate_decode_steps(self, running: list[Request], k: int, needy=None) -> DecodeBlocks:
         return NO_DECODE_BLOCKS  # decode steps grow inside the reserved runs
 
-    def allocate_decode_step(self, running: list[Request]) -> bool:
+    def allocate_decode_step(self, running: list[Request], needy=None) -> bool:
         return True  # decode steps grow inside the reserved runs
 
     def num_held_blocks(self) -> int:

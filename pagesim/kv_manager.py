@@ -81,6 +81,7 @@ class KVCacheManager(Protocol):
     prefix_cache_stats: PrefixCacheStats
     events: list[tuple] | None  # block events when recording was asked for
     caches_full_blocks: bool  # False when cache_full_blocks is always a no-op (the hot loops then skip the check)
+    grows_by_block: bool  # True when a decoding request takes a block as its table fills; False: reserved ahead
 
     # ---- admission --------------------------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
@@ -129,13 +130,18 @@ class KVCacheManager(Protocol):
     def max_decode_steps(self, running: list[Request], limit: int) -> int:
         """Largest k <= limit such that k decode steps of every running request find their blocks."""
 
-    def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
-        """Allocate k decode steps' blocks exactly as k single steps would (requires k <= max_decode_steps)."""
+    def allocate_decode_steps(self, running: list[Request], k: int,
+                              needy: tuple[list[int], list[Request]] | None = None) -> DecodeBlocks:
+        """Allocate k decode steps' blocks exactly as k single steps would (requires k <= max_decode_steps).
+        `needy`, when the caller knows it (no prefix caching; the scheduler's block-need index): (the step within
+        the run, the request) of every block a manager that grows tables by block takes, as two lists, in the
+        step-by-step order."""
 
-    def allocate_decode_step(self, running: list[Request]) -> bool:
+    def allocate_decode_step(self, running: list[Request], needy: list[Request] | None = None) -> bool:
         """Room for the next token of each of `running` (all decoding), in their order, as allocate_slots(r, 1)
         for each in turn would make it (the same blocks taken, the blocks this step fills cached); False and no
-        change when the free blocks do not cover them all (the caller then takes them one by one)."""
+        change when the free blocks do not cover them all (the caller then takes them one by one). `needy`, when
+        the caller knows it (no prefix caching): those of them whose block tables end at their next token's slot."""
 
     # ---- state ------------------------------------------------------------------------------
     def num_held_blocks(self) -> int:

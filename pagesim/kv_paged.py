@@ -29,6 +29,7 @@ class PagedKVCacheManager:
         self.block_size = config.block_size
         self.enable_caching = config.enable_prefix_caching
         self.caches_full_blocks = self.enable_caching  # KVCacheManager: cache_full_blocks registers hashes
+        self.grows_by_block = True  # KVCacheManager: tables grow a block at a time
         self.pool = BlockPool(config.resolved_num_gpu_blocks, record_events)
         # Blocks that hold KV: all but vLLM's null block (usage, accounting and recorders count these).
         self.num_gpu_blocks = self.pool.num_usable_blocks  # == config.usable_gpu_blocks
@@ -284,9 +285,12 @@ class PagedKVCacheManager:
                 hi = mid
         return lo
 
-    def allocate_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
+    def allocate_decode_steps(self, running: list[Request], k: int,
+                              needy: tuple[list[int], list[Request]] | None = None) -> DecodeBlocks:
         """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
         bs = self.block_size
+        if needy is not None:
+            return self._allocate_in_order(*needy)
         if k <= bs:
             return self._allocate_short_decode_steps(running, k)
         n = len(running)
@@ -332,26 +336,31 @@ class PagedKVCacheManager:
         bs = self.block_size
         needy = [(room, idx) for idx, r in enumerate(running)
                  if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
-        if not needy:  # nothing allocated, so no internal fragmentation added either
-            return NO_DECODE_BLOCKS
         needy.sort()
+        return self._allocate_in_order([room for room, _ in needy], [running[idx] for _, idx in needy])
+
+    def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:
+        """One block for each request of `requests`, in its order (the step-by-step order), in the run's step of
+        `steps` alongside."""
+        if not requests:  # nothing allocated, so no internal fragmentation added either
+            return NO_DECODE_BLOCKS
+        bs = self.block_size
         evicted: list[bool] = []
-        taken = self.pool.take(len(needy), evicted)
-        steps, internal_steps, slots = [], [], []
-        for (room, idx), block in zip(needy, taken):
-            r = running[idx]
-            r.block_ids.append(block)
-            steps.append(room)
-            over = internal_slots(r, bs)  # > 0 only for the request's last block (none before it grew)
-            if over:
-                internal_steps.append(room)
+        taken = self.pool.take(len(requests), evicted)
+        internal_steps, slots = [], []
+        for j, r, block in zip(steps, requests, taken):
+            ids = r.block_ids
+            ids.append(block)
+            over = len(ids) * bs - r.prompt_len - r.output_len + 1  # internal_slots(r, bs), > 0 for its last block only
+            if over > 0:
+                internal_steps.append(j)
                 slots.append(over)
         if slots:
             self.num_internal_slots += sum(slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
         return DecodeBlocks(steps, evicted_steps, internal_steps, slots)
 
-    def allocate_decode_step(self, running: list[Request]) -> bool:
+    def allocate_decode_step(self, running: list[Request], needy: list[Request] | None = None) -> bool:
         bs = self.block_size
         # Only these need allocate_slots(r, 1): the requests whose table ends at their next token's slot and, with
         # caching, those whose next token fills a block (allocate_slots caches it). Taken in running order.
@@ -360,7 +369,9 @@ class PagedKVCacheManager:
                     if len(r.block_ids) * bs <= r.num_computed_tokens or (r.num_computed_tokens + 1) % bs == 0]
             need = sum(len(r.block_ids) * bs <= r.num_computed_tokens for r in todo)
         else:
-            todo = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
+            todo = needy
+            if todo is None:
+                todo = [r for r in running if len(r.block_ids) * bs <= r.num_computed_tokens]
             if len(todo) > self.pool.num_free_blocks:
                 return False
             # Without caching, allocate_slots(r, 1) for each in turn (its table ends at its next token's slot, so

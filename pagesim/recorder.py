@@ -47,6 +47,10 @@ STEP_COLUMNS = (
        "prefix_cache_host_hits")
     + CATEGORIES
 )
+# The order in which a recorded step's values are kept (Recorder.rows): the parts as _append_row has them.
+ROW_COLUMNS = (STEP_COLUMNS[:6] + FEATURE_COLUMNS + ("num_preemptions", "blocks_used", "blocks_cached", "blocks_free")
+               + CATEGORIES + ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_host_hits"))
+assert sorted(ROW_COLUMNS) == sorted(STEP_COLUMNS)
 # In-memory types of the step columns (int64 where sums can outgrow int32; the rest int32).
 NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
     "time_s": np.float64, "duration_s": np.float64,
@@ -54,6 +58,7 @@ NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
 }
 FLOAT_COLUMNS = ("time_s", "duration_s")
 CHUNK_STEPS = 1 << 16
+NO_PREFIX_DELTAS = (0, 0, 0)
 RUN_FIELDS = 7 + 9 + 3  # values kept per decode run (Recorder._runs_columns)
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
@@ -125,12 +130,12 @@ class Recorder:
         self.features_of = features_of
         self.sink = sink
         self.chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
-        self.chunks: list[dict[str, np.ndarray]] = []
+        self.chunks: list[dict[str, np.ndarray | int]] = []  # a count of rows for a column of zeros (_narrow)
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
         # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
         # are fresh, and the chunk is turned into columns without chasing (and then freeing) ~10^6 objects.
-        self.rows = array("d")  # STEP_COLUMNS' values of each recorded step (integers are exact: all < 2**53)
+        self.rows = array("d")  # ROW_COLUMNS' values of each recorded step (integers are exact: all < 2**53)
         self.runs = array("q")  # RUN_FIELDS values of each decode run (see _runs_columns), kept compact (record_decode_run)
         # The runs' steps' start times and durations, and their block allocations (DecodeBlocks' four lists), run after run.
         self.run_starts = array("d")
@@ -178,14 +183,16 @@ class Recorder:
         s = self.sched
         self._memory_cache = None  # the step changed the state
         memory = self.memory_state()
-        self.rows.extend(
-            (step, start, duration, num_running, len(s.waiting), len(s.swapped))
-            + features
-            + (num_preemptions,)
-            + memory[:3]
-            + self._prefix_deltas()
-            + memory[3:]
-        )
+        rows = self.rows  # in ROW_COLUMNS' order
+        rows.extend((step, start, duration, num_running, len(s.waiting), len(s.swapped)))
+        rows.extend(features)
+        rows.append(num_preemptions)
+        rows.extend(memory)
+        stats = s.kv.prefix_cache_stats
+        if stats.queries != self._queries or stats.hits != self._hits or stats.host_hits != self._host_hits:
+            rows.extend(self._prefix_deltas())
+        else:
+            rows.extend(NO_PREFIX_DELTAS)
         self.num_steps = step + 1
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -248,7 +255,8 @@ class Recorder:
                 internal, external, total * bs - allocated - external - cached, cached)
 
     def _runs_columns(self) -> dict[str, np.ndarray]:
-        """Expand the compact decode runs into one row per step, vectorised over all runs."""
+        """Expand the compact decode runs into one row per step, vectorised over all runs (the columns that are 0 in
+        every row of a decode run, the prefill and transfer features among them, are left out)."""
         kv = self.sched.kv
         bs = kv.block_size
         # first step, k, n, context, waiting, swapped, max context; then memory_state()'s 3 + 6 values; then how
@@ -280,7 +288,6 @@ class Recorder:
         used = rep(10) + n * j
         allocated = blocks_used * bs
         external = rep(13)
-        zeros = np.zeros(len(j), dtype=np.int64)
         cols = {
             "step": rep(0) + j - 1,
             "time_s": np.array(self.run_starts, dtype=np.float64),  # copies: the buffers are reused
@@ -301,7 +308,7 @@ class Recorder:
             "cached": cached_blocks * bs,
             "free": kv.num_gpu_blocks * bs - allocated - external - cached_blocks * bs,
         }
-        return {c: cols.get(c, zeros) for c in STEP_COLUMNS}
+        return cols
 
     def flush(self) -> None:
         """Turn the rows and runs recorded since the last flush (steps first_step.. num_steps-1) into a chunk."""
@@ -321,10 +328,8 @@ class Recorder:
         self.flush()
         if self.sink is not None:
             return None
-        if len(self.chunks) == 1:
-            cols = self.chunks[0]
-        elif self.chunks:
-            cols = {c: np.concatenate([ch[c] for ch in self.chunks]) for c in STEP_COLUMNS}
+        if self.chunks:
+            cols = {c: _joined([ch[c] for ch in self.chunks], NARROW[c]) for c in STEP_COLUMNS}
         else:
             cols = {c: np.zeros(0, dtype=NARROW.get(c, np.int64)) for c in STEP_COLUMNS}
         self.chunks = []
@@ -340,9 +345,9 @@ class Recorder:
     def _columns(self) -> dict[str, np.ndarray]:
         """The rows and expanded decode runs since the last flush, as columns in step order."""
         if self.rows:
-            table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
-            cols = {c: table[:, i].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
-                    for i, c in enumerate(STEP_COLUMNS)}
+            table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
+            cols = {c: table[:, ROW_COLUMNS.index(c)].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
+                    for c in STEP_COLUMNS}
         else:
             cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}
         if self.runs:
@@ -355,13 +360,19 @@ class Recorder:
                 merged = {}
                 rows_at, runs_at = cols["step"] - first, runs["step"] - first
                 for c in STEP_COLUMNS:
-                    out = np.empty(total, dtype=np.result_type(cols[c], runs[c]))
+                    at_runs = runs.get(c)
+                    if at_runs is None:  # 0 in every run row
+                        out = np.zeros(total, dtype=cols[c].dtype)
+                    else:
+                        out = np.empty(total, dtype=np.result_type(cols[c], at_runs))
+                        out[runs_at] = at_runs
                     out[rows_at] = cols[c]
-                    out[runs_at] = runs[c]
                     merged[c] = out
                 cols = merged
             else:
-                cols = {c: np.concatenate([cols[c], runs[c]]) for c in STEP_COLUMNS}
+                num_run_rows = len(runs["step"])
+                cols = {c: np.concatenate([cols[c], runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
+                        for c in STEP_COLUMNS}
                 order = np.argsort(cols["step"], kind="stable")
                 cols = {c: v[order] for c, v in cols.items()}
         return cols
@@ -468,11 +479,24 @@ def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
     return bool((np.bincount(steps, minlength=total) == 1).all())
 
 
-def _narrow(v: np.ndarray, dtype) -> np.ndarray:
-    """v as `dtype` when every value fits (else as it is: int64)."""
-    if dtype is np.int32 and len(v) and (v.max() > np.iinfo(np.int32).max or v.min() < np.iinfo(np.int32).min):
-        return v.astype(np.int64, copy=False)
+def _narrow(v: np.ndarray, dtype) -> np.ndarray | int:
+    """v as `dtype` when every value fits (else as it is: int64); for an int32 column of zeros, its length (the
+    zeros are made when the chunks are joined, as calloc'd memory that no one writes: _joined)."""
+    if dtype is np.int32 and len(v):
+        top, bottom = v.max(), v.min()
+        if top == bottom == 0:
+            return len(v)
+        if top > np.iinfo(np.int32).max or bottom < np.iinfo(np.int32).min:
+            return v.astype(np.int64, copy=False)
     return v.astype(dtype, copy=False)
+
+
+def _joined(pieces: list, dtype) -> np.ndarray:
+    """One column from its chunks' pieces (_narrow's: arrays, or lengths of zeros)."""
+    if all(isinstance(p, int) for p in pieces):
+        return np.zeros(sum(pieces), dtype=dtype)
+    arrays = [np.zeros(p, dtype=dtype) if isinstance(p, int) else p for p in pieces]
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _nan(v):

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from itertools import repeat
+
+from pagesim.utils import paused_gc
 
 
 class RequestStatus(enum.IntEnum):
@@ -97,32 +100,34 @@ class Request:
 
 
 def requests_from_trace(trace) -> list[Request]:
-    """Build requests from a `pagesim.traces.Trace`, in arrival order."""
+    """Build requests from a `pagesim.traces.Trace`, in arrival order.
+
+    Made column by column with the cyclic garbage collector paused: the requests hold no cycles, and a
+    million of them (each with its lists) would otherwise trigger collections that rescan all made so far
+    (5 of the 6 s it took for 1M requests)."""
     df = trace.df
     cols = df.columns
-    token_ids = df["prompt_token_ids"].tolist() if "prompt_token_ids" in cols else None
-    hash_ids = df["prefix_hash_ids"].tolist() if "prefix_hash_ids" in cols else None
-    ns = df["n"].tolist() if "n" in cols else None
-    prios = df["priority"].tolist() if "priority" in cols else None
-    out = []
-    for i, (rid, t, p, o) in enumerate(
-        zip(df["request_id"].tolist(), df["arrival_time_s"].tolist(), df["prompt_len"].tolist(), df["output_len"].tolist())
-    ):
-        out.append(
-            Request(
-                request_id=str(rid),
-                arrival_time=float(t),
-                prompt_len=int(p),
-                output_len=int(o),
-                seq_no=i,
-                prompt_token_ids=_as_tuple(token_ids[i]) if token_ids is not None else None,
-                prefix_hash_ids=_as_tuple(hash_ids[i]) if hash_ids is not None else None,
-                hash_block_size=trace.hash_block_size,
-                n=int(ns[i]) if ns is not None and ns[i] == ns[i] else 1,
-                priority=int(prios[i]) if prios is not None and prios[i] == prios[i] else 0,
-            )
-        )
-    return out
+    num = len(df)
+
+    def optional(name: str, convert, default):
+        if name not in cols:
+            return repeat(default, num)
+        return map(convert, df[name].tolist())
+
+    with paused_gc():
+        return list(map(
+            Request,
+            map(str, df["request_id"].tolist()),
+            map(float, df["arrival_time_s"].tolist()),
+            map(int, df["prompt_len"].tolist()),
+            map(int, df["output_len"].tolist()),
+            range(num),  # seq_no
+            optional("prompt_token_ids", _as_tuple, None),
+            optional("prefix_hash_ids", _as_tuple, None),
+            repeat(trace.hash_block_size, num),
+            optional("n", lambda v: int(v) if v == v else 1, 1),  # NaN: the default
+            optional("priority", lambda v: int(v) if v == v else 0, 0),
+        ))
 
 
 def _as_tuple(value) -> tuple[int, ...] | None:

@@ -134,9 +134,13 @@ class DecodeSummary:
     # order}), so a step or run that finishes some finds them without a pass; None until a finish needs it.
     # Kept with the summary (shared and updated by its successors), as steps advance every request alike.
     deadlines: dict | None = None
+    # The running requests by the step in which each takes its next block (decode_block_needs), so a decode group
+    # or run finds the requests that need one without a pass; None until one needs it. Kept like `deadlines`.
+    block_needs: dict | None = None
 
 
 DEADLINES_MIN = 16  # the deadline index pays from about this many running requests (a plain pass is cheaper below)
+BLOCK_NEEDS_MIN = 16  # ... and the block-need index
 
 
 def decode_deadlines(running: list[Request], next_step: int) -> dict[int, list[Request]]:
@@ -151,6 +155,66 @@ def decode_deadlines(running: list[Request], next_step: int) -> dict[int, list[R
         else:
             at.append(r)
     return deadlines
+
+
+def decode_block_needs(running: list[Request], next_step: int, block_size: int) -> dict[int, list[Request]] | None:
+    """{step id: requests of `running` that take a block in it, in running order}, when all decode one token per
+    step from `next_step` on (DecodeSummary.block_needs): a request takes one when its block table ends at the slot
+    of the token it computes, `len(block_ids) * block_size - num_computed_tokens` steps from now, then every
+    `block_size` steps. None when a table reaches a whole block or more past the next token (no index then: the
+    index keeps every key within block_size steps of the next one, which keeps each step's list in running order)."""
+    needs: dict[int, list[Request]] = {}
+    for r in running:
+        needs.setdefault(next_step + len(r.block_ids) * block_size - r.num_computed_tokens, []).append(r)
+    return needs if not needs or max(needs) < next_step + block_size else None
+
+
+def add_block_need(needs: dict, req: Request, next_step: int, block_size: int) -> bool:
+    """Put a request that decodes from `next_step` on into the index, after the requests there (it is newer than
+    them); False when its table reaches a whole block or more past its next token (the index is then dropped)."""
+    room = len(req.block_ids) * block_size - req.num_computed_tokens
+    if room >= block_size:
+        return False
+    needs.setdefault(next_step + room, []).append(req)
+    return True
+
+
+def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> tuple[list[int], list[Request]]:
+    """The block allocations of k decode steps from step `first` in the step-by-step order (by step, running order
+    within a step): (the step within the run, the request) of each, as two lists; each request is put back
+    `block_size` steps after its last one in the run, when it takes its next block. Ended requests (their tables
+    freed) leave the index here.
+
+    Each step's list is in running order: it holds the requests put back from the list block_size steps
+    before, in its order, and after them the ones that started decoding since, which are newer. Every key is
+    within block_size steps of the next step, so the lists due in a run are due again each block_size steps in
+    the same order, and a list put back never meets another."""
+    if k == 1:  # a single step
+        at = needs.pop(first, None)
+        live = [r for r in at if r.block_ids] if at else []
+        if live:
+            needs[first + block_size] = live
+        return [0] * len(live), live
+    steps: list[int] = []
+    requests: list[Request] = []
+    end = first + k
+    if k <= len(needs):  # a short run: step by step
+        due = [(key, at) for key in range(first, end) if (at := needs.pop(key, None))]
+    else:  # a long run among few lists: the lists due, by step
+        due = [(key, needs.pop(key)) for key in sorted([key for key in needs if key < end])]
+    due = [(key, live) for key, at in due if (live := [r for r in at if r.block_ids])]
+    while due:  # block_size steps at a time
+        later = []
+        for key, live in due:
+            steps += [key - first] * len(live)
+            requests += live
+            key += block_size
+            if key < end:
+                later.append((key, live))
+            else:
+                needs[key] = live
+        due = later
+    return steps, requests
 
 
 def finish_deadline(sched, deadlines: dict, step: int, summary_total: int, summary_max: int, now: float,
@@ -375,7 +439,16 @@ class Scheduler:
         if n < 2:
             return 0
         group = running[:n]
-        if not self.kv.allocate_decode_step(group):
+        needy = None
+        if fewest and n >= BLOCK_NEEDS_MIN and self.kv.grows_by_block and not self.kv.caches_full_blocks:
+            needs = summary.block_needs  # all of the running requests: their block needs from the index
+            if needs is None:
+                needs = summary.block_needs = decode_block_needs(running, plan.step_id, self.kv.block_size)
+            if needs is not None:
+                needy = take_block_needs(needs, plan.step_id, 1, self.kv.block_size)[1]
+        elif fewest:  # few requests (a pass is as cheap): the index is left behind, so it is dropped
+            summary.block_needs = None
+        if not self.kv.allocate_decode_step(group, needy):
             return 0
         plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, total, longest
         plan.decode_group_fewest_left, plan.decode_group_summary = fewest, summary if fewest else None
@@ -447,6 +520,8 @@ class Scheduler:
         fewest, total, longest, all_sample = NO_LIMIT, 0, 0, True
         group = plan.decode_group
         deadlines, max_left = None, False
+        # the block-need index the group's blocks were taken by, kept for the next summary (block_needs)
+        needs = plan.decode_group_summary.block_needs if plan.decode_group_summary is not None else None
         if plan.decode_group_fewest_left and not kv.caches_full_blocks and (
                 plan.decode_group_fewest_left > 1 or len(group) >= DEADLINES_MIN):
             # No block needs registering: each request only counts its token, the ones due finish (found by the
@@ -514,6 +589,8 @@ class Scheduler:
                     deadlines[key] = [req]
                 else:
                     at.append(req)
+            if needs is not None and not add_block_need(needs, req, self.step_id, bs):
+                needs = None
         if outcome.finished:
             self.running = without(self.running, outcome.finished)
         # Every request that goes on running sampled this step (so it decodes next) when the step took each
@@ -522,7 +599,7 @@ class Scheduler:
                 and len(plan.decode_group) + len(plan.scheduled) == num_running):
             if max_left:  # a request with the most tokens finished: the next most, by a pass
                 longest = max([r.num_computed_tokens for r in self.running], default=0)
-            self.decode_summary = DecodeSummary(self.step_id, self.running, fewest, total, longest, deadlines)
+            self.decode_summary = DecodeSummary(self.step_id, self.running, fewest, total, longest, deadlines, needs)
         else:
             self.decode_summary = None
         return outcome

@@ -17,8 +17,6 @@ decisions equal the step-by-step simulation (tests/test_fast_path.py).
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 import time
 from dataclasses import dataclass, field
 
@@ -31,20 +29,7 @@ from pagesim.loop import Arrivals, Hooks, SchedulerStuck, VirtualClock, drive, r
 from pagesim.recorder import BlockSnapshot, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
-
-
-@contextmanager
-def paused_gc():
-    """The cyclic garbage collector paused for a replay and restored after it: a replay makes no reference
-    cycles to speak of (after the full Azure conv replay a collection frees nothing), so collections would
-    only rescan the growing request and step tables (~10% of the run)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+from pagesim.utils import paused_gc
 
 
 class SimExecutor:
@@ -122,18 +107,19 @@ class Simulation:
         wall = time.perf_counter()
         with paused_gc():
             stats = run(self.engine())
-        wall = time.perf_counter() - wall
-        sched = self.scheduler
-        unfinished = [r for r in self.requests if not r.is_finished]
-        if unfinished:
-            raise SchedulerStuck(f"{len(unfinished)} requests neither finished nor rejected")
-        all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
-        steps = self.recorder.steps_frame()
+            wall = time.perf_counter() - wall
+            sched = self.scheduler
+            unfinished = [r for r in self.requests if not r.is_finished]
+            if unfinished:
+                raise SchedulerStuck(f"{len(unfinished)} requests neither finished nor rejected")
+            all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
+            steps = self.recorder.steps_frame()
+            requests = self.recorder.requests_frame(all_requests)
         return RunResult(
             name=name or self.config.run_name,
             config=self.config,
             steps=steps,
-            requests=self.recorder.requests_frame(all_requests),
+            requests=requests,
             snapshots=self.recorder.snapshots,
             sim_wall_s=wall,
             num_steps=self.recorder.num_steps,

@@ -193,12 +193,14 @@ def test_roofline_run_timing_equals_decode_run_times(model):
 @pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
 def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
     """Steps and runs that finish requests find them by the decode summary's deadline index (from
-    DEADLINES_MIN running requests; here from 2, so these traces take it often): still equal to step-by-step
-    simulation, and every decode summary left equals a full pass over the running requests."""
+    DEADLINES_MIN running requests; here from 2, so these traces take it often), and take their blocks by its
+    block-need index (from BLOCK_NEEDS_MIN, here 2 too): still equal to step-by-step simulation, and every
+    decode summary left (both indexes included) equals a full pass over the running requests."""
     from pagesim import fast_path, scheduler
 
-    monkeypatch.setattr(scheduler, "DEADLINES_MIN", 2)
-    monkeypatch.setattr(fast_path, "DEADLINES_MIN", 2)
+    for module in (scheduler, fast_path):
+        monkeypatch.setattr(module, "DEADLINES_MIN", 2)
+        monkeypatch.setattr(module, "BLOCK_NEEDS_MIN", 2)
     taken = []
     finish_deadline = scheduler.finish_deadline
 
@@ -208,10 +210,11 @@ def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
 
     monkeypatch.setattr(scheduler, "finish_deadline", counted)
     monkeypatch.setattr(fast_path, "finish_deadline", counted)
-    checked = []
+    checked, needs_checked = [], []
+    sched_block_size = [Config(model="llama-3-8b", gpu="h200", max_model_len=8192, **CONFIGS[name]).block_size]
     new_summary = scheduler.DecodeSummary
 
-    def checked_summary(step_id, running, fewest, total, longest, deadlines=None):
+    def checked_summary(step_id, running, fewest, total, longest, deadlines=None, block_needs=None):
         if running:  # what a pass over the running requests gives, as they are when the summary is left
             assert fewest == min(r.output_len - r.num_output_tokens for r in running)
             assert total == sum(r.num_computed_tokens for r in running)
@@ -222,7 +225,15 @@ def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
                 assert all(key == step_id + r.output_len - r.num_output_tokens - 1 for r in rs)
                 assert [running.index(r) for r in rs] == sorted(running.index(r) for r in rs)  # running order
             checked.append(len(running))
-        return new_summary(step_id, running, fewest, total, longest, deadlines)
+        if block_needs is not None:  # each running request at the step it takes its next block; ended ones freed
+            bs = sched_block_size[0]
+            live = {key: [r for r in rs if r.block_ids] for key, rs in block_needs.items()}
+            assert sorted(r.request_id for rs in live.values() for r in rs) == sorted(r.request_id for r in running)
+            for key, rs in live.items():
+                assert all(key == step_id + len(r.block_ids) * bs - r.num_computed_tokens for r in rs)
+                assert [running.index(r) for r in rs] == sorted(running.index(r) for r in rs)  # running order
+            needs_checked.append(len(running))
+        return new_summary(step_id, running, fewest, total, longest, deadlines, block_needs)
 
     monkeypatch.setattr(scheduler, "DecodeSummary", checked_summary)
     monkeypatch.setattr(fast_path, "DecodeSummary", checked_summary)
@@ -235,6 +246,7 @@ def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
     DEADLINE_USE[name] = DEADLINE_USE.get(name, 0) + sum(taken)
     if name == "paged":  # under memory pressure, preemptions break the summaries on some traces
         assert sum(taken) > 0 and checked, "the deadline index was never used: the test proves nothing"
+        assert needs_checked, "the block-need index was never kept: the test proves nothing"
 
 
 DEADLINE_USE: dict[str, int] = {}
@@ -250,11 +262,13 @@ def test_deadline_index_was_used_often():
 @pytest.mark.parametrize("overrides", [dict(), dict(num_gpu_blocks=400, preemption_mode="swap", swap_space=0.05)],
                          ids=["paged", "pressure-swap"])
 def test_decode_group_with_the_deadline_index_schedules_as_request_by_request(overrides, monkeypatch):
-    """Single steps whose decode group finishes requests by the deadline index (from 2 running requests here)
-    make the request-by-request pass's decisions and leave the same request states."""
+    """Single steps whose decode group finishes requests by the deadline index and takes blocks by the block-need
+    index (both from 2 running requests here) make the request-by-request pass's decisions and leave the same
+    request states."""
     from pagesim import scheduler
 
     monkeypatch.setattr(scheduler, "DEADLINES_MIN", 2)
+    monkeypatch.setattr(scheduler, "BLOCK_NEEDS_MIN", 2)
     trace = load_trace(Path(__file__).resolve().parent.parent / "traces/multiturn-300.jsonl", limit=200)
     plain = _step_by_step(trace, False, **overrides)
     taken = []
