@@ -484,10 +484,13 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     return out
 
 
-def run_calibration(executor, config: Config, progress=None, workloads=None, on_workload=None) -> pd.DataFrame:
+def run_calibration(executor, config: Config, progress=None, workloads=None, on_workload=None,
+                    advance: bool = True) -> pd.DataFrame:
     """Run every calibration workload through the live loop; one row per step with its features and duration.
 
-    `on_workload(rows so far)` is called after each workload (calibrate saves them as it goes).
+    `on_workload(rows so far)` is called after each workload (calibrate saves them as it goes). With `advance`
+    (ContextBuilding), the large steps after each workload's first TIMED_LARGE_STEPS are advanced and have no row;
+    without it every step is run and has its row, as in calibrations made before round 9.
     """
     frames = []
     if workloads is None:
@@ -509,7 +512,7 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
             return f
 
         rec = Recorder(sched, features_of)
-        timed = ContextBuilding(executor, name.startswith(TIMED_WHOLE))
+        context = ContextBuilding(executor, not advance or name.startswith(TIMED_WHOLE))
         pending = []  # (release step, request), in release order
         for count, p, o, *rest in groups:
             release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
@@ -521,7 +524,7 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
                                                  hash_block_size=bs if hashes else None)))
         pending.sort(key=lambda x: x[0])
         # Released before their step; an idle engine takes the next group at once (no step is ever empty).
-        run(drive(sched, timed, rec, Arrivals(pending, by_step=True), WallClock(),
+        run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
                   hooks=Hooks(plan=planned if sharing else None)))
         steps = stitch_durations(rec.steps_frame(), set())
         shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
@@ -529,7 +532,7 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
         for i, col in enumerate(WALK_COLUMNS):
             steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
         steps = steps.iloc[:-1]  # the last step has no successor to stitch to
-        frames.append(steps[~steps["step"].isin(timed.advanced)].assign(workload=name))
+        frames.append(steps[~steps["step"].isin(context.advanced)].assign(workload=name))
         if on_workload is not None:
             on_workload(pd.concat(frames, ignore_index=True))
         if progress is not None:
@@ -561,7 +564,8 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
     if unknown:
         raise UserError(f"{source}: workload {unknown[0]!r} is not one of this version's calibration workloads, "
                         "so its prefill walks cannot be replayed; recalibrate")
-    replayed = run_calibration(NoTime(), config, workloads=[(w, named[w]) for w in wanted])
+    # every step replayed: rows saved before round 9 have a row for each (an advancing calibration's rows are a subset)
+    replayed = run_calibration(NoTime(), config, workloads=[(w, named[w]) for w in wanted], advance=False)
     keys = ["workload", "step"]
     aligned = [c for c in FEATURE_COLUMNS if c in rows]  # every recorded feature the saved rows have
     merged = rows.drop(columns=[c for c in WALK_COLUMNS if c in rows]).merge(

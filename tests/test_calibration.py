@@ -177,8 +177,11 @@ def test_calibration_rows_keep_the_prefill_walks_and_a_refit_replays_them(worklo
     from pagesim.cost.features import prefill_walks
     from pagesim.errors import UserError
 
-    names = ["prefix-b4-c512-p2048", "eager-b4-c512"]
-    rows = run_calibration(NoTime(), CONFIG, workloads=[(n, workloads[n]) for n in names])
+    names = ["prefix-b4-c512-p2048", "eager-b4-c512", "skew-b31-s1024-l2048"]  # the last has advanced steps
+    # rows saved before round 9 (the ones that lack the walks) have every step, advanced ones included
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(n, workloads[n]) for n in names], advance=False)
+    advancing = run_calibration(NoTime(), CONFIG, workloads=[(n, workloads[n]) for n in names])
+    assert len(advancing) < len(rows)
     one = rows[rows["num_prefill_seqs"] == 1]
     q = one["num_prefill_tokens"]
     expected = [prefill_walks(int(ctx - n), int(n)) for ctx, n in zip(one["prefill_context_tokens"], q)]
@@ -187,6 +190,8 @@ def test_calibration_rows_keep_the_prefill_walks_and_a_refit_replays_them(worklo
     saved = rows.drop(columns=list(WALK_COLUMNS))
     replayed = with_replayed_walks(saved, CONFIG, "rows.csv")
     pd.testing.assert_frame_equal(replayed[rows.columns], rows)
+    replayed = with_replayed_walks(advancing.drop(columns=list(WALK_COLUMNS)), CONFIG, "rows.csv")
+    pd.testing.assert_frame_equal(replayed[advancing.columns], advancing)
     saved.loc[5, "num_prefill_tokens"] += 1
     with pytest.raises(UserError, match=r"rows.csv: row 5 .* does not match its replayed step"):
         with_replayed_walks(saved, CONFIG, "rows.csv")
