@@ -24,8 +24,8 @@ import numpy as np
 
 from pagesim.cost.features import shared_decode_tokens
 from pagesim.kv_manager import DecodeBlocks
-from pagesim.scheduler import (BLOCK_NEEDS_MIN, DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome,
-                               decode_block_needs, decode_deadlines, finish_deadline, take_block_needs, without)
+from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, decode_deadlines,
+                               finish_deadline, summary_block_needs, take_block_needs, without)
 
 NO_RUN = (0, 0, 0)
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
@@ -106,13 +106,8 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     summary = sched.decode_summary_now()
     first = sched.step_id
     n = len(running)
-    needs = needy = None
-    if summary is not None and n >= BLOCK_NEEDS_MIN and kv.grows_by_block and not kv.caches_full_blocks:  # by the index
-        needs = summary.block_needs
-        if needs is None:
-            needs = decode_block_needs(running, first, kv.block_size)
-        if needs is not None:
-            needy = take_block_needs(needs, first, k, kv.block_size)
+    needs = summary_block_needs(summary, running, first, kv) if summary is not None else None
+    needy = take_block_needs(needs, first, k, kv.block_size) if needs is not None else None
     blocks = kv.allocate_decode_steps(running, k, needy)
     sched.step_id += k
     outcome = StepOutcome()

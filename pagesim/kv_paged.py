@@ -349,10 +349,9 @@ class PagedKVCacheManager:
         taken = self.pool.take(len(requests), evicted)
         internal_steps, slots = [], []
         for j, r, block in zip(steps, requests, taken):
-            ids = r.block_ids
-            ids.append(block)
-            over = len(ids) * bs - r.prompt_len - r.output_len + 1  # internal_slots(r, bs), > 0 for its last block only
-            if over > 0:
+            r.block_ids.append(block)
+            over = internal_slots(r, bs)  # > 0 only for the request's last block (none before it grew)
+            if over:
                 internal_steps.append(j)
                 slots.append(over)
         if slots:

@@ -51,6 +51,7 @@ STEP_COLUMNS = (
 ROW_COLUMNS = (STEP_COLUMNS[:6] + FEATURE_COLUMNS + ("num_preemptions", "blocks_used", "blocks_cached", "blocks_free")
                + CATEGORIES + ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_host_hits"))
 assert sorted(ROW_COLUMNS) == sorted(STEP_COLUMNS)
+ROW_INDEX = {c: i for i, c in enumerate(ROW_COLUMNS)}
 # In-memory types of the step columns (int64 where sums can outgrow int32; the rest int32).
 NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
     "time_s": np.float64, "duration_s": np.float64,
@@ -346,7 +347,7 @@ class Recorder:
         """The rows and expanded decode runs since the last flush, as columns in step order."""
         if self.rows:
             table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
-            cols = {c: table[:, ROW_COLUMNS.index(c)].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
+            cols = {c: table[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
                     for c in STEP_COLUMNS}
         else:
             cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}

@@ -179,6 +179,19 @@ def add_block_need(needs: dict, req: Request, next_step: int, block_size: int) -
     return True
 
 
+def summary_block_needs(summary: DecodeSummary, running: list[Request], next_step: int, kv) -> dict | None:
+    """The block-need index of `running` (the summary's requests, all decoding from `next_step` on) for a decode
+    group or run to take its blocks by: the summary's, made now if it has none, where it applies and pays (tables
+    that grow by block, no prefix caching, BLOCK_NEEDS_MIN running requests); else None, and the summary drops any
+    index it had (blocks taken without it would leave it behind)."""
+    if len(running) < BLOCK_NEEDS_MIN or not kv.grows_by_block or kv.caches_full_blocks:
+        summary.block_needs = None
+        return None
+    if summary.block_needs is None:
+        summary.block_needs = decode_block_needs(running, next_step, kv.block_size)
+    return summary.block_needs
+
+
 def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> tuple[list[int], list[Request]]:
     """The block allocations of k decode steps from step `first` in the step-by-step order (by step, running order
     within a step): (the step within the run, the request) of each, as two lists; each request is put back
@@ -440,14 +453,10 @@ class Scheduler:
             return 0
         group = running[:n]
         needy = None
-        if fewest and n >= BLOCK_NEEDS_MIN and self.kv.grows_by_block and not self.kv.caches_full_blocks:
-            needs = summary.block_needs  # all of the running requests: their block needs from the index
-            if needs is None:
-                needs = summary.block_needs = decode_block_needs(running, plan.step_id, self.kv.block_size)
+        if fewest:  # the group is all of the running requests (the summary's): their block needs from the index
+            needs = summary_block_needs(summary, running, plan.step_id, self.kv)
             if needs is not None:
                 needy = take_block_needs(needs, plan.step_id, 1, self.kv.block_size)[1]
-        elif fewest:  # few requests (a pass is as cheap): the index is left behind, so it is dropped
-            summary.block_needs = None
         if not self.kv.allocate_decode_step(group, needy):
             return 0
         plan.decode_group, plan.decode_group_computed, plan.decode_group_max_computed = group, total, longest
