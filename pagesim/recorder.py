@@ -131,7 +131,7 @@ class Recorder:
         self.features_of = features_of
         self.sink = sink
         self.chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
-        self.chunks: list[dict[str, np.ndarray | int]] = []  # a count of rows for a column of zeros (_narrow)
+        self.chunks: list[dict[str, np.ndarray]] = []
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
         # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
@@ -329,8 +329,10 @@ class Recorder:
         self.flush()
         if self.sink is not None:
             return None
-        if self.chunks:
-            cols = {c: _joined([ch[c] for ch in self.chunks], NARROW[c]) for c in STEP_COLUMNS}
+        if len(self.chunks) == 1:
+            cols = self.chunks[0]
+        elif self.chunks:
+            cols = {c: np.concatenate([ch[c] for ch in self.chunks]) for c in STEP_COLUMNS}
         else:
             cols = {c: np.zeros(0, dtype=NARROW.get(c, np.int64)) for c in STEP_COLUMNS}
         self.chunks = []
@@ -480,24 +482,11 @@ def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
     return bool((np.bincount(steps, minlength=total) == 1).all())
 
 
-def _narrow(v: np.ndarray, dtype) -> np.ndarray | int:
-    """v as `dtype` when every value fits (else as it is: int64); for an int32 column of zeros, its length (the
-    zeros are made when the chunks are joined, as calloc'd memory that no one writes: _joined)."""
-    if dtype is np.int32 and len(v):
-        top, bottom = v.max(), v.min()
-        if top == bottom == 0:
-            return len(v)
-        if top > np.iinfo(np.int32).max or bottom < np.iinfo(np.int32).min:
-            return v.astype(np.int64, copy=False)
+def _narrow(v: np.ndarray, dtype) -> np.ndarray:
+    """v as `dtype` when every value fits (else as it is: int64)."""
+    if dtype is np.int32 and len(v) and (v.max() > np.iinfo(np.int32).max or v.min() < np.iinfo(np.int32).min):
+        return v.astype(np.int64, copy=False)
     return v.astype(dtype, copy=False)
-
-
-def _joined(pieces: list, dtype) -> np.ndarray:
-    """One column from its chunks' pieces (_narrow's: arrays, or lengths of zeros)."""
-    if all(isinstance(p, int) for p in pieces):
-        return np.zeros(sum(pieces), dtype=dtype)
-    arrays = [np.zeros(p, dtype=dtype) if isinstance(p, int) else p for p in pieces]
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _nan(v):
