@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.kernels.swap import _raw, cpu_cache_shape, swap_in, swap_out
+from engine.kernels.cache import raw_view
+from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 
 
 def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
@@ -50,8 +51,8 @@ class HostTier:
             return
         pairs = sorted(pairs, key=lambda p: p[1])
         src = torch.tensor([p[0] for p in pairs], dtype=torch.int64).to(kv_cache.device, non_blocking=True)
-        staged = _raw(kv_cache).index_select(2, src).movedim(2, 0).contiguous()  # compute stream, before the forward
-        host = _raw(self.cache)
+        staged = raw_view(kv_cache).index_select(2, src).movedim(2, 0).contiguous()  # compute stream, before the forward
+        host = raw_view(self.cache)
         self.stream.wait_stream(torch.cuda.current_stream(kv_cache.device))
         with torch.cuda.stream(self.stream):
             for pos, first, n in _runs([p[1] for p in pairs]):

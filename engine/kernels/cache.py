@@ -130,11 +130,11 @@ def copy_blocks(kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
     if src_dst.numel() == 0:
         return
     src_dst = src_dst.to(kv_cache.device, torch.int64)
-    kv_cache = _raw(kv_cache)
+    kv_cache = raw_view(kv_cache)
     kv_cache.index_copy_(2, src_dst[:, 1], kv_cache.index_select(2, src_dst[:, 0]))
 
 
-def _raw(cache: torch.Tensor) -> torch.Tensor:
+def raw_view(cache: torch.Tensor) -> torch.Tensor:
     """The same memory as uint8 for an fp8 cache (index_select/index_copy_ on float8 are not on every device)."""
     return cache.view(torch.uint8) if is_fp8(cache) else cache
 
@@ -152,7 +152,7 @@ def swap_blocks(src_cache: torch.Tensor, dst_cache: torch.Tensor, src_dst: torch
     if src_dst.numel() == 0:
         return
     src_dst = src_dst.to(torch.int64)
-    src_cache, dst_cache = _raw(src_cache), _raw(dst_cache)
+    src_cache, dst_cache = raw_view(src_cache), raw_view(dst_cache)
     src_idx, dst_idx = src_dst[:, 0].to(src_cache.device), src_dst[:, 1].to(dst_cache.device)
     shape = (*src_cache.shape[:2], src_dst.shape[0], *src_cache.shape[3:])
     pin = src_cache.device.type == "cpu" and dst_cache.device.type == "cuda"

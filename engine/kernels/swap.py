@@ -19,15 +19,13 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.cache import raw_view
+
 
 def cpu_cache_shape(kv_cache_shape: tuple[int, ...], num_cpu_blocks: int) -> tuple[int, ...]:
     """Block-major CPU cache shape for a GPU cache [L, 2, num_blocks, bs, Hkv, D]."""
     layers, two, _, *rest = kv_cache_shape
     return (num_cpu_blocks, layers, two, *rest)
-
-
-def _raw(cache: torch.Tensor) -> torch.Tensor:
-    return cache.view(torch.uint8) if cache.dtype == torch.float8_e4m3fn else cache
 
 
 @triton.jit
@@ -51,7 +49,7 @@ def _swap_kernel(gpu, cpu, gpu_ids, cpu_ids, num_gpu_blocks, SLABS: tl.constexpr
 
 def _words(cache: torch.Tensor) -> torch.Tensor:
     """The cache's bytes as the widest of int32 / int16 / uint8 that divides a row (head_dim elements)."""
-    raw = _raw(cache)
+    raw = raw_view(cache)
     row = raw.shape[-1] * raw.element_size()
     for dtype, size in ((torch.int32, 4), (torch.int16, 2)):
         if row % size == 0:
