@@ -12,6 +12,7 @@ bookkeeping is not lost between steps.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import subprocess
@@ -31,6 +32,7 @@ from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.run_warnings import config_warnings, emit, result_warnings
 from pagesim.scheduler import Scheduler
+from pagesim.utils import paused_gc
 
 
 def environment() -> dict:
@@ -86,8 +88,10 @@ class LiveReplay:
         from engine.compile_counter import CompileCounter
 
         captures_before = getattr(self.executor, "num_graph_captures", 0)
-        with CompileCounter() as compiles:
+        gc.collect()  # what the set-up left, before the clock; no collection pauses a step after it
+        with paused_gc() as gc_count, CompileCounter() as compiles:
             out = self._run()
+        out["summary"]["gc_collections_during_run"] = gc_count.collections
         out["summary"]["compilations_during_run"] = compiles.count
         out["summary"]["compiled_kernels_during_run"] = sorted(set(compiles.kernels))
         out["summary"]["graph_captures_during_run"] = getattr(self.executor, "num_graph_captures", 0) - captures_before
@@ -523,9 +527,11 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
                 pending.append((release, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq, prefix_hash_ids=hashes,
                                                  hash_block_size=bs if hashes else None)))
         pending.sort(key=lambda x: x[0])
+        gc.collect()  # between workloads: no collection pauses a timed step (paused_gc)
         # Released before their step; an idle engine takes the next group at once (no step is ever empty).
-        run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
-                  hooks=Hooks(plan=planned if sharing else None)))
+        with paused_gc():
+            run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
+                      hooks=Hooks(plan=planned if sharing else None)))
         steps = stitch_durations(rec.steps_frame(), set())
         shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
         steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)

@@ -300,7 +300,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "decisions": decisions,
         "request_level": requests_report,
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
-            "warmup_s", "compilations_during_run", "graph_captures_during_run")},
+            "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
     (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
     step_table.to_parquet(out_dir / "validation_steps.parquet", index=False)
