@@ -16,6 +16,6 @@ runs_summary() {
     [ -f "$d/summary.json" ] && python3 -c "import json, sys; s = json.load(open(sys.argv[1] + 'summary.json')); r = s['runs']['live']
 print(sys.argv[1], 'wall', round(r.get('wall_s', 0), 1), 'warmup_s', r.get('warmup_s'), 'compilations_during_run',
       r.get('compilations_during_run'), r.get('compiled_kernels_during_run'), 'graph_captures_during_run',
-      r.get('graph_captures_during_run'), 'profile', s.get('profile'))" "$d"
+      r.get('graph_captures_during_run'), 'gc', r.get('gc_collections_during_run'), 'profile', s.get('profile'))" "$d"
   done
 }
