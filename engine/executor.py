@@ -462,6 +462,24 @@ class GPUExecutor:
                 self.num_graph_captures += 1
         torch.cuda.synchronize(self.device)
 
+    def warm_transfers(self) -> int:
+        """Run the swap kernel (engine.kernels.swap) in each direction a run can use, so that its first swap or
+        host-tier load compiles nothing: GPU block 0 out to block 0 of the swap cache and back, and through the
+        host tier (its bytes come back as they were; no run has used those host blocks yet). Returns the round
+        trips made."""
+        pair, trips = torch.tensor([[0, 0]], dtype=torch.int64), 0
+        if self.cpu_cache is not None:
+            swap_out(self.kv_cache, self.cpu_cache, pair)
+            swap_in(self.cpu_cache, self.kv_cache, pair)
+            trips += 1
+        if self.host_tier is not None:
+            self.host_tier.store(self.kv_cache, [(0, 0)])
+            self.host_tier.load(self.kv_cache, [(0, 0)])
+            trips += 1
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+        return trips
+
     def warm_decode_variants(self) -> int:
         """Launch the decode attention once for every split count an eager (mixed) step can use.
 

@@ -149,8 +149,10 @@ def warm_up(executor, config: Config) -> dict:
     when the executor is made (their kernels built then). Here: a few
     requests through the real loop (a short prefill, a chunked prefill of a full token budget, mixed
     prefill + decode steps, recompute of nothing: just the shapes), then the decode attention at every
-    split count an eager step can pick (GPUExecutor.warm_decode_variants). Pointer alignment cannot
-    pick a variant (the executor packs its uploads aligned), so this covers every Triton variant.
+    split count an eager step can pick (GPUExecutor.warm_decode_variants), then the swap kernel in each direction
+    the run's swap cache and host tier use (GPUExecutor.warm_transfers). Pointer alignment cannot pick a variant
+    (the executor packs its uploads aligned; the swap kernel takes its ids as one tensor), so this covers every
+    Triton variant.
     """
     from engine.compile_counter import CompileCounter
 
@@ -166,8 +168,9 @@ def warm_up(executor, config: Config) -> dict:
     with CompileCounter() as compiles:
         run(drive(sched, executor, rec, Arrivals([(0, r) for r in requests], by_step=True), WallClock()))
         split_variants = executor.warm_decode_variants()
+        transfers = executor.warm_transfers()
     return {"warmup_s": time.perf_counter() - t0, "warmup_compilations": compiles.count,
-            "warmup_decode_split_variants": split_variants,
+            "warmup_decode_split_variants": split_variants, "warmup_transfer_round_trips": transfers,
             "graph_captures_at_start": getattr(executor, "num_graph_captures", 0)}
 
 

@@ -410,6 +410,21 @@ def test_fork_copies_run_before_swap_outs(toy_model):
         "the swapped-out block does not hold the fork's copy")
 
 
+def test_warming_the_transfers_leaves_the_cache_as_it_was(toy_model):
+    """live's warm-up runs the swap kernel both ways through the swap cache and the host tier (so a run's first swap
+    compiles nothing); the GPU block it round-trips comes back bit for bit."""
+    block = get_model("toy").kv_bytes_per_block(BS) / GIB
+    cfg = base_config("toy", BS, preemption_mode="swap", swap_space=4.5 * block, enable_prefix_caching=True,
+                      kv_offloading_size=4.5 * block)
+    ex = GPUExecutor(cfg, toy_model)
+    assert ex.cpu_cache is not None and ex.host_tier is not None
+    random_cache_bits(ex.kv_cache, 2)
+    original = ex.kv_cache.clone()
+    assert ex.warm_transfers() == 2
+    assert torch.equal(ex.kv_cache.view(torch.int32), original.view(torch.int32)), "warming the transfers changed the cache"
+    assert GPUExecutor(base_config("toy", BS), toy_model).warm_transfers() == 0
+
+
 # ---- token ids -----------------------------------------------------------------------------------
 def test_token_ids_follow_prefix_cache_keys():
     vocab = 1000

@@ -29,13 +29,16 @@ def cpu_cache_shape(kv_cache_shape: tuple[int, ...], num_cpu_blocks: int) -> tup
 
 
 @triton.jit
-def _swap_kernel(gpu, cpu, gpu_ids, cpu_ids, num_gpu_blocks, SLABS: tl.constexpr, SLAB: tl.constexpr,
+def _swap_kernel(gpu, cpu, ids, num_gpu_blocks, SLABS: tl.constexpr, SLAB: tl.constexpr,
                  BLOCK: tl.constexpr, TO_CPU: tl.constexpr):
-    """Program (i, slab): slab `slab` (layer * 2 + K/V) of GPU block gpu_ids[i] <-> CPU block cpu_ids[i], SLAB words
-    contiguous on both sides (GPU [SLABS, num_gpu_blocks, SLAB], CPU [num_cpu_blocks, SLABS, SLAB])."""
+    """Program (i, slab): slab `slab` (layer * 2 + K/V) of GPU block ids[i, 0] <-> CPU block ids[i, 1], SLAB words
+    contiguous on both sides (GPU [SLABS, num_gpu_blocks, SLAB], CPU [num_cpu_blocks, SLABS, SLAB]). The ids come
+    as one [n, 2] tensor: no argument's alignment or value depends on the block count, so one variant per direction
+    serves every swap (Triton specialises pointers on 16-byte alignment: two id rows of one [2, n] tensor gave odd
+    counts their own variant, compiled inside a live run's first odd swap)."""
     i, slab = tl.program_id(0), tl.program_id(1)
-    g = tl.load(gpu_ids + i).to(tl.int64)
-    c = tl.load(cpu_ids + i).to(tl.int64)
+    g = tl.load(ids + 2 * i).to(tl.int64)
+    c = tl.load(ids + 2 * i + 1).to(tl.int64)
     g_base = (slab * num_gpu_blocks + g) * SLAB
     c_base = (c * SLABS + slab) * SLAB
     for w0 in tl.static_range(0, SLAB, BLOCK):
@@ -65,8 +68,8 @@ def _swap(kv_cache: torch.Tensor, cpu_cache: torch.Tensor, gpu_ids: torch.Tensor
     layers, two, num_gpu_blocks = gpu.shape[:3]
     slab = gpu[0, 0, 0].numel()
     block = min(triton.next_power_of_2(slab), 4096)
-    ids = torch.stack([gpu_ids, cpu_ids]).to(kv_cache.device, torch.int64, non_blocking=True)
-    _swap_kernel[(gpu_ids.numel(), layers * two)](gpu, cpu, ids[0], ids[1], num_gpu_blocks, SLABS=layers * two,
+    ids = torch.stack([gpu_ids, cpu_ids], dim=1).to(kv_cache.device, torch.int64, non_blocking=True)
+    _swap_kernel[(gpu_ids.numel(), layers * two)](gpu, cpu, ids, num_gpu_blocks, SLABS=layers * two,
                                                   SLAB=slab, BLOCK=block, TO_CPU=to_cpu, num_warps=4)
 
 

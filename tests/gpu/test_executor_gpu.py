@@ -209,3 +209,30 @@ def test_after_warm_up_a_run_builds_no_kernel_variant_and_captures_no_graph(mode
     mixed = steps[(steps["num_prefill_tokens"] > 0) & (steps["num_decode_seqs"] > 0)]
     assert mixed["num_decode_seqs"].nunique() >= 10, "the load should mix prefills with many decode batch sizes"
     print(f"warm-up {record}; {len(steps)} steps, {len(mixed)} mixed with {mixed['num_decode_seqs'].nunique()} decode sizes")
+
+
+def test_after_warm_up_swaps_and_host_tier_loads_of_any_count_build_no_kernel_variant(model):
+    """Round 10's swap window compiled the swap kernel 4 times inside the run (its first swap-out and swap-in, then
+    again at the first odd block count: the two id rows' pointer alignment picked a variant) and the host-tier
+    window twice: 57-84 ms steps. After warm-up, swaps and host-tier loads of 1, 2, 3 and 5 blocks build nothing."""
+    from engine.compile_counter import CompileCounter
+    from engine.kernels.swap import swap_in, swap_out
+    from engine.live import warm_up
+    from pagesim.specs import GIB
+
+    block = Config(model=NAME, block_size=BS).block_bytes / GIB
+    cfg = Config(model=NAME, block_size=BS, max_model_len=2048, max_num_seqs=16, max_num_batched_tokens=512,
+                 num_gpu_blocks=300, preemption_mode="swap", swap_space=16 * block, enable_prefix_caching=True,
+                 kv_offloading_size=16 * block)
+    ex = GPUExecutor(cfg, model)
+    record = warm_up(ex, cfg)
+    assert record["warmup_transfer_round_trips"] == 2
+    with CompileCounter() as compiles:
+        for n in (1, 2, 3, 5):
+            pairs = torch.tensor([[10 + i, i] for i in range(n)], dtype=torch.int64)
+            swap_out(ex.kv_cache, ex.cpu_cache, pairs)
+            swap_in(ex.cpu_cache, ex.kv_cache, pairs.flip(1))
+            ex.host_tier.store(ex.kv_cache, [(20 + i, i) for i in range(n)])
+            ex.host_tier.load(ex.kv_cache, [(i, 30 + i) for i in range(n)])
+        torch.cuda.synchronize()
+    assert compiles.count == 0, f"{compiles.count} kernel variants built after warm-up: {sorted(set(compiles.kernels))}"
