@@ -5,7 +5,10 @@
 # bf16 `calibrate`, then kshot, the preemption window, the swap window, the host-tier bandwidth and the host-tier
 # window; then longdoc-b with its own `live --calibrate` of Llama-3.1-8B at 32k. Validate each run on any CPU
 # afterwards (python -m pagesim validate RESULTS/live/RUN).
-#   bash bench/h200_round10.sh OUT
+#   bash bench/h200_round10.sh OUT     # the call of 22ff9da
+#   bash bench/h200_round10.sh OUT b   # after the swap kernel's warm-up fix (96ae8cb): calibrate, the swap and
+#                                      # host-tier windows again (the first call compiled the swap kernel in them),
+#                                      # then the GPU tests
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -16,6 +19,20 @@ mkdir -p "$R/live" "$R/profiles"
 source "$(dirname "$0")/h200_lib.sh"
 pack() { tar -czf "$OUT/results.tgz" -C "$OUT" results; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+if [ "${2:-}" = b ]; then
+  P="$R/profiles/h200-llama-3-8b-$D-r10b.json"
+  BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"
+  profile_summary "$P"; pack
+  BUDGET=75 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" \
+      --preemption-mode swap --num-gpu-blocks 500 --out "$R/live/swap-sharegpt-bursty-r10b"; pack
+  H="$R/profiles/h200-llama-3-8b-$D-r10b-host-tier.json"
+  timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-r10b.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+  BUDGET=100 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
+      --watermark 0.01 --kv-offloading-size 4.7 --profile "$H" --out "$R/live/offload-kshot-r10b"
+  runs_summary "$R"; pack
+  timeout 200 python3 -m pytest -q -m gpu tests/gpu/ -p no:cacheprovider 2>&1 | tee "$R/gpu-tests.txt" | tail -4; pack
+  exit 0
+fi
 P="$R/profiles/h200-llama-3-8b-$D-r10.json"
 BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"
 profile_summary "$P"; pack
