@@ -15,6 +15,7 @@ import engine.kernels as K
 from engine.executor import GPUExecutor, kv_block_bytes
 from engine.kernels import reference as R
 from engine.kernels.decode import FP8_DECODE_CONFIG
+from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 from engine.model import AttentionMetadata, LlamaModel
 from pagesim.config import Config
 from pagesim.request import Request
@@ -315,9 +316,9 @@ def test_fp8_blocks_copy_and_swap_bit_exact():
     original = kv.clone()
     K.copy_blocks(kv, torch.tensor([[1, 7], [4, 2]]))
     assert torch.equal(kv[:, :, [7, 2]].view(torch.uint8), original[:, :, [1, 4]].view(torch.uint8))
-    host = torch.zeros(2, 2, 4, 8, 2, 16, dtype=FP8)
-    K.swap_blocks(kv, host, torch.tensor([[3, 0], [8, 3]]))
-    K.swap_blocks(host, kv, torch.tensor([[0, 5], [3, 6]]))
+    host = torch.zeros(cpu_cache_shape(tuple(kv.shape), 4), dtype=FP8, pin_memory=DEV == "cuda")
+    swap_out(kv, host, torch.tensor([[3, 0], [8, 3]]))
+    swap_in(host, kv, torch.tensor([[0, 5], [3, 6]]))
     if DEV == "cuda":
         torch.cuda.synchronize()
     assert torch.equal(kv[:, :, [5, 6]].view(torch.uint8), original[:, :, [3, 8]].view(torch.uint8)), \

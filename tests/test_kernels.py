@@ -153,16 +153,20 @@ def test_copy_blocks_copies_every_layer_k_and_v_exactly():
 
 
 def test_swapped_out_blocks_come_back_bit_exact():
+    from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
+
     g = gen(4)
     dev_cache = torch.randn(2, 2, 12, 16, 2, 16, generator=g).to(DEV, torch.bfloat16)
-    host_cache = torch.randn(2, 2, 6, 16, 2, 16, generator=g).to(torch.bfloat16)
+    host_cache = torch.randn(cpu_cache_shape(tuple(dev_cache.shape), 6), generator=g).to(torch.bfloat16)
     if DEV == "cuda":
         host_cache = host_cache.pin_memory()
     original = dev_cache.clone()
-    K.swap_blocks(dev_cache, host_cache, torch.tensor([[3, 5], [8, 0], [11, 2]]))
-    assert torch.equal(host_cache[:, :, [5, 0, 2]], original[:, :, [3, 8, 11]].cpu())
+    swap_out(dev_cache, host_cache, torch.tensor([[3, 5], [8, 0], [11, 2]]))
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    assert torch.equal(host_cache[[5, 0, 2]], original[:, :, [3, 8, 11]].movedim(2, 0).cpu())
     dev_cache[:, :, [3, 8, 11]] = torch.randn(2, 2, 3, 16, 2, 16, generator=g).to(DEV, torch.bfloat16)
-    K.swap_blocks(host_cache, dev_cache, torch.tensor([[5, 1], [0, 4], [2, 6]]))  # back, to other blocks
+    swap_in(host_cache, dev_cache, torch.tensor([[5, 1], [0, 4], [2, 6]]))  # back, to other blocks
     if DEV == "cuda":
         torch.cuda.synchronize()
     assert torch.equal(dev_cache[:, :, [1, 4, 6]].view(torch.int16), original[:, :, [3, 8, 11]].view(torch.int16))

@@ -1,9 +1,9 @@
 """Writing tokens into the paged KV cache, and moving whole blocks (copy-on-write, swap).
 
 Layout: see engine.kernels. ``store_kvcache`` is a Triton kernel (one program per token, ~10 lines);
-``copy_blocks`` and ``swap_blocks`` move whole blocks with torch's gather/scatter copies, which are
-already bandwidth-bound and need no kernel of our own. They move raw bytes, so an fp8 cache is
-copied bit-exactly like any other.
+``copy_blocks`` moves whole blocks with torch's gather/scatter copies, which are already
+bandwidth-bound and need no kernel of our own (swaps: engine.kernels.swap). It moves raw bytes, so an
+fp8 cache is copied bit-exactly like any other.
 
 FP8 (vLLM's ``kv_cache_dtype="fp8"``): a cache of dtype float8_e4m3fn stores ``x / scale``,
 saturated to e4m3's +-448, with one fp32 scale per layer for K and one for V (tensors of one
@@ -137,28 +137,3 @@ def copy_blocks(kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
 def raw_view(cache: torch.Tensor) -> torch.Tensor:
     """The same memory as uint8 for an fp8 cache (index_select/index_copy_ on float8 are not on every device)."""
     return cache.view(torch.uint8) if is_fp8(cache) else cache
-
-
-def swap_blocks(src_cache: torch.Tensor, dst_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
-    """Move block ``src_dst[i, 0]`` of src_cache to block ``src_dst[i, 1]`` of dst_cache, all layers, K and V.
-
-    Both caches are [L, 2, blocks, block_size, Hkv, D] (the CPU one pinned, with its own block count);
-    the copy is bit-exact. How: gather the blocks on the source device into one staging tensor
-    [L, 2, M, ...] (pinned when it is on the CPU), one transfer, scatter on the destination device.
-    Swap-in (CPU -> GPU) is asynchronous: the pinned staging buffer is kept alive by torch's caching
-    host allocator until the copy has run. Swap-out (GPU -> CPU) synchronizes the current stream
-    before the CPU scatter, since the CPU must not read the staging buffer before the copy lands.
-    """
-    if src_dst.numel() == 0:
-        return
-    src_dst = src_dst.to(torch.int64)
-    src_cache, dst_cache = raw_view(src_cache), raw_view(dst_cache)
-    src_idx, dst_idx = src_dst[:, 0].to(src_cache.device), src_dst[:, 1].to(dst_cache.device)
-    shape = (*src_cache.shape[:2], src_dst.shape[0], *src_cache.shape[3:])
-    pin = src_cache.device.type == "cpu" and dst_cache.device.type == "cuda"
-    staged = torch.empty(shape, dtype=src_cache.dtype, device=src_cache.device, pin_memory=pin)
-    torch.index_select(src_cache, 2, src_idx, out=staged)
-    moved = staged.to(dst_cache.device, non_blocking=True)
-    if src_cache.device.type == "cuda" and dst_cache.device.type == "cpu":
-        torch.cuda.current_stream(src_cache.device).synchronize()
-    dst_cache.index_copy_(2, dst_idx, moved)

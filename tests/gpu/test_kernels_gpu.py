@@ -10,6 +10,7 @@ import torch
 
 import engine.kernels as K
 from engine.kernels import reference as R
+from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 from engine.model import AttentionMetadata, LlamaModel
 from pagesim.specs import get_model
 from tests.test_kernels import assert_close, block_tables_for, random_cache
@@ -78,11 +79,11 @@ def test_store_copy_and_swap_at_real_size():
     K.copy_blocks(kv, pairs)
     assert torch.equal(kv, expected), "copy_blocks"
 
-    host = torch.empty((4, 2, 32, 16, HKV, D), dtype=BF16, pin_memory=True)
+    host = torch.empty(cpu_cache_shape(tuple(kv.shape), 32), dtype=BF16, pin_memory=True)
     original = kv[:, :, [7, 99, 250]].clone()
-    K.swap_blocks(kv, host, torch.tensor([[7, 31], [99, 0], [250, 12]]))
+    swap_out(kv, host, torch.tensor([[7, 31], [99, 0], [250, 12]]))
     kv[:, :, [7, 99, 250]] = torch.randn(original.shape, device=DEV).to(BF16)
-    K.swap_blocks(host, kv, torch.tensor([[31, 1], [0, 2], [12, 3]]))
+    swap_in(host, kv, torch.tensor([[31, 1], [0, 2], [12, 3]]))
     torch.cuda.synchronize()
     assert torch.equal(kv[:, :, [1, 2, 3]].view(torch.int16), original.view(torch.int16)), "swap is not bit-exact"
 
