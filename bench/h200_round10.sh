@@ -9,6 +9,7 @@
 #   bash bench/h200_round10.sh OUT b   # after the swap kernel's warm-up fix (96ae8cb): calibrate, the swap and
 #                                      # host-tier windows again (the first call compiled the swap kernel in them),
 #                                      # then the GPU tests
+#   bash bench/h200_round10.sh OUT c   # the GPU tests of the merged round, then the fp8 calibration and fp8 window
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -31,6 +32,16 @@ if [ "${2:-}" = b ]; then
       --watermark 0.01 --kv-offloading-size 4.7 --profile "$H" --out "$R/live/offload-kshot-r10b"
   runs_summary "$R"; pack
   timeout 200 python3 -m pytest -q -m gpu tests/gpu/ -p no:cacheprovider 2>&1 | tee "$R/gpu-tests.txt" | tail -4; pack
+  exit 0
+fi
+if [ "${2:-}" = c ]; then
+  timeout 200 python3 -m pytest -q -m gpu tests/gpu/ -p no:cacheprovider 2>&1 | tee "$R/gpu-tests.txt" | tail -4; pack
+  PF="$R/profiles/h200-llama-3-8b-fp8-$D-r10.json"
+  BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$PF"
+  profile_summary "$PF"; pack
+  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --enable-prefix-caching --watermark 0.01 --limit 150 \
+      --num-gpu-blocks 600 --kv-cache-dtype fp8 --profile "$PF" --out "$R/live/fp8-kshot-r10"
+  runs_summary "$R"; pack
   exit 0
 fi
 P="$R/profiles/h200-llama-3-8b-$D-r10.json"
