@@ -303,8 +303,8 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
             "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
     (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
-    step_table.to_parquet(out_dir / "validation_steps.parquet", index=False)
-    sim.steps.assign(run="sim").to_parquet(out_dir / "sim_steps.parquet", index=False)
+    step_table.to_parquet(out_dir / "validation_steps.parquet", index=False, compression="zstd")
+    sim.steps.assign(run="sim").to_parquet(out_dir / "sim_steps.parquet", index=False, compression="zstd")
     sim.requests.assign(run="sim").to_csv(out_dir / "sim_requests.csv", index=False)
     report["out_dir"] = str(out_dir)
     return report
