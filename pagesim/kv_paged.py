@@ -291,53 +291,38 @@ class PagedKVCacheManager:
         bs = self.block_size
         if needy is not None:
             return self._allocate_in_order(*needy)
-        if k <= bs:
-            return self._allocate_short_decode_steps(running, k)
-        n = len(running)
-        keys = []  # step * n + running index of every block allocation: sorted, the step-by-step order
+        # (room left in its table, index) of each request that takes a block within the k steps: it takes one in
+        # the step its table ends (its room), then every block_size steps
+        rooms = [(room, idx) for idx, r in enumerate(running) if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
+        if not rooms:
+            return NO_DECODE_BLOCKS
+        rooms.sort()
+        if rooms[-1][0] >= bs:  # allocate_slots, swap_in and fork give a table at most the step's tokens ahead
+            raise AssertionError(f"a decoding request's block table ends {rooms[-1][0]} slots past its next token")
+        # Every table ends within block_size steps, so each block_size steps of the run take the blocks of the
+        # same requests in the same (room, index) order, the last such period those of a prefix of them: the
+        # i-th of the m requests takes blocks i, i + m, i + 2m, ... of those taken.
+        m = len(rooms)
+        steps = [room for room, _ in rooms]
+        for period in range(bs, k, bs):
+            steps += [j for room, _ in rooms if (j := room + period) < k]
+        evicted: list[bool] = []
+        taken = self.pool.take(len(steps), evicted)
         internal_steps, internal_slots = [], []
-        # the requests that need a block within the k steps (their table ends before their k-th next token)
-        for idx in [idx for idx, r in enumerate(running) if len(r.block_ids) * bs - r.num_computed_tokens < k]:
+        for i, (room, idx) in enumerate(rooms):
             r = running[idx]
-            computed = r.num_computed_tokens
             held = len(r.block_ids)
-            keys.extend(range((held * bs - computed) * n + idx, k * n, bs * n))  # from the step that needs its next block
+            r.block_ids += taken[i::m] if k > room + bs else (taken[i],)
             # A request's last block is the only one that can reach past its final length.
             final = r.prompt_len + r.output_len - 1  # final_kv_len
             last = (final - 1) // bs  # index of the block holding its last KV slot
-            j = last * bs - computed  # the step that allocates it (>= the first when last >= held)
-            if last >= held and j < k:
-                internal_steps.append(j)
-                internal_slots.append((last + 1) * bs - final)
-        if not keys:  # nothing allocated, so no internal fragmentation added either
-            return NO_DECODE_BLOCKS
-        keys.sort()
+            if held <= last < len(r.block_ids) and (over := (last + 1) * bs - final):
+                internal_steps.append(room + (last - held) * bs)
+                internal_slots.append(over)
         if internal_slots:
-            self.num_internal_slots += sum(internal_slots)  # each request's last block: (last + 1) * bs - final
-        evicted: list[bool] = []
-        taken = self.pool.take(len(keys), evicted)
-        if n == 1:
-            running[0].block_ids.extend(taken)
-            steps = keys
-        else:
-            steps = []
-            add_step = steps.append
-            for key, block in zip(keys, taken):
-                j, idx = divmod(key, n)
-                running[idx].block_ids.append(block)
-                add_step(j)
+            self.num_internal_slots += sum(internal_slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
         return DecodeBlocks(steps, evicted_steps, internal_steps, internal_slots)
-
-    def _allocate_short_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
-        """allocate_decode_steps for k <= block_size: a request whose table ends within the k steps takes exactly
-        one block, in the step its table ends (the room left in its table), so the allocations in step order
-        (running order within a step) are the (room, index) pairs sorted."""
-        bs = self.block_size
-        needy = [(room, idx) for idx, r in enumerate(running)
-                 if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
-        needy.sort()
-        return self._allocate_in_order([room for room, _ in needy], [running[idx] for _, idx in needy])
 
     def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:
         """One block for each request of `requests`, in its order (the step-by-step order), in the run's step of

@@ -23,7 +23,7 @@ from pagesim.request import Request, RequestStatus
 from pagesim.scheduler import Scheduler, StepPlan
 
 if TYPE_CHECKING:
-    from pagesim.fast_path import DecodeRun
+    from pagesim.kv_manager import DecodeBlocks
 
 FEATURE_COLUMNS = (
     "num_prefill_tokens",
@@ -202,19 +202,21 @@ class Recorder:
         f = self.features_of(plan)
         self._append_row(plan.step_id, start, duration, num_running, _features_tuple(f), len(plan.preempted))
 
-    def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], run: DecodeRun,
+    def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], n: int,
+                          context_start: int, max_context_start: int, b: DecodeBlocks, finished: list,
                           before: tuple) -> None:
-        """Rows for a decode run, kept compactly and expanded in bulk by steps_frame(); `before` is `memory_state()`
-        taken just before the run was applied.
+        """Rows for a run of k = len(starts) decode steps of n requests, kept compactly and expanded in bulk by
+        steps_frame(): `context_start` and `max_context_start` are the sum and the max of their
+        num_computed_tokens before it, `b` the blocks it took, `finished` the requests that finished in its last
+        step; `before` is `memory_state()` taken just before the run was applied.
 
         Every row follows the run's formulas (memory changes only by the blocks the run took) but the last one's
         memory, which is kept with the run: the state after it when it finished requests (they freed their
         blocks), else the formulas' own value, which is also the state now.
         """
-        k, n = run.k, run.num_seqs
+        k = len(starts)
         s = self.sched
-        b = run.blocks
-        if run.outcome.finished:
+        if finished:
             self._memory_cache = None
             after = self.memory_state()
         else:
@@ -225,7 +227,7 @@ class Recorder:
             deltas = self._prefix_deltas()
         else:
             deltas = NO_PREFIX_DELTAS
-        self.runs.extend((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped), run.max_context_start)
+        self.runs.extend((first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start)
                          + before + after + deltas + (len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
         self.run_starts.fromlist(starts)
         self.run_durations.fromlist(durations)
