@@ -381,19 +381,15 @@ class PagedKVCacheManager:
 
     def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
         """Slots per category. `running` are the requests holding GPU blocks."""
+        return MemoryAccounting(*self.accounting_values(running, head, used),
+                                total=self.num_gpu_blocks * self.block_size)  # the null block holds no KV
+
+    def accounting_values(self, running: list[Request], head: Request | None = None,
+                          used: int | None = None) -> tuple[int, int, int, int, int, int]:
         bs = self.block_size
         pool = self.pool
-        used = num_computed(running) if used is None else used
+        used = (num_computed(running) if used is None else used) - pool.num_extra_refs * bs  # a shared block counts once
         internal = self.num_internal_slots
-        used -= pool.num_extra_refs * bs  # a shared block (always full) counts once
-        allocated = pool.num_used_blocks * bs
+        free = pool.num_free_blocks
         cached = pool.num_free_cached * bs
-        return MemoryAccounting(
-            used=used,
-            reserved=allocated - used - internal,
-            internal_fragmentation=internal,
-            external_fragmentation=0,
-            free=pool.num_free_blocks * bs - cached,
-            cached=cached,
-            total=self.num_gpu_blocks * bs,  # the null block holds no KV
-        )
+        return used, (self.num_gpu_blocks - free) * bs - used - internal, internal, 0, free * bs - cached, cached

@@ -63,7 +63,6 @@ NO_PREFIX_DELTAS = (0, 0, 0)
 RUN_FIELDS = 7 + 9 + 9 + 3 + 3  # values kept per decode run (Recorder._runs_columns)
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
-_categories_tuple = attrgetter(*CATEGORIES)
 REQUEST_COLUMNS = (
     "request_id",
     "parent_id",
@@ -172,10 +171,11 @@ class Recorder:
             return self._memory_cache[1]
         kv = self.sched.kv
         summary = self.sched.decode_summary_now()  # with the running requests' num_computed_tokens summed
-        acc = kv.accounting(self.sched.running, head, None if summary is None else summary.total_computed)
+        values = kv.accounting_values(self.sched.running, head, None if summary is None else summary.total_computed)
+        used, reserved, internal, _, _, cached = values  # CATEGORIES
         bs = kv.block_size
-        allocated_blocks, cached_blocks = acc.allocated // bs, acc.cached // bs
-        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + _categories_tuple(acc)
+        allocated_blocks, cached_blocks = (used + reserved + internal) // bs, cached // bs
+        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + values
         self._memory_cache = (head, memory)
         return memory
 
