@@ -293,31 +293,32 @@ class PagedKVCacheManager:
             return self._allocate_in_order(*needy)
         # (room left in its table, index) of each request that takes a block within the k steps: it takes one in
         # the step its table ends (its room), then every block_size steps
-        rooms = [(room, idx) for idx, r in enumerate(running) if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
+        rooms = [(room, idx, r) for idx, r in enumerate(running)
+                 if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
         if not rooms:
             return NO_DECODE_BLOCKS
-        rooms.sort()
+        rooms.sort()  # by (room, index): the indexes differ
         if rooms[-1][0] >= bs:  # allocate_slots, swap_in and fork give a table at most the step's tokens ahead
             raise AssertionError(f"a decoding request's block table ends {rooms[-1][0]} slots past its next token")
         # Every table ends within block_size steps, so each block_size steps of the run take the blocks of the
         # same requests in the same (room, index) order, the last such period those of a prefix of them: the
         # i-th of the m requests takes blocks i, i + m, i + 2m, ... of those taken.
         m = len(rooms)
-        steps = [room for room, _ in rooms]
+        steps = [room for room, _, _ in rooms]
         for period in range(bs, k, bs):
-            steps += [j for room, _ in rooms if (j := room + period) < k]
+            steps += [j for room, _, _ in rooms if (j := room + period) < k]
         evicted: list[bool] = []
         taken = self.pool.take(len(steps), evicted)
         internal_steps, internal_slots = [], []
-        for i, (room, idx) in enumerate(rooms):
-            r = running[idx]
-            held = len(r.block_ids)
-            r.block_ids += taken[i::m] if k > room + bs else (taken[i],)
-            # A request's last block is the only one that can reach past its final length.
-            final = r.prompt_len + r.output_len - 1  # final_kv_len
-            last = (final - 1) // bs  # index of the block holding its last KV slot
-            if held <= last < len(r.block_ids) and (over := (last + 1) * bs - final):
-                internal_steps.append(room + (last - held) * bs)
+        for i, (room, _, r) in enumerate(rooms):
+            ids = r.block_ids
+            held = len(ids)
+            ids += taken[i::m] if k > room + bs else (taken[i],)
+            # slots past the final length (internal_slots): only the request's last block reaches past it, and the
+            # table reached no further than the final length before it grew (allocate_slots)
+            over = len(ids) * bs - r.prompt_len - r.output_len + 1
+            if over > 0:  # its last block, index len(ids) - 1, taken in the step its room reached it
+                internal_steps.append(room + (len(ids) - 1 - held) * bs)
                 internal_slots.append(over)
         if internal_slots:
             self.num_internal_slots += sum(internal_slots)
