@@ -261,7 +261,8 @@ class Recorder:
         rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
         offsets = np.cumsum(K) - K
         j = np.arange(int(K.sum())) - np.repeat(offsets, K) + 1  # 1-based step within its run
-        at = rep(0) + j - 1 - self.first_step  # each row's step, from the chunk's first
+        step = rep(0) + j - 1
+        at = step - self.first_step  # each row's step, from the chunk's first
         span = self.num_steps - self.first_step
 
         def per_row(steps, count_col, weights=None):
@@ -278,13 +279,13 @@ class Recorder:
         block_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
         n = rep(2)
         blocks_used = rep(7) + segment_cumsum(per_row(block_steps, 28))
-        cached_blocks = rep(8) - segment_cumsum(per_row(evicted_steps, 29))
+        cached_blocks = rep(8) - segment_cumsum(per_row(evicted_steps, 29)) if evicted_steps else rep(8)
         internal = rep(12) + segment_cumsum(per_row(internal_steps, 30, internal_slots))
         used = rep(10) + n * j
         allocated = blocks_used * bs
         external = rep(13)
         cols = {
-            "step": rep(0) + j - 1,
+            "step": step,
             "time_s": np.array(self.run_starts, dtype=np.float64),  # copies: the buffers are reused
             "duration_s": np.array(self.run_durations, dtype=np.float64),
             "num_running": n,
