@@ -17,31 +17,20 @@ run left one (it advanced every running request and learnt them), else in one pa
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
 from itertools import accumulate
 
 import numpy as np
 
 from pagesim.cost.features import shared_decode_tokens
 from pagesim.kv_manager import DecodeBlocks
+from pagesim.request import Request
 from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, decode_deadlines,
                                finish_deadline, summary_block_needs, take_block_needs, without)
 
 NO_RUN = (0, 0, 0)
+NOBODY: list[Request] = []  # read-only: a run that finished nobody
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
 FUSED_RUN = 100  # ... or up to this many by a cost model that times them on floats (decode_run_until)
-
-
-@dataclass(slots=True)
-class DecodeRun:
-    """What a batch of k identical decode steps did, for recorders."""
-
-    k: int
-    num_seqs: int
-    context_start: int  # tokens in the cache for the running requests before the first step
-    max_context_start: int  # the most any one of them has then (step j, 0-based, reads max + j + 1 for it)
-    blocks: DecodeBlocks  # the blocks the steps took, by step
-    outcome: StepOutcome
 
 
 def decode_run_limit(sched: Scheduler) -> int:
@@ -93,8 +82,10 @@ def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
     return sched.kv.max_decode_steps(running, limit), total, longest
 
 
-def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, int] | None = None) -> DecodeRun:
+def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, int] | None = None
+                     ) -> tuple[DecodeBlocks, list[Request]]:
     """Apply k pure-decode steps at once, the last ending at `end`. Requires k <= decode_run_limit().
+    Returns the blocks the steps took, by step, and the requests that finished in the last one.
 
     `context`: the running requests' (sum, max) of num_computed_tokens, when the caller has them.
     """
@@ -109,33 +100,37 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     needs = summary_block_needs(summary, running, first, kv) if summary is not None else None
     needy = take_block_needs(needs, first, k, kv.block_size) if needs is not None else None
     blocks = kv.allocate_decode_steps(running, k, needy)
-    sched.step_id += k
-    outcome = StepOutcome()
+    sched.step_id = step_id = first + k
     if summary is not None and not kv.caches_full_blocks and (summary.fewest_left > k or n >= DEADLINES_MIN):
         # No block needs registering: each request only counts its k tokens, the ones due in the last step
         # finish (found by the summary's deadline index; nobody when the fewest left is > k), and the summary
         # follows from the last one (every running request k tokens further).
+        fewest, total, longest = summary.fewest_left - k, summary.total_computed + n * k, summary.max_computed + k
         deadlines = summary.deadlines
-        if summary.fewest_left <= k and deadlines is None:
+        if fewest <= 0 and deadlines is None:
             deadlines = decode_deadlines(running, first)
         for r in running:
             r.num_computed_tokens += k
             r.num_output_tokens += k
-        fewest, total, longest = summary.fewest_left - k, summary.total_computed + n * k, summary.max_computed + k
-        if fewest <= 0:  # == 0: the run stops at the first step in which a request finishes
-            total, max_left = finish_deadline(sched, deadlines, sched.step_id - 1, total, longest, end, outcome)
-            sched.running = without(running, outcome.finished)
-            fewest = min(deadlines) - sched.step_id + 1 if deadlines else NO_LIMIT
-            if max_left:
-                longest = max([r.num_computed_tokens for r in sched.running], default=0)
-        sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest, deadlines, needs)
-        return DecodeRun(k, n, context[0], context[1], blocks, outcome)
-    cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
+        if fewest > 0:
+            sched.decode_summary = DecodeSummary(step_id, running, fewest, total, longest, deadlines, needs)
+            return blocks, NOBODY
+        # == 0: the run stops at the first step in which a request finishes
+        outcome = StepOutcome()
+        total, max_left = finish_deadline(sched, deadlines, step_id - 1, total, longest, end, outcome)
+        sched.running = running = without(running, outcome.finished)
+        fewest = min(deadlines) - step_id + 1 if deadlines else NO_LIMIT
+        if max_left:
+            longest = max([r.num_computed_tokens for r in running], default=0)
+        sched.decode_summary = DecodeSummary(step_id, running, fewest, total, longest, deadlines, needs)
+        return blocks, outcome.finished
+    caching, cache_full_blocks, bs = kv.caches_full_blocks, kv.cache_full_blocks, kv.block_size
+    outcome = StepOutcome()
     fewest, total, longest = NO_LIMIT, 0, 0  # the decode summary of those that go on running
     for r in running:
         old = r.num_computed_tokens
         r.num_computed_tokens = computed = old + k
-        if computed // bs != old // bs:  # a block became full (else there is nothing to register)
+        if caching and computed // bs != old // bs:  # a block became full (else there is nothing to register)
             cache_full_blocks(r, old)
         r.num_output_tokens = out = r.num_output_tokens + k
         left = r.output_len - out
@@ -149,8 +144,8 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
             longest = computed
     if outcome.finished:
         sched.running = without(running, outcome.finished)
-    sched.decode_summary = DecodeSummary(sched.step_id, sched.running, fewest, total, longest, block_needs=needs)
-    return DecodeRun(k, len(running), context[0], context[1], blocks, outcome)
+    sched.decode_summary = DecodeSummary(step_id, sched.running, fewest, total, longest, block_needs=needs)
+    return blocks, outcome.finished
 
 
 def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int, now: float,
@@ -198,6 +193,6 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
                                               0 if until is not None else SHORT_RUN)
     before = recorder.memory_state()
     first_step = sched.step_id
-    run = run_decode_steps(sched, m, end, (total, longest))
-    recorder.record_decode_run(first_step, starts, durations, run, before)
+    blocks, finished = run_decode_steps(sched, m, end, (total, longest))
+    recorder.record_decode_run(first_step, starts, durations, n, total, longest, blocks, finished, before)
     return m, end

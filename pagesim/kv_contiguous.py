@@ -213,17 +213,13 @@ class ContiguousKVCacheManager:
         return self.allocator.free_in_extents_shorter_than(self.run_blocks(head)) * self.block_size
 
     def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
+        return MemoryAccounting(*self.accounting_values(running, head, used), total=self.num_gpu_blocks * self.block_size)
+
+    def accounting_values(self, running: list[Request], head: Request | None = None,
+                          used: int | None = None) -> tuple[int, int, int, int, int, int]:
         bs = self.block_size
         used = num_computed(running) if used is None else used
         internal = self.num_internal_slots
         allocated = (self.num_gpu_blocks - self.allocator.num_free) * bs
         external = self.external_fragmentation(head)
-        return MemoryAccounting(
-            used=used,
-            reserved=allocated - used - internal,
-            internal_fragmentation=internal,
-            external_fragmentation=external,
-            free=self.allocator.num_free * bs - external,
-            cached=0,
-            total=self.num_gpu_blocks * bs,
-        )
+        return used, allocated - used - internal, internal, external, self.allocator.num_free * bs - external, 0

@@ -154,3 +154,8 @@ class KVCacheManager(Protocol):
         """Slots per memory category; `running` are all the requests holding GPU blocks (their used tokens are
         summed, unless the caller has the sum: `used`; the internal fragmentation of the tables handed out is
         kept by the manager as they change), `head` is the next request to admit."""
+
+    def accounting_values(self, running: list[Request], head: Request | None = None,
+                          used: int | None = None) -> tuple[int, int, int, int, int, int]:
+        """accounting()'s categories as a plain tuple in CATEGORIES' order, unchecked (the recorder's, once per
+        recorded step; accounting() checks them)."""

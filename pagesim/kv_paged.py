@@ -291,53 +291,39 @@ class PagedKVCacheManager:
         bs = self.block_size
         if needy is not None:
             return self._allocate_in_order(*needy)
-        if k <= bs:
-            return self._allocate_short_decode_steps(running, k)
-        n = len(running)
-        keys = []  # step * n + running index of every block allocation: sorted, the step-by-step order
-        internal_steps, internal_slots = [], []
-        # the requests that need a block within the k steps (their table ends before their k-th next token)
-        for idx in [idx for idx, r in enumerate(running) if len(r.block_ids) * bs - r.num_computed_tokens < k]:
-            r = running[idx]
-            computed = r.num_computed_tokens
-            held = len(r.block_ids)
-            keys.extend(range((held * bs - computed) * n + idx, k * n, bs * n))  # from the step that needs its next block
-            # A request's last block is the only one that can reach past its final length.
-            final = r.prompt_len + r.output_len - 1  # final_kv_len
-            last = (final - 1) // bs  # index of the block holding its last KV slot
-            j = last * bs - computed  # the step that allocates it (>= the first when last >= held)
-            if last >= held and j < k:
-                internal_steps.append(j)
-                internal_slots.append((last + 1) * bs - final)
-        if not keys:  # nothing allocated, so no internal fragmentation added either
+        # (room left in its table, index) of each request that takes a block within the k steps: it takes one in
+        # the step its table ends (its room), then every block_size steps
+        rooms = [(room, idx, r) for idx, r in enumerate(running)
+                 if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
+        if not rooms:
             return NO_DECODE_BLOCKS
-        keys.sort()
-        if internal_slots:
-            self.num_internal_slots += sum(internal_slots)  # each request's last block: (last + 1) * bs - final
+        rooms.sort()  # by (room, index): the indexes differ
+        if rooms[-1][0] >= bs:  # allocate_slots, swap_in and fork give a table at most the step's tokens ahead
+            raise AssertionError(f"a decoding request's block table ends {rooms[-1][0]} slots past its next token")
+        # Every table ends within block_size steps, so each block_size steps of the run take the blocks of the
+        # same requests in the same (room, index) order, the last such period those of a prefix of them: the
+        # i-th of the m requests takes blocks i, i + m, i + 2m, ... of those taken.
+        m = len(rooms)
+        steps = [room for room, _, _ in rooms]
+        for period in range(bs, k, bs):
+            steps += [j for room, _, _ in rooms if (j := room + period) < k]
         evicted: list[bool] = []
-        taken = self.pool.take(len(keys), evicted)
-        if n == 1:
-            running[0].block_ids.extend(taken)
-            steps = keys
-        else:
-            steps = []
-            add_step = steps.append
-            for key, block in zip(keys, taken):
-                j, idx = divmod(key, n)
-                running[idx].block_ids.append(block)
-                add_step(j)
+        taken = self.pool.take(len(steps), evicted)
+        internal_steps, internal_slots = [], []
+        for i, (room, _, r) in enumerate(rooms):
+            ids = r.block_ids
+            held = len(ids)
+            ids += taken[i::m] if k > room + bs else (taken[i],)
+            # slots past the final length (internal_slots): only the request's last block reaches past it, and the
+            # table reached no further than the final length before it grew (allocate_slots)
+            over = len(ids) * bs - r.prompt_len - r.output_len + 1
+            if over > 0:  # its last block, index len(ids) - 1, taken in the step its room reached it
+                internal_steps.append(room + (len(ids) - 1 - held) * bs)
+                internal_slots.append(over)
+        if internal_slots:
+            self.num_internal_slots += sum(internal_slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
         return DecodeBlocks(steps, evicted_steps, internal_steps, internal_slots)
-
-    def _allocate_short_decode_steps(self, running: list[Request], k: int) -> DecodeBlocks:
-        """allocate_decode_steps for k <= block_size: a request whose table ends within the k steps takes exactly
-        one block, in the step its table ends (the room left in its table), so the allocations in step order
-        (running order within a step) are the (room, index) pairs sorted."""
-        bs = self.block_size
-        needy = [(room, idx) for idx, r in enumerate(running)
-                 if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
-        needy.sort()
-        return self._allocate_in_order([room for room, _ in needy], [running[idx] for _, idx in needy])
 
     def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:
         """One block for each request of `requests`, in its order (the step-by-step order), in the run's step of
@@ -396,19 +382,15 @@ class PagedKVCacheManager:
 
     def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
         """Slots per category. `running` are the requests holding GPU blocks."""
+        return MemoryAccounting(*self.accounting_values(running, head, used),
+                                total=self.num_gpu_blocks * self.block_size)  # the null block holds no KV
+
+    def accounting_values(self, running: list[Request], head: Request | None = None,
+                          used: int | None = None) -> tuple[int, int, int, int, int, int]:
         bs = self.block_size
         pool = self.pool
-        used = num_computed(running) if used is None else used
+        used = (num_computed(running) if used is None else used) - pool.num_extra_refs * bs  # a shared block counts once
         internal = self.num_internal_slots
-        used -= pool.num_extra_refs * bs  # a shared block (always full) counts once
-        allocated = pool.num_used_blocks * bs
+        free = pool.num_free_blocks
         cached = pool.num_free_cached * bs
-        return MemoryAccounting(
-            used=used,
-            reserved=allocated - used - internal,
-            internal_fragmentation=internal,
-            external_fragmentation=0,
-            free=pool.num_free_blocks * bs - cached,
-            cached=cached,
-            total=self.num_gpu_blocks * bs,  # the null block holds no KV
-        )
+        return used, (self.num_gpu_blocks - free) * bs - used - internal, internal, 0, free * bs - cached, cached

@@ -11,7 +11,6 @@ released their blocks); `num_running` is the batch the step ran.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ from pagesim.request import Request, RequestStatus
 from pagesim.scheduler import Scheduler, StepPlan
 
 if TYPE_CHECKING:
-    from pagesim.fast_path import DecodeRun
+    from pagesim.kv_manager import DecodeBlocks
 
 FEATURE_COLUMNS = (
     "num_prefill_tokens",
@@ -48,8 +47,9 @@ STEP_COLUMNS = (
     + CATEGORIES
 )
 # The order in which a recorded step's values are kept (Recorder.rows): the parts as _append_row has them.
-ROW_COLUMNS = (STEP_COLUMNS[:6] + FEATURE_COLUMNS + ("num_preemptions", "blocks_used", "blocks_cached", "blocks_free")
-               + CATEGORIES + ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_host_hits"))
+MEMORY_COLUMNS = ("blocks_used", "blocks_cached", "blocks_free") + CATEGORIES  # Recorder.memory_state()'s values
+PREFIX_COLUMNS = ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_host_hits")
+ROW_COLUMNS = STEP_COLUMNS[:6] + FEATURE_COLUMNS + ("num_preemptions",) + MEMORY_COLUMNS + PREFIX_COLUMNS
 assert sorted(ROW_COLUMNS) == sorted(STEP_COLUMNS)
 ROW_INDEX = {c: i for i, c in enumerate(ROW_COLUMNS)}
 # In-memory types of the step columns (int64 where sums can outgrow int32; the rest int32).
@@ -60,10 +60,9 @@ NARROW = {c: np.int32 for c in STEP_COLUMNS} | {
 FLOAT_COLUMNS = ("time_s", "duration_s")
 CHUNK_STEPS = 1 << 16
 NO_PREFIX_DELTAS = (0, 0, 0)
-RUN_FIELDS = 7 + 9 + 3  # values kept per decode run (Recorder._runs_columns)
+RUN_FIELDS = 7 + 9 + 9 + 3 + 3  # values kept per decode run (Recorder._runs_columns)
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
-_categories_tuple = attrgetter(*CATEGORIES)
 REQUEST_COLUMNS = (
     "request_id",
     "parent_id",
@@ -172,10 +171,11 @@ class Recorder:
             return self._memory_cache[1]
         kv = self.sched.kv
         summary = self.sched.decode_summary_now()  # with the running requests' num_computed_tokens summed
-        acc = kv.accounting(self.sched.running, head, None if summary is None else summary.total_computed)
+        values = kv.accounting_values(self.sched.running, head, None if summary is None else summary.total_computed)
+        used, reserved, internal, _, _, cached = values  # CATEGORIES
         bs = kv.block_size
-        allocated_blocks, cached_blocks = acc.allocated // bs, acc.cached // bs
-        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + _categories_tuple(acc)
+        allocated_blocks, cached_blocks = (used + reserved + internal) // bs, cached // bs
+        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + values
         self._memory_cache = (head, memory)
         return memory
 
@@ -202,48 +202,41 @@ class Recorder:
         f = self.features_of(plan)
         self._append_row(plan.step_id, start, duration, num_running, _features_tuple(f), len(plan.preempted))
 
-    def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], run: DecodeRun,
+    def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], n: int,
+                          context_start: int, max_context_start: int, b: DecodeBlocks, finished: list,
                           before: tuple) -> None:
-        """Rows for a decode run; `before` is `memory_state()` taken just before the run was applied.
+        """Rows for a run of k = len(starts) decode steps of n requests, kept compactly and expanded in bulk by
+        steps_frame(): `context_start` and `max_context_start` are the sum and the max of their
+        num_computed_tokens before it, `b` the blocks it took, `finished` the requests that finished in its last
+        step; `before` is `memory_state()` taken just before the run was applied.
 
-        All but the last step are kept compactly and expanded in bulk by
-        steps_frame(); the last step, when it finished requests, is recorded
-        like any step, from the state; else it follows the run's formulas too
-        (memory changes only by the blocks the run took) and is kept with the run.
+        Every row follows the run's formulas (memory changes only by the blocks the run took) but the last one's
+        memory, which is kept with the run: the state after it when it finished requests (they freed their
+        blocks), else the formulas' own value, which is also the state now.
         """
-        k, n = run.k, run.num_seqs
+        k = len(starts)
         s = self.sched
+        if finished:
+            self._memory_cache = None
+            after = self.memory_state()
+        else:
+            after = self._memory_after(before, n * k, len(b.block_steps), len(b.evicted_steps), sum(b.internal_slots))
+            self._memory_cache = (self._head(), after)
         stats = s.kv.prefix_cache_stats
-        b = run.blocks
-        if (run.outcome is not None and not run.outcome.finished and stats.queries == self._queries
-                and stats.hits == self._hits and stats.host_hits == self._host_hits):
-            self.runs.extend((first_step, k, n, run.context_start, len(s.waiting), len(s.swapped), run.max_context_start)
-                             + before + (len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
-            self.run_starts.fromlist(starts)
-            self.run_durations.fromlist(durations)
-            if b.block_steps:
-                for kept, new in zip(self.run_blocks, (b.block_steps, b.evicted_steps, b.internal_steps, b.internal_slots)):
-                    kept.fromlist(new)
-            self._memory_cache = (self._head(), self._memory_after(before, n * k, len(b.block_steps), len(b.evicted_steps),
-                                                                   sum(b.internal_slots)))
-            self.num_steps = first_step + k
-            if self.num_steps - self.first_step >= self.chunk_steps:
-                self.flush()
-            return
-        if k > 1:  # the first k - 1 steps as a run (their blocks: those of steps < k - 1; the lists are by step)
-            last = k - 1
-            internal = [(j, slots) for j, slots in zip(b.internal_steps, b.internal_slots) if j < last]
-            blocks = (b.block_steps[:bisect_left(b.block_steps, last)], b.evicted_steps[:bisect_left(b.evicted_steps, last)],
-                      [j for j, _ in internal], [slots for _, slots in internal])
-            self.runs.extend((first_step, last, n, run.context_start, len(s.waiting), len(s.swapped),
-                              run.max_context_start) + before + tuple(map(len, blocks[:3])))
-            self.run_starts.fromlist(starts[:-1])
-            self.run_durations.fromlist(durations[:-1])
-            for kept, new in zip(self.run_blocks, blocks):
+        if stats.queries != self._queries or stats.hits != self._hits or stats.host_hits != self._host_hits:
+            deltas = self._prefix_deltas()
+        else:
+            deltas = NO_PREFIX_DELTAS
+        self.runs.extend((first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start)
+                         + before + after + deltas + (len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
+        self.run_starts.fromlist(starts)
+        self.run_durations.fromlist(durations)
+        if b.block_steps:
+            for kept, new in zip(self.run_blocks, (b.block_steps, b.evicted_steps, b.internal_steps, b.internal_slots)):
                 kept.fromlist(new)
-        # FEATURE_COLUMNS of a pure-decode step: only the decode counts are non-zero
-        features = (0, 0, 0, 0, n, run.context_start + n * k, run.max_context_start + k if n else 0, 0, 0, 0, 0, 0)
-        self._append_row(first_step + k - 1, float(starts[-1]), float(durations[-1]), n, features, 0)
+        self.num_steps = first_step + k
+        if self.num_steps - self.first_step >= self.chunk_steps:
+            self.flush()
 
     def _memory_after(self, before: tuple, used_delta: int, blocks: int, evicted: int, internal_delta: int) -> tuple:
         """memory_state() after a decode run that finished nobody, from the state before it (as _runs_columns)."""
@@ -260,14 +253,16 @@ class Recorder:
         every row of a decode run, the prefill and transfer features among them, are left out)."""
         kv = self.sched.kv
         bs = kv.block_size
-        # first step, k, n, context, waiting, swapped, max context; then memory_state()'s 3 + 6 values; then how
-        # many blocks, evicted blocks and internal-fragmentation entries the run has in run_blocks
+        # first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values before the run and
+        # after its last step; the last step's prefix-cache deltas; then how many blocks, evicted blocks and
+        # internal-fragmentation entries the run has in run_blocks
         meta = np.frombuffer(self.runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
         K = meta[:, 1]
         rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
         offsets = np.cumsum(K) - K
         j = np.arange(int(K.sum())) - np.repeat(offsets, K) + 1  # 1-based step within its run
-        at = rep(0) + j - 1 - self.first_step  # each row's step, from the chunk's first
+        step = rep(0) + j - 1
+        at = step - self.first_step  # each row's step, from the chunk's first
         span = self.num_steps - self.first_step
 
         def per_row(steps, count_col, weights=None):
@@ -283,14 +278,14 @@ class Recorder:
 
         block_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
         n = rep(2)
-        blocks_used = rep(7) + segment_cumsum(per_row(block_steps, 16))
-        cached_blocks = rep(8) - segment_cumsum(per_row(evicted_steps, 17))
-        internal = rep(12) + segment_cumsum(per_row(internal_steps, 18, internal_slots))
+        blocks_used = rep(7) + segment_cumsum(per_row(block_steps, 28))
+        cached_blocks = rep(8) - segment_cumsum(per_row(evicted_steps, 29)) if evicted_steps else rep(8)
+        internal = rep(12) + segment_cumsum(per_row(internal_steps, 30, internal_slots))
         used = rep(10) + n * j
         allocated = blocks_used * bs
         external = rep(13)
         cols = {
-            "step": rep(0) + j - 1,
+            "step": step,
             "time_s": np.array(self.run_starts, dtype=np.float64),  # copies: the buffers are reused
             "duration_s": np.array(self.run_durations, dtype=np.float64),
             "num_running": n,
@@ -309,6 +304,13 @@ class Recorder:
             "cached": cached_blocks * bs,
             "free": kv.num_gpu_blocks * bs - allocated - external - cached_blocks * bs,
         }
+        last = offsets + K - 1  # each run's last row: its memory and prefix-cache deltas as kept
+        for field, c in enumerate(MEMORY_COLUMNS + PREFIX_COLUMNS, 16):
+            if c not in cols:  # a prefix-cache column: 0 in every run row unless a last one has deltas
+                if not meta[:, field].any():
+                    continue
+                cols[c] = np.zeros(len(j), dtype=np.int64)
+            cols[c][last] = meta[:, field]
         return cols
 
     def flush(self) -> None:

@@ -45,6 +45,9 @@ and 0.99-1.02x from 1024 to 8192 tokens. A profile fitted on the real engine clo
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+
 import numpy as np
 
 from pagesim.config import Config
@@ -179,19 +182,21 @@ class RooflineCostModel:
         first = dense + c2 * kvb / mem_rate + overhead  # decode_run_times' expression, in its order
         if k > window and cut - now > (window - 1) * first:  # every step lasts at least the first: maybe a long run
             return None
-        starts: list[float] = []
-        durations: list[float] = []
-        add_start, add_duration = starts.append, durations.append
-        t, d = now, first
-        for _ in range(k if k < window else window):
-            add_start(t)
-            add_duration(d)
-            t += d
-            if t >= cut:
-                return starts, durations, t
-            c2 += n
-            d = dense + c2 * kvb / mem_rate + overhead
-        return (starts, durations, t) if len(starts) == k else None
+        # Every step lasts at least the first, so at most `most` start before cut (+2: rounding); their durations
+        # in one comprehension, their starts by a sequential sum (accumulate, as a step-by-step clock adds them).
+        w = k if k < window else window
+        span = (cut - now) / first  # inf without a cut
+        most = w if span >= w else int(span) + 2
+        durations = [dense + c * kvb / mem_rate + overhead for c in range(c2, c2 + n * (w if w <= most else most), n)]
+        times = list(accumulate(durations, initial=now))
+        m = bisect_left(times, cut, 1)  # the first step ending at or after cut is the last
+        if m == len(times) and len(durations) < w:  # (rounding beyond the margin: time all the window's steps)
+            durations = [dense + c * kvb / mem_rate + overhead for c in range(c2, c2 + n * w, n)]
+            times = list(accumulate(durations, initial=now))
+            m = bisect_left(times, cut, 1)
+        if m < len(times):
+            return times[:m], durations[:m], times[m]
+        return (times[:-1], durations, times[-1]) if w == k else None
 
     def describe(self) -> dict:
         return {"kind": "roofline", "model": self.model, "gpu": self.gpu,
