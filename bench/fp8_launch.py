@@ -53,9 +53,9 @@ def _swap_grid(launches):  # A and B swapped (DecodeConfig.swap_ab): (block_n, w
 
 # round 10: the swap-AB decode's tiles, stages and split counts (1x, 2x, 4x the shared rule's), beside the rule
 GRIDS["r10"] = GRIDS["r9"][:1] + _swap_grid([
-    (64, 4, 2, 1, False), (64, 4, 3, 1, False), (64, 4, 3, 1, True), (64, 4, 4, 1, True), (128, 4, 2, 1, False),
-    (128, 4, 2, 1, True), (128, 4, 3, 1, True), (128, 8, 2, 1, True), (256, 4, 2, 1, True), (256, 8, 2, 1, True),
-    (128, 4, 2, 2, True), (128, 4, 2, 4, True), (64, 4, 3, 2, True), (64, 4, 3, 4, True)])
+    (64, 4, 3, 1, False), (64, 4, 3, 1, True), (64, 4, 4, 1, True), (128, 4, 2, 1, False), (128, 4, 2, 1, True),
+    (128, 4, 3, 1, True), (128, 4, 4, 1, True), (128, 8, 2, 1, True), (256, 4, 2, 1, True), (128, 4, 2, 2, True),
+    (128, 4, 3, 2, True), (128, 4, 2, 4, True), (128, 4, 3, 4, True), (64, 4, 3, 2, True), (64, 4, 3, 4, True)])
 BF16_CANDIDATES = [("default", K.DecodeConfig(), 1), ("bn64-w2-s4-x2", K.DecodeConfig(64, 2, 4), 2),
                    ("bn64-w4-s4-x1", K.DecodeConfig(64, 4, 4), 1), ("bn64-w2-s3-x1", K.DecodeConfig(64, 2, 3), 1)]
 BF16_GRIDS = {"r6": BF16_CANDIDATES, "r9": BF16_CANDIDATES[:1], "r10": BF16_CANDIDATES[:1]}  # the speed-up's baseline
