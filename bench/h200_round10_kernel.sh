@@ -16,19 +16,19 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$log" 2>&1
 echo "commit ${PAGESIM_GIT_COMMIT:-unknown} mode $mode" >>"$log"
 if [ "$mode" = first ]; then
-  step ptx; timeout 60 python3 -m bench.fp8_ptx decode >"$out/ptx.txt" 2>&1
+  step ptx; timeout 45 python3 -m bench.fp8_ptx "swap AB" >"$out/ptx.txt" 2>&1
   step gpu tests swap_ab
-  timeout 150 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "swap_ab or swap-ab" tests/gpu/test_fp8_gpu.py \
+  timeout 120 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "swap_ab or swap-ab" tests/gpu/test_fp8_gpu.py \
       >"$out/gpu_tests_first.txt" 2>&1
   echo "pytest rc $?" >>"$out/gpu_tests_first.txt"
   tail -2 "$out/gpu_tests_first.txt" >>"$log"
   step fp8_launch
-  timeout 240 python3 -m bench.fp8_launch --grid r10 --rounds 3 --workers 12 --out "$out/fp8_launch.json" --force \
+  timeout 150 python3 -m bench.fp8_launch --grid r10 --rounds 3 --workers 12 --out "$out/fp8_launch.json" --force \
       >>"$log" 2>&1
 else
   step fp8; timeout 90 python3 -m bench.fp8 --out "$out/fp8.json" --force >>"$log" 2>&1
   step gpu tests
-  timeout 330 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or decode" tests/gpu/ >"$out/gpu_tests.txt" 2>&1
+  timeout 280 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or decode" tests/gpu/ >"$out/gpu_tests.txt" 2>&1
   echo "pytest rc $?" >>"$out/gpu_tests.txt"
   tail -3 "$out/gpu_tests.txt" >>"$log"
 fi
