@@ -46,16 +46,19 @@ GRIDS = {"r6": _R6[:1] + [("old-default", FP8_DECODE_CONFIG, 1)] + _R6[1:],
          "r9": _grid([(32, 1, 2, 1), (32, 1, 3, 1), (32, 1, 4, 1), (16, 1, 2, 1), (16, 1, 3, 1), (64, 1, 3, 1),
                       (32, 1, 2, 2), (32, 2, 3, 2), (64, 2, 2, 1), (128, 2, 3, 1), (128, 1, 2, 1), (64, 1, 2, 2),
                       (32, 1, 2, 4), (64, 2, 2, 4), (32, 2, 3, 4), (32, 2, 2, 8), (32, 1, 2, 8)])}
-def _swap_grid(launches):  # A and B swapped (DecodeConfig.swap_ab): (block_n, warps, stages, split multiple, defer_sum)
-    return [(f"swap-bn{bn}-w{w}-s{s}-x{mult}{'-defer' if defer else ''}",
-             K.DecodeConfig(bn, w, s, swap_ab=True, defer_sum=defer), mult) for bn, w, s, mult, defer in launches]
+def _swap_grid(launches):  # A and B swapped (DecodeConfig.swap_ab): (block_n, warps, stages, split multiple, defer_sum;
+    # "tile": defer_sum and pv_per_tile)
+    return [(f"swap-bn{bn}-w{w}-s{s}-x{mult}{'-defer' if opt else ''}{'-pvtile' if opt == 'tile' else ''}",
+             K.DecodeConfig(bn, w, s, swap_ab=True, defer_sum=bool(opt), pv_per_tile=opt == "tile"), mult)
+            for bn, w, s, mult, opt in launches]
 
 
 # round 10: the swap-AB decode's tiles, stages and split counts (1x, 2x, 4x the shared rule's), beside the rule
 GRIDS["r10"] = GRIDS["r9"][:1] + _swap_grid([
     (64, 4, 3, 1, False), (64, 4, 3, 1, True), (64, 4, 4, 1, True), (128, 4, 2, 1, False), (128, 4, 2, 1, True),
     (128, 4, 3, 1, True), (128, 4, 4, 1, True), (128, 8, 2, 1, True), (256, 4, 2, 1, True), (128, 4, 2, 2, True),
-    (128, 4, 3, 2, True), (128, 4, 2, 4, True), (128, 4, 3, 4, True), (64, 4, 3, 2, True), (64, 4, 3, 4, True)])
+    (128, 4, 3, 2, True), (128, 4, 2, 4, True), (128, 4, 3, 4, True), (64, 4, 3, 2, True), (64, 4, 3, 4, True),
+    (128, 4, 2, 1, "tile"), (128, 4, 3, 1, "tile")])
 BF16_CANDIDATES = [("default", K.DecodeConfig(), 1), ("bn64-w2-s4-x2", K.DecodeConfig(64, 2, 4), 2),
                    ("bn64-w4-s4-x1", K.DecodeConfig(64, 4, 4), 1), ("bn64-w2-s3-x1", K.DecodeConfig(64, 2, 3), 1)]
 BF16_GRIDS = {"r6": BF16_CANDIDATES, "r9": BF16_CANDIDATES[:1], "r10": BF16_CANDIDATES[:1]}  # the speed-up's baseline

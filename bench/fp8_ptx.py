@@ -44,23 +44,23 @@ VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", Non
 VARIANTS += [(f"prefill fp8 {s} stage{'s' * (s > 1)}, int32, e4m3 Q K^T and P V (in flight)", "prefill", "fp8", "fp16", s,
               "pv_fp8")
              for s in (1, 2, 3)]
-# the decode with A and B swapped (DecodeConfig.swap_ab; "defer": defer_sum), 4 warps: (label, "swap", "fp8", block_n,
-# num_stages, defer_sum)
-VARIANTS += [(f"decode swap AB, BLOCK_N {bn}, {s} stages{', sums deferred' * defer}", "swap", "fp8", bn, s, defer)
-             for bn, s, defer in ((64, 2, False), (64, 3, True), (128, 2, False), (128, 2, True))]
+# the decode with A and B swapped (DecodeConfig.swap_ab), 4 warps: (label, "swap", "fp8", block_n, num_stages, option: 0
+# none, 1 defer_sum, 2 defer_sum and pv_per_tile)
+VARIANTS += [(f"decode swap AB, BLOCK_N {bn}, {s} stages{', sums deferred' * bool(opt)}{', P V per tile' * (opt == 2)}",
+              "swap", "fp8", bn, s, opt) for bn, s, opt in ((64, 2, 0), (64, 3, 1), (128, 2, 0), (128, 2, 1), (128, 3, 2))]
 DOT = {None: None, "bf16": tl.bfloat16, "fp16": tl.float16}
 
 
 def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool) -> str:
     elem = "*fp8e4nv" if cache == "fp8" else "*bf16"
-    if kernel == "swap":  # widen holds block_n, prefetch defer_sum
+    if kernel == "swap":  # widen holds block_n, prefetch the option
         fn, warps = _decode_swap_ab_kernel, 4
         sig = {"q": "*bf16", "k_cache": elem, "v_cache": elem, "block_tables": "*i32", "context_lens": "*i32",
                "o": "*bf16", "lse": "*fp32", "qk_scale": "fp32", "k_scale": "*fp32", "v_scale": "*fp32",
                "stride_qb": "i32", "stride_qh": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
                "stride_os": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, GROUP_PAD=16, BLOCK_N=widen,
-                     STORE_LSE=False, E4M3=tl.float8e4nv, I32=True, DEFER_SUM=prefetch)
+                     STORE_LSE=False, E4M3=tl.float8e4nv, I32=True, DEFER_SUM=prefetch > 0, PV_PER_TILE=prefetch == 2)
         pointers = 10
     elif kernel == "decode":
         fn, warps = _decode_split_kernel, 4

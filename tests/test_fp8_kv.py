@@ -229,7 +229,8 @@ SWAP_AB_CASES = [  # as DECODE_CASES, head dim >= 32 (e4m3 products); contexts o
 ]
 SWAP_AB_VARIANTS = {"bn64": K.DecodeConfig(block_n=64, num_warps=4, swap_ab=True),
                     "bn128-defer-sum": K.DecodeConfig(block_n=128, num_warps=4, swap_ab=True, defer_sum=True),
-                    "bn64-i64": K.DecodeConfig(block_n=64, num_warps=4, swap_ab=True, int32_offsets=False)}
+                    "bn64-i64": K.DecodeConfig(block_n=64, num_warps=4, swap_ab=True, int32_offsets=False),
+                    "bn64-pv-per-tile": K.DecodeConfig(block_n=64, num_warps=4, swap_ab=True, pv_per_tile=True)}
 
 
 @pytest.mark.parametrize("variant", SWAP_AB_VARIANTS)

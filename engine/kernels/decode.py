@@ -67,6 +67,7 @@ class DecodeConfig:
     # no widening); 4 warps (one warpgroup) or a multiple; block_n >= 64; fp8_widen and prefetch do not apply
     swap_ab: bool = False
     defer_sum: bool = False  # swap_ab only: the softmax sums kept per token slot, summed across warps once at the end
+    pv_per_tile: bool = False  # swap_ab only: each tile's P V summed in fp32 (not in the e4m3 product's accumulator)
 
 
 # The default launches for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
@@ -286,12 +287,14 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
 
 @triton.jit
 def _swap_ab_step(acc, m, l, q8t, k, vt, valid, col_scale, E4M3: tl.constexpr, MASKED: tl.constexpr,
-                  DEFER_SUM: tl.constexpr):
+                  DEFER_SUM: tl.constexpr, PV_PER_TILE: tl.constexpr):
     """One online-softmax step with the tile's tokens as the products' M side (swap AB): S^T = K q^T [BLOCK_N, G]
     and O^T += V^T P^T [D, G], both e4m3 products with K [BLOCK_N, D] and V^T [D, BLOCK_N] as stored (K-major A
     operands, no widening) and q^T [D, G] rounded per head (col_scale: each head's score scale); the softmax runs
     down the token axis; P * P_SCALE is rounded to e4m3. Keys not valid are skipped if MASKED. DEFER_SUM: l is
-    [BLOCK_N, G], the sums per token slot (summed over the tokens by the caller once), so no step sums across warps."""
+    [BLOCK_N, G], the sums per token slot (summed over the tokens by the caller once), so no step sums across warps.
+    PV_PER_TILE: each tile's P V in a fresh accumulator, added to the running output in fp32 (else the running output
+    is the product's accumulator, as the e4m3 prefill's: no wait for the product before the next step's loads)."""
     s = tl.dot(k.to(E4M3), q8t)
     if MASKED:
         s = tl.where(valid[:, None], s, float("-inf"))
@@ -302,7 +305,10 @@ def _swap_ab_step(acc, m, l, q8t, k, vt, valid, col_scale, E4M3: tl.constexpr, M
         l = l * alpha[None, :] + p
     else:
         l = l * alpha + tl.sum(p, 0)
-    acc = tl.dot(vt.to(E4M3), _p_to_e4m3(p * P_SCALE, E4M3), acc * alpha[None, :])
+    if PV_PER_TILE:
+        acc = acc * alpha[None, :] + tl.dot(vt.to(E4M3), _p_to_e4m3(p * P_SCALE, E4M3))
+    else:
+        acc = tl.dot(vt.to(E4M3), _p_to_e4m3(p * P_SCALE, E4M3), acc * alpha[None, :])
     return acc, m_new, l
 
 
@@ -311,7 +317,8 @@ def _decode_swap_ab_kernel(q, k_cache, v_cache, block_tables, context_lens, o, l
                            stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
                            NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                            GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                           STORE_LSE: tl.constexpr, E4M3: tl.constexpr, I32: tl.constexpr, DEFER_SUM: tl.constexpr):
+                           STORE_LSE: tl.constexpr, E4M3: tl.constexpr, I32: tl.constexpr, DEFER_SUM: tl.constexpr,
+                           PV_PER_TILE: tl.constexpr):
     """The fp8 cache's decode with A and B swapped (DecodeConfig.swap_ab; grid, splits and outputs as
     _decode_split_kernel): the GROUP query heads of a KV head are the N side of both products (GROUP_PAD
     columns), the split's tokens the M side, so nothing pads the tile's rows and K/V reach the tensor cores as
@@ -342,14 +349,15 @@ def _decode_swap_ab_kernel(q, k_cache, v_cache, block_tables, context_lens, o, l
     for n0 in range(start, whole_end, BLOCK_N):
         k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
                             False, I32)
-        acc, m, l = _swap_ab_step(acc, m, l, q8t, k, tl.trans(v), None, col_scale, E4M3, False, DEFER_SUM)
+        acc, m, l = _swap_ab_step(acc, m, l, q8t, k, tl.trans(v), None, col_scale, E4M3, False, DEFER_SUM,
+                                  PV_PER_TILE)
     for n0 in range(whole_end, end, BLOCK_N):
         k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
                             True, I32)
         valid = n0 + tl.arange(0, BLOCK_N) < end
         vt = tl.trans(v)
         vt = tl.where(valid[None, :], vt, tl.zeros_like(vt))  # a run read whole may hold NaN bits past the context
-        acc, m, l = _swap_ab_step(acc, m, l, q8t, k, vt, valid, col_scale, E4M3, True, DEFER_SUM)
+        acc, m, l = _swap_ab_step(acc, m, l, q8t, k, vt, valid, col_scale, E4M3, True, DEFER_SUM, PV_PER_TILE)
     if DEFER_SUM:
         l = tl.sum(l, 0)
     out = acc / tl.where(l > 0, l, 1.0)[None, :] * (tl.load(v_scale) / P_SCALE)
@@ -458,7 +466,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if cfg.swap_ab:
         assert fp8 and head_dim >= 32 and block_n >= 64, "swap_ab: an fp8 cache, head_dim >= 32, block_n >= 64"
         _decode_swap_ab_kernel[grid](*args, **shape, E4M3=tl.float32 if INTERPRET else tl.float8e4nv, I32=i32,
-                                     DEFER_SUM=cfg.defer_sum)
+                                     DEFER_SUM=cfg.defer_sum, PV_PER_TILE=cfg.pv_per_tile)
     else:
         _decode_split_kernel[grid](*args, **shape, DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8,
                                    PREFETCH=cfg.prefetch, I32=i32)

@@ -69,6 +69,8 @@ DECODE_VARIANTS.update({
     "swap-ab-bn128-w8-s2": K.DecodeConfig(block_n=128, num_warps=8, num_stages=2, swap_ab=True),
     "swap-ab-bn64-w4-s3-defer": K.DecodeConfig(block_n=64, num_warps=4, num_stages=3, swap_ab=True, defer_sum=True),
     "swap-ab-bn128-w4-s2-defer": K.DecodeConfig(block_n=128, num_warps=4, num_stages=2, swap_ab=True, defer_sum=True),
+    "swap-ab-bn128-w4-s3-pv-per-tile": K.DecodeConfig(block_n=128, num_warps=4, num_stages=3, swap_ab=True,
+                                                      defer_sum=True, pv_per_tile=True),
     "swap-ab-bn64-w4-s2-i64": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True,
                                              int32_offsets=False)})
 
