@@ -1,6 +1,6 @@
 """Compile the paged decode and prefill kernels for sm_90 without a GPU and count what their PTX does per tile.
 
-    python -m bench.fp8_ptx [TEXT]   (TEXT: only the variants whose label holds it, e.g. "swap AB")
+    python -m bench.fp8_ptx
 
 Triton compiles for a named target on any machine (its wheel carries ptxas). For each launch variant
 (Llama-3-8B heads, block size 16; decode BLOCK_N 128 with 4 warps, prefill 128x128 tiles with 8 warps) this
@@ -22,12 +22,12 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-from engine.kernels.decode import _decode_split_kernel, _decode_swap_ab_kernel  # noqa: E402
+from engine.kernels.decode import _decode_split_kernel  # noqa: E402
 from engine.kernels.prefill import _prefill_kernel  # noqa: E402
 
 PATTERNS = {"cp.async": ("cp.async.cg", "cp.async.ca"), "ld.shared 8-bit": ("ld.shared.u8", "ld.shared.b8"),
             "ldmatrix": ("ldmatrix",), "cvt e4m3x2->f16x2": ("cvt.rn.f16x2.e4m3x2",), "mma.sync": ("mma.sync",),
-            "wgmma": ("wgmma.mma_async",), "wgmma e4m3": ("e4m3.e4m3",), "cvt f32->e4m3": ("e4m3x2.f32",), "selp.b16": ("selp.b16",), "prmt": ("prmt",)}
+            "wgmma": ("wgmma.mma_async",), "wgmma e4m3": ("e4m3.e4m3",), "selp.b16": ("selp.b16",), "prmt": ("prmt",)}
 # (label, kernel, cache, widen, num_stages, option: decode prefetch (bool); prefill None (int64 offsets), "i32", or
 # "qk_fp8" (with int32 offsets), "pv_fp8" (e4m3 Q K^T and P V, int32 offsets, P V in flight since round 9))
 VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", None, 3, False),
@@ -44,25 +44,12 @@ VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", Non
 VARIANTS += [(f"prefill fp8 {s} stage{'s' * (s > 1)}, int32, e4m3 Q K^T and P V (in flight)", "prefill", "fp8", "fp16", s,
               "pv_fp8")
              for s in (1, 2, 3)]
-# the decode with A and B swapped (DecodeConfig.swap_ab), 4 warps: (label, "swap", "fp8", block_n, num_stages, option: 0
-# none, 1 defer_sum, 2 defer_sum and pv_per_tile)
-VARIANTS += [(f"decode swap AB, BLOCK_N {bn}, {s} stages{', sums deferred' * bool(opt)}{', P V per tile' * (opt == 2)}",
-              "swap", "fp8", bn, s, opt) for bn, s, opt in ((64, 2, 0), (64, 3, 1), (128, 2, 0), (128, 2, 1), (128, 3, 2))]
 DOT = {None: None, "bf16": tl.bfloat16, "fp16": tl.float16}
 
 
 def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool) -> str:
     elem = "*fp8e4nv" if cache == "fp8" else "*bf16"
-    if kernel == "swap":  # widen holds block_n, prefetch the option
-        fn, warps = _decode_swap_ab_kernel, 4
-        sig = {"q": "*bf16", "k_cache": elem, "v_cache": elem, "block_tables": "*i32", "context_lens": "*i32",
-               "o": "*bf16", "lse": "*fp32", "qk_scale": "fp32", "k_scale": "*fp32", "v_scale": "*fp32",
-               "stride_qb": "i32", "stride_qh": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
-               "stride_os": "i32"}
-        const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, GROUP_PAD=16, BLOCK_N=widen,
-                     STORE_LSE=False, E4M3=tl.float8e4nv, I32=True, DEFER_SUM=prefetch > 0, PV_PER_TILE=prefetch == 2)
-        pointers = 10
-    elif kernel == "decode":
+    if kernel == "decode":
         fn, warps = _decode_split_kernel, 4
         sig = {"q": "*bf16", "k_cache": elem, "v_cache": elem, "block_tables": "*i32", "context_lens": "*i32",
                "o": "*bf16", "lse": "*fp32", "qk_scale": "fp32", "k_scale": "*fp32", "v_scale": "*fp32",
@@ -90,13 +77,10 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
                           options={"num_warps": warps, "num_stages": stages}).asm["ptx"]
 
 
-def main(argv=None) -> int:
-    match = (argv if argv is not None else sys.argv[1:])  # optional: only the variants whose label has this text
+def main() -> int:
     print(f"triton {triton.__version__}, target sm_90; static instruction counts in the PTX")
     print(f"{'variant':52s}" + "".join(f"{name:>18s}" for name in PATTERNS))
     for label, *args in VARIANTS:
-        if match and match[0] not in label:
-            continue
         text = ptx(*args)
         counts = [sum(text.count(p) for p in pats) for pats in PATTERNS.values()]
         print(f"{label:52s}" + "".join(f"{c:18d}" for c in counts), flush=True)

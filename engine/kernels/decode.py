@@ -20,7 +20,6 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.cache import _round_to_e4m3
 from pagesim.cost.decode_split import FP8_FEW_SPLITS, fp8_decode_splits, num_decode_splits
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -62,12 +61,6 @@ class DecodeConfig:
     # fp8 cache only (the bf16 decode keeps int64 offsets): K/V element offsets in int32 where the cache has fewer
     # than 2**31 elements (an 8B model's fp8 layer at the H200's whole budget: 1.87e9)
     int32_offsets: bool = True
-    # fp8 cache only: A and B swapped (_decode_swap_ab_kernel): the tokens are the M side, the query heads the N side
-    # (padded to 16, the least Triton runs on wgmma), both products e4m3 (q rounded per head, P * P_SCALE rounded;
-    # no widening); 4 warps (one warpgroup) or a multiple; block_n >= 64; fp8_widen and prefetch do not apply
-    swap_ab: bool = False
-    defer_sum: bool = False  # swap_ab only: the softmax sums kept per token slot, summed across warps once at the end
-    pv_per_tile: bool = False  # swap_ab only: each tile's P V summed in fp32 (not in the e4m3 product's accumulator)
 
 
 # The default launches for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
@@ -129,62 +122,6 @@ def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
     else:
         v = tl.load(v_cache + rows[:, None] + d[None, :])
     return k, v
-
-
-P_SCALE = tl.constexpr(256.0)  # e4m3 P V products: P in [0, 1] is stored as e4m3 times this (a power of two: exact)
-
-
-@triton.jit
-def _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, I32: tl.constexpr):
-    """K [BLOCK_N, HEAD_DIM] and V [BLOCK_N, HEAD_DIM] of an fp8 cache, both as stored, for the
-    e4m3 products: V^T [HEAD_DIM, BLOCK_N] is read as one 2-D tile whose token offsets are contiguous in runs of
-    BLOCK_SIZE (said to the compiler, so its copies are 16-byte cp.async straight into the layout the tensor cores
-    read), then transposed (a view). MASKED: as _load_kv (K rows and V runs of tokens >= end read as 0, except a
-    partial run's tail, which the caller zeroes). I32: as _load_kv."""
-    t = n0 + tl.arange(0, BLOCK_N)
-    d = tl.arange(0, HEAD_DIM)
-    valid = t < end
-    if MASKED:
-        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
-    else:
-        block = tl.load(bt_row + t // BLOCK_SIZE)
-    if not I32:
-        block = block.to(tl.int64)
-    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
-    cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
-    RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
-    cols = tl.max_contiguous(tl.multiple_of(cols, RUN), RUN)
-    k_ptrs = k_cache + rows[:, None] + d[None, :]
-    v_ptrs = v_cache + d[:, None] * BLOCK_SIZE + cols[None, :]
-    if MASKED:
-        k = tl.load(k_ptrs, mask=valid[:, None], other=0.0)
-        vt = tl.load(v_ptrs, mask=(t // RUN * RUN < end)[None, :], other=0.0)  # whole runs: 16-byte copies
-    else:
-        k = tl.load(k_ptrs)
-        vt = tl.load(v_ptrs)
-    return k, tl.trans(vt)
-
-
-@triton.jit
-def _p_to_e4m3(x, DTYPE: tl.constexpr):
-    """x (fp32, 0 <= x <= P_SCALE) rounded to e4m3, in DTYPE: the hardware's round-to-nearest cast on the GPU (DTYPE
-    e4m3); under the interpreter (DTYPE fp32) the same rounding done exactly (engine.kernels.cache._round_to_e4m3)."""
-    if DTYPE == tl.float32:
-        return _round_to_e4m3(x)
-    return x.to(DTYPE)
-
-
-@triton.jit
-def _q_to_e4m3(qv, DTYPE: tl.constexpr):
-    """Query rows qv [rows, D] rounded to e4m3 with one scale per row (amax / 448; 1 for a row of zeros), in DTYPE
-    (e4m3 on the GPU; fp32 under the interpreter, holding the same values): (rows, scales [rows]). The caller folds
-    each row's scale into its score scale (FlashAttention-3's fp8 path; the e4m3 prefill and decode)."""
-    qf = qv.to(tl.float32)
-    amax = tl.max(tl.abs(qf), 1)
-    q_scale = tl.where(amax > 0, amax / 448.0, 1.0)
-    q8 = _round_to_e4m3(tl.clamp(qf / q_scale[:, None], -448.0, 448.0)).to(tl.float8e4nv)
-    return q8.to(DTYPE), q_scale
 
 
 @triton.jit
@@ -286,89 +223,6 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
 
 
 @triton.jit
-def _swap_ab_step(acc, m, l, q8t, k, vt, valid, col_scale, E4M3: tl.constexpr, MASKED: tl.constexpr,
-                  DEFER_SUM: tl.constexpr, PV_PER_TILE: tl.constexpr):
-    """One online-softmax step with the tile's tokens as the products' M side (swap AB): S^T = K q^T [BLOCK_N, G]
-    and O^T += V^T P^T [D, G], both e4m3 products with K [BLOCK_N, D] and V^T [D, BLOCK_N] as stored (K-major A
-    operands, no widening) and q^T [D, G] rounded per head (col_scale: each head's score scale); the softmax runs
-    down the token axis; P * P_SCALE is rounded to e4m3. Keys not valid are skipped if MASKED. DEFER_SUM: l is
-    [BLOCK_N, G], the sums per token slot (summed over the tokens by the caller once), so no step sums across warps.
-    PV_PER_TILE: each tile's P V in a fresh accumulator, added to the running output in fp32 (else the running output
-    is the product's accumulator, as the e4m3 prefill's: no wait for the product before the next step's loads)."""
-    s = tl.dot(k.to(E4M3), q8t)
-    if MASKED:
-        s = tl.where(valid[:, None], s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, 0) * col_scale)
-    p = tl.exp2(s * col_scale[None, :] - m_new[None, :])
-    alpha = tl.exp2(m - m_new)
-    if DEFER_SUM:
-        l = l * alpha[None, :] + p
-    else:
-        l = l * alpha + tl.sum(p, 0)
-    if PV_PER_TILE:
-        acc = acc * alpha[None, :] + tl.dot(vt.to(E4M3), _p_to_e4m3(p * P_SCALE, E4M3))
-    else:
-        acc = tl.dot(vt.to(E4M3), _p_to_e4m3(p * P_SCALE, E4M3), acc * alpha[None, :])
-    return acc, m_new, l
-
-
-@triton.jit
-def _decode_swap_ab_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse, qk_scale, k_scale, v_scale,
-                           stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_os,
-                           NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                           GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                           STORE_LSE: tl.constexpr, E4M3: tl.constexpr, I32: tl.constexpr, DEFER_SUM: tl.constexpr,
-                           PV_PER_TILE: tl.constexpr):
-    """The fp8 cache's decode with A and B swapped (DecodeConfig.swap_ab; grid, splits and outputs as
-    _decode_split_kernel): the GROUP query heads of a KV head are the N side of both products (GROUP_PAD
-    columns), the split's tokens the M side, so nothing pads the tile's rows and K/V reach the tensor cores as
-    e4m3. E4M3: the products' input type (e4m3 on the GPU; fp32 under the interpreter, holding the same values).
-    Whole tiles run unmasked, the last, partial one masked (its V slots past the context zeroed as fp8)."""
-    b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    num_splits = tl.num_programs(2)
-    ctx = tl.load(context_lens + b)
-    chunk = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
-    start = split * chunk
-    end = tl.minimum(start + chunk, ctx)
-
-    g = tl.arange(0, GROUP_PAD)
-    heads = kvh * GROUP + g
-    d = tl.arange(0, HEAD_DIM)
-    qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
-    q8, q_scale = _q_to_e4m3(qv, E4M3)
-    q8t = tl.trans(q8)
-    col_scale = qk_scale * tl.load(k_scale) * q_scale
-    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    if DEFER_SUM:
-        l = tl.zeros([BLOCK_N, GROUP_PAD], tl.float32)
-    else:
-        l = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([HEAD_DIM, GROUP_PAD], tl.float32)
-    bt_row = block_tables + b * stride_bt
-    whole_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
-    for n0 in range(start, whole_end, BLOCK_N):
-        k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                            False, I32)
-        acc, m, l = _swap_ab_step(acc, m, l, q8t, k, tl.trans(v), None, col_scale, E4M3, False, DEFER_SUM,
-                                  PV_PER_TILE)
-    for n0 in range(whole_end, end, BLOCK_N):
-        k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                            True, I32)
-        valid = n0 + tl.arange(0, BLOCK_N) < end
-        vt = tl.trans(v)
-        vt = tl.where(valid[None, :], vt, tl.zeros_like(vt))  # a run read whole may hold NaN bits past the context
-        acc, m, l = _swap_ab_step(acc, m, l, q8t, k, vt, valid, col_scale, E4M3, True, DEFER_SUM, PV_PER_TILE)
-    if DEFER_SUM:
-        l = tl.sum(l, 0)
-    out = acc / tl.where(l > 0, l, 1.0)[None, :] * (tl.load(v_scale) / P_SCALE)
-    o_cols = o + b * stride_ob + heads[None, :] * stride_oh + split * stride_os
-    tl.store(o_cols + d[:, None], out.to(o.dtype.element_ty), mask=g[None, :] < GROUP)
-    if STORE_LSE:
-        part_lse = tl.where(l > 0, m + tl.log2(tl.where(l > 0, l, 1.0)), float("-inf"))
-        tl.store(lse + (b * NUM_KV_HEADS * GROUP + heads) * num_splits + split, part_lse, mask=g < GROUP)
-
-
-@triton.jit
 def _merge_splits_kernel(o_part, lse, out, stride_ob, stride_oh, num_splits,
                          SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
     b, h = tl.program_id(0), tl.program_id(1)
@@ -456,20 +310,14 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
         sob, soh, sos = o.stride()[:3]
     block_n = cfg.block_n or (128 if num_splits > 1 else 64)
-    grid = (batch, num_kv_heads, num_splits)
-    args = (q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, k_scale, v_scale,
-            q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos)
-    shape = dict(NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-                 GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
-                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    i32 = fp8 and cfg.int32_offsets and k_cache.numel() < 2**31
-    if cfg.swap_ab:
-        assert fp8 and head_dim >= 32 and block_n >= 64, "swap_ab: an fp8 cache, head_dim >= 32, block_n >= 64"
-        _decode_swap_ab_kernel[grid](*args, **shape, E4M3=tl.float32 if INTERPRET else tl.float8e4nv, I32=i32,
-                                     DEFER_SUM=cfg.defer_sum, PV_PER_TILE=cfg.pv_per_tile)
-    else:
-        _decode_split_kernel[grid](*args, **shape, DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8,
-                                   PREFETCH=cfg.prefetch, I32=i32)
+    _decode_split_kernel[(batch, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, k_scale, v_scale,
+        q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
+        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
+        DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
+        I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
                                                  SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),

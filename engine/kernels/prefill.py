@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.decode import (INTERPRET, LOG2E, P_SCALE, _load_kv, _load_kv_fp8, _p_to_e4m3, _q_to_e4m3, _widen,
-                                   dot_dtype)
+from engine.kernels.cache import _round_to_e4m3
+from engine.kernels.decode import INTERPRET, LOG2E, _load_kv, _widen, dot_dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,9 @@ class PrefillConfig:
     # last whole tile load unmasked (asynchronous copies; only the tile that reaches past the context zeroes V in
     # registers)
     pv_fp8: bool = False
+
+
+P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
 
 
 # The default launch for an fp8 cache: both products in e4m3 at 2 stages, the fastest at both prefill shapes in
@@ -107,6 +110,48 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     return acc, m_new, l
 
 
+@triton.jit
+def _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, I32: tl.constexpr):
+    """K [BLOCK_N, HEAD_DIM] and V [BLOCK_N, HEAD_DIM] of an fp8 cache, both as stored, for the
+    e4m3 products: V^T [HEAD_DIM, BLOCK_N] is read as one 2-D tile whose token offsets are contiguous in runs of
+    BLOCK_SIZE (said to the compiler, so its copies are 16-byte cp.async straight into the layout the tensor cores
+    read), then transposed (a view). MASKED: as _load_kv (K rows and V runs of tokens >= end read as 0, except a
+    partial run's tail, which the caller zeroes). I32: as _load_kv (else int64 offsets: a cache of 2**31 elements or
+    more)."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, HEAD_DIM)
+    valid = t < end
+    if MASKED:
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
+    else:
+        block = tl.load(bt_row + t // BLOCK_SIZE)
+    if not I32:
+        block = block.to(tl.int64)
+    rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
+    cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
+    RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+    cols = tl.max_contiguous(tl.multiple_of(cols, RUN), RUN)
+    k_ptrs = k_cache + rows[:, None] + d[None, :]
+    v_ptrs = v_cache + d[:, None] * BLOCK_SIZE + cols[None, :]
+    if MASKED:
+        k = tl.load(k_ptrs, mask=valid[:, None], other=0.0)
+        vt = tl.load(v_ptrs, mask=(t // RUN * RUN < end)[None, :], other=0.0)  # whole runs: 16-byte copies
+    else:
+        k = tl.load(k_ptrs)
+        vt = tl.load(v_ptrs)
+    return k, tl.trans(vt)
+
+
+@triton.jit
+def _p_to_e4m3(x, DTYPE: tl.constexpr):
+    """x (fp32, 0 <= x <= P_SCALE) rounded to e4m3, in DTYPE: the hardware's round-to-nearest cast on the GPU (DTYPE
+    e4m3); under the interpreter (DTYPE fp32) the same rounding done exactly (engine.kernels.cache._round_to_e4m3)."""
+    if DTYPE == tl.float32:
+        return _round_to_e4m3(x)
+    return x.to(DTYPE)
+
+
 @triton.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
 def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
@@ -150,7 +195,11 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     row_ok = (r < q_len)[:, None]
     qv = tl.load(q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok, other=0.0)
     if QK_FP8 is not None:  # q to e4m3 with one scale per row (token, head), folded into that row's score scale
-        qv, q_scale = _q_to_e4m3(qv, QK_FP8)
+        qf = qv.to(tl.float32)
+        amax = tl.max(tl.abs(qf), 1)
+        q_scale = tl.where(amax > 0, amax / 448.0, 1.0)
+        qv = _round_to_e4m3(tl.clamp(qf / q_scale[:, None], -448.0, 448.0)).to(tl.float8e4nv)
+        qv = qv.to(QK_FP8)
         qk_scale = qk_scale * q_scale
     elif DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)

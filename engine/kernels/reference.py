@@ -42,14 +42,6 @@ def dequantize(cache, scale) -> torch.Tensor:
     return cache.float() * scale.float() if cache.dtype == torch.float8_e4m3fn else cache
 
 
-def rowwise_e4m3(q: torch.Tensor) -> torch.Tensor:
-    """q [T, Hq, D] as the e4m3 products multiply it (the qk_fp8 prefill, the swap_ab decode): each (token, head)
-    row quantised to e4m3 with the scale amax / 448 (1 for an all-zero row) and scaled back, in fp32."""
-    amax = q.float().abs().amax(-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
-    return dequantize(quantize_fp8(q, scale), scale)
-
-
 def store_kvcache(key, value, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()

@@ -25,7 +25,7 @@ from engine.kernels import reference as R
 from engine.kernels.prefill import FP8_PREFILL_CONFIG
 from engine.model import LlamaModel
 from pagesim.specs import get_model
-from engine.kernels.reference import rowwise_e4m3
+from tests.test_fp8_kv import rowwise_e4m3
 from tests.test_kernels import assert_close, block_tables_for
 
 pytestmark = pytest.mark.gpu
@@ -61,18 +61,6 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(),
                                                        int32_offsets=False),
                    "bn128-w2-i64": K.DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16",
                                                   int32_offsets=False)}
-# A and B swapped (tokens as the M side, both products e4m3: q rounded per head, P rounded), checked against the
-# reference on the rounded q within P's rounding bound
-DECODE_VARIANTS.update({
-    "swap-ab-bn64-w4-s2": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True),
-    "swap-ab-bn128-w4-s3": K.DecodeConfig(block_n=128, num_warps=4, num_stages=3, swap_ab=True),
-    "swap-ab-bn128-w8-s2": K.DecodeConfig(block_n=128, num_warps=8, num_stages=2, swap_ab=True),
-    "swap-ab-bn64-w4-s3-defer": K.DecodeConfig(block_n=64, num_warps=4, num_stages=3, swap_ab=True, defer_sum=True),
-    "swap-ab-bn128-w4-s2-defer": K.DecodeConfig(block_n=128, num_warps=4, num_stages=2, swap_ab=True, defer_sum=True),
-    "swap-ab-bn128-w4-s3-pv-per-tile": K.DecodeConfig(block_n=128, num_warps=4, num_stages=3, swap_ab=True,
-                                                      defer_sum=True, pv_per_tile=True),
-    "swap-ab-bn64-w4-s2-i64": K.DecodeConfig(block_n=64, num_warps=4, num_stages=2, swap_ab=True,
-                                             int32_offsets=False)})
 
 
 def assert_kernel_close(out, ref, what: str):
@@ -102,24 +90,15 @@ def test_fp8_decode_variants_match_the_dequantised_reference(variant, num_splits
     lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
     q = torch.randn((len(ctx), HQ, D), generator=g, device=DEV).to(BF16)
     out = torch.full_like(q, float("nan"))
-    cfg = DECODE_VARIANTS[variant]
     K.paged_decode_attention(q, k8, v8, tables, lens, D**-0.5, num_splits=num_splits, out=out, k_scale=ks, v_scale=vs,
-                             config=cfg)
-    e4m3 = cfg is not None and cfg.swap_ab
-    ref = R.paged_decode_attention(rowwise_e4m3(q) if e4m3 else q, k8, v8, tables, lens, D**-0.5, ks, vs)
+                             config=DECODE_VARIANTS[variant])
+    ref = R.paged_decode_attention(q, k8, v8, tables, lens, D**-0.5, ks, vs)
     exact = R.paged_decode_attention(q, xk, xv, tables, lens, D**-0.5)
     quant = (ref - exact).abs()
-    total = (out.float() - exact).abs()
     print(f"\nfp8 decode {variant} splits={num_splits}: kernel vs dequantised ref max|err| "
           f"{(out.float() - ref).abs().max().item():.3g}; quantisation (ref on fp8 vs on bf16 K/V) max "
-          f"{quant.max().item():.3g}, mean {quant.mean().item():.3g}, |out| mean {exact.abs().mean().item():.3g}; "
-          f"kernel vs the bf16 source max {total.max().item():.3g}, mean {total.mean().item():.3g}")
-    what = f"fp8 decode {variant} splits={num_splits}"
-    if e4m3:
-        bound = 2**-4 * R.paged_decode_attention(rowwise_e4m3(q), k8, abs_v(v8), tables, lens, D**-0.5, ks, vs)
-        assert_within_p_rounding(out, ref, bound, what)
-    else:
-        assert_kernel_close(out, ref, what)
+          f"{quant.max().item():.3g}, mean {quant.mean().item():.3g}, |out| mean {exact.abs().mean().item():.3g}")
+    assert_kernel_close(out, ref, f"fp8 decode {variant} splits={num_splits}")
     assert (out[3] == 0).all(), "an empty context must give zeros"
 
 
@@ -175,14 +154,8 @@ def assert_prefill_close(out, ref, cfg, q, k8, v8, cu, lens, tables, ks, vs, wha
         assert_kernel_close(out, ref, what)
         return
     bound = 2**-4 * R.paged_prefill_attention(rowwise_e4m3(q), k8, abs_v(v8), cu, lens, tables, D**-0.5, ks, vs)
-    assert_within_p_rounding(out, ref, bound, what)
-
-
-def assert_within_p_rounding(out, ref, bound, what: str):
-    """out against ref (the reference on the e4m3-rounded q) where each P was rounded to e4m3: every element within
-    bound (2^-4 of its P-weighted |V|) plus assert_kernel_close's bf16 tolerance of its row."""
     err = (out.float() - ref).abs()
-    print(f"{what}: max err / (2^-4 P-weighted |V|) {(err / bound.clamp_min(1e-12)).max().item():.3g}, mean |err| "
+    print(f"{what}: max err / (2^-4 P-weighted |V|) {(err / bound).max().item():.3g}, mean |err| "
           f"{err.mean().item():.3g} (P-weighted |V| mean {bound.mean().item() * 16:.3g})")
     assert not torch.isnan(out).any(), f"{what}: output has NaN"
     assert (err <= bound + 2**-7 * ref.abs().amax(-1, keepdim=True) + 1e-3).all(), f"{what}: beyond P's rounding"
@@ -202,14 +175,6 @@ def test_pv_fp8_prefill_ignores_nan_in_unwritten_slots(block_size):
     """As above for the prefill with both products in e4m3 (the fp8 default): V^T runs go to the tensor cores as
     stored, so the tile that reaches past the context must zero the slots there (NaN bits) before P V."""
     from tests.test_fp8_kv import test_pv_fp8_prefill_over_stored_tokens_with_nan_in_unwritten_slots as check
-
-    check(block_size)
-
-
-@pytest.mark.parametrize("block_size", [8, 32])
-def test_swap_ab_decode_ignores_nan_in_unwritten_slots(block_size):
-    """As above for the decode with A and B swapped (V^T runs go to the tensor cores as stored)."""
-    from tests.test_fp8_kv import test_swap_ab_decode_over_stored_tokens_with_nan_in_unwritten_slots as check
 
     check(block_size)
 
@@ -273,9 +238,41 @@ def test_fp8_prefill_llama_heads_with_cached_prefix(block_size):
     assert_close(out, ref, BF16, f"fp8 prefill bs={block_size}", atol=0.03 * 30 / 4)
 
 
-@pytest.mark.parametrize("prefill, decode", [("default", "default"), ("widened", "default"), ("default", "swap-ab")])
+def test_fp8_kernels_address_a_cache_of_2_31_elements_or_more():
+    """A layer's fp8 cache with 2**31 elements or more takes int64 offsets (int32 would wrap): the default decode and
+    prefill over blocks at the far end of such a cache (2.1 GB each for K and V; the rest never written) give the
+    reference. Round 10 found the e4m3 prefill's loader (_load_kv_fp8) computing int32 offsets whatever the cache."""
+    block_size = 16
+    num_blocks = 2**31 // (block_size * HKV * D) + 64
+    k_cache = torch.empty((num_blocks, block_size, HKV, D), dtype=FP8, device=DEV)
+    v_cache = torch.empty_like(k_cache)
+    assert k_cache.numel() >= 2**31
+    g = torch.Generator(device=DEV).manual_seed(31)
+    seqs = [(300, 700), (1, 333)]
+    ctx = [c for _, c in seqs]
+    tables = block_tables_for(ctx, block_size, 64, DEV, torch.Generator().manual_seed(31))
+    tables = torch.where(tables < 64, tables + num_blocks - 64, tables)  # the last 64 blocks, past 2**31 elements
+    (kx, ks), (vx, vs) = fp8_cache(64, block_size, g, 8.0), fp8_cache(64, block_size, g, 30.0)
+    k_cache[-64:], v_cache[-64:] = kx, vx
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
+    out = torch.full_like(q, float("nan"))
+    K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs)
+    ref = R.paged_prefill_attention(rowwise_e4m3(q) if FP8_PREFILL_CONFIG.qk_fp8 else q, k_cache, v_cache, cu, lens,
+                                    tables, D**-0.5, ks, vs)
+    assert_prefill_close(out, ref, FP8_PREFILL_CONFIG, q, k_cache, v_cache, cu, lens, tables, ks, vs,
+                         "fp8 prefill, cache of 2**31 elements")
+    qd = torch.randn((len(ctx), HQ, D), generator=g, device=DEV).to(BF16)
+    outd = torch.full_like(qd, float("nan"))
+    K.paged_decode_attention(qd, k_cache, v_cache, tables, lens, D**-0.5, out=outd, k_scale=ks, v_scale=vs)
+    assert_kernel_close(outd, R.paged_decode_attention(qd, k_cache, v_cache, tables, lens, D**-0.5, ks, vs),
+                        "fp8 decode, cache of 2**31 elements")
+
+
+@pytest.mark.parametrize("prefill", ["default", "widened"])
 @pytest.mark.parametrize("num_layers", [2, 32])
-def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, prefill, decode, monkeypatch):
+def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, prefill, monkeypatch):
     """Llama-3-8B shapes, random bf16 weights, per-layer scales from the data (amax / 448 over a separate
     calibration batch, engine.kv_scales): teacher-forced logits of 8 sequences (prefill 512, then 128 decode
     steps). The fp8 cache's effect on the logits (fp8 engine vs bf16 engine) must be what rounding K/V
@@ -290,12 +287,6 @@ def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, pre
         import engine.kernels.prefill as P
 
         monkeypatch.setattr(P, "FP8_PREFILL_CONFIG", P.FP8_WIDENED_PREFILL_CONFIG)
-    if decode == "swap-ab":  # every fp8 decode launch with A and B swapped (q and P rounded to e4m3), splits as the rule
-        import engine.kernels.decode as D
-
-        rule = D.fp8_decode_launch
-        swap = K.DecodeConfig(block_n=128, num_warps=4, num_stages=2, swap_ab=True, defer_sum=True)
-        monkeypatch.setattr(D, "fp8_decode_launch", lambda *a: (swap, rule(*a)[1]))
     spec = dataclasses.replace(get_model("llama-3-8b"), num_layers=num_layers)
     model = LlamaModel.random(spec, DEV, BF16, seed=0)
     g = torch.Generator().manual_seed(1)
@@ -303,7 +294,7 @@ def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, pre
     ks, vs = calculate_kv_scales(model, calibration)
     ids = torch.randint(0, spec.vocab_size, (8, 640), generator=g).to(DEV)
     m = fp8_effect(model, ids, 512)
-    print(f"\nllama-3-8b shapes, {num_layers} layers, {prefill} fp8 prefill, {decode} fp8 decode, random bf16 weights, scales amax/448 "
+    print(f"\nllama-3-8b shapes, {num_layers} layers, {prefill} fp8 prefill, random bf16 weights, scales amax/448 "
           f"(k {ks.min().item():.3g}.."
           f"{ks.max().item():.3g}, v {vs.min().item():.3g}..{vs.max().item():.3g}): {m}")
     assert_fp8_effect_as_emulated(m, top1_margin=0.05)
