@@ -243,17 +243,18 @@ def test_fp8_kernels_address_a_cache_of_2_31_elements_or_more():
     prefill over blocks at the far end of such a cache (2.1 GB each for K and V; the rest never written) give the
     reference. Round 10 found the e4m3 prefill's loader (_load_kv_fp8) computing int32 offsets whatever the cache."""
     block_size = 16
-    num_blocks = 2**31 // (block_size * HKV * D) + 64
+    tail = 128  # the blocks the sequences use: the last ones, past 2**31 elements
+    num_blocks = 2**31 // (block_size * HKV * D) + tail
     k_cache = torch.empty((num_blocks, block_size, HKV, D), dtype=FP8, device=DEV)
     v_cache = torch.empty_like(k_cache)
     assert k_cache.numel() >= 2**31
     g = torch.Generator(device=DEV).manual_seed(31)
     seqs = [(300, 700), (1, 333)]
     ctx = [c for _, c in seqs]
-    tables = block_tables_for(ctx, block_size, 64, DEV, torch.Generator().manual_seed(31))
-    tables = torch.where(tables < 64, tables + num_blocks - 64, tables)  # the last 64 blocks, past 2**31 elements
-    (kx, ks), (vx, vs) = fp8_cache(64, block_size, g, 8.0), fp8_cache(64, block_size, g, 30.0)
-    k_cache[-64:], v_cache[-64:] = kx, vx
+    tables = block_tables_for(ctx, block_size, tail, DEV, torch.Generator().manual_seed(31))
+    tables = torch.where(tables < tail, tables + num_blocks - tail, tables)
+    (kx, ks), (vx, vs) = fp8_cache(tail, block_size, g, 8.0), fp8_cache(tail, block_size, g, 30.0)
+    k_cache[-tail:], v_cache[-tail:] = kx, vx
     lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
     cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
     q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
