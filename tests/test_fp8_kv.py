@@ -220,7 +220,8 @@ PREFILL_CASES = [  # (q dtype, block_size, hq, hkv, d, [(q_len, context_len)], (
 PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "fp16-i64": {"fp8_widen": "fp16", "int32_offsets": False},
                     "qk-fp8": {"fp8_widen": "fp16", "qk_fp8": True},
                     "qk-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "int32_offsets": False},
-                    "pv-fp8": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True}}
+                    "pv-fp8": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True},
+                    "pv-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True, "int32_offsets": False}}
 
 
 def test_e4m3_products_are_refused_below_32_head_dims_or_keys():

@@ -81,7 +81,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
                         BLOCK_SIZE, BLOCK_N, FP8, CAUSAL_MASK if I32 else (CAUSAL_MASK or not FP8), I32)
     if PV_FP8 is not None:
         k, v = _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, ctx, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                            PAST_END)
+                            PAST_END, I32)
         k = k.to(QK_FP8)
         if PAST_END:  # as _widen's ZERO_V, on the fp8 bits (a run read whole may hold NaN past the context)
             v = tl.where((t < ctx)[:, None], v, tl.zeros_like(v))
@@ -112,12 +112,13 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
 
 @triton.jit
 def _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
-    """K [BLOCK_N, HEAD_DIM] and V [BLOCK_N, HEAD_DIM] of an fp8 cache (int32 offsets), both as stored, for the
+                 BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, I32: tl.constexpr):
+    """K [BLOCK_N, HEAD_DIM] and V [BLOCK_N, HEAD_DIM] of an fp8 cache, both as stored, for the
     e4m3 products: V^T [HEAD_DIM, BLOCK_N] is read as one 2-D tile whose token offsets are contiguous in runs of
     BLOCK_SIZE (said to the compiler, so its copies are 16-byte cp.async straight into the layout the tensor cores
     read), then transposed (a view). MASKED: as _load_kv (K rows and V runs of tokens >= end read as 0, except a
-    partial run's tail, which the caller zeroes)."""
+    partial run's tail, which the caller zeroes). I32: as _load_kv (else int64 offsets: a cache of 2**31 elements or
+    more)."""
     t = n0 + tl.arange(0, BLOCK_N)
     d = tl.arange(0, HEAD_DIM)
     valid = t < end
@@ -125,6 +126,8 @@ def _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS: tl.conste
         block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
     else:
         block = tl.load(bt_row + t // BLOCK_SIZE)
+    if not I32:
+        block = block.to(tl.int64)
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
     cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
     RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N

@@ -238,6 +238,39 @@ def test_fp8_prefill_llama_heads_with_cached_prefix(block_size):
     assert_close(out, ref, BF16, f"fp8 prefill bs={block_size}", atol=0.03 * 30 / 4)
 
 
+def test_fp8_kernels_address_a_cache_of_2_31_elements_or_more():
+    """A layer's fp8 cache with 2**31 elements or more takes int64 offsets (int32 would wrap): the default decode and
+    prefill over blocks at the far end of such a cache (2.1 GB each for K and V; the rest never written) give the
+    reference. Round 10 found the e4m3 prefill's loader (_load_kv_fp8) computing int32 offsets whatever the cache."""
+    block_size = 16
+    tail = 128  # the blocks the sequences use: the last ones, past 2**31 elements
+    num_blocks = 2**31 // (block_size * HKV * D) + tail
+    k_cache = torch.empty((num_blocks, block_size, HKV, D), dtype=FP8, device=DEV)
+    v_cache = torch.empty_like(k_cache)
+    assert k_cache.numel() >= 2**31
+    g = torch.Generator(device=DEV).manual_seed(31)
+    seqs = [(300, 700), (1, 333)]
+    ctx = [c for _, c in seqs]
+    tables = block_tables_for(ctx, block_size, tail, DEV, torch.Generator().manual_seed(31))
+    tables = torch.where(tables < tail, tables + num_blocks - tail, tables)
+    (kx, ks), (vx, vs) = fp8_cache(tail, block_size, g, 8.0), fp8_cache(tail, block_size, g, 30.0)
+    k_cache[-tail:], v_cache[-tail:] = kx, vx
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    q = torch.randn((int(cu[-1]), HQ, D), generator=g, device=DEV).to(BF16)
+    out = torch.full_like(q, float("nan"))
+    K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, out=out, k_scale=ks, v_scale=vs)
+    ref = R.paged_prefill_attention(rowwise_e4m3(q) if FP8_PREFILL_CONFIG.qk_fp8 else q, k_cache, v_cache, cu, lens,
+                                    tables, D**-0.5, ks, vs)
+    assert_prefill_close(out, ref, FP8_PREFILL_CONFIG, q, k_cache, v_cache, cu, lens, tables, ks, vs,
+                         "fp8 prefill, cache of 2**31 elements")
+    qd = torch.randn((len(ctx), HQ, D), generator=g, device=DEV).to(BF16)
+    outd = torch.full_like(qd, float("nan"))
+    K.paged_decode_attention(qd, k_cache, v_cache, tables, lens, D**-0.5, out=outd, k_scale=ks, v_scale=vs)
+    assert_kernel_close(outd, R.paged_decode_attention(qd, k_cache, v_cache, tables, lens, D**-0.5, ks, vs),
+                        "fp8 decode, cache of 2**31 elements")
+
+
 @pytest.mark.parametrize("prefill", ["default", "widened"])
 @pytest.mark.parametrize("num_layers", [2, 32])
 def test_fp8_engine_effect_on_logits_is_the_emulations_llama3_8b(num_layers, prefill, monkeypatch):
