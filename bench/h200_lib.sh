@@ -3,6 +3,12 @@
 #   run ARGS...            python3 -m pagesim ARGS, under timeout ${BUDGET:-200} (adds --force when FORCE=1)
 #   profile_summary P      calibration time and held-out fit of the profile P
 #   runs_summary RESULTS   per run in RESULTS/live: wall time, warm-up, compilations and graph captures during it, profile
+#   pack                   OUT/results.tgz from OUT/results (the device returns files at most two levels under $OUT;
+#                          rewritten after every step, so a call cut short still returns what was recorded)
+#   gpu_line               the GPU's name, driver and memory, one line
+#   live_call              the live scripts' set-up: R=$OUT/results with live/ and profiles/, unbuffered Python, gpu_line
+#   kernel_call OUT        the kernel scripts' set-up: the carried wheels installed, PYTHONPATH, OUT/log.txt begun
+#                          with the GPU's clocks, the versions and the commit; defines `step NAME` (a line in the log)
 run() {
   echo "== $(date +%T) $*"
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
@@ -18,4 +24,22 @@ print(sys.argv[1], 'wall', round(r.get('wall_s', 0), 1), 'warmup_s', r.get('warm
       r.get('compilations_during_run'), r.get('compiled_kernels_during_run'), 'graph_captures_during_run',
       r.get('graph_captures_during_run'), 'gc', r.get('gc_collections_during_run'), 'profile', s.get('profile'))" "$d"
   done
+}
+pack() { tar -czf "$OUT/results.tgz" -C "$OUT" results; }
+gpu_line() { nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader; }
+live_call() {
+  export PYTHONUNBUFFERED=1
+  R=$OUT/results
+  mkdir -p "$R/live" "$R/profiles"
+  gpu_line
+}
+kernel_call() {
+  local whl=../whl; [ -d "$whl" ] || whl=.gpuwt/whl  # the carried wheels (simpy ...): from .gpuwt/<copy> or the root
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site "$whl"/*.whl
+  export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+  log=$1/log.txt
+  step() { echo "== $(date +%T) $*" >>"$log"; }
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$log" 2>&1
+  python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$log" 2>&1
+  echo "commit ${PAGESIM_GIT_COMMIT:-unknown}" >>"$log"
 }

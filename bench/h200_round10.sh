@@ -12,14 +12,10 @@
 #   bash bench/h200_round10.sh OUT c   # the GPU tests of the merged round, then the fp8 calibration and fp8 window
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
 OUT=$1
-R=$OUT/results
 D=2026-12-02
-mkdir -p "$R/live" "$R/profiles"
 source "$(dirname "$0")/h200_lib.sh"
-pack() { tar -czf "$OUT/results.tgz" -C "$OUT" results; }
-nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+live_call
 if [ "${2:-}" = b ]; then
   P="$R/profiles/h200-llama-3-8b-$D-r10b.json"
   BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"

@@ -6,14 +6,8 @@
 # been removed) is that commit's version of this script.
 set -u
 out=${1:?usage: h200_round10_kernel.sh OUT_DIR}
-whl=../whl; [ -d "$whl" ] || whl=.gpuwt/whl  # the carried wheels (simpy ...): from .gpuwt/<copy> or the repo root
-[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site "$whl"/*.whl
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-log=$out/log.txt
-step() { echo "== $(date +%T) $*" >>"$log"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$log" 2>&1
-python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$log" 2>&1
-echo "commit ${PAGESIM_GIT_COMMIT:-unknown}" >>"$log"
+source "$(dirname "$0")/h200_lib.sh"
+kernel_call "$out"
 step fp8; timeout 90 python3 -m bench.fp8 --out "$out/fp8.json" --force >>"$log" 2>&1
 step gpu tests
 timeout 280 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k "fp8 or decode" tests/gpu/ >"$out/gpu_tests.txt" 2>&1

@@ -8,14 +8,10 @@
 #                                      # advanced and timed (ADVANCE_TOKENS out of reach): the kept rows side by side
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
 OUT=$1
-R=$OUT/results
 D=2026-12-02
-mkdir -p "$R/live" "$R/profiles"
 source "$(dirname "$0")/h200_lib.sh"
-pack() { tar -czf "$OUT/results.tgz" -C "$OUT" results; }
-nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+live_call
 if [ "${2:-}" = ab ]; then
   BUDGET=160 run calibrate --model llama-3-8b --gpu h200 --out "$R/profiles/ab-advanced.json"; pack
   timeout 200 python3 -c "import sys, engine.live as live; from pagesim.cli import main
