@@ -32,7 +32,7 @@ from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.run_warnings import config_warnings, emit, result_warnings
 from pagesim.scheduler import Scheduler
-from pagesim.utils import paused_gc
+from pagesim.utils import frozen_heap, paused_gc
 
 
 def environment() -> dict:
@@ -504,48 +504,49 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
         workloads = calibration_workloads(config.resolved_max_model_len)
     seq = 0
     bs = config.block_size
-    for w, (name, groups) in enumerate(workloads):
-        sharing = any(len(g) > 4 for g in groups)
-        sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
-        tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
-        walks: dict[int, tuple[int, int]] = {}  # step -> its prefill programs' walks (not recorded columns)
+    with frozen_heap():  # each workload's collection below scans that workload's objects only
+        for w, (name, groups) in enumerate(workloads):
+            sharing = any(len(g) > 4 for g in groups)
+            sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
+            tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
+            walks: dict[int, tuple[int, int]] = {}  # step -> its prefill programs' walks (not recorded columns)
 
-        def planned(plan, tables=tables):  # inside the timed step: copies only (C speed), counted after the run
-            tables[plan.step_id] = [s.request.block_ids[:] for s in plan.scheduled if s.is_decode]
+            def planned(plan, tables=tables):  # inside the timed step: copies only (C speed), counted after the run
+                tables[plan.step_id] = [s.request.block_ids[:] for s in plan.scheduled if s.is_decode]
 
-        def features_of(plan, walks=walks):  # the recorder's own call, keeping what it does not record
-            f = StepFeatures.from_plan(plan)
-            walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk)
-            return f
+            def features_of(plan, walks=walks):  # the recorder's own call, keeping what it does not record
+                f = StepFeatures.from_plan(plan)
+                walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk)
+                return f
 
-        rec = Recorder(sched, features_of)
-        context = ContextBuilding(executor, not advance or name.startswith(TIMED_WHOLE))
-        pending = []  # (release step, request), in release order
-        for count, p, o, *rest in groups:
-            release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
-            # a shared prefix: the same hash ids (so the same tokens and prefix-cache keys) in every request of it
-            hashes = tuple(range((w * 64 + prefix_id) << 20, ((w * 64 + prefix_id) << 20) + prefix // bs)) or None
-            for _ in range(count):
-                seq += 1
-                pending.append((release, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq, prefix_hash_ids=hashes,
-                                                 hash_block_size=bs if hashes else None)))
-        pending.sort(key=lambda x: x[0])
-        gc.collect()  # between workloads: no collection pauses a timed step (paused_gc)
-        # Released before their step; an idle engine takes the next group at once (no step is ever empty).
-        with paused_gc():
-            run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
-                      hooks=Hooks(plan=planned if sharing else None)))
-        steps = stitch_durations(rec.steps_frame(), set())
-        shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
-        steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
-        for i, col in enumerate(WALK_COLUMNS):
-            steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
-        steps = steps.iloc[:-1]  # the last step has no successor to stitch to
-        frames.append(steps[~steps["step"].isin(context.advanced)].assign(workload=name))
-        if on_workload is not None:
-            on_workload(pd.concat(frames, ignore_index=True))
-        if progress is not None:
-            progress(1)
+            rec = Recorder(sched, features_of)
+            context = ContextBuilding(executor, not advance or name.startswith(TIMED_WHOLE))
+            pending = []  # (release step, request), in release order
+            for count, p, o, *rest in groups:
+                release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
+                # a shared prefix: the same hash ids (so the same tokens and prefix-cache keys) in every request of it
+                hashes = tuple(range((w * 64 + prefix_id) << 20, ((w * 64 + prefix_id) << 20) + prefix // bs)) or None
+                for _ in range(count):
+                    seq += 1
+                    pending.append((release, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq, prefix_hash_ids=hashes,
+                                                     hash_block_size=bs if hashes else None)))
+            pending.sort(key=lambda x: x[0])
+            gc.collect()  # between workloads (a fraction of a ms: frozen_heap): no collection pauses a timed step
+            # Released before their step; an idle engine takes the next group at once (no step is ever empty).
+            with paused_gc():
+                run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
+                          hooks=Hooks(plan=planned if sharing else None)))
+            steps = stitch_durations(rec.steps_frame(), set())
+            shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
+            steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
+            for i, col in enumerate(WALK_COLUMNS):
+                steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
+            steps = steps.iloc[:-1]  # the last step has no successor to stitch to
+            frames.append(steps[~steps["step"].isin(context.advanced)].assign(workload=name))
+            if on_workload is not None:
+                on_workload(pd.concat(frames, ignore_index=True))
+            if progress is not None:
+                progress(1)
     return pd.concat(frames, ignore_index=True)
 
 

@@ -229,3 +229,25 @@ def test_calibration_ab_pairs_the_kept_rows_with_their_timed_steps(workloads, mo
     after = [r for r in rows if r["right_after_an_advanced_step"]]
     assert after and all(r["workload_has_advanced_steps"] for r in after)
     assert main([str(tmp_path / "t.csv"), str(tmp_path / "a.csv"), "--out", str(tmp_path / "ab.json")]) == 2
+
+
+def test_calibration_steps_run_with_the_collector_paused_and_nothing_stays_frozen(workloads):
+    """Round 10: a collection inside a timed step stops the host for ~0.1 s in a process holding torch. Calibration
+    collects between workloads (cheaply: the set-up is frozen out of collections while it runs) and never during a
+    step; afterwards the collector is back on and nothing is left frozen."""
+    import gc
+
+    class Watching(NoTime):
+        def __init__(self):
+            self.enabled = []
+
+        def execute(self, plan) -> float:
+            self.enabled.append(gc.isenabled())
+            return 0.0
+
+        advance = execute
+
+    ex = Watching()
+    run_calibration(ex, CONFIG, workloads=[("decode-c512", workloads["decode-c512"])])
+    assert ex.enabled and not any(ex.enabled)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
