@@ -497,57 +497,72 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
 
     `on_workload(rows so far)` is called after each workload (calibrate saves them as it goes). With `advance`
     (ContextBuilding), the large steps after each workload's first TIMED_LARGE_STEPS are advanced and have no row;
-    without it every step is run and has its row, as in calibrations made before round 9.
+    without it every step is run and has its row, as in calibrations made before round 9. The garbage collector
+    runs between workloads only, on that workload's objects (the set-up is frozen out of it: frozen_heap).
     """
     frames = []
     if workloads is None:
         workloads = calibration_workloads(config.resolved_max_model_len)
-    seq = 0
-    bs = config.block_size
-    with frozen_heap():  # each workload's collection below scans that workload's objects only
+    first_seq = 0
+    with frozen_heap():
         for w, (name, groups) in enumerate(workloads):
-            sharing = any(len(g) > 4 for g in groups)
-            sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
-            tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
-            walks: dict[int, tuple[int, int]] = {}  # step -> its prefill programs' walks (not recorded columns)
-
-            def planned(plan, tables=tables):  # inside the timed step: copies only (C speed), counted after the run
-                tables[plan.step_id] = [s.request.block_ids[:] for s in plan.scheduled if s.is_decode]
-
-            def features_of(plan, walks=walks):  # the recorder's own call, keeping what it does not record
-                f = StepFeatures.from_plan(plan)
-                walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk)
-                return f
-
-            rec = Recorder(sched, features_of)
-            context = ContextBuilding(executor, not advance or name.startswith(TIMED_WHOLE))
-            pending = []  # (release step, request), in release order
-            for count, p, o, *rest in groups:
-                release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
-                # a shared prefix: the same hash ids (so the same tokens and prefix-cache keys) in every request of it
-                hashes = tuple(range((w * 64 + prefix_id) << 20, ((w * 64 + prefix_id) << 20) + prefix // bs)) or None
-                for _ in range(count):
-                    seq += 1
-                    pending.append((release, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq, prefix_hash_ids=hashes,
-                                                     hash_block_size=bs if hashes else None)))
-            pending.sort(key=lambda x: x[0])
-            gc.collect()  # between workloads (a fraction of a ms: frozen_heap): no collection pauses a timed step
-            # Released before their step; an idle engine takes the next group at once (no step is ever empty).
+            requests = _workload_requests(w, groups, first_seq, config.block_size)
+            first_seq += len(requests)
+            timed_whole = not advance or name.startswith(TIMED_WHOLE)
+            sharing = any(len(g) > 4 for g in groups)  # a workload with shared prefixes: prefix caching on
+            gc.collect()  # a fraction of a ms (frozen_heap); no collection pauses a timed step (paused_gc)
             with paused_gc():
-                run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
-                          hooks=Hooks(plan=planned if sharing else None)))
-            steps = stitch_durations(rec.steps_frame(), set())
-            shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
-            steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
-            for i, col in enumerate(WALK_COLUMNS):
-                steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
-            steps = steps.iloc[:-1]  # the last step has no successor to stitch to
-            frames.append(steps[~steps["step"].isin(context.advanced)].assign(workload=name))
+                frames.append(_workload_rows(executor, config, requests, timed_whole, sharing).assign(workload=name))
             if on_workload is not None:
                 on_workload(pd.concat(frames, ignore_index=True))
             if progress is not None:
                 progress(1)
     return pd.concat(frames, ignore_index=True)
+
+
+def _workload_requests(w: int, groups, first_seq: int, bs: int) -> list[tuple[int, Request]]:
+    """Workload w's requests as (release step, request), in release order, numbered on from first_seq."""
+    pending, seq = [], first_seq
+    for count, p, o, *rest in groups:
+        release, prefix, prefix_id = (list(rest) + [0, 0, 0])[:3]
+        # a shared prefix: the same hash ids (so the same tokens and prefix-cache keys) in every request of it
+        hashes = tuple(range((w * 64 + prefix_id) << 20, ((w * 64 + prefix_id) << 20) + prefix // bs)) or None
+        for _ in range(count):
+            seq += 1
+            pending.append((release, Request(f"cal-{seq}", 0.0, p, o, seq_no=seq, prefix_hash_ids=hashes,
+                                             hash_block_size=bs if hashes else None)))
+    pending.sort(key=lambda x: x[0])
+    return pending
+
+
+def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]], timed_whole: bool,
+                   sharing: bool) -> pd.DataFrame:
+    """One workload through the live loop: its timed steps' rows (advanced steps left out, ContextBuilding)."""
+    bs = config.block_size
+    sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
+    tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
+    walks: dict[int, tuple[int, int]] = {}  # step -> its prefill programs' walks (not recorded columns)
+
+    def planned(plan):  # inside the timed step: copies only (C speed), counted after the run
+        tables[plan.step_id] = [s.request.block_ids[:] for s in plan.scheduled if s.is_decode]
+
+    def features_of(plan):  # the recorder's own call, keeping what it does not record
+        f = StepFeatures.from_plan(plan)
+        walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk)
+        return f
+
+    rec = Recorder(sched, features_of)
+    context = ContextBuilding(executor, timed_whole)
+    # Released before their step; an idle engine takes the next group at once (no step is ever empty).
+    run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
+              hooks=Hooks(plan=planned if sharing else None)))
+    steps = stitch_durations(rec.steps_frame(), set())
+    shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
+    steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
+    for i, col in enumerate(WALK_COLUMNS):
+        steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
+    steps = steps.iloc[:-1]  # the last step has no successor to stitch to
+    return steps[~steps["step"].isin(context.advanced)]
 
 
 WALK_COLUMNS = OPTIONAL_COLUMNS[1:]  # the prefill programs' walks (StepFeatures), kept apart from the recorder
