@@ -309,21 +309,21 @@ class PagedKVCacheManager:
             steps += [j for room, _, _ in rooms if (j := room + period) < k]
         evicted: list[bool] = []
         taken = self.pool.take(len(steps), evicted)
-        internal_steps, internal_slots = [], []
+        internal_steps, slots = [], []
         for i, (room, _, r) in enumerate(rooms):
             ids = r.block_ids
             held = len(ids)
             ids += taken[i::m] if k > room + bs else (taken[i],)
-            # slots past the final length (internal_slots): only the request's last block reaches past it, and the
-            # table reached no further than the final length before it grew (allocate_slots)
-            over = len(ids) * bs - r.prompt_len - r.output_len + 1
-            if over > 0:  # its last block, index len(ids) - 1, taken in the step its room reached it
+            # slots past the final length: only the request's last block reaches past it, and the table reached
+            # no further than the final length before it grew (allocate_slots)
+            over = internal_slots(r, bs)
+            if over:  # its last block, index len(ids) - 1, taken in the step its room reached it
                 internal_steps.append(room + (len(ids) - 1 - held) * bs)
-                internal_slots.append(over)
-        if internal_slots:
-            self.num_internal_slots += sum(internal_slots)
+                slots.append(over)
+        if slots:
+            self.num_internal_slots += sum(slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
-        return DecodeBlocks(steps, evicted_steps, internal_steps, internal_slots)
+        return DecodeBlocks(steps, evicted_steps, internal_steps, slots)
 
     def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:
         """One block for each request of `requests`, in its order (the step-by-step order), in the run's step of
