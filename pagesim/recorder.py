@@ -123,14 +123,14 @@ class Recorder:
         """`features_of(plan)` gives the step's StepFeatures (the cost model's view of the step).
 
         Every `chunk_steps` steps the rows so far become one chunk of columns (numpy arrays, in
-        step order): handed to `sink(columns)` when given (e.g. a Parquet writer), else kept, compact,
-        until steps_frame().
+        step order): handed to `sink(columns)` when given (e.g. a Parquet writer), else written into
+        the kept table (columns that grow) until steps_frame().
         """
         self.sched = scheduler
         self.features_of = features_of
         self.sink = sink
         self.chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
-        self.chunks: list[dict[str, np.ndarray]] = []
+        self.table = _StepTable() if sink is None else None  # the steps so far, when they are kept
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
         # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
@@ -317,29 +317,21 @@ class Recorder:
         """Turn the rows and runs recorded since the last flush (steps first_step.. num_steps-1) into a chunk."""
         if self.num_steps == self.first_step:
             return
-        cols = self._columns()
+        cols = self._columns(self.table)
         self.rows, self.runs, self.run_starts, self.run_durations = array("d"), array("q"), array("d"), array("d")
         self.run_blocks = _block_arrays()
         self.first_step = self.num_steps
         if self.sink is not None:
             self.sink(cols)
-        else:
-            self.chunks.append({c: _narrow(v, NARROW[c]) for c, v in cols.items()})
 
     def steps_frame(self) -> pd.DataFrame | None:
         """One row per step, in step order, with the derived columns; None when the steps went to a sink."""
         self.flush()
         if self.sink is not None:
             return None
-        if len(self.chunks) == 1:
-            cols = self.chunks[0]
-        elif self.chunks:
-            cols = {c: np.concatenate([ch[c] for ch in self.chunks]) for c in STEP_COLUMNS}
-        else:
-            cols = {c: np.zeros(0, dtype=NARROW.get(c, np.int64)) for c in STEP_COLUMNS}
-        self.chunks = []
-        # The columns are fresh arrays: hand them over rather than copy them into consolidated blocks
-        # (a second copy of a table this size costs as much again in page faults).
+        cols, self.table = self.table.columns(), _StepTable()
+        # The columns are the table's own arrays: hand them over rather than copy them into consolidated
+        # blocks (a second copy of a table this size costs as much again in page faults).
         df = pd.DataFrame(cols, copy=False)
         total = self.sched.kv.num_gpu_blocks * self.sched.kv.block_size
         for c in CATEGORIES:
@@ -347,11 +339,12 @@ class Recorder:
         df["kv_cache_usage"] = df["blocks_used"].to_numpy() / self.sched.kv.num_gpu_blocks
         return df
 
-    def _columns(self) -> dict[str, np.ndarray]:
-        """The rows and expanded decode runs since the last flush, as columns in step order."""
+    def _columns(self, table: "_StepTable | None" = None) -> dict[str, np.ndarray]:
+        """The rows and expanded decode runs since the last flush, as columns in step order: fresh arrays, or
+        written straight into `table`'s rows first_step.. (then the returned columns are views of it)."""
         if self.rows:
-            table = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
-            cols = {c: table[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
+            rows = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
+            cols = {c: rows[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
                     for c in STEP_COLUMNS}
         else:
             cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}
@@ -363,24 +356,30 @@ class Recorder:
                 # Steps are numbered first..first+total-1, each once: every row goes straight to its place
                 # (one pass and one array per column, where concatenating then sorting makes two).
                 merged = {}
+                start = table.reserve(total) if table is not None else 0
                 rows_at, runs_at = cols["step"] - first, runs["step"] - first
                 for c in STEP_COLUMNS:
                     at_runs = runs.get(c)
                     if at_runs is None:  # 0 in every run row
-                        out = np.zeros(total, dtype=cols[c].dtype)
+                        out = _place(table, start, c, total, (cols[c],), zero=True)
                     else:
-                        out = np.empty(total, dtype=np.result_type(cols[c], at_runs))
+                        out = _place(table, start, c, total, (cols[c], at_runs))
                         out[runs_at] = at_runs
                     out[rows_at] = cols[c]
                     merged[c] = out
-                cols = merged
-            else:
-                num_run_rows = len(runs["step"])
-                cols = {c: np.concatenate([cols[c], runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
-                        for c in STEP_COLUMNS}
-                order = np.argsort(cols["step"], kind="stable")
-                cols = {c: v[order] for c, v in cols.items()}
-        return cols
+                return merged
+            num_run_rows = len(runs["step"])
+            cols = {c: np.concatenate([cols[c], runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
+                    for c in STEP_COLUMNS}
+            order = np.argsort(cols["step"], kind="stable")
+            cols = {c: v[order] for c, v in cols.items()}
+        if table is None:
+            return cols
+        placed, start = {}, table.reserve(len(cols["step"]))
+        for c, v in cols.items():
+            placed[c] = _place(table, start, c, len(v), (v,))
+            placed[c][:] = v
+        return placed
 
     # ---- snapshots ---------------------------------------------------------------
     def snapshot(self, time_s: float) -> None:
@@ -469,6 +468,63 @@ class Recorder:
             df[c] = v
 
 
+class _StepTable:
+    """The recorded steps, kept: one array per step column, written chunk after chunk in step order.
+
+    Each column has room for more rows than it holds (room doubles when it runs out, the rows so far copied
+    once), so a chunk is written in place and the table is never concatenated at the end: the memory of rows
+    not yet written is not touched (not resident). A column is int32 (NARROW) until a value does not fit, then
+    int64 from then on (the rows so far widened).
+    """
+
+    ROOM = 1 << 16  # rows of the first allocation
+
+    def __init__(self):
+        self.cols: dict[str, np.ndarray] = {}
+        self.num_rows = 0  # reserved so far
+
+    def reserve(self, count: int) -> int:
+        """Take the next `count` rows (to be written column by column with rows()); returns the first."""
+        self.num_rows += count
+        return self.num_rows - count
+
+    def rows(self, column: str, start: int, count: int, values: tuple[np.ndarray, ...]) -> np.ndarray:
+        """A view of `column`'s rows start..start+count-1, with a dtype that holds every array of `values`."""
+        col = self.cols.get(column)
+        dtype = NARROW[column] if col is None else col.dtype
+        if dtype == np.int32 and any(len(v) and (v.max() > INT32_MAX or v.min() < INT32_MIN) for v in values):
+            dtype = np.dtype(np.int64)
+        if col is None or len(col) < start + count or col.dtype != dtype:
+            room = self.ROOM if col is None else len(col)
+            while room < start + count:
+                room *= 2
+            grown = np.empty(room, dtype=dtype)
+            if col is not None:
+                grown[:start] = col[:start]
+            self.cols[column] = col = grown
+        return col[start:start + count]
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every column's rows written (views), in STEP_COLUMNS' order."""
+        n = self.num_rows
+        return {c: self.cols[c][:n] if c in self.cols else np.zeros(n, dtype=NARROW[c]) for c in STEP_COLUMNS}
+
+
+INT32_MAX, INT32_MIN = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+
+
+def _place(table: _StepTable | None, start: int, column: str, count: int, values: tuple[np.ndarray, ...],
+           zero: bool = False) -> np.ndarray:
+    """Where a chunk's `column` goes: `table`'s rows from `start`, else a fresh array (zeroed when `zero`)."""
+    if table is None:
+        dtype = np.result_type(*values)
+        return np.zeros(count, dtype=dtype) if zero else np.empty(count, dtype=dtype)
+    out = table.rows(column, start, count, values)
+    if zero:
+        out[:] = 0
+    return out
+
+
 def _block_arrays() -> tuple[array, array, array, array]:
     """Where decode runs' DecodeBlocks go, list by list (block_steps, evicted_steps, internal_steps, internal_slots)."""
     return array("q"), array("q"), array("q"), array("q")
@@ -482,13 +538,6 @@ def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
     if steps.min() < 0 or steps.max() >= total:
         return False
     return bool((np.bincount(steps, minlength=total) == 1).all())
-
-
-def _narrow(v: np.ndarray, dtype) -> np.ndarray:
-    """v as `dtype` when every value fits (else as it is: int64)."""
-    if dtype is np.int32 and len(v) and (v.max() > np.iinfo(np.int32).max or v.min() < np.iinfo(np.int32).min):
-        return v.astype(np.int64, copy=False)
-    return v.astype(dtype, copy=False)
 
 
 def _nan(v):
