@@ -131,6 +131,7 @@ class Recorder:
         self.sink = sink
         self.chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
         self.table = _StepTable() if sink is None else None  # the steps so far, when they are kept
+        self.scratch = _Scratch()  # a chunk's columns on their way into the table
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
         # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
@@ -317,7 +318,9 @@ class Recorder:
         """Turn the rows and runs recorded since the last flush (steps first_step.. num_steps-1) into a chunk."""
         if self.num_steps == self.first_step:
             return
-        cols = self._columns(self.table)
+        cols = self._columns(self.scratch if self.sink is None else None)
+        if self.table is not None:
+            self.table.append(cols)
         self.rows, self.runs, self.run_starts, self.run_durations = array("d"), array("q"), array("d"), array("d")
         self.run_blocks = _block_arrays()
         self.first_step = self.num_steps
@@ -339,9 +342,9 @@ class Recorder:
         df["kv_cache_usage"] = df["blocks_used"].to_numpy() / self.sched.kv.num_gpu_blocks
         return df
 
-    def _columns(self, table: "_StepTable | None" = None) -> dict[str, np.ndarray]:
+    def _columns(self, scratch: "_Scratch | None" = None) -> dict[str, np.ndarray]:
         """The rows and expanded decode runs since the last flush, as columns in step order: fresh arrays, or
-        written straight into `table`'s rows first_step.. (then the returned columns are views of it)."""
+        arrays of `scratch` (reused from flush to flush: valid until the next flush)."""
         if self.rows:
             rows = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
             cols = {c: rows[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
@@ -356,30 +359,25 @@ class Recorder:
                 # Steps are numbered first..first+total-1, each once: every row goes straight to its place
                 # (one pass and one array per column, where concatenating then sorting makes two).
                 merged = {}
-                start = table.reserve(total) if table is not None else 0
                 rows_at, runs_at = cols["step"] - first, runs["step"] - first
                 for c in STEP_COLUMNS:
                     at_runs = runs.get(c)
+                    dtype = cols[c].dtype if at_runs is None else np.result_type(cols[c], at_runs)
+                    out = np.empty(total, dtype=dtype) if scratch is None else scratch.array(c, total, dtype)
                     if at_runs is None:  # 0 in every run row
-                        out = _place(table, start, c, total, (cols[c],), zero=True)
+                        out.fill(0)
                     else:
-                        out = _place(table, start, c, total, (cols[c], at_runs))
                         out[runs_at] = at_runs
                     out[rows_at] = cols[c]
                     merged[c] = out
-                return merged
-            num_run_rows = len(runs["step"])
-            cols = {c: np.concatenate([cols[c], runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
-                    for c in STEP_COLUMNS}
-            order = np.argsort(cols["step"], kind="stable")
-            cols = {c: v[order] for c, v in cols.items()}
-        if table is None:
-            return cols
-        placed, start = {}, table.reserve(len(cols["step"]))
-        for c, v in cols.items():
-            placed[c] = _place(table, start, c, len(v), (v,))
-            placed[c][:] = v
-        return placed
+                cols = merged
+            else:
+                num_run_rows = len(runs["step"])
+                cols = {c: np.concatenate([cols[c], runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
+                        for c in STEP_COLUMNS}
+                order = np.argsort(cols["step"], kind="stable")
+                cols = {c: v[order] for c, v in cols.items()}
+        return cols
 
     # ---- snapshots ---------------------------------------------------------------
     def snapshot(self, time_s: float) -> None:
@@ -469,43 +467,40 @@ class Recorder:
 
 
 class _StepTable:
-    """The recorded steps, kept: one array per step column, written chunk after chunk in step order.
+    """The recorded steps, kept: one array per step column, chunk after chunk appended in step order.
 
     Each column has room for more rows than it holds (room doubles when it runs out, the rows so far copied
-    once), so a chunk is written in place and the table is never concatenated at the end: the memory of rows
+    once), so a chunk is copied in place and the table is never concatenated at the end: the memory of rows
     not yet written is not touched (not resident). A column is int32 (NARROW) until a value does not fit, then
     int64 from then on (the rows so far widened).
     """
 
-    ROOM = 1 << 16  # rows of the first allocation
+    ROOM = 1 << 20  # rows of the first allocation (memory is touched only as rows are written)
 
     def __init__(self):
         self.cols: dict[str, np.ndarray] = {}
-        self.num_rows = 0  # reserved so far
+        self.num_rows = 0
 
-    def reserve(self, count: int) -> int:
-        """Take the next `count` rows (to be written column by column with rows()); returns the first."""
-        self.num_rows += count
-        return self.num_rows - count
-
-    def rows(self, column: str, start: int, count: int, values: tuple[np.ndarray, ...]) -> np.ndarray:
-        """A view of `column`'s rows start..start+count-1, with a dtype that holds every array of `values`."""
-        col = self.cols.get(column)
-        dtype = NARROW[column] if col is None else col.dtype
-        if dtype == np.int32 and any(len(v) and (v.max() > INT32_MAX or v.min() < INT32_MIN) for v in values):
-            dtype = np.dtype(np.int64)
-        if col is None or len(col) < start + count or col.dtype != dtype:
-            room = self.ROOM if col is None else len(col)
-            while room < start + count:
-                room *= 2
-            grown = np.empty(room, dtype=dtype)
-            if col is not None:
-                grown[:start] = col[:start]
-            self.cols[column] = col = grown
-        return col[start:start + count]
+    def append(self, chunk: dict[str, np.ndarray]) -> None:
+        start, count = self.num_rows, len(chunk[STEP_COLUMNS[0]])
+        for c, v in chunk.items():
+            col = self.cols.get(c)
+            dtype = NARROW[c] if col is None else col.dtype
+            if dtype == np.int32 and count and (v.max() > INT32_MAX or v.min() < INT32_MIN):
+                dtype = np.dtype(np.int64)
+            if col is None or len(col) < start + count or col.dtype != dtype:
+                room = self.ROOM if col is None else len(col)
+                while room < start + count:
+                    room *= 2
+                grown = np.empty(room, dtype=dtype)
+                if col is not None:
+                    grown[:start] = col[:start]
+                self.cols[c] = col = grown
+            col[start:start + count] = v
+        self.num_rows = start + count
 
     def columns(self) -> dict[str, np.ndarray]:
-        """Every column's rows written (views), in STEP_COLUMNS' order."""
+        """Every column's rows (views), in STEP_COLUMNS' order."""
         n = self.num_rows
         return {c: self.cols[c][:n] if c in self.cols else np.zeros(n, dtype=NARROW[c]) for c in STEP_COLUMNS}
 
@@ -513,16 +508,17 @@ class _StepTable:
 INT32_MAX, INT32_MIN = np.iinfo(np.int32).max, np.iinfo(np.int32).min
 
 
-def _place(table: _StepTable | None, start: int, column: str, count: int, values: tuple[np.ndarray, ...],
-           zero: bool = False) -> np.ndarray:
-    """Where a chunk's `column` goes: `table`'s rows from `start`, else a fresh array (zeroed when `zero`)."""
-    if table is None:
-        dtype = np.result_type(*values)
-        return np.zeros(count, dtype=dtype) if zero else np.empty(count, dtype=dtype)
-    out = table.rows(column, start, count, values)
-    if zero:
-        out[:] = 0
-    return out
+class _Scratch:
+    """Arrays reused from chunk to chunk (memory already touched: no page faults for each chunk's columns)."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, count: int, dtype) -> np.ndarray:
+        a = self.arrays.get(name)
+        if a is None or len(a) < count or a.dtype != dtype:
+            self.arrays[name] = a = np.empty(max(count, 0 if a is None else len(a)), dtype=dtype)
+        return a[:count]
 
 
 def _block_arrays() -> tuple[array, array, array, array]:

@@ -131,3 +131,26 @@ def test_columns_that_are_zero_or_asked_for_alone_read_back_as_recorded(tmp_path
                  ["blocks_free", "cached", "external_fragmentation_frac"]):
         pd.testing.assert_frame_equal(read_steps(tmp_path / "steps.parquet", columns=cols), steps[cols],
                                       check_dtype=False)
+
+
+def test_kept_step_table_grows_and_widens_a_column_without_losing_rows(monkeypatch):
+    """The recorder's kept table: chunks appended past its first room (doubled, rows kept) and a value beyond
+    int32 in a later chunk (that column becomes int64 with the earlier rows intact; the others stay int32)."""
+    import numpy as np
+
+    from pagesim.recorder import STEP_COLUMNS, _StepTable
+
+    monkeypatch.setattr(_StepTable, "ROOM", 4)
+    table = _StepTable()
+    chunks = []
+    for i, size in enumerate((3, 5, 9)):
+        chunk = {c: np.arange(size, dtype=np.int64) + 100 * i for c in STEP_COLUMNS}
+        if i == 2:
+            chunk["blocks_used"][4] = 2**31 + 7
+        table.append(chunk)
+        chunks.append(chunk)
+    cols = table.columns()
+    for c in STEP_COLUMNS:
+        assert np.array_equal(cols[c], np.concatenate([ch[c] for ch in chunks])), c
+    assert cols["blocks_used"].dtype == np.int64 and cols["num_running"].dtype == np.int32
+    assert cols["time_s"].dtype == np.float64
