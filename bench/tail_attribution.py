@@ -1,7 +1,7 @@
 """Where a live run's free-running request-level error comes from (issue 13's tails): a diagnostic, CPU only.
 
-For each live run (results/live/RUN) the free-running simulation of `validate` is repeated under four cost
-models, each compared with live on validate's request metrics (TTFT / TPOT / E2E p50 p90 p99, makespan,
+For each live run (results/live/RUN) the free-running simulation of `validate` is repeated with other step
+times, each compared with live on validate's request metrics (TTFT / TPOT / E2E p50 p90 p99, makespan,
 preemptions):
 
 - model: the run's own profile (what `validate` reports);
@@ -22,11 +22,12 @@ preemptions):
 - local51 / local501: the model times the mean measured/predicted ratio of the live steps within 25 / 250 steps
   of the same index: a model that knew live's local bias but not each step's jitter.
 
-It also reports how the profile prices its own calibration's eager mixed steps of the live ones' shapes, and where
-the oracle run first leaves live (step, time, what differs) and why: `timing` when a request
-is released before a different step than live released it (its arrival falls on the other side of a step
-boundary, the clocks having drifted apart by the steps the oracle could not take from live), `semantic` when the
-same requests were released and the step still differs.
+It also reports where the oracle run first leaves live (step, time, what differs) and why: `timing` when a
+request is released before a different step than live released it (its arrival falls on the other side of a step
+boundary: an idle live engine releases an arrival 50-150 us late, `wake_up_lag`, the simulator at once), `semantic`
+when the same requests were released and the step still differs; the same oracle with every request released when
+live released it (`oracle_at_live_releases`: no boundary can flip, so any difference is semantic); and how the
+profile prices its own calibration's eager mixed steps of the live ones' shapes (`calibration_eager_mixed`).
 
     python bench/tail_attribution.py RUN_DIR ... --out bench/results/tail-attribution-DATE.json
 """
@@ -275,10 +276,11 @@ def requests_before(run: dict, result, t_live: float | None) -> dict:
 
 def _step_table(run: dict) -> pd.DataFrame:
     """The validation's step table (measured and predicted per live step; `validate` writes it)."""
-    return pd.read_parquet(run["dir"] / "validation" / "validation_steps.parquet", columns=["measured_s", "predicted_s"])
+    return pd.read_parquet(run["dir"] / "validation" / "validation_steps.parquet",
+                           columns=["step", "kind", "measured_s", "predicted_s"])
 
 
-def lockstep_scale(run: dict, cost) -> float:
+def lockstep_scale(run: dict) -> float:
     """Total measured / total predicted over the run's steps."""
     steps = _step_table(run)
     return float(steps["measured_s"].sum() / steps["predicted_s"].sum())
@@ -286,8 +288,7 @@ def lockstep_scale(run: dict, cost) -> float:
 
 def step_ratios(run: dict) -> pd.Series:
     """measured / predicted per live step, by step index."""
-    steps = pd.read_parquet(run["dir"] / "validation" / "validation_steps.parquet",
-                            columns=["step", "measured_s", "predicted_s"])
+    steps = _step_table(run)
     return pd.Series((steps["measured_s"] / steps["predicted_s"]).to_numpy(dtype=float), index=steps["step"])
 
 
@@ -340,7 +341,8 @@ def attribute(run_dir: str, cost_spec: str | None = None) -> dict:
     variant("model", simulate(run, cost).run("sim"))
     result, diverged, released = oracle_run(run, cost)
     div = divergence(run, result, diverged, released)
-    variant("oracle", result, divergence=div, requests_before_divergence=requests_before(run, result, div.get("live_time_s")))
+    variant("oracle", result, divergence=div,
+            requests_before_divergence=requests_before(run, result, div.get("live_time_s")))
     # the same with each request released when live released it (its arrival_time moved to released_s, so only
     # the absolute times are compared, not TTFT): no boundary can flip, so this checks the whole run's semantics
     result, diverged, released = oracle_run(run, cost, released_times=True)
@@ -362,15 +364,14 @@ def attribute(run_dir: str, cost_spec: str | None = None) -> dict:
         variant(f"local{2 * half + 1}", with_executor(LocalBias(cost, bs, ratios, half)), window_steps=2 * half + 1)
     for eps in PERTURBATIONS:
         variant(f"live{eps:+.3f}", with_executor(LiveScaled(cost, bs, ratios, 1 + eps)), scale=1 + eps)
-    table = pd.read_parquet(run["dir"] / "validation" / "validation_steps.parquet", columns=["kind", "measured_s", "predicted_s"])
-    sums = table.groupby("kind")[["measured_s", "predicted_s"]].sum()
+    sums = _step_table(run).groupby("kind")[["measured_s", "predicted_s"]].sum()
     kind_scales = (sums["measured_s"] / sums["predicted_s"]).to_dict()
     max_graph = max(getattr(cost, "graph_batch_sizes", ()) or (run["config"].max_num_seqs,))
     max_mixed = max((run["summary"].get("executor") or {}).get("mixed_graph_token_sizes") or [0])
     for name, kinds in (("kinds", None), ("eager", ("mixed", "prefill"))):
         variant(name, with_executor(KindScaled(cost, bs, kind_scales, max_graph, max_mixed, kinds)),
                 kind_scales={k: v for k, v in kind_scales.items() if kinds is None or k in kinds})
-    scale = lockstep_scale(run, cost)
+    scale = lockstep_scale(run)
     variant("unbiased", simulate(run, Scaled(cost, scale)).run("sim"), scale=scale)
     for eps in PERTURBATIONS:
         variant(f"scale{eps:+.3f}", simulate(run, Scaled(cost, 1 + eps)).run("sim"), scale=1 + eps)

@@ -43,13 +43,15 @@ def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
     identical pure-decode steps of the same running set.
 
     0 unless every running request is decoding and will be scheduled, no fork
-    copy nor host-tier copy is pending (the stores of blocks the last step filled ride on the next step,
-    which is then no plain decode step, and the step after completes them: the blocks become loadable), and the head of the swapped (else waiting) queue would not
-    be admitted now (`Scheduler.admission`, the question schedule() asks; the
-    head then stays blocked: free memory only shrinks and the batch stays the
-    same). The limit is the fewest remaining output tokens of a running request
-    (the step in which one finishes is the run's last) and the most steps whose
-    block allocations all succeed (`max_decode_steps`, so nobody is preempted).
+    copy nor host-tier copy is pending (the stores of the blocks the last step
+    filled ride on the next step, which is then no plain decode step, and the
+    step after it makes them loadable), and the head of the swapped (else
+    waiting) queue would not be admitted now (`Scheduler.admission`, the question
+    schedule() asks; the head then stays blocked: free memory only shrinks and
+    the batch stays the same). The limit is the fewest remaining output tokens of
+    a running request (the step in which one finishes is the run's last) and the
+    most steps whose block allocations all succeed (`max_decode_steps`, so nobody
+    is preempted).
     The caller also stops the run at the next arrival. Fewer than 2 steps is no run: k = 0
     (and the sums are not made).
     """
