@@ -4,7 +4,7 @@ For each live run (results/live/RUN) the free-running simulation of `validate` i
 times, each compared with live on validate's request metrics (TTFT / TPOT / E2E p50 p90 p99, makespan,
 preemptions):
 
-- model: the run's own profile (what `validate` reports);
+- model: the run's own profile (what `validate` reports), with where its plans first differ from live's;
 - oracle: a step whose planned batch and features equal the live step at the same index lasts what the live
   step measured; from the first step that differs on, the model's prediction. If sim and live meant the same
   thing by a step, a release and a token's time, this reproduces live exactly up to that step;
@@ -143,14 +143,16 @@ class KindScaled(SimExecutor):
 
 
 class OracleExecutor(SimExecutor):
-    """Live's measured duration for a step planned as live planned it at the same index, until the first that is not."""
+    """Live's measured duration for a step planned as live planned it at the same index, until the first that is not
+    (`take_live` False: the model's always, only watching where the plans first differ)."""
 
-    def __init__(self, cost, block_size: int, live_steps: pd.DataFrame, live_batches: pd.Series):
+    def __init__(self, cost, block_size: int, live_steps: pd.DataFrame, live_batches: pd.Series,
+                 take_live: bool = True):
         super().__init__(cost, block_size)
         self.live = live_steps
         self.batches = live_batches
+        self.take_live = take_live
         self.diverged: dict | None = None
-        self.starts: list[tuple[int, str]] = []  # (step, scheduled ids) of every executed step, for the report
 
     def execute(self, plan) -> float:
         predicted = super().execute(plan)
@@ -170,7 +172,7 @@ class OracleExecutor(SimExecutor):
             self.diverged = {"step": int(step), "fields": fields, "sim_scheduled": scheduled,
                              "live_scheduled": self.batches.get(step, "")}
             return predicted
-        return float(row["duration_s"])
+        return float(row["duration_s"]) if self.take_live else predicted
 
 
 def _metrics(result) -> dict:
@@ -204,11 +206,11 @@ def _run_with_release_log(sim: Simulation):
     return result, released
 
 
-def oracle_run(run: dict, cost, released_times: bool = False) -> tuple[object, dict, dict]:
+def oracle_run(run: dict, cost, released_times: bool = False, take_live: bool = True) -> tuple[object, dict, dict]:
     live_steps = run["steps"].set_index("step")
     batches = run["batches"].set_index("step")["scheduled"]
     sim = simulate(run, cost, fast_path=False, released_times=released_times)
-    ex = OracleExecutor(cost, run["config"].block_size, live_steps, batches)
+    ex = OracleExecutor(cost, run["config"].block_size, live_steps, batches, take_live)
     sim.executor = ex
     sim.recorder = Recorder(sim.scheduler, ex.features_of)
     result, released = _run_with_release_log(sim)
@@ -338,7 +340,9 @@ def attribute(run_dir: str, cost_spec: str | None = None) -> dict:
         m = _metrics(result)
         report["variants"][name] = {"sim": m, "rel_error": _errors(m, live), **extra}
 
-    variant("model", simulate(run, cost).run("sim"))
+    # the model's own run step by step (the fast path's equal), watched for the first plan that differs from live's
+    result, diverged, released = oracle_run(run, cost, take_live=False)
+    variant("model", simulate(run, cost).run("sim"), divergence=divergence(run, result, diverged, released))
     result, diverged, released = oracle_run(run, cost)
     div = divergence(run, result, diverged, released)
     variant("oracle", result, divergence=div,
@@ -430,6 +434,10 @@ def summary_line(rep: dict) -> str:
 
     div = v["oracle"]["divergence"]
     lines = [f"{rep['run']}"] + [f"  {name:14s} {fmt(name)}" for name in v]
+    m = v["model"]["divergence"]
+    lines.append(f"  model diverges at step {m.get('step')} ({m.get('cause')}; fields {m.get('fields')}; "
+                 f"at live {m.get('live_time_s')} s, clock offset {m.get('clock_offset_s')}, "
+                 f"{m.get('n_releases_moved')} releases moved)")
     lines.append(f"  oracle diverges at step {div.get('step')} ({div.get('cause')}; fields {div.get('fields')}; "
                  f"clock offset {div.get('clock_offset_s')}, {div.get('n_releases_moved')} releases moved); "
                  f"before: {v['oracle']['requests_before_divergence']}")
