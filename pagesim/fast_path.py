@@ -43,19 +43,22 @@ def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
     identical pure-decode steps of the same running set.
 
     0 unless every running request is decoding and will be scheduled, no fork
-    copy is pending, and the head of the swapped (else waiting) queue would not
-    be admitted now (`Scheduler.admission`, the question schedule() asks; the
-    head then stays blocked: free memory only shrinks and the batch stays the
-    same). The limit is the fewest remaining output tokens of a running request
-    (the step in which one finishes is the run's last) and the most steps whose
-    block allocations all succeed (`max_decode_steps`, so nobody is preempted).
+    copy nor host-tier copy is pending (the stores of the blocks the last step
+    filled ride on the next step, which is then no plain decode step, and the
+    step after it makes them loadable), and the head of the swapped (else
+    waiting) queue would not be admitted now (`Scheduler.admission`, the question
+    schedule() asks; the head then stays blocked: free memory only shrinks and
+    the batch stays the same). The limit is the fewest remaining output tokens of
+    a running request (the step in which one finishes is the run's last) and the
+    most steps whose block allocations all succeed (`max_decode_steps`, so nobody
+    is preempted).
     The caller also stops the run at the next arrival. Fewer than 2 steps is no run: k = 0
     (and the sums are not made).
     """
     running = sched.running
     n = len(running)
     budget = sched.config.max_num_batched_tokens - n
-    if not n or sched.pending_copies or budget < 0:
+    if not n or sched.pending_copies or budget < 0 or sched.kv.has_pending_transfers():
         return NO_RUN
     if sched.swapped or sched.waiting:  # asked first: after an arrival it answers at once, without the pass below
         head = sched.swapped[0] if sched.swapped else sched.waiting[0]

@@ -191,6 +191,9 @@ class ContiguousKVCacheManager:
     def take_transfers(self) -> tuple[list, list]:
         return [], []  # no host tier: offloading is a prefix-cache tier, and this layout has no prefix cache
 
+    def has_pending_transfers(self) -> bool:
+        return False
+
     def max_decode_steps(self, running: list[Request], limit: int) -> int:
         return limit  # decode steps grow inside the reserved runs
 

@@ -126,6 +126,10 @@ class KVCacheManager(Protocol):
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """Host-tier copies for the plan being made: (loads (host, gpu), stores (gpu, host)); empty without a tier."""
 
+    def has_pending_transfers(self) -> bool:
+        """Whether the next plan's take_transfers changes anything: copies to issue (stores of the blocks the
+        last step filled) or the last step's copies to complete."""
+
     # ---- runs of decode steps (the simulator's exact fast path) -------------------------------
     def max_decode_steps(self, running: list[Request], limit: int) -> int:
         """Largest k <= limit such that k decode steps of every running request find their blocks."""

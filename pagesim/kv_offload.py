@@ -121,6 +121,11 @@ class HostKVCache:
                 return True
         return False
 
+    def has_pending_transfers(self) -> bool:
+        """Whether the next plan's take_transfers changes anything: copies prepared since the last plan (the
+        next plan carries them), or the last plan's copies, which it completes (stored blocks become loadable)."""
+        return bool(self._pending_stores or self._pending_loads or self._issued_stores or self._issued_loads)
+
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """(loads (host, gpu), stores (gpu, host)) for the plan being made.
 

@@ -196,6 +196,9 @@ class PagedKVCacheManager:
         """Host-tier copies for the plan being made: (loads (host, gpu), stores (gpu, host))."""
         return self.host.take_transfers() if self.host is not None else ([], [])
 
+    def has_pending_transfers(self) -> bool:
+        return self.host is not None and self.host.has_pending_transfers()
+
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
         self.num_internal_slots -= internal_slots(request, self.block_size)

@@ -26,6 +26,8 @@ CONFIGS = {
     "paged": dict(),
     "paged-pressure-prefix": dict(num_gpu_blocks=600, enable_prefix_caching=True),
     "paged-pressure-swap": dict(num_gpu_blocks=600, preemption_mode="swap", swap_space=0.05),
+    # a host tier: a prefill's full prompt blocks are stored in the next step, which no decode run may absorb
+    "paged-pressure-offload": dict(num_gpu_blocks=600, enable_prefix_caching=True, kv_offloading_size=0.5),
     "contiguous-max": dict(num_gpu_blocks=3000, kv_layout="contiguous", reserve_policy="max"),
 }
 

@@ -202,3 +202,24 @@ def test_live_mode_warns_once_and_records_it(tmp_path, capsys):
     err = capsys.readouterr().err
     (text,) = json.loads((out / "summary.json").read_text())["warnings"]
     assert "no request can hit the prefix cache" in text and err.count(text) == 1
+
+
+def test_with_the_live_step_times_the_simulator_reproduces_the_live_run():
+    """Simulator and live mean the same by a step, a release and a token's time (bench/tail_attribution.py's oracle):
+    given each live step's measured duration while its plan equals live's, the free-running simulation of a
+    preemption-heavy window plans every step as live did and gives every request live's first-token and finish
+    times (to the host gap between a forward pass's end and the next step, well under a millisecond)."""
+    from bench.tail_attribution import oracle_run
+    from pagesim.validate import default_cost_model, load_run
+
+    run = load_run(LIVE / "preempt-sharegpt-bursty-r10")
+    cost = make_cost_model(default_cost_model(run), run["config"])
+    result, diverged, _ = oracle_run(run, cost)
+    assert not diverged, f"the simulation left the live run's plans at {diverged}"
+    assert result.num_steps == len(run["steps"]), "the simulation took another number of steps than live"
+    live = run["requests"].set_index("request_id")
+    sim = result.requests.set_index("request_id").loc[live.index]
+    assert int(sim["num_preemptions"].sum()) == int(live["num_preemptions"].sum()) > 100
+    for col in ("first_token_s", "finish_s"):
+        worst = float((sim[col] - live[col]).abs().max())
+        assert worst < 1e-3, f"{col}: a request's time differs from live's by {worst * 1e3:.2f} ms"
