@@ -10,7 +10,8 @@ events in order and of the snapshots. With --old COMMIT the same replays run in 
 Configurations: the Azure 2023 conversation trace (../shared/traces/azure2023) with the default config and
 Vidur's options, and its first 3,000 requests under memory pressure with prefix caching, with swapping,
 contiguous `max`, and chunked prefill off; every bundled trace (traces/*.jsonl, first 1,500 requests) under
-memory pressure with prefix caching and with swapping. Llama-3-8B on H200, roofline, unless noted.
+memory pressure with prefix caching, with swapping, and with prefix caching and a 0.5 GiB host tier (which
+tells round 11's fast-path fix from e9608ed). Llama-3-8B on H200, roofline, unless noted.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def cases() -> dict[str, tuple[Path, int | None, dict]]:
                                                                 enable_prefix_caching=True))
         out[f"{path.stem}-swap"] = (path, 1500, dict(max_model_len=8192, num_gpu_blocks=800, preemption_mode="swap",
                                                      swap_space=0.05))
+        out[f"{path.stem}-offload"] = (path, 1500, dict(max_model_len=8192, num_gpu_blocks=800,
+                                                        enable_prefix_caching=True, kv_offloading_size=0.5))
     return out
 
 
