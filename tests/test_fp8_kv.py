@@ -65,15 +65,23 @@ def test_fp8_store_quantises_with_the_layer_scales_saturates_and_skips_padding(d
     assert ((got - want).abs() <= want.abs() / 16 + 2**-9 * 0.05).all(), "fp8 store lost more than half an ulp"
 
 
-def test_fp8_v_is_stored_transposed_within_its_block_and_k_and_model_dtype_v_token_major():
-    """The cache contract (engine.kernels.cache): an fp8 cache's V bytes of a block are [Hkv, D, block_size]; K,
-    and V of a model-dtype cache, are [block_size, Hkv, D]; v_token_major reads both orders as [block, offset]."""
+# where an fp8 cache of blocks of 16+ tokens stores V of offsets 0..15 within each 16 (FlashAttention-3's order,
+# engine.kernels.cache): offset 16 h + 8 a + 2 c + b at column 16 h + 4 c + 2 a + b
+PERMUTED_COLUMNS = [0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15]
+
+
+@pytest.mark.parametrize("block_size", [8, 32])
+def test_fp8_v_is_stored_transposed_within_its_block_and_k_and_model_dtype_v_token_major(block_size):
+    """The cache contract (engine.kernels.cache): an fp8 cache's V bytes of a block are [Hkv, D, block_size], the
+    columns of each 16 tokens in FA3's order where a block holds 16 or more; K, and V of a model-dtype cache, are
+    [block_size, Hkv, D]; v_token_major reads both orders as [block, offset]."""
     g = gen(21)
-    n, block_size, hkv, d = 11, 8, 2, 16
+    n, hkv, d = 3 * block_size - 5, 2, 16
     slots = torch.randperm(3 * block_size, generator=g)[:n].to(DEV)
     key, value = (torch.randn(n, hkv, d, generator=g) * 3).to(DEV), (torch.randn(n, hkv, d, generator=g) * 3).to(DEV)
     one = torch.ones(1, device=DEV)
     blk, off = (slots // block_size).long(), (slots % block_size).long()
+    column = off if block_size < 16 else off // 16 * 16 + torch.tensor(PERMUTED_COLUMNS, device=DEV)[off % 16]
     for dtype in (FP8, torch.float32):
         k_cache = torch.zeros(3, block_size, hkv, d, dtype=dtype, device=DEV)
         v_cache = torch.zeros_like(k_cache)
@@ -81,11 +89,30 @@ def test_fp8_v_is_stored_transposed_within_its_block_and_k_and_model_dtype_v_tok
         want_k, want_v = (R.quantize_fp8(key, one), R.quantize_fp8(value, one)) if dtype == FP8 else (key, value)
         assert torch.equal(k_cache[blk, off].float(), want_k.float()), f"{dtype} K is not token-major"
         if dtype == FP8:
-            stored = v_cache.view(3, hkv, d, block_size)[blk, :, :, off]  # [n, Hkv, D]
-            assert torch.equal(stored.float(), want_v.float()), "fp8 V is not [Hkv, D, block_size] within its block"
+            stored = v_cache.view(3, hkv, d, block_size)[blk, :, :, column]  # [n, Hkv, D]
+            assert torch.equal(stored.float(), want_v.float()), "fp8 V is not at its column of [Hkv, D, block_size]"
         else:
             assert torch.equal(v_cache[blk, off], value), "a model-dtype V cache is not token-major"
         assert torch.equal(K.v_token_major(v_cache)[blk, off].float(), want_v.float()), "v_token_major misreads V"
+
+
+@pytest.mark.parametrize("block_size", [8, 16, 64])
+def test_fp8_v_layout_round_trips_through_v_write_and_v_token_major(block_size):
+    """Token-major V written by the host (reference store, v_write) and by the store kernel lands on the same bytes,
+    and v_token_major gives it back token-major, whatever the block size's order."""
+    g = gen(block_size)
+    num_blocks, hkv, d = 3, 2, 16
+    x = (torch.randn(num_blocks, block_size, hkv, d, generator=g) * 3).to(DEV)
+    one = torch.ones(1, device=DEV)
+    by_kernel = torch.zeros(x.shape, dtype=FP8, device=DEV)
+    slots = torch.arange(num_blocks * block_size, dtype=torch.int32, device=DEV)
+    K.store_kvcache(x.flatten(0, 1), x.flatten(0, 1), torch.zeros_like(by_kernel), by_kernel, slots, one, one)
+    by_host = R.fp8_cache_of(x, one, v=True)
+    assert torch.equal(by_kernel.view(torch.uint8), by_host.view(torch.uint8)), "kernel and host store V differently"
+    assert torch.equal(K.v_token_major(by_host).float(), R.quantize_fp8(x, one).float()), "V does not round-trip"
+    permuted = not torch.equal(by_host.view(num_blocks, hkv, d, block_size).permute(0, 3, 1, 2).float(),
+                               R.quantize_fp8(x, one).float())
+    assert permuted == (block_size >= 16), "blocks of 16+ tokens permute V's columns, 8-token blocks do not"
 
 
 def poisoned_cache(num_blocks, block_size, hkv, d, dtype):
@@ -301,7 +328,7 @@ def test_fp8_qk_product_rounds_q_per_row_to_e4m3_as_the_torch_cast():
     cu = torch.tensor([0, 1], dtype=torch.int32, device=DEV)
     lens = torch.tensor([2], dtype=torch.int32, device=DEV)
     k_cache[0, 1, 0, 5] = 1.0  # key 1 = e_5: score of key 1 is q[5]; key 0 scores 0
-    K.v_token_major(v_cache)[0, 1, 0, :] = 1.0  # value of key 1 is 1, of key 0 is 0
+    K.v_write(v_cache, torch.tensor([0]), torch.tensor([1]), 1.0)  # value of key 1 is 1, of key 0 is 0
     out = K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, 1.0, k_scale=scales(1.0, 1.0)[0],
                                     v_scale=scales(1.0, 1.0)[1],
                                     config=K.PrefillConfig(block_m=16, block_n=16, fp8_widen="fp16", qk_fp8=True))

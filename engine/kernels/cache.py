@@ -11,8 +11,14 @@ element, read on the device: no host sync, graph-capturable). Readers multiply b
 An fp8 cache also stores V transposed within each block (vLLM's old paged kernel's value_cache layout):
 the V bytes of a block hold [num_kv_heads, head_dim, block_size], token index fastest, so that P @ V,
 which contracts over tokens, reads its operand with the contraction dim contiguous (sm_90 has no
-transposed 8-bit shared-memory read). The tensor keeps its shape [num_blocks, block_size, Hkv, D] and a
-block its bytes, so block moves need no change; ``v_token_major`` is the one place that knows the order.
+transposed 8-bit shared-memory read). Within each 16 tokens of a block (block sizes >= 16) the V columns are
+moreover permuted, FlashAttention-3's order for fp8 P V: offset 16 h + 8 a + 2 c + b (a, b in {0, 1}, c in 0..3) is
+stored at column 16 h + 4 c + 2 a + b, the order in which a thread's share of P's fp32 accumulator (columns 8 a + 2 c
++ b) is the share of the e4m3 A operand it must hold (4 c .. 4 c + 3), so the e4m3 prefill reorders P by a register
+renaming instead of shuffles; the readers that widen V read K's rows in the same order (``tile_tokens``). Blocks of
+8 tokens cannot hold a group of 16 and keep the plain order. The tensor keeps its shape
+[num_blocks, block_size, Hkv, D] and a block its bytes, so block moves need no change; ``v_token_major`` and
+``v_write`` are the host's readers and writers that know the order.
 """
 
 from __future__ import annotations
@@ -34,14 +40,72 @@ def v_transposed(v_cache: torch.Tensor) -> bool:
     return is_fp8(v_cache)
 
 
-def v_token_major(v_cache: torch.Tensor) -> torch.Tensor:
-    """V cache [num_blocks, block_size, Hkv, D] (one layer, contiguous) as a view indexed [block, offset, head, dim]
-    whatever its storage order: the cache itself, or for an fp8 cache the permuted view of its
-    [num_blocks, Hkv, D, block_size] bytes. Writes through the view land where the kernels read them."""
-    if not v_transposed(v_cache):
-        return v_cache
+V_GROUP = 16  # tokens whose V columns an fp8 cache permutes among themselves (blocks of at least this many tokens)
+
+
+def v_permuted(block_size: int) -> bool:
+    """Whether an fp8 V cache of this block size stores each 16 tokens' columns in the permuted order."""
+    return block_size >= V_GROUP
+
+
+def v_column(offset: torch.Tensor, block_size: int) -> torch.Tensor:
+    """The column within its block where an fp8 cache stores V of block offset(s) `offset` (int tensor)."""
+    if not v_permuted(block_size):
+        return offset
+    return (offset & ~15) | (offset & 1) | ((offset >> 2) & 2) | ((offset << 1) & 12)
+
+
+@triton.jit
+def _v_column(offset, BLOCK_SIZE: tl.constexpr):
+    """v_column in a kernel."""
+    if BLOCK_SIZE >= 16:
+        return (offset & ~15) | (offset & 1) | ((offset >> 2) & 2) | ((offset << 1) & 12)
+    return offset
+
+
+@triton.jit
+def _v_offset(col, BLOCK_SIZE: tl.constexpr):
+    """Inverse of v_column: the block offset whose V an fp8 cache stores at column(s) `col`."""
+    if BLOCK_SIZE >= 16:
+        return (col & ~15) | (col & 1) | ((col << 2) & 8) | ((col >> 1) & 6)
+    return col
+
+
+@triton.jit
+def tile_tokens(n0, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, V_T: tl.constexpr):
+    """The tokens of the tile n0 : n0 + BLOCK_N (n0 a multiple of BLOCK_N >= 16) in the order its V^T columns hold
+    them as stored: the fp8 cache's permuted order when V_T (an fp8 cache), else n0, n0 + 1, ..."""
+    cols = tl.arange(0, BLOCK_N)
+    if V_T:
+        return n0 + _v_offset(cols, BLOCK_SIZE)
+    return n0 + cols
+
+
+def _v_stored(v_cache: torch.Tensor) -> torch.Tensor:
+    """An fp8 V cache's bytes as a view indexed [block, column, head, dim]."""
     num_blocks, block_size, hkv, d = v_cache.shape
     return v_cache.view(num_blocks, hkv, d, block_size).permute(0, 3, 1, 2)
+
+
+def v_token_major(v_cache: torch.Tensor) -> torch.Tensor:
+    """V cache [num_blocks, block_size, Hkv, D] (one layer, contiguous) indexed [block, offset, head, dim] whatever its
+    storage order: the cache itself, for an fp8 cache of 8-token blocks a view of its [num_blocks, Hkv, D, block_size]
+    bytes, for larger fp8 blocks (whose columns are permuted) a copy. For reading; write with v_write."""
+    if not v_transposed(v_cache):
+        return v_cache
+    stored, block_size = _v_stored(v_cache), v_cache.shape[1]
+    if not v_permuted(block_size):
+        return stored
+    return stored[:, v_column(torch.arange(block_size, device=v_cache.device), block_size)]
+
+
+def v_write(v_cache: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:
+    """Write V rows values [n, Hkv, D] (or one broadcast to it) to tokens (blocks[i], offsets[i]) in the cache's
+    storage order (the host's store_kvcache; the kernel's writes the same bytes)."""
+    if not v_transposed(v_cache):
+        v_cache[blocks, offsets] = values
+    else:
+        _v_stored(v_cache)[blocks, v_column(offsets, v_cache.shape[1])] = values
 
 
 @triton.jit
@@ -89,9 +153,11 @@ def _store_kvcache_kernel(key, value, k_cache, v_cache, slot_mapping, k_scale, v
         k = _quantize(k, k_scale, k_cache.dtype.element_ty)
         v = _quantize(v, v_scale, v_cache.dtype.element_ty)
     tl.store(k_cache + slot * ROW + cols, k, mask=mask)
-    if FP8:  # V transposed within its block: element (head, dim) of offset o at ((head * D + dim) * BLOCK_SIZE + o)
+    if FP8:  # V transposed within its block: element (head, dim) of offset o at ((head * D + dim) * BLOCK_SIZE + col),
+        # col = v_column(o) (permuted within 16 tokens)
         block, offset = slot // BLOCK_SIZE, slot % BLOCK_SIZE
-        tl.store(v_cache + block * (BLOCK_SIZE * ROW) + cols * BLOCK_SIZE + offset, v, mask=mask)
+        tl.store(v_cache + block * (BLOCK_SIZE * ROW) + cols * BLOCK_SIZE + _v_column(offset, BLOCK_SIZE), v,
+                 mask=mask)
     else:
         tl.store(v_cache + slot * ROW + cols, v, mask=mask)
 

@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.cache import tile_tokens
 from pagesim.cost.decode_split import FP8_FEW_SPLITS, fp8_decode_splits, num_decode_splits
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -84,10 +85,11 @@ def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
     engine.kernels.cache), so it is read as V^T [HEAD_DIM, BLOCK_N] in runs of min(BLOCK_SIZE, BLOCK_N)
     contiguous tokens (16-byte loads, one block-table read per run, masked per run, so a run's slots past
     `end` hold whatever the cache holds there: _widen zeroes them) and returned transposed, a K-major
-    operand for P @ V. Otherwise V rows of tokens >= end are 0. I32: element offsets in int32 (the caller
+    operand for P @ V; its rows hold the tokens in the cache's column order (tile_tokens), and K's rows are read
+    in that order too. Otherwise V rows of tokens >= end are 0. I32: element offsets in int32 (the caller
     checked that the cache has fewer than 2**31 elements): fewer registers for the tile's addresses.
     """
-    t = n0 + tl.arange(0, BLOCK_N)
+    t = tile_tokens(n0, BLOCK_N, BLOCK_SIZE, V_T)
     valid = t < end
     if MASKED:
         block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
@@ -201,7 +203,7 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, start, end, d,
                                   NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, I32)
     for n0 in range(masked_start, end, BLOCK_N):
-        valid = n0 + tl.arange(0, BLOCK_N) < end
+        valid = tile_tokens(n0, BLOCK_N, BLOCK_SIZE, FP8) < end  # in the tile's row order
         if PREFETCH:  # registers double-buffered by hand: the next tile's loads are in flight during this one
             k, v = k_next, v_next
             k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, n0 + BLOCK_N, end, d,

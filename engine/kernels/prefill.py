@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.cache import _round_to_e4m3
+from engine.kernels.cache import _round_to_e4m3, tile_tokens
 from engine.kernels.decode import INTERPRET, LOG2E, _load_kv, _widen, dot_dtype
 
 
@@ -74,7 +74,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     too (no widening at all). PAST_END (PV_FP8 only; the other paths take it as CAUSAL_MASK): the tile may reach
     past the context, so its loads are masked and V's slots past the context zeroed as fp8 (through registers);
     a diagonal tile below the context's last whole tile needs neither and keeps the asynchronous copies."""
-    t = n0 + tl.arange(0, BLOCK_N)
+    t = tile_tokens(n0, BLOCK_N, BLOCK_SIZE, FP8 and PV_FP8 is None)  # K's rows: V's column order, unless PV_FP8
     if PV_FP8 is None:
         # int32 offsets load unmasked tiles unmasked; the int64 path keeps masking every bf16 tile, as measured before
         k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, ctx, tl.arange(0, HEAD_DIM), NUM_KV_HEADS, HEAD_DIM,
@@ -84,7 +84,7 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
                             PAST_END, I32)
         k = k.to(QK_FP8)
         if PAST_END:  # as _widen's ZERO_V, on the fp8 bits (a run read whole may hold NaN past the context)
-            v = tl.where((t < ctx)[:, None], v, tl.zeros_like(v))
+            v = tl.where((tile_tokens(n0, BLOCK_N, BLOCK_SIZE, True) < ctx)[:, None], v, tl.zeros_like(v))
         v = v.to(PV_FP8)
     elif QK_FP8 is not None:
         k = k.to(QK_FP8)
@@ -104,7 +104,10 @@ def _attend_tile(acc, m, l, qv, k_cache, v_cache, bt_row, kvh, n0, pos, ctx, qk_
     if PV_FP8 is not None:
         # the running output as the product's accumulator (Triton did not fold `acc * alpha + tl.dot(...)` into the
         # e4m3 product); a product whose result is only the loop's accumulator can stay in flight (no wait each tile)
-        acc = tl.dot(_p_to_e4m3(p * P_SCALE, PV_FP8), v, acc * alpha[:, None])
+        p8 = _p_to_e4m3(p * P_SCALE, PV_FP8)
+        if BLOCK_SIZE >= 16:  # P's columns in V's stored order (engine.kernels.cache): a register renaming
+            p8 = _in_v_order(p8)
+        acc = tl.dot(p8, v, acc * alpha[:, None])
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l
@@ -122,25 +125,38 @@ def _load_kv_fp8(k_cache, v_cache, bt_row, kvh, n0, end, NUM_KV_HEADS: tl.conste
     t = n0 + tl.arange(0, BLOCK_N)
     d = tl.arange(0, HEAD_DIM)
     valid = t < end
+    RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
+    # a run's columns may hold tokens below `end` past column `end` (the permuted order): block ids by whole runs
+    run_valid = t // RUN * RUN < end
     if MASKED:
-        block = tl.load(bt_row + t // BLOCK_SIZE, mask=valid, other=0)
+        block = tl.load(bt_row + t // BLOCK_SIZE, mask=run_valid, other=0)
     else:
         block = tl.load(bt_row + t // BLOCK_SIZE)
     if not I32:
         block = block.to(tl.int64)
     rows = ((block * BLOCK_SIZE + t % BLOCK_SIZE) * NUM_KV_HEADS + kvh) * HEAD_DIM
     cols = (block * NUM_KV_HEADS + kvh) * (HEAD_DIM * BLOCK_SIZE) + t % BLOCK_SIZE
-    RUN: tl.constexpr = BLOCK_SIZE if BLOCK_SIZE < BLOCK_N else BLOCK_N
     cols = tl.max_contiguous(tl.multiple_of(cols, RUN), RUN)
     k_ptrs = k_cache + rows[:, None] + d[None, :]
     v_ptrs = v_cache + d[:, None] * BLOCK_SIZE + cols[None, :]
     if MASKED:
         k = tl.load(k_ptrs, mask=valid[:, None], other=0.0)
-        vt = tl.load(v_ptrs, mask=(t // RUN * RUN < end)[None, :], other=0.0)  # whole runs: 16-byte copies
+        vt = tl.load(v_ptrs, mask=run_valid[None, :], other=0.0)  # whole runs: 16-byte copies
     else:
         k = tl.load(k_ptrs)
         vt = tl.load(v_ptrs)
     return k, tl.trans(vt)
+
+
+@triton.jit
+def _in_v_order(p):
+    """P [M, N] with its columns in an fp8 V cache's stored order: column 16 h + 8 a + 2 c + b (a, b in {0, 1}, c in
+    0..3) to 16 h + 4 c + 2 a + b. In the wgmma accumulator's layout a thread holds columns 8 a + 2 c + b of each 16
+    (c = lane % 4), and as the e4m3 A operand it must hold 4 c .. 4 c + 3: this permutation is the renaming of its
+    registers between the two (FlashAttention-3's fp8 P V), where the plain order takes shuffles and byte permutes."""
+    M: tl.constexpr = p.shape[0]
+    N: tl.constexpr = p.shape[1]
+    return tl.reshape(tl.permute(tl.reshape(p, (M, N // 32, 2, 2, 4, 2)), (0, 1, 2, 4, 3, 5)), (M, N))
 
 
 @triton.jit

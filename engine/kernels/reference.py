@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.kernels.cache import v_token_major
+from engine.kernels.cache import v_token_major, v_write
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -31,9 +31,15 @@ def quantize_fp8(x, scale) -> torch.Tensor:
 
 def fp8_cache_of(x: torch.Tensor, scale: torch.Tensor, *, v: bool) -> torch.Tensor:
     """The fp8 cache [blocks, bs, Hkv, D] the store kernel would write for K (v False) or V (v True) given
-    token-major x [blocks, bs, Hkv, D]: x / scale quantised, V in its transposed per-block order."""
+    token-major x [blocks, bs, Hkv, D]: x / scale quantised, V in its transposed (and permuted) per-block order."""
     out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    (v_token_major(out) if v else out).copy_(quantize_fp8(x, scale))
+    if not v:
+        out.copy_(quantize_fp8(x, scale))
+        return out
+    num_blocks, block_size = x.shape[:2]
+    blocks = torch.arange(num_blocks, device=x.device).repeat_interleave(block_size)
+    offsets = torch.arange(block_size, device=x.device).repeat(num_blocks)
+    v_write(out, blocks, offsets, quantize_fp8(x, scale).flatten(0, 1))
     return out
 
 
@@ -49,7 +55,7 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping, k_scale=None, v_sc
         key, value = quantize_fp8(key, k_scale), quantize_fp8(value, v_scale)
     block_size = k_cache.shape[1]
     k_cache.view(-1, *k_cache.shape[2:])[slots] = key[keep]
-    v_token_major(v_cache)[slots // block_size, slots % block_size] = value[keep]
+    v_write(v_cache, slots // block_size, slots % block_size, value[keep])
 
 
 def _attend(q, k, v, scale, causal_offset=None):
