@@ -25,7 +25,7 @@ import torch
 import engine.kernels as K  # before triton: on a machine without CUDA it selects the interpreter
 import triton
 from bench.fp8_tune import OK_ATOL, Case, warm_clocks
-from bench.kernels import DEV, DECODE_SHAPES, HKV, graph_of
+from bench.kernels import DECODE_SHAPES, graph_of
 from engine.kernels.decode import FP8_DECODE_CONFIG, fp8_decode_launch
 from pagesim.outputs import check_output_file
 
@@ -43,11 +43,9 @@ GRIDS = {"r6": _R6[:1] + [("old-default", FP8_DECODE_CONFIG, 1)] + _R6[1:],
          "r9": _grid([(32, 1, 2, 1), (32, 1, 3, 1), (32, 1, 4, 1), (16, 1, 2, 1), (16, 1, 3, 1), (64, 1, 3, 1),
                       (32, 1, 2, 2), (32, 2, 3, 2), (64, 2, 2, 1), (128, 2, 3, 1), (128, 1, 2, 1), (64, 1, 2, 2),
                       (32, 1, 2, 4), (64, 2, 2, 4), (32, 2, 3, 4), (32, 2, 2, 8), (32, 1, 2, 8)])}
-INT_WIDEN = "rule, int widening"  # r11: the rule's own launch with DecodeConfig.int_widen (e4m3 widened by bit operations)
-GRIDS["r11"] = [("rule", None, None), (INT_WIDEN, INT_WIDEN, None)]
 BF16_CANDIDATES = [("default", K.DecodeConfig(), 1), ("bn64-w2-s4-x2", K.DecodeConfig(64, 2, 4), 2),
                    ("bn64-w4-s4-x1", K.DecodeConfig(64, 4, 4), 1), ("bn64-w2-s3-x1", K.DecodeConfig(64, 2, 3), 1)]
-BF16_GRIDS = {"r6": BF16_CANDIDATES, "r9": BF16_CANDIDATES[:1], "r11": BF16_CANDIDATES[:1]}  # r9: the bf16 default, the speed-up's baseline
+BF16_GRIDS = {"r6": BF16_CANDIDATES, "r9": BF16_CANDIDATES[:1]}  # r9: the bf16 default, the speed-up's baseline
 
 
 def launches(case: Case, grid: str) -> list[tuple[str, str, K.DecodeConfig | None, int | None]]:
@@ -56,10 +54,6 @@ def launches(case: Case, grid: str) -> list[tuple[str, str, K.DecodeConfig | Non
     for label, cfg, mult in BF16_GRIDS[grid]:
         out.append(("bf16", label, cfg, case.default_splits * mult))
     for label, cfg, mult in GRIDS[grid]:
-        if cfg == INT_WIDEN:
-            rule_cfg, rule_splits = fp8_decode_launch(case.shape[0], HKV, case.shape[1], torch.device(DEV))
-            out.append(("fp8", label, dataclasses.replace(rule_cfg, int_widen=True), rule_splits))
-            continue
         out.append(("fp8", label, cfg, None if mult is None else case.default_splits * mult))
     return out
 
@@ -69,7 +63,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--grid", choices=sorted(GRIDS), default="r9", help="the candidate launches (round 6's, 9's or 11's)")
+    p.add_argument("--grid", choices=sorted(GRIDS), default="r9", help="the candidate launches (round 6's or 9's)")
     p.add_argument("--rep-ms", type=int, default=60, help="do_bench repetition time per timing")
     args = p.parse_args(argv)
     check_output_file(p, args.out, args.force)

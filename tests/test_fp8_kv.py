@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 import engine.kernels as K
 from engine.executor import GPUExecutor, kv_block_bytes
 from engine.kernels import reference as R
-from engine.kernels.decode import FP8_DECODE_CONFIG, _e4m3_to_f16_scaled
+from engine.kernels.decode import FP8_DECODE_CONFIG
 from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 from engine.model import AttentionMetadata, LlamaModel
 from pagesim.config import Config
@@ -117,32 +115,6 @@ def test_fp8_v_layout_round_trips_through_v_write_and_v_token_major(block_size):
     assert permuted == (block_size >= 16), "blocks of 16+ tokens permute V's columns, 8-token blocks do not"
 
 
-@triton.jit
-def _int_widen_codes(codes, out, N: tl.constexpr):
-    i = tl.arange(0, N)
-    tl.store(out + i, _e4m3_to_f16_scaled(tl.load(codes + i)))
-
-
-def int_widening_of_every_code(dev: str) -> None:
-    """The decode's integer e4m3 -> fp16 widening (DecodeConfig.int_widen; the interpreter runs its bit operations in
-    Triton, a GPU its inline PTX) gives every e4m3 code's value times 2^-8 exactly: both zeros with their sign, the
-    subnormals, the normals up to +-448; the NaN codes give +-1.875, as the interpreter widens them (480 * 2^-8)."""
-    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).to(dev)
-    out = torch.full((256,), float("nan"), dtype=torch.float16, device=dev)
-    _int_widen_codes[(1,)](codes.view(FP8), out, N=256)
-    want = codes.view(FP8).float() * 2**-8
-    nan = want.isnan()
-    got = out.float()
-    bad = (got != want) & ~nan
-    assert not bad.any(), f"codes {codes[bad].tolist()} widen to {got[bad].tolist()}, not {want[bad].tolist()}"
-    assert (got[nan] == torch.tensor([1.875, -1.875], device=dev)).all(), f"NaN codes widen to {got[nan].tolist()}"
-    assert out.view(torch.int16)[0x80].item() == -0x8000, "e4m3 -0 must widen to fp16 -0"
-
-
-def test_int_widening_is_each_e4m3_value_times_2_to_the_minus_8():
-    int_widening_of_every_code(DEV)
-
-
 def poisoned_cache(num_blocks, block_size, hkv, d, dtype):
     """A cache whose every slot holds NaN (fp8: the 0x7F pattern), as memory never written may."""
     shape = (num_blocks, block_size, hkv, d)
@@ -228,10 +200,7 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(), "fp16": 
                    "prefetch": K.DecodeConfig(block_n=32, num_stages=1, prefetch=True),
                    "fp16-bn16-i64": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16", int32_offsets=False),
                    "prefetch-i64": K.DecodeConfig(block_n=16, num_stages=1, fp8_widen="fp16", prefetch=True,
-                                                  int32_offsets=False),
-                   "int-widen-bn16-w2": K.DecodeConfig(block_n=16, num_warps=2, fp8_widen="fp16", int_widen=True),
-                   "int-widen-bn32-w1": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16",
-                                                       int_widen=True)}
+                                                  int32_offsets=False)}
 
 
 def variant_tol(dtype, cfg, scale: float) -> float:

@@ -62,9 +62,9 @@ class DecodeConfig:
     # fp8 cache only (the bf16 decode keeps int64 offsets): K/V element offsets in int32 where the cache has fewer
     # than 2**31 elements (an 8B model's fp8 layer at the H200's whole budget: 1.87e9)
     int32_offsets: bool = True
-    # fp8 cache with fp16 widening only: widen e4m3 by integer bit operations (_e4m3_to_f16_scaled, values times 2^-8,
-    # the 2^8 folded into the score scale and the output) instead of the F2FP conversion
-    int_widen: bool = False
+    # registers per thread at most (ptxas' maxnreg; None: its own choice): caps a launch whose occupancy a few
+    # registers more would cut
+    max_registers: int | None = None
 
 
 # The default launches for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
@@ -73,7 +73,9 @@ class DecodeConfig:
 FP8_DECODE_CONFIG = DecodeConfig(block_n=None, num_warps=2, num_stages=2, fp8_widen="fp16")  # a few splits (128)
 FP8_SHORT_CONFIG = DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16")  # unsplit, short tables
 FP8_LONG_CONFIG = DecodeConfig(block_n=64, num_warps=2, num_stages=3, fp8_widen="fp16")  # unsplit, long tables
-FP8_MANY_SPLITS_CONFIG = DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16")
+# 128 registers: 8 programs of 2 warps per SM, so (1, 32768)'s 1024 programs run in one wave; with V's columns permuted
+# (engine.kernels.cache) ptxas took 154-156 (6 per SM, 43.0 instead of 34.0 us on the H200, bench/NOTES.md round 11)
+FP8_MANY_SPLITS_CONFIG = DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16", max_registers=128)
 FP8_SHORT_CONTEXT = 2048  # table width (tokens) up to which an unsplit launch is "short"
 
 
@@ -129,50 +131,13 @@ def _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
     return k, v
 
 
-# e4m3 -> fp16 times 2^-8 by integer bit operations (see _e4m3_to_f16_scaled), four bytes of one register per call:
-# each pair of bytes placed at the high bytes of the two 16-bit halves (one prmt), then sign | (the rest >> 1)
-_E4M3_TO_F16_ASM = tl.constexpr("""
-{
-.reg .b32 lo, hi, slo, shi;
-prmt.b32 lo, $2, 0, 0x1404;
-prmt.b32 hi, $2, 0, 0x3424;
-shr.b32 $0, lo, 1;
-shr.b32 $1, hi, 1;
-and.b32 $0, $0, 0x3F803F80;
-and.b32 $1, $1, 0x3F803F80;
-and.b32 slo, lo, 0x80008000;
-and.b32 shi, hi, 0x80008000;
-or.b32 $0, $0, slo;
-or.b32 $1, $1, shi;
-}
-""")
-INTERPRETED = tl.constexpr(INTERPRET)
-
-
 @triton.jit
-def _e4m3_to_f16_scaled(x):
-    """e4m3 x as fp16 times 2^-8, exactly (subnormals included), by integer bit operations instead of the F2FP
-    conversion: e4m3 s eeee mmm placed at a half's high byte and shifted right by one under its sign is the fp16
-    s 0eeee mmm0000000, whose exponent bias (15) is e4m3's (7) plus 8. The NaN codes (0x7F, 0xFF) give +-1.875
-    (480 * 2^-8), as the interpreter's widening; the cache never holds them (the store saturates to +-448)."""
-    if INTERPRETED:
-        b = x.to(tl.uint8, bitcast=True).to(tl.uint16)
-        return (((b << 8) & 0x8000) | ((b << 7) & 0x3F80)).to(tl.float16, bitcast=True)
-    return tl.inline_asm_elementwise(_E4M3_TO_F16_ASM, "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.float16,
-                                     is_pure=True, pack=4)
-
-
-@triton.jit
-def _widen(k, v, valid, DTYPE: tl.constexpr, ZERO_V: tl.constexpr, INT_WIDEN: tl.constexpr = False):
-    """K and V as _load_kv read them, widened to DTYPE when that is not None (INT_WIDEN: fp16 times 2^-8 by
-    _e4m3_to_f16_scaled); with ZERO_V (a masked tile of a
+def _widen(k, v, valid, DTYPE: tl.constexpr, ZERO_V: tl.constexpr):
+    """K and V as _load_kv read them, widened to DTYPE when that is not None; with ZERO_V (a masked tile of a
     transposed V), V rows of tokens that are not valid become 0: they were read with their run, and a slot
     never written may hold NaN bits, which P = 0 there would not cancel. One select per element, so only the
     tile that may reach past the end pays it."""
-    if INT_WIDEN:
-        k = _e4m3_to_f16_scaled(k)
-        v = _e4m3_to_f16_scaled(v)
-    elif DTYPE is not None:
+    if DTYPE is not None:
         k = k.to(DTYPE)
         v = v.to(DTYPE)
     if ZERO_V:
@@ -207,7 +172,7 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                         PREFETCH: tl.constexpr, I32: tl.constexpr, INT_WIDEN: tl.constexpr = False):
+                         PREFETCH: tl.constexpr, I32: tl.constexpr):
     """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are).
 
     An fp8 cache (not PREFETCH) runs the split's whole tiles unmasked and its last, partial tile masked; a
@@ -224,8 +189,6 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
     d = tl.arange(0, HEAD_DIM)
     if FP8:  # K's scale folds into the score scale, V's into the output: the loop only widens fp8
         qk_scale = qk_scale * tl.load(k_scale)
-    if INT_WIDEN:  # K and V widened times 2^-8
-        qk_scale = qk_scale * 256.0
     qv = tl.load(q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g[:, None] < GROUP, other=0.0)
     if DOT_DTYPE is not None:
         qv = qv.to(DOT_DTYPE)
@@ -239,7 +202,7 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         for n0 in range(start, masked_start, BLOCK_N):
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
                             NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, False, I32)
-            k, v = _widen(k, v, None, DOT_DTYPE, False, INT_WIDEN)
+            k, v = _widen(k, v, None, DOT_DTYPE, False)
             acc, m, l = _attend_step(acc, m, l, qv, k, v, None, qk_scale, False)
     if PREFETCH:  # the first tile, as read (widened where it is used)
         k_next, v_next = _load_kv(k_cache, v_cache, bt_row, kvh, start, end, d,
@@ -253,14 +216,12 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
         else:
             k, v = _load_kv(k_cache, v_cache, bt_row, kvh, n0, end, d,
                             NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, BLOCK_N, FP8, True, I32)
-        k, v = _widen(k, v, valid, DOT_DTYPE, FP8, INT_WIDEN)
+        k, v = _widen(k, v, valid, DOT_DTYPE, FP8)
         acc, m, l = _attend_step(acc, m, l, qv, k, v, valid, qk_scale, True)
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     if FP8:
         out = out * tl.load(v_scale)
-    if INT_WIDEN:
-        out = out * 256.0
     o_rows = o + b * stride_ob + heads[:, None] * stride_oh + split * stride_os
     tl.store(o_rows + d[None, :], out.to(o.dtype.element_ty), mask=g[:, None] < GROUP)
     if STORE_LSE:
@@ -342,7 +303,6 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     assert num_heads == group * num_kv_heads and q.stride(2) == 1 and head_dim & (head_dim - 1) == 0
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_tables.stride(1) == 1
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
-    assert not cfg.int_widen or (fp8 and cfg.fp8_widen == "fp16"), "int_widen widens an fp8 cache to fp16"
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, block_tables.shape[1] * block_size, q.device)
     if out is None:
@@ -363,8 +323,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
         DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
-        I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31, INT_WIDEN=cfg.int_widen,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}))
     if num_splits > 1:
         _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
                                                  SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),

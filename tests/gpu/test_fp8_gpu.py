@@ -22,10 +22,11 @@ import torch
 
 import engine.kernels as K
 from engine.kernels import reference as R
+from engine.kernels.decode import FP8_MANY_SPLITS_CONFIG
 from engine.kernels.prefill import FP8_PREFILL_CONFIG
 from engine.model import LlamaModel
 from pagesim.specs import get_model
-from tests.test_fp8_kv import int_widening_of_every_code, rowwise_e4m3
+from tests.test_fp8_kv import rowwise_e4m3
 from tests.test_kernels import assert_close, block_tables_for
 
 pytestmark = pytest.mark.gpu
@@ -56,17 +57,12 @@ DECODE_VARIANTS = {"fp8-default": None, "bf16-widen": K.DecodeConfig(),
                    "prefetch-fp16-s1": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16", prefetch=True),
                    "stages1-fp16": K.DecodeConfig(block_n=128, num_stages=1, fp8_widen="fp16"),
                    "many-splits-bn32-w2": K.DecodeConfig(block_n=32, num_warps=2, num_stages=2, fp8_widen="fp16"),
+                   "many-splits-rule-128-registers": FP8_MANY_SPLITS_CONFIG,
                    "short-bn32-w1": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16"),
                    "short-bn32-w1-i64": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16",
                                                        int32_offsets=False),
                    "bn128-w2-i64": K.DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16",
-                                                  int32_offsets=False),
-                   "int-widen-short-bn32-w1": K.DecodeConfig(block_n=32, num_warps=1, num_stages=2, fp8_widen="fp16",
-                                                             int_widen=True),
-                   "int-widen-long-bn64-w2-s3": K.DecodeConfig(block_n=64, num_warps=2, num_stages=3,
-                                                               fp8_widen="fp16", int_widen=True),
-                   "int-widen-bn128-w2": K.DecodeConfig(block_n=128, num_warps=2, num_stages=2, fp8_widen="fp16",
-                                                        int_widen=True)}
+                                                  int32_offsets=False)}
 
 
 def assert_kernel_close(out, ref, what: str):
@@ -165,10 +161,6 @@ def assert_prefill_close(out, ref, cfg, q, k8, v8, cu, lens, tables, ks, vs, wha
           f"{err.mean().item():.3g} (P-weighted |V| mean {bound.mean().item() * 16:.3g})")
     assert not torch.isnan(out).any(), f"{what}: output has NaN"
     assert (err <= bound + 2**-7 * ref.abs().amax(-1, keepdim=True) + 1e-3).all(), f"{what}: beyond P's rounding"
-
-
-def test_int_widening_compiled_is_each_e4m3_value_times_2_to_the_minus_8():
-    int_widening_of_every_code(DEV)
 
 
 @pytest.mark.parametrize("block_size", [8, 32])
