@@ -14,7 +14,7 @@ kernel_call "$out"
 cp -r "$overlay/." .
 step fp8; timeout 90 python3 -m bench.fp8 --out "$out/fp8.json" --force >>"$log" 2>&1
 step gpu tests
-timeout 200 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k decode tests/gpu/test_fp8_gpu.py >"$out/gpu_tests.txt" 2>&1
+timeout 130 python3 -m pytest -q -s -p no:cacheprovider -m gpu -k decode tests/gpu/test_fp8_gpu.py >"$out/gpu_tests.txt" 2>&1
 echo "pytest rc $?" >>"$out/gpu_tests.txt"
 tail -3 "$out/gpu_tests.txt" >>"$log"
 step done
