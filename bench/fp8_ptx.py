@@ -7,8 +7,9 @@ Triton compiles for a named target on any machine (its wheel carries ptxas). For
 prints static counts of the instructions that tell how the K/V tiles reach the tensor cores: cp.async
 (global -> shared pipelining), byte-wide shared loads (an 8-bit tile read element by element), ldmatrix,
 e4m3 -> f16x2 conversions, mma.sync / wgmma, 16-bit selects (the zeroing of an fp8 V run past the context),
-prmt. Static counts of the whole kernel (every loop once; the fp8 decode has an unmasked loop over whole
-tiles and a masked one for the last tile), not timings. A bf16 cache row is the reference.
+prmt, shfl.sync (warp shuffles: row reductions, and the e4m3 prefill's P moved between operand layouts).
+Static counts of the whole kernel (every loop once; the fp8 decode has an unmasked loop over whole tiles and a
+masked one for the last tile), not timings. A bf16 cache row is the reference.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from engine.kernels.prefill import _prefill_kernel  # noqa: E402
 
 PATTERNS = {"cp.async": ("cp.async.cg", "cp.async.ca"), "ld.shared 8-bit": ("ld.shared.u8", "ld.shared.b8"),
             "ldmatrix": ("ldmatrix",), "cvt e4m3x2->f16x2": ("cvt.rn.f16x2.e4m3x2",), "mma.sync": ("mma.sync",),
-            "wgmma": ("wgmma.mma_async",), "wgmma e4m3": ("e4m3.e4m3",), "selp.b16": ("selp.b16",), "prmt": ("prmt",)}
+            "wgmma": ("wgmma.mma_async",), "wgmma e4m3": ("e4m3.e4m3",), "selp.b16": ("selp.b16",), "prmt": ("prmt",),
+            "shfl.sync": ("shfl.sync",)}
 # (label, kernel, cache, widen, num_stages, option: decode prefetch (bool); prefill None (int64 offsets), "i32", or
 # "qk_fp8" (with int32 offsets), "pv_fp8" (e4m3 Q K^T and P V, int32 offsets, P V in flight since round 9))
 VARIANTS = [("decode bf16 cache, 3 stages (bf16 default)", "decode", "bf16", None, 3, False),
