@@ -18,7 +18,9 @@ files are never overwritten without --force.
 - request level: a free-running simulation (arrivals at the trace's times,
   step times from the cost model) against the live run: TTFT, TPOT and
   end-to-end latency p50/p90/p99, makespan, throughput and preemptions, each
-  as live, simulated and relative error.
+  as live, simulated and relative error; with --replicate DIR2 (another
+  recording of the same window) also the second recording's figures and how
+  far the two lie apart, against which each simulation error is marked.
 
 Step level is also reported by step kind (graph decode, graph mixed, mixed, prefill, swap), with the ten worst
 steps and their features. Request level adds inter-token latency (ITL) percentiles.
@@ -29,6 +31,7 @@ sim_steps.parquet and sim_requests.csv (the free-running simulation).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -245,26 +248,57 @@ class _RecordedDurations:
         return float(self.durations.get(plan.step_id, 0.0))
 
 
+RUN_METRICS = ("makespan_s", "request_throughput", "output_token_throughput", "num_preemptions", "mean_num_running")
+
+
+def run_metrics(summary: dict, steps: pd.DataFrame) -> dict[str, float | None]:
+    """The request-level figures of one run (its summarize_run summary and its step table), by report name."""
+    out = {name: summary[metric][p] for name, metric, p in REQUEST_METRICS}
+    itl = itl_samples(steps)
+    out.update({f"itl_s_{p}": _percentile(itl, q) for p, q in PERCENTILES.items()})
+    out.update({key: summary[key] for key in RUN_METRICS})
+    return out
+
+
+def _rel(value, reference) -> float | None:
+    return (value - reference) / reference if reference not in (None, 0) and value is not None else None
+
+
 def request_level(run: dict, cost_model) -> tuple[dict, object]:
     from pagesim.simulator import Simulation
 
     sim = Simulation(_requests(run), run["config"], cost_model).run("sim")
-    live_s = run["summary"]["runs"]["live"]
-    sim_s = summarize_run(sim)
+    live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
+    simulated = run_metrics(summarize_run(sim), sim.steps)
+    return {k: {"live": live[k], "sim": simulated[k], "rel_error": _rel(simulated[k], live[k])} for k in live}, sim
+
+
+def check_same_window(run: dict, other: dict) -> None:
+    """Refuse a replicate that is not a recording of the same requests under the same configuration."""
+    differ = [f.name for f in dataclasses.fields(Config)
+              if getattr(run["config"], f.name) != getattr(other["config"], f.name)]
+    mine, theirs = (run["releases"][["request_id", "arrival_time_s"]].sort_values("request_id").to_numpy().tolist()
+                    for run in (run, other))
+    if mine != theirs:
+        differ.append("the requests or their arrival times (releases.csv)")
+    if differ:
+        raise UserError(f"--replicate {other['dir']}: not a recording of the same window as {run['dir']} "
+                        f"(differs in {', '.join(differ)}); expected a live run of the same trace window and options")
+
+
+def live_repeatability(run: dict, other: dict, requests_report: dict) -> dict:
+    """The replicate's live figures beside the run's: how far two recordings of one window lie apart, and whether
+    each simulation error is within that distance (an error no larger than it cannot be told from the engine's own
+    run-to-run spread)."""
+    theirs = run_metrics(other["summary"]["runs"]["live"], other["steps"])
     out = {}
-
-    def add(name, live, simulated):
-        rel = (simulated - live) / live if live not in (None, 0) and simulated is not None else None
-        out[name] = {"live": live, "sim": simulated, "rel_error": rel}
-
-    for name, metric, p in REQUEST_METRICS:
-        add(name, live_s[metric][p], sim_s[metric][p])
-    live_itl, sim_itl = itl_samples(run["steps"]), itl_samples(sim.steps)
-    for p, q in PERCENTILES.items():
-        add(f"itl_s_{p}", _percentile(live_itl, q), _percentile(sim_itl, q))
-    for key in ("makespan_s", "request_throughput", "output_token_throughput", "num_preemptions", "mean_num_running"):
-        add(key, live_s[key], sim_s[key])
-    return out, sim
+    for name, v in requests_report.items():
+        spread = _rel(theirs[name], v["live"])
+        out[name] = {"live": v["live"], "replicate_live": theirs[name], "live_rel_diff": spread,
+                     "sim_rel_error": v["rel_error"],
+                     "sim_within_live_spread": None if spread is None or v["rel_error"] is None
+                     else abs(v["rel_error"]) <= abs(spread)}
+    return {"replicate": str(other["dir"]), "metrics": out}
 
 
 def default_cost_model(run: dict) -> str:
@@ -277,10 +311,14 @@ def default_cost_model(run: dict) -> str:
 
 
 def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str | Path | None = None,
-             force: bool = False) -> dict:
+             force: bool = False, replicate: str | Path | None = None) -> dict:
     """Validate a live run; files go to `out` (default DIR/validation/), which must not already hold a
-    validation unless `force`."""
+    validation unless `force`. `replicate`: another live recording of the same window, whose request-level
+    figures are reported beside the run's (live_repeatability)."""
     run = load_run(run_dir)
+    other = load_run(replicate) if replicate is not None else None
+    if other is not None:
+        check_same_window(run, other)
     out_dir = prepare_output_dir(out if out is not None else run["dir"] / "validation", force)
     spec = cost_model_spec or default_cost_model(run)
     cost = make_cost_model(spec, run["config"])
@@ -302,6 +340,8 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
             "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
+    if other is not None:
+        report["live_repeatability"] = live_repeatability(run, other, requests_report)
     (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
     step_table.to_parquet(out_dir / "validation_steps.parquet", index=False, compression="zstd")
     sim.steps.assign(run="sim").to_parquet(out_dir / "sim_steps.parquet", index=False, compression="zstd")
@@ -320,10 +360,19 @@ def format_report(report: dict) -> str:
         f"  steps slower than 2x their prediction: {s.get('n_steps_over_2x_prediction')}",
         f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
         f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
-        f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}",
+        f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}"
+        + (f"{'replicate':>12}{'live-live':>10}" if "live_repeatability" in report else ""),
     ]
+    again = report.get("live_repeatability", {}).get("metrics", {})
     for name, v in report["request_level"].items():
-        lines.append(f"{name:<24}{_num(v['live']):>12}{_num(v['sim']):>12}{_pct(v['rel_error']):>9}")
+        line = f"{name:<24}{_num(v['live']):>12}{_num(v['sim']):>12}{_pct(v['rel_error']):>9}"
+        if name in again:
+            line += f"{_num(again[name]['replicate_live']):>12}{_pct(again[name]['live_rel_diff']):>10}"
+        lines.append(line)
+    if again:
+        lines.append(f"simulation errors within the two recordings' distance: "
+                     f"{sum(bool(v['sim_within_live_spread']) for v in again.values())} of {len(again)} "
+                     f"(replicate {report['live_repeatability']['replicate']})")
     return "\n".join(lines)
 
 
@@ -336,7 +385,7 @@ def _num(v) -> str:
 
 
 def main(args) -> int:
-    report = validate(args.run_dir, args.cost_model, args.out, args.force)
+    report = validate(args.run_dir, args.cost_model, args.out, args.force, args.replicate)
     print(format_report(report))
     print(f"wrote {report['out_dir']}")
     return 0
@@ -349,4 +398,8 @@ def register(sub) -> None:
                    help="a profile JSON or 'roofline' (default: the profile the run recorded, DIR/profile.json)")
     p.add_argument("--out", default=None, help="where to write the validation files (default: DIR/validation/)")
     p.add_argument("--force", action="store_true", help="overwrite an existing validation in the output directory")
+    p.add_argument("--replicate", default=None, metavar="DIR2",
+                   help="another live recording of the same window (same requests and options): its request-level "
+                        "figures are reported beside the run's, with the simulation errors no larger than the two "
+                        "recordings' distance marked (validation.json's live_repeatability)")
     p.set_defaults(func=main)

@@ -223,3 +223,35 @@ def test_with_the_live_step_times_the_simulator_reproduces_the_live_run():
     for col in ("first_token_s", "finish_s"):
         worst = float((sim[col] - live[col]).abs().max())
         assert worst < 1e-3, f"{col}: a request's time differs from live's by {worst * 1e3:.2f} ms"
+
+
+def test_replicate_recording_is_reported_beside_the_simulation(tmp_path):
+    """validate --replicate: the second recording's live figures (as its own summary has them), the two recordings'
+    relative difference, and each simulation error marked within it or not; the dashboard's table shows them."""
+    from pagesim.dashboard import tables
+
+    a, b = LIVE / "preempt-sharegpt-bursty-r11a", LIVE / "preempt-sharegpt-bursty-r11b"
+    assert main(["validate", str(a), "--replicate", str(b), "--out", str(tmp_path / "v")]) == 0
+    report = json.loads((tmp_path / "v" / "validation.json").read_text())
+    again = report["live_repeatability"]["metrics"]
+    theirs = json.loads((b / "summary.json").read_text())["runs"]["live"]
+    assert set(again) == set(report["request_level"])
+    for name, metric, p in [("ttft_s_p50", "ttft_s", "p50"), ("tpot_s_p99", "tpot_s", "p99")]:
+        v = again[name]
+        assert v["replicate_live"] == theirs[metric][p]
+        assert v["live_rel_diff"] == pytest.approx((v["replicate_live"] - v["live"]) / v["live"], rel=1e-12)
+        assert v["sim_rel_error"] == report["request_level"][name]["rel_error"]
+        assert v["sim_within_live_spread"] == (abs(v["sim_rel_error"]) <= abs(v["live_rel_diff"]))
+    assert again["makespan_s"]["replicate_live"] == theirs["makespan_s"]
+    table = tables.request_level_table(report)
+    assert list(table.columns[-3:]) == tables.REPLICATE_COLUMNS
+    assert table["replicate live"].iloc[0] == pytest.approx(again["ttft_s_p50"]["replicate_live"] * 1e3)
+
+
+def test_replicate_of_another_window_is_refused_before_validating(tmp_path, capsys):
+    """A replicate with other requests or options: one error line naming the flag and what differs, nothing written."""
+    a = LIVE / "preempt-sharegpt-bursty-r11a"
+    assert main(["validate", str(a), "--replicate", str(LIVE / RUN), "--out", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert "--replicate" in err and "not a recording of the same window" in err and "num_gpu_blocks" in err
+    assert not (tmp_path / "v").exists()

@@ -117,13 +117,25 @@ def metric_label(key: str) -> str:
     return OTHER_LABELS.get(key, key.replace("_", " "))
 
 
+REPLICATE_COLUMNS = ["replicate live", "live vs live", "within live spread"]
+
+
 def request_level_table(validation: dict) -> pd.DataFrame:
     """validation.json's request_level: one row per metric with live, simulated (in ms for latencies) and
-    the relative error."""
+    the relative error; with a replicate recording (live_repeatability), also its live figure, the two
+    recordings' relative difference and whether the simulation's error is within it."""
+    again = validation.get("live_repeatability", {}).get("metrics", {})
     rows = []
     for name, v in validation.get("request_level", {}).items():
         scale = 1e3 if any(name.startswith(p + "_") for p in METRIC_WORDS) else 1.0
         live, sim = v.get("live"), v.get("sim")
-        rows.append({"metric": metric_label(name), "live": None if live is None else live * scale,
-                     "simulated": None if sim is None else sim * scale, "relative error": v.get("rel_error")})
-    return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"])
+        row = {"metric": metric_label(name), "live": None if live is None else live * scale,
+               "simulated": None if sim is None else sim * scale, "relative error": v.get("rel_error")}
+        if again:
+            r = again.get(name, {})
+            other = r.get("replicate_live")
+            row.update({"replicate live": None if other is None else other * scale,
+                        "live vs live": r.get("live_rel_diff"), "within live spread": r.get("sim_within_live_spread")})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"]
+                        + (REPLICATE_COLUMNS if again else []))

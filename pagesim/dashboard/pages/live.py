@@ -129,7 +129,12 @@ def show_validation(run: LiveRun) -> None:
         st.dataframe(tables.request_level_table(v), hide_index=True, height="content",
                      column_config={"relative error": st.column_config.NumberColumn(format="percent"),
                                     "live": st.column_config.NumberColumn(format="%.4g"),
-                                    "simulated": st.column_config.NumberColumn(format="%.4g")})
+                                    "simulated": st.column_config.NumberColumn(format="%.4g"),
+                                    "replicate live": st.column_config.NumberColumn(format="%.4g"),
+                                    "live vs live": st.column_config.NumberColumn(format="percent")})
+        if v.get("live_repeatability"):
+            st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
+                       "an error within 'live vs live' cannot be told from the engine's own run-to-run spread)")
 
     st.subheader("Step durations")
     cols = st.columns(2)
