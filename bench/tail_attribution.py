@@ -50,7 +50,8 @@ from pagesim.cost.features import StepFeatures  # noqa: E402
 from pagesim.metrics import summarize_run  # noqa: E402
 from pagesim.recorder import FEATURE_COLUMNS, Recorder  # noqa: E402
 from pagesim.simulator import SimExecutor, Simulation  # noqa: E402
-from pagesim.validate import REQUEST_METRICS, _requests, default_cost_model, load_run, step_kinds  # noqa: E402
+from pagesim.validate import (REQUEST_METRICS, _requests, default_cost_model, load_run, rel_error,  # noqa: E402
+                              run_metrics, step_kinds)
 
 METRICS = [name for name, _, _ in REQUEST_METRICS] + ["makespan_s", "num_preemptions"]
 PERTURBATIONS = (-0.01, -0.005, 0.005, 0.01)
@@ -175,16 +176,14 @@ class OracleExecutor(SimExecutor):
         return float(row["duration_s"]) if self.take_live else predicted
 
 
-def _metrics(result) -> dict:
-    s = summarize_run(result)
-    out = {f"{m}_{p}": s[m][p] for _, m, p in REQUEST_METRICS}
-    out["makespan_s"] = s["makespan_s"]
-    out["num_preemptions"] = s["num_preemptions"]
-    return out
+def _metrics(summary: dict, steps: pd.DataFrame) -> dict:
+    """validate's request-level figures of a run (its summary and step table), the METRICS among them."""
+    figures = run_metrics(summary, steps)
+    return {k: figures[k] for k in METRICS}
 
 
 def _errors(sim: dict, live: dict) -> dict:
-    return {k: (sim[k] - live[k]) / live[k] if live[k] else None for k in METRICS}
+    return {k: rel_error(sim[k], live[k]) for k in METRICS}
 
 
 def simulate(run: dict, cost, fast_path: bool = True, released_times: bool = False) -> Simulation:
@@ -331,13 +330,11 @@ def attribute(run_dir: str, cost_spec: str | None = None) -> dict:
     run = load_run(run_dir)
     spec = cost_spec or default_cost_model(run)
     cost = make_cost_model(spec, run["config"])
-    live = {f"{m}_{p}": run["summary"]["runs"]["live"][m][p] for _, m, p in REQUEST_METRICS}
-    live["makespan_s"] = run["summary"]["runs"]["live"]["makespan_s"]
-    live["num_preemptions"] = run["summary"]["runs"]["live"]["num_preemptions"]
+    live = _metrics(run["summary"]["runs"]["live"], run["steps"])
     report = {"run": run_dir, "cost_model_path": spec, "live": live, "variants": {}}
 
     def variant(name: str, result, **extra) -> None:
-        m = _metrics(result)
+        m = _metrics(summarize_run(result), result.steps)
         report["variants"][name] = {"sim": m, "rel_error": _errors(m, live), **extra}
 
     # the model's own run step by step (the fast path's equal), watched for the first plan that differs from live's

@@ -131,7 +131,7 @@ class Recorder:
         self.sink = sink
         self.chunk_steps = CHUNK_STEPS if chunk_steps is None else chunk_steps
         self.table = _StepTable() if sink is None else None  # the steps so far, when they are kept
-        self.scratch = _Scratch()  # a chunk's columns on their way into the table
+        self.scratch = _Scratch() if sink is None else None  # a chunk's columns on their way into the table
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
         # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
@@ -318,7 +318,7 @@ class Recorder:
         """Turn the rows and runs recorded since the last flush (steps first_step.. num_steps-1) into a chunk."""
         if self.num_steps == self.first_step:
             return
-        cols = self._columns(self.scratch if self.sink is None else None)
+        cols = self._columns(self.scratch)
         if self.table is not None:
             self.table.append(cols)
         self.rows, self.runs, self.run_starts, self.run_durations = array("d"), array("q"), array("d"), array("d")
@@ -466,6 +466,9 @@ class Recorder:
             df[c] = v
 
 
+INT32_MAX, INT32_MIN = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+
+
 class _StepTable:
     """The recorded steps, kept: one array per step column, chunk after chunk appended in step order.
 
@@ -504,8 +507,6 @@ class _StepTable:
         n = self.num_rows
         return {c: self.cols[c][:n] if c in self.cols else np.zeros(n, dtype=NARROW[c]) for c in STEP_COLUMNS}
 
-
-INT32_MAX, INT32_MIN = np.iinfo(np.int32).max, np.iinfo(np.int32).min
 
 
 class _Scratch:

@@ -260,7 +260,8 @@ def run_metrics(summary: dict, steps: pd.DataFrame) -> dict[str, float | None]:
     return out
 
 
-def _rel(value, reference) -> float | None:
+def rel_error(value, reference) -> float | None:
+    """(value - reference) / reference; None without both, or with a reference of 0."""
     return (value - reference) / reference if reference not in (None, 0) and value is not None else None
 
 
@@ -270,15 +271,15 @@ def request_level(run: dict, cost_model) -> tuple[dict, object]:
     sim = Simulation(_requests(run), run["config"], cost_model).run("sim")
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
     simulated = run_metrics(summarize_run(sim), sim.steps)
-    return {k: {"live": live[k], "sim": simulated[k], "rel_error": _rel(simulated[k], live[k])} for k in live}, sim
+    return {k: {"live": live[k], "sim": simulated[k], "rel_error": rel_error(simulated[k], live[k])} for k in live}, sim
 
 
 def check_same_window(run: dict, other: dict) -> None:
     """Refuse a replicate that is not a recording of the same requests under the same configuration."""
     differ = [f.name for f in dataclasses.fields(Config)
               if getattr(run["config"], f.name) != getattr(other["config"], f.name)]
-    mine, theirs = (run["releases"][["request_id", "arrival_time_s"]].sort_values("request_id").to_numpy().tolist()
-                    for run in (run, other))
+    mine, theirs = (r["releases"][["request_id", "arrival_time_s"]].sort_values("request_id").to_numpy().tolist()
+                    for r in (run, other))
     if mine != theirs:
         differ.append("the requests or their arrival times (releases.csv)")
     if differ:
@@ -293,7 +294,7 @@ def live_repeatability(run: dict, other: dict, requests_report: dict) -> dict:
     theirs = run_metrics(other["summary"]["runs"]["live"], other["steps"])
     out = {}
     for name, v in requests_report.items():
-        spread = _rel(theirs[name], v["live"])
+        spread = rel_error(theirs[name], v["live"])
         out[name] = {"live": v["live"], "replicate_live": theirs[name], "live_rel_diff": spread,
                      "sim_rel_error": v["rel_error"],
                      "sim_within_live_spread": None if spread is None or v["rel_error"] is None
