@@ -34,7 +34,8 @@ the forward pass between attentions (embed + layer 0's norm/QKV/RoPE/store; then
 norm, MLP and the next layer's norm/QKV/RoPE/store; last o_proj, MLP and the final norm) replays one
 CUDA graph per piece, all captured at start over static buffers sized for the largest bucket, and
 each layer's attention runs eagerly between them at the step's real counts (the prefill launch for
-the chunks, the decode launch for the decode rows). Padding tokens have slot -1 (nothing stored),
+the chunks, the decode launch for the decode rows), built once per step and re-issued per layer with the
+layer's cache and scales (engine.kernels.launch: no Triton argument binding per layer). Padding tokens have slot -1 (nothing stored),
 position 0, and their rows are never read. On the CPU or with graphs off the same padded pieces run
 eagerly. Steps beyond the largest bucket run eagerly at their exact size. Block tables are always cdiv(max_model_len, block_size) wide, so
 kernel shapes depend only on the batch size. The contiguous baseline needs nothing special: its
@@ -549,9 +550,13 @@ class GPUExecutor:
         for i, name in enumerate(("ids", "pos", "slots")):  # pinned -> device, asynchronous; the step ends with a sync
             b[name][:t].copy_(self._mix_host[i, :t], non_blocking=True)
         graphs = self.mixed_graphs.get(t)
+        # the step's attention launches, built once and issued per layer with the layer's cache and scales
+        launches = self.model.attention_launches(b["q"][:t], self.kv_cache, attn, b["o"][:t])
         for k in range(len(self.model.layers) + 1):
             if k:
-                self.model.attention(k - 1, b["q"][:t], self.kv_cache, attn, out=b["o"][:t])
+                layer = self.model.layer_cache(self.kv_cache, k - 1)
+                for launch in launches:
+                    launch(*layer)
             if graphs is not None:
                 graphs[k].replay()
             else:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.kernels import (paged_decode_attention, paged_prefill_attention, rms_norm, rope_cache,
-                            rotary_embedding, silu_and_mul, store_kvcache)
+from engine.kernels import rms_norm, rope_cache, rotary_embedding, silu_and_mul, store_kvcache
+from engine.kernels.decode import decode_launches
+from engine.kernels.prefill import prefill_launch
 from engine.kernels import reference as ref
 from pagesim.specs import ModelSpec
 
@@ -87,6 +88,7 @@ class LlamaModel:
         # Per-layer fp8 scales (used only with an fp8 cache): cache value = K / k_scales[layer].
         self.k_scales = torch.ones(spec.num_layers, dtype=torch.float32, device=self.device)
         self.v_scales = torch.ones(spec.num_layers, dtype=torch.float32, device=self.device)
+        self._layer_views = None  # (kv_cache, k_scales, v_scales, per-layer views): layer_cache()
 
     def ensure_positions(self, n: int) -> None:
         """Extend the RoPE table to n positions (a max_model_len beyond the model's window, allowed explicitly)."""
@@ -169,17 +171,36 @@ class LlamaModel:
                   out: torch.Tensor | None = None) -> torch.Tensor:
         """Layer i's attention of q [T, Hq, D] (rows beyond the step's tokens, if any, are left as they are)."""
         out = torch.empty_like(q) if out is None else out
-        p, d = attn.num_prefill_tokens, attn.num_decode_tokens
-        scales = {"k_scale": self.k_scales[i : i + 1], "v_scale": self.v_scales[i : i + 1]}
-        k_cache, v_cache = kv_cache[i, 0], kv_cache[i, 1]
-        if p:
-            paged_prefill_attention(q[:p], k_cache, v_cache, attn.cu_seqlens_q, attn.context_lens_prefill,
-                                    attn.block_tables_prefill, self.scale, max_seqlen_q=attn.max_seqlen_q, out=out[:p],
-                                    **scales)
-        if d:
-            paged_decode_attention(q[p : p + d], k_cache, v_cache, attn.block_tables_decode, attn.context_lens_decode,
-                                   self.scale, out=out[p : p + d], **scales)
+        for launch in self.attention_launches(q, kv_cache, attn, out, i):
+            launch()
         return out
+
+    def attention_launches(self, q: torch.Tensor, kv_cache: torch.Tensor, attn: AttentionMetadata,
+                           out: torch.Tensor, i: int = 0) -> list:
+        """The kernel launches of layer i's attention of q into out (engine.kernels.launch), not yet issued: a step
+        builds them once and issues them for layer j with `launch(*model.layer_cache(kv_cache, j))`."""
+        p, d = attn.num_prefill_tokens, attn.num_decode_tokens
+        k_cache, v_cache, k_scale, v_scale = self.layer_cache(kv_cache, i)
+        scales = {"k_scale": k_scale, "v_scale": v_scale}
+        launches = []
+        if p:
+            launch = prefill_launch(q[:p], k_cache, v_cache, attn.cu_seqlens_q, attn.context_lens_prefill,
+                                    attn.block_tables_prefill, self.scale, out[:p], max_seqlen_q=attn.max_seqlen_q,
+                                    **scales)
+            launches += [launch] if launch is not None else []
+        if d:
+            launches += decode_launches(q[p : p + d], k_cache, v_cache, attn.block_tables_decode,
+                                        attn.context_lens_decode, self.scale, out[p : p + d], **scales)
+        return launches
+
+    def layer_cache(self, kv_cache: torch.Tensor, i: int) -> tuple:
+        """Layer i's (k_cache, v_cache, k_scale, v_scale): views made once per cache (engine.kernels.LAYER_ARGS order)."""
+        views = self._layer_views
+        if views is None or views[0] is not kv_cache or views[1] is not self.k_scales or views[2] is not self.v_scales:
+            views = self._layer_views = (kv_cache, self.k_scales, self.v_scales, [
+                (kv_cache[j, 0], kv_cache[j, 1], self.k_scales[j : j + 1], self.v_scales[j : j + 1])
+                for j in range(len(self.layers))])
+        return views[3][i]
 
     # The forward pass in the pieces between attentions (the executor captures each piece as a CUDA graph):
     # embed, then per layer layer_input -> attention -> layer_output, then final_norm.

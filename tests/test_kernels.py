@@ -224,3 +224,63 @@ def test_fp8_decode_launch_splits_by_shape(monkeypatch):
     one = K.default_num_splits(1, 8, 32768, cuda)
     assert one > 8 and launch(1, 8, 32768, cuda)[1] == min(4 * one, 32768 // 256)
     assert launch(1, 8, 8192, cuda)[1] == 8192 // 256  # capped by the table: 256 tokens a split at least
+
+
+def test_attention_launches_reissued_for_each_layer_match_that_layers_reference():
+    """A step's attention launches are built once (layer 0) and re-issued per layer with the layer's cache and
+    scales (engine.kernels.launch, as the graphed mixed step does): each layer's output is its own reference's,
+    and the same as a fresh per-layer launch, for prefill chunks (one with a cached prefix) and split decodes."""
+    import dataclasses
+
+    from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape
+    from pagesim.specs import get_model
+
+    dtype, bs = torch.float32, 8
+    spec = dataclasses.replace(get_model("toy"), num_layers=5)  # scale views k_scales[j:j+1] of both alignments
+    model = LlamaModel.random(spec, DEV, dtype)
+    hq, hkv, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    g = gen(11)
+    prefills, decodes = [(7, 20), (1, 1)], [5, 33, 17]  # (new tokens, context after them); decode contexts
+    ctx = [c for _, c in prefills] + decodes
+    num_blocks = sum(-(-n // bs) for n in ctx) + 2
+    kv = torch.randn(kv_cache_shape(spec, num_blocks, bs), generator=g).to(DEV, dtype)
+    tables = block_tables_for(ctx, bs, num_blocks, DEV, g)
+    p = sum(n for n, _ in prefills)
+    cu = torch.tensor([0, 7, 8], dtype=torch.int32, device=DEV)
+    attn = AttentionMetadata(slot_mapping=torch.zeros(0, dtype=torch.int64, device=DEV), num_prefill_tokens=p,
+                             num_decode_tokens=len(decodes), cu_seqlens_q=cu,
+                             context_lens_prefill=torch.tensor([20, 1], dtype=torch.int32, device=DEV),
+                             block_tables_prefill=tables[:2], max_seqlen_q=7,
+                             context_lens_decode=torch.tensor(decodes, dtype=torch.int32, device=DEV),
+                             block_tables_decode=tables[2:])
+    q = torch.randn(p + len(decodes), hq, d, generator=g).to(DEV, dtype)
+    out = torch.empty_like(q)
+    launches = model.attention_launches(q, kv, attn, out)
+    assert len(launches) >= 2, "the prefill launch and the decode (and its merge when split)"
+    for i in range(spec.num_layers):
+        out.fill_(float("nan"))
+        for launch in launches:
+            launch(*model.layer_cache(kv, i))
+        ref_p = R.paged_prefill_attention(q[:p], kv[i, 0], kv[i, 1], cu, attn.context_lens_prefill,
+                                          attn.block_tables_prefill, d**-0.5)
+        ref_d = R.paged_decode_attention(q[p:], kv[i, 0], kv[i, 1], attn.block_tables_decode,
+                                         attn.context_lens_decode, d**-0.5)
+        assert_close(out[:p], ref_p, dtype, f"layer {i} prefill")
+        assert_close(out[p:], ref_d, dtype, f"layer {i} decode")
+        assert torch.equal(out, model.attention(i, q, kv, attn)), f"layer {i}: re-issued launch != fresh launch"
+
+
+def test_launch_keys_at_least_as_fine_as_tritons_specialisation():
+    """What a re-issued launch is keyed on: every distinction Triton compiles a variant for (integer 1, divisible
+    by 16, beyond 32 bits; tensor dtype and 16-byte alignment) changes the key; the argument names are checked."""
+    from engine.kernels.decode import _merge_splits_kernel
+    from engine.kernels.launch import Launch, _spec
+
+    assert len({_spec(v, False) for v in (1, 2, 16, 32, 2**31)}) == 4  # 16 and 32: the same class
+    x = torch.zeros(8, dtype=torch.float32)
+    assert _spec(x, False) != _spec(x[1:], False) and _spec(x, False) == _spec(x[4:], False)
+    assert _spec(x, False) != _spec(x.to(torch.float16), False) and _spec(True, False) != _spec(1, False)
+    assert _spec(128, True) != _spec(64, True)  # constexprs by value
+    with pytest.raises(TypeError, match="num_splits"):
+        Launch(_merge_splits_kernel, (1,), dict(o_part=x, lse=x, out=x, stride_ob=1, stride_oh=1,
+                                                SPLITS_PAD=2, HEAD_DIM=16), {})

@@ -13,16 +13,15 @@ shapes (never on tensor values), so the call has no host sync and can be capture
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.launch import INTERPRET, LAYER_ARGS, Launch
 from pagesim.cost.decode_split import FP8_FEW_SPLITS, fp8_decode_splits, num_decode_splits
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
 
 
@@ -285,6 +284,21 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     (engine.kernels.cache) needs the layer's k_scale and v_scale; it is read as fp8 and widened in
     registers, never copied.
     """
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    for launch in decode_launches(q, k_cache, v_cache, block_tables, context_lens, scale, out, num_splits=num_splits,
+                                  config=config, k_scale=k_scale, v_scale=v_scale):
+        launch()
+    return out
+
+
+def decode_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                    context_lens: torch.Tensor, scale: float, out: torch.Tensor, *, num_splits: int | None = None,
+                    config: DecodeConfig | None = None, k_scale: torch.Tensor | None = None,
+                    v_scale: torch.Tensor | None = None) -> list[Launch]:
+    """paged_decode_attention's kernel launches into `out` (the split kernel, then the merge when split), not yet
+    issued; the split kernel's cache and scales can be swapped per call (engine.kernels.launch: a step's layers,
+    which run one after the other on one stream and so share the split partials allocated here)."""
     fp8 = k_cache.dtype == torch.float8_e4m3fn
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -298,11 +312,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     assert not fp8 or (k_scale is not None and v_scale is not None), "an fp8 cache needs k_scale and v_scale"
     if num_splits is None:
         num_splits = default_num_splits(batch, num_kv_heads, block_tables.shape[1] * block_size, q.device)
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     assert out.shape == q.shape and out.stride(2) == 1
     if batch == 0:
-        return out
+        return []
     if num_splits == 1:
         o, lse, (sob, soh, sos) = out, out, (out.stride(0), out.stride(1), 0)
     else:
@@ -310,16 +322,18 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
         sob, soh, sos = o.stride()[:3]
     block_n = cfg.block_n or (128 if num_splits > 1 else 64)
-    _decode_split_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, context_lens, o, lse, scale * LOG2E, k_scale, v_scale,
-        q.stride(0), q.stride(1), block_tables.stride(0), sob, soh, sos,
-        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
-        DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
-        I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    split = dict(q=q, k_cache=k_cache, v_cache=v_cache, block_tables=block_tables, context_lens=context_lens, o=o,
+                 lse=lse, qk_scale=scale * LOG2E, k_scale=k_scale, v_scale=v_scale,
+                 stride_qb=q.stride(0), stride_qh=q.stride(1), stride_bt=block_tables.stride(0),
+                 stride_ob=sob, stride_oh=soh, stride_os=sos,
+                 NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
+                 GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
+                 DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
+                 I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31)
+    launches = [Launch(_decode_split_kernel, (batch, num_kv_heads, num_splits), split,
+                       {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, swap=LAYER_ARGS)]
     if num_splits > 1:
-        _merge_splits_kernel[(batch, num_heads)](o, lse, out, out.stride(0), out.stride(1), num_splits,
-                                                 SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
-                                                 HEAD_DIM=head_dim, num_warps=4)
-    return out
+        merge = dict(o_part=o, lse=lse, out=out, stride_ob=out.stride(0), stride_oh=out.stride(1),
+                     num_splits=num_splits, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)), HEAD_DIM=head_dim)
+        launches.append(Launch(_merge_splits_kernel, (batch, num_heads), merge, {"num_warps": 4}))
+    return launches

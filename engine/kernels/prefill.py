@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from engine.kernels.cache import _round_to_e4m3
-from engine.kernels.decode import INTERPRET, LOG2E, _load_kv, _widen, dot_dtype
+from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
+from engine.kernels.launch import INTERPRET, LAYER_ARGS, Launch
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +242,21 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     layer's k_scale and v_scale (see paged_decode_attention); by default (head_dim >= 32) its two products run in
     e4m3 with q rounded per row and P rounded to e4m3 (FP8_PREFILL_CONFIG, PrefillConfig.pv_fp8).
     """
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    launch = prefill_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
+                            max_seqlen_q=max_seqlen_q, config=config, k_scale=k_scale, v_scale=v_scale)
+    if launch is not None:
+        launch()
+    return out
+
+
+def prefill_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                   context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, out: torch.Tensor, *,
+                   max_seqlen_q: int | None = None, config: PrefillConfig | None = None,
+                   k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> Launch | None:
+    """paged_prefill_attention's kernel launch into `out`, not yet issued (None: nothing to compute); its cache and
+    scales can be swapped per call (engine.kernels.launch: a step's layers)."""
     fp8 = k_cache.dtype == torch.float8_e4m3fn
     total, num_heads, head_dim = q.shape
     cfg = config or (PrefillConfig() if not fp8 else FP8_PREFILL_CONFIG if head_dim >= 32
@@ -255,25 +271,23 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     assert not cfg.pv_fp8 or min(head_dim, cfg.block_n) >= 32, "pv_fp8 (e4m3 products) needs head_dim, block_n >= 32"
     pack = cfg.pack_gqa and group > 1
     assert not pack or cfg.block_m % group == 0, "pack_gqa needs block_m to be a multiple of the GQA group"
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     batch = cu_seqlens_q.shape[0] - 1
     if total == 0 or batch == 0:
-        return out
+        return None
     if max_seqlen_q is None:
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m // group if pack else cfg.block_m)
     product_fp8 = tl.float32 if INTERPRET else tl.float8e4nv
     grid = (batch * num_tiles * (num_kv_heads if pack else num_heads),)
-    _prefill_kernel[grid](q, k_cache, v_cache, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E,
-                          k_scale, v_scale,
-                          q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
-                          batch, num_tiles,
-                          NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
-                          BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                          DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
-                          LONGEST_FIRST=cfg.longest_first,
-                          I32=cfg.int32_offsets and k_cache.numel() < 2**31,
-                          QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None,
-                          num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    return out
+    args = dict(q=q, k_cache=k_cache, v_cache=v_cache, o=out, cu_seqlens_q=cu_seqlens_q, context_lens=context_lens,
+                block_tables=block_tables, qk_scale=scale * LOG2E, k_scale=k_scale, v_scale=v_scale,
+                stride_qt=q.stride(0), stride_qh=q.stride(1), stride_ot=out.stride(0), stride_oh=out.stride(1),
+                stride_bt=block_tables.stride(0), batch=batch, num_tiles=num_tiles,
+                NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PACK_GQA=pack,
+                LONGEST_FIRST=cfg.longest_first,
+                I32=cfg.int32_offsets and k_cache.numel() < 2**31,
+                QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None)
+    return Launch(_prefill_kernel, grid, args, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+                  swap=LAYER_ARGS)
