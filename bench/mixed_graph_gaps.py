@@ -102,12 +102,13 @@ def main() -> int:
     timer = HostTimer()
     for attr in ("_step_inputs", "_sample", "_forward", "_move_blocks"):
         timer.wrap(ex, attr, attr)
-    timer.wrap(model, "attention", "model.attention")
-    import engine.kernels.decode as dec
-    import engine.kernels.prefill as pre
+    timer.wrap(model, "attention_launches", "model.attention_launches")
+    timer.wrap(model, "layer_cache", "model.layer_cache")
+    import engine.kernels.launch as kl
     import engine.model as em
-    timer.wrap(em, "paged_prefill_attention", "paged_prefill_attention")
-    timer.wrap(em, "paged_decode_attention", "paged_decode_attention")
+    timer.wrap(em, "prefill_launch", "build prefill launch")
+    timer.wrap(em, "decode_launches", "build decode launches")
+    timer.wrap(kl.Launch, "__call__", "issue a launch")
     graphs = {t: gs for t, gs in ex.mixed_graphs.items()}
     for gs in graphs.values():
         for g in gs:
@@ -141,7 +142,6 @@ def main() -> int:
             g = row["gaps"]
             print(f"  3 steps: busy {g['gpu_busy_us']:.0f} us, span {g['gpu_span_us']:.0f}, idle {g['idle_us']:.0f}; "
                   f"idle before: {g['idle_before'][:6]}", flush=True)
-    _ = (dec, pre)
     with open(args.out, "w") as f:
         json.dump({"bench": "mixed_graph_gaps", "date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
                    "torch": torch.__version__, "cases": rows}, f, indent=2)

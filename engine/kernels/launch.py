@@ -25,7 +25,7 @@ import torch
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # The arguments of an attention launch that differ between a step's layers, in the order a Launch swaps them.
 LAYER_ARGS = ("k_cache", "v_cache", "k_scale", "v_scale")
-_RUNNERS: dict = {}  # key -> the compiled kernel's launcher for the key's grid
+_RUNNERS: dict = {}  # launch key -> {swapped arguments' key -> the compiled kernel's launcher for the grid}
 
 
 def _spec(value, constexpr: bool):
@@ -46,7 +46,7 @@ def _spec(value, constexpr: bool):
 class Launch:
     """One launch of a @triton.jit kernel, re-issued cheaply (module docstring)."""
 
-    __slots__ = ("fn", "grid", "args", "options", "swap_at", "key")
+    __slots__ = ("fn", "grid", "args", "options", "swap_at", "runners", "stream")
 
     def __init__(self, fn, grid: tuple, args: dict, options: dict, swap: tuple[str, ...] = ()):
         names = fn.arg_names
@@ -55,12 +55,16 @@ class Launch:
         self.fn, self.grid, self.options = fn, tuple(grid) + (1,) * (3 - len(grid)), options
         self.args = [args[n] for n in names]
         self.swap_at = tuple(names.index(n) for n in swap)
+        self.runners = self.stream = None
         if INTERPRET:  # an InterpretedFunction: no compiled variants to key
-            self.key = None
             return
+        from triton.runtime import driver
+
         fixed = tuple(_spec(a, p.is_constexpr) for i, (a, p) in enumerate(zip(self.args, fn.params))
                       if i not in self.swap_at)
-        self.key = (fn, self.grid, tuple(sorted(options.items())), fixed)
+        # the launchers of this launch's key, by the swapped arguments' key (a step's layers)
+        self.runners = _RUNNERS.setdefault((fn, self.grid, tuple(sorted(options.items())), fixed), {})
+        self.stream = driver.active.get_current_stream(driver.active.get_current_device())  # a step's, or a capture's
 
     def __call__(self, *swapped) -> None:
         """Launch, with the `swap` arguments replaced by `swapped` (in order) when given."""
@@ -70,10 +74,10 @@ class Launch:
         if INTERPRET:
             self.fn[self.grid](*args, **self.options)
             return
-        key = (self.key, tuple(_spec(args[i], False) for i in self.swap_at))
-        runner = _RUNNERS.get(key)
+        key = tuple(_spec(args[i], False) for i in self.swap_at)
+        runner = self.runners.get(key)
         if runner is None:
             compiled = self.fn[self.grid](*args, **self.options)
-            _RUNNERS[key] = compiled[self.grid]
+            self.runners[key] = compiled[self.grid]
         else:
-            runner(*args)
+            runner(*args, stream=self.stream)
