@@ -596,13 +596,16 @@ class GPUExecutor:
                 sample_rows.append(cu[-1] - 1)
                 reqs.append(s.request)
         num_prefill = cu[-1]
+        d_ids, d_pos, d_slots = [], [], []  # one row per decode, made into arrays once
         for i, (s, t) in enumerate(decodes):
             c = s.num_computed_tokens
-            ids.append(t.ids[c : c + 1]), pos.append(np.array([c], dtype=np.int64))
-            slots.append(np.array([s.request.block_ids[c // bs] * bs + c % bs], dtype=np.int64))
+            d_ids.append(t.ids[c]), d_pos.append(c), d_slots.append(s.request.block_ids[c // bs] * bs + c % bs)
             ctx_d.append(c + 1)
             sample_rows.append(num_prefill + i)
             reqs.append(s.request)
+        if decodes:
+            ids.append(np.asarray(d_ids, dtype=np.int64)), pos.append(np.asarray(d_pos, dtype=np.int64))
+            slots.append(np.asarray(d_slots, dtype=np.int64))
         tables_p = np.zeros((len(prefills), w), dtype=np.int32)
         tables_d = np.zeros((len(decodes), w), dtype=np.int32)
         self._table_rows(tables_p, prefills)
