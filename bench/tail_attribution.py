@@ -48,9 +48,10 @@ sys.path.insert(0, str(ROOT))
 from pagesim.cost import make_cost_model  # noqa: E402
 from pagesim.cost.features import StepFeatures  # noqa: E402
 from pagesim.metrics import summarize_run  # noqa: E402
-from pagesim.recorder import FEATURE_COLUMNS, Recorder  # noqa: E402
-from pagesim.simulator import SimExecutor, Simulation  # noqa: E402
-from pagesim.validate import (REQUEST_METRICS, _requests, default_cost_model, load_run, rel_error,  # noqa: E402
+from pagesim.live_oracle import oracle_run, simulate  # noqa: E402
+from pagesim.recorder import Recorder  # noqa: E402
+from pagesim.simulator import SimExecutor  # noqa: E402
+from pagesim.validate import (REQUEST_METRICS, default_cost_model, load_run, rel_error,  # noqa: E402
                               run_metrics, step_kinds)
 
 METRICS = [name for name, _, _ in REQUEST_METRICS] + ["makespan_s", "num_preemptions"]
@@ -143,39 +144,6 @@ class KindScaled(SimExecutor):
         return predicted * self.scales.get(str(step_kinds(cols, self.max_graph, self.max_mixed)[0]), 1.0)
 
 
-class OracleExecutor(SimExecutor):
-    """Live's measured duration for a step planned as live planned it at the same index, until the first that is not
-    (`take_live` False: the model's always, only watching where the plans first differ)."""
-
-    def __init__(self, cost, block_size: int, live_steps: pd.DataFrame, live_batches: pd.Series,
-                 take_live: bool = True):
-        super().__init__(cost, block_size)
-        self.live = live_steps
-        self.batches = live_batches
-        self.take_live = take_live
-        self.diverged: dict | None = None
-
-    def execute(self, plan) -> float:
-        predicted = super().execute(plan)
-        scheduled = " ".join(s.request_id for s in plan.scheduled)
-        if self.diverged is not None:
-            return predicted
-        step = plan.step_id
-        if step not in self.live.index:
-            self.diverged = {"step": int(step), "fields": ["extra step"]}
-            return predicted
-        f = self.last[1]
-        row = self.live.loc[step]
-        fields = [c for c in FEATURE_COLUMNS if int(row[c]) != getattr(f, c)]
-        if scheduled != self.batches.get(step, ""):
-            fields.append("scheduled")
-        if fields:
-            self.diverged = {"step": int(step), "fields": fields, "sim_scheduled": scheduled,
-                             "live_scheduled": self.batches.get(step, "")}
-            return predicted
-        return float(row["duration_s"]) if self.take_live else predicted
-
-
 def _metrics(summary: dict, steps: pd.DataFrame) -> dict:
     """validate's request-level figures of a run (its summary and step table), the METRICS among them."""
     figures = run_metrics(summary, steps)
@@ -184,36 +152,6 @@ def _metrics(summary: dict, steps: pd.DataFrame) -> dict:
 
 def _errors(sim: dict, live: dict) -> dict:
     return {k: rel_error(sim[k], live[k]) for k in METRICS}
-
-
-def simulate(run: dict, cost, fast_path: bool = True, released_times: bool = False) -> Simulation:
-    return Simulation(_requests(run, released_times), run["config"], cost, fast_path=fast_path)
-
-
-def _run_with_release_log(sim: Simulation):
-    """Run, noting the step before which each request was released (Scheduler.add_request is the release)."""
-    sched = sim.scheduler
-    add = sched.add_request
-    released = {}
-
-    def add_request(req, *a, **kw):
-        released[req.request_id] = sched.step_id
-        return add(req, *a, **kw)
-
-    sched.add_request = add_request
-    result = sim.run("sim")
-    return result, released
-
-
-def oracle_run(run: dict, cost, released_times: bool = False, take_live: bool = True) -> tuple[object, dict, dict]:
-    live_steps = run["steps"].set_index("step")
-    batches = run["batches"].set_index("step")["scheduled"]
-    sim = simulate(run, cost, fast_path=False, released_times=released_times)
-    ex = OracleExecutor(cost, run["config"].block_size, live_steps, batches, take_live)
-    sim.executor = ex
-    sim.recorder = Recorder(sim.scheduler, ex.features_of)
-    result, released = _run_with_release_log(sim)
-    return result, ex.diverged or {}, released
 
 
 def divergence(run: dict, result, diverged: dict, released: dict) -> dict:

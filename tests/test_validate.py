@@ -205,11 +205,11 @@ def test_live_mode_warns_once_and_records_it(tmp_path, capsys):
 
 
 def test_with_the_live_step_times_the_simulator_reproduces_the_live_run():
-    """Simulator and live mean the same by a step, a release and a token's time (bench/tail_attribution.py's oracle):
+    """Simulator and live mean the same by a step, a release and a token's time (pagesim/live_oracle.py):
     given each live step's measured duration while its plan equals live's, the free-running simulation of a
     preemption-heavy window plans every step as live did and gives every request live's first-token and finish
     times (to the host gap between a forward pass's end and the next step, well under a millisecond)."""
-    from bench.tail_attribution import oracle_run
+    from pagesim.live_oracle import oracle_run
     from pagesim.validate import default_cost_model, load_run
 
     run = load_run(LIVE / "preempt-sharegpt-bursty-r10")
