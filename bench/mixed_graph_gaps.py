@@ -144,7 +144,8 @@ def main() -> int:
                   f"idle before: {g['idle_before'][:6]}", flush=True)
     with open(args.out, "w") as f:
         json.dump({"bench": "mixed_graph_gaps", "date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
-                   "torch": torch.__version__, "cases": rows}, f, indent=2)
+                   "torch": torch.__version__, "commit": os.environ.get("PAGESIM_GIT_COMMIT"), "cases": rows}, f,
+                  indent=1)
     return 0
 
 
