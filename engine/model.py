@@ -172,7 +172,7 @@ class LlamaModel:
         """Layer i's attention of q [T, Hq, D] (rows beyond the step's tokens, if any, are left as they are)."""
         out = torch.empty_like(q) if out is None else out
         for launch in self.attention_launches(q, kv_cache, attn, out, i):
-            launch()
+            launch.run()
         return out
 
     def attention_launches(self, q: torch.Tensor, kv_cache: torch.Tensor, attn: AttentionMetadata,

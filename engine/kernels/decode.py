@@ -288,7 +288,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     for launch in decode_launches(q, k_cache, v_cache, block_tables, context_lens, scale, out, num_splits=num_splits,
                                   config=config, k_scale=k_scale, v_scale=v_scale):
-        launch()
+        launch.run()
     return out
 
 

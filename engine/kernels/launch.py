@@ -6,7 +6,7 @@ Python (`python3 -m bench.mixed_graph_gaps`, 2026-12-02), and a graphed mixed st
 layer between its graph pieces: 64 tokens with 64 decode rows spent 11 ms issuing work the GPU ran in 6.7 ms.
 
 A `Launch` holds one kernel launch: the JIT function, its grid, every argument in signature order and its options.
-Called, it launches through Triton the first time a key is seen (compiling if needed, so the compile counter and
+`run()` launches it once through Triton (the one-off wrappers, the eager forward pass). Called, it launches through Triton the first time a key is seen (compiling if needed, so the compile counter and
 Triton's own caches see it) and keeps the compiled kernel's launcher under a key at least as fine as Triton's
 (each tensor's dtype and 16-byte alignment; each integer's value class: 1, divisible by 16, 32-bit; constexprs by
 value; the grid and options); later calls with the same key go straight to that launcher. `Launch(...)(*swapped)`
@@ -44,7 +44,8 @@ def _spec(value, constexpr: bool):
 
 
 class Launch:
-    """One launch of a @triton.jit kernel, re-issued cheaply (module docstring)."""
+    """One launch of a @triton.jit kernel: `run()` launches it through Triton; calls re-issue it cheaply, with the
+    `swap` arguments replaced (module docstring)."""
 
     __slots__ = ("fn", "grid", "args", "options", "swap_at", "runners", "stream")
 
@@ -55,25 +56,29 @@ class Launch:
         self.fn, self.grid, self.options = fn, tuple(grid) + (1,) * (3 - len(grid)), options
         self.args = [args[n] for n in names]
         self.swap_at = tuple(names.index(n) for n in swap)
-        self.runners = self.stream = None
-        if INTERPRET:  # an InterpretedFunction: no compiled variants to key
-            return
-        from triton.runtime import driver
+        self.runners = self.stream = None  # made on the first call (a launch that is only run() never keys itself)
 
-        fixed = tuple(_spec(a, p.is_constexpr) for i, (a, p) in enumerate(zip(self.args, fn.params))
-                      if i not in self.swap_at)
-        # the launchers of this launch's key, by the swapped arguments' key (a step's layers)
-        self.runners = _RUNNERS.setdefault((fn, self.grid, tuple(sorted(options.items())), fixed), {})
-        self.stream = driver.active.get_current_stream(driver.active.get_current_device())  # a step's, or a capture's
+    def run(self) -> None:
+        """Launch once, through Triton (what a one-off call such as paged_decode_attention does)."""
+        self.fn[self.grid](*self.args, **self.options)
 
     def __call__(self, *swapped) -> None:
-        """Launch, with the `swap` arguments replaced by `swapped` (in order) when given."""
+        """Launch, with the `swap` arguments replaced by `swapped` (in order) when given, through the launcher kept
+        for this key (Triton's own launch the first time a key is seen)."""
         args = self.args
         for i, value in zip(self.swap_at, swapped):
             args[i] = value
-        if INTERPRET:
+        if INTERPRET:  # an InterpretedFunction: no compiled variants to key
             self.fn[self.grid](*args, **self.options)
             return
+        if self.runners is None:
+            from triton.runtime import driver
+
+            fixed = tuple(_spec(a, p.is_constexpr) for i, (a, p) in enumerate(zip(args, self.fn.params))
+                          if i not in self.swap_at)
+            # the launchers of this launch's key, by the swapped arguments' key (a step's layers)
+            self.runners = _RUNNERS.setdefault((self.fn, self.grid, tuple(sorted(self.options.items())), fixed), {})
+            self.stream = driver.active.get_current_stream(driver.active.get_current_device())
         key = tuple(_spec(args[i], False) for i in self.swap_at)
         runner = self.runners.get(key)
         if runner is None:

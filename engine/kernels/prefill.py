@@ -247,7 +247,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     launch = prefill_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
                             max_seqlen_q=max_seqlen_q, config=config, k_scale=k_scale, v_scale=v_scale)
     if launch is not None:
-        launch()
+        launch.run()
     return out
 
 
