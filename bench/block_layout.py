@@ -21,6 +21,7 @@ import triton
 from triton.testing import do_bench
 
 import engine.kernels as K
+from pagesim.outputs import check_output_file
 from bench.kernels import BF16, BS, D, DEV, HKV, HQ  # Llama-3-8B attention shapes, as every kernel bench
 NUM_BLOCKS = 56147  # the H200 live runs' cache (results/live/*/summary.json)
 TABLE_WIDTH = 2048  # blocks: tables 32,768 tokens wide
@@ -32,7 +33,9 @@ SHAPES = [(1, 8192, 1), (4, 2048, 4), (8, 2048, 8), (12, 2048, 16), (16, 2048, 1
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args()
+    check_output_file(p, args.out, args.force)
     dev = DEV
     k_cache = torch.randn((NUM_BLOCKS, BS, HKV, D), device=dev, dtype=BF16)
     v_cache = torch.randn((NUM_BLOCKS, BS, HKV, D), device=dev, dtype=BF16)

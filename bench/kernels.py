@@ -44,6 +44,7 @@ from triton.testing import do_bench
 
 import engine.kernels as K
 from engine.model import AttentionMetadata, LlamaModel
+from pagesim.outputs import check_output_file
 from pagesim.specs import get_model
 
 HQ, HKV, D, BS = 32, 8, 128, 16
@@ -385,10 +386,12 @@ def main() -> None:
     parser.add_argument("--prefill-only", action="store_true", help="prefill cases only (no ceilings, decode, model)")
     parser.add_argument("--commit", default=None, help="the git commit measured (recorded in the JSON)")
     parser.add_argument("--warm-flashinfer", action="store_true", help="only build FlashInfer's modules, then exit")
+    parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = parser.parse_args()
     if args.warm_flashinfer:
         warm_flashinfer()
         return
+    check_output_file(parser, args.out, args.force)
     flashinfer, fi_error = load_flashinfer()
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "gpu": torch.cuda.get_device_name(), "sms": torch.cuda.get_device_properties(0).multi_processor_count,

@@ -29,6 +29,7 @@ import torch
 from engine.executor import GPUExecutor
 from engine.model import LlamaModel
 from pagesim.config import Config
+from pagesim.outputs import check_output_file
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, StepPlan
 
@@ -106,7 +107,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args()
+    check_output_file(p, args.out, args.force)
     cfg = Config(model="llama-3-8b", block_size=BS, max_num_seqs=256, max_num_batched_tokens=8192,
                  num_gpu_blocks=4096)
     model = LlamaModel.random(cfg.model_spec, "cuda", torch.bfloat16, 0)

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from pagesim.cost import make_cost_model  # noqa: E402
 from pagesim.cost.features import StepFeatures  # noqa: E402
 from pagesim.metrics import summarize_run  # noqa: E402
+from pagesim.outputs import check_output_file  # noqa: E402
 from pagesim.live_oracle import oracle_run, simulate  # noqa: E402
 from pagesim.recorder import Recorder  # noqa: E402
 from pagesim.simulator import SimExecutor  # noqa: E402
@@ -346,7 +347,9 @@ def main(argv=None) -> int:
     p.add_argument("runs", nargs="+", help="live run directories (results/live/RUN)")
     p.add_argument("--cost-model", default=None, help="a profile JSON (default: each run's own profile.json)")
     p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args(argv)
+    check_output_file(p, args.out, args.force)
     reports = []
     for r in args.runs:
         rep = attribute(r, args.cost_model)
