@@ -5,7 +5,7 @@ followed by its own question; prompts average over 8k tokens, the longest near 3
 a long-context model (llama-3.1-8b) and max_model_len 32768. Seeded: the same command writes the
 same file.
 
-    python bench/long_context_windows.py --out-dir traces
+    python -m bench.long_context_windows --out-dir traces [--force]
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pagesim.errors import UserError
+from pagesim.outputs import prepare_output_file
 from pagesim.traces import trace_from_frame, write_trace
 from pagesim.traces.blocks import BlockIds
 from pagesim.traces.synth import LogNormal, Uniform, arrival_times
@@ -47,10 +49,15 @@ def window(name: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", default="traces")
+    parser.add_argument("--force", action="store_true", help="replace existing trace files (the committed ones too)")
     args = parser.parse_args()
-    for name in WINDOWS:
+    try:
+        paths = {name: prepare_output_file(Path(args.out_dir) / f"{name}.jsonl", args.force, "--out-dir")
+                 for name in WINDOWS}
+    except UserError as exc:
+        parser.error(str(exc))
+    for name, path in paths.items():
         trace = window(name)
-        path = Path(args.out_dir) / f"{name}.jsonl"
         write_trace(trace, path)
         df = trace.df
         print(f"{path}: {len(df)} requests over {df['arrival_time_s'].max():.1f} s, prompt mean "
