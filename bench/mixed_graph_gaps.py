@@ -22,10 +22,8 @@ import time
 
 import torch
 
-from bench.mixed_graphs import BS, Plans, step
+from bench.mixed_graphs import Plans, bench_engine, step
 from engine.executor import GPUExecutor
-from engine.model import LlamaModel
-from pagesim.config import Config
 from pagesim.outputs import check_output_file
 
 CASES = [(16, 0, 16), (16, 0, 64), (64, 0, 16), (64, 0, 64), (256, 0, 64)]
@@ -96,9 +94,7 @@ def main() -> int:
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args()
     check_output_file(p, args.out, args.force)
-    cfg = Config(model="llama-3-8b", block_size=BS, max_num_seqs=256, max_num_batched_tokens=8192,
-                 num_gpu_blocks=4096)
-    model = LlamaModel.random(cfg.model_spec, "cuda", torch.bfloat16, 0)
+    cfg, model = bench_engine()
     ex = GPUExecutor(cfg, model)
     ex.kv_cache.normal_()
     plans = Plans()

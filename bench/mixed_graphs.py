@@ -90,6 +90,13 @@ def kernel_ms(ex: GPUExecutor, plans: Plans, case, reps: int) -> float | None:
     return us / reps / 1e3 if us else None
 
 
+def bench_engine() -> tuple[Config, LlamaModel]:
+    """The config and model of the mixed-step benches: Llama-3-8B shape, random bf16 weights, 4,096 blocks of 16."""
+    cfg = Config(model="llama-3-8b", block_size=BS, max_num_seqs=256, max_num_batched_tokens=8192,
+                 num_gpu_blocks=4096)
+    return cfg, LlamaModel.random(cfg.model_spec, "cuda", torch.bfloat16, 0)
+
+
 def time_case(ex: GPUExecutor, plans: Plans, case, reps: int) -> dict:
     wall, gpu = [], []
     for i in range(reps + 3):
@@ -110,9 +117,7 @@ def main() -> int:
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args()
     check_output_file(p, args.out, args.force)
-    cfg = Config(model="llama-3-8b", block_size=BS, max_num_seqs=256, max_num_batched_tokens=8192,
-                 num_gpu_blocks=4096)
-    model = LlamaModel.random(cfg.model_spec, "cuda", torch.bfloat16, 0)
+    cfg, model = bench_engine()
     t0 = time.perf_counter()
     graphed = GPUExecutor(cfg, model)
     capture_s = time.perf_counter() - t0
