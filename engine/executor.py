@@ -35,8 +35,8 @@ norm, MLP and the next layer's norm/QKV/RoPE/store; last o_proj, MLP and the fin
 CUDA graph per piece, all captured at start over static buffers sized for the largest bucket, and
 each layer's attention runs eagerly between them at the step's real counts (the prefill launch for
 the chunks, the decode launch for the decode rows), built once per step and re-issued per layer with the
-layer's cache and scales (engine.kernels.launch: no Triton argument binding per layer). Padding tokens have slot -1 (nothing stored),
-position 0, and their rows are never read. On the CPU or with graphs off the same padded pieces run
+layer's cache and scales (engine.kernels.launch: no Triton argument binding per layer). Padding tokens
+have slot -1 (nothing stored), position 0, and their rows are never read. On the CPU or with graphs off the same padded pieces run
 eagerly. Steps beyond the largest bucket run eagerly at their exact size. Block tables are always cdiv(max_model_len, block_size) wide, so
 kernel shapes depend only on the batch size. The contiguous baseline needs nothing special: its
 block tables are runs of consecutive block ids.

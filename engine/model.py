@@ -194,7 +194,8 @@ class LlamaModel:
         return launches
 
     def layer_cache(self, kv_cache: torch.Tensor, i: int) -> tuple:
-        """Layer i's (k_cache, v_cache, k_scale, v_scale): views made once per cache (engine.kernels.LAYER_ARGS order)."""
+        """Layer i's (k_cache, v_cache, k_scale, v_scale), in engine.kernels.launch.LAYER_ARGS order: views made once
+        per cache and scale tensors."""
         views = self._layer_views
         if views is None or views[0] is not kv_cache or views[1] is not self.k_scales or views[2] is not self.v_scales:
             views = self._layer_views = (kv_cache, self.k_scales, self.v_scales, [

@@ -1,4 +1,4 @@
-"""A Triton launch that can be issued again without Triton's per-call binding (issue #13: mixed steps bound by launches).
+"""A Triton launch that can be issued again without Triton's per-call binding (issue #13: launch-bound mixed steps).
 
 `kernel[grid](...)` binds every argument, computes what the kernel is specialised on and looks the compiled
 variant up on each call. On the H200 machine's host that costs ~90 us a launch with the attention wrappers' own
@@ -6,12 +6,13 @@ Python (`python3 -m bench.mixed_graph_gaps`, 2026-12-02), and a graphed mixed st
 layer between its graph pieces: 64 tokens with 64 decode rows spent 11 ms issuing work the GPU ran in 6.7 ms.
 
 A `Launch` holds one kernel launch: the JIT function, its grid, every argument in signature order and its options.
-`run()` launches it once through Triton (the one-off wrappers, the eager forward pass). Called, it launches through Triton the first time a key is seen (compiling if needed, so the compile counter and
-Triton's own caches see it) and keeps the compiled kernel's launcher under a key at least as fine as Triton's
-(each tensor's dtype and 16-byte alignment; each integer's value class: 1, divisible by 16, 32-bit; constexprs by
-value; the grid and options); later calls with the same key go straight to that launcher. `Launch(...)(*swapped)`
-replaces the arguments named by `swap` first (a step's attention launches differ between layers only in the
-layer's cache and scales), so a step builds its launches once and issues them per layer.
+`run()` launches it once through Triton (the one-off wrappers, the eager forward pass). Called, it launches through
+Triton the first time a key is seen (compiling if needed, so the compile counter and Triton's own caches see it) and
+keeps the compiled kernel's launcher under a key at least as fine as Triton's (each tensor's dtype and 16-byte
+alignment; each integer's value class: 1, divisible by 16, 32-bit; constexprs by value; the grid and options); later
+calls with the same key go straight to that launcher. `Launch(...)(*swapped)` replaces the arguments named by `swap`
+first (a step's attention launches differ between layers only in the layer's cache and scales), so a step builds
+its launches once and issues them per layer.
 
 Under TRITON_INTERPRET every call is a plain `kernel[grid](...)`.
 """
