@@ -30,12 +30,11 @@ CASES = [(16, 0, 16), (16, 0, 64), (64, 0, 16), (64, 0, 64), (256, 0, 64)]
 
 
 class HostTimer:
-    """Wraps bound methods/attributes of objects so each call's host time is summed under a name."""
+    """Wraps methods of objects (and functions of modules) so each call's host time is summed under a name."""
 
     def __init__(self):
         self.total = collections.defaultdict(float)
         self.calls = collections.Counter()
-        self._undo = []
 
     def wrap(self, obj, attr: str, name: str) -> None:
         orig = getattr(obj, attr)
@@ -49,16 +48,10 @@ class HostTimer:
                 self.calls[name] += 1
 
         setattr(obj, attr, timed)
-        self._undo.append((obj, attr, orig))
 
     def reset(self) -> None:
         self.total.clear()
         self.calls.clear()
-
-    def undo(self) -> None:
-        for obj, attr, orig in reversed(self._undo):
-            setattr(obj, attr, orig)
-        self._undo.clear()
 
 
 def kernel_gaps(trace_path: str) -> dict:
@@ -105,11 +98,10 @@ def main() -> int:
     timer.wrap(model, "layer_cache", "model.layer_cache")
     import engine.kernels.launch as kl
     import engine.model as em
-    timer.wrap(em, "prefill_launch", "build prefill launch")
+    timer.wrap(em, "prefill_launches", "build prefill launch")
     timer.wrap(em, "decode_launches", "build decode launches")
     timer.wrap(kl.Launch, "__call__", "issue a launch")
-    graphs = {t: gs for t, gs in ex.mixed_graphs.items()}
-    for gs in graphs.values():
+    for gs in ex.mixed_graphs.values():
         for g in gs:
             timer.wrap(g, "replay", "graph.replay")
     rows = []
@@ -122,7 +114,6 @@ def main() -> int:
         calls = {k: v / args.reps for k, v in timer.calls.items()}
         row = {"prefill_tokens": case[0], "cached_tokens": case[1], "decode_rows": case[2],
                "wall_ms": 1e3 * statistics.median(wall), "host_us_per_step": host, "calls_per_step": calls}
-        # the launch cost of one Triton call, outside any step: the prefill and decode launches of layer 0
         if args.traces:
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -49,10 +49,10 @@ from pagesim.cost import make_cost_model  # noqa: E402
 from pagesim.cost.features import StepFeatures  # noqa: E402
 from pagesim.metrics import summarize_run  # noqa: E402
 from pagesim.outputs import check_output_file  # noqa: E402
-from pagesim.live_oracle import oracle_run, simulate  # noqa: E402
+from pagesim.live_oracle import oracle_run  # noqa: E402
 from pagesim.recorder import Recorder  # noqa: E402
 from pagesim.simulator import SimExecutor  # noqa: E402
-from pagesim.validate import (REQUEST_METRICS, default_cost_model, load_run, rel_error,  # noqa: E402
+from pagesim.validate import (REQUEST_METRICS, default_cost_model, live_simulation, load_run, rel_error,  # noqa: E402
                               run_metrics, step_kinds)
 
 METRICS = [name for name, _, _ in REQUEST_METRICS] + ["makespan_s", "num_preemptions"]
@@ -278,7 +278,7 @@ def attribute(run_dir: str, cost_spec: str | None = None) -> dict:
 
     # the model's own run step by step (the fast path's equal), watched for the first plan that differs from live's
     result, diverged, released = oracle_run(run, cost, take_live=False)
-    variant("model", simulate(run, cost).run("sim"), divergence=divergence(run, result, diverged, released))
+    variant("model", live_simulation(run, cost).run("sim"), divergence=divergence(run, result, diverged, released))
     result, diverged, released = oracle_run(run, cost)
     div = divergence(run, result, diverged, released)
     variant("oracle", result, divergence=div,
@@ -292,9 +292,9 @@ def attribute(run_dir: str, cost_spec: str | None = None) -> dict:
     report["wake_up_lag"] = wake_up_lag(run)
     ratios = step_ratios(run)
     for seed in range(NOISE_SEEDS):
-        variant(f"noise{seed}", simulate(run, Noisy(cost, ratios.to_numpy(), seed)).run("sim"))
+        variant(f"noise{seed}", live_simulation(run, Noisy(cost, ratios.to_numpy(), seed)).run("sim"))
     def with_executor(executor):
-        sim = simulate(run, cost, fast_path=False)
+        sim = live_simulation(run, cost, fast_path=False)
         sim.executor = executor
         sim.recorder = Recorder(sim.scheduler, executor.features_of)
         return sim.run("sim")
@@ -312,9 +312,9 @@ def attribute(run_dir: str, cost_spec: str | None = None) -> dict:
         variant(name, with_executor(KindScaled(cost, bs, kind_scales, max_graph, max_mixed, kinds)),
                 kind_scales={k: v for k, v in kind_scales.items() if kinds is None or k in kinds})
     scale = lockstep_scale(run)
-    variant("unbiased", simulate(run, Scaled(cost, scale)).run("sim"), scale=scale)
+    variant("unbiased", live_simulation(run, Scaled(cost, scale)).run("sim"), scale=scale)
     for eps in PERTURBATIONS:
-        variant(f"scale{eps:+.3f}", simulate(run, Scaled(cost, 1 + eps)).run("sim"), scale=1 + eps)
+        variant(f"scale{eps:+.3f}", live_simulation(run, Scaled(cost, 1 + eps)).run("sim"), scale=1 + eps)
     report["sensitivity"] = sensitivity(report["variants"], live)
     report["calibration_eager_mixed"] = calibration_eager(run, cost)
     return report

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from engine.kernels import rms_norm, rope_cache, rotary_embedding, silu_and_mul, store_kvcache
 from engine.kernels.decode import decode_launches
-from engine.kernels.prefill import prefill_launch
+from engine.kernels.prefill import prefill_launches
 from engine.kernels import reference as ref
 from pagesim.specs import ModelSpec
 
@@ -184,10 +184,9 @@ class LlamaModel:
         scales = {"k_scale": k_scale, "v_scale": v_scale}
         launches = []
         if p:
-            launch = prefill_launch(q[:p], k_cache, v_cache, attn.cu_seqlens_q, attn.context_lens_prefill,
-                                    attn.block_tables_prefill, self.scale, out[:p], max_seqlen_q=attn.max_seqlen_q,
-                                    **scales)
-            launches += [launch] if launch is not None else []
+            launches += prefill_launches(q[:p], k_cache, v_cache, attn.cu_seqlens_q, attn.context_lens_prefill,
+                                         attn.block_tables_prefill, self.scale, out[:p],
+                                         max_seqlen_q=attn.max_seqlen_q, **scales)
         if d:
             launches += decode_launches(q[p : p + d], k_cache, v_cache, attn.block_tables_decode,
                                         attn.context_lens_decode, self.scale, out[p : p + d], **scales)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.simulator import SimExecutor, Simulation
-from pagesim.validate import live_requests
+from pagesim.validate import live_simulation
 
 
 class OracleExecutor(SimExecutor):
@@ -30,9 +30,9 @@ class OracleExecutor(SimExecutor):
 
     def execute(self, plan) -> float:
         predicted = super().execute(plan)
-        scheduled = " ".join(s.request_id for s in plan.scheduled)
         if self.diverged is not None:
             return predicted
+        scheduled = " ".join(s.request_id for s in plan.scheduled)
         step = plan.step_id
         if step not in self.live.index:
             self.diverged = {"step": int(step), "fields": ["extra step"]}
@@ -47,12 +47,6 @@ class OracleExecutor(SimExecutor):
                              "live_scheduled": self.batches.get(step, "")}
             return predicted
         return float(row["duration_s"]) if self.take_live else predicted
-
-
-def simulate(run: dict, cost, fast_path: bool = True, released_times: bool = False) -> Simulation:
-    """A free-running simulation of a loaded live run's requests (validate.load_run), at their trace arrival times or,
-    with `released_times`, when live released them."""
-    return Simulation(live_requests(run, released_times), run["config"], cost, fast_path=fast_path)
 
 
 def run_with_release_log(sim: Simulation):
@@ -75,7 +69,7 @@ def oracle_run(run: dict, cost, released_times: bool = False, take_live: bool = 
     before which each request was released)."""
     live_steps = run["steps"].set_index("step")
     batches = run["batches"].set_index("step")["scheduled"]
-    sim = simulate(run, cost, fast_path=False, released_times=released_times)
+    sim = live_simulation(run, cost, fast_path=False, released_times=released_times)
     ex = OracleExecutor(cost, run["config"].block_size, live_steps, batches, take_live)
     sim.executor = ex
     sim.recorder = Recorder(sim.scheduler, ex.features_of)

@@ -77,7 +77,7 @@ def load_run(run_dir: str | Path) -> dict:
     }
 
 
-def live_requests(run: dict, released_times: bool = False):
+def _requests(run: dict, released_times: bool = False):
     """The live run's requests, fresh, in trace order, with the trace's (or the released) arrival times."""
     from pagesim.traces import load_trace
 
@@ -164,7 +164,7 @@ def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
     """
     config: Config = run["config"]
     sched = Scheduler(config)
-    reqs = live_requests(run)
+    reqs = _requests(run)
     release_step = run["releases"].set_index("request_id")["release_step"]
     pending = sorted(reqs, key=lambda r: (int(release_step[r.request_id]), r.seq_no))
     steps = run["steps"].set_index("step")
@@ -265,10 +265,16 @@ def rel_error(value, reference) -> float | None:
     return (value - reference) / reference if reference not in (None, 0) and value is not None else None
 
 
-def request_level(run: dict, cost_model) -> tuple[dict, object]:
+def live_simulation(run: dict, cost_model, fast_path: bool = True, released_times: bool = False):
+    """The free-running simulation of a loaded live run's requests (load_run), not yet run: at their trace arrival
+    times or, with `released_times`, when live released them."""
     from pagesim.simulator import Simulation
 
-    sim = Simulation(live_requests(run), run["config"], cost_model).run("sim")
+    return Simulation(_requests(run, released_times), run["config"], cost_model, fast_path=fast_path)
+
+
+def request_level(run: dict, cost_model) -> tuple[dict, object]:
+    sim = live_simulation(run, cost_model).run("sim")
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
     simulated = run_metrics(summarize_run(sim), sim.steps)
     return {k: {"live": live[k], "sim": simulated[k], "rel_error": rel_error(simulated[k], live[k])} for k in live}, sim

@@ -244,19 +244,18 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     """
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    launch = prefill_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
-                            max_seqlen_q=max_seqlen_q, config=config, k_scale=k_scale, v_scale=v_scale)
-    if launch is not None:
+    for launch in prefill_launches(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
+                                   max_seqlen_q=max_seqlen_q, config=config, k_scale=k_scale, v_scale=v_scale):
         launch.run()
     return out
 
 
-def prefill_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                   context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, out: torch.Tensor, *,
-                   max_seqlen_q: int | None = None, config: PrefillConfig | None = None,
-                   k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> Launch | None:
-    """paged_prefill_attention's kernel launch into `out`, not yet issued (None: nothing to compute); its cache and
-    scales can be swapped per call (engine.kernels.launch: a step's layers)."""
+def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, out: torch.Tensor, *,
+                     max_seqlen_q: int | None = None, config: PrefillConfig | None = None,
+                     k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> list[Launch]:
+    """paged_prefill_attention's kernel launch into `out`, not yet issued (none: nothing to compute), as
+    decode_launches gives the decode's; its cache and scales can be swapped per call (engine.kernels.launch)."""
     fp8 = k_cache.dtype == torch.float8_e4m3fn
     total, num_heads, head_dim = q.shape
     cfg = config or (PrefillConfig() if not fp8 else FP8_PREFILL_CONFIG if head_dim >= 32
@@ -273,7 +272,7 @@ def prefill_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     assert not pack or cfg.block_m % group == 0, "pack_gqa needs block_m to be a multiple of the GQA group"
     batch = cu_seqlens_q.shape[0] - 1
     if total == 0 or batch == 0:
-        return None
+        return []
     if max_seqlen_q is None:
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m // group if pack else cfg.block_m)
@@ -289,5 +288,5 @@ def prefill_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
                 LONGEST_FIRST=cfg.longest_first,
                 I32=cfg.int32_offsets and k_cache.numel() < 2**31,
                 QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None)
-    return Launch(_prefill_kernel, grid, args, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-                  swap=LAYER_ARGS)
+    return [Launch(_prefill_kernel, grid, args, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+                   swap=LAYER_ARGS)]
