@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 13, round 13: the windows whose misses round 11 traced to eager mixed steps or to tails, re-recorded with the
+# round-12 engine (launches re-issued from kept arguments: eager and graphed mixed steps spend half the host time),
+# each against a profile calibrated in the same device call. Validate each on any CPU afterwards
+# (python -m pagesim validate RESULTS/live/RUN).
+#   bash bench/h200_round13.sh OUT     # bf16 `calibrate`, kshot, the preemption window, the host-tier bandwidth and
+#                                      # the host-tier window
+#   bash bench/h200_round13.sh OUT b   # the fp8 `calibrate` and the fp8 window, then longdoc-b with its own
+#                                      # `live --calibrate` of Llama-3.1-8B at 32k
+# OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
+set -uo pipefail
+OUT=$1
+D=2026-12-02
+source "$(dirname "$0")/h200_lib.sh"
+live_call
+if [ "${2:-}" = b ]; then
+  PF="$R/profiles/h200-llama-3-8b-fp8-$D-r13.json"
+  BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$PF"
+  profile_summary "$PF"; pack
+  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --enable-prefix-caching --watermark 0.01 --limit 150 \
+      --num-gpu-blocks 600 --kv-cache-dtype fp8 --profile "$PF" --out "$R/live/fp8-kshot-r13"; pack
+  L="--model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching --watermark 0.01"
+  BUDGET=170 run live traces/longdoc-b.jsonl $L --calibrate --out "$R/live/longdoc-b-r13"
+  profile_summary "$R/live/longdoc-b-r13/profile.json"
+  runs_summary "$R"; pack
+  exit 0
+fi
+P="$R/profiles/h200-llama-3-8b-$D-r13.json"
+BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"
+profile_summary "$P"; pack
+BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
+    --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-r13"; pack
+H="$R/profiles/h200-llama-3-8b-$D-r13-host-tier.json"
+timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-r13.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+BUDGET=100 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
+    --watermark 0.01 --kv-offloading-size 4.7 --profile "$H" --out "$R/live/offload-kshot-r13"; pack
+BUDGET=80 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" --num-gpu-blocks 400 \
+    --out "$R/live/preempt-sharegpt-bursty-r13"
+runs_summary "$R"; pack
