@@ -7,11 +7,28 @@
 #                                      # the host-tier window
 #   bash bench/h200_round13.sh OUT b   # the fp8 `calibrate` and the fp8 window, then longdoc-b with its own
 #                                      # `live --calibrate` of Llama-3.1-8B at 32k
+#   bash bench/h200_round13.sh OUT c   # eager steps of one shape repeated (bench/eager_jitter.py): as calibrated, with
+#                                      # the device synchronised before each, with expandable allocator segments;
+#                                      # nvidia-smi logs SM clock, power and temperature every 50 ms beside them
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
 OUT=$1
 D=2026-12-02
 source "$(dirname "$0")/h200_lib.sh"
+if [ "${2:-}" = c ]; then
+  kernel_call "$OUT"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 50 >"$OUT/clocks.csv" &
+  SMI=$!
+  nvidia-smi --query-gpu=timestamp,clocks_event_reasons.active --format=csv -lms 200 >"$OUT/clock-reasons.csv" 2>&1 &
+  SMI2=$!
+  J="timeout 170 python3 -m bench.eager_jitter --repeats 3"
+  $J --out "$OUT/eager-jitter.json" 2>&1 | grep -v -i warn | tail -40
+  $J --sync --out "$OUT/eager-jitter-sync.json" 2>&1 | grep -v -i warn | tail -40
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $J --out "$OUT/eager-jitter-expandable.json" 2>&1 | grep -v -i warn | tail -40
+  kill $SMI $SMI2
+  gzip -f "$OUT/clocks.csv" "$OUT/clock-reasons.csv"
+  exit 0
+fi
 live_call
 if [ "${2:-}" = b ]; then
   PF="$R/profiles/h200-llama-3-8b-fp8-$D-r13.json"

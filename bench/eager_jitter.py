@@ -1,0 +1,116 @@
+"""Eager steps of one shape, repeated: how much their time varies from one run to the next, and what moves with it.
+
+The calibrations of round 13 timed the same eager mixed step (a prompt of 1.1k-6k tokens beside 4 or 24 decode rows)
+twice in each `eager-*` workload and got up to 25% apart (1,274 tokens: 36.7 and 29.6 ms); live runs price such
+steps 5-30% low. This bench runs those workloads (engine.live.calibration_workloads, through the live loop as
+`calibrate` does) REPEATS times on one executor after the usual warm-up and records, for every step that runs a
+prefill of more than the largest mixed-step bucket (an eager step): its wall time (execute()), its device span (CUDA
+events around the step's device work), the caching allocator's device mallocs and frees and its alloc retries
+during the step, the device memory reserved, and its start on the wall clock, so that the SM clock and power that
+`nvidia-smi -lms` logs beside it (bench/h200_round13.sh OUT c) can be matched to it. It writes the rows and, per
+(workload, prefill tokens, decode rows), the spread of each time.
+
+    python3 -m bench.eager_jitter --out $OUT/eager-jitter.json [--repeats 3] [--sync]
+
+--sync waits for the device before every step (a step then never starts behind the previous one's tail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+from engine.live import calibration_workloads, make_executor, run_calibration, warm_up
+from pagesim.config import Config
+from pagesim.cost.profile import MIXED_GRAPH_TOKEN_SIZES
+from pagesim.outputs import check_output_file
+
+WORKLOADS = ("eager-b4-c512", "eager-b24-c1024")
+ALLOCATOR = ("num_device_alloc", "num_device_free", "num_alloc_retries")
+
+
+class Probe:
+    """The executor, with one row per executed eager step (everything else passes through)."""
+
+    def __init__(self, executor, sync: bool):
+        self.executor, self.sync, self.rows, self.label = executor, sync, [], ""
+
+    def __getattr__(self, name):
+        return getattr(self.executor, name)
+
+    def execute(self, plan) -> float:
+        ex = self.executor
+        eager = plan.num_prefill_tokens + plan.num_decode_tokens > MIXED_GRAPH_TOKEN_SIZES[-1]
+        if not eager:
+            return ex.execute(plan)
+        if self.sync:
+            torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()
+        start = time.time()
+        wall = ex.execute(plan)
+        after = torch.cuda.memory_stats()
+        self.rows.append({"run": self.label, "step": plan.step_id, "start_unix_s": start,
+                          "prefill_tokens": plan.num_prefill_tokens, "decode_rows": plan.num_decode_tokens,
+                          "wall_ms": 1e3 * wall, "gpu_ms": 1e3 * ex.last_gpu_time_s,
+                          "reserved_bytes": after.get("reserved_bytes.all.current", 0),
+                          **{k: after.get(k, 0) - before.get(k, 0) for k in ALLOCATOR}})
+        return wall
+
+
+def spread(rows: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["run"].split("#")[0], r["prefill_tokens"], r["decode_rows"]), []).append(r)
+    out = []
+    for (workload, p, d), rs in sorted(groups.items()):
+        wall, gpu = [r["wall_ms"] for r in rs], [r["gpu_ms"] for r in rs]
+        out.append({"workload": workload, "prefill_tokens": p, "decode_rows": d, "n": len(rs),
+                    "wall_ms_median": statistics.median(wall), "wall_max_over_min": max(wall) / min(wall),
+                    "gpu_ms_median": statistics.median(gpu), "gpu_max_over_min": max(gpu) / min(gpu),
+                    "steps_with_allocator_events": sum(1 for r in rs if any(r[k] for k in ALLOCATOR))})
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--sync", action="store_true", help="wait for the device before every eager step")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    args = p.parse_args()
+    check_output_file(p, args.out, args.force)
+    config = Config(model="llama-3-8b", gpu="h200", max_num_seqs=256, kv_cache_dtype=args.kv_cache_dtype)
+    executor = make_executor(config)
+    config = executor.config
+    warm_up(executor, config)
+    named = dict(calibration_workloads(config.resolved_max_model_len))
+    probe = Probe(executor, args.sync)
+    t0 = time.perf_counter()
+    for rep in range(args.repeats):
+        for w in WORKLOADS:
+            probe.label = f"{w}#{rep}"
+            run_calibration(probe, config, workloads=[(w, named[w])])
+    rows = probe.rows
+    summary = spread(rows)
+    for s in summary:
+        print(f"{s['workload']:>16} p={s['prefill_tokens']:5d} d={s['decode_rows']:3d} n={s['n']}  wall "
+              f"{s['wall_ms_median']:6.1f} ms (max/min {s['wall_max_over_min']:.3f})  gpu {s['gpu_ms_median']:6.1f} ms "
+              f"(max/min {s['gpu_max_over_min']:.3f})  allocator events in {s['steps_with_allocator_events']}")
+    result = {"bench": "eager_jitter", "sync": args.sync, "repeats": args.repeats,
+              "kv_cache_dtype": args.kv_cache_dtype, "seconds": time.perf_counter() - t0,
+              "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "summary": summary, "rows": rows}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
