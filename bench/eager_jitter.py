@@ -92,10 +92,15 @@ def main() -> int:
     named = dict(calibration_workloads(config.resolved_max_model_len))
     probe = Probe(executor, args.sync)
     t0 = time.perf_counter()
-    for rep in range(args.repeats):
-        for w in WORKLOADS:
-            probe.label = f"{w}#{rep}"
-            run_calibration(probe, config, workloads=[(w, named[w])])
+    # one calibration run over all repeats, so that request ids never repeat; the label follows the workload
+    runs = [(w, rep) for rep in range(args.repeats) for w in WORKLOADS]
+    labels = iter([f"{w}#{rep}" for w, rep in runs[1:]])
+    probe.label = f"{runs[0][0]}#0"
+
+    def next_label(rows_so_far) -> None:
+        probe.label = next(labels, "")
+
+    run_calibration(probe, config, workloads=[(w, named[w]) for w, _ in runs], on_workload=next_label)
     rows = probe.rows
     summary = spread(rows)
     for s in summary:
