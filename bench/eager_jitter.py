@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -86,9 +87,11 @@ def main() -> int:
     args = p.parse_args()
     check_output_file(p, args.out, args.force)
     config = Config(model="llama-3-8b", gpu="h200", max_num_seqs=256, kv_cache_dtype=args.kv_cache_dtype)
+    t_setup = time.perf_counter()
     executor = make_executor(config)
     config = executor.config
     warm_up(executor, config)
+    setup_s = time.perf_counter() - t_setup
     named = dict(calibration_workloads(config.resolved_max_model_len))
     probe = Probe(executor, args.sync)
     t0 = time.perf_counter()
@@ -108,12 +111,14 @@ def main() -> int:
               f"{s['wall_ms_median']:6.1f} ms (max/min {s['wall_max_over_min']:.3f})  gpu {s['gpu_ms_median']:6.1f} ms "
               f"(max/min {s['gpu_max_over_min']:.3f})  allocator events in {s['steps_with_allocator_events']}")
     result = {"bench": "eager_jitter", "sync": args.sync, "repeats": args.repeats,
-              "kv_cache_dtype": args.kv_cache_dtype, "seconds": time.perf_counter() - t0,
+              "kv_cache_dtype": args.kv_cache_dtype,
+              "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"), "seconds": time.perf_counter() - t0, "setup_s": setup_s,
               "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "summary": summary, "rows": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"wrote {args.out}")
+    print(f"CUDA_MODULE_LOADING={result['cuda_module_loading']}: set-up (model, graphs, warm-up) {setup_s:.1f} s; "
+          f"wrote {args.out}")
     return 0
 
 

@@ -10,6 +10,8 @@
 #   bash bench/h200_round13.sh OUT c   # eager steps of one shape repeated (bench/eager_jitter.py): as calibrated, with
 #                                      # the device synchronised before each, with expandable allocator segments;
 #                                      # nvidia-smi logs SM clock, power and temperature every 50 ms beside them
+#   bash bench/h200_round13.sh OUT d   # CUDA module loading EAGER against LAZY (first CUDA use, eager_jitter), then
+#                                      # `calibrate`, kshot, the host-tier bandwidth and window, all EAGER
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
 OUT=$1
@@ -30,6 +32,27 @@ if [ "${2:-}" = c ]; then
   exit 0
 fi
 live_call
+if [ "${2:-}" = d ]; then
+  # CUDA module loading EAGER (engine/__init__.py) against LAZY (PyTorch's default): first CUDA use, the eager
+  # steps repeated, then a calibration and the k-shot and host-tier windows recorded with EAGER
+  for m in LAZY EAGER; do CUDA_MODULE_LOADING=$m python3 -c "import time; t = time.perf_counter(); import torch
+x = torch.randn(64, 64, device='cuda'); (x @ x).sum().item(); free, total = torch.cuda.mem_get_info()
+print('$m: first matmul after', round(time.perf_counter() - t, 2), 's; device memory in use', (total - free) >> 20, 'MiB')"; done
+  J="timeout 170 python3 -m bench.eager_jitter --repeats 3"
+  CUDA_MODULE_LOADING=LAZY $J --out "$R/eager-jitter-lazy.json" 2>&1 | grep -v -i warn | tail -21
+  $J --out "$R/eager-jitter-eager.json" 2>&1 | grep -v -i warn | tail -21; pack
+  P="$R/profiles/h200-llama-3-8b-$D-r13c.json"
+  BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"
+  profile_summary "$P"; pack
+  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
+      --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-r13c"; pack
+  H="$R/profiles/h200-llama-3-8b-$D-r13c-host-tier.json"
+  timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-r13c.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+  BUDGET=100 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
+      --watermark 0.01 --kv-offloading-size 4.7 --profile "$H" --out "$R/live/offload-kshot-r13c"
+  runs_summary "$R"; pack
+  exit 0
+fi
 if [ "${2:-}" = b ]; then
   PF="$R/profiles/h200-llama-3-8b-fp8-$D-r13.json"
   BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$PF"

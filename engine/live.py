@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import subprocess
 import time
@@ -46,6 +47,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
+        "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"),  # EAGER unless overridden (engine/__init__.py)
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
