@@ -13,6 +13,9 @@ during the step, the device memory reserved, and its start on the wall clock, so
     python3 -m bench.eager_jitter --out $OUT/eager-jitter.json [--repeats 3] [--sync]
 
 --sync waits for the device before every step (a step then never starts behind the previous one's tail).
+What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-02/): the first run of a token count
+is slow (up to 2x) and the repeats are not; no allocator event, no compilation, and CUDA_MODULE_LOADING=EAGER does
+not remove it (README, Simulator accuracy, round 13).
 """
 
 from __future__ import annotations

@@ -33,8 +33,10 @@ if [ "${2:-}" = c ]; then
 fi
 live_call
 if [ "${2:-}" = d ]; then
-  # CUDA module loading EAGER (engine/__init__.py) against LAZY (PyTorch's default): first CUDA use, the eager
-  # steps repeated, then a calibration and the k-shot and host-tier windows recorded with EAGER
+  # CUDA module loading EAGER against LAZY (PyTorch's default): first CUDA use, the eager steps repeated, then a
+  # calibration and the k-shot and host-tier windows recorded with EAGER (at 3a5266d the engine package set EAGER;
+  # it no longer does: it did not remove the first-time cost, README round 13)
+  export CUDA_MODULE_LOADING=EAGER
   for m in LAZY EAGER; do CUDA_MODULE_LOADING=$m python3 -c "import time; t = time.perf_counter(); import torch
 x = torch.randn(64, 64, device='cuda'); (x @ x).sum().item(); free, total = torch.cuda.mem_get_info()
 print('$m: first matmul after', round(time.perf_counter() - t, 2), 's; device memory in use', (total - free) >> 20, 'MiB')"; done
