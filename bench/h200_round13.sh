@@ -32,6 +32,18 @@ if [ "${2:-}" = c ]; then
   exit 0
 fi
 live_call
+# bf16 `calibrate`, then kshot, the host-tier bandwidth and the host-tier window with its profile; $1: the suffix
+calibrated_kshot_windows() {
+  P="$R/profiles/h200-llama-3-8b-$D-$1.json"
+  BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"
+  profile_summary "$P"; pack
+  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
+      --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-$1"; pack
+  H="$R/profiles/h200-llama-3-8b-$D-$1-host-tier.json"
+  timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-$1.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+  BUDGET=100 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
+      --watermark 0.01 --kv-offloading-size 4.7 --profile "$H" --out "$R/live/offload-kshot-$1"; pack
+}
 if [ "${2:-}" = d ]; then
   # CUDA module loading EAGER against LAZY (PyTorch's default): first CUDA use, the eager steps repeated, then a
   # calibration and the k-shot and host-tier windows recorded with EAGER (at 3a5266d the engine package set EAGER;
@@ -43,15 +55,7 @@ print('$m: first matmul after', round(time.perf_counter() - t, 2), 's; device me
   J="timeout 170 python3 -m bench.eager_jitter --repeats 3"
   CUDA_MODULE_LOADING=LAZY $J --out "$R/eager-jitter-lazy.json" 2>&1 | grep -v -i warn | tail -21
   $J --out "$R/eager-jitter-eager.json" 2>&1 | grep -v -i warn | tail -21; pack
-  P="$R/profiles/h200-llama-3-8b-$D-r13c.json"
-  BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"
-  profile_summary "$P"; pack
-  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
-      --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-r13c"; pack
-  H="$R/profiles/h200-llama-3-8b-$D-r13c-host-tier.json"
-  timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-r13c.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
-  BUDGET=100 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
-      --watermark 0.01 --kv-offloading-size 4.7 --profile "$H" --out "$R/live/offload-kshot-r13c"
+  calibrated_kshot_windows r13c
   runs_summary "$R"; pack
   exit 0
 fi
@@ -67,15 +71,7 @@ if [ "${2:-}" = b ]; then
   runs_summary "$R"; pack
   exit 0
 fi
-P="$R/profiles/h200-llama-3-8b-$D-r13.json"
-BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"
-profile_summary "$P"; pack
-BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
-    --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-r13"; pack
-H="$R/profiles/h200-llama-3-8b-$D-r13-host-tier.json"
-timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-r13.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
-BUDGET=100 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
-    --watermark 0.01 --kv-offloading-size 4.7 --profile "$H" --out "$R/live/offload-kshot-r13"; pack
+calibrated_kshot_windows r13
 BUDGET=80 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" --num-gpu-blocks 400 \
     --out "$R/live/preempt-sharegpt-bursty-r13"
 runs_summary "$R"; pack
