@@ -13,6 +13,8 @@ during the step, the device memory reserved, and its start on the wall clock, so
     python3 -m bench.eager_jitter --out $OUT/eager-jitter.json [--repeats 3] [--sync]
 
 --sync waits for the device before every step (a step then never starts behind the previous one's tail).
+--sweep N runs, after those, N prompt lengths never run before (1,090 + 7 i tokens beside the same 4 decode rows),
+each twice in a row: whether a first run is slow for every new token count or only for the first few.
 What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-02/): the first run of a token count
 is slow (up to 2x) and the repeats are not; no allocator event, no compilation, and CUDA_MODULE_LOADING=EAGER does
 not remove it (README, Simulator accuracy, round 13).
@@ -66,6 +68,14 @@ class Probe:
         return wall
 
 
+def sweep_groups(n: int) -> list[tuple[int, ...]]:
+    """A calibration-style workload: 4 sequences of 512 tokens decoding, and prompts of 1,090 + 7 i tokens (i < n)
+    released one at a time every third step, each length twice in a row (engine.live.calibration_workloads' format)."""
+    prompts = [1090 + 7 * (i // 2) for i in range(2 * n)]
+    first = 3
+    return [(4, 512, 3 * len(prompts) + 12)] + [(1, p, 2, first + 3 * i) for i, p in enumerate(prompts)]
+
+
 def spread(rows: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -85,6 +95,7 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sync", action="store_true", help="wait for the device before every eager step")
+    p.add_argument("--sweep", type=int, default=0, metavar="N", help="then N new prompt lengths, each twice in a row")
     p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args()
@@ -106,14 +117,21 @@ def main() -> int:
     def next_label(rows_so_far) -> None:
         probe.label = next(labels, "")
 
-    run_calibration(probe, config, workloads=[(w, named[w]) for w, _ in runs], on_workload=next_label)
+    workloads = [(w, named[w]) for w, _ in runs]
+    if args.sweep:
+        workloads.append(("sweep-b4-c512", sweep_groups(args.sweep)))
+        labels = iter([f"{w}#{rep}" for w, rep in runs[1:]] + ["sweep-b4-c512#0"])
+    run_calibration(probe, config, workloads=workloads, on_workload=next_label)
     rows = probe.rows
     summary = spread(rows)
     for s in summary:
         print(f"{s['workload']:>16} p={s['prefill_tokens']:5d} d={s['decode_rows']:3d} n={s['n']}  wall "
               f"{s['wall_ms_median']:6.1f} ms (max/min {s['wall_max_over_min']:.3f})  gpu {s['gpu_ms_median']:6.1f} ms "
               f"(max/min {s['gpu_max_over_min']:.3f})  allocator events in {s['steps_with_allocator_events']}")
-    result = {"bench": "eager_jitter", "sync": args.sync, "repeats": args.repeats,
+    sweep = [r for r in rows if r["run"].startswith("sweep") and r["decode_rows"] == 4]
+    for first, second in zip(sweep[::2], sweep[1::2]):
+        print(f"sweep p={first['prefill_tokens']:5d}: first {first['gpu_ms']:6.1f} ms, again {second['gpu_ms']:6.1f} ms")
+    result = {"bench": "eager_jitter", "sweep": args.sweep, "sync": args.sync, "repeats": args.repeats,
               "kv_cache_dtype": args.kv_cache_dtype,
               "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"), "seconds": time.perf_counter() - t0, "setup_s": setup_s,
               "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),

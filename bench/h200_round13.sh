@@ -10,6 +10,7 @@
 #   bash bench/h200_round13.sh OUT c   # eager steps of one shape repeated (bench/eager_jitter.py): as calibrated, with
 #                                      # the device synchronised before each, with expandable allocator segments;
 #                                      # nvidia-smi logs SM clock, power and temperature every 50 ms beside them
+#   bash bench/h200_round13.sh OUT c sweep  # instead: the two workloads once, then 24 new prompt lengths twice each
 #   bash bench/h200_round13.sh OUT d   # CUDA module loading EAGER against LAZY (first CUDA use, eager_jitter), then
 #                                      # `calibrate`, kshot, the host-tier bandwidth and window, all EAGER
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
@@ -24,9 +25,10 @@ if [ "${2:-}" = c ]; then
   nvidia-smi --query-gpu=timestamp,clocks_event_reasons.active --format=csv -lms 200 >"$OUT/clock-reasons.csv" 2>&1 &
   SMI2=$!
   J="timeout 170 python3 -m bench.eager_jitter --repeats 3"
-  $J --out "$OUT/eager-jitter.json" 2>&1 | grep -v -i warn | tail -40
-  $J --sync --out "$OUT/eager-jitter-sync.json" 2>&1 | grep -v -i warn | tail -40
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $J --out "$OUT/eager-jitter-expandable.json" 2>&1 | grep -v -i warn | tail -40
+  [ "${3:-}" = sweep ] || $J --out "$OUT/eager-jitter.json" 2>&1 | grep -v -i warn | tail -40
+  [ "${3:-}" = sweep ] || $J --sync --out "$OUT/eager-jitter-sync.json" 2>&1 | grep -v -i warn | tail -40
+  [ "${3:-}" = sweep ] || PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $J --out "$OUT/eager-jitter-expandable.json" 2>&1 | grep -v -i warn | tail -40
+  [ "${3:-}" = sweep ] && $J --repeats 1 --sweep 24 --out "$OUT/eager-jitter-sweep.json" 2>&1 | grep -v -i warn | tail -46
   kill $SMI $SMI2
   gzip -f "$OUT/clocks.csv" "$OUT/clock-reasons.csv"
   exit 0
