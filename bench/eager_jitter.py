@@ -15,9 +15,10 @@ during the step, the device memory reserved, and its start on the wall clock, so
 --sync waits for the device before every step (a step then never starts behind the previous one's tail).
 --sweep N runs, after those, N prompt lengths never run before (1,090 + 7 i tokens beside the same 4 decode rows),
 each twice in a row: whether a first run is slow for every new token count or only for the first few.
-What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-02/): the first run of a token count
-is slow (up to 2x) and the repeats are not; no allocator event, no compilation, and CUDA_MODULE_LOADING=EAGER does
-not remove it (README, Simulator accuracy, round 13).
+What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-02/): the first runs of the workloads'
+shapes in a process are slow (up to 2x), with no allocator event and no compilation, and CUDA_MODULE_LOADING=EAGER
+does not remove it; but the sweep shows steps of one shape moving 20-50% within a minute, first run or not, at full
+clocks (README, Simulator accuracy, round 13).
 """
 
 from __future__ import annotations
