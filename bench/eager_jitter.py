@@ -3,8 +3,8 @@
 The calibrations of round 13 timed the same eager mixed step (a prompt of 1.1k-6k tokens beside 4 or 24 decode rows)
 twice in each `eager-*` workload and got up to 25% apart (1,274 tokens: 36.7 and 29.6 ms); live runs price such
 steps 5-30% low. This bench runs those workloads (engine.live.calibration_workloads, through the live loop as
-`calibrate` does) REPEATS times on one executor after the usual warm-up and records, for every step that runs a
-prefill of more than the largest mixed-step bucket (an eager step): its wall time (execute()), its device span (CUDA
+`calibrate` does) REPEATS times on one executor after the usual warm-up and records, for every step the executor runs
+eagerly (no decode graph, more tokens than the largest mixed-step bucket): its wall time (execute()), its device span (CUDA
 events around the step's device work), the caching allocator's device mallocs and frees and its alloc retries
 during the step, the device memory reserved, and its start on the wall clock, so that the SM clock and power that
 `nvidia-smi -lms` logs beside it (bench/h200_round13.sh OUT c) can be matched to it. It writes the rows and, per
@@ -34,7 +34,7 @@ import torch
 
 from engine.live import calibration_workloads, make_executor, run_calibration, warm_up
 from pagesim.config import Config
-from pagesim.cost.profile import MIXED_GRAPH_TOKEN_SIZES
+from pagesim.cost.profile import runs_mixed_graph
 from pagesim.outputs import check_output_file
 
 WORKLOADS = ("eager-b4-c512", "eager-b24-c1024")
@@ -52,8 +52,10 @@ class Probe:
 
     def execute(self, plan) -> float:
         ex = self.executor
-        eager = plan.num_prefill_tokens + plan.num_decode_tokens > MIXED_GRAPH_TOKEN_SIZES[-1]
-        if not eager:
+        p, d = plan.num_prefill_tokens, plan.num_decode_tokens
+        graphed = (not p and d <= ex.decode_sizes[-1]) or runs_mixed_graph(
+            p, d, ex.decode_sizes[-1], ex.mixed_sizes[-1] if ex.mixed_sizes else 0)
+        if graphed:
             return ex.execute(plan)
         if self.sync:
             torch.cuda.synchronize()

@@ -47,7 +47,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "cuda": torch.version.cuda,
-        "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"),  # PyTorch sets LAZY unless told (eager_jitter)
+        "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"),  # PyTorch sets LAZY when unset
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

@@ -49,29 +49,18 @@ class OracleExecutor(SimExecutor):
         return float(row["duration_s"]) if self.take_live else predicted
 
 
-def run_with_release_log(sim: Simulation):
-    """Run, noting the step before which each request was released (Scheduler.add_request is the release)."""
-    sched = sim.scheduler
-    add = sched.add_request
-    released = {}
-
-    def add_request(req, *a, **kw):
-        released[req.request_id] = sched.step_id
-        return add(req, *a, **kw)
-
-    sched.add_request = add_request
-    result = sim.run("sim")
-    return result, released
-
-
 def oracle_run(run: dict, cost, released_times: bool = False, take_live: bool = True) -> tuple[object, dict, dict]:
     """The oracle replay of a loaded live run -> (RunResult, where the plans first differed ({} if never), the step
     before which each request was released)."""
     live_steps = run["steps"].set_index("step")
     batches = run["batches"].set_index("step")["scheduled"]
-    sim = live_simulation(run, cost, fast_path=False, released_times=released_times)
+    released = {}
+
+    def note(req, now, step_id) -> None:
+        released[req.request_id] = step_id
+
+    sim = live_simulation(run, cost, fast_path=False, released_times=released_times, on_release=note)
     ex = OracleExecutor(cost, run["config"].block_size, live_steps, batches, take_live)
     sim.executor = ex
     sim.recorder = Recorder(sim.scheduler, ex.features_of)
-    result, released = run_with_release_log(sim)
-    return result, ex.diverged or {}, released
+    return sim.run("sim"), ex.diverged or {}, released

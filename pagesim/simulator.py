@@ -67,9 +67,10 @@ class RunResult:
 
 class Simulation:
     def __init__(self, requests: list[Request], config: Config, cost_model, *, fast_path: bool = True,
-                 snapshot_times=(), progress=None, record_events: bool = False, steps_sink=None):
+                 snapshot_times=(), progress=None, record_events: bool = False, steps_sink=None, on_release=None):
         """steps_sink: where the step table goes in chunks as it is recorded (results.StepsWriter.sink);
-        the result's `steps` is then None. Without it the steps are kept (compactly) and returned."""
+        the result's `steps` is then None. Without it the steps are kept (compactly) and returned.
+        on_release(request, now, step_id): told of each request's release (loop.Arrivals)."""
         self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
         self.config = config
         self.cost_model = cost_model
@@ -81,6 +82,7 @@ class Simulation:
         self.executor = SimExecutor(cost_model, config.block_size)
         self.recorder = Recorder(self.scheduler, self.executor.features_of, sink=steps_sink)
         self._snaps = list(self.snapshot_times)
+        self.on_release = on_release
 
     def _tick(self, now: float) -> float:
         """Take the snapshots that are due and report progress; returns the next snapshot time."""
@@ -95,7 +97,7 @@ class Simulation:
     def engine(self):
         """The shared driver loop on the virtual clock, then the snapshots after the end."""
         stats = yield from drive(self.scheduler, self.executor, self.recorder,
-                                 Arrivals.at_arrival_times(self.requests), self.clock,
+                                 Arrivals.at_arrival_times(self.requests, on_release=self.on_release), self.clock,
                                  hooks=Hooks(tick=self._tick), fast_path=self.cost_model if self.fast_path else None)
         while self._snaps:
             self.recorder.snapshot(self.clock.now())

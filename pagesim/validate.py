@@ -265,12 +265,13 @@ def rel_error(value, reference) -> float | None:
     return (value - reference) / reference if reference not in (None, 0) and value is not None else None
 
 
-def live_simulation(run: dict, cost_model, fast_path: bool = True, released_times: bool = False):
+def live_simulation(run: dict, cost_model, fast_path: bool = True, released_times: bool = False, on_release=None):
     """The free-running simulation of a loaded live run's requests (load_run), not yet run: at their trace arrival
-    times or, with `released_times`, when live released them."""
+    times or, with `released_times`, when live released them (`on_release`: Simulation's)."""
     from pagesim.simulator import Simulation
 
-    return Simulation(_requests(run, released_times), run["config"], cost_model, fast_path=fast_path)
+    return Simulation(_requests(run, released_times), run["config"], cost_model, fast_path=fast_path,
+                      on_release=on_release)
 
 
 def request_level(run: dict, cost_model) -> tuple[dict, object]:
