@@ -15,6 +15,8 @@ during the step, the device memory reserved, and its start on the wall clock, so
 --sync waits for the device before every step (a step then never starts behind the previous one's tail).
 --sweep N runs, after those, N prompt lengths never run before (1,090 + 7 i tokens beside the same 4 decode rows),
 each twice in a row: whether a first run is slow for every new token count or only for the first few.
+--trace DIR profiles the sweep (torch.profiler, CUDA kernels; a marker kernel before every step) and adds to each of
+its eager steps where the device time went: GEMMs, attention, the rest, and the gaps between kernels.
 What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-02/): the first runs of the workloads'
 shapes in a process are slow (up to 2x), with no allocator event and no compilation, and CUDA_MODULE_LOADING=EAGER
 does not remove it; but the sweep shows steps of one shape moving 20-50% within a minute, first run or not, at full
@@ -24,9 +26,11 @@ clocks (README, Simulator accuracy, round 13).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
+import shutil
 import statistics
 import time
 
@@ -46,6 +50,7 @@ class Probe:
 
     def __init__(self, executor, sync: bool):
         self.executor, self.sync, self.rows, self.label = executor, sync, [], ""
+        self.marked: list[int | None] = None  # with --trace: per step since marking began, its row (None: graphed)
 
     def __getattr__(self, name):
         return getattr(self.executor, name)
@@ -55,6 +60,9 @@ class Probe:
         p, d = plan.num_prefill_tokens, plan.num_decode_tokens
         graphed = (not p and d <= ex.decode_sizes[-1]) or runs_mixed_graph(
             p, d, ex.decode_sizes[-1], ex.mixed_sizes[-1] if ex.mixed_sizes else 0)
+        if self.marked is not None:
+            torch.cuda._sleep(1)  # a marker kernel: the profile's kernels split into steps at it
+            self.marked.append(None if graphed else len(self.rows))
         if graphed:
             return ex.execute(plan)
         if self.sync:
@@ -79,6 +87,45 @@ def sweep_groups(n: int) -> list[tuple[int, ...]]:
     return [(4, 512, 3 * len(prompts) + 12)] + [(1, p, 2, first + 3 * i) for i, p in enumerate(prompts)]
 
 
+def kernel_category(name: str) -> str:
+    n = name.lower()
+    if any(k in n for k in ("_prefill_kernel", "_decode_split_kernel", "_merge_splits_kernel")):
+        return "attention"
+    if any(k in n for k in ("gemm", "nvjet", "cutlass", "xmma", "cublas")):
+        return "gemm"
+    return "other"
+
+
+def step_kernels(trace_path: str, marked: list, rows: list[dict]) -> dict:
+    """Split the profile's kernels at the marker kernels into steps and add each eager step's breakdown to its row:
+    device time per kernel_category, the gaps between its kernels, and its five longest kernels."""
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                     key=lambda e: e["ts"])
+    steps, current = [], None
+    for e in kernels:
+        if "spin_kernel" in e["name"]:
+            current = []
+            steps.append(current)
+        elif current is not None:
+            current.append(e)
+    if len(steps) != len(marked):
+        return {"error": f"{len(steps)} marker kernels for {len(marked)} marked steps: no breakdown"}
+    for row_index, ks in zip(marked, steps):
+        if row_index is None or not ks:
+            continue
+        by = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+        for e in ks:
+            by[kernel_category(e["name"])] += e["dur"] / 1e3
+        span = (max(e["ts"] + e["dur"] for e in ks) - ks[0]["ts"]) / 1e3
+        longest = sorted(ks, key=lambda e: -e["dur"])[:5]
+        rows[row_index].update({f"{k}_ms": v for k, v in by.items()}, kernels=len(ks), span_ms=span,
+                               gaps_ms=span - sum(by.values()),
+                               longest=[(e["name"][:60], e["dur"] / 1e3) for e in longest])
+    return {"steps": len(steps)}
+
+
 def spread(rows: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -99,6 +146,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sync", action="store_true", help="wait for the device before every eager step")
     p.add_argument("--sweep", type=int, default=0, metavar="N", help="then N new prompt lengths, each twice in a row")
+    p.add_argument("--trace", metavar="DIR", default=None, help="profile the sweep's kernels (writes DIR/sweep-trace.json.gz)")
     p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args()
@@ -117,8 +165,17 @@ def main() -> int:
     labels = iter([f"{w}#{rep}" for w, rep in runs[1:]])
     probe.label = f"{runs[0][0]}#0"
 
+    prof = None
+
     def next_label(rows_so_far) -> None:
+        nonlocal prof
         probe.label = next(labels, "")
+        if args.trace and probe.label.startswith("sweep"):
+            from torch.profiler import ProfilerActivity, profile
+
+            probe.marked = []
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.start()
 
     workloads = [(w, named[w]) for w, _ in runs]
     if args.sweep:
@@ -126,6 +183,16 @@ def main() -> int:
         labels = iter([f"{w}#{rep}" for w, rep in runs[1:]] + ["sweep-b4-c512#0"])
     run_calibration(probe, config, workloads=workloads, on_workload=next_label)
     rows = probe.rows
+    breakdown = None
+    if prof is not None:
+        prof.stop()
+        os.makedirs(args.trace, exist_ok=True)
+        path = os.path.join(args.trace, "sweep-trace.json")
+        prof.export_chrome_trace(path)
+        breakdown = step_kernels(path, probe.marked, rows)
+        with open(path, "rb") as fi, gzip.open(path + ".gz", "wb") as fo:
+            shutil.copyfileobj(fi, fo)
+        os.remove(path)
     summary = spread(rows)
     for s in summary:
         print(f"{s['workload']:>16} p={s['prefill_tokens']:5d} d={s['decode_rows']:3d} n={s['n']}  wall "
@@ -133,8 +200,13 @@ def main() -> int:
               f"(max/min {s['gpu_max_over_min']:.3f})  allocator events in {s['steps_with_allocator_events']}")
     sweep = [r for r in rows if r["run"].startswith("sweep") and r["decode_rows"] == 4]
     for first, second in zip(sweep[::2], sweep[1::2]):
-        print(f"sweep p={first['prefill_tokens']:5d}: first {first['gpu_ms']:6.1f} ms, again {second['gpu_ms']:6.1f} ms")
-    result = {"bench": "eager_jitter", "sweep": args.sweep, "sync": args.sync, "repeats": args.repeats,
+        print(f"sweep p={first['prefill_tokens']:5d}: first {first['gpu_ms']:6.1f} ms, again {second['gpu_ms']:6.1f} ms"
+              + "".join(f"  | {r.get('gemm_ms', 0):5.1f} gemm {r.get('attention_ms', 0):4.1f} attn "
+                        f"{r.get('other_ms', 0):4.1f} other {r.get('gaps_ms', 0):5.1f} gaps" for r in (first, second)
+                        if "gemm_ms" in r))
+    if breakdown is not None:
+        print("trace:", breakdown)
+    result = {"bench": "eager_jitter", "sweep": args.sweep, "trace": breakdown, "sync": args.sync, "repeats": args.repeats,
               "kv_cache_dtype": args.kv_cache_dtype,
               "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"), "seconds": time.perf_counter() - t0, "setup_s": setup_s,
               "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),

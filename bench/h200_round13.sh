@@ -11,6 +11,7 @@
 #                                      # the device synchronised before each, with expandable allocator segments;
 #                                      # nvidia-smi logs SM clock, power and temperature every 50 ms beside them
 #   bash bench/h200_round13.sh OUT c sweep  # instead: the two workloads once, then 24 new prompt lengths twice each
+#   bash bench/h200_round13.sh OUT c sweep trace  # the same, the sweep's kernels profiled (eager_jitter --trace)
 #   bash bench/h200_round13.sh OUT d   # CUDA module loading EAGER against LAZY (first CUDA use, eager_jitter), then
 #                                      # `calibrate`, kshot, the host-tier bandwidth and window, all EAGER
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
@@ -28,7 +29,8 @@ if [ "${2:-}" = c ]; then
   [ "${3:-}" = sweep ] || $J --out "$OUT/eager-jitter.json" 2>&1 | grep -v -i warn | tail -40
   [ "${3:-}" = sweep ] || $J --sync --out "$OUT/eager-jitter-sync.json" 2>&1 | grep -v -i warn | tail -40
   [ "${3:-}" = sweep ] || PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $J --out "$OUT/eager-jitter-expandable.json" 2>&1 | grep -v -i warn | tail -40
-  [ "${3:-}" = sweep ] && $J --repeats 1 --sweep 24 --out "$OUT/eager-jitter-sweep.json" 2>&1 | grep -v -i warn | tail -46
+  [ "${3:-}" = sweep ] && $J --repeats 1 --sweep 24 ${4:+--trace "$OUT"} --out "$OUT/eager-jitter-sweep.json" 2>&1 \
+      | grep -v -i warn | tail -47
   kill $SMI $SMI2
   gzip -f "$OUT/clocks.csv" "$OUT/clock-reasons.csv"
   exit 0
