@@ -16,7 +16,8 @@ during the step, the device memory reserved, and its start on the wall clock, so
 --sweep N runs, after those, N prompt lengths never run before (1,090 + 7 i tokens beside the same 4 decode rows),
 each twice in a row: whether a first run is slow for every new token count or only for the first few.
 --trace DIR profiles the sweep (torch.profiler, CUDA kernels; a marker kernel before every step) and adds to each of
-its eager steps where the device time went: GEMMs, attention, the rest, and the gaps between kernels.
+its eager steps where the device time went: GEMMs, attention, the rest, and the gaps between kernels; with
+--trace-cpu the trace holds the host's activity too (what the host did while the GPU waited).
 What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-02/): the first runs of the workloads'
 shapes in a process are slow (up to 2x), with no allocator event and no compilation, and CUDA_MODULE_LOADING=EAGER
 does not remove it; but the sweep shows steps of one shape moving 20-50% within a minute, first run or not, at full
@@ -147,6 +148,7 @@ def main() -> int:
     p.add_argument("--sync", action="store_true", help="wait for the device before every eager step")
     p.add_argument("--sweep", type=int, default=0, metavar="N", help="then N new prompt lengths, each twice in a row")
     p.add_argument("--trace", metavar="DIR", default=None, help="profile the sweep's kernels (writes DIR/sweep-trace.json.gz)")
+    p.add_argument("--trace-cpu", action="store_true", help="with --trace: the host's activity too (CPU ops, CUDA API)")
     p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"))
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args()
@@ -174,7 +176,7 @@ def main() -> int:
             from torch.profiler import ProfilerActivity, profile
 
             probe.marked = []
-            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof = profile(activities=[ProfilerActivity.CUDA] + [ProfilerActivity.CPU] * args.trace_cpu)
             prof.start()
 
     workloads = [(w, named[w]) for w, _ in runs]

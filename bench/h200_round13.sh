@@ -12,6 +12,7 @@
 #                                      # nvidia-smi logs SM clock, power and temperature every 50 ms beside them
 #   bash bench/h200_round13.sh OUT c sweep  # instead: the two workloads once, then 24 new prompt lengths twice each
 #   bash bench/h200_round13.sh OUT c sweep trace  # the same, the sweep's kernels profiled (eager_jitter --trace)
+#   bash bench/h200_round13.sh OUT c sweep tracecpu  # the same with the host's activity, without nvidia-smi polling
 #   bash bench/h200_round13.sh OUT d   # CUDA module loading EAGER against LAZY (first CUDA use, eager_jitter), then
 #                                      # `calibrate`, kshot, the host-tier bandwidth and window, all EAGER
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
@@ -21,6 +22,11 @@ D=2026-12-02
 source "$(dirname "$0")/h200_lib.sh"
 if [ "${2:-}" = c ]; then
   kernel_call "$OUT"
+  if [ "${4:-}" = tracecpu ]; then  # no nvidia-smi polling beside it (its queries can hold up a launch)
+    timeout 170 python3 -m bench.eager_jitter --repeats 1 --sweep 24 --trace "$OUT" --trace-cpu \
+        --out "$OUT/eager-jitter-sweep-cpu.json" 2>&1 | grep -v -i warn | tail -26
+    exit 0
+  fi
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 50 >"$OUT/clocks.csv" &
   SMI=$!
   nvidia-smi --query-gpu=timestamp,clocks_event_reasons.active --format=csv -lms 200 >"$OUT/clock-reasons.csv" 2>&1 &
