@@ -17,11 +17,13 @@ during the step, the device memory reserved, and its start on the wall clock, so
 each twice in a row: whether a first run is slow for every new token count or only for the first few.
 --trace DIR profiles the sweep (torch.profiler, CUDA kernels; a marker kernel before every step) and adds to each of
 its eager steps where the device time went: GEMMs, attention, the rest, and the gaps between kernels; with
---trace-cpu the trace holds the host's activity too (what the host did while the GPU waited).
+--trace-cpu the trace holds the host's activity too, and the GPU's gaps of 1 ms or more are charged to the host op
+that spanned them (host_stalls).
 What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-02/): the first runs of the workloads'
 shapes in a process are slow (up to 2x), with no allocator event and no compilation, and CUDA_MODULE_LOADING=EAGER
-does not remove it; but the sweep shows steps of one shape moving 20-50% within a minute, first run or not, at full
-clocks (README, Simulator accuracy, round 13).
+does not remove it; the sweep shows steps of one shape moving 20-50% within a minute, first run or not, at full
+clocks, and its profile puts the whole variation in gaps between kernels: the host stalling 3.5-4.5 ms inside cuBLAS
+GEMM calls (README, Simulator accuracy, round 13).
 """
 
 from __future__ import annotations
@@ -127,6 +129,42 @@ def step_kernels(trace_path: str, marked: list, rows: list[dict]) -> dict:
     return {"steps": len(steps)}
 
 
+def host_stalls(trace_path: str, min_gap_ms: float = 1.0) -> dict:
+    """From a profile with the host's activity (--trace-cpu): each GPU gap of at least min_gap_ms, charged to the
+    innermost host op that spans it up to the launch of the kernel after it (the host was inside that op while the
+    GPU waited), or to the launch call itself; summed by op name, with the gaps' count."""
+    import bisect
+    import gzip as gz
+
+    opener = gz.open if trace_path.endswith(".gz") else open
+    with opener(trace_path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                     key=lambda e: e["ts"])
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    ops = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
+    starts = [e["ts"] for e in ops]
+    by: dict[str, list] = {}
+    end = kernels[0]["ts"] + kernels[0]["dur"] if kernels else 0
+    for prev, e in zip(kernels, kernels[1:]):
+        gap, gap_start = e["ts"] - end, end
+        end = max(end, e["ts"] + e["dur"])
+        if gap < 1e3 * min_gap_ms or "spin_kernel" in e["name"] or "spin_kernel" in prev["name"]:
+            continue  # a marker's gaps are the bench's own (the host prepares the next step after it)
+        launch = launches.get(e.get("args", {}).get("correlation"))
+        if launch is None:
+            name = "(no launch recorded)"
+        else:
+            lo, hi = bisect.bisect_left(starts, gap_start - 1e5), bisect.bisect_right(starts, launch["ts"])
+            spanning = [o for o in ops[lo:hi] if o["ts"] + o["dur"] >= gap_start and o["dur"] >= 0.8 * gap]
+            name = min(spanning, key=lambda o: o["dur"])["name"] if spanning else launch["name"]
+        total = by.setdefault(name, [0, 0.0])
+        total[0] += 1
+        total[1] += gap / 1e3
+    return {name: {"gaps": n, "ms": round(ms, 2)} for name, (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1])}
+
+
 def spread(rows: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -192,6 +230,8 @@ def main() -> int:
         path = os.path.join(args.trace, "sweep-trace.json")
         prof.export_chrome_trace(path)
         breakdown = step_kernels(path, probe.marked, rows)
+        if args.trace_cpu:
+            breakdown["host_stalls"] = host_stalls(path)
         with open(path, "rb") as fi, gzip.open(path + ".gz", "wb") as fo:
             shutil.copyfileobj(fi, fo)
         os.remove(path)
