@@ -259,12 +259,18 @@ def write_run_files(out: Path, config, trace, results: dict, summary: dict, step
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
     if not steps_written:
         steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
-        steps, dropped = steps_for_disk(steps, runs)
-        table = _table(steps, {**meta, "derived": dropped})
-        pq.write_table(table, out / "steps.parquet", **write_options(table.schema))
+        write_steps(out / "steps.parquet", steps, runs, meta)
     reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
     table = _table(requests_for_disk(reqs), meta)
     pq.write_table(table, out / "requests.parquet", **write_options(table.schema))
+
+
+def write_steps(path: Path, steps: pd.DataFrame, runs: dict, metadata: dict) -> None:
+    """A step table with a `run` column as a steps.parquet: the columns that follow exactly from others (and from
+    `runs`, the run geometry) are left out and read_steps derives them; `metadata` goes into the file's metadata."""
+    steps, dropped = steps_for_disk(steps, runs)
+    table = _table(steps, {**metadata, "runs": runs, "derived": dropped})
+    pq.write_table(table, path, **write_options(table.schema))
 
 
 SUMMARY_STEP_COLUMNS = ("duration_s", "num_running", "num_preemptions", "blocks_used", "num_load_blocks", "num_store_blocks") + CATEGORIES

@@ -26,7 +26,8 @@ Step level is also reported by step kind (graph decode, graph mixed, mixed, pref
 steps and their features. Request level adds inter-token latency (ITL) percentiles.
 
 Also writes validation_steps.parquet (measured vs predicted per step),
-sim_steps.parquet and sim_requests.csv (the free-running simulation).
+sim_steps.parquet (written as a run's steps.parquet: read it with results.read_steps) and sim_requests.csv
+(the free-running simulation).
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
 from pagesim.metrics import summarize_run
-from pagesim.outputs import prepare_output_dir
+from pagesim.outputs import git_commit, prepare_output_dir
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
-from pagesim.results import read_requests, read_steps, requests_path
+from pagesim.results import SCHEMA_VERSION, read_requests, read_steps, requests_path, run_geometry, write_steps
 from pagesim.scheduler import Scheduler
 
 REQUEST_METRICS = [(f"{m}_{p}", m, p) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("p50", "p90", "p99")]
@@ -352,7 +353,8 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         report["live_repeatability"] = live_repeatability(run, other, requests_report)
     (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
     step_table.to_parquet(out_dir / "validation_steps.parquet", index=False, compression="zstd")
-    sim.steps.assign(run="sim").to_parquet(out_dir / "sim_steps.parquet", index=False, compression="zstd")
+    write_steps(out_dir / "sim_steps.parquet", sim.steps.assign(run="sim"), run_geometry(run["config"], {"sim": sim}),
+                {"schema_version": SCHEMA_VERSION, "git_commit": git_commit()})
     sim.requests.assign(run="sim").to_csv(out_dir / "sim_requests.csv", index=False)
     report["out_dir"] = str(out_dir)
     return report

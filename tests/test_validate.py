@@ -255,3 +255,22 @@ def test_replicate_of_another_window_is_refused_before_validating(tmp_path, caps
     err = capsys.readouterr().err
     assert "--replicate" in err and "not a recording of the same window" in err and "num_gpu_blocks" in err
     assert not (tmp_path / "v").exists()
+
+
+def test_validation_stores_the_simulated_steps_compactly_and_reads_them_back_exactly(tmp_path):
+    """sim_steps.parquet is written as a run's steps.parquet (columns that follow from others left out): read back,
+    it is the free-running simulation's step table, every value equal."""
+    import pyarrow.parquet as pq
+
+    from pagesim.validate import default_cost_model, live_simulation, load_run
+
+    out = tmp_path / "v"
+    assert main(["validate", str(LIVE / RUN), "--out", str(out)]) == 0
+    stored = pq.read_schema(out / "sim_steps.parquet").names
+    assert "time_s" not in stored and "kv_cache_usage" not in stored and "free_frac" not in stored
+    back = read_steps(out / "sim_steps.parquet")
+    run = load_run(LIVE / RUN)
+    sim = live_simulation(run, make_cost_model(default_cost_model(run), run["config"])).run("sim").steps
+    assert set(back.columns) == set(sim.columns) | {"run"} and (back["run"] == "sim").all()
+    for c in sim.columns:
+        assert np.array_equal(back[c].to_numpy(), sim[c].to_numpy()), c

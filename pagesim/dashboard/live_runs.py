@@ -105,7 +105,7 @@ def load_live_run(path: Path) -> LiveRun:
             v = validation_dir(path)
             run.validation = json.loads((v / "validation.json").read_text())
             run.validation_steps = pd.read_parquet(v / "validation_steps.parquet")
-            run.sim_steps = pd.read_parquet(v / "sim_steps.parquet")
+            run.sim_steps = results.read_steps(v / "sim_steps.parquet")  # compact since round 13; older: as stored
             run.sim_requests = read_requests(v / "sim_requests.csv")
         return run
     except (OSError, ValueError, KeyError) as exc:  # JSON, parquet and CSV parse errors are ValueErrors
