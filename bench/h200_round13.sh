@@ -13,7 +13,6 @@
 #   bash bench/h200_round13.sh OUT c sweep  # instead: the two workloads once, then 24 new prompt lengths twice each
 #   bash bench/h200_round13.sh OUT c sweep trace  # the same, the sweep's kernels profiled (eager_jitter --trace)
 #   bash bench/h200_round13.sh OUT c sweep tracecpu  # the same with the host's activity, without nvidia-smi polling
-#   bash bench/h200_round13.sh OUT e   # `calibrate`, then the swap-heavy window
 #   bash bench/h200_round13.sh OUT d   # CUDA module loading EAGER against LAZY (first CUDA use, eager_jitter), then
 #                                      # `calibrate`, kshot, the host-tier bandwidth and window, all EAGER
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
@@ -67,15 +66,6 @@ print('$m: first matmul after', round(time.perf_counter() - t, 2), 's; device me
   CUDA_MODULE_LOADING=LAZY $J --out "$R/eager-jitter-lazy.json" 2>&1 | grep -v -i warn | tail -21
   $J --out "$R/eager-jitter-eager.json" 2>&1 | grep -v -i warn | tail -21; pack
   calibrated_kshot_windows r13c
-  runs_summary "$R"; pack
-  exit 0
-fi
-if [ "${2:-}" = e ]; then  # the swap-heavy window, with its own calibration
-  P="$R/profiles/h200-llama-3-8b-$D-r13e.json"
-  BUDGET=120 run calibrate --model llama-3-8b --gpu h200 --out "$P"
-  profile_summary "$P"; pack
-  BUDGET=75 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" \
-      --preemption-mode swap --num-gpu-blocks 500 --out "$R/live/swap-sharegpt-bursty-r13e"
   runs_summary "$R"; pack
   exit 0
 fi
