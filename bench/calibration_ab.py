@@ -21,17 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def compare(timed, advanced) -> list[dict]:
+def compare(timed, advanced, largest_bucket: int = 1024) -> list[dict]:
+    """largest_bucket: the calibrated engine's largest mixed-step token bucket (1024 before round 14)."""
     import numpy as np
 
-    from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, runs_mixed_graph
+    from pagesim.cost.profile import GRAPH_BATCH_SIZES, runs_mixed_graph
 
     m = timed.merge(advanced, on=["workload", "step"], suffixes=("_t", "_a"), validate="one_to_one")
     timed_keys, kept = set(zip(timed["workload"], timed["step"])), set(zip(advanced["workload"], advanced["step"]))
     gone = timed_keys - kept
     p, n = m["num_prefill_tokens_t"].to_numpy(), m["num_decode_seqs_t"].to_numpy()
     m["kind"] = np.where(p == 0, "graph decode", np.where(
-        runs_mixed_graph(p, n, GRAPH_BATCH_SIZES[-1], MIXED_GRAPH_TOKEN_SIZES[-1]), "graph mixed", "eager"))
+        runs_mixed_graph(p, n, GRAPH_BATCH_SIZES[-1], largest_bucket), "graph mixed", "eager"))
     m["ratio"] = m["duration_s_a"] / m["duration_s_t"]
     m["workload_advanced"] = m["workload"].isin({w for w, _ in gone})
     m["right_after"] = [(w, s - 1) in gone for w, s in zip(m["workload"], m["step"])]
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("advanced")
     ap.add_argument("--out", required=True)
     ap.add_argument("--force", action="store_true", help="replace --out if it exists")
+    ap.add_argument("--largest-bucket", type=int, default=1024,
+                    help="the calibrated engine's largest mixed-step token bucket (1024 before round 14, 4096 since)")
     args = ap.parse_args(argv)
     try:
         out = prepare_output_file(args.out, args.force)
@@ -61,7 +64,7 @@ def main(argv=None) -> int:
             if not Path(path).is_file():
                 raise UserError(f"{flag} {path}: no such file; expected a calibration's *.steps.csv.gz")
             frames.append(pd.read_csv(path))
-        rows = compare(*frames)
+        rows = compare(*frames, largest_bucket=args.largest_bucket)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -36,7 +36,9 @@ from pagesim.scheduler import ScheduledRequest, StepPlan
 BS = 16
 DECODE_CONTEXT = 512
 # (prefill tokens, cached tokens before the chunk, decode rows)
-CASES = [(p, 0, d) for p in (16, 64, 256, 512, 1000) for d in (0, 16, 64)] + [(256, 2048, 16), (2048, 0, 16)]
+CASES = ([(p, 0, d) for p in (16, 64, 256, 512, 1000) for d in (0, 16, 64)] + [(256, 2048, 16), (2048, 0, 16)]
+         # round 14: the buckets above 1024 tokens (1280..4096), and one eager step beyond them
+         + [(1200, 0, 16), (1500, 2048, 16), (3000, 0, 16), (4000, 0, 64), (6000, 0, 16)])
 
 
 class Plans:

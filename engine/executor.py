@@ -29,7 +29,7 @@ Decode-only steps run at a padded batch size (the next of 1, 2, 4, ..., 256, up 
 padding rows have slot -1 and context_len 0), replayed from a CUDA graph captured at start, or
 eagerly with the same shapes when graphs are off or on the CPU. Steps with prefill tokens (and
 decode-only steps above the largest decode graph) whose packed token count T fits a token bucket
-(pagesim.cost.profile.mixed_graph_token_sizes: 16, 32, ..., 1024) run padded to the bucket, piecewise:
+(pagesim.cost.profile.mixed_graph_token_sizes: 16, 32, ..., 1024, 1152, ..., 4096) run padded to the bucket, piecewise:
 the forward pass between attentions (embed + layer 0's norm/QKV/RoPE/store; then per layer o_proj,
 norm, MLP and the next layer's norm/QKV/RoPE/store; last o_proj, MLP and the final norm) replays one
 CUDA graph per piece, all captured at start over static buffers sized for the largest bucket, and
@@ -80,15 +80,17 @@ def activation_reserve_bytes(spec: ModelSpec, dtype: torch.dtype, max_num_batche
     The widest eager step has max_num_batched_tokens tokens live at once in: hidden, residual and
     the normed input [T, H], QKV [T, (Hq + 2 Hkv) D], attention output [T, Hq D], gate/up [T, 2I] and
     its activation [T, I]; plus logits for up to max_num_seqs sampling rows (dtype and fp32 copies,
-    and the CUDA-graph logits buffer). Counted once with 25% headroom and 512 MiB for the CUDA
-    context's allocator slack and the graphs' private pool.
+    and the CUDA-graph logits buffer). Counted once with 25% headroom, once more for the mixed-step
+    graphs' private pool (the same tensors at the largest token bucket, held by the graphs) and
+    512 MiB for the CUDA context's allocator slack.
     """
     s, t = spec, max_num_batched_tokens
     elem = torch.empty((), dtype=dtype).element_size()
     per_token = 3 * s.hidden_size + (s.num_heads + 2 * s.num_kv_heads) * s.head_dim + s.num_heads * s.head_dim
     per_token += 3 * s.intermediate_size
     logits = max_num_seqs * s.vocab_size * (elem + 4 + 4)
-    return int(1.25 * (t * per_token * elem + logits)) + 512 * 2**20
+    graph_pool = mixed_graph_token_sizes(t)[-1] * per_token * elem
+    return int(1.25 * (t * per_token * elem + logits)) + graph_pool + 512 * 2**20
 
 
 def num_gpu_blocks_for_device(config: Config, model: LlamaModel) -> int:

@@ -391,8 +391,8 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     b sequences with contexts spread log-uniformly and outputs of different lengths, so the batch shrinks
     through the sizes between the graph sizes, as served batches do; buckets: prompts released one at a
     time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
-    mixed steps, 16..1024 tokens), two of each; eager: the same, with steps of 1.1k-6k tokens (eager mixed
-    steps above the largest bucket, where served prompts of 1-4k tokens land); prefix: the buckets' steps
+    mixed steps, 16..4096 tokens), two of each; eager: the same, with steps of 4.3k-8.1k tokens (eager mixed
+    steps above the largest bucket, up to the budget); prefix: the buckets' steps
     with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits); multi: 2, 4 or 8 prompts released
     together into a small decode batch, from scratch and after a cached prefix (graph mixed steps with several
     prefill sequences, as recomputes after preemption make).
@@ -413,17 +413,18 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         groups += [(1, p, 3, first + 4 * i) for i, p in enumerate((64, 128, 256, 512) * 2)]
         out.append((f"arrive-b{b}-c{c}" + (f"-l{long}" if long else ""), groups))
     # Prompts released one at a time into a small running decode batch, so that each lands in a step of a chosen
-    # packed size, twice: buckets, one in each mixed-step token bucket (16..1024 tokens: graph mixed steps); eager,
-    # steps above the largest bucket (1.1k-6k tokens: eager mixed steps, where served prompts of 1-4k tokens land);
-    # prefix, bucket-sized prompt suffixes after a cached prefix of `pre` tokens (computed by a first request at the
-    # start): chunks that attend to far more keys than their own, as prefix-cache hits do.
+    # packed size, twice: buckets, one in each mixed-step token bucket (16..4096 tokens: graph mixed steps); eager,
+    # steps above the largest bucket up to the budget (4.3k-8.1k tokens: eager mixed steps); prefix, bucket-sized
+    # prompt suffixes after a cached prefix of `pre` tokens (computed by a first request at the start): chunks that
+    # attend to far more keys than their own, as prefix-cache hits do (each prompt as long as the window allows).
     largest = MIXED_GRAPH_TOKEN_SIZES[-1]
     for kind, totals, shapes in (
             ("buckets", MIXED_GRAPH_TOKEN_SIZES, ((4, 512, 0), (24, 1024, 0))),
-            ("eager", [round(largest * f) for f in (1.07, 1.25, 1.55, 2, 2.6, 3.3, 4.2, 6)], ((4, 512, 0), (24, 1024, 0))),
+            ("eager", [round(largest * f) for f in (1.05, 1.15, 1.25, 1.35, 1.5, 1.65, 1.8, 1.98)],
+             ((4, 512, 0), (24, 1024, 0))),
             ("prefix", MIXED_GRAPH_TOKEN_SIZES, ((4, 512, 2048), (16, 1024, 4096)))):
         for b, c, pre in shapes:
-            if max(c, pre + largest) + 48 > max_model_len:
+            if max(c, pre + 16) + 48 > max_model_len:
                 continue
             first = -(-(b * c + pre) // budget) + 2
             prompts = [max(1, t - b - 2) for t in totals if b + 2 < t <= max_model_len - 2 - pre and t <= budget] * 2
@@ -433,12 +434,14 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
                         + [(1, pre + p, 2, first + 3 * i, *shared) for i, p in enumerate(prompts)]))
     # Several prompts released in the same step into a small running decode batch: graph mixed steps with 2-8
     # prefill sequences (as recomputed requests make after preemptions; the workloads above release one at a time),
-    # from scratch and after a cached prefix.
+    # from scratch (in every bucket from 64 tokens) and after a cached prefix (up to 2048 tokens: each prompt holds its
+    # own copy of the prefix's tokens in the cache-size check of `live --calibrate`).
     for b, c, pre in ((8, 512, 0), (8, 512, 2048)):
-        if max(c, pre + largest) + 48 > max_model_len:
+        if max(c, pre + 16) + 48 > max_model_len:
             continue
         first = -(-(b * c + pre) // budget) + 2
-        releases = [(k, (t - b - 2) // k) for k in (2, 4, 8) for t in MIXED_GRAPH_TOKEN_SIZES[2:] if t - b - 2 >= k]
+        releases = [(k, (t - b - 2) // k) for k in (2, 4, 8) for t in MIXED_GRAPH_TOKEN_SIZES[2:]
+                    if t - b - 2 >= k and t <= (2048 if pre else largest) and pre + (t - b - 2) // k + 2 <= max_model_len]
         shared = (pre, 0) if pre else ()
         out.append((f"multi-b{b}-c{c}" + (f"-p{pre}" if pre else ""), [(b, c, 3 * len(releases) + 12)]
                     + ([(1, pre + 16, 2, 0, pre, 0)] if pre else [])

@@ -133,14 +133,14 @@ def test_bucket_workloads_time_prefill_steps_in_every_mixed_graph_token_bucket(w
     for t in sizes:
         if t > b + 2:
             assert bucket.get(t, 0) >= 2, f"{name}: {bucket.get(t, 0)} steps in the {t}-token bucket"
-    small = pre[tokens <= sizes[-1]]
+    small = pre[(tokens <= sizes[-1]) & (pre["num_prefill_seqs"] == 1)]  # not the running batch's own prefill
     assert (small["num_decode_seqs"] >= b - 1).all()  # packed with the running decodes
 
 
 @pytest.mark.parametrize("name", ["eager-b4-c512", "eager-b24-c1024"])
 def test_eager_workloads_time_mixed_steps_above_the_largest_bucket(workloads, name):
-    """Eager mixed steps of 1.1k-6k packed tokens (above the largest token bucket, below the budget), two of each
-    size, each packed with the running decodes: where served prompts of 1-4k tokens land."""
+    """Eager mixed steps of 4.3k-8.1k packed tokens (above the largest token bucket, up to the budget), two of each
+    size, each packed with the running decodes."""
     rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
     pre = rows[rows["num_prefill_tokens"] > 0]
     tokens = pre["num_prefill_tokens"] + pre["num_decode_seqs"]
@@ -148,7 +148,8 @@ def test_eager_workloads_time_mixed_steps_above_the_largest_bucket(workloads, na
     b = int(name.split("-b")[1].split("-")[0])
     packed = (tokens > largest) & (pre["num_decode_seqs"] >= b - 1)  # not the running batch's own prefill
     eager = tokens[packed].value_counts()
-    assert len(eager) == 8 and (eager >= 2).all() and eager.index.min() < 1.1 * largest and eager.index.max() > 5 * largest
+    assert len(eager) == 8 and (eager >= 2).all() and eager.index.min() < 1.1 * largest
+    assert 0.95 * CONFIG.max_num_batched_tokens < eager.index.max() <= CONFIG.max_num_batched_tokens
 
 
 @pytest.mark.parametrize("name", ["prefix-b4-c512-p2048", "prefix-b16-c1024-p4096"])
@@ -166,7 +167,7 @@ def test_prefix_workloads_time_bucket_sized_chunks_after_a_cached_prefix(workloa
     assert (hits["prefill_attn_pairs"] >= q * pre + q * (q + 1) // 2).all()
     bucket = pd.Series([next(t for t in sizes if t >= n) for n in hits["num_prefill_tokens"] + hits["num_decode_seqs"]])
     for t in sizes:
-        if t > b + 2:
+        if b + 2 < t <= CONFIG.resolved_max_model_len - 2 - pre:  # the prompt (prefix + chunk) fits the window
             assert (bucket == t).sum() >= 2, f"{name}: {(bucket == t).sum()} prefix-hit steps in the {t}-token bucket"
 
 

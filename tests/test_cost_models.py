@@ -683,11 +683,18 @@ def mixed_grid() -> list[StepFeatures]:
     return steps
 
 
+def eager_grid() -> list[StepFeatures]:
+    """Mixed steps above the largest token bucket (the calibration's eager workloads): eager with buckets."""
+    return [features(prefill=[(0, q)], decode=[512] * d) for q in (4200, 4800, 5500, 6500, 8000) for d in (0, 4, 16)]
+
+
 def test_mixed_graph_token_sizes_are_the_executors():
     from engine.executor import mixed_graph_token_sizes as executor_rule
 
     assert executor_rule is mixed_graph_token_sizes
-    assert MIXED_SIZES == (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
+    assert MIXED_SIZES == (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1152, 1280, 1408, 1536, 1664, 1792, 1920,
+                           2048, 2560, 3072, 3584, 4096)
+    assert mixed_graph_token_sizes(2000) == MIXED_SIZES[:17] + (2000,)
     assert mixed_graph_token_sizes(300) == (16, 32, 64, 128, 192, 256, 300)
     assert mixed_graph_token_sizes(8) == (8,)
 
@@ -696,7 +703,7 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
     known = ProfileCostModel("llama-3-8b", "h200", {**TRUTH, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0},
                              TRUTH_KNEE, graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES,
                              mixed_graph_token_sizes=MIXED_SIZES)
-    grid = mixed_grid() + calibration_grid() + skewed_grid()
+    grid = mixed_grid() + calibration_grid() + skewed_grid() + eager_grid()
     rows = frame(grid * 2, known.step_time)
     np.testing.assert_allclose(known.forward_times(rows), [known.step_time(f) for f in grid * 2], rtol=1e-12)
     fitted, report = fit_profile(rows, "llama-3-8b", "h200", test_fraction=0.0, mixed_graph_token_sizes=MIXED_SIZES)
@@ -712,7 +719,7 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
     waves = [prefill_waves(*prefill_walks(0, q), 32, 132) for q in (600, 700)]  # Llama-3-8B heads, H200 SMs
     assert step[1] - step[0] == pytest.approx(fitted.coefficients["mixed_graph_attn_pairs"] * (700 * 701 - 600 * 601) / 2
                                               + fitted.coefficients["mixed_graph_attn_waves"] * (waves[1] - waves[0]))
-    big = features(prefill=[(0, 2000)])
+    big = features(prefill=[(0, 5000)])
     assert fitted.step_time(big) == pytest.approx(known_profile().step_time(big), rel=0.05)
     # A profile without buckets (fitted before the engine graphed mixed steps) prices them as eager steps.
     old = known_profile()
@@ -736,15 +743,19 @@ def test_with_mixed_graphs_the_eager_floor_counts_the_tokens_above_the_largest_b
     the fit raises their intercept only as far as such a step needs to cost at least the decode graph of its rows,
     not as far as a one-token step would (which raised the 2026-12-01 H200 eager intercept from 3.5 to 4.8 ms and
     priced live 1-2k-token prefill steps 7% too dear)."""
-    cheap = {**TRUTH, **TRUTH_MIXED, "intercept": 1e-3, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
+    # buckets up to 1024 tokens (an engine with max_num_batched_tokens 1024): eager steps from 1025 tokens, which at
+    # this cheap intercept cost less than the largest decode graph
+    small = mixed_graph_token_sizes(1024)
+    mixed = {k: v for k, v in TRUTH_MIXED.items() if not k.startswith("mixed_graph_pad_") or int(k.split("_")[-1]) in small}
+    cheap = {**TRUTH, **mixed, "intercept": 1e-3, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
     known = ProfileCostModel("llama-3-8b", "h200", cheap, TRUTH_KNEE, graph_batch_sizes=SIZES,
-                             max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
+                             max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=small)
     eager = [features(prefill=[(0, q)], decode=[512] * d) for q in (1100, 1500, 2500, 4000, 6000) for d in (0, 4, 16)]
-    grid = mixed_grid() + calibration_grid() + skewed_grid() + eager
+    grid = [f for f in mixed_grid() if f.num_prefill_tokens + f.num_decode_seqs <= 1024] + calibration_grid() + skewed_grid() + eager
     fitted, report = fit_profile(frame(grid * 2, known.step_time), "llama-3-8b", "h200", test_fraction=0.0,
-                                 mixed_graph_token_sizes=MIXED_SIZES)
+                                 mixed_graph_token_sizes=small)
     assert "intercept" in report["raised"]
-    largest = MIXED_SIZES[-1]
+    largest = small[-1]
     gaps = []
     for n in range(1, SIZES[-1] + 1):  # the cheapest eager step with n decode rows, against the graph of n rows
         t = max(n, largest + 1)

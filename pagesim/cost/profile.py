@@ -58,7 +58,7 @@ least the dearest graph regime's.
 
 - graph mixed steps (profiles with `mixed_graph_token_sizes`): steps with prefill tokens (and decode
   batches above the largest decode graph) of at most the largest token bucket T_max replay piecewise
-  CUDA graphs padded to the bucket t (mixed_graph_token_sizes: 16, 32, ..., 1024), with each layer's
+  CUDA graphs padded to the bucket t (mixed_graph_token_sizes: 16, 32, ..., 1024, 1152, ..., 4096), with each layer's
   attention launched eagerly between the pieces; no launch-bound intercept, no knee:
 
     mixed = mixed_graph_intercept + sum of mixed_graph_pad_<s> over the buckets s <= t (s > 16)
@@ -74,8 +74,8 @@ least the dearest graph regime's.
   tokens after a 16,800-token cached prefix has 32 programs of 132 tiles each, so it lasts 132 tiles however few
   its (query, key) pairs; prefill_attn_pairs alone priced such prefix hits at half their time on the long-document
   windows (2026-12-01, round 8: graph mixed steps 16.2% -> 6.0% on longdoc-b, held-out calibration 8.2% -> 3.2%).
-  Eager steps (more than 1024 tokens) fill the GPU with programs and keep prefill_attn_pairs alone (adding waves
-  there moved held-out calibration error 2.6% -> 2.5%: not kept).
+  Eager steps (more tokens than the largest bucket) fill the GPU with programs and keep prefill_attn_pairs alone
+  (adding waves there moved held-out calibration error 2.6% -> 2.5%: not kept).
 
   A profile without the key prices such steps as eager steps (as before the engine graphed them); one without
   mixed_graph_attn_waves (fitted before it) prices them without it.
@@ -162,11 +162,16 @@ def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
 
 # The packed token counts the engine captures piecewise CUDA graphs of mixed and prefill steps at (a step of T
 # tokens runs padded to the next size; beyond the last one it runs eagerly); engine.executor imports this rule.
-MIXED_GRAPH_TOKEN_SIZES = (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
+# Above 1024 tokens the buckets are 128 tokens apart to 2048 and 512 apart to 4096, so padding adds at most an eighth
+# of a step's tokens up to 2048 and a quarter above. Round 14 graphed steps of 1025-4096 tokens, which ran eagerly
+# before: such eager steps varied by 20-50% for one shape, the GPU waiting on Python's launches and on host pauses
+# inside cuBLAS calls (round 13, bench/eager_jitter.py).
+MIXED_GRAPH_TOKEN_SIZES = (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024,
+                           1152, 1280, 1408, 1536, 1664, 1792, 1920, 2048, 2560, 3072, 3584, 4096)
 
 
 def mixed_graph_token_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
-    """The mixed-step token buckets: the sizes below max_num_batched_tokens, then it (at most 1024)."""
+    """The mixed-step token buckets: the sizes below max_num_batched_tokens, then it (at most 4096)."""
     largest = min(max_num_batched_tokens, MIXED_GRAPH_TOKEN_SIZES[-1])
     return tuple([t for t in MIXED_GRAPH_TOKEN_SIZES if t < largest] + [largest])
 

@@ -19,6 +19,7 @@ import torch
 from engine.executor import GPUExecutor, config_for_device, kv_block_bytes
 from engine.model import LlamaModel
 from pagesim.config import Config
+from pagesim.cost.profile import mixed_graph_token_sizes
 from pagesim.request import Request
 from pagesim.scheduler import StepPlan
 from pagesim.specs import GIB, get_model
@@ -111,12 +112,19 @@ def test_cuda_graph_decode_equals_eager_decode(model):
     print(f"graph vs eager decode: logits bitwise equal: {bitwise}; median decode step ms {decode_ms}")
 
 
-def test_cuda_graph_mixed_steps_equal_eager_mixed_steps(model):
+# (max_model_len, max_num_batched_tokens, KV blocks, prompt and output lengths): small buckets, and the buckets above
+# 1024 tokens (1152..4096, round 14) with prompts that land in them whole or chunked
+MIXED_CASES = {"small": (1024, 256, 256, [(5, 12), (17, 10), (100, 17), (333, 8), (64, 3), (250, 12), (31, 20), (700, 4)]),
+               "large": (8192, 4096, 1024, [(40, 12), (1100, 10), (1500, 17), (2500, 8), (3900, 6), (4500, 4), (300, 9)])}
+
+
+@pytest.mark.parametrize("case", list(MIXED_CASES))
+def test_cuda_graph_mixed_steps_equal_eager_mixed_steps(model, case):
     """Prefill and mixed steps replayed from the piecewise graphs (padded to a token bucket) give the tokens and
     logits of the same padded pieces run eagerly, and greedy decoding like the exact-size eager path."""
-    cfg = Config(model=NAME, block_size=BS, max_model_len=1024, max_num_seqs=16, max_num_batched_tokens=256,
-                 num_gpu_blocks=256, enable_prefix_caching=True)
-    shapes = [(5, 12), (17, 10), (100, 17), (333, 8), (64, 3), (250, 12), (31, 20), (700, 4)]
+    max_model_len, budget, blocks, shapes = MIXED_CASES[case]
+    cfg = Config(model=NAME, block_size=BS, max_model_len=max_model_len, max_num_seqs=16, max_num_batched_tokens=budget,
+                 num_gpu_blocks=blocks, enable_prefix_caching=True)
 
     def requests():
         return [Request(f"m{i}", 0, p, o, seq_no=i) for i, (p, o) in enumerate(shapes)]
@@ -126,9 +134,11 @@ def test_cuda_graph_mixed_steps_equal_eager_mixed_steps(model):
     padded = run_to_completion(cfg, model, requests(), arrive, cuda_graphs=False)
     exact = run_to_completion(cfg, model, requests(), arrive, mixed_graphs=False)
     ex = graphs.executor
-    assert ex.mixed_sizes == (16, 32, 64, 128, 192, 256) and sorted(ex.mixed_graphs) == list(ex.mixed_sizes)
+    assert ex.mixed_sizes == mixed_graph_token_sizes(budget) and sorted(ex.mixed_graphs) == list(ex.mixed_sizes)
     assert ex.num_mixed_graph_steps > 0 and ex.num_mixed_graph_steps == padded.executor.num_mixed_padded_steps
     assert sum(1 for p in graphs.plans if p.num_prefill_tokens and p.num_decode_tokens) > 3
+    if case == "large":  # steps in the buckets above 1024 tokens
+        assert sum(1024 < p.num_prefill_tokens + p.num_decode_tokens <= budget for p in graphs.plans) >= 4
     for r in graphs.scheduler.finished:
         rid = r.request_id
         assert ex.tokens_of(rid) == padded.executor.tokens_of(rid), f"{rid}: graph and eager tokens differ"
