@@ -228,13 +228,18 @@ class Recorder:
             deltas = self._prefix_deltas()
         else:
             deltas = NO_PREFIX_DELTAS
-        self.runs.extend((first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start)
-                         + before + after + deltas + (len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
+        self.runs.extend((first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
+                          *before, *after, *deltas, len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
         self.run_starts.fromlist(starts)
         self.run_durations.fromlist(durations)
         if b.block_steps:
-            for kept, new in zip(self.run_blocks, (b.block_steps, b.evicted_steps, b.internal_steps, b.internal_slots)):
-                kept.fromlist(new)
+            block_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
+            block_steps.fromlist(b.block_steps)
+            if b.evicted_steps:
+                evicted_steps.fromlist(b.evicted_steps)
+            if b.internal_steps:
+                internal_steps.fromlist(b.internal_steps)
+                internal_slots.fromlist(b.internal_slots)
         self.num_steps = first_step + k
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -325,32 +330,36 @@ class Recorder:
         self.run_blocks = _block_arrays()
         self.first_step = self.num_steps
         if self.sink is not None:
-            self.sink(cols)
+            count = len(cols["step"])
+            self.sink({c: cols[c] if c in cols else np.zeros(count, dtype=np.float64 if c in FLOAT_COLUMNS else np.int64)
+                       for c in STEP_COLUMNS})
 
     def steps_frame(self) -> pd.DataFrame | None:
         """One row per step, in step order, with the derived columns; None when the steps went to a sink."""
         self.flush()
         if self.sink is not None:
             return None
+        zero = self.table.zero_columns()
         cols, self.table = self.table.columns(), _StepTable()
         # The columns are the table's own arrays: hand them over rather than copy them into consolidated
         # blocks (a second copy of a table this size costs as much again in page faults).
         df = pd.DataFrame(cols, copy=False)
         total = self.sched.kv.num_gpu_blocks * self.sched.kv.block_size
-        for c in CATEGORIES:
-            df[f"{c}_frac"] = df[c].to_numpy() / total
+        for c in CATEGORIES:  # (0 / total is +0.0: the zeros of a column 0 in every row, untouched)
+            df[f"{c}_frac"] = np.zeros(len(df)) if c in zero else df[c].to_numpy() / total
         df["kv_cache_usage"] = df["blocks_used"].to_numpy() / self.sched.kv.num_gpu_blocks
         return df
 
     def _columns(self, scratch: "_Scratch | None" = None) -> dict[str, np.ndarray]:
         """The rows and expanded decode runs since the last flush, as columns in step order: fresh arrays, or
-        arrays of `scratch` (reused from flush to flush: valid until the next flush)."""
+        arrays of `scratch` (reused from flush to flush: valid until the next flush). A column that is 0 in every
+        one of these steps is left out (`step` is always there): not written, nor its memory touched."""
         if self.rows:
             rows = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
             cols = {c: rows[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
-                    for c in STEP_COLUMNS}
+                    for c in STEP_COLUMNS if c == "step" or rows[:, ROW_INDEX[c]].any()}
         else:
-            cols = {c: np.zeros(0, dtype=np.int64) for c in STEP_COLUMNS}
+            cols = {"step": np.zeros(0, dtype=np.int64)}
         if self.runs:
             runs = self._runs_columns()
             total = len(cols["step"]) + len(runs["step"])
@@ -361,20 +370,20 @@ class Recorder:
                 merged = {}
                 rows_at, runs_at = cols["step"] - first, runs["step"] - first
                 for c in STEP_COLUMNS:
-                    at_runs = runs.get(c)
-                    dtype = cols[c].dtype if at_runs is None else np.result_type(cols[c], at_runs)
+                    at_runs, at_rows = runs.get(c), cols.get(c)  # None: 0 in every run row, in every other row
+                    if at_rows is None and (at_runs is None or not at_runs.any()):
+                        continue
+                    dtype = np.result_type(*[v for v in (at_rows, at_runs) if v is not None])
                     out = np.empty(total, dtype=dtype) if scratch is None else scratch.array(c, total, dtype)
-                    if at_runs is None:  # 0 in every run row
-                        out.fill(0)
-                    else:
-                        out[runs_at] = at_runs
-                    out[rows_at] = cols[c]
+                    out[runs_at] = 0 if at_runs is None else at_runs
+                    out[rows_at] = 0 if at_rows is None else at_rows
                     merged[c] = out
                 cols = merged
             else:
-                num_run_rows = len(runs["step"])
-                cols = {c: np.concatenate([cols[c], runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
-                        for c in STEP_COLUMNS}
+                num_rows, num_run_rows = len(cols["step"]), len(runs["step"])
+                cols = {c: np.concatenate([cols[c] if c in cols else np.zeros(num_rows, dtype=np.int64),
+                                           runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
+                        for c in STEP_COLUMNS if c in cols or c in runs}
                 order = np.argsort(cols["step"], kind="stable")
                 cols = {c: v[order] for c, v in cols.items()}
         return cols
@@ -475,7 +484,9 @@ class _StepTable:
     Each column has room for more rows than it holds (room doubles when it runs out, the rows so far copied
     once), so a chunk is copied in place and the table is never concatenated at the end: the memory of rows
     not yet written is not touched (not resident). A column is int32 (NARROW) until a value does not fit, then
-    int64 from then on (the rows so far widened).
+    int64 from then on (the rows so far widened). A column that is 0 in every row so far (left out of the chunks)
+    has no array: it is made of zeros, whose memory is never touched, when a chunk first has a value in it or at
+    the end (`columns`).
     """
 
     ROOM = 1 << 20  # rows of the first allocation (memory is touched only as rows are written)
@@ -485,28 +496,37 @@ class _StepTable:
         self.num_rows = 0
 
     def append(self, chunk: dict[str, np.ndarray]) -> None:
+        """Append a chunk of rows: its columns (`step` among them); a column it leaves out is 0 in every row."""
         start, count = self.num_rows, len(chunk[STEP_COLUMNS[0]])
-        for c, v in chunk.items():
-            col = self.cols.get(c)
+        end = start + count
+        for c in STEP_COLUMNS:
+            v, col = chunk.get(c), self.cols.get(c)
+            if v is None and col is None:  # 0 so far
+                continue
             dtype = NARROW[c] if col is None else col.dtype
-            if dtype == np.int32 and count and (v.max() > INT32_MAX or v.min() < INT32_MIN):
+            if v is not None and dtype == np.int32 and count and (v.max() > INT32_MAX or v.min() < INT32_MIN):
                 dtype = np.dtype(np.int64)
-            if col is None or len(col) < start + count or col.dtype != dtype:
+            if col is None or len(col) < end or col.dtype != dtype:
                 room = self.ROOM if col is None else len(col)
-                while room < start + count:
+                while room < end:
                     room *= 2
-                grown = np.empty(room, dtype=dtype)
-                if col is not None:
+                if col is None:  # the rows before are zeros (calloc'd: not touched)
+                    grown = np.zeros(room, dtype=dtype)
+                else:
+                    grown = np.empty(room, dtype=dtype)
                     grown[:start] = col[:start]
                 self.cols[c] = col = grown
-            col[start:start + count] = v
-        self.num_rows = start + count
+            col[start:end] = 0 if v is None else v
+        self.num_rows = end
+
+    def zero_columns(self) -> set[str]:
+        """The columns that are 0 in every row."""
+        return set(STEP_COLUMNS) - set(self.cols)
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every column's rows (views), in STEP_COLUMNS' order."""
         n = self.num_rows
         return {c: self.cols[c][:n] if c in self.cols else np.zeros(n, dtype=NARROW[c]) for c in STEP_COLUMNS}
-
 
 
 class _Scratch:
