@@ -8,9 +8,10 @@
 #                                      # the host-tier bandwidth and the host-tier window (round 13's windows)
 #   bash bench/h200_round14.sh OUT b   # the fp8 `calibrate` and the fp8 window; longdoc-b with its own
 #                                      # `live --calibrate` of Llama-3.1-8B at 32k
-#   bash bench/h200_round14.sh OUT c [TRACES]  # the Azure paged/contiguous pair (`live --calibrate`), then with its
-#                                      # profile Azure conv and code 600-660 s and the swap window (TRACES: the Azure
-#                                      # 2023 CSVs, never committed; .gpuwt/traces by default)
+#   bash bench/h200_round14.sh OUT c [TRACES [P]]  # the Azure paged/contiguous pair (`live --calibrate`, or with the
+#                                      # profile P made on the same machine), then with that profile Azure conv and
+#                                      # code 600-660 s and the swap window (TRACES: the Azure 2023 CSVs, never
+#                                      # committed; .gpuwt/traces by default)
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
 OUT=$1
@@ -32,9 +33,15 @@ fi
 if [ "${2:-}" = c ]; then
   T=${3:-.gpuwt/traces}
   C="$T/AzureLLMInferenceTrace_conv.csv --start-s 600 --limit 200 --time-scale 20 --num-gpu-blocks 4096 --watermark 0.01"
-  BUDGET=170 run live $C --calibrate --out "$R/live/pair-conv-paged-r14"
-  P="$R/live/pair-conv-paged-r14/profile.json"
-  profile_summary "$P"; pack
+  P=${4:-}  # a profile from this machine (the default mode's), else the pair's own `live --calibrate`
+  if [ -n "$P" ]; then
+    BUDGET=90 run live $C --profile "$P" --out "$R/live/pair-conv-paged-r14"
+  else
+    BUDGET=170 run live $C --calibrate --out "$R/live/pair-conv-paged-r14"
+    P="$R/live/pair-conv-paged-r14/profile.json"
+    profile_summary "$P"
+  fi
+  pack
   BUDGET=80 run live $C --baseline max --profile "$P" --out "$R/live/pair-conv-contiguous-max-r14"; pack
   BUDGET=75 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" \
       --preemption-mode swap --num-gpu-blocks 500 --out "$R/live/swap-sharegpt-bursty-r14"; pack
