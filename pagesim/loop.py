@@ -171,10 +171,8 @@ class LoopStats:
 class Hooks:
     """Optional observers of the loop (each may be None).
 
-    tick(now) -> float: at the top of every turn (with the fast path, not of a turn
-        that follows a step which ended before that time and the next arrival);
-        returns the next time the caller must see (a snapshot), so a fast-path
-        run stops before it;
+    tick(now) -> float: at the top of every turn; returns the next time the
+        caller must see (a snapshot), so a fast-path run stops before it;
     plan(plan): right after schedule(), before the executor runs it;
     step(plan, duration, outcome): after finish_step() and recording;
     idle(now): when the engine goes idle waiting for an arrival.
@@ -206,16 +204,10 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
     # register full blocks at different moments, so the block events would come in another order.
     skip_after_release = not scheduler.kv.caches_full_blocks
     measure = clock.now if clock.measures else None
-    # The turn after a step that ended before the next arrival and the time `tick` returned neither ticks nor
-    # releases (nothing is due: the turn goes straight to the fast path's question).
-    quiet = False
     while True:
         now = clock.now()
-        if quiet:
-            quiet = released = False
-        else:
-            seen_until = hooks.tick(now) if hooks.tick is not None else INF
-            released = arrivals.release(scheduler, now)
+        seen_until = hooks.tick(now) if hooks.tick is not None else INF
+        released = arrivals.release(scheduler, now)
         if not scheduler.has_work():
             if arrivals.exhausted:
                 _hand_over_last_finished(scheduler, executor)
@@ -251,7 +243,6 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
             continue
         empty = 0
         if not clock.measures:
-            quiet = fast_path is not None and now + duration < min(arrivals.next_time(), seen_until)
             yield clock.wait(duration)
 
 

@@ -65,8 +65,7 @@ def test_fast_path_equals_step_by_step(path, name):
 def test_a_decode_run_goes_on_through_finishes_when_nothing_is_due():
     """Three requests admitted together that finish one after another, with no arrival after them: the
     driver loop takes one turn for the prefill and one for all the decode steps (the run goes on
-    through the first two finishes), and the result equals step-by-step simulation. The tick sees the
-    prefill's turn and the last one: the decode turn follows a step that ended with nothing due (quiet)."""
+    through the first two finishes), and the result equals step-by-step simulation."""
     from pagesim.traces import trace_from_frame
 
     df = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_time_s": [0.0, 0.0, 0.0],
@@ -82,7 +81,7 @@ def test_a_decode_run_goes_on_through_finishes_when_nothing_is_due():
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
     assert fast.num_steps == 90 and fast.extra["fast_path_steps"] == 89
-    assert len(turns) == 2, f"expected prefill, (one decode run through both finishes,) end; ticks at {turns}"
+    assert len(turns) == 3, f"expected prefill, one decode run through both finishes, end; loop turns at {turns}"
 
 
 def sharing_profile():
