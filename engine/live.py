@@ -12,6 +12,7 @@ bookkeeping is not lost between steps.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -33,7 +34,7 @@ from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request, requests_from_trace
 from pagesim.run_warnings import config_warnings, emit, result_warnings
 from pagesim.scheduler import Scheduler
-from pagesim.utils import frozen_heap, paused_gc
+from pagesim.utils import cdiv, frozen_heap, paused_gc
 
 
 def environment() -> dict:
@@ -292,14 +293,31 @@ def calibration_warnings(config: Config, fit: list) -> list[str]:
             "this GPU and pass --profile P.json"]
 
 
+@functools.lru_cache(maxsize=8)
+def calibration_peak_blocks(model: str, block_size: int, max_model_len: int, max_num_seqs: int,
+                            max_num_batched_tokens: int, allow_long_max_model_len: bool = False) -> dict[str, int]:
+    """Each calibration workload's peak of KV blocks in use, from its plans (replayed without a GPU, with a cache
+    large enough for all its requests at once): most workloads release their prompts one at a time, each finishing
+    before the next few, so they need far less than all their tokens."""
+    every = calibration_workloads(max_model_len)
+    need = max(sum(g[0] * cdiv(g[1] + g[2], block_size) for g in groups) for _, groups in every)
+    config = Config(model=model, block_size=block_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                    max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=need + 1,
+                    allow_long_max_model_len=allow_long_max_model_len)
+    return {name: int(run_calibration(NoTime(), config, workloads=[(name, groups)])["blocks_used"].max())
+            for name, groups in every}
+
+
 def calibration_workloads_that_fit(config: Config) -> list:
-    """The calibration workloads whose tokens fit 90% of the config's KV cache (`live --calibrate` calibrates
-    with the run's own executor and cache); refuses a cache that leaves out the decode grid or half the grid."""
+    """The calibration workloads whose peak of KV blocks in use (calibration_peak_blocks) fits 90% of the config's
+    KV cache (`live --calibrate` calibrates with the run's own executor and cache); refuses a cache that leaves out
+    the decode grid or half the grid."""
     from pagesim.errors import UserError
 
-    capacity = config.resolved_num_gpu_blocks * config.block_size
     every = calibration_workloads(config.resolved_max_model_len)
-    fit = [(name, groups) for name, groups in every if sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * capacity]
+    peaks = calibration_peak_blocks(config.model, config.block_size, config.resolved_max_model_len,
+                                    config.max_num_seqs, config.max_num_batched_tokens, config.allow_long_max_model_len)
+    fit = [(name, groups) for name, groups in every if peaks[name] <= 0.9 * config.resolved_num_gpu_blocks]
     if len(fit) < len(every) / 2 or not any(name.startswith("decode-c") for name, _ in fit):
         raise UserError(f"--calibrate: only {len(fit)} of the {len(every)} calibration workloads fit a KV cache of "
                         f"{config.resolved_num_gpu_blocks} blocks (--num-gpu-blocks), too few to fit a profile; "

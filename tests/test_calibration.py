@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from engine.live import (ADVANCE_TOKENS, DECODE_STEPS_PER_SIZE, TIMED_LARGE_STEPS, TIMED_WHOLE, NoTime,
-                         calibration_workloads, run_calibration)
+                         calibration_peak_blocks, calibration_workloads, run_calibration)
 from pagesim.config import Config
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
 
@@ -79,10 +79,35 @@ def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, caps
                "--calibrate", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     every = calibration_workloads(8192)
-    fit = sum(sum(g[0] * (g[1] + g[2]) for g in groups) <= 0.9 * 600 * 16 for _, groups in every)
+    fit = sum(peak <= 0.9 * 600 for peak in calibration_peak_blocks("llama-3-8b", 16, 8192, 256, 8192).values())
     assert 0 < fit < len(every) / 2
     assert rc == 2 and f"--calibrate: only {fit} of the {len(every)} calibration workloads fit a KV cache of 600 blocks" in err, err
     assert "--profile P.json" in err and not (tmp_path / "run" / "profile.json").exists()
+
+
+def test_calibration_peaks_are_the_blocks_the_workloads_need():
+    """A workload that releases its prompts one at a time needs a fraction of its tokens' blocks at once: in a cache
+    one block above its peak it makes the steps it makes in an unlimited one, in one 10% below they change. With the
+    buckets up to 4096 tokens, their workloads' tokens would need more than 4,096 blocks at once, yet they fit such a
+    cache."""
+    from engine.live import calibration_workloads_that_fit
+
+    peaks = calibration_peak_blocks("llama-3-8b", 16, 8192, 256, 8192)
+    name = "buckets-b4-c512"
+    groups = dict(calibration_workloads(8192))[name]
+    assert 16 * peaks[name] < sum(g[0] * (g[1] + g[2]) for g in groups) / 4
+    features = ["num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens"]
+
+    def steps(blocks):  # + 1: vLLM's null block
+        cfg = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=blocks + 1, watermark=0.0)
+        return run_calibration(NoTime(), cfg, workloads=[(name, groups)])[features]
+
+    unlimited = steps(40000)
+    pd.testing.assert_frame_equal(steps(peaks[name] + 1), unlimited)
+    smaller = steps(int(0.9 * peaks[name]))
+    assert len(smaller) != len(unlimited) or not smaller.equals(unlimited)
+    fit = {name for name, _ in calibration_workloads_that_fit(Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=4096))}
+    assert {"buckets-b4-c512", "buckets-b24-c1024", "prefix-b4-c512-p2048", "multi-b8-c512"} <= fit
 
 
 def test_live_calibrate_warns_when_the_cache_leaves_workloads_out():
