@@ -12,6 +12,9 @@
 #                                      # profile P made on the same machine), then with that profile Azure conv and
 #                                      # code 600-660 s and the swap window (TRACES: the Azure 2023 CSVs, never
 #                                      # committed; .gpuwt/traces by default)
+#   bash bench/h200_round14.sh OUT d   # the GPU's clocks and power (nvidia-smi, every 100 ms) beside a `calibrate` and
+#                                      # two windows with its profile, each phase's start and end in phases.txt: is
+#                                      # the windows' decode bias the GPU's clock under its power cap?
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
 OUT=$1
@@ -27,6 +30,24 @@ if [ "${2:-}" = b ]; then
   L="--model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching --watermark 0.01"
   BUDGET=200 run live traces/longdoc-b.jsonl $L --calibrate --out "$R/live/longdoc-b-r14"
   profile_summary "$R/live/longdoc-b-r14/profile.json"
+  runs_summary "$R"; pack
+  exit 0
+fi
+if [ "${2:-}" = d ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+      --format=csv -lms 100 >"$R/clocks.csv" 2>&1 &
+  SMI=$!
+  mark() { echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') $*" >>"$R/phases.txt"; }
+  P="$R/profiles/h200-llama-3-8b-$D-r14d.json"
+  mark calibrate start; BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
+  profile_summary "$P"; pack
+  mark kshot start
+  BUDGET=80 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
+      --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-r14d"; mark kshot end; pack
+  mark preempt start
+  BUDGET=70 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" --num-gpu-blocks 400 \
+      --out "$R/live/preempt-sharegpt-bursty-r14d"; mark preempt end
+  kill $SMI; gzip -f "$R/clocks.csv"
   runs_summary "$R"; pack
   exit 0
 fi
