@@ -25,7 +25,8 @@ files are never overwritten without --force.
 Step level is also reported by step kind (graph decode, graph mixed, mixed, prefill, swap), with the ten worst
 steps and their features. Request level adds inter-token latency (ITL) percentiles.
 
-Also writes validation_steps.parquet (measured vs predicted per step),
+Also writes validation_steps.parquet (measured vs predicted per step and its kind, with the features only the
+lockstep replay gives; read it with read_validation_steps, which joins the run's own columns back by step),
 sim_steps.parquet (written as a run's steps.parquet: read it with results.read_steps) and sim_requests.csv
 (the free-running simulation).
 """
@@ -94,6 +95,33 @@ def _requests(run: dict, released_times: bool = False):
 # What the cost model sees of a step: the recorded FEATURE_COLUMNS, and the reads of shared blocks and the prefill
 # programs' walks, which are never recorded (StepFeatures) and come from the lockstep replay's plans.
 STEP_FEATURES = FEATURE_COLUMNS + OPTIONAL_COLUMNS
+# validation_steps.parquet stores these and the STEP_FEATURES the run's steps.parquet lacks; time_s and the other
+# features are the run's own (read_validation_steps joins them back by step), ape follows from the two times.
+VALIDATION_STEP_STORED = ("step", "kind", "measured_s", "predicted_s")
+VALIDATION_STEP_COLUMNS = ("step", "time_s", *STEP_FEATURES, "measured_s", "predicted_s", "ape", "kind")
+
+
+def write_validation_steps(path: Path, table: pd.DataFrame, run_columns) -> None:
+    """step_level's table without what the run's steps.parquet (columns `run_columns`) already holds."""
+    keep = list(VALIDATION_STEP_STORED) + [c for c in STEP_FEATURES if c not in set(run_columns) and c in table]
+    table[keep].to_parquet(path, index=False, compression="zstd")
+
+
+def read_validation_steps(path: str | Path, run_steps: str | Path) -> pd.DataFrame:
+    """A validation_steps.parquet as step_level made it (VALIDATION_STEP_COLUMNS): the stored columns, then time_s
+    and the features from the run's steps.parquet (`run_steps`) by step, and ape. Files written whole (before round
+    14) are returned as they are."""
+    v = pd.read_parquet(path)
+    if "time_s" in v:
+        return v
+    own = read_steps(run_steps)
+    joined = [c for c in ("time_s", *STEP_FEATURES) if c not in v and c in own]
+    v = v.merge(own[["step", *joined]], on="step", how="left", validate="one_to_one")
+    if v["time_s"].isna().any():
+        raise UserError(f"{path}: step {int(v.loc[v['time_s'].isna(), 'step'].iloc[0])} is not in {run_steps}; "
+                        "expected the validation of that run")
+    v["ape"] = np.abs(v["predicted_s"] / v["measured_s"] - 1)
+    return v[[c for c in VALIDATION_STEP_COLUMNS if c in v]]  # a validation made before a feature existed lacks it
 
 
 def with_replayed_features(steps: pd.DataFrame, replayed: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -352,7 +380,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     if other is not None:
         report["live_repeatability"] = live_repeatability(run, other, requests_report)
     (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
-    step_table.to_parquet(out_dir / "validation_steps.parquet", index=False, compression="zstd")
+    write_validation_steps(out_dir / "validation_steps.parquet", step_table, run["steps"].columns)
     write_steps(out_dir / "sim_steps.parquet", sim.steps.assign(run="sim"), run_geometry(run["config"], {"sim": sim}),
                 {"schema_version": SCHEMA_VERSION, "git_commit": git_commit()})
     sim.requests.assign(run="sim").to_csv(out_dir / "sim_requests.csv", index=False)

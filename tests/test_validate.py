@@ -20,6 +20,7 @@ from pagesim.results import read_requests, read_steps, requests_path
 from pagesim.scheduler import Scheduler
 from pagesim.simulator import simulate
 from pagesim.traces import load_trace
+from pagesim.validate import read_validation_steps
 
 REPO = Path(__file__).resolve().parent.parent
 LIVE = REPO / "results" / "live"
@@ -85,8 +86,15 @@ def test_step_level_error_equals_a_direct_computation(validated):
     assert report["step_level"]["n_steps"] == len(ape)
     assert report["step_level"]["mape"] == pytest.approx(np.mean(ape), rel=1e-9)
     assert report["step_level"]["p90_ape"] == pytest.approx(np.percentile(ape, 90), rel=1e-9)
-    table = pd.read_parquet(d / "validation" / "validation_steps.parquet")
+    stored = pd.read_parquet(d / "validation" / "validation_steps.parquet")
+    own = read_steps(d / "steps.parquet")
+    # the run's own columns are joined back on read; stored: what validate adds, and the features the run lacks
+    assert set(stored.columns) == {"step", "kind", "measured_s", "predicted_s"} | set(report["step_level"]["features_from_replay"])
+    assert "time_s" in own and all(c in own for c in ("num_prefill_tokens", "num_decode_seqs"))
+    table = read_validation_steps(d / "validation" / "validation_steps.parquet", d / "steps.parquet")
     assert (table["max_decode_context"] == [replayed[s].max_decode_context for s in table["step"]]).all()
+    assert table["ape"].mean() == pytest.approx(report["step_level"]["mape"], rel=1e-12)
+    assert (table["time_s"] == own.set_index("step").loc[table["step"], "time_s"].to_numpy()).all()
 
 
 def test_lockstep_replay_makes_the_live_run_decisions(validated):

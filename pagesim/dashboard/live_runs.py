@@ -9,7 +9,7 @@ rest once `python -m pagesim validate DIR` has compared it with the simulator:
     validation.json           {"cost_model", "step_level": {mape, p90_ape, n_steps},
                                "decisions": {n_steps_compared, n_steps_differing, preemptions_live, preemptions_sim},
                                "request_level": {metric: {live, sim, rel_error}}}
-    validation_steps.parquet  step, time_s, measured_s, predicted_s
+    validation_steps.parquet  step, kind, measured_s, predicted_s (+ the run's time_s and features, joined on read)
     sim_steps.parquet         the free-running re-simulation of the same trace (simulator step columns)
     sim_requests.csv          ... and its requests
 """
@@ -27,6 +27,7 @@ import pandas as pd
 
 from pagesim import results
 from pagesim.errors import UserError
+from pagesim.validate import read_validation_steps
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE_DIR = REPO / "results" / "live"
@@ -104,7 +105,7 @@ def load_live_run(path: Path) -> LiveRun:
         if is_validated(path):
             v = validation_dir(path)
             run.validation = json.loads((v / "validation.json").read_text())
-            run.validation_steps = pd.read_parquet(v / "validation_steps.parquet")
+            run.validation_steps = read_validation_steps(v / "validation_steps.parquet", path / "steps.parquet")
             run.sim_steps = results.read_steps(v / "sim_steps.parquet")  # compact since round 13; older: as stored
             run.sim_requests = read_requests(v / "sim_requests.csv")
         return run
