@@ -14,6 +14,7 @@ run() {
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
 }
 profile_summary() {
+  [ -f "$1" ] || { echo "profile_summary: no profile at $1 (the command that should have written it failed)"; return 0; }
   python3 -c "import json, sys; p = json.load(open(sys.argv[1])); r = p.get('report', {})
 print('calibration_s', p.get('calibration_s'), 'fit', r.get('mape'), r.get('by_kind'), 'swap', p.get('swap_bandwidth'))" "$1"
 }
