@@ -107,19 +107,18 @@ def write_validation_steps(path: Path, table: pd.DataFrame, run_columns) -> None
     table[keep].to_parquet(path, index=False, compression="zstd")
 
 
-def read_validation_steps(path: str | Path, run_steps: str | Path) -> pd.DataFrame:
+def read_validation_steps(path: str | Path, run_steps: pd.DataFrame) -> pd.DataFrame:
     """A validation_steps.parquet as step_level made it (VALIDATION_STEP_COLUMNS): the stored columns, then time_s
-    and the features from the run's steps.parquet (`run_steps`) by step, and ape. Files written whole (before round
-    14) are returned as they are."""
+    and the features from the run's own steps (`run_steps`, its steps.parquet as read_steps reads it, which the
+    caller holds already) by step, and ape. Files written whole (before round 14) are returned as they are."""
     v = pd.read_parquet(path)
     if "time_s" in v:
         return v
-    own = read_steps(run_steps)
-    joined = [c for c in ("time_s", *STEP_FEATURES) if c not in v and c in own]
-    v = v.merge(own[["step", *joined]], on="step", how="left", validate="one_to_one")
+    joined = [c for c in ("time_s", *STEP_FEATURES) if c not in v and c in run_steps]
+    v = v.merge(run_steps[["step", *joined]], on="step", how="left", validate="one_to_one")
     if v["time_s"].isna().any():
-        raise UserError(f"{path}: step {int(v.loc[v['time_s'].isna(), 'step'].iloc[0])} is not in {run_steps}; "
-                        "expected the validation of that run")
+        raise UserError(f"{path}: step {int(v.loc[v['time_s'].isna(), 'step'].iloc[0])} is not one of the run's "
+                        "steps; expected the validation of that run")
     v["ape"] = np.abs(v["predicted_s"] / v["measured_s"] - 1)
     return v[[c for c in VALIDATION_STEP_COLUMNS if c in v]]  # a validation made before a feature existed lacks it
 

@@ -14,6 +14,7 @@ from pagesim.cli import main
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures
+from pagesim.errors import UserError
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
 from pagesim.results import read_requests, read_steps, requests_path
@@ -91,10 +92,12 @@ def test_step_level_error_equals_a_direct_computation(validated):
     # the run's own columns are joined back on read; stored: what validate adds, and the features the run lacks
     assert set(stored.columns) == {"step", "kind", "measured_s", "predicted_s"} | set(report["step_level"]["features_from_replay"])
     assert "time_s" in own and all(c in own for c in ("num_prefill_tokens", "num_decode_seqs"))
-    table = read_validation_steps(d / "validation" / "validation_steps.parquet", d / "steps.parquet")
+    table = read_validation_steps(d / "validation" / "validation_steps.parquet", own)
     assert (table["max_decode_context"] == [replayed[s].max_decode_context for s in table["step"]]).all()
     assert table["ape"].mean() == pytest.approx(report["step_level"]["mape"], rel=1e-12)
     assert (table["time_s"] == own.set_index("step").loc[table["step"], "time_s"].to_numpy()).all()
+    with pytest.raises(UserError, match=r"is not one of the run's steps"):  # another run's steps
+        read_validation_steps(d / "validation" / "validation_steps.parquet", own[own["step"] != table["step"].iloc[-1]])
 
 
 def test_lockstep_replay_makes_the_live_run_decisions(validated):

@@ -105,7 +105,7 @@ def load_live_run(path: Path) -> LiveRun:
         if is_validated(path):
             v = validation_dir(path)
             run.validation = json.loads((v / "validation.json").read_text())
-            run.validation_steps = read_validation_steps(v / "validation_steps.parquet", path / "steps.parquet")
+            run.validation_steps = read_validation_steps(v / "validation_steps.parquet", run.steps)
             run.sim_steps = results.read_steps(v / "sim_steps.parquet")  # compact since round 13; older: as stored
             run.sim_requests = read_requests(v / "sim_requests.csv")
         return run
