@@ -32,14 +32,13 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import shutil
 import statistics
 import time
 
 import torch
 
-from engine.live import calibration_workloads, make_executor, run_calibration, warm_up
+from engine.live import calibration_workloads, environment, make_executor, run_calibration, warm_up
 from pagesim.config import Config
 from pagesim.cost.profile import runs_mixed_graph
 from pagesim.outputs import check_output_file
@@ -249,10 +248,9 @@ def main() -> int:
     if breakdown is not None:
         print("trace:", breakdown)
     result = {"bench": "eager_jitter", "sweep": args.sweep, "trace": breakdown, "sync": args.sync, "repeats": args.repeats,
-              "kv_cache_dtype": args.kv_cache_dtype,
-              "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"), "seconds": time.perf_counter() - t0, "setup_s": setup_s,
-              "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
-              "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "summary": summary, "rows": rows}
+              "kv_cache_dtype": args.kv_cache_dtype, "seconds": time.perf_counter() - t0, "setup_s": setup_s,
+              **environment(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "summary": summary,
+              "rows": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"CUDA_MODULE_LOADING={result['cuda_module_loading']}: set-up (model, graphs, warm-up) {setup_s:.1f} s; "

@@ -5,6 +5,7 @@
 #   runs_summary RESULTS   per run in RESULTS/live: wall time, warm-up, compilations and graph captures during it, profile
 #   pack                   OUT/results.tgz from OUT/results (the device returns files at most two levels under $OUT;
 #                          rewritten after every step, so a call cut short still returns what was recorded)
+#   fp8_and_longdoc_b_windows SUFFIX  the fp8 `calibrate` and fp8 window, then longdoc-b with `live --calibrate`
 #   gpu_line               the GPU's name, driver and memory, one line
 #   live_call              the live scripts' set-up: R=$OUT/results with live/ and profiles/, unbuffered Python, gpu_line
 #   kernel_call OUT        the kernel scripts' set-up: the carried wheels installed, PYTHONPATH, OUT/log.txt begun
@@ -27,6 +28,18 @@ print(sys.argv[1], 'wall', round(r.get('wall_s', 0), 1), 'warmup_s', r.get('warm
   done
 }
 pack() { tar -czf "$OUT/results.tgz" -C "$OUT" results; }
+# The fp8 `calibrate` and the fp8 k-shot window with its profile, then longdoc-b with its own `live --calibrate`
+# (Llama-3.1-8B at 32k); $1: the runs' suffix (needs live_call's R and the script's D)
+fp8_and_longdoc_b_windows() {
+  PF="$R/profiles/h200-llama-3-8b-fp8-$D-$1.json"
+  BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$PF"
+  profile_summary "$PF"; pack
+  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --enable-prefix-caching --watermark 0.01 --limit 150 \
+      --num-gpu-blocks 600 --kv-cache-dtype fp8 --profile "$PF" --out "$R/live/fp8-kshot-$1"; pack
+  BUDGET=200 run live traces/longdoc-b.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
+      --watermark 0.01 --calibrate --out "$R/live/longdoc-b-$1"
+  profile_summary "$R/live/longdoc-b-$1/profile.json"
+}
 gpu_line() { nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader; }
 live_call() {
   export PYTHONUNBUFFERED=1

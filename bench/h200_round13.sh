@@ -70,14 +70,7 @@ print('$m: first matmul after', round(time.perf_counter() - t, 2), 's; device me
   exit 0
 fi
 if [ "${2:-}" = b ]; then
-  PF="$R/profiles/h200-llama-3-8b-fp8-$D-r13.json"
-  BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$PF"
-  profile_summary "$PF"; pack
-  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --enable-prefix-caching --watermark 0.01 --limit 150 \
-      --num-gpu-blocks 600 --kv-cache-dtype fp8 --profile "$PF" --out "$R/live/fp8-kshot-r13"; pack
-  L="--model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching --watermark 0.01"
-  BUDGET=170 run live traces/longdoc-b.jsonl $L --calibrate --out "$R/live/longdoc-b-r13"
-  profile_summary "$R/live/longdoc-b-r13/profile.json"
+  fp8_and_longdoc_b_windows r13
   runs_summary "$R"; pack
   exit 0
 fi

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
 import torch
 
 from engine.executor import GPUExecutor
+from engine.live import environment
 from engine.model import LlamaModel
 from pagesim.config import Config
 from pagesim.outputs import check_output_file
@@ -143,8 +143,7 @@ def main() -> int:
     graphed_rows = [r for r in rows if r["padded_to"] is not None]
     ratios = [r["graph"]["wall_over_gpu_only"] for r in graphed_rows]
     worst = max(ratios) if None not in ratios else None
-    out = {"bench": "mixed_graphs", "date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "python": platform.python_version(), "model": cfg.model, "block_size": BS,
+    out = {"bench": "mixed_graphs", "date": time.strftime("%Y-%m-%d"), **environment(), "model": cfg.model, "block_size": BS,
            "decode_context": DECODE_CONTEXT, "reps": args.reps, "token_buckets": list(graphed.mixed_sizes),
            "graph_captures": graphed.num_graph_captures, "executor_start_s": capture_s,
            "worst_graph_wall_over_gpu_only": worst, "target_wall_over_gpu_only": 1.3,

@@ -452,8 +452,8 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
                         + [(1, pre + p, 2, first + 3 * i, *shared) for i, p in enumerate(prompts)]))
     # Several prompts released in the same step into a small running decode batch: graph mixed steps with 2-8
     # prefill sequences (as recomputed requests make after preemptions; the workloads above release one at a time),
-    # from scratch (in every bucket from 64 tokens) and after a cached prefix (up to 2048 tokens: each prompt holds its
-    # own copy of the prefix's tokens in the cache-size check of `live --calibrate`).
+    # from scratch (in every bucket from 64 tokens) and after a cached prefix (in the buckets up to 2048 tokens; the
+    # larger ones have their prefix-hit rows from prefix-*, and the calibration's time stays within its target).
     for b, c, pre in ((8, 512, 0), (8, 512, 2048)):
         if max(c, pre + 16) + 48 > max_model_len:
             continue
