@@ -29,6 +29,7 @@ from pagesim.cost.features import StepFeatures, shared_decode_tokens
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, OPTIONAL_COLUMNS
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
+from pagesim.options import non_negative_float
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request, requests_from_trace
@@ -131,6 +132,7 @@ class LiveReplay:
         summary = summarize(steps, requests, leaked_blocks=sched.leaked_blocks(), sim_wall_s=wall,
                             block_bytes=self.config.block_bytes, **prefix_cache_kwargs(sched.kv.prefix_cache_stats))
         summary["wall_s"] = wall
+        summary["clock_started_unix"] = clock.started_unix  # step time_s + this = time.time() at the step's start
         return {"steps": steps, "requests": requests, "summary": summary}
 
     def releases_frame(self) -> pd.DataFrame:
@@ -515,13 +517,16 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
 
 
 def run_calibration(executor, config: Config, progress=None, workloads=None, on_workload=None,
-                    advance: bool = True) -> pd.DataFrame:
+                    advance: bool = True, rest: float = 0.0) -> pd.DataFrame:
     """Run every calibration workload through the live loop; one row per step with its features and duration.
 
     `on_workload(rows so far)` is called after each workload (calibrate saves them as it goes). With `advance`
     (ContextBuilding), the large steps after each workload's first TIMED_LARGE_STEPS are advanced and have no row;
     without it every step is run and has its row, as in calibrations made before round 9. The garbage collector
     runs between workloads only, on that workload's objects (the set-up is frozen out of it: frozen_heap).
+    `rest` (calibrate --rest): after each timed step the GPU idles `rest` times the step's duration (left out of
+    the step's own duration), so the calibration's mean power comes down to a serving engine's (bench/NOTES.md,
+    "Calibration under the power cap"). Each row's `started_unix` is its workload's WallClock.started_unix.
     """
     frames = []
     if workloads is None:
@@ -535,7 +540,7 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
             sharing = any(len(g) > 4 for g in groups)  # a workload with shared prefixes: prefix caching on
             gc.collect()  # a fraction of a ms (frozen_heap); no collection pauses a timed step (paused_gc)
             with paused_gc():
-                frames.append(_workload_rows(executor, config, requests, timed_whole, sharing).assign(workload=name))
+                frames.append(_workload_rows(executor, config, requests, timed_whole, sharing, rest).assign(workload=name))
             if on_workload is not None:
                 on_workload(pd.concat(frames, ignore_index=True))
             if progress is not None:
@@ -559,8 +564,9 @@ def _workload_requests(w: int, groups, first_seq: int, bs: int) -> list[tuple[in
 
 
 def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]], timed_whole: bool,
-                   sharing: bool) -> pd.DataFrame:
-    """One workload through the live loop: its timed steps' rows (advanced steps left out, ContextBuilding)."""
+                   sharing: bool, rest: float = 0.0) -> pd.DataFrame:
+    """One workload through the live loop: its timed steps' rows (advanced steps left out, ContextBuilding), each
+    step followed by `rest` times its duration of idle GPU (run_calibration), taken out of its stitched duration."""
     bs = config.block_size
     sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
     tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
@@ -574,12 +580,23 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
         walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk)
         return f
 
+    rested: dict[int, float] = {}  # step -> the idle time after it (rest)
+
+    def idled(plan, duration, outcome):  # after the step's recording, before the next step's schedule
+        if plan.step_id not in context.advanced:
+            t0 = time.perf_counter()
+            time.sleep(rest * duration)
+            rested[plan.step_id] = time.perf_counter() - t0
+
     rec = Recorder(sched, features_of)
     context = ContextBuilding(executor, timed_whole)
+    clock = WallClock()
     # Released before their step; an idle engine takes the next group at once (no step is ever empty).
-    run(drive(sched, context, rec, Arrivals(pending, by_step=True), WallClock(),
-              hooks=Hooks(plan=planned if sharing else None)))
+    run(drive(sched, context, rec, Arrivals(pending, by_step=True), clock,
+              hooks=Hooks(plan=planned if sharing else None, step=idled if rest > 0 else None)))
     steps = stitch_durations(rec.steps_frame(), set())
+    steps["duration_s"] -= steps["step"].map(rested).fillna(0.0)
+    steps["started_unix"] = clock.started_unix
     shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
     steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
     for i, col in enumerate(WALK_COLUMNS):
@@ -660,8 +677,8 @@ def calibrate(args) -> int:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 previous = None
             if isinstance(previous, dict):
-                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth", "calibration_s")
-                          if k in previous}
+                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth", "calibration_s",
+                                                   "calibration_rest") if k in previous}
                 mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
             measured = extras.get("config") or {}
             if (measured.get("model", args.model), measured.get("gpu", args.gpu)) != (args.model, args.gpu):
@@ -700,13 +717,15 @@ def calibrate(args) -> int:
         rows_so_far.to_csv(rows_path, index=False)
 
     with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
-        rows = run_calibration(executor, config, progress=bar.update, workloads=workloads, on_workload=save)
+        rows = run_calibration(executor, config, progress=bar.update, workloads=workloads, on_workload=save,
+                               rest=args.rest)
     rows.to_csv(rows_path, index=False)  # before the fit, so a failed fit can be refitted
     t_fit = time.perf_counter()
     write(rows, config, {"environment": environment(), "config": config.to_dict(),
                          "workloads": [w for w, _ in workloads],
                          "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache),
-                         "calibration_s": t_fit - t_start}, tuple(sorted(executor.mixed_graphs)))
+                         "calibration_s": t_fit - t_start, "calibration_rest": args.rest},
+          tuple(sorted(executor.mixed_graphs)))
     return 0
 
 
@@ -730,6 +749,9 @@ def register(sub) -> None:
     c.add_argument("--max-num-batched-tokens", type=int, default=8192)
     c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
                    help="the engine's KV cache dtype while timing (the profile records it; runs must match)")
+    c.add_argument("--rest", type=non_negative_float, default=0.0, metavar="FRACTION",
+                   help="idle the GPU for FRACTION x each timed step's duration after it (not timed), so the "
+                        "calibration runs at a serving engine's power and clocks, not under the power cap (default 0)")
     c.add_argument("--out", required=True, help="the profile JSON to write")
     c.add_argument("--force", action="store_true", help="replace --out if it exists")
     c.add_argument("--refit", metavar="ROWS.csv", default=None,

@@ -73,11 +73,14 @@ class VirtualClock:
 
 
 class WallClock:
-    """Seconds since construction on time.perf_counter; `wait` sleeps. Steps are measured, not waited for."""
+    """Seconds since construction on time.perf_counter; `wait` sleeps. Steps are measured, not waited for.
+    `started_unix`: the construction's time.time(), so samples taken outside the process (nvidia-smi's clocks and
+    power) can be matched to steps."""
 
     measures = True
 
     def __init__(self):
+        self.started_unix = time.time()
         self.t0 = time.perf_counter()
 
     def now(self) -> float:

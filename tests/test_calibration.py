@@ -48,7 +48,7 @@ def test_advancing_context_building_steps_changes_no_timed_step(workloads, name,
     every = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
     assert every["num_prefill_tokens"].sum() == sum(g[0] * g[1] for g in workloads[name])
     kept = every[every["step"].isin(rows["step"])]
-    features = [c for c in rows.columns if c not in ("time_s", "duration_s", "exec_s")]
+    features = [c for c in rows.columns if c not in ("time_s", "duration_s", "exec_s", "started_unix")]
     pd.testing.assert_frame_equal(kept[features].reset_index(drop=True), rows[features].reset_index(drop=True))
     left_out = every[~every["step"].isin(rows["step"])]
     if name.startswith(TIMED_WHOLE):
@@ -277,3 +277,24 @@ def test_calibration_steps_run_with_the_collector_paused_and_nothing_stays_froze
     run_calibration(ex, CONFIG, workloads=[("decode-c512", workloads["decode-c512"])])
     assert ex.enabled and not any(ex.enabled)
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_the_rest_after_each_timed_step_is_idle_time_not_the_steps(workloads):
+    """calibrate --rest: the GPU idles after each timed step for rest x its duration (the calibration's mean power
+    comes down to a serving engine's), and that idle time is not in any step's duration; advanced steps get no rest.
+    Each row carries its workload's start in Unix time (to match nvidia-smi's samples to steps)."""
+    import time
+
+    class Sleeping(NoTime):  # every step takes 2 ms of wall time
+        def execute(self, plan) -> float:
+            time.sleep(0.002)
+            return 0.002
+
+    pick = [("skew-b15-s128-l2048", workloads["skew-b15-s128-l2048"])]
+    before = time.time()
+    rows = run_calibration(Sleeping(), CONFIG, workloads=pick, rest=2.0)
+    span = rows["time_s"].iloc[-1] - rows["time_s"].iloc[0]
+    assert span >= 0.006 * (len(rows) - 1)  # each step's 2 ms and its rest of twice that went by
+    assert 0.002 <= rows["duration_s"].median() < 0.004  # and the rest is in no duration (the host's own work is)
+    assert ((rows["started_unix"] >= before) & (rows["started_unix"] <= time.time())).all()
+    assert rows["started_unix"].nunique() == 1
