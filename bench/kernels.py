@@ -2,6 +2,7 @@
 decode step of the Llama-3-8B-shaped model.
 
     python -m bench.kernels --out bench/results/kernels-h200-DATE.json [--tune] [--skip-model]
+    python -m bench.kernels --prefill-only --prefill-configs persistent --out OUT.json   # default vs persistent grid
 
 Shapes: Llama-3-8B attention (32 query heads, 8 KV heads, head dim 128), bf16, block size 16, random
 data, block tables shuffled over the physical blocks. Decode methods, side by side on the same data:
@@ -13,7 +14,8 @@ data, block tables shuffled over the physical blocks. Decode methods, side by si
   flashinfer    BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) on the same paged cache,
                 when flashinfer imports (else the reason is recorded)
 Prefill (PREFILL_SHAPES: 1x4096, 8x2048, 1x16384 causal tokens, each whole prompt in the paged cache):
-  ours          paged_prefill_attention (default config; --tune sweeps PREFILL_CONFIGS, each launch checked)
+  ours          paged_prefill_attention (default config; --tune sweeps PREFILL_CONFIGS and the persistent-grid
+                variants, each launch checked; --prefill-configs persistent sweeps only the default and those)
   sdpa          torch SDPA on contiguous Q/K/V with enable_gqa=True, every backend that accepts it, best kept
   flashinfer    BatchPrefillWithPagedKVCacheWrapper (causal, NHD, page size 16, backend "auto") on the same
                 paged cache, when flashinfer imports
@@ -59,6 +61,21 @@ PREFILL_CONFIGS = [K.PrefillConfig(*c[:4], **c[4]) for c in [
     (128, 128, 8, 3, {"longest_first": False, "int32_offsets": False}), (128, 128, 8, 3, {"int32_offsets": False}),
     (128, 128, 8, 3, {}), (128, 128, 8, 2, {}), (128, 128, 8, 4, {}), (128, 64, 8, 3, {}), (64, 64, 4, 2, {}),
     (128, 128, 8, 3, {"pack_gqa": True}), (128, 128, 8, 4, {"pack_gqa": True})]]
+PERSISTENT_PER_SM = (1, 2)  # the persistent-grid variants' programs per SM (132 and 264 on an H200)
+
+
+def persistent_configs(sms: int) -> list:
+    """The default launch with a persistent grid of sms and 2 * sms programs, each with and without the next tile's Q
+    prefetched (PrefillConfig.persistent, prefetch_q)."""
+    return [K.PrefillConfig(persistent=k * sms, prefetch_q=p) for k in PERSISTENT_PER_SM for p in (False, True)]
+
+
+def prefill_sweep(which: str | None, tune: bool, sms: int) -> list:
+    """The prefill configs timed besides the default: --prefill-configs persistent: the default and the persistent
+    variants only (a short call); else with --tune PREFILL_CONFIGS and the persistent variants; else none."""
+    if which == "persistent":
+        return [K.PrefillConfig(), *persistent_configs(sms)]
+    return [*PREFILL_CONFIGS, *persistent_configs(sms)] if tune else []
 
 
 def seconds(fn, rep_ms: int = 200) -> float:
@@ -234,10 +251,10 @@ def flashinfer_prefill(flashinfer, q, k_cache, v_cache, tables, t_len: int, scal
     return (lambda: wrapper.run(q, (k_cache, v_cache))), getattr(wrapper, "_backend", None)
 
 
-def prefill_case(batch: int, t_len: int, tune: bool, flashinfer) -> dict:
+def prefill_case(batch: int, t_len: int, configs: list, flashinfer) -> dict:
     """Causal prefill of `batch` prompts of t_len tokens, each whole prompt in the paged cache (shuffled
     blocks); primary times are CUDA-graph replays, eager beside them. Every method's output (every sweep
-    launch too) is checked against SDPA's."""
+    launch too: `configs`, none for no sweep) is checked against SDPA's."""
     g = torch.Generator(device=DEV).manual_seed(5 + batch * 131 + t_len)
     pages = t_len // BS
     num_blocks = batch * pages
@@ -272,9 +289,10 @@ def prefill_case(batch: int, t_len: int, tune: bool, flashinfer) -> dict:
 
     row["notes"]["ours_max_abs_diff_vs_sdpa"] = err(ours())
     row["timings"]["ours"] = timed(ours)
-    if tune:
+    t_ours = row["timings"]["ours"]["graph"]
+    if configs:
         sweep = []
-        for cfg in PREFILL_CONFIGS:
+        for cfg in configs:
             try:
                 e = err(ours(cfg))
                 t = seconds(graph_of(lambda cfg=cfg: ours(cfg)), 100) if e < 0.05 else None
@@ -282,8 +300,9 @@ def prefill_case(batch: int, t_len: int, tune: bool, flashinfer) -> dict:
                 e, t = f"{type(ex).__name__}: {str(ex)[:300]}", None
             sweep.append({"config": dataclasses.asdict(cfg), "graph_s": t, "err": e,
                           "tflop_per_s": flops / t / 1e12 if t else None})
+            vs = f" ({t_ours / t:.3f}x the default's speed)" if t and t_ours else ""
             print(f"  ({batch}, {t_len}) {tuple(dataclasses.asdict(cfg).values())}: "
-                  + (f"{flops / t / 1e12:.0f} TFLOP/s" if t else f"err {e}"), flush=True)
+                  + (f"{flops / t / 1e12:.0f} TFLOP/s{vs}" if t else f"err {e}"), flush=True)
         best = min((s for s in sweep if s["graph_s"]), key=lambda s: s["graph_s"])
         row["tune"] = {"sweep": sweep, "best": best}
         row["timings"]["ours_best"] = {"graph": best["graph_s"]}
@@ -384,6 +403,10 @@ def main() -> None:
     parser.add_argument("--tune", action="store_true", help="sweep kernel configs and split counts")
     parser.add_argument("--skip-model", action="store_true")
     parser.add_argument("--prefill-only", action="store_true", help="prefill cases only (no ceilings, decode, model)")
+    parser.add_argument("--prefill-configs", choices=["persistent"], default=None,
+                        help="persistent: time (at each prefill shape) only the default prefill and its persistent-"
+                             "grid variants (PrefillConfig.persistent = 1 and 2 x the SM count, with and without "
+                             "prefetch_q), each launch checked; without --tune's other prefill configs")
     parser.add_argument("--commit", default=None, help="the git commit measured (recorded in the JSON)")
     parser.add_argument("--warm-flashinfer", action="store_true", help="only build FlashInfer's modules, then exit")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
@@ -393,14 +416,17 @@ def main() -> None:
         return
     check_output_file(parser, args.out, args.force)
     flashinfer, fi_error = load_flashinfer()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = prefill_sweep(args.prefill_configs, args.tune, sms)
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "gpu": torch.cuda.get_device_name(), "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+              "gpu": torch.cuda.get_device_name(), "sms": sms,
               "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
               "flashinfer": getattr(flashinfer, "__version__", None), "flashinfer_import_error": fi_error,
               "commit": args.commit,
               "command": " ".join([sys.executable.split("/")[-1], "-m", "bench.kernels", *sys.argv[1:]]),
               "defaults": {"decode": dataclasses.asdict(K.DecodeConfig()),
-                           "prefill": dataclasses.asdict(K.PrefillConfig())}}
+                           "prefill": dataclasses.asdict(K.PrefillConfig())},
+              "prefill_sweep": [dataclasses.asdict(c) for c in configs]}
 
     def save():
         with open(args.out, "w") as f:
@@ -415,7 +441,7 @@ def main() -> None:
             save()
     result["prefill_cases"] = []
     for batch, t_len in PREFILL_SHAPES:
-        result["prefill_cases"].append(prefill_case(batch, t_len, args.tune, flashinfer))
+        result["prefill_cases"].append(prefill_case(batch, t_len, configs, flashinfer))
         result["prefill"] = result["prefill_cases"][0]  # the 1x4096 case, where readers of one case look
         torch.cuda.empty_cache()
         save()

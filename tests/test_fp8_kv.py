@@ -221,7 +221,11 @@ PREFILL_VARIANTS = {"bf16": {}, "fp16": {"fp8_widen": "fp16"}, "fp16-i64": {"fp8
                     "qk-fp8": {"fp8_widen": "fp16", "qk_fp8": True},
                     "qk-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "int32_offsets": False},
                     "pv-fp8": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True},
-                    "pv-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True, "int32_offsets": False}}
+                    "pv-fp8-i64": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True, "int32_offsets": False},
+                    # the persistent grid (3 programs walking several tiles each, empty ones too; see test_kernels)
+                    "fp16-persistent": {"fp8_widen": "fp16", "persistent": 3},
+                    "pv-fp8-persistent-prefetch": {"fp8_widen": "fp16", "qk_fp8": True, "pv_fp8": True,
+                                                   "persistent": 3, "prefetch_q": True}}
 
 
 def test_e4m3_products_are_refused_below_32_head_dims_or_keys():

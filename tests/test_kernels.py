@@ -118,9 +118,14 @@ PREFILL_CASES = [  # (dtype, block_size, hq, hkv, d, [(q_len, context_len)], con
 
 
 # Launch variants with their own code paths: GQA heads packed into a tile's rows, the (sequence, tile, head)
-# program order, int64 K/V offsets (the int32 ones are the default).
+# program order, int64 K/V offsets (the int32 ones are the default), the persistent grid (3 programs: each walks
+# several tiles, among them the empty tiles of the shorter sequences; with the next tile's Q prefetched, packed, in
+# the other order).
 PREFILL_VARIANTS = {"default": {}, "packed": {"pack_gqa": True}, "grid_order": {"longest_first": False},
-                    "packed_i64": {"pack_gqa": True, "int32_offsets": False}}
+                    "packed_i64": {"pack_gqa": True, "int32_offsets": False}, "persistent": {"persistent": 3},
+                    "persistent_prefetch": {"persistent": 3, "prefetch_q": True},
+                    "persistent_packed_grid_order": {"persistent": 3, "prefetch_q": True, "pack_gqa": True,
+                                                     "longest_first": False}}
 
 
 @pytest.mark.parametrize("variant", PREFILL_VARIANTS)

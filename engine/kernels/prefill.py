@@ -13,6 +13,11 @@ Tiles past a sequence's q_len return at once. Programs run longest first (the la
 and head have the most keys), so short tiles fill the tail of the launch; programs of the same tile index run side
 by side, reading the same keys. Keys below the tile's first position need no causal mask and run in a first,
 unmasked loop; the rest (the diagonal) in a second, masked loop.
+
+PrefillConfig.persistent (off by default): min(tiles, N) programs instead, program pid walking tile ids pid,
+pid + N, ... in the same order (a second entry point, _prefill_persistent_kernel; both call the one tile body,
+_prefill_tile, and the default's PTX is unchanged by it), skipping empty tiles; with prefetch_q the next tile's Q
+rows are loaded before the current tile's output is stored.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ class PrefillConfig:
     # last whole tile load unmasked (asynchronous copies; only the tile that reaches past the context zeroes V in
     # registers)
     pv_fp8: bool = False
+    # a persistent grid: N > 0 launches min(tiles, N) programs (N about the SM count, e.g. 132 or 264 on an H200), each
+    # walking tile ids pid, pid + N, ... in the order above (longest first by default): no program launched per tile,
+    # and with prefetch_q a tile's epilogue overlaps the next tile's Q load; 0: one program per tile (the default)
+    persistent: int = 0
+    prefetch_q: bool = False  # persistent only: the next tile's Q rows are loaded before this tile's output is stored
 
 
 P_SCALE = tl.constexpr(256.0)  # pv_fp8: P in [0, 1] is stored as e4m3 times this (a power of two: the rescale is exact)
@@ -153,30 +163,51 @@ def _p_to_e4m3(x, DTYPE: tl.constexpr):
     return x.to(DTYPE)
 
 
-@triton.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
-def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
-                    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
-                    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
-                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr):
-    HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
-    TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
-    NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
-    pid = tl.program_id(0)
-    if LONGEST_FIRST:  # tile index descending, then sequence, then head
+@triton.jit
+def _tile_of(pid, batch, num_tiles, NUM_PROGRAM_HEADS: tl.constexpr, LONGEST_FIRST: tl.constexpr):
+    """Tile id pid's (sequence, query tile, program head): longest first (tile index descending, then sequence, then
+    head), else the (sequence, tile, head) grid order, sequence fastest."""
+    if LONGEST_FIRST:
         per_tile = batch * NUM_PROGRAM_HEADS
         tile = num_tiles - 1 - pid // per_tile
         b = pid % per_tile // NUM_PROGRAM_HEADS
         hp = pid % NUM_PROGRAM_HEADS
-    else:  # the (sequence, tile, head) grid order, sequence fastest
+    else:
         b = pid % batch
         tile = pid // batch % num_tiles
         hp = pid // (batch * num_tiles)
-    q_start = tl.load(cu_seqlens_q + b)
-    q_len = tl.load(cu_seqlens_q + b + 1) - q_start
-    if tile * TILE_TOKENS >= q_len:
-        return
+    return b, tile, hp
+
+
+@triton.jit
+def _q_tile(q, stride_qt, stride_qh, q_start, q_len, tile, hp, valid, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr,
+            BLOCK_M: tl.constexpr, PACK_GQA: tl.constexpr):
+    """The raw Q rows [BLOCK_M, HEAD_DIM] of a tile (rows past q_len, and all rows unless `valid`, read as 0): the
+    persistent grid's prefetch of its next tile (the tile body computes the same offsets)."""
+    HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
+    TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
+    rows = tl.arange(0, BLOCK_M)
+    r = tile * TILE_TOKENS + rows // HEADS_PER_TILE
+    head = hp * HEADS_PER_TILE + rows % HEADS_PER_TILE
+    tok = (q_start + r).to(tl.int64)
+    row_ok = ((r < q_len) & valid)[:, None]
+    d = tl.arange(0, HEAD_DIM)
+    return tl.load(q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok, other=0.0)
+
+
+@triton.jit
+def _prefill_tile(qv, q, k_cache, v_cache, o, context_lens, block_tables, qk_scale, k_scale, v_scale,
+                  stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, b, tile, hp, q_start, q_len,
+                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                  GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                  FP8: tl.constexpr, PACK_GQA: tl.constexpr, I32: tl.constexpr,
+                  QK_FP8: tl.constexpr, PV_FP8: tl.constexpr, Q_LOADED: tl.constexpr):
+    """One non-empty tile (sequence b, query tile `tile`, program head hp; its sequence's rows start at q_start, q_len
+    of them): its output rows with their pointers and row mask; the caller stores them. Q_LOADED: qv
+    holds the tile's raw Q rows (_q_tile, prefetched); else (qv unused) they are loaded here. The output is fp32
+    (the caller casts it at the store, after the pointers, the default's order)."""
+    HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
+    TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
     ctx = tl.load(context_lens + b)
     first = ctx - q_len + tile * TILE_TOKENS  # position of the tile's first query token
     rows = tl.arange(0, BLOCK_M)
@@ -194,7 +225,8 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
     unmasked_end = (first // BLOCK_N) * BLOCK_N  # keys before every row of the tile
     end = tl.minimum(first + TILE_TOKENS, ctx)
     row_ok = (r < q_len)[:, None]
-    qv = tl.load(q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok, other=0.0)
+    if not Q_LOADED:
+        qv = tl.load(q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok, other=0.0)
     if QK_FP8 is not None:  # q to e4m3 with one scale per row (token, head), folded into that row's score scale
         qf = qv.to(tl.float32)
         amax = tl.max(tl.abs(qf), 1)
@@ -225,8 +257,85 @@ def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_ta
         out = out * tl.load(v_scale)
     if PV_FP8 is not None:
         out = out * (1.0 / P_SCALE)
-    tl.store(o + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], out.to(o.dtype.element_ty),
-             mask=row_ok)
+    return out, o + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], row_ok
+
+
+@triton.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
+def _prefill_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale, v_scale,
+                    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
+                    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                    FP8: tl.constexpr, PACK_GQA: tl.constexpr, LONGEST_FIRST: tl.constexpr, I32: tl.constexpr,
+                    QK_FP8: tl.constexpr, PV_FP8: tl.constexpr):
+    """One program per tile (the default grid)."""
+    HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
+    TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
+    NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
+    b, tile, hp = _tile_of(tl.program_id(0), batch, num_tiles, NUM_PROGRAM_HEADS, LONGEST_FIRST)
+    q_start = tl.load(cu_seqlens_q + b)
+    q_len = tl.load(cu_seqlens_q + b + 1) - q_start
+    if tile * TILE_TOKENS >= q_len:
+        return
+    out, o_ptrs, row_ok = _prefill_tile(q, q, k_cache, v_cache, o, context_lens, block_tables, qk_scale, k_scale,
+                                        v_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, b, tile, hp,
+                                        q_start, q_len, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, GROUP, BLOCK_M, BLOCK_N,
+                                        DOT_DTYPE, FP8, PACK_GQA, I32, QK_FP8, PV_FP8, False)
+    tl.store(o_ptrs, out.to(o.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["batch", "num_tiles"])
+def _prefill_persistent_kernel(q, k_cache, v_cache, o, cu_seqlens_q, context_lens, block_tables, qk_scale, k_scale,
+                               v_scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_bt, batch, num_tiles,
+                               NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                               GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               DOT_DTYPE: tl.constexpr, FP8: tl.constexpr, PACK_GQA: tl.constexpr,
+                               LONGEST_FIRST: tl.constexpr, I32: tl.constexpr, QK_FP8: tl.constexpr,
+                               PV_FP8: tl.constexpr, PREFETCH_Q: tl.constexpr):
+    """PrefillConfig.persistent: program pid walks tile ids pid, pid + nprog, ... (the default grid's order, so
+    the programs together still go longest first), skipping tiles past their sequence's q_len. PREFETCH_Q: the
+    next tile's Q rows are loaded before this tile's output is stored (carried to the next iteration)."""
+    HEADS_PER_TILE: tl.constexpr = GROUP if PACK_GQA else 1
+    TILE_TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_TILE
+    NUM_PROGRAM_HEADS: tl.constexpr = NUM_KV_HEADS if PACK_GQA else NUM_KV_HEADS * GROUP
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    total = batch * num_tiles * NUM_PROGRAM_HEADS
+    qv = q  # unused unless PREFETCH_Q
+    if PREFETCH_Q:
+        b, tile, hp = _tile_of(pid, batch, num_tiles, NUM_PROGRAM_HEADS, LONGEST_FIRST)
+        q_start = tl.load(cu_seqlens_q + b)
+        qv = _q_tile(q, stride_qt, stride_qh, q_start, tl.load(cu_seqlens_q + b + 1) - q_start, tile, hp, True,
+                     HEAD_DIM, GROUP, BLOCK_M, PACK_GQA)
+    for t in range(pid, total, nprog):
+        b, tile, hp = _tile_of(t, batch, num_tiles, NUM_PROGRAM_HEADS, LONGEST_FIRST)
+        q_start = tl.load(cu_seqlens_q + b)
+        q_len = tl.load(cu_seqlens_q + b + 1) - q_start
+        if PREFETCH_Q:
+            nxt = t + nprog
+            has_next = nxt < total
+            nb, ntile, nhp = _tile_of(tl.minimum(nxt, total - 1), batch, num_tiles, NUM_PROGRAM_HEADS, LONGEST_FIRST)
+            nq_start = tl.load(cu_seqlens_q + nb)
+            nq_len = tl.load(cu_seqlens_q + nb + 1) - nq_start
+            if tile * TILE_TOKENS < q_len:
+                out, o_ptrs, row_ok = _prefill_tile(qv, q, k_cache, v_cache, o, context_lens, block_tables, qk_scale,
+                                                    k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh,
+                                                    stride_bt, b, tile, hp, q_start, q_len, NUM_KV_HEADS, HEAD_DIM,
+                                                    BLOCK_SIZE, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, FP8, PACK_GQA,
+                                                    I32, QK_FP8, PV_FP8, True)
+                qv = _q_tile(q, stride_qt, stride_qh, nq_start, nq_len, ntile, nhp, has_next, HEAD_DIM, GROUP,
+                             BLOCK_M, PACK_GQA)
+                tl.store(o_ptrs, out.to(o.dtype.element_ty), mask=row_ok)
+            else:  # a second load site (one after the `if`, the store still last, spilled more registers)
+                qv = _q_tile(q, stride_qt, stride_qh, nq_start, nq_len, ntile, nhp, has_next, HEAD_DIM, GROUP,
+                             BLOCK_M, PACK_GQA)
+        else:
+            if tile * TILE_TOKENS < q_len:
+                out, o_ptrs, row_ok = _prefill_tile(q, q, k_cache, v_cache, o, context_lens, block_tables, qk_scale,
+                                                    k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh,
+                                                    stride_bt, b, tile, hp, q_start, q_len, NUM_KV_HEADS, HEAD_DIM,
+                                                    BLOCK_SIZE, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, FP8, PACK_GQA,
+                                                    I32, QK_FP8, PV_FP8, False)
+                tl.store(o_ptrs, out.to(o.dtype.element_ty), mask=row_ok)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -277,7 +386,8 @@ def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m // group if pack else cfg.block_m)
     product_fp8 = tl.float32 if INTERPRET else tl.float8e4nv
-    grid = (batch * num_tiles * (num_kv_heads if pack else num_heads),)
+    assert cfg.persistent >= 0 and (cfg.persistent or not cfg.prefetch_q), "prefetch_q needs a persistent grid"
+    tiles = batch * num_tiles * (num_kv_heads if pack else num_heads)
     args = dict(q=q, k_cache=k_cache, v_cache=v_cache, o=out, cu_seqlens_q=cu_seqlens_q, context_lens=context_lens,
                 block_tables=block_tables, qk_scale=scale * LOG2E, k_scale=k_scale, v_scale=v_scale,
                 stride_qt=q.stride(0), stride_qh=q.stride(1), stride_ot=out.stride(0), stride_oh=out.stride(1),
@@ -288,5 +398,8 @@ def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 LONGEST_FIRST=cfg.longest_first,
                 I32=cfg.int32_offsets and k_cache.numel() < 2**31,
                 QK_FP8=product_fp8 if cfg.qk_fp8 else None, PV_FP8=product_fp8 if cfg.pv_fp8 else None)
-    return [Launch(_prefill_kernel, grid, args, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-                   swap=LAYER_ARGS)]
+    options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if cfg.persistent:
+        return [Launch(_prefill_persistent_kernel, (min(tiles, cfg.persistent),), dict(args, PREFETCH_Q=cfg.prefetch_q),
+                       options, swap=LAYER_ARGS)]
+    return [Launch(_prefill_kernel, (tiles,), args, options, swap=LAYER_ARGS)]
