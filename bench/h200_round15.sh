@@ -10,7 +10,7 @@
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
 set -uo pipefail
 OUT=$1
-D=2026-12-02
+D=$(date -u +%F)  # the run's date in the profile names
 source "$(dirname "$0")/h200_lib.sh"
 if [ "${2:-}" = k ]; then
   kernel_call "$OUT"
