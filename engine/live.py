@@ -566,7 +566,9 @@ def _workload_requests(w: int, groups, first_seq: int, bs: int) -> list[tuple[in
 def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]], timed_whole: bool,
                    sharing: bool, rest: float = 0.0) -> pd.DataFrame:
     """One workload through the live loop: its timed steps' rows (advanced steps left out, ContextBuilding), each
-    step followed by `rest` times its duration of idle GPU (run_calibration), taken out of its stitched duration."""
+    step followed by `rest` times its duration of idle GPU (run_calibration), taken out of its stitched duration;
+    `gpu_time_s` is each step's device time (GPUExecutor.last_gpu_time_s), so a calibration's steps and a live run's
+    can be told apart into device and host time."""
     bs = config.block_size
     sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
     tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
@@ -581,21 +583,25 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
         return f
 
     rested: dict[int, float] = {}  # step -> the idle time after it (rest)
+    gpu_times: dict[int, float | None] = {}  # step -> its device time between CUDA events (None on the CPU)
 
-    def idled(plan, duration, outcome):  # after the step's recording, before the next step's schedule
+    def stepped(plan, duration, outcome):  # after the step's recording, before the next step's schedule
         if plan.step_id not in context.advanced:
-            t0 = time.perf_counter()
-            time.sleep(rest * duration)
-            rested[plan.step_id] = time.perf_counter() - t0
+            gpu_times[plan.step_id] = getattr(executor, "last_gpu_time_s", None)
+            if rest > 0:
+                t0 = time.perf_counter()
+                time.sleep(rest * duration)
+                rested[plan.step_id] = time.perf_counter() - t0
 
     rec = Recorder(sched, features_of)
     context = ContextBuilding(executor, timed_whole)
     clock = WallClock()
     # Released before their step; an idle engine takes the next group at once (no step is ever empty).
     run(drive(sched, context, rec, Arrivals(pending, by_step=True), clock,
-              hooks=Hooks(plan=planned if sharing else None, step=idled if rest > 0 else None)))
+              hooks=Hooks(plan=planned if sharing else None, step=stepped)))
     steps = stitch_durations(rec.steps_frame(), set())
     steps["duration_s"] -= steps["step"].map(rested).fillna(0.0)
+    steps["gpu_time_s"] = steps["step"].map(gpu_times).astype("float64")  # as in a live run's steps
     steps["started_unix"] = clock.started_unix
     shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
     steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
