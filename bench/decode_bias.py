@@ -1,0 +1,178 @@
+"""Where does a window's graph decode bias come from? (issue #13, rounds 15-16)
+
+For profiles (each with the calibration steps it was fitted to, PROFILE.steps.csv.gz or a `live --calibrate` run's
+profile.steps.csv.gz) against live runs (each validated: RUN/validation/validation_steps.parquet, whose lockstep-
+replayed features the predictions use), prints and writes:
+
+- bias: per profile and run, the graph decode steps' median of measured / predicted - 1 and the total ratio;
+- host: per batch size, the median host time of a decode step (duration - device time between CUDA events,
+  gpu_time_s) in each calibration (rows since round 16 carry it) and each run;
+- matched: each run decode step against the calibration decode rows of the same batch whose summed and longest
+  context are within 5%: the median ratio of their device times (the same step, timed in the two settings);
+- with --clocks (a folder with the call's nvidia-smi clocks.csv.gz): each profile refitted on the rows whose lowest
+  SM clock within 25 ms of the step reached a threshold (eager rows all kept), and the runs' bias under it.
+
+Needs no GPU.
+
+    python bench/decode_bias.py --profile P.json [--profile Q.json] --run RUN [--run RUN2] [--clocks DIR]
+                                --out RESULT.json [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+BATCHES = (1, 2, 4, 8, 12, 16, 24, 32)
+THRESHOLDS_MHZ = (0, 1800, 1900, 1950)
+
+
+def calibration_rows(profile: Path):
+    import pandas as pd
+
+    from pagesim.errors import UserError
+
+    for rows in (profile.with_suffix(".steps.csv.gz"), profile.parent / "profile.steps.csv.gz"):
+        if rows.is_file():
+            return pd.read_csv(rows)
+    raise UserError(f"--profile {profile}: no calibration steps beside it (PROFILE.steps.csv.gz)")
+
+
+def run_rows(run: Path):
+    from pagesim.errors import UserError
+    from pagesim.results import read_steps
+    from pagesim.validate import read_validation_steps
+
+    val = run / "validation" / "validation_steps.parquet"
+    if not val.is_file():
+        raise UserError(f"--run {run}: no {val}; run `python -m pagesim validate {run}` first")
+    steps = read_steps(run / "steps.parquet")
+    v = read_validation_steps(val, steps)
+    return v.merge(steps[["step", "gpu_time_s"]], on="step", validate="one_to_one")
+
+
+def bias(model, rows) -> dict:
+    import numpy as np
+
+    pred = model.forward_times(rows)
+    d = (rows["kind"] == "graph decode").to_numpy()
+    measured = rows["measured_s"].to_numpy()
+    e = measured / pred - 1
+    return {"decode_median": float(np.median(e[d])), "total_ratio": float(measured.sum() / pred.sum()),
+            "mape": float(np.abs(pred / measured - 1).mean())}  # validate's step MAPE
+
+
+def host_ms(rows) -> dict:
+    d = rows[rows["num_prefill_tokens"] == 0]
+    out = {}
+    for b in BATCHES:
+        g = d[d["num_decode_seqs"] == b]
+        if len(g) >= 5:
+            out[b] = float(((g["duration_s"] if "duration_s" in g else g["measured_s"]) - g["gpu_time_s"]).median() * 1e3)
+    return out
+
+
+def matched_device_ratio(cal, run) -> dict:
+    import numpy as np
+
+    c = cal[cal["num_prefill_tokens"] == 0]
+    r = run[run["kind"] == "graph decode"]
+    ratios = []
+    for b, g in r.groupby("num_decode_seqs"):
+        cb = c[c["num_decode_seqs"] == b]
+        if cb.empty:
+            continue
+        ctx, lng, t = (cb[k].to_numpy() for k in ("decode_context_tokens", "max_decode_context", "gpu_time_s"))
+        for x, y, gt in zip(g["decode_context_tokens"], g["max_decode_context"], g["gpu_time_s"]):
+            m = (np.abs(ctx - x) <= 0.05 * x) & (np.abs(lng - y) <= 0.05 * y)
+            if m.any():
+                ratios.append(gt / np.median(t[m]))
+    return {"matched_steps": len(ratios), "median_ratio": float(np.median(ratios)) if ratios else None}
+
+
+def lowest_clock(rows, clocks):
+    import numpy as np
+
+    cu = (clocks["t"] - np.datetime64("1970-01-01")).dt.total_seconds().to_numpy()
+    sm = clocks["sm_mhz"].to_numpy()
+    start = (rows["started_unix"] + rows["time_s"]).to_numpy()
+    lo = np.searchsorted(cu, start - 0.025)
+    hi = np.searchsorted(cu, start + rows["duration_s"].to_numpy() + 0.025)
+    return np.array([sm[a:b].min() if b > a else np.nan for a, b in zip(lo, hi)])
+
+
+def main(argv=None) -> int:
+    from clock_phases import read_clocks
+
+    from pagesim.cost.profile import ProfileCostModel, fit_profile
+    from pagesim.errors import UserError
+    from pagesim.outputs import prepare_output_file
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", action="append", required=True, help="a profile JSON (repeatable)")
+    ap.add_argument("--run", action="append", required=True, help="a validated live run directory (repeatable)")
+    ap.add_argument("--clocks", help="a folder with the call's clocks.csv.gz: refit on unthrottled rows")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--force", action="store_true", help="replace --out if it exists")
+    args = ap.parse_args(argv)
+    try:
+        out = prepare_output_file(args.out, args.force)
+        profiles = [Path(p) for p in args.profile]
+        for p in profiles:
+            if not p.is_file():
+                raise UserError(f"--profile {p}: no such file")
+        runs = {Path(r).name: run_rows(Path(r)) for r in args.run}
+        cals = {str(p): calibration_rows(p) for p in profiles}
+        clocks = None
+        if args.clocks:
+            path = Path(args.clocks) / "clocks.csv.gz"
+            if not path.is_file():
+                raise UserError(f"--clocks {args.clocks}: no clocks.csv.gz in it")
+            clocks = read_clocks(path)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = {"bias": [], "host_ms": {}, "matched_device_ratio": [], "unthrottled_refit": []}
+    for p in profiles:
+        model, cal = ProfileCostModel.from_json(p), cals[str(p)]
+        result["host_ms"][p.name if p.name != "profile.json" else str(p)] = host_ms(cal) if "gpu_time_s" in cal else None
+        for name, rows in runs.items():
+            b = bias(model, rows) | {"profile": str(p), "run": name}
+            result["bias"].append(b)
+            print(f"{p.name[-40:]:40s} {name:36s} decode bias {100 * b['decode_median']:+.2f}%  total "
+                  f"{b['total_ratio']:.4f}  MAPE {100 * b['mape']:.2f}%")
+            if "gpu_time_s" in cal:
+                m = matched_device_ratio(cal, rows) | {"profile": str(p), "run": name}
+                result["matched_device_ratio"].append(m)
+                ratio = "-" if m["median_ratio"] is None else f"{m['median_ratio']:.4f}"
+                print(f"{'':40s} {'':36s} device time run / calibration, matched steps: {ratio} "
+                      f"({m['matched_steps']} steps)")
+        if clocks is not None and "started_unix" in cal:
+            cal = cal.assign(sm_low=lowest_clock(cal, clocks))
+            mixed = tuple(json.loads(p.read_text()).get("mixed_graph_token_sizes", ()))
+            for thr in THRESHOLDS_MHZ:
+                sel = cal[(cal["sm_low"] >= thr) | (cal["num_prefill_tokens"] > 0)]
+                model_t, report = fit_profile(sel, model.model, model.gpu, holdout="rows", mixed_graph_token_sizes=mixed)
+                row = {"profile": str(p), "min_sm_mhz": thr, "rows": int(len(sel)), "fit_mape": report["mape"],
+                       "runs": {name: bias(model_t, rows) for name, rows in runs.items()}}
+                result["unthrottled_refit"].append(row)
+                print(f"  refit on rows >= {thr} MHz ({len(sel)} rows, held-out {100 * report['mape']:.2f}%): " + "  ".join(
+                    f"{n} {100 * r['decode_median']:+.2f}%" for n, r in row["runs"].items()))
+    for name, rows in runs.items():
+        result["host_ms"][name] = host_ms(rows)
+    print("host ms per decode step by batch size:")
+    for name, h in result["host_ms"].items():
+        if h:
+            print(f"  {name[-40:]:40s} " + "  ".join(f"b{b} {v:.3f}" for b, v in h.items()))
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
