@@ -43,7 +43,8 @@ block tables are runs of consecutive block ids.
 
 Timing: `execute` returns the wall time of the whole step (perf_counter, ending after a device
 synchronisation), host-side preparation included, as a live engine would see it;
-`last_gpu_time_s` is the same step's device time between two CUDA events (None on the CPU).
+`last_gpu_time_s` is the same step's device time between two CUDA events (None on the CPU), and
+`last_sm_clock_mhz` the SM clock NVML reported while the step ran (engine.sm_clock; None on the CPU or without NVML).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import torch
 from engine.host_tier import HostTier
 from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention
 from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
+from engine.sm_clock import cuda_sm_clock
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
@@ -217,6 +219,8 @@ class GPUExecutor:
         self.keep_logits = keep_logits
         self.last_logits: dict[str, torch.Tensor] | None = {} if keep_logits else None
         self.last_gpu_time_s: float | None = None
+        self.last_sm_clock_mhz: int | None = None
+        self._sm_clock = cuda_sm_clock(self.device) if self.is_cuda else None
         self.num_steps = 0
         self._noise_filled = False  # advance() fills the cache with noise once
         self.num_graph_steps = 0  # decode steps replayed from a CUDA graph
@@ -268,6 +272,7 @@ class GPUExecutor:
             "num_graph_steps": self.num_graph_steps,
             "num_mixed_padded_steps": self.num_mixed_padded_steps,
             "num_mixed_graph_steps": self.num_mixed_graph_steps,
+            "sm_clock_recorded": bool(self._sm_clock is not None and self._sm_clock.available),
         }
 
     # ---- tokens ----------------------------------------------------------------------------
@@ -329,6 +334,7 @@ class GPUExecutor:
             sampled = self._forward(plan) if plan.scheduled else None
             if self.is_cuda:
                 self._ev_end.record()
+                self.last_sm_clock_mhz = self._sm_clock.read()  # while the GPU runs the step
             if sampled is not None:
                 reqs, logits, tokens = sampled
                 for req, token in zip(reqs, tokens.tolist()):  # .tolist() waits for the device

@@ -86,6 +86,7 @@ class LiveReplay:
         self.releases: list[tuple[str, float, float, int]] = []  # id, trace arrival, released at, release step
         self.batches: list[tuple[int, str, str]] = []  # step, scheduled ids, preempted ids
         self.gpu_times: dict[int, float | None] = {}
+        self.sm_clocks: dict[int, int | None] = {}
         self.idle_after: set[int] = set()
 
     def run(self) -> dict:
@@ -117,6 +118,7 @@ class LiveReplay:
             nonlocal last_step
             last_step = plan.step_id
             self.gpu_times[plan.step_id] = ex.last_gpu_time_s
+            self.sm_clocks[plan.step_id] = getattr(ex, "last_sm_clock_mhz", None)
             self.batches.append((plan.step_id, " ".join(s.request_id for s in plan.scheduled), " ".join(plan.preempted)))
             if self.progress is not None and outcome.finished:
                 self.progress(len(outcome.finished))
@@ -127,6 +129,7 @@ class LiveReplay:
         wall = now()
         steps = stitch_durations(rec.steps_frame(), self.idle_after)
         steps["gpu_time_s"] = steps["step"].map(self.gpu_times).astype("float64")
+        steps["sm_clock_mhz"] = steps["step"].map(self.sm_clocks).astype("float64")  # NaN without NVML
         all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
         requests = rec.requests_frame(all_requests)
         summary = summarize(steps, requests, leaked_blocks=sched.leaked_blocks(), sim_wall_s=wall,
@@ -568,7 +571,7 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     """One workload through the live loop: its timed steps' rows (advanced steps left out, ContextBuilding), each
     step followed by `rest` times its duration of idle GPU (run_calibration), taken out of its stitched duration;
     `gpu_time_s` is each step's device time (GPUExecutor.last_gpu_time_s), so a calibration's steps and a live run's
-    can be told apart into device and host time."""
+    can be told apart into device and host time, and `sm_clock_mhz` the SM clock while it ran (last_sm_clock_mhz)."""
     bs = config.block_size
     sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
     tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
@@ -584,10 +587,12 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
 
     rested: dict[int, float] = {}  # step -> the idle time after it (rest)
     gpu_times: dict[int, float | None] = {}  # step -> its device time between CUDA events (None on the CPU)
+    sm_clocks: dict[int, int | None] = {}  # step -> the SM clock while it ran (None without NVML)
 
     def stepped(plan, duration, outcome):  # after the step's recording, before the next step's schedule
         if plan.step_id not in context.advanced:
             gpu_times[plan.step_id] = getattr(executor, "last_gpu_time_s", None)
+            sm_clocks[plan.step_id] = getattr(executor, "last_sm_clock_mhz", None)
             if rest > 0:
                 t0 = time.perf_counter()
                 time.sleep(rest * duration)
@@ -602,6 +607,7 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     steps = stitch_durations(rec.steps_frame(), set())
     steps["duration_s"] -= steps["step"].map(rested).fillna(0.0)
     steps["gpu_time_s"] = steps["step"].map(gpu_times).astype("float64")  # as in a live run's steps
+    steps["sm_clock_mhz"] = steps["step"].map(sm_clocks).astype("float64")
     steps["started_unix"] = clock.started_unix
     shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
     steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)

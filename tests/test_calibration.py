@@ -298,3 +298,29 @@ def test_the_rest_after_each_timed_step_is_idle_time_not_the_steps(workloads):
     assert 0.002 <= rows["duration_s"].median() < 0.004  # and the rest is in no duration (the host's own work is)
     assert ((rows["started_unix"] >= before) & (rows["started_unix"] <= time.time())).all()
     assert rows["started_unix"].nunique() == 1
+
+
+def test_rows_carry_each_timed_steps_device_time_and_sm_clock(workloads):
+    """A calibration row has its step's device time and the SM clock read while it ran (as a live run's steps), so
+    calibration and serving can be compared at the same clock (bench/decode_bias.py); without them the columns are
+    NaN, never a neighbour's value."""
+
+    class Clocked(NoTime):
+        def __init__(self):
+            self.n = 0
+            self.last_gpu_time_s, self.last_sm_clock_mhz = None, None
+
+        def execute(self, plan) -> float:
+            self.n += 1
+            self.last_gpu_time_s, self.last_sm_clock_mhz = self.n * 1e-3, (1500 + self.n if self.n % 2 else None)
+            return 0.0
+
+    ex = Clocked()
+    rows = run_calibration(ex, CONFIG, workloads=[("decode-c128", workloads["decode-c128"])])
+    # advancing steps are not executed; every timed step's row holds the values of its own execute() call
+    n = (rows["gpu_time_s"] * 1e3).round().astype(int)
+    assert n.is_unique and (n > 0).all()
+    odd = n % 2 == 1
+    assert (rows.loc[odd, "sm_clock_mhz"] == 1500 + n[odd]).all() and rows.loc[~odd, "sm_clock_mhz"].isna().all()
+    assert run_calibration(NoTime(), CONFIG, workloads=[("decode-c128", workloads["decode-c128"])])[
+        ["gpu_time_s", "sm_clock_mhz"]].isna().all().all()
