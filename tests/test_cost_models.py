@@ -761,3 +761,28 @@ def test_with_mixed_graphs_the_eager_floor_counts_the_tokens_above_the_largest_b
         t = max(n, largest + 1)
         gaps.append(fitted._eager_time(t - n, int(t > n), n, 0, 0, 0) - fitted.step_time(StepFeatures(num_decode_seqs=n)))
     assert min(gaps) == pytest.approx(0.0, abs=1e-9)  # raised exactly as far as needed: never below, never more
+
+
+def test_a_fit_with_each_steps_clock_prices_steps_at_the_calibrations_top_clock():
+    """Rows timed at clocks below the top (a calibration under the power cap) take longer by a share of their time
+    that scales with the clock; with the clock recorded, the fit finds that share from its own held-out error and
+    prices steps at the top clock; without the clock it cannot, and prices them at the rows' average slowdown."""
+    known = known_profile()
+    steps = calibration_grid() * 3 + skewed_grid() * 3
+    rows = frame(steps, known.step_time, workload_size=12)
+    rng = np.random.default_rng(2)
+    clocks = rng.choice([1400.0, 1600.0, 1800.0, 1980.0], len(rows))
+    rows["duration_s"] *= (1 + 0.2 * (1980.0 / clocks - 1)) * (1 + 0.003 * rng.standard_normal(len(rows)))
+    clean = frame(calibration_grid() + skewed_grid(), known.step_time)  # the steps at the top clock
+
+    fitted, report = fit_profile(rows.assign(sm_clock_mhz=clocks), "llama-3-8b", "h200", holdout="workload")
+    clock = report["sm_clock"]
+    assert clock["reference_mhz"] == 1980.0 and clock["sensitivity"] == 0.2 and fitted.fit["sm_clock"] == clock
+    assert set(clock["held_out_mape_by_sensitivity"]) == {"0.0", "0.05", "0.1", "0.15", "0.2", "0.25", "0.3"}
+    assert np.abs(fitted.forward_times(clean) / clean["duration_s"] - 1).mean() < 0.01
+
+    blind, blind_report = fit_profile(rows, "llama-3-8b", "h200", holdout="workload")
+    assert "sm_clock" not in blind_report and "sm_clock" not in blind.fit
+    assert np.median(blind.forward_times(clean) / clean["duration_s"]) > 1.015  # the throttled rows' slowdown, kept
+    partial = rows.assign(sm_clock_mhz=np.where(np.arange(len(rows)) == 3, np.nan, clocks))  # a failed read
+    assert "sm_clock" not in fit_profile(partial, "llama-3-8b", "h200")[1]

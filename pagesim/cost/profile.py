@@ -149,6 +149,7 @@ INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "d
 OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk")
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
+CLOCK_SENSITIVITIES = tuple(i / 20 for i in range(7))  # 0 .. 0.3: the share of a step's time that scales with the clock
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
 # The padded decode batch sizes the engine captures CUDA graphs at; engine.executor imports this rule.
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -691,10 +692,47 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
             "train_mape": float(sum(abs_err) / len(rows_idx))}
 
 
-def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
-                knees: tuple[int, ...] = KNEES, holdout: str = "rows",
-                max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES,
-                mixed_graph_token_sizes: tuple[int, ...] = ()) -> tuple[ProfileCostModel, dict]:
+def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
+                clock_sensitivities: tuple[float, ...] = CLOCK_SENSITIVITIES, **options) -> tuple[ProfileCostModel, dict]:
+    """Fit a ProfileCostModel to measured steps (_fit_at_one_clock, whose docstring says how and takes `options`),
+    priced at the SM clock of the calibration's fastest steps.
+
+    A calibration runs much of its time at the GPU's power cap, its SM clock moving between ~1.4 and 1.98 GHz on an
+    H200 while a lightly loaded serving window holds the top clock (README, Simulator accuracy, rounds 15-17). When
+    the rows carry the clock each step ran at (`sm_clock_mhz`, recorded since round 17), each duration is brought to
+    the reference clock (the rows' highest) as if a share s of it scaled with the clock:
+    duration / (1 + s (reference / clock - 1)); s is the one in `clock_sensitivities` whose fit has the least
+    held-out error (measured at each row's own clock, which the scaling leaves unchanged), so the calibration alone
+    chooses it. The model then prices steps at the reference clock; the report's `sm_clock` says which s, at what
+    reference, and the held-out error of each s. Rows without a clock for every step are fitted as they are.
+    """
+    clocks = _row_clocks(rows)
+    if clocks is None or len(clock_sensitivities) < 2:
+        return _fit_at_one_clock(rows, model, gpu, **options)
+    reference = float(clocks.max())
+    excess = reference / clocks - 1
+    fits = {float(s): _fit_at_one_clock(rows.assign(duration_s=rows["duration_s"] / (1 + s * excess)), model, gpu,
+                                        **options) for s in clock_sensitivities}
+    best = min(fits, key=lambda s: (fits[s][1]["mape"], s))  # the least held-out error; ties to the smaller share
+    profile, report = fits[best]
+    clock = {"reference_mhz": reference, "sensitivity": best, "median_mhz": float(np.median(clocks)),
+             "held_out_mape_by_sensitivity": {str(s): fits[s][1]["mape"] for s in fits}}
+    profile.fit["sm_clock"] = report["sm_clock"] = clock
+    return profile, report
+
+
+def _row_clocks(rows) -> np.ndarray | None:
+    """The rows' SM clocks in MHz, or None unless every row has one (calibrations before round 17 have none)."""
+    if "sm_clock_mhz" not in rows:
+        return None
+    c = np.asarray(rows["sm_clock_mhz"], dtype=np.float64)
+    return c if len(c) and np.isfinite(c).all() and (c > 0).all() else None
+
+
+def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
+                      knees: tuple[int, ...] = KNEES, holdout: str = "rows",
+                      max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES,
+                      mixed_graph_token_sizes: tuple[int, ...] = ()) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
     `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
