@@ -10,6 +10,9 @@
 #   live_call              the live scripts' set-up: R=$OUT/results with live/ and profiles/, unbuffered Python, gpu_line
 #   kernel_call OUT        the kernel scripts' set-up: the carried wheels installed, PYTHONPATH, OUT/log.txt begun
 #                          with the GPU's clocks, the versions and the commit; defines `step NAME` (a line in the log)
+#   clocks_start [MS]      nvidia-smi's SM/memory clock, power, temperature and clock event reasons every MS ms (50)
+#                          into R/clocks.csv, in the background (after live_call); clocks_stop ends it and gzips it
+#   mark NAME EDGE         a line "UTC-time NAME EDGE" in R/phases.txt (bench/clock_phases.py reads both files)
 run() {
   echo "== $(date +%T) $*"
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
@@ -57,3 +60,10 @@ kernel_call() {
   python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$log" 2>&1
   echo "commit ${PAGESIM_GIT_COMMIT:-unknown}" >>"$log"
 }
+clocks_start() {
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+      --format=csv -lms "${1:-50}" >"$R/clocks.csv" 2>&1 &
+  SMI=$!
+}
+clocks_stop() { kill "$SMI"; gzip -f "$R/clocks.csv"; }
+mark() { echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') $*" >>"$R/phases.txt"; }

@@ -27,10 +27,7 @@ if [ "${2:-}" = b ]; then
   exit 0
 fi
 if [ "${2:-}" = d ]; then
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-      --format=csv -lms 100 >"$R/clocks.csv" 2>&1 &
-  SMI=$!
-  mark() { echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') $*" >>"$R/phases.txt"; }
+  clocks_start 100
   P="$R/profiles/h200-llama-3-8b-$D-r14d.json"
   mark calibrate start; BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
   profile_summary "$P"; pack
@@ -40,7 +37,7 @@ if [ "${2:-}" = d ]; then
   mark preempt start
   BUDGET=70 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" --num-gpu-blocks 400 \
       --out "$R/live/preempt-sharegpt-bursty-r14d"; mark preempt end
-  kill $SMI; gzip -f "$R/clocks.csv"
+  clocks_stop
   runs_summary "$R"; pack
   exit 0
 fi

@@ -22,10 +22,7 @@ if [ "${2:-}" = k ]; then
 fi
 live_call
 nvidia-smi -q -d POWER,CLOCK >"$R/power-and-clocks.txt" 2>&1
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv -lms 50 >"$R/clocks.csv" 2>&1 &
-SMI=$!
-mark() { echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') $*" >>"$R/phases.txt"; }
+clocks_start 50
 P0="$R/profiles/h200-llama-3-8b-$D-r15.json"
 P1="$R/profiles/h200-llama-3-8b-$D-r15-rest.json"
 mark calibrate start; BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P0"; mark calibrate end
@@ -38,5 +35,5 @@ BUDGET=80 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-pre
 mark preempt start
 BUDGET=70 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P1" --num-gpu-blocks 400 \
     --out "$R/live/preempt-sharegpt-bursty-r15"; mark preempt end
-kill $SMI; gzip -f "$R/clocks.csv"
+clocks_stop
 runs_summary "$R"; pack

@@ -17,10 +17,7 @@ OUT=$1
 D=$(date -u +%F)
 source "$(dirname "$0")/h200_lib.sh"
 live_call
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv -lms 50 >"$R/clocks.csv" 2>&1 &
-SMI=$!
-mark() { echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') $*" >>"$R/phases.txt"; }
+clocks_start 50
 PS="$R/profiles/h200-llama-3-8b-$D-r16.json"
 T=traces/sharegpt-bursty-1k.jsonl
 mark calibrate start; BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$PS"; mark calibrate end
@@ -34,5 +31,5 @@ mark b end; profile_summary "$R/live/sharegpt-bursty-whole-r16b/profile.json"; p
 mark c start
 BUDGET=75 run live $T --limit 200 --watermark 0.01 --profile "$PS" --num-gpu-blocks 400 \
     --out "$R/live/preempt-sharegpt-bursty-r16c"; mark c end
-kill $SMI; gzip -f "$R/clocks.csv"
+clocks_stop
 runs_summary "$R"; pack

@@ -17,10 +17,7 @@ S=r17${MODE}
 source "$(dirname "$0")/h200_lib.sh"
 live_call
 python3 -c "import pynvml; print('nvidia-ml-py', pynvml.__file__)"
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv -lms 50 >"$R/clocks.csv" 2>&1 &
-SMI=$!
-mark() { echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') $*" >>"$R/phases.txt"; }
+clocks_start 50
 P="$R/profiles/h200-llama-3-8b-$D-$S.json"
 mark calibrate start; BUDGET=140 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
 profile_summary "$P"; pack
@@ -35,7 +32,7 @@ if [ "$MODE" = c ]; then
   BUDGET=75 run live traces/multiturn-300.jsonl --limit 200 --enable-prefix-caching --profile "$P" \
       --out "$R/live/multiturn-200-$S"; mark multiturn end
 fi
-kill $SMI; gzip -f "$R/clocks.csv"
+clocks_stop
 runs_summary "$R"; pack
 python3 -c "import json, pandas as pd, sys; r = pd.read_csv(sys.argv[1]); p = json.load(open(sys.argv[2]))
 print('calibration rows with a clock', r['sm_clock_mhz'].notna().mean(), 'median', r['sm_clock_mhz'].median(),
