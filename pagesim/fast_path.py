@@ -7,8 +7,10 @@ certifies k, `run_decode_steps` applies the k steps exactly as k
 schedule()/finish_step() pairs would (the KV-cache manager takes the blocks in
 the step-by-step order), and `decode_run` does both with the cost model's
 vectorised durations, stopping before the step that would start at or after
-`cut` (the next arrival or snapshot). Per-request results, step tables and
-block decisions equal step-by-step simulation (tests/test_fast_path.py).
+`cut` (the next arrival or snapshot); when requests finish in a run's last step
+before the cut it asks again and goes on with the smaller batch in the same call.
+Per-request results, step tables and block decisions equal step-by-step
+simulation (tests/test_fast_path.py).
 
 Both read the running requests' counters from the scheduler's DecodeSummary when the last step or
 run left one (it advanced every running request and learnt them), else in one pass.
@@ -174,7 +176,11 @@ def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int,
 
 def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float,
                context: tuple[int, int] | None = None) -> tuple[int, float]:
-    """Apply and record up to k decode steps from `now`, none but the first starting at or after `cut`.
+    """Apply and record up to k decode steps from `now`, none but the first starting at or after `cut`; then,
+    when requests finished in the last of them and the scheduler still certifies a run (plan_decode_run, asked
+    after their blocks are freed: the queue heads stay blocked), go on with the smaller batch in the same call,
+    up to `cut`: what the driver loop's next turns would do (nothing is due before `cut`). Each part is recorded
+    as a run of its own; the memory after one part's last step is the next part's memory before it.
 
     `context`: the running requests' (sum, max) of num_computed_tokens (plan_decode_run's), when the caller
     has them. Returns (steps applied, end time of the last).
@@ -182,20 +188,29 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
     if context is None:
         computed = [r.num_computed_tokens for r in sched.running]
         context = (sum(computed), max(computed, default=0))
-    n, (total, longest) = len(sched.running), context
-    # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new blocks are its own)
-    shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
-              if cost_model.prices_sharing else 0)
-    until = None if shared else getattr(cost_model, "decode_run_until", None)
-    timed = until(n, total, k, now, cut, FUSED_RUN) if until is not None else None
-    if timed is not None:  # the roofline's one pass over the steps that start before cut
-        starts, durations, end = timed
-        m = len(starts)
-    else:
-        m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, now, cut,
-                                              0 if until is not None else SHORT_RUN)
+    until = None if cost_model.prices_sharing else getattr(cost_model, "decode_run_until", None)
     before = recorder.memory_state()
-    first_step = sched.step_id
-    blocks, finished = run_decode_steps(sched, m, end, (total, longest))
-    recorder.record_decode_run(first_step, starts, durations, n, total, longest, blocks, finished, before)
-    return m, end
+    steps = 0
+    while True:
+        n, (total, longest) = len(sched.running), context
+        timed = until(n, total, k, now, cut, FUSED_RUN) if until is not None else None
+        if timed is not None:  # the roofline's one pass over the steps that start before cut
+            starts, durations, end = timed
+            m = len(starts)
+        else:
+            # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new
+            # blocks are its own)
+            shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
+                      if cost_model.prices_sharing else 0)
+            m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, now, cut,
+                                                  0 if until is not None else SHORT_RUN)
+        first_step = sched.step_id
+        blocks, finished = run_decode_steps(sched, m, end, context)
+        before = recorder.record_decode_run(first_step, starts, durations, n, total, longest, blocks, finished, before)
+        steps += m
+        if not finished or end >= cut:
+            return steps, end
+        k, *context = plan_decode_run(sched)
+        if k < 2:
+            return steps, end
+        now = end

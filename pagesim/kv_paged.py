@@ -310,13 +310,16 @@ class PagedKVCacheManager:
         steps = [room for room, _, _ in rooms]
         for period in range(bs, k, bs):
             steps += [j for room, _, _ in rooms if (j := room + period) < k]
-        evicted: list[bool] = []
+        evicted = [] if self.pool.num_free_cached else None  # which blocks held a cached prefix (none can without)
         taken = self.pool.take(len(steps), evicted)
         internal_steps, slots = [], []
         for i, (room, _, r) in enumerate(rooms):
             ids = r.block_ids
             held = len(ids)
-            ids += taken[i::m] if k > room + bs else (taken[i],)
+            if k > room + bs:
+                ids += taken[i::m]
+            else:
+                ids.append(taken[i])
             # slots past the final length: only the request's last block reaches past it, and the table reached
             # no further than the final length before it grew (allocate_slots)
             over = internal_slots(r, bs)
@@ -325,7 +328,7 @@ class PagedKVCacheManager:
                 slots.append(over)
         if slots:
             self.num_internal_slots += sum(slots)
-        evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
+        evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if evicted and True in evicted else []
         return DecodeBlocks(steps, evicted_steps, internal_steps, slots)
 
     def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:

@@ -222,15 +222,12 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
         if fast_path is not None and not (released and skip_after_release):
             k, *context = fp.plan_decode_run(scheduler)
             if k >= 2:
-                # A run goes on through the finishes that end it while nothing is due before `cut` and the
-                # scheduler still certifies a run (the queue heads stay blocked after the finished requests'
-                # blocks are freed): what the loop's next turns would do, without their tick, release and wait.
-                cut, end = min(arrivals.next_time(), seen_until), now
-                while k >= 2:
-                    k, end = fp.decode_run(scheduler, recorder, fast_path, k, end, cut, context)
-                    stats.num_steps += k
-                    stats.fast_path_steps += k
-                    k, *context = fp.plan_decode_run(scheduler) if end < cut else fp.NO_RUN
+                # The run goes on through the finishes that end its parts while nothing is due before the cut
+                # (fp.decode_run): what the loop's next turns would do, without their tick, release and wait.
+                k, end = fp.decode_run(scheduler, recorder, fast_path, k, now, min(arrivals.next_time(), seen_until),
+                                       context)
+                stats.num_steps += k
+                stats.fast_path_steps += k
                 empty = 0
                 yield clock.wait(end - now)
                 continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 from operator import attrgetter
+from struct import Struct
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,6 +62,9 @@ FLOAT_COLUMNS = ("time_s", "duration_s")
 CHUNK_STEPS = 1 << 16
 NO_PREFIX_DELTAS = (0, 0, 0)
 RUN_FIELDS = 7 + 9 + 9 + 3 + 3  # values kept per decode run (Recorder._runs_columns)
+# What the flat arrays get, packed by struct: array.extend/fromlist parse each item as a function argument, ~5x dearer.
+_ROW = Struct(f"{len(ROW_COLUMNS)}d").pack
+_RUN = Struct(f"{RUN_FIELDS}q").pack
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
 REQUEST_COLUMNS = (
@@ -185,16 +189,13 @@ class Recorder:
         s = self.sched
         self._memory_cache = None  # the step changed the state
         memory = self.memory_state()
-        rows = self.rows  # in ROW_COLUMNS' order
-        rows.extend((step, start, duration, num_running, len(s.waiting), len(s.swapped)))
-        rows.extend(features)
-        rows.append(num_preemptions)
-        rows.extend(memory)
         stats = s.kv.prefix_cache_stats
         if stats.queries != self._queries or stats.hits != self._hits or stats.host_hits != self._host_hits:
-            rows.extend(self._prefix_deltas())
+            deltas = self._prefix_deltas()
         else:
-            rows.extend(NO_PREFIX_DELTAS)
+            deltas = NO_PREFIX_DELTAS
+        self.rows.frombytes(_ROW(step, start, duration, num_running, len(s.waiting), len(s.swapped), *features,
+                                 num_preemptions, *memory, *deltas))  # in ROW_COLUMNS' order
         self.num_steps = step + 1
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -205,7 +206,7 @@ class Recorder:
 
     def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], n: int,
                           context_start: int, max_context_start: int, b: DecodeBlocks, finished: list,
-                          before: tuple) -> None:
+                          before: tuple) -> tuple:
         """Rows for a run of k = len(starts) decode steps of n requests, kept compactly and expanded in bulk by
         steps_frame(): `context_start` and `max_context_start` are the sum and the max of their
         num_computed_tokens before it, `b` the blocks it took, `finished` the requests that finished in its last
@@ -213,7 +214,8 @@ class Recorder:
 
         Every row follows the run's formulas (memory changes only by the blocks the run took) but the last one's
         memory, which is kept with the run: the state after it when it finished requests (they freed their
-        blocks), else the formulas' own value, which is also the state now.
+        blocks), else the formulas' own value, which is also the state now. Returns that state (memory_state()
+        now, for a run that goes on).
         """
         k = len(starts)
         s = self.sched
@@ -228,21 +230,22 @@ class Recorder:
             deltas = self._prefix_deltas()
         else:
             deltas = NO_PREFIX_DELTAS
-        self.runs.extend((first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
-                          *before, *after, *deltas, len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
-        self.run_starts.fromlist(starts)
-        self.run_durations.fromlist(durations)
+        self.runs.frombytes(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
+                                 *before, *after, *deltas, len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
+        self.run_starts.frombytes(_doubles(starts))
+        self.run_durations.frombytes(_doubles(durations))
         if b.block_steps:
             block_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
-            block_steps.fromlist(b.block_steps)
+            block_steps.frombytes(_ints(b.block_steps))
             if b.evicted_steps:
-                evicted_steps.fromlist(b.evicted_steps)
+                evicted_steps.frombytes(_ints(b.evicted_steps))
             if b.internal_steps:
-                internal_steps.fromlist(b.internal_steps)
-                internal_slots.fromlist(b.internal_slots)
+                internal_steps.frombytes(_ints(b.internal_steps))
+                internal_slots.frombytes(_ints(b.internal_slots))
         self.num_steps = first_step + k
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
+        return after
 
     def _memory_after(self, before: tuple, used_delta: int, blocks: int, evicted: int, internal_delta: int) -> tuple:
         """memory_state() after a decode run that finished nobody, from the state before it (as _runs_columns)."""
@@ -540,6 +543,25 @@ class _Scratch:
         if a is None or len(a) < count or a.dtype != dtype:
             self.arrays[name] = a = np.empty(max(count, 0 if a is None else len(a)), dtype=dtype)
         return a[:count]
+
+
+def _packer(kind: str):
+    """values -> bytes, as an array of `kind` ("d" or "q") holds them, by a struct made once per length (for
+    array.frombytes: a copy, where array.fromlist parses each item)."""
+    packs = {}
+
+    def packed(values: list) -> bytes:
+        pack = packs.get(len(values))
+        if pack is None:
+            if len(values) > 1024:  # long runs are rare: no struct kept for each length
+                return array(kind, values).tobytes()
+            pack = packs[len(values)] = Struct(f"{len(values)}{kind}").pack
+        return pack(*values)
+
+    return packed
+
+
+_doubles, _ints = _packer("d"), _packer("q")
 
 
 def _block_arrays() -> tuple[array, array, array, array]:

@@ -7,15 +7,21 @@ sequence of blocks allocated, freed and evicted from the prefix cache).
 
 from __future__ import annotations
 
+import os
+from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.helpers import swap_space_for
 from pagesim.block_pool import STORED
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
-from pagesim.request import requests_from_trace
+from pagesim.request import Request, requests_from_trace
 from pagesim.simulator import Simulation
 from pagesim.traces import load_trace
 
@@ -281,3 +287,141 @@ def test_decode_group_with_the_deadline_index_schedules_as_request_by_request(ov
     grouped = _step_by_step(trace, True, **overrides)
     assert sum(taken) > 10, "the deadline index was never used: the test proves nothing"
     assert grouped[:4] == plain[:4]
+
+
+# ---- decode runs that go on through finishes ----------------------------------------------------------------------
+@contextmanager
+def counting_parts():
+    """Counts, while in the block: the decode runs the driver loop asks for (`runs`), their parts (`parts`: one per
+    run_decode_steps call, so parts beyond runs went on through finishes), the parts after a finish that evicted
+    cached blocks (`evicting`: blocks a finished request's table had left cached, among others) and the requests
+    finished by a part that went on (`finished`)."""
+    from pagesim import fast_path
+
+    counts = Counter()
+    decode_run, run_decode_steps = fast_path.decode_run, fast_path.run_decode_steps
+    part = [0]
+
+    def counted_run(*args, **kwargs):
+        counts["runs"] += 1
+        part[0] = 0
+        return decode_run(*args, **kwargs)
+
+    def counted_part(*args, **kwargs):
+        blocks, finished = run_decode_steps(*args, **kwargs)
+        counts["parts"] += 1
+        if part[0] and blocks.evicted_steps:
+            counts["evicting"] += 1
+        part[0] += 1
+        return blocks, finished
+
+    fast_path.decode_run, fast_path.run_decode_steps = counted_run, counted_part
+    try:
+        yield counts
+    finally:
+        fast_path.decode_run, fast_path.run_decode_steps = decode_run, run_decode_steps
+
+
+def assert_fast_equals_step_by_step(config: Config, make_requests, snapshot_times=()) -> Counter:
+    """Simulate fresh requests with and without the fast path: the same steps, request results, block events (all
+    but the registrations of full blocks, which a run makes at its end: the same blocks, in another order) and
+    block snapshots. Returns counting_parts()' counts of the fast run."""
+    def simulate(fast: bool):
+        sim = Simulation(make_requests(), config, make_cost_model("roofline", config), fast_path=fast,
+                         record_events=True, snapshot_times=snapshot_times)
+        return sim.run(), sim.scheduler.kv.events
+
+    slow, slow_events = simulate(False)
+    with counting_parts() as counts:
+        fast, fast_events = simulate(True)
+    assert fast.num_steps == slow.num_steps
+    assert [e for e in fast_events if e[0] != STORED] == [e for e in slow_events if e[0] != STORED]
+    assert sorted(e for e in fast_events if e[0] == STORED) == sorted(e for e in slow_events if e[0] == STORED)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    for a, b in zip(fast.snapshots, slow.snapshots, strict=True):
+        assert a.request_ids == b.request_ids and (a.owner == b.owner).all() and (a.fill == b.fill).all()
+        assert (a.ref_cnt == b.ref_cnt).all() and (a.cached == b.cached).all()
+    assert fast.leaked_blocks == slow.leaked_blocks == 0
+    return counts
+
+
+@st.composite
+def finishing_workloads(draw):
+    """A config and requests whose decode runs often go on through finishes: up to 12 requests arriving within a
+    second, with output lengths spread over 1-160 tokens, under one of: the paged cache roomy or under memory
+    pressure (preemption by recompute, or by swap with a CPU pool that may run out), prefix caching over shared
+    prefixes (a finished request's full blocks stay cached: later admissions hit them, later parts of a run evict
+    them), with or without a host tier, chunked prefill with a small budget or none, the contiguous baseline."""
+    bs = draw(st.sampled_from([4, 8, 16]))
+    max_model_len = draw(st.integers(12, 40)) * bs
+    layout = draw(st.sampled_from(["paged", "paged", "paged", "contiguous"]))
+    chunked = draw(st.booleans())
+    options = dict(model="llama-3-8b", gpu="h200", block_size=bs, max_model_len=max_model_len, kv_layout=layout,
+                   num_gpu_blocks=draw(st.integers(max_model_len // bs + 1, 8 * max_model_len // bs)),
+                   max_num_seqs=draw(st.integers(2, 12)), enable_chunked_prefill=chunked,
+                   max_num_batched_tokens=draw(st.integers(bs, 2 * max_model_len)) if chunked else max_model_len,
+                   watermark=draw(st.sampled_from([0.0, 0.0, 0.05])))
+    if layout == "contiguous":
+        options["reserve_policy"] = draw(st.sampled_from(["max", "pow2", "oracle"]))
+    else:
+        options["enable_prefix_caching"] = caching = draw(st.booleans())
+        if caching and draw(st.booleans()):
+            options["kv_offloading_size"] = draw(st.sampled_from([1, 4, 64])) * Config(**options).block_bytes / 2**30
+    if draw(st.booleans()):
+        options["preemption_mode"] = "swap"
+        options["swap_space"] = swap_space_for(draw(st.integers(0, 40)), "llama-3-8b", bs)
+    prefixes = draw(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=8), min_size=1, max_size=3))
+    specs = []
+    for _ in range(draw(st.integers(2, 12))):
+        ids = tuple(draw(st.sampled_from(prefixes)) + draw(st.lists(st.integers(4, 9), max_size=3)))
+        specs.append((draw(st.floats(0, 1, allow_nan=False)), draw(st.integers(1, min(len(ids) * bs, max_model_len - 1))),
+                      draw(st.integers(1, 160)), ids))
+    return Config(**options), specs
+
+
+def make_requests(specs, block_size):
+    return lambda: [Request(f"r{i}", arrival, prompt, output, seq_no=i, prefix_hash_ids=ids, hash_block_size=block_size)
+                    for i, (arrival, prompt, output, ids) in enumerate(specs)]
+
+
+CONTINUED: Counter = Counter()  # what the examples below exercised (test_continued_runs_were_exercised)
+
+
+@settings(max_examples=int(os.environ.get("FAST_PATH_EXAMPLES", 150)), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(finishing_workloads())
+def test_a_run_continued_through_finishes_equals_step_by_step(workload):
+    """Decode runs go on through the finishes that end their parts (fast_path.decode_run) while the scheduler still
+    certifies a run and nothing is due: equal to step-by-step simulation (steps, request results, block events and
+    snapshots), whatever the layout, memory pressure, preemption mode, prefix caching and chunking."""
+    config, specs = workload
+    counts = assert_fast_equals_step_by_step(config, make_requests(specs, config.block_size), snapshot_times=(0.3, 2.0))
+    went_on = counts["parts"] - counts["runs"]
+    CONTINUED["examples"] += 1
+    CONTINUED["went on"] += went_on > 0
+    CONTINUED["went on, caching"] += went_on > 0 and config.enable_prefix_caching
+    CONTINUED["went on, contiguous"] += went_on > 0 and config.kv_layout == "contiguous"
+    CONTINUED["evicting"] += counts["evicting"]
+
+
+def test_continued_runs_were_exercised():
+    """The examples above went on through finishes often, with prefix caching and in the contiguous layout too."""
+    if CONTINUED["examples"] < 50:
+        pytest.skip("the property test did not run in this session")
+    assert CONTINUED["went on"] > CONTINUED["examples"] // 4, CONTINUED
+    assert CONTINUED["went on, caching"] > 5 and CONTINUED["went on, contiguous"] > 5, CONTINUED
+
+
+def test_runs_go_on_through_finishes_of_cached_blocks_under_pressure():
+    """Every bundled trace (first 200 requests) with prefix caching under memory pressure: runs go on through
+    finishes, later parts evict blocks that finished requests left cached (100 such parts and more over the traces),
+    and all equals step-by-step simulation."""
+    config = Config(model="llama-3-8b", gpu="h200", max_model_len=8192, num_gpu_blocks=600, enable_prefix_caching=True)
+    evicting = 0
+    for path in TRACES:
+        trace = load_trace(path, limit=200)
+        counts = assert_fast_equals_step_by_step(config, lambda: requests_from_trace(trace), snapshot_times=(5.0, 20.0))
+        assert counts["parts"] > counts["runs"], (path.stem, counts)
+        evicting += counts["evicting"]
+    assert evicting > 100

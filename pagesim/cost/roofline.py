@@ -111,6 +111,9 @@ class RooflineCostModel:
         # c * attn_flops / flop_rate for every c >= 0 by more than rounding can move either (all GQA models
         # here, by ~40x): decode_run_times then skips the comparison.
         self._decode_kv_bound = self.kv_bytes * self.flop_rate > self.attn_flops * self.mem_rate * (1 + 1e-6)
+        # decode_run_until's dense term by batch size, for the batches it times (those whose steps are the K/V read
+        # plus constants: no all-reduce, no per-sequence overhead)
+        self._run_dense: dict[int, float] = {}
 
     def _forward_time(self, tokens, seqs, kv_read, pairs, maximum=max):
         """Works on ints and on numpy arrays alike, with the same operations in the same order."""
@@ -174,9 +177,12 @@ class RooflineCostModel:
         floats as decode_run_times'; None when more than `window` steps may start before cut (durations grow, so
         the first bounds how many) or when the durations need the max() (the caller then uses decode_run_times)."""
         n = num_seqs
-        if not n or not self._decode_kv_bound or self.allreduce_s + n * self.allreduce_s_per_token or n * self.seq_overhead_s:
-            return None
-        dense = max(self.weight_read_bytes / self.mem_rate, (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
+        dense = self._run_dense.get(n)
+        if dense is None:
+            if not n or not self._decode_kv_bound or self.allreduce_s + n * self.allreduce_s_per_token or n * self.seq_overhead_s:
+                return None
+            dense = self._run_dense[n] = max(self.weight_read_bytes / self.mem_rate,
+                                             (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
         kvb, mem_rate, overhead = self.kv_bytes, self.mem_rate, self.step_overhead_s
         c2 = context_start + 2 * n  # the keys read by the first step plus its new tokens' (decode_run_times)
         first = dense + c2 * kvb / mem_rate + overhead  # decode_run_times' expression, in its order
