@@ -7,8 +7,9 @@ replayed features the predictions use), prints and writes:
 - bias: per profile and run, the graph decode steps' median of measured / predicted - 1 and the total ratio;
 - host: per batch size, the median host time of a decode step (duration - device time between CUDA events,
   gpu_time_s) in each calibration (rows since round 16 carry it) and each run;
-- matched: each run decode step against the calibration decode rows of the same batch whose summed and longest
-  context are within 5%: the median ratio of their device times (the same step, timed in the two settings);
+- matched: each run decode step after a decode step against the calibration's steady decode rows (after a decode
+  step too) of the same batch whose summed and longest context are within 5%: the median ratio of their device
+  times (the same step, timed in the two settings);
 - with --clocks (a folder with the call's nvidia-smi clocks.csv.gz): each profile refitted on the rows whose lowest
   SM clock within 25 ms of the step reached a threshold (eager rows all kept), and the runs' bias under it.
 
@@ -79,10 +80,15 @@ def host_ms(rows) -> dict:
 
 
 def matched_device_ratio(cal, run) -> dict:
+    """Steady decode steps only on both sides: a decode step right after a prefill step runs slower in both
+    (pagesim.cost.profile.fit_profile)."""
     import numpy as np
 
-    c = cal[cal["num_prefill_tokens"] == 0]
-    r = run[run["kind"] == "graph decode"]
+    from pagesim.cost.profile import decode_after_prefill
+
+    c = cal[(cal["num_prefill_tokens"] == 0) & ~decode_after_prefill(cal)]
+    run = run.sort_values("step")
+    r = run[(run["kind"] == "graph decode") & (run["kind"].shift(1) == "graph decode")]
     ratios = []
     for b, g in r.groupby("num_decode_seqs"):
         cb = c[c["num_decode_seqs"] == b]

@@ -19,11 +19,14 @@ def test_matched_steps_compare_device_time_of_the_same_batch_and_context():
     cal = pd.DataFrame({"num_prefill_tokens": [0, 0, 0, 512], "num_decode_seqs": [4, 4, 8, 4],
                         "decode_context_tokens": [4000, 4100, 4000, 4000], "max_decode_context": [1000, 1020, 500, 1000],
                         "gpu_time_s": [0.0050, 0.0052, 0.0090, 0.0200]})
-    run = pd.DataFrame({"kind": ["graph decode", "graph decode", "graph decode"], "num_decode_seqs": [4, 4, 2],
-                        "decode_context_tokens": [4050, 8000, 4000], "max_decode_context": [1010, 2000, 2000],
-                        "gpu_time_s": [0.00459, 0.0060, 0.0040]})
-    m = matched_device_ratio(cal, run)
-    # only the first run step has a match: the two decode rows of 4 within 5% (not the 8-row one, not the prefill)
+    run = pd.DataFrame({"step": [0, 1, 2, 3, 4], "kind": ["graph mixed", "graph decode", "graph decode", "graph decode",
+                                                          "graph decode"],
+                        "num_decode_seqs": [4, 4, 4, 4, 2], "decode_context_tokens": [4000, 4000, 4050, 8000, 4000],
+                        "max_decode_context": [1000, 1000, 1010, 2000, 2000],
+                        "gpu_time_s": [0.009, 0.0049, 0.00459, 0.0060, 0.0040]})
+    m = matched_device_ratio(cal, run.iloc[::-1])
+    # steps 1 (after a mixed step: not steady) and 3, 4 (no calibration row near them) are not matched; step 2 is,
+    # with the two decode rows of 4 within 5% (not the 8-row one, not the prefill)
     assert m["matched_steps"] == 1 and m["median_ratio"] == pytest.approx(0.00459 / 0.0051)
 
 

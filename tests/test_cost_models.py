@@ -786,3 +786,27 @@ def test_a_fit_with_each_steps_clock_prices_steps_at_the_calibrations_top_clock(
     assert np.median(blind.forward_times(clean) / clean["duration_s"]) > 1.015  # the throttled rows' slowdown, kept
     partial = rows.assign(sm_clock_mhz=np.where(np.arange(len(rows)) == 3, np.nan, clocks))  # a failed read
     assert "sm_clock" not in fit_profile(partial, "llama-3-8b", "h200")[1]
+
+
+def test_with_clocks_decode_steps_after_a_prefill_are_left_out_of_the_fit_and_reported():
+    """A decode step right after a prefill step runs slower than the same step in a run of decode steps (calibrations
+    and live windows alike); a clocked calibration's fit prices the steady decode step and reports the others."""
+    known = known_profile()
+    steps = []
+    for f in [f for f in calibration_grid() if f.num_prefill_tokens == 0] * 2:
+        steps += [features(prefill=[(0, 256)]), f, f]  # a prefill, then the same decode step twice
+    rows = frame(steps, known.step_time)
+    rows["workload"] = [f"w{i // 30}" for i in range(len(rows))]
+    rows["step"] = rows.groupby("workload").cumcount()
+    decode = rows["num_prefill_tokens"] == 0
+    first_after = decode & (rows.groupby("workload")["num_prefill_tokens"].shift(1) > 0)
+    rows.loc[first_after, "duration_s"] *= 1.05
+    rows["sm_clock_mhz"] = 1980.0
+    fitted, report = fit_profile(rows, "llama-3-8b", "h200", holdout="workload")
+    steady = rows[decode & ~first_after]
+    assert np.abs(fitted.forward_times(steady) / steady["duration_s"] - 1).max() < 1e-3
+    after = report["after_prefill_decode"]
+    assert after["n"] == int(first_after.sum()) and after["median_measured_over_predicted"] == pytest.approx(1.05, rel=1e-3)
+    assert fitted.fit["after_prefill_decode"] == after
+    # without clocks (calibrations before round 17) every row is fitted, as before
+    assert "after_prefill_decode" not in fit_profile(rows.drop(columns="sm_clock_mhz"), "llama-3-8b", "h200")[1]
