@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 
@@ -95,8 +96,11 @@ def test_undecodable_bytes_name_their_line(tmp_path):
     assert_error(err, 3, None, "UTF-8 text")
 
 
-def test_compressed_file_is_rejected(tmp_path):
-    err = load_error(tmp_path, gzip.compress((AZURE_HEADER + OK_ROW).encode()), name="conv.csv.gz")
+def test_compressed_file_other_than_gzip_is_rejected(tmp_path):
+    """gzip is read (test_trace_gzip.py); other compressions are binary files."""
+    err = load_error(tmp_path, bz2.compress((AZURE_HEADER + OK_ROW).encode()), name="conv.csv.bz2")
+    assert err.expected.startswith("UTF-8 text")
+    err = load_error(tmp_path, gzip.compress(bz2.compress((AZURE_HEADER + OK_ROW).encode())), name="conv.csv.bz2.gz")
     assert err.expected.startswith("UTF-8 text")
 
 

@@ -24,6 +24,7 @@ import pandas as pd
 
 from pagesim.traces.errors import EMPTY, TraceError
 from pagesim.traces.schema import MAX_INT, MAX_TIME, Parsed, Rows, numbers
+from pagesim.traces.text import is_gzip, open_trace
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -48,8 +49,9 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
         types = {time_col: time_type} | {c: pa.int64() for c in count_cols}
         options = pacsv.ConvertOptions(column_types=types, include_columns=list(HEADERS[fmt]))
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in HEADERS[fmt]}
+        source = open_trace(path) if is_gzip(path) else path  # a gzip file decompressed as read, within the ceiling
         try:
-            with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
+            with pacsv.open_csv(source, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
                                 parse_options=pacsv.ParseOptions(ignore_empty_lines=False), convert_options=options) as reader:
                 for batch in reader:
                     for name in HEADERS[fmt]:
@@ -61,7 +63,12 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
                     pa.default_memory_pool().release_unused()  # arrow's allocator keeps freed blocks otherwise
             break
         except (pa.ArrowException, OSError, ValueError):
+            if getattr(source, "error", None):  # corrupt, or past the ceiling once decompressed
+                raise source.error from None
             continue
+        finally:
+            if source is not path:
+                source.close()
     else:
         return None
     if not chunks[time_col]:

@@ -17,7 +17,7 @@ from pagesim.traces.mooncake import read_mooncake
 from pagesim.traces.own_format import read_pagesim
 from pagesim.traces.schema import LoadSummary, Trace, by_arrival, to_frame
 from pagesim.traces.sharegpt import SHAREGPT_RATE, read_sharegpt
-from pagesim.traces.text import check_trace_file, read_head, read_text
+from pagesim.traces.text import check_trace_file, is_gzip, read_head, read_text
 
 READERS = {
     "azure": read_azure,
@@ -85,7 +85,15 @@ def load_trace(
         parsed.rows_read, len(df), dropped, parsed.warnings + warnings, fmt, float(df["arrival_time_s"].iloc[-1])
     )
     block = parsed.hash_block_size if "prefix_hash_ids" in df else None
-    return Trace(df, parsed.name or Path(file).stem, summary, block)
+    return Trace(df, parsed.name or _stem(path), summary, block)
+
+
+def _stem(path: str | Path) -> str:
+    """The file's name without its extension; a gzip file's without `.gz` too (conv.csv.gz -> conv)."""
+    name = Path(path).name
+    if name.lower().endswith(".gz") and is_gzip(path):
+        name = name[:-3]
+    return Path(name).stem
 
 
 def _format(path: str | Path, file: str) -> str:

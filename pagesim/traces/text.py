@@ -1,10 +1,17 @@
-"""Reading a trace file's text, and JSON with line numbers: the failure paths all end in TraceError."""
+"""Reading a trace file's text, and JSON with line numbers: the failure paths all end in TraceError.
+
+A gzip-compressed file (magic bytes 1f 8b, whatever its name) reads as its decompressed content: the size
+ceiling applies to the decompressed bytes, counted while decompressing (`open_trace`).
+"""
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import stat
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +26,8 @@ _WHITESPACE = " \t\r\n"
 MAX_TRACE_MB_VAR = "PAGESIM_MAX_TRACE_MB"
 DEFAULT_MAX_TRACE_MB = 2048
 HEAD_BYTES = 1 << 20  # enough to tell the format: a CSV header, or the first JSON line
+GZIP_MAGIC = b"\x1f\x8b"
+READ_CHUNK = 16 << 20  # decompressed bytes per read of a gzip file
 
 
 def max_trace_bytes() -> int:
@@ -47,21 +56,96 @@ def check_trace_file(path: str | Path) -> int:
     if not stat.S_ISREG(info.st_mode):
         raise TraceError(file, None, None, "a regular file (save a device's or a pipe's output to a file first)", Described("a device or pipe"))
     limit = max_trace_bytes()
-    if info.st_size > limit:
-        from pagesim.options import readable
-
-        raise TraceError(file, None, None, f"a trace file of at most {readable(limit / 1e6)} MB (set {MAX_TRACE_MB_VAR} to raise the limit)",
-                         Described(f"{readable(info.st_size / 1e6)} MB"))
+    if info.st_size > limit:  # a gzip file's content is larger still; its decompressed bytes are counted as read
+        raise _too_large(file, limit, info.st_size)
     return info.st_size
+
+
+def is_gzip(path: str | Path) -> bool:
+    """Whether the file starts with gzip's magic bytes (its content decides, never its name)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _too_large(file: str, limit: int, size: int | None) -> TraceError:
+    """The ceiling's error, for a file of `size` bytes, or (None) a gzip file's content found past it."""
+    from pagesim.options import readable
+
+    found = f"{readable(size / 1e6)} MB" if size is not None else f"more than {readable(limit / 1e6)} MB once decompressed"
+    return TraceError(file, None, None, f"a trace file of at most {readable(limit / 1e6)} MB (set {MAX_TRACE_MB_VAR} to raise the limit)",
+                      Described(found))
+
+
+class _Gunzip(io.RawIOBase):
+    """A gzip file's decompressed bytes, read in pieces: past the ceiling, or where the data is corrupt or cut
+    short, a read raises TraceError (and keeps it in `error`, for readers that swallow exceptions)."""
+
+    def __init__(self, path: str | Path, limit: int):
+        self.file, self.limit, self.count, self.error = str(path), limit, 0, None
+        self._gz = gzip.GzipFile(path, "rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        try:
+            n = self._gz.readinto(view[: self.limit + 1 - self.count])
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; a cut file ends in EOFError
+            problem = "the data ends early (a truncated file?)" if isinstance(exc, EOFError) else str(exc)
+            self.error = TraceError(self.file, None, None, "a complete gzip file", Described(problem[:80]))
+            raise self.error from None
+        self.count += n
+        if self.count > self.limit:
+            self.error = _too_large(self.file, self.limit, None)
+            raise self.error
+        return n
+
+    def close(self) -> None:
+        self._gz.close()
+        super().close()
+
+
+def open_trace(path: str | Path) -> io.RawIOBase:
+    """The file's bytes, decompressed when it is gzip; the caller closes it. TraceError when it cannot be opened."""
+    try:
+        if is_gzip(path):
+            return _Gunzip(path, max_trace_bytes())
+        return open(path, "rb", buffering=0)
+    except OSError as exc:
+        raise TraceError(str(path), None, None, "a readable file", exc.strerror or str(exc)) from None
+
+
+def read_bytes(path: str | Path, size: int = -1) -> bytes:
+    """The first `size` bytes of the file's content (all when -1), decompressed when it is gzip."""
+    file = str(path)
+    chunks, left = [], size
+    try:
+        with open_trace(path) as f:
+            if size < 0 and not isinstance(f, _Gunzip):
+                return f.readall()
+            while left:
+                chunk = f.read(READ_CHUNK if left < 0 else min(left, READ_CHUNK))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk) if left > 0 else 0
+    except OSError as exc:
+        raise TraceError(file, None, None, "a readable file", exc.strerror or str(exc)) from None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_head(path: str | Path) -> str | None:
     """The file's first whole lines (about HEAD_BYTES) as text, or None when they are not plain UTF-8 text."""
-    size = check_trace_file(path)
-    with open(path, "rb") as f:
-        data = f.read(HEAD_BYTES)
-    if size > len(data) and b"\n" in data:
-        data = data[: data.rindex(b"\n") + 1]
+    check_trace_file(path)
+    data = read_bytes(path, HEAD_BYTES + 1)
+    if len(data) > HEAD_BYTES:
+        data = data[:HEAD_BYTES]
+        if b"\n" in data:
+            data = data[: data.rindex(b"\n") + 1]
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -73,10 +157,7 @@ def read_text(path: str | Path) -> str:
     """The file as text; rejects unreadable, oversize, empty, non-UTF-8 and binary files (NUL bytes)."""
     file = str(path)
     check_trace_file(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise TraceError(file, None, None, "a readable file", exc.strerror or str(exc)) from None
+    data = read_bytes(path)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
