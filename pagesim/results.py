@@ -540,11 +540,21 @@ def read_requests(path: str | Path) -> pd.DataFrame:
 _CSV_NUMERIC = ("arrival_time_s", "first_scheduled_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s")
 
 
+def _present(run_dir: str | Path, *names: str) -> Path:
+    """DIR/the first of `names` that exists (the first when none does)."""
+    d = Path(run_dir)
+    return next((d / name for name in names if (d / name).exists()), d / names[0])
+
+
 def requests_path(run_dir: str | Path, stem: str = "requests") -> Path:
     """DIR/requests.parquet, or DIR/requests.csv for runs written before schema 2."""
-    d = Path(run_dir)
-    parquet = d / f"{stem}.parquet"
-    return parquet if parquet.exists() or not (d / f"{stem}.csv").exists() else d / f"{stem}.csv"
+    return _present(run_dir, f"{stem}.parquet", f"{stem}.csv")
+
+
+def arrivals_path(run_dir: str | Path) -> Path:
+    """A live run's released arrivals: DIR/arrivals.jsonl as `live` writes it, or DIR/arrivals.jsonl.gz as
+    committed runs store it (load_trace reads either)."""
+    return _present(run_dir, "arrivals.jsonl", "arrivals.jsonl.gz")
 
 
 def read_run(run_dir: str | Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:

@@ -52,18 +52,20 @@ from pagesim.metrics import summarize_run
 from pagesim.outputs import git_commit, prepare_output_dir
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
-from pagesim.results import SCHEMA_VERSION, read_requests, read_steps, requests_path, run_geometry, write_steps
+from pagesim.results import SCHEMA_VERSION, arrivals_path, read_requests, read_steps, requests_path, run_geometry, write_steps
 from pagesim.scheduler import Scheduler
 
 REQUEST_METRICS = [(f"{m}_{p}", m, p) for m in ("ttft_s", "tpot_s", "e2e_s") for p in ("p50", "p90", "p99")]
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 VALIDATION_FILES = ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv")
 RUN_FILES = ("summary.json", "steps.parquet", "requests.parquet", "releases.csv", "batches.parquet", "arrivals.jsonl")
+# Files a run may hold in another form: requests.csv (runs before schema 2), arrivals.jsonl.gz (committed runs).
+ALTERNATIVES = {"requests.parquet": requests_path, "arrivals.jsonl": arrivals_path}
 
 
 def load_run(run_dir: str | Path) -> dict:
     d = Path(run_dir)
-    missing = [f for f in RUN_FILES if not (d / f).exists() and not (f == "requests.parquet" and requests_path(d).exists())]
+    missing = [f for f in RUN_FILES if not (ALTERNATIVES[f](d) if f in ALTERNATIVES else d / f).exists()]
     if missing:
         raise UserError(f"{d}: not a live run directory (missing {', '.join(missing)}); "
                         "expected the output of `python -m pagesim live`")
@@ -83,7 +85,7 @@ def _requests(run: dict, released_times: bool = False):
     """The live run's requests, fresh, in trace order, with the trace's (or the released) arrival times."""
     from pagesim.traces import load_trace
 
-    trace = load_trace(run["dir"] / "arrivals.jsonl")
+    trace = load_trace(arrivals_path(run["dir"]))
     reqs = requests_from_trace(trace)
     rel = run["releases"].set_index("request_id")
     col = "released_s" if released_times else "arrival_time_s"

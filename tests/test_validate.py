@@ -17,7 +17,7 @@ from pagesim.cost.features import StepFeatures
 from pagesim.errors import UserError
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
-from pagesim.results import read_requests, read_steps, requests_path
+from pagesim.results import arrivals_path, read_requests, read_steps, requests_path
 from pagesim.scheduler import Scheduler
 from pagesim.simulator import simulate
 from pagesim.traces import load_trace
@@ -48,7 +48,7 @@ def replayed_features(d: Path, config: Config) -> dict[int, StepFeatures]:
     """Each step's features from the scheduler re-run with the live run's release steps (its plans)."""
     releases = pd.read_csv(d / "releases.csv", dtype={"request_id": str}).set_index("request_id")
     release = releases["release_step"]
-    reqs = sorted(requests_from_trace(load_trace(d / "arrivals.jsonl")), key=lambda r: (release[r.request_id], r.seq_no))
+    reqs = sorted(requests_from_trace(load_trace(arrivals_path(d))), key=lambda r: (release[r.request_id], r.seq_no))
     for r in reqs:
         r.arrival_time = float(releases.at[r.request_id, "arrival_time_s"])
     steps = read_steps(d / "steps.parquet")
@@ -141,7 +141,7 @@ def test_committed_validations_show_identical_decisions():
 def test_live_and_simulator_files_have_the_same_schema(tmp_path):
     live_steps = read_steps(LIVE / RUN / "steps.parquet")
     live_requests = read_requests(requests_path(LIVE / RUN))
-    trace = load_trace(LIVE / RUN / "arrivals.jsonl", limit=20)
+    trace = load_trace(arrivals_path(LIVE / RUN), limit=20)
     out = tmp_path / "sim"
     from pagesim.traces import write_trace
 
@@ -285,3 +285,28 @@ def test_validation_stores_the_simulated_steps_compactly_and_reads_them_back_exa
     assert set(back.columns) == set(sim.columns) | {"run"} and (back["run"] == "sim").all()
     for c in sim.columns:
         assert np.array_equal(back[c].to_numpy(), sim[c].to_numpy()), c
+
+
+def test_arrivals_gzipped_or_plain_validate_alike(tmp_path):
+    """A run directory holding arrivals.jsonl.gz (as committed) or arrivals.jsonl (as `live` writes it) validates to
+    the same figures; one holding neither is refused, naming the file."""
+    import gzip
+
+    reports = {}
+    for form in ("arrivals.jsonl.gz", "arrivals.jsonl"):
+        d = tmp_path / form / RUN
+        shutil.copytree(LIVE / RUN, d, ignore=shutil.ignore_patterns("validation", "arrivals.jsonl*"))
+        committed = arrivals_path(LIVE / RUN).read_bytes()
+        data = gzip.decompress(committed) if committed[:2] == b"\x1f\x8b" else committed
+        (d / form).write_bytes(gzip.compress(data) if form.endswith(".gz") else data)
+        assert arrivals_path(d) == d / form
+        assert main(["validate", str(d), "--out", str(tmp_path / form / "v")]) == 0
+        reports[form] = json.loads((tmp_path / form / "v" / "validation.json").read_text())
+    gz, plain = reports.values()
+    assert gz["request_level"] and gz["request_level"] == plain["request_level"]
+    assert gz["step_level"] and gz["step_level"] == plain["step_level"]
+    (d / "arrivals.jsonl").unlink()
+    from pagesim.validate import load_run
+
+    with pytest.raises(UserError, match="missing arrivals.jsonl"):
+        load_run(d)
