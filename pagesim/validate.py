@@ -187,6 +187,24 @@ def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256,
     return report, table
 
 
+def clock_report(steps: pd.DataFrame, cost_model) -> dict | None:
+    """The SM clock the run's steps ran at (sm_clock_mhz, recorded since round 17) against the clock the profile prices
+    steps at (fit.sm_clock): a run held below it, at the power cap, runs slower than predicted by about
+    sensitivity x (reference / clock - 1). None for a run without clocks."""
+    if "sm_clock_mhz" not in steps:
+        return None
+    c = steps["sm_clock_mhz"].dropna()
+    if c.empty:
+        return None
+    out = {"run_median_mhz": float(c.median()), "run_p10_mhz": float(c.quantile(0.1))}
+    priced = (getattr(cost_model, "fit", None) or {}).get("sm_clock")
+    if priced:
+        s, ref = float(priced["sensitivity"]), float(priced["reference_mhz"])
+        out.update(profile_reference_mhz=ref, profile_sensitivity=s,
+                   expected_slowdown_at_median=s * (ref / out["run_median_mhz"] - 1))
+    return out
+
+
 def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
     """Re-run the scheduler with the live run's release steps; compare every step's decisions.
 
@@ -367,6 +385,9 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     mixed_sizes = (run["summary"].get("executor") or {}).get("mixed_graph_token_sizes") or [0]
     steps_report, step_table = step_level(steps, cost, max_graph, max(mixed_sizes))
     steps_report["features_from_replay"] = filled
+    clock = clock_report(run["steps"], cost)
+    if clock is not None:
+        steps_report["sm_clock"] = clock
     requests_report, sim = request_level(run, cost)
     report = {
         "run": str(run_dir),
@@ -397,6 +418,7 @@ def format_report(report: dict) -> str:
         + (f" ({', '.join(s['features_from_replay'])} from the lockstep replay)" if s.get("features_from_replay") else ""),
         "  by kind: " + ", ".join(f"{k} {_pct(v['mape'])} ({v['n_steps']})" for k, v in s.get("by_kind", {}).items()),
         f"  steps slower than 2x their prediction: {s.get('n_steps_over_2x_prediction')}",
+        *_clock_lines(s.get("sm_clock")),
         f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
         f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
         f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}"
@@ -413,6 +435,20 @@ def format_report(report: dict) -> str:
                      f"{sum(bool(v['sim_within_live_spread']) for v in again.values())} of {len(again)} "
                      f"(replicate {report['live_repeatability']['replicate']})")
     return "\n".join(lines)
+
+
+def _clock_lines(clock: dict | None) -> list[str]:
+    if not clock:
+        return []
+    line = f"  SM clock: the run's steps at {clock['run_median_mhz']:.0f} MHz median (p10 {clock['run_p10_mhz']:.0f})"
+    if "profile_reference_mhz" not in clock:
+        return [line + "; the profile was fitted without clocks"]
+    line += (f"; the profile prices steps at {clock['profile_reference_mhz']:.0f} MHz "
+             f"(clock share {clock['profile_sensitivity']:g})")
+    slow = clock["expected_slowdown_at_median"]
+    if slow > 0.005:
+        line += f": at its median clock a step takes ~{_pct(slow)} longer than predicted (power-capped)"
+    return [line]
 
 
 def _pct(v) -> str:

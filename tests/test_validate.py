@@ -310,3 +310,25 @@ def test_arrivals_gzipped_or_plain_validate_alike(tmp_path):
 
     with pytest.raises(UserError, match="missing arrivals.jsonl"):
         load_run(d)
+
+
+def test_the_report_sets_the_runs_sm_clock_against_the_profiles():
+    """A run whose steps recorded their SM clock is reported against the clock the profile prices steps at; held
+    below it (at the power cap) its steps take longer than predicted by the profile's clock share."""
+    from types import SimpleNamespace
+
+    from pagesim.validate import _clock_lines, clock_report
+
+    steps = pd.DataFrame({"sm_clock_mhz": [1980.0] * 5 + [np.nan] + [1650.0] * 6})
+    priced = SimpleNamespace(fit={"sm_clock": {"reference_mhz": 1980.0, "sensitivity": 0.1}})
+    c = clock_report(steps, priced)
+    assert c["run_median_mhz"] == 1650.0 and c["profile_reference_mhz"] == 1980.0
+    assert c["expected_slowdown_at_median"] == pytest.approx(0.1 * (1980 / 1650 - 1))
+    (line,) = _clock_lines(c)
+    assert "1650 MHz median" in line and "prices steps at 1980 MHz" in line and "~2.0% longer" in line
+    unpriced = clock_report(steps, SimpleNamespace(fit={}))
+    assert "profile_reference_mhz" not in unpriced and "fitted without clocks" in _clock_lines(unpriced)[0]
+    at_top = clock_report(steps.assign(sm_clock_mhz=1980.0), priced)
+    assert at_top["expected_slowdown_at_median"] == 0 and "longer" not in _clock_lines(at_top)[0]
+    assert clock_report(steps.assign(sm_clock_mhz=np.nan), priced) is None  # a run without clocks (the CPU, no NVML)
+    assert clock_report(steps.drop(columns="sm_clock_mhz"), priced) is None  # recorded before round 17
