@@ -163,9 +163,10 @@ def main(argv=None) -> int:
             cal = cal.assign(sm_low=lowest_clock(cal, clocks))
             mixed = tuple(json.loads(p.read_text()).get("mixed_graph_token_sizes", ()))
             for thr in THRESHOLDS_MHZ:
-                sel = cal[(cal["sm_low"] >= thr) | (cal["num_prefill_tokens"] > 0)]
-                model_t, report = fit_profile(sel, model.model, model.gpu, holdout="rows", mixed_graph_token_sizes=mixed,
-                                              clock_sensitivities=(0.0,))  # the plain fit, on fewer rows
+                # the plain fit (rows without their in-process clock), on fewer rows
+                sel = cal[(cal["sm_low"] >= thr) | (cal["num_prefill_tokens"] > 0)].drop(columns="sm_clock_mhz",
+                                                                                       errors="ignore")
+                model_t, report = fit_profile(sel, model.model, model.gpu, holdout="rows", mixed_graph_token_sizes=mixed)
                 row = {"profile": str(p), "min_sm_mhz": thr, "rows": int(len(sel)), "fit_mape": report["mape"],
                        "runs": {name: bias(model_t, rows) for name, rows in runs.items()}}
                 result["unthrottled_refit"].append(row)

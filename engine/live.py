@@ -73,6 +73,26 @@ def stitch_durations(steps: pd.DataFrame, idle_after: set[int]) -> pd.DataFrame:
     return steps
 
 
+class DeviceReadings:
+    """What the executor read of each step on the device: its time between CUDA events (last_gpu_time_s) and the SM
+    clock while it ran (last_sm_clock_mhz), kept by step and added to a steps frame as gpu_time_s and sm_clock_mhz
+    (NaN where there was none: the CPU, no NVML). Live runs and calibration rows both carry them."""
+
+    COLUMNS = (("gpu_time_s", "last_gpu_time_s"), ("sm_clock_mhz", "last_sm_clock_mhz"))
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.by_step: dict[int, tuple] = {}
+
+    def take(self, step_id: int) -> None:
+        """After the step ran, before the next one (its values are overwritten then)."""
+        self.by_step[step_id] = tuple(getattr(self.executor, attr, None) for _, attr in self.COLUMNS)
+
+    def add_to(self, steps: pd.DataFrame) -> None:
+        for i, (column, _) in enumerate(self.COLUMNS):
+            steps[column] = steps["step"].map({k: v[i] for k, v in self.by_step.items()}).astype("float64")
+
+
 class LiveReplay:
     """One trace through the scheduler and a GPU executor, arrivals released on the wall clock."""
 
@@ -85,8 +105,7 @@ class LiveReplay:
         self.progress = progress
         self.releases: list[tuple[str, float, float, int]] = []  # id, trace arrival, released at, release step
         self.batches: list[tuple[int, str, str]] = []  # step, scheduled ids, preempted ids
-        self.gpu_times: dict[int, float | None] = {}
-        self.sm_clocks: dict[int, int | None] = {}
+        self.readings = DeviceReadings(executor)
         self.idle_after: set[int] = set()
 
     def run(self) -> dict:
@@ -117,8 +136,7 @@ class LiveReplay:
         def stepped(plan, duration, outcome) -> None:
             nonlocal last_step
             last_step = plan.step_id
-            self.gpu_times[plan.step_id] = ex.last_gpu_time_s
-            self.sm_clocks[plan.step_id] = getattr(ex, "last_sm_clock_mhz", None)
+            self.readings.take(plan.step_id)
             self.batches.append((plan.step_id, " ".join(s.request_id for s in plan.scheduled), " ".join(plan.preempted)))
             if self.progress is not None and outcome.finished:
                 self.progress(len(outcome.finished))
@@ -128,8 +146,7 @@ class LiveReplay:
         now = clock.now
         wall = now()
         steps = stitch_durations(rec.steps_frame(), self.idle_after)
-        steps["gpu_time_s"] = steps["step"].map(self.gpu_times).astype("float64")
-        steps["sm_clock_mhz"] = steps["step"].map(self.sm_clocks).astype("float64")  # NaN without NVML
+        self.readings.add_to(steps)
         all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]
         requests = rec.requests_frame(all_requests)
         summary = summarize(steps, requests, leaked_blocks=sched.leaked_blocks(), sim_wall_s=wall,
@@ -586,13 +603,11 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
         return f
 
     rested: dict[int, float] = {}  # step -> the idle time after it (rest)
-    gpu_times: dict[int, float | None] = {}  # step -> its device time between CUDA events (None on the CPU)
-    sm_clocks: dict[int, int | None] = {}  # step -> the SM clock while it ran (None without NVML)
+    readings = DeviceReadings(executor)
 
     def stepped(plan, duration, outcome):  # after the step's recording, before the next step's schedule
         if plan.step_id not in context.advanced:
-            gpu_times[plan.step_id] = getattr(executor, "last_gpu_time_s", None)
-            sm_clocks[plan.step_id] = getattr(executor, "last_sm_clock_mhz", None)
+            readings.take(plan.step_id)
             if rest > 0:
                 t0 = time.perf_counter()
                 time.sleep(rest * duration)
@@ -606,8 +621,7 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
               hooks=Hooks(plan=planned if sharing else None, step=stepped)))
     steps = stitch_durations(rec.steps_frame(), set())
     steps["duration_s"] -= steps["step"].map(rested).fillna(0.0)
-    steps["gpu_time_s"] = steps["step"].map(gpu_times).astype("float64")  # as in a live run's steps
-    steps["sm_clock_mhz"] = steps["step"].map(sm_clocks).astype("float64")
+    readings.add_to(steps)  # as in a live run's steps
     steps["started_unix"] = clock.started_unix
     shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
     steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)

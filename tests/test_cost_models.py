@@ -810,3 +810,11 @@ def test_with_clocks_decode_steps_after_a_prefill_are_left_out_of_the_fit_and_re
     assert fitted.fit["after_prefill_decode"] == after
     # without clocks (calibrations before round 17) every row is fitted, as before
     assert "after_prefill_decode" not in fit_profile(rows.drop(columns="sm_clock_mhz"), "llama-3-8b", "h200")[1]
+
+
+def test_a_clock_fit_needs_a_share_to_try():
+    rows = frame(calibration_grid(), known_profile().step_time).assign(sm_clock_mhz=1980.0)
+    with pytest.raises(UserError, match="clock_sensitivities"):
+        fit_profile(rows, "llama-3-8b", "h200", clock_sensitivities=())
+    fitted, report = fit_profile(rows, "llama-3-8b", "h200", clock_sensitivities=(0.1,))  # one share: taken as given
+    assert report["sm_clock"]["sensitivity"] == 0.1

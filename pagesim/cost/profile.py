@@ -714,10 +714,12 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     with the fitted model (median measured / predicted, at their own clock).
     """
     clocks = _row_clocks(rows)
-    if clocks is None or len(clock_sensitivities) < 2:
+    if clocks is None:
         return _fit_at_one_clock(rows, model, gpu, **options)
+    if not clock_sensitivities:
+        raise UserError("clock_sensitivities: expected at least one share of a step's time (0 for none)")
     after = decode_after_prefill(rows)
-    unsteady = rows[after]
+    unsteady, unsteady_clocks = rows[after], clocks[after]
     rows, clocks = rows[~after], clocks[~after]
     reference = float(clocks.max())
     excess = reference / clocks - 1
@@ -729,7 +731,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
              "held_out_mape_by_sensitivity": {str(s): fits[s][1]["mape"] for s in fits}}
     profile.fit["sm_clock"] = report["sm_clock"] = clock
     if len(unsteady):
-        own_clock = profile.forward_times(unsteady) * (1 + best * (reference / _row_clocks(unsteady) - 1))
+        own_clock = profile.forward_times(unsteady) * (1 + best * (reference / unsteady_clocks - 1))
         ratio = np.asarray(unsteady["duration_s"], dtype=np.float64) / own_clock
         profile.fit["after_prefill_decode"] = report["after_prefill_decode"] = {
             "n": int(len(unsteady)), "median_measured_over_predicted": float(np.median(ratio)),
