@@ -379,6 +379,7 @@ def _spec_dict(config: Config) -> dict:
 
 # ---- calibration ------------------------------------------------------------------------------
 DECODE_STEPS_PER_SIZE = 10  # decode steps the calibration's decode grid times at each batch size
+STEADY_DECODE_STEPS = 64  # decode steps of each steady-* workload after its prefill
 # The calibration's rows beside its profile (P.json -> P.steps.csv.gz; `live --calibrate`: DIR/profile.steps.csv.gz),
 # gzipped (a fifth of the size; pandas reads either form, so `--refit` takes rows saved as plain CSV too).
 CALIBRATION_ROWS_SUFFIX = ".steps.csv.gz"
@@ -429,8 +430,9 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     evenly from lo to hi tokens (a serving batch: neither uniform nor one long among short ones; without
     them the fit cannot tell how many sequences saturate memory, the profile's max_context_lanes); served:
     b sequences with contexts spread log-uniformly and outputs of different lengths, so the batch shrinks
-    through the sizes between the graph sizes, as served batches do; buckets: prompts released one at a
-    time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
+    through the sizes between the graph sizes, as served batches do; steady: b spread contexts decoding
+    STEADY_DECODE_STEPS steps after their prefill (decode steps long past a prefill, as a window's mostly are);
+    buckets: prompts released one at a time into a small decode batch, sized so that each step lands in a mixed-step token bucket (graph
     mixed steps, 16..4096 tokens), two of each; eager: the same, with steps of 4.3k-8.1k tokens (eager mixed
     steps above the largest bucket, up to the budget); prefix: the buckets' steps
     with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits); multi: 2, 4 or 8 prompts released
@@ -533,6 +535,14 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         hi = min(6144, max_model_len - 40)
         frac = [(i * 0.6180339887) % 1 for i in range(b)]
         out.append((f"served-b{b}", [(1, round(256 * (hi / 256) ** f), 8 + (i * 7) % 25) for i, f in enumerate(frac)]))
+    # Steady: b sequences with contexts spread log-uniformly over 256..4096 tokens decoding STEADY_DECODE_STEPS steps
+    # after one prefill. A decode step runs slower for several steps after a step with prefill tokens (2-7% right
+    # after, ~1% ten steps on, in calibrations and windows alike: README, Simulator accuracy, round 18), and a serving
+    # window's decode steps are mostly tens of steps past one; the decode grid's are at most DECODE_STEPS_PER_SIZE.
+    for b in (4, 12, 24, 48):
+        hi = min(4096, max_model_len - STEADY_DECODE_STEPS - 2)
+        frac = [(i * 0.6180339887) % 1 for i in range(b)]
+        out.append((f"steady-b{b}", [(1, round(256 * (hi / 256) ** f), STEADY_DECODE_STEPS) for f in frac]))
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from engine.live import (ADVANCE_TOKENS, DECODE_STEPS_PER_SIZE, TIMED_LARGE_STEPS, TIMED_WHOLE, NoTime,
+from engine.live import (ADVANCE_TOKENS, DECODE_STEPS_PER_SIZE, STEADY_DECODE_STEPS, TIMED_LARGE_STEPS, TIMED_WHOLE, NoTime,
                          calibration_peak_blocks, calibration_workloads, run_calibration)
 from pagesim.config import Config
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
@@ -144,6 +144,20 @@ def test_served_workloads_shrink_through_sizes_between_the_graph_sizes(workloads
     assert {12, 11, 9, 7, 6, 5, 3} <= sizes, sorted(sizes)
     spread = decode["max_decode_context"] * decode["num_decode_seqs"] / decode["decode_context_tokens"]
     assert (spread[decode["num_decode_seqs"] == 12] > 1.5).all()
+
+
+@pytest.mark.parametrize("b", [4, 48])
+def test_steady_workloads_decode_long_past_their_prefill(workloads, b):
+    """steady-b*: the batch's prefill, then decode-only steps in a row, the whole batch for at least three times as
+    many as the decode grid's at one size (a window's decode steps are mostly tens of steps past a prefill; the
+    grid's at most DECODE_STEPS_PER_SIZE); only the first of them follows a prefill step."""
+    from pagesim.cost.profile import decode_after_prefill
+
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(f"steady-b{b}", workloads[f"steady-b{b}"])], advance=False)
+    after = rows.loc[rows.index[rows["num_prefill_tokens"] > 0].max() + 1:]
+    assert (after["num_prefill_tokens"] == 0).all() and len(after) >= STEADY_DECODE_STEPS - 8
+    assert (after["num_decode_seqs"] == b).sum() >= 3 * DECODE_STEPS_PER_SIZE
+    assert decode_after_prefill(after.assign(workload="w")).sum() == 1
 
 
 @pytest.mark.parametrize("name", ["buckets-b4-c512", "buckets-b24-c1024"])
