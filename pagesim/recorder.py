@@ -47,7 +47,7 @@ STEP_COLUMNS = (
        "prefix_cache_host_hits")
     + CATEGORIES
 )
-# The order in which a recorded step's values are kept (Recorder.rows): the parts as _append_row has them.
+# The order in which a recorded step's values are kept (Recorder.rows): the parts as record_step has them.
 MEMORY_COLUMNS = ("blocks_used", "blocks_cached", "blocks_free") + CATEGORIES  # Recorder.memory_state()'s values
 PREFIX_COLUMNS = ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_host_hits")
 ROW_COLUMNS = STEP_COLUMNS[:6] + FEATURE_COLUMNS + ("num_preemptions",) + MEMORY_COLUMNS + PREFIX_COLUMNS
@@ -171,12 +171,17 @@ class Recorder:
         head of the queue (and so external fragmentation) but nothing else: the
         state recorded with the last step is reused when the head is the same.
         """
-        head = self._head()
-        if self._memory_cache is not None and self._memory_cache[0] is head:
-            return self._memory_cache[1]
-        kv = self.sched.kv
-        summary = self.sched.decode_summary_now()  # with the running requests' num_computed_tokens summed
-        values = kv.accounting_values(self.sched.running, head, None if summary is None else summary.total_computed)
+        s = self.sched
+        head = s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None)  # _head(), inlined
+        cache = self._memory_cache
+        if cache is not None and cache[0] is head:
+            return cache[1]
+        kv = s.kv
+        # the decode summary (Scheduler.decode_summary_now, inlined), with the running requests' num_computed_tokens summed
+        summary = s.decode_summary
+        if summary is not None and (summary.step_id != s.step_id or summary.running is not s.running):
+            summary = None
+        values = kv.accounting_values(s.running, head, None if summary is None else summary.total_computed)
         used, reserved, internal, _, _, cached = values  # CATEGORIES
         bs = kv.block_size
         allocated_blocks, cached_blocks = (used + reserved + internal) // bs, cached // bs
@@ -184,9 +189,9 @@ class Recorder:
         self._memory_cache = (head, memory)
         return memory
 
-    def _append_row(self, step: int, start: float, duration: float, num_running: int, features: tuple,
-                     num_preemptions: int) -> None:
+    def record_step(self, start: float, duration: float, plan: StepPlan, num_running: int) -> None:
         s = self.sched
+        features = _features_tuple(self.features_of(plan))
         self._memory_cache = None  # the step changed the state
         memory = self.memory_state()
         stats = s.kv.prefix_cache_stats
@@ -194,15 +199,12 @@ class Recorder:
             deltas = self._prefix_deltas()
         else:
             deltas = NO_PREFIX_DELTAS
+        step = plan.step_id
         self.rows.frombytes(_ROW(step, start, duration, num_running, len(s.waiting), len(s.swapped), *features,
-                                 num_preemptions, *memory, *deltas))  # in ROW_COLUMNS' order
+                                 len(plan.preempted), *memory, *deltas))  # in ROW_COLUMNS' order
         self.num_steps = step + 1
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
-
-    def record_step(self, start: float, duration: float, plan: StepPlan, num_running: int) -> None:
-        f = self.features_of(plan)
-        self._append_row(plan.step_id, start, duration, num_running, _features_tuple(f), len(plan.preempted))
 
     def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], n: int,
                           context_start: int, max_context_start: int, b: DecodeBlocks, finished: list,
@@ -219,11 +221,14 @@ class Recorder:
         """
         k = len(starts)
         s = self.sched
+        block_steps, evicted_steps, internal_steps = b.block_steps, b.evicted_steps, b.internal_steps
+        num_blocks, num_evicted, num_internal = len(block_steps), len(evicted_steps), len(internal_steps)
         if finished:
             self._memory_cache = None
             after = self.memory_state()
         else:
-            after = self._memory_after(before, n * k, len(b.block_steps), len(b.evicted_steps), sum(b.internal_slots))
+            after = self._memory_after(before, n * k, num_blocks, num_evicted,
+                                       sum(b.internal_slots) if num_internal else 0)
             self._memory_cache = (self._head(), after)
         stats = s.kv.prefix_cache_stats
         if stats.queries != self._queries or stats.hits != self._hits or stats.host_hits != self._host_hits:
@@ -231,17 +236,22 @@ class Recorder:
         else:
             deltas = NO_PREFIX_DELTAS
         self.runs.frombytes(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
-                                 *before, *after, *deltas, len(b.block_steps), len(b.evicted_steps), len(b.internal_steps)))
-        self.run_starts.frombytes(_doubles(starts))
-        self.run_durations.frombytes(_doubles(durations))
-        if b.block_steps:
-            block_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
-            block_steps.frombytes(_ints(b.block_steps))
-            if b.evicted_steps:
-                evicted_steps.frombytes(_ints(b.evicted_steps))
-            if b.internal_steps:
-                internal_steps.frombytes(_ints(b.internal_steps))
-                internal_slots.frombytes(_ints(b.internal_slots))
+                                 *before, *after, *deltas, num_blocks, num_evicted, num_internal))
+        pack = _DOUBLES.get(k)  # _doubles, inlined: starts and durations have the same length
+        if pack is not None:
+            self.run_starts.frombytes(pack(*starts))
+            self.run_durations.frombytes(pack(*durations))
+        else:
+            self.run_starts.frombytes(_doubles(starts))
+            self.run_durations.frombytes(_doubles(durations))
+        if num_blocks:
+            arrays = self.run_blocks
+            arrays[0].frombytes(_ints(block_steps))
+            if num_evicted:
+                arrays[1].frombytes(_ints(evicted_steps))
+            if num_internal:
+                arrays[2].frombytes(_ints(internal_steps))
+                arrays[3].frombytes(_ints(b.internal_slots))
         self.num_steps = first_step + k
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -545,10 +555,9 @@ class _Scratch:
         return a[:count]
 
 
-def _packer(kind: str):
+def _packer(kind: str, packs: dict):
     """values -> bytes, as an array of `kind` ("d" or "q") holds them, by a struct made once per length (for
-    array.frombytes: a copy, where array.fromlist parses each item)."""
-    packs = {}
+    array.frombytes: a copy, where array.fromlist parses each item); `packs`: the structs' pack by length."""
 
     def packed(values: list) -> bytes:
         pack = packs.get(len(values))
@@ -561,7 +570,8 @@ def _packer(kind: str):
     return packed
 
 
-_doubles, _ints = _packer("d"), _packer("q")
+_DOUBLES: dict = {}  # length -> the pack of a struct of that many doubles (_doubles's, read by record_decode_run)
+_doubles, _ints = _packer("d", _DOUBLES), _packer("q", {})
 
 
 def _block_arrays() -> tuple[array, array, array, array]:

@@ -528,7 +528,7 @@ class Scheduler:
         """Apply a step's outcome at time `now` (the end of the step): tokens computed, tokens sampled."""
         outcome = StepOutcome()
         kv = self.kv
-        cache_full_blocks, bs = kv.cache_full_blocks, kv.block_size
+        cache_full_blocks, bs, caching = kv.cache_full_blocks, kv.block_size, kv.caches_full_blocks
         num_running = len(self.running)
         # the decode summary of the requests that go on running (valid if all of them sample this step)
         fewest, total, longest, all_sample = NO_LIMIT, 0, 0, True
@@ -560,7 +560,7 @@ class Scheduler:
         for req in group:  # first in the step's order; each computes and samples one token
             old = req.num_computed_tokens
             req.num_computed_tokens = computed = old + 1
-            if computed % bs == 0:  # a block became full
+            if caching and computed % bs == 0:  # a block became full (a no-op without caching: KVCacheManager)
                 cache_full_blocks(req, old)
             req.num_output_tokens = out = req.num_output_tokens + 1
             left = req.output_len - out
@@ -576,7 +576,7 @@ class Scheduler:
             req = s.request
             old = req.num_computed_tokens
             req.num_computed_tokens = computed = old + s.num_new_tokens
-            if computed // bs != old // bs:  # a block became full (else there is nothing to register)
+            if caching and computed // bs != old // bs:  # a block became full (else there is nothing to register)
                 cache_full_blocks(req, old)
             out = req.num_output_tokens
             if computed < req.prompt_len + out:  # num_tokens
