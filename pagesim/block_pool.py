@@ -212,6 +212,15 @@ class BlockPool:
         """
         self.free_ids([b.block_id for b in blocks])
 
+    def free_table(self, block_ids: list[int]) -> None:
+        """Free a block table tail first: `free_ids(block_ids[::-1])`, without the reversed copy when nothing is
+        shared or cached (the blocks then go to the front of the queue as they are listed)."""
+        if not self._extra_refs and not self._num_hashed and self.events is None:
+            self._version += 1
+            self._free_uncached.extend(block_ids)  # free_ids' extend(reversed(tail first))
+            return
+        self.free_ids(block_ids[::-1])
+
     def free_ids(self, block_ids: list[int]) -> None:
         """`free_blocks`, by block ids (a list, in the given order)."""
         self._version += 1

@@ -48,7 +48,7 @@ class PagedKVCacheManager:
 
     # ---- admission -----------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
-        need = cdiv(request.final_kv_len, self.block_size)
+        need = -(-(request.prompt_len + request.output_len - 1) // self.block_size)  # cdiv(final_kv_len, ...), inlined
         if need > self.num_gpu_blocks:
             return (
                 f"needs {need} KV blocks for {request.final_kv_len} tokens but the cache has only "
@@ -226,7 +226,7 @@ class PagedKVCacheManager:
         over = len(ids) * self.block_size - request.prompt_len - request.output_len + 1  # internal_slots, inlined
         if over > 0:
             self.num_internal_slots -= over
-        self.pool.free_ids(ids[::-1])
+        self.pool.free_table(ids)
         request.block_ids = []
 
     # ---- parallel sampling ----------------------------------------------------

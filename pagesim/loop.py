@@ -124,6 +124,8 @@ class Arrivals:
     def release(self, sched: Scheduler, now: float) -> bool:
         """Release the requests that are due; whether there were any."""
         pending, i, n = self.pending, self.next_index, len(self.pending)
+        if not self.by_step and (i >= n or pending[i][0] > now):  # nothing due (most turns)
+            return False
         due = sched.step_id if self.by_step else now
         while i < n and (pending[i][0] <= due or (self.by_step and not sched.has_work())):
             req = pending[i][1]
