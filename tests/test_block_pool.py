@@ -8,7 +8,7 @@ every operation, against a plain model of who holds which block).
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -205,3 +205,34 @@ BlockPoolMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
 )
 TestBlockPoolMachine = BlockPoolMachine.TestCase
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data(), st.booleans())
+def test_free_table_is_free_ids_tail_first(data, record_events):
+    """BlockPool.free_table(table) (KV managers free a request's table by it) leaves the pool exactly as
+    free_ids(table[::-1]) does: free queue order, hashes, shared references and events, whether or not blocks
+    are shared or cached (its shortcut covers neither)."""
+    pools = [BlockPool(24, record_events) for _ in range(2)]
+    tables = []
+    for _ in range(data.draw(st.integers(1, 5))):
+        n = data.draw(st.integers(1, 4))
+        if n > pools[0].num_free_blocks:
+            break
+        taken = [p.take(n) for p in pools]
+        assert taken[0] == taken[1]
+        tables.append(taken[0])
+    for b in data.draw(st.lists(st.sampled_from([b for t in tables for b in t]), max_size=3)) if tables else []:
+        for p in pools:
+            p.cache_block_id(b, b"h%d" % b)  # a full block's hash: a cached prefix once freed
+    for t in data.draw(st.lists(st.sampled_from(tables), max_size=2, unique_by=id)) if tables else []:
+        for p in pools:
+            p.touch_ids(t[:1])  # a prefix hit: the block is shared
+    for i in data.draw(st.permutations(range(len(tables)))):
+        pools[0].free_table(tables[i])
+        pools[1].free_ids(tables[i][::-1])
+        assert pools[0].free_queue.keys() == pools[1].free_queue.keys()
+        assert list(pools[0].free_queue) == list(pools[1].free_queue)
+        assert pools[0].block_hashes == pools[1].block_hashes and pools[0].events == pools[1].events
+        assert pools[0]._extra_refs == pools[1]._extra_refs and pools[0].num_extra_refs == pools[1].num_extra_refs
+        pool_invariants(pools[0])
