@@ -190,6 +190,7 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
         context = (sum(computed), max(computed, default=0))
     until = None if cost_model.prices_sharing else getattr(cost_model, "decode_run_until", None)
     before = recorder.memory_state()
+    record = recorder.record_decode_run
     steps = 0
     while True:
         n, (total, longest) = len(sched.running), context
@@ -206,11 +207,11 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
                                                   0 if until is not None else SHORT_RUN)
         first_step = sched.step_id
         blocks, finished = run_decode_steps(sched, m, end, context)
-        before = recorder.record_decode_run(first_step, starts, durations, n, total, longest, blocks, finished, before)
+        before = record(first_step, starts, durations, n, total, longest, blocks, finished, before)
         steps += m
         if not finished or end >= cut:
             return steps, end
-        k, *context = plan_decode_run(sched)
+        k, total, longest = plan_decode_run(sched)
         if k < 2:
             return steps, end
-        now = end
+        context, now = (total, longest), end

@@ -222,12 +222,12 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
             yield clock.wait(arrivals.next_time() - now)
             continue
         if fast_path is not None and not (released and skip_after_release):
-            k, *context = fp.plan_decode_run(scheduler)
+            k, total, longest = fp.plan_decode_run(scheduler)
             if k >= 2:
                 # The run goes on through the finishes that end its parts while nothing is due before the cut
                 # (fp.decode_run): what the loop's next turns would do, without their tick, release and wait.
                 k, end = fp.decode_run(scheduler, recorder, fast_path, k, now, min(arrivals.next_time(), seen_until),
-                                       context)
+                                       (total, longest))
                 stats.num_steps += k
                 stats.fast_path_steps += k
                 empty = 0
