@@ -86,6 +86,9 @@ class StepPlan:
     decode_group_summary: DecodeSummary | None = None  # the decode summary it was taken by (it is all running then)
     # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
     finished_req_ids: list[str] = field(default_factory=list)
+    # Steps since the last step with prefill tokens (1: the step right after it); 0 for a step with prefill tokens
+    # or with none before it. A decode step runs slower for several steps after a prefill (StepFeatures).
+    steps_since_prefill: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -272,6 +275,7 @@ class Scheduler:
         # (request, time, event): 0 preempted (recompute), 1 swapped out, 2 resumed; read by the recorder.
         self.preemption_log: list[tuple[Request, float | None, int]] = []
         self.step_id = 0
+        self.last_prefill_step = -1  # the last step with prefill tokens (-1: none yet; StepPlan.steps_since_prefill)
         self.pending_copies: list[tuple[int, int]] = []  # from forks, made at the start of the next step
         self.reserved_seats = 0  # running seats held for the samples of admitted requests with n > 1
         self.finished_req_ids: list[str] = []  # ended since the last non-empty plan, for the executor
@@ -424,6 +428,10 @@ class Scheduler:
             if s.request.first_scheduled_time is None:
                 s.request.first_scheduled_time = now
         plan.num_decode_tokens, plan.num_prefill_tokens = num_decode, num_prefill
+        if num_prefill:
+            self.last_prefill_step = plan.step_id
+        elif self.last_prefill_step >= 0:
+            plan.steps_since_prefill = plan.step_id - self.last_prefill_step
         if self.finished_req_ids and not plan.is_empty:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan

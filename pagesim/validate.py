@@ -43,7 +43,7 @@ import pandas as pd
 from pagesim.accounting import CATEGORIES
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
-from pagesim.cost.features import StepFeatures
+from pagesim.cost.features import StepFeatures, steps_since_prefill
 from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
@@ -156,9 +156,13 @@ def step_kinds(steps: pd.DataFrame, max_graph_batch: int, max_mixed_graph_tokens
 
 def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256,
                max_mixed_graph_tokens: int = 0) -> tuple[dict, pd.DataFrame]:
-    rows = steps[(steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0]
-    predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(STEP_FEATURES, vals)}))
-                          for vals in rows[list(STEP_FEATURES)].itertuples(index=False)])
+    worked = ((steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0).to_numpy()
+    rows = steps[worked]
+    # as the scheduler stamped the plans (the steps in order, as a run records them)
+    since = steps_since_prefill(steps["step"], steps["num_prefill_tokens"])[worked]
+    predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(STEP_FEATURES, vals)},
+                                                            steps_since_prefill=int(k)))
+                          for k, vals in zip(since, rows[list(STEP_FEATURES)].itertuples(index=False))])
     measured = rows["duration_s"].to_numpy(dtype=np.float64)
     ape = np.abs(predicted / measured - 1)
     table = rows[["step", "time_s"] + list(STEP_FEATURES)].assign(measured_s=measured, predicted_s=predicted,

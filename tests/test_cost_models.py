@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
 from pagesim.cost.features import PREFILL_TILE, prefill_walks
-from pagesim.cost.profile import MIXED_FEATURES, graph_batch_sizes, mixed_graph_token_sizes, num_splits, prefill_waves
+from pagesim.cost.profile import (AFTER_PREFILL_EDGES, MIXED_FEATURES, calibration_steps_since_prefill, graph_batch_sizes,
+                                  mixed_graph_token_sizes, num_splits, prefill_waves)
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, Scheduler, StepPlan
@@ -788,28 +790,61 @@ def test_a_fit_with_each_steps_clock_prices_steps_at_the_calibrations_top_clock(
     assert "sm_clock" not in fit_profile(partial, "llama-3-8b", "h200")[1]
 
 
-def test_with_clocks_decode_steps_after_a_prefill_are_left_out_of_the_fit_and_reported():
-    """A decode step right after a prefill step runs slower than the same step in a run of decode steps (calibrations
-    and live windows alike); a clocked calibration's fit prices the steady decode step and reports the others."""
-    known = known_profile()
-    steps = []
-    for f in [f for f in calibration_grid() if f.num_prefill_tokens == 0] * 2:
-        steps += [features(prefill=[(0, 256)]), f, f]  # a prefill, then the same decode step twice
-    rows = frame(steps, known.step_time)
-    rows["workload"] = [f"w{i // 30}" for i in range(len(rows))]
-    rows["step"] = rows.groupby("workload").cumcount()
-    decode = rows["num_prefill_tokens"] == 0
-    first_after = decode & (rows.groupby("workload")["num_prefill_tokens"].shift(1) > 0)
-    rows.loc[first_after, "duration_s"] *= 1.05
-    rows["sm_clock_mhz"] = 1980.0
-    fitted, report = fit_profile(rows, "llama-3-8b", "h200", holdout="workload")
-    steady = rows[decode & ~first_after]
-    assert np.abs(fitted.forward_times(steady) / steady["duration_s"] - 1).max() < 1e-3
-    after = report["after_prefill_decode"]
-    assert after["n"] == int(first_after.sum()) and after["median_measured_over_predicted"] == pytest.approx(1.05, rel=1e-3)
-    assert fitted.fit["after_prefill_decode"] == after
-    # without clocks (calibrations before round 17) every row is fitted, as before
-    assert "after_prefill_decode" not in fit_profile(rows.drop(columns="sm_clock_mhz"), "llama-3-8b", "h200")[1]
+TRUE_AFTER = (1.07, 1.04, 1.025, 1.012, 1.004)  # per bucket of AFTER_PREFILL_EDGES
+
+
+def test_with_clocks_decode_steps_after_a_prefill_are_priced_by_steps_since_it():
+    """A decode step runs slower for several steps after a prefill step (calibrations and live windows alike); a
+    clocked calibration's fit recovers the factor per bucket of steps_since_prefill, measured in each workload against
+    its own decode steps far from a prefill, and prices the far steps at their own cost."""
+    known = replace(known_profile(), after_prefill=TRUE_AFTER)
+    decodes = [f for f in calibration_grid() if f.num_prefill_tokens == 0]
+    steps, names, ids = [], [], []
+    for w, f in enumerate(decodes[::2]):  # a workload: a prefill, then the same decode step 20 times
+        for k in range(21):
+            steps.append(replace(features(prefill=[(0, 256)]) if k == 0 else f, steps_since_prefill=k))
+            names.append(f"w{w}")
+            ids.append(k)
+    rows = frame(steps, known.step_time).assign(workload=names, step=ids, sm_clock_mhz=1980.0)
+    assert (calibration_steps_since_prefill(rows) == rows["steps_since_prefill"]).all()
+    fitted, report = fit_profile(rows.drop(columns="steps_since_prefill"), "llama-3-8b", "h200", holdout="workload")
+    after = report["after_prefill"]
+    assert after["edges"] == list(AFTER_PREFILL_EDGES) and fitted.fit["after_prefill"] == after
+    np.testing.assert_allclose(fitted.after_prefill, TRUE_AFTER, atol=0.003)
+    assert after["rows"] == [len(decodes[::2]) * n for n in (1, 1, 2, 3, 4)]
+    np.testing.assert_allclose(fitted.forward_times(rows) / rows["duration_s"], 1, atol=0.006)
+    far = rows[rows["steps_since_prefill"] >= AFTER_PREFILL_EDGES[-1]]
+    np.testing.assert_allclose(fitted.forward_times(far.drop(columns="steps_since_prefill")), far["duration_s"], rtol=1e-3)
+    # without clocks (calibrations before round 17) every row is fitted as it is, with no factors
+    plain, plain_report = fit_profile(rows.drop(columns=["sm_clock_mhz", "steps_since_prefill"]), "llama-3-8b", "h200")
+    assert "after_prefill" not in plain_report and plain.after_prefill == ()
+
+
+def test_after_prefill_factors_price_decode_steps_only_and_round_trip(tmp_path):
+    model = replace(known_profile(), after_prefill=TRUE_AFTER)
+    decode, mixed = features(decode=[1000] * 8), features(prefill=[(0, 64)], decode=[1000] * 8)
+    base = known_profile().step_time(decode)
+    for k, factor in ((0, 1.0), (1, 1.07), (2, 1.04), (4, 1.025), (7, 1.012), (11, 1.004), (12, 1.0), (999, 1.0)):
+        assert model.step_time(replace(decode, steps_since_prefill=k)) == base * factor
+    assert model.step_time(replace(mixed, steps_since_prefill=3)) == known_profile().step_time(mixed)
+    model.to_json(tmp_path / "p.json")
+    assert ProfileCostModel.from_json(tmp_path / "p.json").after_prefill == TRUE_AFTER
+    d = json.loads((tmp_path / "p.json").read_text())
+    for bad in ({"edges": [1, 2], "factors": list(TRUE_AFTER)}, {"edges": list(AFTER_PREFILL_EDGES), "factors": [0.9] * 5},
+                {"edges": list(AFTER_PREFILL_EDGES), "factors": [1.1] * 3}, [1.1]):
+        (tmp_path / "bad.json").write_text(json.dumps({**d, "after_prefill": bad}))
+        with pytest.raises(UserError, match="after_prefill"):
+            ProfileCostModel.from_json(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("since", [1, 3, 10, 40])
+def test_decode_run_times_apply_the_after_prefill_factors_as_step_time_does(since):
+    model = replace(known_profile(), after_prefill=TRUE_AFTER)
+    run = model.decode_run_times(24, 24 * 900, 30, 2000, 0, since)
+    one_by_one = [model.step_time(StepFeatures(num_decode_seqs=24, decode_context_tokens=24 * 900 + 24 * (j + 1),
+                                               max_decode_context=2000 + j + 1, steps_since_prefill=since + j))
+                  for j in range(30)]
+    assert run.tolist() == one_by_one  # bit for bit: the fast path's steps are the step-by-step ones
 
 
 def test_a_clock_fit_needs_a_share_to_try():

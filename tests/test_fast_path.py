@@ -120,6 +120,55 @@ def test_fast_path_equals_step_by_step_when_the_cost_model_prices_shared_reads(o
     assert fast.steps["duration_s"].sum() < plain.steps["duration_s"].sum()
 
 
+def after_prefill_profile():
+    """The committed H200 profile with after-prefill factors (StepFeatures.steps_since_prefill)."""
+    from dataclasses import replace
+
+    from pagesim.cost import ProfileCostModel
+
+    base = ProfileCostModel.from_json(Path(__file__).resolve().parent.parent / "results/profiles/h200-llama-3-8b.json")
+    return replace(base, after_prefill=(1.07, 1.04, 1.025, 1.012, 1.004))
+
+
+@pytest.mark.parametrize("overrides", [dict(num_gpu_blocks=300, watermark=0.01), dict(max_num_batched_tokens=512)],
+                         ids=["preempting", "chunked"])
+def test_fast_path_equals_step_by_step_when_decode_steps_after_a_prefill_cost_more(overrides):
+    """A decode run prices each step by its steps since the last prefill, as the step-by-step plans are priced."""
+    trace = load_trace(Path(__file__).resolve().parent.parent / "traces/sharegpt-bursty-1k.jsonl", limit=LIMIT)
+    cost = after_prefill_profile()
+    slow, slow_events = run(trace, False, cost, **overrides)
+    fast, fast_events = run(trace, True, cost, **overrides)
+    assert fast_events == slow_events and fast.num_steps == slow.num_steps
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    assert fast.extra["fast_path_steps"] > fast.num_steps / 4
+    plain, _ = run(trace, True, make_cost_model(str(Path(__file__).resolve().parent.parent
+                                                    / "results/profiles/h200-llama-3-8b.json"),
+                                                Config(model="llama-3-8b", gpu="h200")), **overrides)
+    assert fast.steps["duration_s"].sum() > plain.steps["duration_s"].sum()  # the factors are at least 1
+
+
+def test_plans_carry_the_steps_since_prefill_their_step_table_gives():
+    """The scheduler stamps each plan with its steps since the last step with prefill tokens; validation and the
+    calibration's fit compute the same from a step table (StepFeatures.steps_since_prefill)."""
+    from pagesim.cost.features import steps_since_prefill
+
+    trace = load_trace(Path(__file__).resolve().parent.parent / "traces/sharegpt-bursty-1k.jsonl", limit=LIMIT)
+    cfg = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=300, watermark=0.01)
+    sim = Simulation(requests_from_trace(trace), cfg, make_cost_model("roofline", cfg), fast_path=False)
+    stamped, execute = {}, sim.executor.execute
+
+    def spy(plan):
+        stamped[plan.step_id] = plan.steps_since_prefill
+        return execute(plan)
+
+    sim.executor.execute = spy
+    steps = sim.run().steps
+    expected = steps_since_prefill(steps["step"], steps["num_prefill_tokens"])
+    assert [stamped[s] for s in steps["step"]] == expected.tolist()
+    assert expected.max() > 20 and (expected == 1).sum() > 10
+
+
 class _FixedStep:
     def execute(self, plan) -> float:
         return 0.01
@@ -188,7 +237,7 @@ def test_roofline_run_timing_equals_decode_run_times(model):
         now = rng.uniform(0, 3600)
         cut = rng.choice([float("inf"), now + rng.uniform(-0.01, 0.05), now + rng.uniform(0, 3)])
         got = cost.decode_run_until(n, total, k, now, cut, FUSED_RUN)
-        m, starts, durations, end = _time_run(cost, n, total, k, total // n, 0, now, cut, 0)
+        m, starts, durations, end = _time_run(cost, n, total, k, total // n, 0, 0, now, cut, 0)
         if got is not None:
             timed += 1
             assert got == (starts, durations, end)
