@@ -38,7 +38,7 @@ def run_ratios(run: Path, validation: Path) -> tuple[np.ndarray, np.ndarray]:
 
     steps = read_steps(run / "steps.parquet")
     v = read_validation_steps(validation / "validation_steps.parquet", steps).sort_values("step")
-    since = steps_since_prefill(steps["step"], steps["num_prefill_tokens"])
+    since = steps_since_prefill(steps["step"], steps["num_prefill_tokens"])[0]
     v = v.merge(pd.DataFrame({"step": steps["step"], "since": since}), on="step", validate="one_to_one")
     decode = v[(v["num_prefill_tokens"] == 0) & (v["num_decode_seqs"] > 0)]
     return (decode["measured_s"] / decode["predicted_s"]).to_numpy(), decode["since"].to_numpy()
@@ -49,7 +49,7 @@ def calibration_ratios(profile: Path) -> tuple[np.ndarray, np.ndarray]:
 
     model = ProfileCostModel.from_json(profile)
     rows = pd.read_csv(profile.with_suffix(".steps.csv.gz"))
-    rows["steps_since_prefill"] = calibration_steps_since_prefill(rows)
+    rows["steps_since_prefill"], rows["last_prefill_tokens"] = calibration_steps_since_prefill(rows)
     clock = model.fit.get("sm_clock")
     at_own_clock = model.forward_times(rows)
     if clock and "sm_clock_mhz" in rows:

@@ -153,21 +153,22 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     return blocks, outcome.finished
 
 
-def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int, since: int, now: float,
+def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int, after: tuple[int, int], now: float,
               cut: float, window: int) -> tuple[int, list[float], list[float], float]:
     """(steps, their start times, their durations, end) of a decode run cut before `cut`, from decode_run_times,
-    over a window of `window` steps first (0: none); `since`: the first step's steps_since_prefill (StepPlan)."""
+    over a window of `window` steps first (0: none); `after`: the first step's (steps_since_prefill,
+    last_prefill_tokens) (StepPlan)."""
     # Time a short window first: most runs are cut by an arrival within it. Start times are added one at a
     # time, as a step-by-step clock would (times[j]: start of step j; accumulate and cumsum are sequential).
     window = k if k <= window else window
-    durations = cost_model.decode_run_times(n, total, window, longest, shared, since).tolist() if window else []
+    durations = cost_model.decode_run_times(n, total, window, longest, shared, *after).tolist() if window else []
     times = list(accumulate(durations, initial=now))
     m = bisect_left(times, cut, 0, window)  # steps starting before cut (starts are non-decreasing)
     if window and (m < window or window == k or times[window] >= cut):
         m = m or 1  # the first step always
         starts, durations, end = times[:m], durations[:m], times[m]
     else:  # not cut within the window: time the whole run
-        full = cost_model.decode_run_times(n, total, k, longest, shared, since)
+        full = cost_model.decode_run_times(n, total, k, longest, shared, *after)
         times = np.cumsum(np.concatenate(([now], full)))
         m = max(int(np.searchsorted(times[:k], cut, side="left")), 1)  # > window (the first step always)
         starts, durations, end = times[:m].tolist(), full[:m].tolist(), float(times[m])
@@ -203,8 +204,9 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
             # blocks are its own)
             shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
                       if cost_model.prices_sharing else 0)
-            since = sched.step_id - sched.last_prefill_step if sched.last_prefill_step >= 0 else 0
-            m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, since, now, cut,
+            after = ((sched.step_id - sched.last_prefill_step, sched.last_prefill_tokens)
+                     if sched.last_prefill_step >= 0 else (0, 0))
+            m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, after, now, cut,
                                                   0 if until is not None else SHORT_RUN)
         first_step = sched.step_id
         blocks, finished = run_decode_steps(sched, m, end, context)

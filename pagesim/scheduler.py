@@ -87,8 +87,10 @@ class StepPlan:
     # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
     finished_req_ids: list[str] = field(default_factory=list)
     # Steps since the last step with prefill tokens (1: the step right after it); 0 for a step with prefill tokens
-    # or with none before it. A decode step runs slower for several steps after a prefill (StepFeatures).
+    # or with none before it; and that step's prefill tokens. A decode step runs slower for several steps after a
+    # prefill, the more so after a large one (StepFeatures).
     steps_since_prefill: int = 0
+    last_prefill_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -276,6 +278,7 @@ class Scheduler:
         self.preemption_log: list[tuple[Request, float | None, int]] = []
         self.step_id = 0
         self.last_prefill_step = -1  # the last step with prefill tokens (-1: none yet; StepPlan.steps_since_prefill)
+        self.last_prefill_tokens = 0  # its prefill tokens
         self.pending_copies: list[tuple[int, int]] = []  # from forks, made at the start of the next step
         self.reserved_seats = 0  # running seats held for the samples of admitted requests with n > 1
         self.finished_req_ids: list[str] = []  # ended since the last non-empty plan, for the executor
@@ -429,9 +432,10 @@ class Scheduler:
                 s.request.first_scheduled_time = now
         plan.num_decode_tokens, plan.num_prefill_tokens = num_decode, num_prefill
         if num_prefill:
-            self.last_prefill_step = plan.step_id
+            self.last_prefill_step, self.last_prefill_tokens = plan.step_id, num_prefill
         elif self.last_prefill_step >= 0:
             plan.steps_since_prefill = plan.step_id - self.last_prefill_step
+            plan.last_prefill_tokens = self.last_prefill_tokens
         if self.finished_req_ids and not plan.is_empty:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan

@@ -159,10 +159,10 @@ def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256,
     worked = ((steps["num_prefill_tokens"] + steps["num_decode_seqs"]) > 0).to_numpy()
     rows = steps[worked]
     # as the scheduler stamped the plans (the steps in order, as a run records them)
-    since = steps_since_prefill(steps["step"], steps["num_prefill_tokens"])[worked]
+    since, last_tokens = (a[worked] for a in steps_since_prefill(steps["step"], steps["num_prefill_tokens"]))
     predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(STEP_FEATURES, vals)},
-                                                            steps_since_prefill=int(k)))
-                          for k, vals in zip(since, rows[list(STEP_FEATURES)].itertuples(index=False))])
+                                                            steps_since_prefill=int(k), last_prefill_tokens=int(t)))
+                          for k, t, vals in zip(since, last_tokens, rows[list(STEP_FEATURES)].itertuples(index=False))])
     measured = rows["duration_s"].to_numpy(dtype=np.float64)
     ape = np.abs(predicted / measured - 1)
     table = rows[["step", "time_s"] + list(STEP_FEATURES)].assign(measured_s=measured, predicted_s=predicted,

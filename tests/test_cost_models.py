@@ -790,33 +790,39 @@ def test_a_fit_with_each_steps_clock_prices_steps_at_the_calibrations_top_clock(
     assert "sm_clock" not in fit_profile(partial, "llama-3-8b", "h200")[1]
 
 
-TRUE_AFTER = (1.07, 1.04, 1.025, 1.012, 1.004)  # per bucket of AFTER_PREFILL_EDGES
+TRUE_AFTER = ((1.025, 1.01, 1.004, 1.0, 1.0), (1.07, 1.04, 1.025, 1.012, 1.004))  # small, large prefill; by bucket
 
 
-def test_with_clocks_decode_steps_after_a_prefill_are_priced_by_steps_since_it():
-    """A decode step runs slower for several steps after a prefill step (calibrations and live windows alike); a
-    clocked calibration's fit recovers the factor per bucket of steps_since_prefill, measured in each workload against
-    its own decode steps far from a prefill, and prices the far steps at their own cost."""
+def test_with_clocks_decode_steps_after_a_prefill_are_priced_by_steps_since_it_and_its_size():
+    """A decode step runs slower for several steps after a prefill step, more and longer after a large one
+    (calibrations and live windows alike); a clocked calibration's fit recovers the factor per bucket of
+    steps_since_prefill and size of that prefill, measured in each workload against its own decode steps far from a
+    prefill, and prices the far steps at their own cost."""
     known = replace(known_profile(), after_prefill=TRUE_AFTER)
     decodes = [f for f in calibration_grid() if f.num_prefill_tokens == 0]
     steps, names, ids = [], [], []
-    for w, f in enumerate(decodes[::2]):  # a workload: a prefill, then the same decode step 20 times
+    for w, f in enumerate(decodes[::2] * 2):  # a workload: a prefill, then the same decode step 20 times
+        q = 256 if w % 2 else 2048  # a small prefill, a large one
         for k in range(21):
-            steps.append(replace(features(prefill=[(0, 256)]) if k == 0 else f, steps_since_prefill=k))
+            steps.append(replace(features(prefill=[(0, q)]), last_prefill_tokens=0) if k == 0
+                         else replace(f, steps_since_prefill=k, last_prefill_tokens=q))
             names.append(f"w{w}")
             ids.append(k)
     rows = frame(steps, known.step_time).assign(workload=names, step=ids, sm_clock_mhz=1980.0)
-    assert (calibration_steps_since_prefill(rows) == rows["steps_since_prefill"]).all()
-    fitted, report = fit_profile(rows.drop(columns="steps_since_prefill"), "llama-3-8b", "h200", holdout="workload")
+    since, last_tokens = calibration_steps_since_prefill(rows)
+    assert (since == rows["steps_since_prefill"]).all() and (last_tokens == rows["last_prefill_tokens"]).all()
+    given = rows.drop(columns=["steps_since_prefill", "last_prefill_tokens"])
+    fitted, report = fit_profile(given, "llama-3-8b", "h200", holdout="workload")
     after = report["after_prefill"]
     assert after["edges"] == list(AFTER_PREFILL_EDGES) and fitted.fit["after_prefill"] == after
     np.testing.assert_allclose(fitted.after_prefill, TRUE_AFTER, atol=0.003)
-    assert after["rows"] == [len(decodes[::2]) * n for n in (1, 1, 2, 3, 4)]
+    n = len(decodes[::2])
+    assert after["rows"] == [[n * k for k in (1, 1, 2, 3, 4)]] * 2 and after["far_rows"] == 2 * n * 9
     np.testing.assert_allclose(fitted.forward_times(rows) / rows["duration_s"], 1, atol=0.006)
-    far = rows[rows["steps_since_prefill"] >= AFTER_PREFILL_EDGES[-1]]
-    np.testing.assert_allclose(fitted.forward_times(far.drop(columns="steps_since_prefill")), far["duration_s"], rtol=1e-3)
+    far = given[rows["steps_since_prefill"] >= AFTER_PREFILL_EDGES[-1]]
+    np.testing.assert_allclose(fitted.forward_times(far), far["duration_s"], rtol=1e-3)
     # without clocks (calibrations before round 17) every row is fitted as it is, with no factors
-    plain, plain_report = fit_profile(rows.drop(columns=["sm_clock_mhz", "steps_since_prefill"]), "llama-3-8b", "h200")
+    plain, plain_report = fit_profile(given.drop(columns="sm_clock_mhz"), "llama-3-8b", "h200")
     assert "after_prefill" not in plain_report and plain.after_prefill == ()
 
 
@@ -824,25 +830,31 @@ def test_after_prefill_factors_price_decode_steps_only_and_round_trip(tmp_path):
     model = replace(known_profile(), after_prefill=TRUE_AFTER)
     decode, mixed = features(decode=[1000] * 8), features(prefill=[(0, 64)], decode=[1000] * 8)
     base = known_profile().step_time(decode)
-    for k, factor in ((0, 1.0), (1, 1.07), (2, 1.04), (4, 1.025), (7, 1.012), (11, 1.004), (12, 1.0), (999, 1.0)):
-        assert model.step_time(replace(decode, steps_since_prefill=k)) == base * factor
-    assert model.step_time(replace(mixed, steps_since_prefill=3)) == known_profile().step_time(mixed)
+    for k, tokens, factor in ((0, 5000, 1.0), (1, 5000, 1.07), (1, 1024, 1.07), (1, 1023, 1.025), (2, 5000, 1.04),
+                              (4, 5000, 1.025), (4, 100, 1.004), (7, 5000, 1.012), (11, 5000, 1.004), (12, 5000, 1.0),
+                              (999, 5000, 1.0)):
+        step = replace(decode, steps_since_prefill=k, last_prefill_tokens=tokens)
+        assert model.step_time(step) == base * factor
+    assert model.step_time(replace(mixed, steps_since_prefill=3, last_prefill_tokens=5000)) == known_profile().step_time(mixed)
     model.to_json(tmp_path / "p.json")
     assert ProfileCostModel.from_json(tmp_path / "p.json").after_prefill == TRUE_AFTER
     d = json.loads((tmp_path / "p.json").read_text())
-    for bad in ({"edges": [1, 2], "factors": list(TRUE_AFTER)}, {"edges": list(AFTER_PREFILL_EDGES), "factors": [0.9] * 5},
-                {"edges": list(AFTER_PREFILL_EDGES), "factors": [1.1] * 3}, [1.1]):
+    assert d["after_prefill"]["large_prefill_tokens"] == 1024
+    good = d["after_prefill"]
+    for bad in ({**good, "edges": [1, 2]}, {**good, "large_prefill_tokens": 512}, {**good, "factors": [[0.9] * 5] * 2},
+                {**good, "factors": [[1.1] * 5]}, {**good, "factors": [[1.1] * 3] * 2}, [1.1]):
         (tmp_path / "bad.json").write_text(json.dumps({**d, "after_prefill": bad}))
         with pytest.raises(UserError, match="after_prefill"):
             ProfileCostModel.from_json(tmp_path / "bad.json")
 
 
-@pytest.mark.parametrize("since", [1, 3, 10, 40])
-def test_decode_run_times_apply_the_after_prefill_factors_as_step_time_does(since):
+@pytest.mark.parametrize("since, tokens", [(1, 4096), (3, 200), (10, 2000), (40, 4096)])
+def test_decode_run_times_apply_the_after_prefill_factors_as_step_time_does(since, tokens):
     model = replace(known_profile(), after_prefill=TRUE_AFTER)
-    run = model.decode_run_times(24, 24 * 900, 30, 2000, 0, since)
+    run = model.decode_run_times(24, 24 * 900, 30, 2000, 0, since, tokens)
     one_by_one = [model.step_time(StepFeatures(num_decode_seqs=24, decode_context_tokens=24 * 900 + 24 * (j + 1),
-                                               max_decode_context=2000 + j + 1, steps_since_prefill=since + j))
+                                               max_decode_context=2000 + j + 1, steps_since_prefill=since + j,
+                                               last_prefill_tokens=tokens))
                   for j in range(30)]
     assert run.tolist() == one_by_one  # bit for bit: the fast path's steps are the step-by-step ones
 

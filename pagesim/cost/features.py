@@ -42,10 +42,11 @@ class StepFeatures:
 
     steps_since_prefill is how many steps the step comes after the last step with prefill
     tokens (1: right after it; 0 for a step with prefill tokens or with none before it:
-    StepPlan.steps_since_prefill). On the H200 a decode step right after a prefill runs ~6%
-    slower than the same step tens of steps later, ~2% five steps on, ~1% twenty on (README,
-    Simulator accuracy, round 18). A function of the step sequence (steps_since_prefill below),
-    not a recorded column.
+    StepPlan.steps_since_prefill), last_prefill_tokens that step's prefill tokens. On the H200 a
+    decode step right after a prefill of 1k tokens or more runs 6-9% slower than the same step a
+    dozen steps later, ~2% five steps on; after a smaller prefill ~2.5%, for a step or two
+    (README, Simulator accuracy, round 18). Functions of the step sequence (steps_since_prefill
+    below), not recorded columns.
     """
 
     num_prefill_tokens: int = 0
@@ -64,6 +65,7 @@ class StepFeatures:
     prefill_tile_walks: int = 0  # key tiles walked by the prefill programs of one query head (see above)
     prefill_longest_walk: int = 0  # key tiles of the longest prefill program's walk (see above)
     steps_since_prefill: int = 0  # steps after the last step with prefill tokens (see above)
+    last_prefill_tokens: int = 0  # that step's prefill tokens (see above)
 
     @property
     def num_tokens(self) -> int:
@@ -102,7 +104,7 @@ class StepFeatures:
                    len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy),
                    len(plan.blocks_to_load), len(plan.blocks_to_store),
                    shared_decode_tokens(decodes, block_size) if decodes else 0, walks, longest,
-                   plan.steps_since_prefill)
+                   plan.steps_since_prefill, plan.last_prefill_tokens)
 
 
 # The engine's prefill tile (engine.kernels.prefill.PrefillConfig: block_m query rows by block_n keys, both this
@@ -135,14 +137,20 @@ def shared_decode_tokens(block_tables, block_size: int) -> int:
     return (total - len(seen)) * block_size
 
 
-def steps_since_prefill(step_ids, prefill_tokens, anchors=None) -> np.ndarray:
-    """StepFeatures.steps_since_prefill of steps in order (their ids and prefill tokens), as the scheduler stamps
-    them on its plans; `anchors` (booleans, optional): steps that count as coming right after a step with prefill
-    tokens that is not among them (a calibration's advanced steps)."""
+def steps_since_prefill(step_ids, prefill_tokens, anchors=None, anchor_tokens: int = 0
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """StepFeatures.steps_since_prefill and last_prefill_tokens of steps in order (their ids and prefill tokens), as
+    the scheduler stamps them on its plans (both 0 for a step with prefill tokens or with none before it); `anchors`
+    (booleans, optional): steps that come right after a step of `anchor_tokens` prefill tokens that is not among
+    them (a calibration's advanced steps)."""
     step = np.asarray(step_ids, dtype=np.int64)
-    pre = np.asarray(prefill_tokens) > 0
-    last = np.where(pre, step, -1)
-    if anchors is not None:
-        last = np.where(~pre & np.asarray(anchors, dtype=bool), step - 1, last)
-    last = np.maximum.accumulate(last) if len(last) else last
-    return np.where(pre | (last < 0), 0, step - last)
+    tokens = np.asarray(prefill_tokens, dtype=np.int64)
+    pre = tokens > 0
+    anchored = ~pre & (np.asarray(anchors, dtype=bool) if anchors is not None else False)
+    mark_step = np.where(anchored, step - 1, step)
+    mark_tokens = np.where(anchored, anchor_tokens, tokens)
+    pos = np.where(pre | anchored, np.arange(len(step)), -1)
+    last = np.maximum.accumulate(pos) if len(pos) else pos
+    after = ~pre & (last >= 0)
+    at = np.maximum(last, 0)
+    return np.where(after, step - mark_step[at], 0), np.where(after, mark_tokens[at], 0)

@@ -151,8 +151,10 @@ KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens,
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
 CLOCK_SENSITIVITIES = tuple(i / 20 for i in range(7))  # 0 .. 0.3: the share of a step's time that scales with the clock
 # Decode steps soon after a prefill (StepFeatures.steps_since_prefill) cost a factor more, one per bucket of
-# steps_since_prefill: [1, 2), [2, 3), [3, 5), [5, 8), [8, 12); from the last edge on, and for k = 0, none (fit_profile).
+# steps_since_prefill, [1, 2), [2, 3), [3, 5), [5, 8), [8, 12), and per size of that prefill (fewer than
+# AFTER_PREFILL_LARGE tokens, or more); from the last edge on, and for k = 0, none (fit_profile).
 AFTER_PREFILL_EDGES = (1, 2, 3, 5, 8, 12)
+AFTER_PREFILL_LARGE = 1024
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
 # The padded decode batch sizes the engine captures CUDA graphs at; engine.executor imports this rule.
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -271,8 +273,9 @@ class ProfileCostModel:
     max_context_lanes: int = 0  # 0: no longest-sequence term (profiles fitted before it existed)
     kv_cache_dtype: str = "auto"  # the engine's cache dtype when the timings were taken (Config.kv_cache_dtype)
     mixed_graph_token_sizes: tuple[int, ...] = ()  # the engine's mixed-step token buckets; () prices them eagerly
-    # factors on decode-only steps by bucket of steps_since_prefill (AFTER_PREFILL_EDGES); () for none
-    after_prefill: tuple[float, ...] = ()
+    # factors on decode-only steps by bucket of steps_since_prefill (AFTER_PREFILL_EDGES), after a small and after a
+    # large prefill (AFTER_PREFILL_LARGE): two tuples; () for none
+    after_prefill: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -308,21 +311,24 @@ class ProfileCostModel:
         # host tier: measured by bench/host_tier_bw.py when the profile carries it, else the swap link's figure
         self.load_s_per_block = coef.get("host_load_s_per_byte", coef["swap_s_per_byte"]) * block_bytes
         self.store_s_per_block = coef.get("host_store_s_per_byte", coef["swap_s_per_byte"]) * block_bytes
-        self.after_prefill = tuple(float(f) for f in self.after_prefill)
-        if self.after_prefill and len(self.after_prefill) != len(AFTER_PREFILL_EDGES) - 1:
-            raise ValueError(f"after_prefill: expected {len(AFTER_PREFILL_EDGES) - 1} factors, one per bucket of "
-                             f"AFTER_PREFILL_EDGES {AFTER_PREFILL_EDGES}")
-        # factor by steps_since_prefill up to the last edge (index k; 0 and beyond: 1.0)
-        self._after = tuple([1.0] + [self.after_prefill[bisect_left(AFTER_PREFILL_EDGES, k + 1) - 1]
-                                     for k in range(1, AFTER_PREFILL_EDGES[-1])]) if self.after_prefill else ()
+        self.after_prefill = tuple(tuple(float(f) for f in row) for row in self.after_prefill)
+        if self.after_prefill and [len(row) for row in self.after_prefill] != [len(AFTER_PREFILL_EDGES) - 1] * 2:
+            raise ValueError(f"after_prefill: expected two rows (after a small and a large prefill) of "
+                             f"{len(AFTER_PREFILL_EDGES) - 1} factors, one per bucket of {AFTER_PREFILL_EDGES}")
+        # [large][k]: the factor by steps_since_prefill up to the last edge (k = 0 and from the last edge on: 1.0)
+        self._after = tuple(tuple([1.0] + [row[bisect_left(AFTER_PREFILL_EDGES, k + 1) - 1]
+                                           for k in range(1, AFTER_PREFILL_EDGES[-1])]) for row in self.after_prefill)
 
-    def after_prefill_factors(self, since) -> np.ndarray:
-        """The after-prefill factor of decode steps with these steps_since_prefill (an array; 1 without a table)."""
+    def after_prefill_factors(self, since, prefill_tokens) -> np.ndarray:
+        """The after-prefill factors of decode steps with these steps_since_prefill and last_prefill_tokens (arrays;
+        1 without a table)."""
         k = np.asarray(since, dtype=np.int64)
         if not self._after:
             return np.ones(k.shape)
         table = np.asarray(self._after)
-        return np.where((k > 0) & (k < len(table)), table[np.clip(k, 0, len(table) - 1)], 1.0)
+        large = (np.asarray(prefill_tokens) >= AFTER_PREFILL_LARGE).astype(np.int64)
+        inside = (k > 0) & (k < table.shape[1])
+        return np.where(inside, table[large, np.where(inside, k, 0)], 1.0)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -402,19 +408,20 @@ class ProfileCostModel:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
                                        shared=shared)
-            if not f.num_prefill_tokens and 0 < f.steps_since_prefill < len(self._after):
-                fwd = fwd * self._after[f.steps_since_prefill]
+            if self._after and not f.num_prefill_tokens and 0 < f.steps_since_prefill < AFTER_PREFILL_EDGES[-1]:
+                fwd = fwd * self._after[f.last_prefill_tokens >= AFTER_PREFILL_LARGE][f.steps_since_prefill]
             t += max(store, fwd)
         elif t or store:
             t += store + self._idle
         return t
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int,
-                         shared: int = 0, since: int = 0) -> np.ndarray:
+                         shared: int = 0, since: int = 0, prefill_tokens: int = 0) -> np.ndarray:
         """Durations of k pure-decode steps; step j (0-based) reads context_start + num_seqs * (j + 1) keys,
         max_context_start + j + 1 of them for its longest sequence, `shared` of them repeats of shared
         blocks (decode_shared_tokens: the same in every step of a run, whose new blocks are its own); its
-        steps_since_prefill is since + j (0 throughout when since is 0: no prefill before the run)."""
+        steps_since_prefill is since + j (0 throughout when since is 0: no prefill before the run), after a prefill
+        of prefill_tokens."""
         if num_seqs == 0:
             return np.zeros(k)
         if not self.prices_sharing:
@@ -428,8 +435,8 @@ class ProfileCostModel:
             t = self._mixed_time(0, 0, np.full(k, num_seqs), ctx, longest, 0, maximum=np.maximum)
         else:
             t = self._eager_time(0, 0, num_seqs, ctx, longest, 0, np.maximum, shared)
-        if 0 < since < len(self._after):  # the factors step_time applies, one multiply per step
-            t = t * self.after_prefill_factors(since + steps - 1)
+        if self._after and 0 < since < AFTER_PREFILL_EDGES[-1]:  # the factors step_time applies, one multiply a step
+            t = t * self.after_prefill_factors(since + steps - 1, prefill_tokens)
         return t
 
     def forward_times(self, rows) -> np.ndarray:
@@ -456,7 +463,8 @@ class ProfileCostModel:
                                           longest_walk, np.maximum)
         if self._after and "steps_since_prefill" in rows:
             decode = (p == 0) & (n > 0)
-            out[decode] = out[decode] * self.after_prefill_factors(np.asarray(rows["steps_since_prefill"])[decode])
+            out[decode] = out[decode] * self.after_prefill_factors(np.asarray(rows["steps_since_prefill"])[decode],
+                                                                   np.asarray(rows["last_prefill_tokens"])[decode])
         return out
 
     def _splits_of(self, n: np.ndarray) -> np.ndarray:
@@ -472,7 +480,7 @@ class ProfileCostModel:
         if self.mixed_graph_token_sizes:
             d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         if self.after_prefill:
-            d["after_prefill"] = {"edges": list(AFTER_PREFILL_EDGES), "factors": list(self.after_prefill)}
+            d["after_prefill"] = after_prefill_json(self.after_prefill)
         return d
 
     # ---- files ---------------------------------------------------------------------
@@ -487,7 +495,7 @@ class ProfileCostModel:
         if self.kv_cache_dtype != "auto":
             d["kv_cache_dtype"] = self.kv_cache_dtype
         if self.after_prefill:
-            d["after_prefill"] = {"edges": list(AFTER_PREFILL_EDGES), "factors": list(self.after_prefill)}
+            d["after_prefill"] = after_prefill_json(self.after_prefill)
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
@@ -548,20 +556,35 @@ class ProfileCostModel:
         kv_dtype = d.get("kv_cache_dtype", "auto")
         if kv_dtype not in KV_CACHE_DTYPE_BYTES:
             raise UserError(f"profile {p}: 'kv_cache_dtype' is {kv_dtype!r}, expected one of {list(KV_CACHE_DTYPE_BYTES)}")
-        after = d.get("after_prefill", {"edges": list(AFTER_PREFILL_EDGES), "factors": []})
-        factors = after.get("factors") if isinstance(after, dict) else None
-        if (not isinstance(after, dict) or after.get("edges") != list(AFTER_PREFILL_EDGES) or not isinstance(factors, list)
-                or len(factors) not in (0, len(AFTER_PREFILL_EDGES) - 1)
-                or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1 for f in factors)):
-            raise UserError(f"profile {p}: 'after_prefill' is {after!r}, expected {{\"edges\": "
-                            f"{list(AFTER_PREFILL_EDGES)}, \"factors\": [{len(AFTER_PREFILL_EDGES) - 1} numbers >= 1]}}")
+        after = d.get("after_prefill")
+        if after is not None and not _valid_after_prefill(after):
+            raise UserError(f"profile {p}: 'after_prefill' is {after!r}, expected {{\"edges\": {list(AFTER_PREFILL_EDGES)}, "
+                            f"\"large_prefill_tokens\": {AFTER_PREFILL_LARGE}, \"factors\": [two lists of "
+                            f"{len(AFTER_PREFILL_EDGES) - 1} numbers >= 1]}}")
+        factors = after["factors"] if after else ()
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes, kv_dtype, tuple(mixed_sizes), tuple(factors))
+                       lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)))
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
+
+
+def after_prefill_json(factors) -> dict:
+    """A profile's `after_prefill` entry: the buckets, the size from which a prefill is large, the two rows."""
+    return {"edges": list(AFTER_PREFILL_EDGES), "large_prefill_tokens": AFTER_PREFILL_LARGE,
+            "factors": [list(row) for row in factors]}
+
+
+def _valid_after_prefill(after) -> bool:
+    if not isinstance(after, dict) or {k: v for k, v in after.items() if k != "factors"} != {
+            k: v for k, v in after_prefill_json(()).items() if k != "factors"}:
+        return False
+    rows = after.get("factors")
+    return (isinstance(rows, list) and len(rows) == 2
+            and all(isinstance(row, list) and len(row) == len(AFTER_PREFILL_EDGES) - 1 for row in rows)
+            and all(not isinstance(f, bool) and isinstance(f, (int, float)) and f >= 1 for row in rows for f in row))
 
 
 # ---- fitting ---------------------------------------------------------------------------
@@ -748,22 +771,23 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     reference, and the held-out error of each s. Rows without a clock for every step are fitted as they are.
 
     Rows with clocks (round 17 on) also price the decode steps that follow a prefill. A decode-only step right
-    after a step with prefill tokens (or after steps the calibration advanced untimed) runs ~6% slower than the same
-    step tens of steps later, ~2% five steps on, ~1% twenty on, in calibrations and live windows alike (README,
-    Simulator accuracy, round 18); a calibration's decode rows sit nearer their prefill than a window's do. So: the
-    clock share is chosen on the rows without the decode steps right after a prefill (as in round 17); the decode
-    rows' measured / predicted of that fit, by bucket of steps_since_prefill (AFTER_PREFILL_EDGES), over that of
-    the same workload's rows AFTER_PREFILL_EDGES[-1] or more steps on, gives one factor per bucket
+    after a step of 1k prefill tokens or more (or after steps the calibration advanced untimed) runs 6-9% slower than
+    the same step a dozen steps later, 3-5% two steps on, 1-2% five on; after a smaller prefill 2-3%, for a step or
+    two; in calibrations and live windows alike (README, Simulator accuracy, round 18), and a calibration's decode
+    rows sit nearer their prefill than a window's do. So: the clock share is chosen on the rows without the decode
+    steps right after a prefill (as in round 17); the decode rows' measured / predicted of that fit, by bucket of
+    steps_since_prefill (AFTER_PREFILL_EDGES) and size of that prefill (AFTER_PREFILL_LARGE), over that of the same
+    workload's rows AFTER_PREFILL_EDGES[-1] or more steps on, gives one factor per bucket and size
     (_after_prefill_table); then every row is fitted again with its decode duration divided by its factor, and the
-    model multiplies decode steps by it (StepFeatures.steps_since_prefill). The report's `after_prefill` gives the
-    factors and the rows behind them.
+    model multiplies decode steps by it (StepFeatures.steps_since_prefill, last_prefill_tokens). The report's
+    `after_prefill` gives the factors and the rows behind them.
     """
     clocks = _row_clocks(rows)
     if clocks is None:
         return _fit_at_one_clock(rows, model, gpu, **options)
     if not clock_sensitivities:
         raise UserError("clock_sensitivities: expected at least one share of a step's time (0 for none)")
-    since = calibration_steps_since_prefill(rows)
+    since, last_tokens = calibration_steps_since_prefill(rows)
     decode = (np.asarray(rows["num_prefill_tokens"]) == 0) & (np.asarray(rows["num_decode_seqs"]) > 0)
     steady = ~decode_after_prefill(rows)
     reference = float(clocks.max())
@@ -776,32 +800,34 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     profile, report = fits[best]
     at_top = duration / (1 + best * (reference / clocks - 1))
     ratio = at_top[decode] / profile.forward_times(rows[decode])
-    factors, counts, n_far = _after_prefill_table(ratio, since[decode], np.asarray(rows["workload"])[decode]
-                                                  if "workload" in rows else np.zeros(int(decode.sum())))
+    workload = np.asarray(rows["workload"])[decode] if "workload" in rows else np.zeros(int(decode.sum()))
+    factors, counts, n_far = _after_prefill_table(ratio, since[decode], last_tokens[decode], workload)
     if factors:
         row_factor = np.ones(len(rows))
-        row_factor[decode] = replace(profile, after_prefill=factors).after_prefill_factors(since[decode])
+        row_factor[decode] = replace(profile, after_prefill=factors).after_prefill_factors(since[decode],
+                                                                                           last_tokens[decode])
         profile, report = _fit_at_one_clock(rows.assign(duration_s=at_top / row_factor), model, gpu, **options)
         profile = replace(profile, after_prefill=factors)
     clock = {"reference_mhz": reference, "sensitivity": best, "median_mhz": float(np.median(clocks[steady])),
              "held_out_mape_by_sensitivity": {str(s): fits[s][1]["mape"] for s in fits}}
     profile.fit["sm_clock"] = report["sm_clock"] = clock
-    profile.fit["after_prefill"] = report["after_prefill"] = {
-        "edges": list(AFTER_PREFILL_EDGES), "factors": list(factors), "rows": counts, "far_rows": n_far}
+    profile.fit["after_prefill"] = report["after_prefill"] = {**after_prefill_json(factors), "rows": counts,
+                                                              "far_rows": n_far}
     return profile, report
 
 
-AFTER_PREFILL_MIN_ROWS = 20  # decode rows a bucket needs for a factor of its own
+AFTER_PREFILL_MIN_ROWS = 15  # decode rows a bucket needs for a factor of its own
 AFTER_PREFILL_MIN_FAR = 5  # far decode rows a workload needs for its rows to count
 
 
-def _after_prefill_table(ratio: np.ndarray, since: np.ndarray, workload: np.ndarray
-                         ) -> tuple[tuple[float, ...], list[int], int]:
-    """(factors per bucket of AFTER_PREFILL_EDGES, each bucket's rows, the far rows) from decode rows' measured /
-    predicted `ratio`, steps_since_prefill and workload (fit_profile): each row's ratio over the median of its own
-    workload's far rows (AFTER_PREFILL_EDGES[-1] or more steps on; workloads with fewer than AFTER_PREFILL_MIN_FAR
-    of them left out), so that what the model misprices in a workload as a whole does not count; a bucket's factor
-    is the median of its rows' (at least 1, and 1 for fewer than AFTER_PREFILL_MIN_ROWS rows)."""
+def _after_prefill_table(ratio: np.ndarray, since: np.ndarray, last_tokens: np.ndarray, workload: np.ndarray
+                         ) -> tuple[tuple[tuple[float, ...], ...], list[list[int]], int]:
+    """(factors per bucket of AFTER_PREFILL_EDGES after a small and a large prefill, each bucket's rows, the far rows)
+    from decode rows' measured / predicted `ratio`, steps_since_prefill, last_prefill_tokens and workload
+    (fit_profile): each row's ratio over the median of its own workload's far rows (AFTER_PREFILL_EDGES[-1] or more
+    steps on; workloads with fewer than AFTER_PREFILL_MIN_FAR of them left out), so that what the model misprices in
+    a workload as a whole does not count; a bucket's factor is the median of its rows' (at least 1, and 1 for fewer
+    than AFTER_PREFILL_MIN_ROWS rows); no factors when none is above 1."""
     edges = AFTER_PREFILL_EDGES
     bucket = np.searchsorted(edges, since, side="right") - 1  # -1 for 0; len(edges) - 1 from the last edge on
     far = bucket == len(edges) - 1
@@ -811,25 +837,28 @@ def _after_prefill_table(ratio: np.ndarray, since: np.ndarray, workload: np.ndar
         if (mine & far).sum() >= AFTER_PREFILL_MIN_FAR:
             relative[mine] = ratio[mine] / np.median(ratio[mine & far])
     counted = ~np.isnan(relative)
-    counts = [int((counted & (bucket == i)).sum()) for i in range(len(edges) - 1)]
-    factors = tuple(max(1.0, float(np.median(relative[counted & (bucket == i)]))) if n >= AFTER_PREFILL_MIN_ROWS
-                    else 1.0 for i, n in enumerate(counts))
-    return (factors if any(f > 1 for f in factors) else ()), counts, int((counted & far).sum())
+    large = last_tokens >= AFTER_PREFILL_LARGE
+    counts = [[int((counted & (large == size) & (bucket == i)).sum()) for i in range(len(edges) - 1)]
+              for size in (False, True)]
+    factors = tuple(tuple(max(1.0, float(np.median(relative[counted & (large == size) & (bucket == i)])))
+                          if n >= AFTER_PREFILL_MIN_ROWS else 1.0 for i, n in enumerate(row))
+                    for size, row in zip((False, True), counts))
+    return (factors if any(f > 1 for row in factors for f in row) else ()), counts, int((counted & far).sum())
 
 
-def calibration_steps_since_prefill(rows) -> np.ndarray:
-    """StepFeatures.steps_since_prefill of calibration rows (by `workload`, in order of `step`), a step after one
-    not in the rows (advanced untimed: ContextBuilding, always a large prefill) counting as right after a prefill;
-    all 0 for rows without `workload` and `step`."""
-    out = np.zeros(len(rows), dtype=np.int64)
+def calibration_steps_since_prefill(rows) -> tuple[np.ndarray, np.ndarray]:
+    """StepFeatures.steps_since_prefill and last_prefill_tokens of calibration rows (by `workload`, in order of
+    `step`), a step after one not in the rows (advanced untimed: ContextBuilding, always a prefill of engine.live.ADVANCE_TOKENS
+    or more) counting as right after a large prefill; all 0 for rows without `workload` and `step`."""
+    since, tokens = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
     if "workload" not in rows or "step" not in rows:
-        return out
+        return since, tokens
     step = np.asarray(rows["step"], dtype=np.int64)
     prefill = np.asarray(rows["num_prefill_tokens"])
     for idx in rows.groupby("workload", sort=False).indices.values():
         gap = np.diff(step[idx], prepend=step[idx][0] - 2) != 1  # the first row too
-        out[idx] = steps_since_prefill(step[idx], prefill[idx], gap)
-    return out
+        since[idx], tokens[idx] = steps_since_prefill(step[idx], prefill[idx], gap, AFTER_PREFILL_LARGE)
+    return since, tokens
 
 
 def decode_after_prefill(rows) -> np.ndarray:
@@ -838,7 +867,7 @@ def decode_after_prefill(rows) -> np.ndarray:
     if "workload" not in rows or "step" not in rows:
         return np.zeros(len(rows), dtype=bool)
     decode = (np.asarray(rows["num_prefill_tokens"]) == 0) & (np.asarray(rows["num_decode_seqs"]) > 0)
-    return decode & (calibration_steps_since_prefill(rows) <= 1)
+    return decode & (calibration_steps_since_prefill(rows)[0] <= 1)
 
 
 def _row_clocks(rows) -> np.ndarray | None:

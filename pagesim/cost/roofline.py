@@ -139,11 +139,12 @@ class RooflineCostModel:
     prices_sharing = False  # repeated reads of shared blocks cost their bytes (StepFeatures.decode_shared_tokens)
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int,
-                         shared: int = 0, since: int = 0) -> np.ndarray:
+                         shared: int = 0, since: int = 0, prefill_tokens: int = 0) -> np.ndarray:
         """Durations of k pure-decode steps; step j reads context_start + num_seqs * (j + 1) keys.
 
         max_context_start (the longest sequence's cached tokens at the start), shared (reads of
-        shared blocks) and since (the first step's steps_since_prefill) are ignored: a roofline counts
+        shared blocks), since and prefill_tokens (the first step's steps_since_prefill and
+        last_prefill_tokens) are ignored: a roofline counts
         bytes and FLOPs, not how they are spread over the sequences or cached, nor the GPU's state after
         a prefill (an attainable bound; the engine's serial per-sequence decode programs, L2 and the
         slower steps after a prefill are the profile's business).
