@@ -8,6 +8,9 @@
 #   bash bench/h200_round18.sh OUT b        # fp8 `calibrate` and the fp8 window; longdoc-b with its own `live
 #                                           # --calibrate` of Llama-3.1-8B at 32k, longdoc-a with that profile; then
 #                                           # the executor's GPU tests
+#   bash bench/h200_round18.sh OUT c TRACES # the fit with after-prefill factors (at 1620c62+) on windows it never saw:
+#                                           # `calibrate`, then the preemption, k-shot, multi-turn and Azure conv
+#                                           # windows with its profile, straight out of the call
 # Every call samples the GPU's clocks (nvidia-smi, 50 ms) beside its phases. Then on any CPU:
 # python -m pagesim validate RUN (each run's own profile.json).
 # OUT/results.tgz is rewritten after every step, so a call cut short still returns what was recorded.
@@ -26,6 +29,27 @@ if [ "$MODE" = b ]; then
       --watermark 0.01 --profile "$R/live/longdoc-b-$S/profile.json" --out "$R/live/longdoc-a-$S"; mark longdoc-a end
   clocks_stop; pack
   { timeout 100 python3 -m pytest -q -m gpu tests/gpu -x -p no:cacheprovider 2>&1 | tail -3; } | tee "$R/gpu-tests-$S.txt"
+  runs_summary "$R"; pack
+  exit 0
+fi
+if [ "$MODE" = c ]; then
+  T=${3:-../traces}
+  P="$R/profiles/h200-llama-3-8b-$D-${S}c.json"
+  mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
+  profile_summary "$P"; pack
+  mark preempt start
+  BUDGET=70 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$P" --num-gpu-blocks 400 \
+      --out "$R/live/preempt-sharegpt-bursty-${S}c"; mark preempt end; pack
+  mark kshot start
+  BUDGET=75 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
+      --watermark 0.01 --profile "$P" --out "$R/live/kshot-prefix-pressure-${S}c"; mark kshot end; pack
+  mark multiturn start
+  BUDGET=65 run live traces/multiturn-300.jsonl --limit 200 --enable-prefix-caching --profile "$P" \
+      --out "$R/live/multiturn-200-${S}c"; mark multiturn end; pack
+  mark azure-conv start
+  BUDGET=85 run live "$T/AzureLLMInferenceTrace_conv.csv" --start-s 600 --end-s 660 --watermark 0.01 --profile "$P" \
+      --out "$R/live/azure-conv-600-660-${S}c"; mark azure-conv end
+  clocks_stop
   runs_summary "$R"; pack
   exit 0
 fi
