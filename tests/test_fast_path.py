@@ -101,22 +101,28 @@ def sharing_profile():
                             max_context_lanes=base.max_context_lanes)
 
 
-@pytest.mark.parametrize("overrides", [dict(num_gpu_blocks=600, enable_prefix_caching=True),
-                                       dict(enable_prefix_caching=True)], ids=["pressure", "roomy"])
-def test_fast_path_equals_step_by_step_when_the_cost_model_prices_shared_reads(overrides):
-    """A decode run prices its shared reads once (its new blocks are its own): the same as step by step."""
-    trace = load_trace(Path(__file__).resolve().parent.parent / "traces/kshot-shared-prefix-500.jsonl", limit=LIMIT)
-    cost = sharing_profile()
+def fast_and_plain(trace_file: str, cost, overrides: dict):
+    """The trace simulated with `cost` step by step and with the fast path, asserted the same (steps, requests, block
+    events), and with the fast path priced by the committed profile: (fast, plain)."""
+    root = Path(__file__).resolve().parent.parent
+    trace = load_trace(root / "traces" / trace_file, limit=LIMIT)
     slow, slow_events = run(trace, False, cost, **overrides)
     fast, fast_events = run(trace, True, cost, **overrides)
     assert fast_events == slow_events and fast.num_steps == slow.num_steps
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
     assert fast.extra["fast_path_steps"] > fast.num_steps / 4
-    # sharing changed the timings: the same run priced without it is slower
-    plain, _ = run(trace, True, make_cost_model(str(Path(__file__).resolve().parent.parent
-                                                    / "results/profiles/h200-llama-3-8b.json"),
+    plain, _ = run(trace, True, make_cost_model(str(root / "results/profiles/h200-llama-3-8b.json"),
                                                 Config(model="llama-3-8b", gpu="h200")), **overrides)
+    return fast, plain
+
+
+@pytest.mark.parametrize("overrides", [dict(num_gpu_blocks=600, enable_prefix_caching=True),
+                                       dict(enable_prefix_caching=True)], ids=["pressure", "roomy"])
+def test_fast_path_equals_step_by_step_when_the_cost_model_prices_shared_reads(overrides):
+    """A decode run prices its shared reads once (its new blocks are its own): the same as step by step."""
+    fast, plain = fast_and_plain("kshot-shared-prefix-500.jsonl", sharing_profile(), overrides)
+    # sharing changed the timings: the same run priced without it is slower
     assert fast.steps["duration_s"].sum() < plain.steps["duration_s"].sum()
 
 
@@ -134,17 +140,7 @@ def after_prefill_profile():
                          ids=["preempting", "chunked"])
 def test_fast_path_equals_step_by_step_when_decode_steps_after_a_prefill_cost_more(overrides):
     """A decode run prices each step by its steps since the last prefill, as the step-by-step plans are priced."""
-    trace = load_trace(Path(__file__).resolve().parent.parent / "traces/sharegpt-bursty-1k.jsonl", limit=LIMIT)
-    cost = after_prefill_profile()
-    slow, slow_events = run(trace, False, cost, **overrides)
-    fast, fast_events = run(trace, True, cost, **overrides)
-    assert fast_events == slow_events and fast.num_steps == slow.num_steps
-    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
-    assert fast.extra["fast_path_steps"] > fast.num_steps / 4
-    plain, _ = run(trace, True, make_cost_model(str(Path(__file__).resolve().parent.parent
-                                                    / "results/profiles/h200-llama-3-8b.json"),
-                                                Config(model="llama-3-8b", gpu="h200")), **overrides)
+    fast, plain = fast_and_plain("sharegpt-bursty-1k.jsonl", after_prefill_profile(), overrides)
     first = plain.steps["duration_s"].iloc[:50].to_numpy()  # the same plans until the first decode after a prefill
     assert (fast.steps["duration_s"].iloc[:50].to_numpy() >= first).all() and (fast.steps["duration_s"].iloc[:50] > first).any()
 
