@@ -463,8 +463,9 @@ class ProfileCostModel:
                                           longest_walk, np.maximum)
         if self._after and "steps_since_prefill" in rows:
             decode = (p == 0) & (n > 0)
+            tokens = _optional_column(rows, "last_prefill_tokens", len(p))[decode]
             out[decode] = out[decode] * self.after_prefill_factors(np.asarray(rows["steps_since_prefill"])[decode],
-                                                                   np.asarray(rows["last_prefill_tokens"])[decode])
+                                                                   tokens)
         return out
 
     def _splits_of(self, n: np.ndarray) -> np.ndarray:
@@ -620,7 +621,7 @@ def _fit_relative_l1(a: np.ndarray, y: np.ndarray, iters: int = 100, floor: floa
 
 
 def _optional_column(rows, col: str, n: int) -> np.ndarray:
-    """One of OPTIONAL_COLUMNS of the rows, 0 where they lack it."""
+    """A column the rows may lack (OPTIONAL_COLUMNS, last_prefill_tokens), 0 where they do."""
     return np.asarray(rows[col], dtype=np.float64) if col in rows else np.zeros(n)
 
 
