@@ -19,7 +19,7 @@ from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
 from pagesim.cost.features import PREFILL_TILE, prefill_walks
 from pagesim.cost.profile import (AFTER_PREFILL_EDGES, MIXED_FEATURES, calibration_steps_since_prefill, graph_batch_sizes,
-                                  mixed_graph_token_sizes, num_splits, prefill_waves)
+                                  mixed_graph_token_sizes, num_splits, prefill_waves, shared_read_discount)
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, Scheduler, StepPlan
@@ -738,6 +738,34 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
     (tmp_path / "bad.json").write_text(json.dumps(d))
     with pytest.raises(UserError, match="mixed_graph_token_sizes"):
         ProfileCostModel.from_json(tmp_path / "bad.json")
+
+
+def test_graph_mixed_steps_read_shared_blocks_at_the_graph_steps_discount():
+    """A graph mixed step's decode rows run the same decode kernel as a graph decode step, so its repeated reads of
+    shared blocks cost what the graph coefficients say they save (shared_read_discount); a fit recovers the mixed
+    coefficients from steps priced so."""
+    truth = {**TRUTH, **TRUTH_SHARING, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
+    known = ProfileCostModel("llama-3-8b", "h200", truth, TRUTH_KNEE, graph_batch_sizes=SIZES,
+                             max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
+    discount = shared_read_discount(truth)
+    assert discount == pytest.approx(1 - TRUTH_SHARING["graph_shared_tokens"] / TRUTH["graph_context_tokens"])
+    alone = features(prefill=[(2048, 64)], decode=[2000] * 12)
+    shared = replace(alone, decode_shared_tokens=11 * 1984)  # 12 rows over one 1,984-token prefix
+    saved = known.step_time(alone) - known.step_time(shared)
+    assert saved == pytest.approx(discount * 11 * 1984 * TRUTH_MIXED["mixed_graph_context_tokens"], rel=1e-9) and saved > 0
+    no_sharing = ProfileCostModel("llama-3-8b", "h200", {k: v for k, v in truth.items() if k not in TRUTH_SHARING},
+                                  TRUTH_KNEE, graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES,
+                                  mixed_graph_token_sizes=MIXED_SIZES)
+    assert no_sharing.step_time(shared) == no_sharing.step_time(alone)  # a profile blind to sharing prices bytes
+    mixed_shared = [replace(f, decode_shared_tokens=(f.num_decode_seqs - 1) * 512) for f in mixed_grid()
+                    if f.num_decode_seqs > 1]
+    grid = mixed_grid() + mixed_shared + calibration_grid() + skewed_grid() + sharing_grid() + eager_grid()
+    rows = frame(grid * 2, known.step_time)
+    np.testing.assert_allclose(known.forward_times(rows), [known.step_time(f) for f in grid * 2], rtol=1e-12)
+    fitted, report = fit_profile(rows, "llama-3-8b", "h200", test_fraction=0.0, mixed_graph_token_sizes=MIXED_SIZES)
+    assert report["by_kind"]["graph mixed"]["mape"] < 1e-3
+    assert fitted.coefficients["mixed_graph_context_tokens"] == pytest.approx(TRUTH_MIXED["mixed_graph_context_tokens"],
+                                                                              rel=0.05)
 
 
 def test_with_mixed_graphs_the_eager_floor_counts_the_tokens_above_the_largest_bucket():

@@ -65,7 +65,9 @@ least the dearest graph regime's.
             + num_prefill_seqs + num_decode_seqs + decode_context_tokens + longest + prefill_attn_pairs
             + waves
             (each term times its mixed_graph_ coefficient; longest with the exact decode row count's
-            splits: the decode launch of a mixed step is not padded)
+            splits: the decode launch of a mixed step is not padded; in a profile that prices shared reads,
+            decode_context_tokens counts each repeated read of a shared block at the saving the graph
+            coefficients give it, shared_read_discount, since the decode rows run the same kernel: round 18)
 
   waves = max(query heads * prefill_tile_walks / SMs, prefill_longest_walk) is the prefill attention's length in
   key tiles (StepFeatures: the prefill kernel runs one program per 128 query rows of a chunk and query head, one
@@ -254,6 +256,14 @@ def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves):
     return (p_seqs, d_seqs, d_ctx, longest, pairs, waves)
 
 
+def shared_read_discount(coefficients: dict) -> float:
+    """The share of a decode read's cost that a repeated read of a shared block saves, from the graph coefficients
+    (1 - graph_shared_tokens / graph_context_tokens; 0 for a profile that does not price sharing). Graph mixed steps
+    launch the same decode kernel over their decode rows, so their decode reads get the same discount."""
+    ctx, shared = coefficients.get("graph_context_tokens", 0.0), coefficients.get(SHARING[1])
+    return 1 - min(shared / ctx, 1.0) if shared is not None and ctx > 0 else 0.0
+
+
 def prefill_waves(walks, longest_walk, heads: int, sms: int, maximum=max):
     """The prefill attention's length in key tiles (module docstring): max(heads * walks / sms, longest_walk)."""
     return maximum(walks * (heads / sms), longest_walk)
@@ -286,6 +296,7 @@ class ProfileCostModel:
         self.prices_sharing = SHARING[1] in coef  # fitted to steps that share blocks (decode_shared_tokens)
         self._c = tuple(float(coef.get(name, 0.0)) for name in eager_features(True))
         self._graph_shared = float(coef.get(SHARING[1], 0.0))
+        self._mixed_shared_discount = shared_read_discount(coef)
         self._programs = decode_split_programs(self.gpu)
         self._kv_heads = get_model(self.model).num_kv_heads
         by_regime = [float(coef.get(GRAPH_LONGEST[0], 0.0))]
@@ -352,7 +363,8 @@ class ProfileCostModel:
         """Whether a step with these counts replays the mixed-step graphs (scalars or numpy arrays)."""
         return runs_mixed_graph(p_tokens, d_seqs, self._graph_max, self._mixed_max)
 
-    def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, walks=0, longest_walk=0, maximum=max):
+    def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, walks=0, longest_walk=0, maximum=max,
+                    shared=0):
         tokens = p_tokens + d_seqs
         if isinstance(tokens, np.ndarray):
             base = np.asarray(self._mixed_base)[np.searchsorted(self.mixed_graph_token_sizes, tokens, side="left")]
@@ -362,7 +374,8 @@ class ProfileCostModel:
             splits = num_splits(max(int(d_seqs), 1), self._programs, self._kv_heads)
         longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
         waves = prefill_waves(walks, longest_walk, self._heads, self._sms, maximum)
-        return base + sum(c * x for c, x in zip(self._mc, _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves)))
+        reads = d_ctx - self._mixed_shared_discount * shared  # repeated reads of shared blocks at their discount
+        return base + sum(c * x for c, x in zip(self._mc, _mixed_terms(p_seqs, d_seqs, reads, longest, pairs, waves)))
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
         """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
@@ -403,7 +416,7 @@ class ProfileCostModel:
             elif f.num_prefill_tokens + f.num_decode_seqs <= self._mixed_max:
                 fwd = self._mixed_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
-                                       f.prefill_tile_walks, f.prefill_longest_walk)
+                                       f.prefill_tile_walks, f.prefill_longest_walk, shared=shared)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
@@ -460,7 +473,7 @@ class ProfileCostModel:
         if mixed.any():
             walks, longest_walk = (_optional_column(rows, col, len(p))[mixed] for col in OPTIONAL_COLUMNS[1:])
             out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], walks,
-                                          longest_walk, np.maximum)
+                                          longest_walk, np.maximum, sh[mixed])
         if self._after and "steps_since_prefill" in rows:
             decode = (p == 0) & (n > 0)
             tokens = _optional_column(rows, "last_prefill_tokens", len(p))[decode]
@@ -657,15 +670,16 @@ def _graph_design(cols, sel, split, longest, sharing: bool = False) -> np.ndarra
                            + [shared] * sharing + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
-def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, int]) -> np.ndarray:
-    """Columns in mixed_features(mixed_sizes) order, for graph mixed rows (heads_sms: query heads, SMs)."""
+def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, int], discount: float = 0.0) -> np.ndarray:
+    """Columns in mixed_features(mixed_sizes) order, for graph mixed rows (heads_sms: query heads, SMs; discount:
+    shared_read_discount of the graph coefficients)."""
     p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
     t = np.asarray(mixed_sizes)[np.searchsorted(mixed_sizes, p + n, side="left")]
     splits = num_splits(np.maximum(n.astype(np.int64), 1), split[1], split[2])
     longest = longest_keys(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel], splits, lanes, np.maximum)
     waves = prefill_waves(cols["prefill_tile_walks"][sel], cols["prefill_longest_walk"][sel], *heads_sms, np.maximum)
-    terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, cols["decode_context_tokens"][sel], longest,
-                         cols["prefill_attn_pairs"][sel], waves)
+    reads = cols["decode_context_tokens"][sel] - discount * cols["decode_shared_tokens"][sel]
+    terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, reads, longest, cols["prefill_attn_pairs"][sel], waves)
     return np.column_stack([np.ones(len(n)), *terms] + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
 
 
@@ -749,7 +763,8 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
         if len(mixed_rows) < 2 * len(mnames):
             raise UserError(f"calibration rows: {len(mixed_rows)} usable graph mixed steps (prefill tokens, at most "
                             f"{mixed_sizes[-1]} tokens) to fit, need at least {2 * len(mnames)}")
-        x, err = _fit_relative_l1(_mixed_design(cols, mixed_rows, mixed_sizes, lanes, split, heads_sms), y[mixed_rows])
+        design = _mixed_design(cols, mixed_rows, mixed_sizes, lanes, split, heads_sms, shared_read_discount(coefficients))
+        x, err = _fit_relative_l1(design, y[mixed_rows])
         coefficients.update(zip(mnames, map(float, x)))
         dropped += [f for f, v in zip(mnames, x) if v == 0]
         abs_err.append(err * len(mixed_rows))
