@@ -48,7 +48,7 @@ from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
-from pagesim.metrics import summarize_run
+from pagesim.metrics import percentiles, summarize_run
 from pagesim.outputs import git_commit, prepare_output_dir
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
@@ -317,6 +317,45 @@ def rel_error(value, reference) -> float | None:
     return (value - reference) / reference if reference not in (None, 0) and value is not None else None
 
 
+TIMED_LOCKSTEP_METRICS = [name for name, _, _ in REQUEST_METRICS] + ["makespan_s"]
+
+
+def timed_lockstep(run: dict, step_table: pd.DataFrame) -> dict:
+    """Request-level figures of the live run's own decisions with the predicted step times: each request's live
+    first-token and finish times moved by the predicted minus the measured duration of every step from the one it
+    was released before up to that token's step (the steps it waited and ran through; step_level's table, a step
+    without tokens keeping its live time). The free simulation's figures (request_level) also carry the schedule's
+    divergence: in a preemption-heavy window a small change of step times changes which requests a preemption hits
+    and who waits behind it; these carry the step times alone. With the measured times they are live's."""
+    steps = run["steps"]
+    live_s = steps["duration_s"].to_numpy(dtype=np.float64)
+    predicted = steps["step"].map(dict(zip(step_table["step"].tolist(), step_table["predicted_s"].tolist())))
+    moved = np.concatenate(([0.0], np.cumsum(predicted.fillna(steps["duration_s"]).to_numpy(np.float64) - live_s)))
+    ends = steps["time_s"].to_numpy(dtype=np.float64) + live_s
+    position = pd.Series(np.arange(len(steps)), index=steps["step"])
+    req = run["requests"]
+    done = req[req["state"] == "finished"]
+    released = run["releases"].set_index("request_id")["release_step"]
+    own = done["parent_id"].where(done["parent_id"] != "", done["request_id"])  # a forked sample: its request's
+    start = position.reindex(own.map(released).astype(np.int64)).to_numpy()
+
+    def shifted(times: pd.Series) -> np.ndarray:  # a token's time, moved by the steps up to the one that made it
+        t = times.to_numpy(dtype=np.float64)
+        at = np.minimum(np.searchsorted(ends, t - 1e-9), len(ends) - 1)  # the step whose end it is
+        return t + moved[at + 1] - moved[start]
+
+    first, finish = shifted(done["first_token_s"]), shifted(done["finish_s"])
+    arrival = done["arrival_time_s"].to_numpy(dtype=np.float64)
+    out_len = done["output_len"].to_numpy()
+    latencies = {"ttft_s": first - arrival, "e2e_s": finish - arrival,
+                 "tpot_s": np.where(out_len > 1, (finish - first) / np.maximum(out_len - 1, 1), np.nan)}
+    replay = {f"{m}_{p}": percentiles(latencies[m])[p] for m in ("ttft_s", "tpot_s", "e2e_s") for p in PERCENTILES}
+    replay["makespan_s"] = float(finish.max() - req["arrival_time_s"].min()) if len(done) else None
+    live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
+    return {k: {"live": live[k], "replay": replay[k], "rel_error": rel_error(replay[k], live[k])}
+            for k in TIMED_LOCKSTEP_METRICS}
+
+
 def live_simulation(run: dict, cost_model, fast_path: bool = True, released_times: bool = False, on_release=None):
     """The free-running simulation of a loaded live run's requests (load_run), not yet run: at their trace arrival
     times or, with `released_times`, when live released them (`on_release`: Simulation's)."""
@@ -393,6 +432,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     if clock is not None:
         steps_report["sm_clock"] = clock
     requests_report, sim = request_level(run, cost)
+    timed = timed_lockstep(run, step_table)
     report = {
         "run": str(run_dir),
         "cost_model": cost.describe(),
@@ -400,6 +440,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "step_level": steps_report,
         "decisions": decisions,
         "request_level": requests_report,
+        "request_level_timed_lockstep": timed,
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
             "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
@@ -425,15 +466,20 @@ def format_report(report: dict) -> str:
         *_clock_lines(s.get("sm_clock")),
         f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
         f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
-        f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}"
+        f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}{'lockstep':>12}{'error':>9}"
         + (f"{'replicate':>12}{'live-live':>10}" if "live_repeatability" in report else ""),
     ]
     again = report.get("live_repeatability", {}).get("metrics", {})
+    timed = report.get("request_level_timed_lockstep", {})
     for name, v in report["request_level"].items():
         line = f"{name:<24}{_num(v['live']):>12}{_num(v['sim']):>12}{_pct(v['rel_error']):>9}"
+        t = timed.get(name)
+        line += f"{_num(t['replay']):>12}{_pct(t['rel_error']):>9}" if t else " " * 21
         if name in again:
             line += f"{_num(again[name]['replicate_live']):>12}{_pct(again[name]['live_rel_diff']):>10}"
         lines.append(line)
+    if timed:
+        lines.append("lockstep: the live run's own decisions, each step taking its predicted time (timed_lockstep)")
     if again:
         lines.append(f"simulation errors within the two recordings' distance: "
                      f"{sum(bool(v['sim_within_live_spread']) for v in again.values())} of {len(again)} "

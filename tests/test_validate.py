@@ -129,6 +129,34 @@ def test_request_level_live_figures_equal_a_direct_computation(validated):
             assert v["rel_error"] == pytest.approx((v["sim"] - v["live"]) / v["live"], rel=1e-9)
 
 
+def test_timed_lockstep_with_the_live_step_times_gives_the_live_latencies(validated):
+    """The live run's decisions re-run with each step taking its live duration, releases gated by their live times,
+    give every request latency percentile live gave (to the host gap between steps); with slower steps the
+    latencies grow. validate reports the same replay with the predicted step times."""
+    from pagesim.validate import TIMED_LOCKSTEP_METRICS, load_run, timed_lockstep
+
+    d, report = validated
+    run = load_run(LIVE / RUN)
+    steps = run["steps"]
+    own = timed_lockstep(run, pd.DataFrame({"step": steps["step"], "predicted_s": steps["duration_s"]}))
+    assert set(own) == set(TIMED_LOCKSTEP_METRICS)
+    for name, v in own.items():
+        assert abs(v["rel_error"]) < 1e-3, (name, v)
+    slower = timed_lockstep(run, pd.DataFrame({"step": steps["step"], "predicted_s": 1.1 * steps["duration_s"]}))
+    assert slower["makespan_s"]["replay"] > own["makespan_s"]["replay"]
+    assert slower["e2e_s_p50"]["replay"] > own["e2e_s_p50"]["replay"] * 1.02
+    timed = report["request_level_timed_lockstep"]
+    assert set(timed) == set(TIMED_LOCKSTEP_METRICS)
+    from pagesim.dashboard import tables
+
+    shown = tables.request_level_table(report).set_index("metric")
+    assert shown.at["TTFT p50 (ms)", "live decisions, predicted times"] == pytest.approx(timed["ttft_s_p50"]["replay"] * 1e3)
+    assert shown.at["makespan (s)", "its relative error"] == pytest.approx(timed["makespan_s"]["rel_error"])
+    for name, v in timed.items():
+        assert v["live"] == pytest.approx(report["request_level"][name]["live"], rel=1e-12)
+        assert v["rel_error"] == pytest.approx((v["replay"] - v["live"]) / v["live"], rel=1e-9)
+
+
 def test_committed_validations_show_identical_decisions():
     """Every committed live run was replayed in lockstep without a single differing step."""
     runs = sorted(set(LIVE.glob("*/validation.json")) | set(LIVE.glob("*/validation/validation.json")))

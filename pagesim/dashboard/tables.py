@@ -120,17 +120,27 @@ def metric_label(key: str) -> str:
 REPLICATE_COLUMNS = ["replicate live", "live vs live", "within live spread"]
 
 
+LOCKSTEP_COLUMNS = ["live decisions, predicted times", "its relative error"]
+
+
 def request_level_table(validation: dict) -> pd.DataFrame:
     """validation.json's request_level: one row per metric with live, simulated (in ms for latencies) and
-    the relative error; with a replicate recording (live_repeatability), also its live figure, the two
-    recordings' relative difference and whether the simulation's error is within it."""
+    the relative error; with the timed lockstep replay (request_level_timed_lockstep: the live run's own decisions,
+    each step at its predicted time), its figure and error; with a replicate recording (live_repeatability), also its
+    live figure, the two recordings' relative difference and whether the simulation's error is within it."""
     again = validation.get("live_repeatability", {}).get("metrics", {})
+    timed = validation.get("request_level_timed_lockstep", {})
     rows = []
     for name, v in validation.get("request_level", {}).items():
         scale = 1e3 if any(name.startswith(p + "_") for p in METRIC_WORDS) else 1.0
         live, sim = v.get("live"), v.get("sim")
         row = {"metric": metric_label(name), "live": None if live is None else live * scale,
                "simulated": None if sim is None else sim * scale, "relative error": v.get("rel_error")}
+        if timed:
+            t = timed.get(name, {})
+            replay = t.get("replay")
+            row.update({LOCKSTEP_COLUMNS[0]: None if replay is None else replay * scale,
+                        LOCKSTEP_COLUMNS[1]: t.get("rel_error")})
         if again:
             r = again.get(name, {})
             other = r.get("replicate_live")
@@ -138,4 +148,4 @@ def request_level_table(validation: dict) -> pd.DataFrame:
                         "live vs live": r.get("live_rel_diff"), "within live spread": r.get("sim_within_live_spread")})
         rows.append(row)
     return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"]
-                        + (REPLICATE_COLUMNS if again else []))
+                        + (LOCKSTEP_COLUMNS if timed else []) + (REPLICATE_COLUMNS if again else []))
