@@ -48,7 +48,7 @@ class PagedKVCacheManager:
 
     # ---- admission -----------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
-        need = -(-(request.prompt_len + request.output_len - 1) // self.block_size)  # cdiv(final_kv_len, ...), inlined
+        need = cdiv(request.final_kv_len, self.block_size)
         if need > self.num_gpu_blocks:
             return (
                 f"needs {need} KV blocks for {request.final_kv_len} tokens but the cache has only "
@@ -107,23 +107,6 @@ class PagedKVCacheManager:
                 self._cache_blocks(request, request.num_computed_tokens // bs,
                                    min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
             return True
-        if admission and not self.enable_caching and not computed_blocks and not num_computed_from_cache:
-            # admission without prefix caching (no hits, no host tier): the general path below, inlined
-            bs, ids = self.block_size, request.block_ids
-            held = len(ids)
-            final = request.prompt_len + request.output_len - 1
-            # _num_blocks_to_admit: the whole sequence (vLLM's scheduler_reserve_full_isl)
-            check = max(-(-(request.prompt_len + request.num_output_tokens) // bs) - held, 0)
-            available = self.pool.num_free_blocks - (self.watermark_blocks if num_running > 0 else 0)
-            if check > available:
-                return False
-            need = -(-(request.num_computed_tokens + num_new_tokens) // bs) - held
-            if need > 0:
-                before = held * bs - final  # internal_slots before and after, inlined
-                ids.extend(self.pool.take(need))
-                after = len(ids) * bs - final
-                self.num_internal_slots += (after if after > 0 else 0) - (before if before > 0 else 0)
-            return True
         need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
         check = self._num_blocks_to_admit(request, computed_blocks) if admission else need
         if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
@@ -169,10 +152,6 @@ class PagedKVCacheManager:
     def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
                      admission: bool = False, num_running: int = 1) -> bool:
         if admission:
-            if not computed_blocks:  # the common case, inlined: no free hit blocks to count
-                need = max(-(-(request.prompt_len + request.num_output_tokens) // self.block_size) - len(request.block_ids), 0)
-                free = self.pool.num_free_blocks
-                return need <= (free - self.watermark_blocks if num_running > 0 else free)
             need = self._num_blocks_to_admit(request, computed_blocks)
         else:
             need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
@@ -222,11 +201,8 @@ class PagedKVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
-        ids = request.block_ids
-        over = len(ids) * self.block_size - request.prompt_len - request.output_len + 1  # internal_slots, inlined
-        if over > 0:
-            self.num_internal_slots -= over
-        self.pool.free_table(ids)
+        self.num_internal_slots -= internal_slots(request, self.block_size)
+        self.pool.free_table(request.block_ids)
         request.block_ids = []
 
     # ---- parallel sampling ----------------------------------------------------
@@ -339,28 +315,19 @@ class PagedKVCacheManager:
         evicted = [] if pool._free_cached else None  # which blocks held a cached prefix (none can without)
         taken = pool.take(len(steps), evicted)
         internal_steps, slots = [], []
-        if len(steps) == m:  # one block each (k <= the smallest room + block_size)
-            for i, (room, _, r) in enumerate(rooms):
-                ids = r.block_ids
+        for i, (room, _, r) in enumerate(rooms):
+            ids = r.block_ids
+            held = len(ids)
+            if k > room + bs:
+                ids += taken[i::m]
+            else:
                 ids.append(taken[i])
-                # slots past the final length (internal_slots, inlined): only the request's last block reaches
-                # past it, and the table reached no further than the final length before it grew (allocate_slots)
-                over = len(ids) * bs - r.prompt_len - r.output_len + 1
-                if over > 0:  # its last block, taken in the step its room reached it
-                    internal_steps.append(room)
-                    slots.append(over)
-        else:
-            for i, (room, _, r) in enumerate(rooms):
-                ids = r.block_ids
-                held = len(ids)
-                if k > room + bs:
-                    ids += taken[i::m]
-                else:
-                    ids.append(taken[i])
-                over = len(ids) * bs - r.prompt_len - r.output_len + 1  # internal_slots, as above
-                if over > 0:  # its last block, index len(ids) - 1, taken in the step its room reached it
-                    internal_steps.append(room + (len(ids) - 1 - held) * bs)
-                    slots.append(over)
+            # slots past the final length: only the request's last block reaches past it, and the table reached
+            # no further than the final length before it grew (allocate_slots)
+            over = internal_slots(r, bs)
+            if over:  # its last block, index len(ids) - 1, taken in the step its room reached it
+                internal_steps.append(room + (len(ids) - 1 - held) * bs)
+                slots.append(over)
         if slots:
             self.num_internal_slots += sum(slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if evicted and True in evicted else []
@@ -405,12 +372,8 @@ class PagedKVCacheManager:
             if todo:
                 internal = 0
                 for r, block in zip(todo, self.pool.take(len(todo))):
-                    ids = r.block_ids
-                    ids.append(block)
-                    # internal_slots, inlined: none before it grew (see allocate_slots)
-                    over = len(ids) * bs - r.prompt_len - r.output_len + 1
-                    if over > 0:
-                        internal += over
+                    r.block_ids.append(block)
+                    internal += internal_slots(r, bs)  # none before it grew (see allocate_slots)
                 self.num_internal_slots += internal
             return True
         if need > self.pool.num_free_blocks:

@@ -172,15 +172,12 @@ class Recorder:
         state recorded with the last step is reused when the head is the same.
         """
         s = self.sched
-        head = s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None)  # _head(), inlined
+        head = self._head()
         cache = self._memory_cache
         if cache is not None and cache[0] is head:
             return cache[1]
         kv = s.kv
-        # the decode summary (Scheduler.decode_summary_now, inlined), with the running requests' num_computed_tokens summed
-        summary = s.decode_summary
-        if summary is not None and (summary.step_id != s.step_id or summary.running is not s.running):
-            summary = None
+        summary = s.decode_summary_now()  # with the running requests' num_computed_tokens summed
         values = kv.accounting_values(s.running, head, None if summary is None else summary.total_computed)
         used, reserved, internal, _, _, cached = values  # CATEGORIES
         bs = kv.block_size

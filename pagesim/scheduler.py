@@ -479,17 +479,12 @@ class Scheduler:
         """(tokens to compute, prefix-hit blocks, hit tokens) if `req`, at the head of the swapped
         (`swapped`) or waiting queue, would be let in now with `budget` tokens left and `num_running`
         requests running; None if not. A pure question: schedule() and the fast path both ask it."""
-        # _has_seats and _seats, inlined
-        seats = req.n if req.n > 1 and req.parent_id is None and req.first_token_time is None else 1
-        if num_running + self.reserved_seats + seats > self.config.max_num_seqs:
+        if not self._has_seats(req, num_running):
             return None
         kv = self.kv
         hits, num_hit = ([], 0) if swapped else kv.get_computed_blocks(req)
-        num_new = req.prompt_len + req.num_output_tokens - req.num_computed_tokens - num_hit  # num_tokens - ...
-        if num_new > budget:  # clip_to_budget, inlined
-            if not self.config.enable_chunked_prefill:
-                return None
-            num_new = budget
+        num_new = clip_to_budget(req.num_tokens - req.num_computed_tokens - num_hit, budget,
+                                 self.config.enable_chunked_prefill)
         if not num_new:
             return None
         if swapped:

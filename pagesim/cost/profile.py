@@ -805,7 +805,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
         raise UserError("clock_sensitivities: expected at least one share of a step's time (0 for none)")
     since, last_tokens = calibration_steps_since_prefill(rows)
     decode = (np.asarray(rows["num_prefill_tokens"]) == 0) & (np.asarray(rows["num_decode_seqs"]) > 0)
-    steady = ~decode_after_prefill(rows)
+    steady = ~(decode & (since == 1))  # decode_after_prefill, from the steps already counted
     reference = float(clocks.max())
     duration = np.asarray(rows["duration_s"], dtype=np.float64)
     fits = {}
@@ -879,11 +879,11 @@ def calibration_steps_since_prefill(rows) -> tuple[np.ndarray, np.ndarray]:
 
 def decode_after_prefill(rows) -> np.ndarray:
     """Decode-only rows right after a step with prefill tokens or one not in the rows (advanced, ContextBuilding),
-    or first in their workload (calibration_steps_since_prefill <= 1); all False without `workload` and `step`."""
+    or first in their workload (calibration_steps_since_prefill 1); all False without `workload` and `step`."""
     if "workload" not in rows or "step" not in rows:
         return np.zeros(len(rows), dtype=bool)
     decode = (np.asarray(rows["num_prefill_tokens"]) == 0) & (np.asarray(rows["num_decode_seqs"]) > 0)
-    return decode & (calibration_steps_since_prefill(rows)[0] <= 1)
+    return decode & (calibration_steps_since_prefill(rows)[0] == 1)
 
 
 def _row_clocks(rows) -> np.ndarray | None:
