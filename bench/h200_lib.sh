@@ -13,6 +13,7 @@
 #   clocks_start [MS]      nvidia-smi's SM/memory clock, power, temperature and clock event reasons every MS ms (50)
 #                          into R/clocks.csv, in the background (after live_call); clocks_stop ends it and gzips it
 #   mark NAME EDGE         a line "UTC-time NAME EDGE" in R/phases.txt (bench/clock_phases.py reads both files)
+#   window_preempt / window_kshot / window_azure_conv SUFFIX PROFILE [TRACES]   a committed window, one home each
 run() {
   echo "== $(date +%T) $*"
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
@@ -67,3 +68,20 @@ clocks_start() {
 }
 clocks_stop() { kill "$SMI"; gzip -f "$R/clocks.csv"; }
 mark() { echo "$(date -u '+%Y/%m/%d %H:%M:%S.%3N') $*" >>"$R/phases.txt"; }
+# The committed windows' commands, one home each (round 19 on; $1: the run's name suffix, $2: the profile, $3 for
+# Azure: the folder with the Azure 2023 CSVs); each marks its phase in R/phases.txt and packs.
+window_preempt() {
+  mark "preempt-$1" start
+  BUDGET=75 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$2" --num-gpu-blocks 400 \
+      --out "$R/live/preempt-sharegpt-bursty-$1"; mark "preempt-$1" end; pack
+}
+window_kshot() {
+  mark "kshot-$1" start
+  BUDGET=80 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
+      --watermark 0.01 --profile "$2" --out "$R/live/kshot-prefix-pressure-$1"; mark "kshot-$1" end; pack
+}
+window_azure_conv() {
+  mark "azure-conv-$1" start
+  BUDGET=100 run live "$3/AzureLLMInferenceTrace_conv.csv" --start-s 600 --end-s 660 --watermark 0.01 --profile "$2" \
+      --out "$R/live/azure-conv-600-660-$1"; mark "azure-conv-$1" end; pack
+}
