@@ -112,7 +112,7 @@ def main() -> int:
         print(json.dumps(child(args.engines, args.repeats)))
         return 0
     if args.out:
-        check_output_file(args.out, args.force)
+        check_output_file(p, args.out, args.force)
     processes = []
     for i in range(args.processes):
         done = subprocess.run([sys.executable, "-m", "bench.process_level", "--child", "--engines", str(args.engines),
