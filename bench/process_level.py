@@ -118,7 +118,7 @@ def main() -> int:
         done = subprocess.run([sys.executable, "-m", "bench.process_level", "--child", "--engines", str(args.engines),
                                "--repeats", str(args.repeats)], capture_output=True, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"process {i} failed:\n{done.stderr[-3000:]}")
+            raise SystemExit(f"process {i} failed (exit status {done.returncode}):\n{done.stderr[-3000:]}")
         processes.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"process {i}: " + "; ".join(
             f"engine {e['engine']} " + (e.get("error") or " ".join(
