@@ -23,7 +23,7 @@ What it found on the H200 (2026-12-02, bench/results/eager-jitter-h200-2026-12-0
 shapes in a process are slow (up to 2x), with no allocator event and no compilation, and CUDA_MODULE_LOADING=EAGER
 does not remove it; the sweep shows steps of one shape moving 20-50% within a minute, first run or not, at full
 clocks, and its profile puts the whole variation in gaps between kernels: the host stalling 3.5-4.5 ms inside cuBLAS
-GEMM calls (README, Simulator accuracy, round 13).
+GEMM calls (docs/accuracy-history.md, round 13).
 """
 
 from __future__ import annotations

@@ -778,7 +778,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     priced at the SM clock of the calibration's fastest steps.
 
     A calibration runs much of its time at the GPU's power cap, its SM clock moving between ~1.4 and 1.98 GHz on an
-    H200 while a lightly loaded serving window holds the top clock (README, Simulator accuracy, rounds 15-17). When
+    H200 while a lightly loaded serving window holds the top clock (docs/accuracy-history.md, rounds 15-17). When
     the rows carry the clock each step ran at (`sm_clock_mhz`, recorded since round 17), each duration is brought to
     the reference clock (the rows' highest) as if a share s of it scaled with the clock:
     duration / (1 + s (reference / clock - 1)); s is the one in `clock_sensitivities` whose fit has the least
