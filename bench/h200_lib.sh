@@ -13,7 +13,8 @@
 #   clocks_start [MS]      nvidia-smi's SM/memory clock, power, temperature and clock event reasons every MS ms (50)
 #                          into R/clocks.csv, in the background (after live_call); clocks_stop ends it and gzips it
 #   mark NAME EDGE         a line "UTC-time NAME EDGE" in R/phases.txt (bench/clock_phases.py reads both files)
-#   window_preempt / window_kshot / window_azure_conv SUFFIX PROFILE [TRACES]   a committed window, one home each
+#   window_preempt / window_kshot / window_swap / window_offload / window_azure_conv SUFFIX PROFILE [TRACES]
+#                          a committed window, one home each
 run() {
   echo "== $(date +%T) $*"
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
@@ -84,4 +85,14 @@ window_azure_conv() {
   mark "azure-conv-$1" start
   BUDGET=100 run live "$3/AzureLLMInferenceTrace_conv.csv" --start-s 600 --end-s 660 --watermark 0.01 --profile "$2" \
       --out "$R/live/azure-conv-600-660-$1"; mark "azure-conv-$1" end; pack
+}
+window_swap() {
+  mark "swap-$1" start
+  BUDGET=75 run live traces/sharegpt-bursty-1k.jsonl --limit 200 --watermark 0.01 --profile "$2" \
+      --preemption-mode swap --num-gpu-blocks 500 --out "$R/live/swap-sharegpt-bursty-$1"; mark "swap-$1" end; pack
+}
+window_offload() {  # $2: a profile with the host tier's measured bandwidth (bench.host_tier_bw --profile-out)
+  mark "offload-$1" start
+  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
+      --watermark 0.01 --kv-offloading-size 4.7 --profile "$2" --out "$R/live/offload-kshot-$1"; mark "offload-$1" end; pack
 }

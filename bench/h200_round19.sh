@@ -8,6 +8,8 @@
 # replicate (`validate --replicate`).
 #   bash bench/h200_round19.sh OUT TRACES   # `calibrate`, Azure conv 600-660 s, k-shot, Azure conv, k-shot
 #   bash bench/h200_round19.sh OUT t        # the whole GPU test suite (tests/gpu), no time cut but the call's
+#   bash bench/h200_round19.sh OUT p        # `calibrate`, then the preemption, swap and host-tier windows twice
+#                                           # each (A A B B C C), each pair the other's replicate
 # Every live call samples the GPU's clocks (nvidia-smi, 50 ms) beside its phases. Then on any CPU:
 # python -m pagesim validate RUN (each run's own profile.json).
 set -uo pipefail
@@ -20,6 +22,20 @@ live_call
 if [ "$MODE" = t ]; then
   { timeout 540 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -rf 2>&1 | tail -15; } | tee "$R/gpu-tests-$S.txt"
   pack
+  exit 0
+fi
+if [ "$MODE" = p ]; then
+  clocks_start 50
+  P="$R/profiles/h200-llama-3-8b-$D-${S}p.json"
+  mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
+  profile_summary "$P"; pack
+  window_preempt "${S}pa" "$P"; window_preempt "${S}pb" "$P"
+  window_swap "${S}pa" "$P"; window_swap "${S}pb" "$P"
+  H="$R/profiles/h200-llama-3-8b-$D-${S}p-host-tier.json"
+  timeout 40 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-${S}p.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+  window_offload "${S}pa" "$H"; window_offload "${S}pb" "$H"
+  clocks_stop
+  runs_summary "$R"; pack
   exit 0
 fi
 T=${MODE:-../traces}
