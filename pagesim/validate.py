@@ -44,6 +44,7 @@ from pagesim.accounting import CATEGORIES
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures, steps_since_prefill
+from pagesim.cost.jitter import JitteredCostModel, check_sigma
 from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
@@ -372,6 +373,39 @@ def request_level(run: dict, cost_model) -> tuple[dict, object]:
     return {k: {"live": live[k], "sim": simulated[k], "rel_error": rel_error(simulated[k], live[k])} for k in live}, sim
 
 
+ENSEMBLE_STEP_SIGMA = 0.015  # validate --step-jitter's default (pagesim.cost.jitter; README, round 19)
+ENSEMBLE_LEVEL_SIGMA = 0.015  # validate --level-jitter's default
+ENSEMBLE_BAND = (5.0, 95.0)  # the percentiles of the ensemble's figures reported as its band
+
+
+def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = ENSEMBLE_STEP_SIGMA,
+                           level_sigma: float = ENSEMBLE_LEVEL_SIGMA, seed: int = 0) -> dict:
+    """n free simulations of the run with jittered step times (JitteredCostModel, seeds seed..seed+n-1, step by
+    step): per request-level figure, the median of the n, the band between ENSEMBLE_BAND's percentiles, the
+    median's error against live and whether live's figure lies in the band. A deterministic simulation is one draw
+    of a timing-sensitive schedule; the median is the ensemble's prediction and the band its spread."""
+    live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
+    draws = []
+    for i in range(n):
+        sim = live_simulation(run, JitteredCostModel(cost_model, seed + i, step_sigma, level_sigma), fast_path=False)
+        result = sim.run("sim")
+        draws.append(run_metrics(summarize_run(result), result.steps))
+    metrics = {}
+    for name, value in live.items():
+        values = np.array([d[name] for d in draws if d[name] is not None], dtype=np.float64)
+        if not len(values):
+            metrics[name] = {"live": value, "median": None, "low": None, "high": None, "rel_error": None,
+                             "live_in_band": None}
+            continue
+        median = float(np.median(values))
+        low, high = (float(v) for v in np.percentile(values, ENSEMBLE_BAND))
+        metrics[name] = {"live": value, "median": median, "low": low, "high": high,
+                         "rel_error": rel_error(median, value),
+                         "live_in_band": None if value is None else bool(low <= value <= high)}
+    return {"n": n, "step_sigma": step_sigma, "level_sigma": level_sigma, "seed": seed,
+            "band_percentiles": list(ENSEMBLE_BAND), "metrics": metrics}
+
+
 def check_same_window(run: dict, other: dict) -> None:
     """Refuse a replicate that is not a recording of the same requests under the same configuration."""
     differ = [f.name for f in dataclasses.fields(Config)
@@ -410,10 +444,15 @@ def default_cost_model(run: dict) -> str:
 
 
 def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str | Path | None = None,
-             force: bool = False, replicate: str | Path | None = None) -> dict:
+             force: bool = False, replicate: str | Path | None = None, ensemble: int = 0,
+             step_sigma: float = ENSEMBLE_STEP_SIGMA, level_sigma: float = ENSEMBLE_LEVEL_SIGMA) -> dict:
     """Validate a live run; files go to `out` (default DIR/validation/), which must not already hold a
     validation unless `force`. `replicate`: another live recording of the same window, whose request-level
-    figures are reported beside the run's (live_repeatability)."""
+    figures are reported beside the run's (live_repeatability). `ensemble`: that many jittered free simulations
+    (request_level_ensemble, with `step_sigma` and `level_sigma`); 0 for none."""
+    if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 0:
+        raise UserError(f"--ensemble {ensemble!r}: expected a whole number of simulations, 0 or more (0: none)")
+    step_sigma, level_sigma = check_sigma(step_sigma, "--step-jitter"), check_sigma(level_sigma, "--level-jitter")
     run = load_run(run_dir)
     other = load_run(replicate) if replicate is not None else None
     if other is not None:
@@ -444,6 +483,8 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
             "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
+    if ensemble:
+        report["request_level_ensemble"] = request_level_ensemble(run, cost, ensemble, step_sigma, level_sigma)
     if other is not None:
         report["live_repeatability"] = live_repeatability(run, other, requests_report)
     (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
@@ -467,19 +508,31 @@ def format_report(report: dict) -> str:
         f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
         f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
         f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}{'lockstep':>12}{'error':>9}"
+        + (f"{'ensemble':>12}{'error':>9}{'band':>24}" if "request_level_ensemble" in report else "")
         + (f"{'replicate':>12}{'live-live':>10}" if "live_repeatability" in report else ""),
     ]
     again = report.get("live_repeatability", {}).get("metrics", {})
     timed = report.get("request_level_timed_lockstep", {})
+    ens = report.get("request_level_ensemble", {})
     for name, v in report["request_level"].items():
         line = f"{name:<24}{_num(v['live']):>12}{_num(v['sim']):>12}{_pct(v['rel_error']):>9}"
         t = timed.get(name)
         line += f"{_num(t['replay']):>12}{_pct(t['rel_error']):>9}" if t else " " * 21
+        if ens:
+            e = ens["metrics"].get(name, {})
+            band = f"{_num(e.get('low'))}-{_num(e.get('high'))}{'' if e.get('live_in_band') is None else ' in' if e['live_in_band'] else ' out'}"
+            line += f"{_num(e.get('median')):>12}{_pct(e.get('rel_error')):>9}{band:>24}"
         if name in again:
             line += f"{_num(again[name]['replicate_live']):>12}{_pct(again[name]['live_rel_diff']):>10}"
         lines.append(line)
     if timed:
         lines.append("lockstep: the live run's own decisions, each step taking its predicted time (timed_lockstep)")
+    if ens:
+        inside = [v["live_in_band"] for v in ens["metrics"].values() if v["live_in_band"] is not None]
+        lines.append(f"ensemble: the median of {ens['n']} free simulations with jittered step times (log-normal sigma "
+                     f"{ens['step_sigma']:g} per step, {ens['level_sigma']:g} per run); band: their "
+                     f"p{ens['band_percentiles'][0]:g}-p{ens['band_percentiles'][1]:g}; live inside it for "
+                     f"{sum(inside)} of {len(inside)} figures")
     if again:
         lines.append(f"simulation errors within the two recordings' distance: "
                      f"{sum(bool(v['sim_within_live_spread']) for v in again.values())} of {len(again)} "
@@ -510,7 +563,8 @@ def _num(v) -> str:
 
 
 def main(args) -> int:
-    report = validate(args.run_dir, args.cost_model, args.out, args.force, args.replicate)
+    report = validate(args.run_dir, args.cost_model, args.out, args.force, args.replicate, args.ensemble,
+                      args.step_jitter, args.level_jitter)
     print(format_report(report))
     print(f"wrote {report['out_dir']}")
     return 0
@@ -527,4 +581,13 @@ def register(sub) -> None:
                    help="another live recording of the same window (same requests and options): its request-level "
                         "figures are reported beside the run's, with the simulation errors no larger than the two "
                         "recordings' distance marked (validation.json's live_repeatability)")
+    p.add_argument("--ensemble", type=int, default=0, metavar="N",
+                   help="also run N free simulations with jittered step times (step by step) and report their median "
+                        "and p5-p95 band for each request-level figure (validation.json's request_level_ensemble); "
+                        "default 0: none")
+    p.add_argument("--step-jitter", type=float, default=ENSEMBLE_STEP_SIGMA, metavar="SIGMA",
+                   help=f"log-normal sigma of each step's time factor in the ensemble (default {ENSEMBLE_STEP_SIGMA})")
+    p.add_argument("--level-jitter", type=float, default=ENSEMBLE_LEVEL_SIGMA, metavar="SIGMA",
+                   help=f"log-normal sigma of each simulation's level, one factor on all its steps (default "
+                        f"{ENSEMBLE_LEVEL_SIGMA})")
     p.set_defaults(func=main)

@@ -360,3 +360,65 @@ def test_the_report_sets_the_runs_sm_clock_against_the_profiles():
     assert at_top["expected_slowdown_at_median"] == 0 and "longer" not in _clock_lines(at_top)[0]
     assert clock_report(steps.assign(sm_clock_mhz=np.nan), priced) is None  # a run without clocks (the CPU, no NVML)
     assert clock_report(steps.drop(columns="sm_clock_mhz"), priced) is None  # recorded before round 17
+
+
+def test_jittered_cost_model_is_the_base_at_zero_sigma_and_repeats_with_its_seed():
+    """JitteredCostModel: sigma 0 gives the base model's step times exactly; a seed gives the same sequence of
+    factors again, another seed another; the level is drawn once per model and multiplies every step."""
+    from pagesim.cost.jitter import JitteredCostModel
+
+    base = make_cost_model("roofline", Config())
+    steps = [StepFeatures(num_prefill_tokens=p, num_prefill_seqs=1 if p else 0, num_decode_seqs=d,
+                          decode_context_tokens=d * 900, max_decode_context=1000 if d else 0)
+             for p, d in [(512, 0), (0, 8), (64, 8), (0, 32), (0, 1)]]
+    plain = [base.step_time(f) for f in steps]
+    assert [JitteredCostModel(base, 7, 0.0, 0.0).step_time(f) for f in steps] == plain
+    a = [JitteredCostModel(base, 3, 0.02, 0.02).step_time(f) for f in steps]
+    b = [JitteredCostModel(base, 3, 0.02, 0.02).step_time(f) for f in steps]
+    c = [JitteredCostModel(base, 4, 0.02, 0.02).step_time(f) for f in steps]
+    assert a == b and a != c
+    level = JitteredCostModel(base, 5, 0.0, 0.05)
+    assert level.level != 1.0
+    assert [level.step_time(f) for f in steps] == pytest.approx([t * level.level for t in plain], rel=1e-12)
+    ratios = np.array(a) / np.array(plain)
+    assert np.all((ratios > 0.8) & (ratios < 1.25))  # 0.02-sigma factors: a few percent, not more
+
+
+def test_ensemble_reports_median_band_and_whether_live_is_in_it(tmp_path):
+    """validate --ensemble N: per request-level figure the median of N jittered free simulations, the p5-p95 band
+    around it, its error against live and whether live lies in the band; printed, stored, and on the dashboard's
+    table. With both sigmas 0 every draw is the deterministic simulation: median = band = the free simulation."""
+    from pagesim.dashboard import tables
+
+    out = tmp_path / "v"
+    assert main(["validate", str(LIVE / RUN), "--out", str(out), "--ensemble", "3"]) == 0
+    report = json.loads((out / "validation.json").read_text())
+    ens = report["request_level_ensemble"]
+    assert ens["n"] == 3 and ens["step_sigma"] == 0.015 and ens["band_percentiles"] == [5.0, 95.0]
+    assert set(ens["metrics"]) == set(report["request_level"])
+    for name, v in ens["metrics"].items():
+        if v["median"] is None:
+            continue
+        assert v["low"] <= v["median"] <= v["high"]
+        assert v["live_in_band"] == (v["low"] <= v["live"] <= v["high"])
+        assert v["rel_error"] == pytest.approx((v["median"] - v["live"]) / v["live"])
+    table = tables.request_level_table(report).set_index("metric")
+    assert table.loc[tables.metric_label("ttft_s_p50"), "ensemble median"] == pytest.approx(
+        ens["metrics"]["ttft_s_p50"]["median"] * 1e3)
+    flat = tmp_path / "flat"
+    assert main(["validate", str(LIVE / RUN), "--out", str(flat), "--ensemble", "2", "--step-jitter", "0",
+                 "--level-jitter", "0"]) == 0
+    report = json.loads((flat / "validation.json").read_text())
+    for name, v in report["request_level_ensemble"]["metrics"].items():
+        sim = report["request_level"][name]["sim"]
+        assert v["median"] == v["low"] == v["high"] == pytest.approx(sim, rel=1e-12), name
+
+
+@pytest.mark.parametrize("flags, says", [(["--ensemble", "-1"], "--ensemble -1"),
+                                         (["--ensemble", "2", "--step-jitter", "1.5"], "--step-jitter 1.5"),
+                                         (["--ensemble", "2", "--level-jitter", "-0.1"], "--level-jitter -0.1")])
+def test_ensemble_options_are_checked_before_any_work(tmp_path, capsys, flags, says):
+    out = tmp_path / "v"
+    assert main(["validate", str(LIVE / RUN), "--out", str(out), *flags]) == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()

@@ -123,13 +123,19 @@ REPLICATE_COLUMNS = ["replicate live", "live vs live", "within live spread"]
 LOCKSTEP_COLUMNS = ["live decisions, predicted times", "its relative error"]
 
 
+ENSEMBLE_COLUMNS = ["ensemble median", "ensemble error", "band low", "band high", "live in band"]
+
+
 def request_level_table(validation: dict) -> pd.DataFrame:
     """validation.json's request_level: one row per metric with live, simulated (in ms for latencies) and
     the relative error; with the timed lockstep replay (request_level_timed_lockstep: the live run's own decisions,
-    each step at its predicted time), its figure and error; with a replicate recording (live_repeatability), also its
-    live figure, the two recordings' relative difference and whether the simulation's error is within it."""
+    each step at its predicted time), its figure and error; with an ensemble of jittered simulations
+    (request_level_ensemble), their median, its error and band, and whether live lies in it; with a replicate
+    recording (live_repeatability), also its live figure, the two recordings' relative difference and whether the
+    simulation's error is within it."""
     again = validation.get("live_repeatability", {}).get("metrics", {})
     timed = validation.get("request_level_timed_lockstep", {})
+    ensemble = validation.get("request_level_ensemble", {}).get("metrics", {})
     rows = []
     for name, v in validation.get("request_level", {}).items():
         scale = 1e3 if any(name.startswith(p + "_") for p in METRIC_WORDS) else 1.0
@@ -141,6 +147,11 @@ def request_level_table(validation: dict) -> pd.DataFrame:
             replay = t.get("replay")
             row.update({LOCKSTEP_COLUMNS[0]: None if replay is None else replay * scale,
                         LOCKSTEP_COLUMNS[1]: t.get("rel_error")})
+        if ensemble:
+            e = ensemble.get(name, {})
+            scaled = {k: None if e.get(k) is None else e[k] * scale for k in ("median", "low", "high")}
+            row.update({"ensemble median": scaled["median"], "ensemble error": e.get("rel_error"),
+                        "band low": scaled["low"], "band high": scaled["high"], "live in band": e.get("live_in_band")})
         if again:
             r = again.get(name, {})
             other = r.get("replicate_live")
@@ -148,4 +159,5 @@ def request_level_table(validation: dict) -> pd.DataFrame:
                         "live vs live": r.get("live_rel_diff"), "within live spread": r.get("sim_within_live_spread")})
         rows.append(row)
     return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"]
-                        + (LOCKSTEP_COLUMNS if timed else []) + (REPLICATE_COLUMNS if again else []))
+                        + (LOCKSTEP_COLUMNS if timed else []) + (ENSEMBLE_COLUMNS if ensemble else [])
+                        + (REPLICATE_COLUMNS if again else []))

@@ -130,8 +130,19 @@ def show_validation(run: LiveRun) -> None:
                      column_config={"relative error": st.column_config.NumberColumn(format="percent"),
                                     "live": st.column_config.NumberColumn(format="%.4g"),
                                     "simulated": st.column_config.NumberColumn(format="%.4g"),
+                                    tables.LOCKSTEP_COLUMNS[0]: st.column_config.NumberColumn(format="%.4g"),
+                                    tables.LOCKSTEP_COLUMNS[1]: st.column_config.NumberColumn(format="percent"),
+                                    "ensemble median": st.column_config.NumberColumn(format="%.4g"),
+                                    "ensemble error": st.column_config.NumberColumn(format="percent"),
+                                    "band low": st.column_config.NumberColumn(format="%.4g"),
+                                    "band high": st.column_config.NumberColumn(format="%.4g"),
                                     "replicate live": st.column_config.NumberColumn(format="%.4g"),
                                     "live vs live": st.column_config.NumberColumn(format="percent")})
+        ens = v.get("request_level_ensemble")
+        if ens:
+            st.caption(f"ensemble: the median of {ens['n']} free simulations whose step times vary as the GPU's do "
+                       f"(log-normal sigma {ens['step_sigma']:g} per step, {ens['level_sigma']:g} per run); band: "
+                       f"their p{ens['band_percentiles'][0]:g}-p{ens['band_percentiles'][1]:g}")
         if v.get("live_repeatability"):
             st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
                        "an error within 'live vs live' cannot be told from the engine's own run-to-run spread)")
