@@ -48,6 +48,11 @@ def one_run(run_dir: Path, n: int, step_sigma: float, level_sigma: float) -> dic
             "cost_model": committed["cost_model_path"], "figures": out}
 
 
+def in_group(run_name: str, pattern: str) -> bool:
+    """--group's test: the name contains the pattern, or with a leading '!' does not contain the rest."""
+    return pattern[1:] not in run_name if pattern.startswith("!") else pattern in run_name
+
+
 def tally(runs: list[dict]) -> dict:
     figures = [(name, f) for r in runs for name, f in r["figures"].items()]
     percentiles = [name for name in FIGURES if name != "makespan_s"]
@@ -74,7 +79,8 @@ def main() -> int:
     p.add_argument("--step-jitter", type=float, default=ENSEMBLE_STEP_SIGMA)
     p.add_argument("--level-jitter", type=float, default=ENSEMBLE_LEVEL_SIGMA)
     p.add_argument("--group", action="append", default=[], metavar="NAME=SUBSTRING",
-                   help="also tally the runs whose name contains SUBSTRING under NAME (repeatable)")
+                   help="also tally the runs whose name contains SUBSTRING (with a leading '!': does not contain it) "
+                        "under NAME (repeatable)")
     p.add_argument("--out", default=None)
     p.add_argument("--force", action="store_true")
     args = p.parse_args()
@@ -99,7 +105,7 @@ def main() -> int:
                                        for name, f in runs[-1]["figures"].items()), flush=True)
     result = {"bench": "ensemble_windows", "git_commit": git_commit(), "n": args.n, "step_sigma": args.step_jitter,
               "level_sigma": args.level_jitter, "seconds": time.perf_counter() - t0, "all": tally(runs),
-              "groups": {name: tally([r for r in runs if sub in Path(r["run"]).name]) for name, sub in groups.items()},
+              "groups": {name: tally([r for r in runs if in_group(Path(r["run"]).name, sub)]) for name, sub in groups.items()},
               "runs": runs}
     for name, t in [("all", result["all"]), *result["groups"].items()]:
         print(f"{name}: {t['runs']} runs; figures within target: deterministic {t['deterministic_within_target']}, "
