@@ -13,6 +13,7 @@
 #   clocks_start [MS]      nvidia-smi's SM/memory clock, power, temperature and clock event reasons every MS ms (50)
 #                          into R/clocks.csv, in the background (after live_call); clocks_stop ends it and gzips it
 #   mark NAME EDGE         a line "UTC-time NAME EDGE" in R/phases.txt (bench/clock_phases.py reads both files)
+#   calibrate_marked P     bf16 `calibrate` of Llama-3-8B into P, its phase marked, its fit summarised
 #   window_preempt / window_kshot / window_swap / window_offload / window_azure_conv SUFFIX PROFILE [TRACES]
 #                          a committed window, one home each
 run() {
@@ -95,4 +96,8 @@ window_offload() {  # $2: a profile with the host tier's measured bandwidth (ben
   mark "offload-$1" start
   BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
       --watermark 0.01 --kv-offloading-size 4.7 --profile "$2" --out "$R/live/offload-kshot-$1"; mark "offload-$1" end; pack
+}
+calibrate_marked() {  # $1: the profile to write (bf16 Llama-3-8B), its phase marked and its fit summarised
+  mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$1"; mark calibrate end
+  profile_summary "$1"; pack
 }

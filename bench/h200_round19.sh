@@ -27,8 +27,7 @@ fi
 if [ "$MODE" = p ]; then
   clocks_start 50
   P="$R/profiles/h200-llama-3-8b-$D-${S}p.json"
-  mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
-  profile_summary "$P"; pack
+  calibrate_marked "$P"
   window_preempt "${S}pa" "$P"; window_preempt "${S}pb" "$P"
   window_swap "${S}pa" "$P"; window_swap "${S}pb" "$P"
   H="$R/profiles/h200-llama-3-8b-$D-${S}p-host-tier.json"
@@ -41,8 +40,7 @@ fi
 T=${MODE:-../traces}
 clocks_start 50
 P="$R/profiles/h200-llama-3-8b-$D-$S.json"
-mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
-profile_summary "$P"; pack
+calibrate_marked "$P"
 window_azure_conv "${S}a" "$P" "$T"
 window_kshot "${S}a" "$P"
 window_azure_conv "${S}b" "$P" "$T"
