@@ -35,3 +35,13 @@ def sim_progress(span_s: float, desc: str, file=None):
                 shown = n
 
         yield progress
+
+
+def counted(iterable, total: int, desc: str, unit: str, file=None):
+    """`iterable` behind a bar of `total` items, redrawn as sim_progress's is (TQDM_DISABLE=1 turns it off)."""
+    from tqdm import tqdm
+
+    file = sys.stderr if file is None else file
+    isatty = getattr(file, "isatty", lambda: False)()
+    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=file,
+                mininterval=TTY_INTERVAL_S if isatty else NON_TTY_INTERVAL_S)

@@ -384,9 +384,11 @@ def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = EN
     step): per request-level figure, the median of the n, the band between ENSEMBLE_BAND's percentiles, the
     median's error against live and whether live's figure lies in the band. A deterministic simulation is one draw
     of a timing-sensitive schedule; the median is the ensemble's prediction and the band its spread."""
+    from pagesim.progress import counted
+
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
     draws = []
-    for i in range(n):
+    for i in counted(range(n), n, "ensemble", "sim"):
         sim = live_simulation(run, JitteredCostModel(cost_model, seed + i, step_sigma, level_sigma), fast_path=False)
         result = sim.run("sim")
         draws.append(run_metrics(summarize_run(result), result.steps))
@@ -520,7 +522,8 @@ def format_report(report: dict) -> str:
         line += f"{_num(t['replay']):>12}{_pct(t['rel_error']):>9}" if t else " " * 21
         if ens:
             e = ens["metrics"].get(name, {})
-            band = f"{_num(e.get('low'))}-{_num(e.get('high'))}{'' if e.get('live_in_band') is None else ' in' if e['live_in_band'] else ' out'}"
+            inside = e.get("live_in_band")
+            band = f"{_num(e.get('low'))}-{_num(e.get('high'))}" + ("" if inside is None else " in" if inside else " out")
             line += f"{_num(e.get('median')):>12}{_pct(e.get('rel_error')):>9}{band:>24}"
         if name in again:
             line += f"{_num(again[name]['replicate_live']):>12}{_pct(again[name]['live_rel_diff']):>10}"
