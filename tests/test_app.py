@@ -472,6 +472,25 @@ def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
     assert "TTFT per request" in charts(at)[-1].layout.title.text
 
 
+def test_live_page_shows_the_ensemble_band_of_a_validation_that_has_one(tmp_path, monkeypatch):
+    """A committed round-19 run validated with --ensemble 16: the request-level table carries the ensemble's median
+    and band (in ms, as live's) and whether live lies in it, and a caption says what the ensemble is."""
+    import shutil
+
+    name = "swap-sharegpt-bursty-r19pa"
+    shutil.copytree(REPO / "results" / "live" / name, tmp_path / name)
+    ens = json.loads((tmp_path / name / "validation" / "validation.json").read_text())["request_level_ensemble"]
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    (table,) = [d.value for d in at.dataframe if "ensemble median" in d.value.columns]
+    row = table.set_index("metric").loc["TTFT p50 (ms)"]
+    e = ens["metrics"]["ttft_s_p50"]
+    assert row["ensemble median"] == pytest.approx(e["median"] * 1e3)
+    assert (row["band low"], row["band high"]) == pytest.approx((e["low"] * 1e3, e["high"] * 1e3))
+    assert bool(row["live in band"]) == e["live_in_band"]
+    assert any(f"median of {ens['n']} free simulations" in c.value for c in at.caption)
+
+
 def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch):
     write_live_run(tmp_path / "pair-x-paged")
     write_live_run(tmp_path / "pair-x-contiguous-max", num_requests=30)
