@@ -489,6 +489,9 @@ def test_live_page_shows_the_ensemble_band_of_a_validation_that_has_one(tmp_path
     assert (row["band low"], row["band high"]) == pytest.approx((e["low"] * 1e3, e["high"] * 1e3))
     assert bool(row["live in band"]) == e["live_in_band"]
     assert any(f"median of {ens['n']} free simulations" in c.value for c in at.caption)
+    (cdf,) = [f for f in charts(at) if any(t.legendgroup == "ensemble" for t in f.data)]  # the bands on the CDFs
+    ttft = [t for t in cdf.data if t.legendgroup == "ensemble"][0]
+    assert list(ttft.x)[0] == pytest.approx(e["median"]) and list(ttft.y) == [0.5, 0.9, 0.99]
 
 
 def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch):

@@ -672,3 +672,22 @@ def test_host_block_map_groups_the_tiers_blocks_by_state(offload_run):
     assert [t.name.split(":")[0] for t in fig.data[1:]] == [label for label, _ in palette.HOST_STATES.values()]
     big = host_tier.host_block_map(steps, 10_000, config.block_bytes, t, max_blocks=1000)
     assert np.isfinite(np.asarray(big.data[0].z, dtype=float)).sum() <= 1000 + 4, "a cell stands for several blocks"
+
+
+def test_latency_cdfs_draw_the_ensembles_percentiles_as_bands():
+    """With validation.json's request_level_ensemble, each latency panel gets the ensemble's p50 / p90 / p99 at
+    their levels: the median as the point, the p5-p95 band as an asymmetric horizontal bar; without it, none."""
+    rng = np.random.default_rng(0)
+    req = pd.DataFrame({"state": ["finished"] * 50, "ttft_s": rng.uniform(0.01, 1, 50),
+                        "tpot_s": rng.uniform(0.005, 0.02, 50), "e2e_s": rng.uniform(1, 10, 50)})
+    ens = {f"{m}_p{p}": {"median": 0.1 * p, "low": 0.08 * p, "high": 0.13 * p}
+           for m in ("ttft_s", "tpot_s", "e2e_s") for p in (50, 90, 99)}
+    fig = figures.latency_cdfs({"live": req}, ens)
+    bands = [t for t in fig.data if t.legendgroup == "ensemble"]
+    assert len(bands) == 3 and sum(bool(t.showlegend) for t in bands) == 1
+    for t in bands:
+        assert list(t.y) == [0.5, 0.9, 0.99]
+        assert list(t.x) == pytest.approx([5.0, 9.0, 9.9])
+        assert list(t.error_x.array) == pytest.approx([0.03 * p for p in (50, 90, 99)])
+        assert list(t.error_x.arrayminus) == pytest.approx([0.02 * p for p in (50, 90, 99)])
+    assert not [t for t in figures.latency_cdfs({"live": req}).data if t.legendgroup == "ensemble"]

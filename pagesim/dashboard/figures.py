@@ -215,9 +215,14 @@ def log_time_axis(fig: go.Figure, values, *, row=None, col=None, axis: str = "x"
     update(type="log", tickvals=ticks, ticktext=[duration_label(t) for t in ticks], row=row, col=col, **narrow)
 
 
-def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
+ENSEMBLE_PERCENTILES = (50, 90, 99)
+
+
+def latency_cdfs(requests_by_run: dict[str, pd.DataFrame], ensemble: dict | None = None) -> go.Figure:
     """CDFs of TTFT, TPOT and E2E of the finished requests, one line per run (log time axes labelled in
-    ms and s)."""
+    ms and s). `ensemble`: validation.json's request_level_ensemble metrics; each of its p50 / p90 / p99 is drawn
+    at its level as the ensemble's median with its band as a horizontal bar, so a CDF that crosses the level inside
+    the bar lies in the band."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=list(LATENCIES.values()), horizontal_spacing=0.06)
     for i, (run, req) in enumerate(requests_by_run.items()):
         color = run_color(run, i)
@@ -229,11 +234,28 @@ def latency_cdfs(requests_by_run: dict[str, pd.DataFrame]) -> go.Figure:
                                      customdata=[duration_label(v) for v in x],
                                      hovertemplate=f"{run}<br>{label} %{{customdata}}<br>%{{y:.1%}} of requests<extra></extra>"),
                           row=1, col=col)
+    shown = False
+    for col, metric in enumerate(LATENCIES, 1):
+        points = [(p, (ensemble or {}).get(f"{metric}_p{p}") or {}) for p in ENSEMBLE_PERCENTILES]
+        points = [(p, e) for p, e in points if e.get("median") is not None]
+        if not points:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[e["median"] for _, e in points], y=[p / 100 for p, _ in points], mode="markers",
+            name="ensemble median, p5-p95 band", legendgroup="ensemble", showlegend=not shown,
+            marker=dict(color="black", symbol="diamond", size=7),
+            error_x=dict(type="data", symmetric=False, array=[e["high"] - e["median"] for _, e in points],
+                         arrayminus=[e["median"] - e["low"] for _, e in points], color="black", thickness=1.5),
+            customdata=[[f"p{p}", duration_label(e["median"]), duration_label(e["low"]), duration_label(e["high"])]
+                        for p, e in points],
+            hovertemplate="ensemble %{customdata[0]}: %{customdata[1]} (band %{customdata[2]} - %{customdata[3]})"
+                          "<extra></extra>"), row=1, col=col)
+        shown = True
     for col, metric in enumerate(LATENCIES, 1):
         values = pd.concat([r[metric] for r in requests_by_run.values()]) if requests_by_run else []
         log_time_axis(fig, values, row=1, col=col)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
-    header(fig, "Latency CDFs (finished requests)", 400)
+    header(fig, "Latency CDFs (finished requests)" + (": the ensemble's percentiles as bands" if shown else ""), 400)
     return fig
 
 

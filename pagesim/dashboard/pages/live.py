@@ -162,7 +162,9 @@ def show_validation(run: LiveRun) -> None:
     st.plotly_chart(figures.live_vs_sim_over_time(run.steps, run.sim_steps), key=f"{PREFIX}.time")
 
     st.subheader("Request latencies")
-    st.plotly_chart(figures.latency_cdfs({"live": run.requests, "simulated": run.sim_requests}), key=f"{PREFIX}.cdf")
+    st.plotly_chart(figures.latency_cdfs({"live": run.requests, "simulated": run.sim_requests},
+                                         run.validation.get("request_level_ensemble", {}).get("metrics")),
+                    key=f"{PREFIX}.cdf")
     metric = st.radio("Per request", list(figures.LATENCIES), format_func=figures.LATENCIES.get, horizontal=True,
                       index=2, bind=URL, key=f"{PREFIX}.metric")
     st.plotly_chart(figures.request_latency_scatter(run.requests, run.sim_requests, metric), key=f"{PREFIX}.per_request")
