@@ -204,8 +204,7 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
             # blocks are its own)
             shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
                       if cost_model.prices_sharing else 0)
-            after = ((sched.step_id - sched.last_prefill_step, sched.last_prefill_tokens)
-                     if sched.last_prefill_step >= 0 else (0, 0))
+            after = sched.since_prefill(sched.step_id)  # the run's first step's (StepPlan)
             m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, after, now, cut,
                                                   0 if until is not None else SHORT_RUN)
         first_step = sched.step_id

@@ -312,7 +312,7 @@ class PagedKVCacheManager:
             for period in range(bs, k, bs):
                 steps += [j for room, _, _ in rooms if (j := room + period) < k]
         pool = self.pool
-        evicted = [] if pool._free_cached else None  # which blocks held a cached prefix (none can without)
+        evicted = [] if pool.num_free_cached else None  # which blocks held a cached prefix (none can without)
         taken = pool.take(len(steps), evicted)
         internal_steps, slots = [], []
         for i, (room, _, r) in enumerate(rooms):

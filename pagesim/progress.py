@@ -21,10 +21,9 @@ def sim_progress(span_s: float, desc: str, file=None):
     from tqdm import tqdm
 
     file = sys.stderr if file is None else file
-    isatty = getattr(file, "isatty", lambda: False)()
     total = round(span_s, 1)
     with tqdm(total=total, desc=desc, unit="sim s", leave=False, file=file, miniters=1,
-              mininterval=TTY_INTERVAL_S if isatty else NON_TTY_INTERVAL_S) as bar:
+              mininterval=_mininterval(file)) as bar:
         shown = 0.0
 
         def progress(now: float) -> None:
@@ -42,6 +41,9 @@ def counted(iterable, total: int, desc: str, unit: str, file=None):
     from tqdm import tqdm
 
     file = sys.stderr if file is None else file
-    isatty = getattr(file, "isatty", lambda: False)()
-    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=file,
-                mininterval=TTY_INTERVAL_S if isatty else NON_TTY_INTERVAL_S)
+    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=file, mininterval=_mininterval(file))
+
+
+def _mininterval(file) -> float:
+    """Seconds between redraws: TTY_INTERVAL_S to a terminal, NON_TTY_INTERVAL_S to anything else."""
+    return TTY_INTERVAL_S if getattr(file, "isatty", lambda: False)() else NON_TTY_INTERVAL_S

@@ -234,13 +234,8 @@ class Recorder:
             deltas = NO_PREFIX_DELTAS
         self.runs.frombytes(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
                                  *before, *after, *deltas, num_blocks, num_evicted, num_internal))
-        pack = _DOUBLES.get(k)  # _doubles, inlined: starts and durations have the same length
-        if pack is not None:
-            self.run_starts.frombytes(pack(*starts))
-            self.run_durations.frombytes(pack(*durations))
-        else:
-            self.run_starts.frombytes(_doubles(starts))
-            self.run_durations.frombytes(_doubles(durations))
+        self.run_starts.frombytes(_doubles(starts))
+        self.run_durations.frombytes(_doubles(durations))
         if num_blocks:
             arrays = self.run_blocks
             arrays[0].frombytes(_ints(block_steps))
@@ -552,9 +547,10 @@ class _Scratch:
         return a[:count]
 
 
-def _packer(kind: str, packs: dict):
+def _packer(kind: str):
     """values -> bytes, as an array of `kind` ("d" or "q") holds them, by a struct made once per length (for
-    array.frombytes: a copy, where array.fromlist parses each item); `packs`: the structs' pack by length."""
+    array.frombytes: a copy, where array.fromlist parses each item)."""
+    packs = {}
 
     def packed(values: list) -> bytes:
         pack = packs.get(len(values))
@@ -567,8 +563,7 @@ def _packer(kind: str, packs: dict):
     return packed
 
 
-_DOUBLES: dict = {}  # length -> the pack of a struct of that many doubles (_doubles's, read by record_decode_run)
-_doubles, _ints = _packer("d", _DOUBLES), _packer("q", {})
+_doubles, _ints = _packer("d"), _packer("q")
 
 
 def _block_arrays() -> tuple[array, array, array, array]:

@@ -433,9 +433,8 @@ class Scheduler:
         plan.num_decode_tokens, plan.num_prefill_tokens = num_decode, num_prefill
         if num_prefill:
             self.last_prefill_step, self.last_prefill_tokens = plan.step_id, num_prefill
-        elif self.last_prefill_step >= 0:
-            plan.steps_since_prefill = plan.step_id - self.last_prefill_step
-            plan.last_prefill_tokens = self.last_prefill_tokens
+        else:
+            plan.steps_since_prefill, plan.last_prefill_tokens = self.since_prefill(plan.step_id)
         if self.finished_req_ids and not plan.is_empty:
             plan.finished_req_ids, self.finished_req_ids = self.finished_req_ids, []
         return plan
@@ -530,6 +529,13 @@ class Scheduler:
                 del plan.scheduled[k]
                 return s.num_new_tokens
         return 0
+
+    def since_prefill(self, step_id: int) -> tuple[int, int]:
+        """(StepPlan.steps_since_prefill, last_prefill_tokens) of a step without prefill tokens that comes as `step_id`
+        after the steps scheduled so far: (0, 0) when none of them had prefill tokens."""
+        if self.last_prefill_step < 0:
+            return 0, 0
+        return step_id - self.last_prefill_step, self.last_prefill_tokens
 
     def finish_step(self, plan: StepPlan, now: float) -> StepOutcome:
         """Apply a step's outcome at time `now` (the end of the step): tokens computed, tokens sampled."""

@@ -51,6 +51,7 @@ from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
 from pagesim.metrics import percentiles, summarize_run
 from pagesim.outputs import git_commit, prepare_output_dir
+from pagesim.progress import counted
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
 from pagesim.results import SCHEMA_VERSION, arrivals_path, read_requests, read_steps, requests_path, run_geometry, write_steps
@@ -384,8 +385,6 @@ def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = EN
     step): per request-level figure, the median of the n, the band between ENSEMBLE_BAND's percentiles, the
     median's error against live and whether live's figure lies in the band. A deterministic simulation is one draw
     of a timing-sensitive schedule; the median is the ensemble's prediction and the band its spread."""
-    from pagesim.progress import counted
-
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
     draws = []
     for i in counted(range(n), n, "ensemble", "sim"):
