@@ -14,8 +14,9 @@
 #                          into R/clocks.csv, in the background (after live_call); clocks_stop ends it and gzips it
 #   mark NAME EDGE         a line "UTC-time NAME EDGE" in R/phases.txt (bench/clock_phases.py reads both files)
 #   calibrate_marked P     bf16 `calibrate` of Llama-3-8B into P, its phase marked, its fit summarised
-#   window_preempt / window_kshot / window_swap / window_offload / window_azure_conv SUFFIX PROFILE [TRACES]
-#                          a committed window, one home each
+#   window_preempt / window_kshot / window_swap / window_offload / window_azure_conv / window_fp8 / window_longdoc_a
+#                          SUFFIX PROFILE [TRACES]: a committed window, one home each; window_longdoc_b_calibrated
+#                          SUFFIX: longdoc-b with its own `live --calibrate`; calibrate_fp8_marked P: the fp8 `calibrate`
 run() {
   echo "== $(date +%T) $*"
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
@@ -38,13 +39,7 @@ pack() { tar -czf "$OUT/results.tgz" -C "$OUT" results; }
 # (Llama-3.1-8B at 32k); $1: the runs' suffix (needs live_call's R and the script's D)
 fp8_and_longdoc_b_windows() {
   PF="$R/profiles/h200-llama-3-8b-fp8-$D-$1.json"
-  BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$PF"
-  profile_summary "$PF"; pack
-  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --enable-prefix-caching --watermark 0.01 --limit 150 \
-      --num-gpu-blocks 600 --kv-cache-dtype fp8 --profile "$PF" --out "$R/live/fp8-kshot-$1"; pack
-  BUDGET=200 run live traces/longdoc-b.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
-      --watermark 0.01 --calibrate --out "$R/live/longdoc-b-$1"
-  profile_summary "$R/live/longdoc-b-$1/profile.json"
+  calibrate_fp8_marked "$PF"; window_fp8 "$1" "$PF"; window_longdoc_b_calibrated "$1"
 }
 gpu_line() { nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader; }
 live_call() {
@@ -96,6 +91,26 @@ window_offload() {  # $2: a profile with the host tier's measured bandwidth (ben
   mark "offload-$1" start
   BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --limit 150 --enable-prefix-caching --num-gpu-blocks 600 \
       --watermark 0.01 --kv-offloading-size 4.7 --profile "$2" --out "$R/live/offload-kshot-$1"; mark "offload-$1" end; pack
+}
+window_fp8() {  # $2: an fp8 profile (calibrate --kv-cache-dtype fp8)
+  mark "fp8-$1" start
+  BUDGET=90 run live traces/kshot-shared-prefix-500.jsonl --enable-prefix-caching --watermark 0.01 --limit 150 \
+      --num-gpu-blocks 600 --kv-cache-dtype fp8 --profile "$2" --out "$R/live/fp8-kshot-$1"; mark "fp8-$1" end; pack
+}
+window_longdoc_b_calibrated() {  # longdoc-b with its own `live --calibrate` (Llama-3.1-8B at 32k): RUN/profile.json
+  mark "longdoc-b-$1" start
+  BUDGET=200 run live traces/longdoc-b.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
+      --watermark 0.01 --calibrate --out "$R/live/longdoc-b-$1"; mark "longdoc-b-$1" end
+  profile_summary "$R/live/longdoc-b-$1/profile.json"; pack
+}
+window_longdoc_a() {  # $2: a Llama-3.1-8B profile (longdoc-b's own)
+  mark "longdoc-a-$1" start
+  BUDGET=90 run live traces/longdoc-a.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
+      --watermark 0.01 --profile "$2" --out "$R/live/longdoc-a-$1"; mark "longdoc-a-$1" end; pack
+}
+calibrate_fp8_marked() {  # $1: the fp8 profile to write
+  mark calibrate-fp8 start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$1"
+  mark calibrate-fp8 end; profile_summary "$1"; pack
 }
 calibrate_marked() {  # $1: the profile to write (bf16 Llama-3-8B), its phase marked and its fit summarised
   mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$1"; mark calibrate end

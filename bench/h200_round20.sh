@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issues 13 and 14, round 20: the windows not yet recorded twice in one call. The fp8 k-shot window (round 18 missed
+# TPOT p90 by +10.3% in free simulation while the replay with live's decisions was within 0.1%) twice after its own
+# fp8 `calibrate`, each the other's replicate; then longdoc-b with its own `live --calibrate` (Llama-3.1-8B at 32k)
+# and longdoc-a with that profile (round 18's graph mixed misses, 5.3% and 6.1%, were recorded before the
+# after-prefill fit).
+#   bash bench/h200_round20.sh OUT
+# Every live run samples the GPU's clocks (nvidia-smi, 50 ms) beside its phases. Then on any CPU:
+# python -m pagesim validate RUN [--replicate OTHER] --ensemble 16 (each run's own profile.json).
+set -uo pipefail
+OUT=$1
+D=$(date -u +%F)
+S=r20
+source "$(dirname "$0")/h200_lib.sh"
+live_call
+clocks_start 50
+PF="$R/profiles/h200-llama-3-8b-fp8-$D-$S.json"
+calibrate_fp8_marked "$PF"
+window_fp8 "${S}a" "$PF"
+window_fp8 "${S}b" "$PF"
+window_longdoc_b_calibrated "$S"
+window_longdoc_a "$S" "$R/live/longdoc-b-$S/profile.json"
+clocks_stop
+runs_summary "$R"; pack
