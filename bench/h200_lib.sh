@@ -109,7 +109,7 @@ window_longdoc_a() {  # $2: a Llama-3.1-8B profile (longdoc-b's own)
       --watermark 0.01 --profile "$2" --out "$R/live/longdoc-a-$1"; mark "longdoc-a-$1" end; pack
 }
 calibrate_fp8_marked() {  # $1: the fp8 profile to write
-  mark calibrate-fp8 start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$1"
+  mark calibrate-fp8 start; BUDGET=${CAL_BUDGET:-150} run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$1"
   mark calibrate-fp8 end; profile_summary "$1"; pack
 }
 calibrate_marked() {  # $1: the profile to write (bf16 Llama-3-8B), its phase marked and its fit summarised
