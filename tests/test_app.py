@@ -527,6 +527,20 @@ def test_live_page_reports_a_broken_run_directory(tmp_path, monkeypatch):
     assert "not a live run directory; missing steps.parquet" in at.error[0].value
 
 
+def test_live_page_describes_a_run_whose_summary_lacks_config_and_trace(tmp_path, monkeypatch):
+    """A run directory (an uploaded zip, an older run) whose summary.json has only its runs: the page says what it
+    does not know ("?") instead of a traceback from formatting a missing block count."""
+    run = write_live_run(tmp_path / "bare-run")
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({"runs": summary["runs"]}))
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    line = at.markdown[0].value
+    assert line.startswith("**bare-run**: trace ? (? requests") and "? GPU blocks" in line, line
+    assert charts(at)
+
+
 # ---- Kernels --------------------------------------------------------------------------------------------
 def test_kernels_page_says_plainly_when_no_result_exists(tmp_path, monkeypatch):
     monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))

@@ -105,10 +105,14 @@ def describe(run: LiveRun) -> None:
     s = run.summary
     trace, config = s.get("trace", {}), s.get("config", {})
     hardware = s.get("environment", s.get("hardware", {}))
+    span, blocks = trace.get("span_s"), config.get("resolved_num_gpu_blocks", config.get("num_gpu_blocks"))
+    # a summary.json without them (an older run, a hand-made zip) shows "?", not a formatting traceback
+    span = f"{span:.0f} s" if isinstance(span, (int, float)) else "? s"
+    blocks = f"{blocks:,}" if isinstance(blocks, int) else "?"
     st.markdown(f"**{run.name}**: trace {trace.get('name', '?')} ({trace.get('rows', '?')} requests, "
-                f"{trace.get('span_s', 0):.0f} s) · {config.get('model', '?')} on "
+                f"{span}) · {config.get('model', '?')} on "
                 f"{hardware.get('gpu', config.get('gpu', '?'))} · block_size {config.get('block_size', '?')} · "
-                f"{config.get('resolved_num_gpu_blocks', config.get('num_gpu_blocks', '?')):,} GPU blocks · "
+                f"{blocks} GPU blocks · "
                 f"{s.get('run_name', config.get('kv_layout', ''))}")
     with st.expander("Config, trace, hardware and software"):
         st.json({k: v for k, v in s.items() if k != "runs"}, expanded=False)
