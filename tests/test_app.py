@@ -508,6 +508,26 @@ def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch)
     assert not any("Side by side" in h.value for h in at.subheader)
 
 
+def test_live_page_pairs_a_run_with_the_partner_of_its_own_round(tmp_path, monkeypatch):
+    """pair-X-paged-r2 was recorded with pair-X-contiguous-max-r2 (same commit and window), not with the first
+    round's pair-X-contiguous-max; and a contiguous-max run's partner is the paged run, never another contiguous one."""
+    import shutil
+
+    write_live_run(tmp_path / "pair-x-paged")
+    for name in ("pair-x-contiguous-max", "pair-x-paged-r2", "pair-x-contiguous-max-r2"):
+        shutil.copytree(tmp_path / "pair-x-paged", tmp_path / name)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    for run, partner in [("pair-x-paged-r2", "pair-x-contiguous-max-r2"), ("pair-x-contiguous-max-r2", "pair-x-paged-r2"),
+                         ("pair-x-contiguous-max", "pair-x-paged"), ("pair-x-paged", "pair-x-contiguous-max")]:
+        at = new_app()
+        at.query_params["live.run"] = run
+        at.run()
+        at.switch_page(f"{PAGES}/live.py").run()
+        assert not at.exception and not at.error
+        assert at.selectbox(key="live.run").value == run
+        assert at.selectbox(key="live.partner").value == partner, run
+
+
 def test_live_page_shows_a_run_not_yet_validated_on_its_own(tmp_path, monkeypatch):
     run = write_live_run(tmp_path / "fixture-run")
     for f in VALIDATION_FILES:

@@ -57,12 +57,16 @@ def choose_partner(run: LiveRun) -> LiveRun | None:
         return None
 
 
+PAIR_LAYOUTS = ("-paged", "-contiguous-max")
+
+
 def _pair_of(name: str, names: list[str]) -> str:
-    """pair-X-paged and pair-X-contiguous-max go together by default; other runs stand alone."""
+    """pair-X-paged[-ROUND] and pair-X-contiguous-max[-ROUND] go together by default (the same round's two
+    layouts: pair-conv-paged-r14 with pair-conv-contiguous-max-r14); other runs stand alone."""
     if name.startswith("pair-"):
-        stem = name.split("-")[:2]
-        for other in names:
-            if other != name and other.split("-")[:2] == stem:
+        for layout, other_layout in (PAIR_LAYOUTS, PAIR_LAYOUTS[::-1]):
+            other = name.replace(layout, other_layout, 1)
+            if layout in name and other in names:
                 return other
     return NONE
 
