@@ -528,6 +528,30 @@ def test_live_page_pairs_a_run_with_the_partner_of_its_own_round(tmp_path, monke
         assert at.selectbox(key="live.partner").value == partner, run
 
 
+def test_live_page_partner_follows_the_run_chosen_in_the_session(tmp_path, monkeypatch):
+    """Choosing another run in the sidebar shows that run's own partner (a pair-* run beside its pair, another
+    run alone), not the partner left over from the run shown before."""
+    import shutil
+
+    write_live_run(tmp_path / "a-run")
+    for name in ("pair-x-paged", "pair-x-contiguous-max"):
+        shutil.copytree(tmp_path / "a-run", tmp_path / name)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert at.selectbox(key="live.run").value == "a-run" and at.selectbox(key="live.partner").value == "(none)"
+    at.selectbox(key="live.run").set_value("pair-x-paged").run()
+    assert not at.exception
+    assert at.selectbox(key="live.partner").value == "pair-x-contiguous-max"
+    assert any("Side by side" in h.value for h in at.subheader)
+    at.selectbox(key="live.run").set_value("pair-x-contiguous-max").run()
+    assert not at.exception
+    assert at.selectbox(key="live.partner").value == "pair-x-paged"
+    at.selectbox(key="live.run").set_value("a-run").run()
+    assert not at.exception
+    assert at.selectbox(key="live.partner").value == "(none)"
+    assert not any("Side by side" in h.value for h in at.subheader)
+
+
 def test_live_page_shows_a_run_not_yet_validated_on_its_own(tmp_path, monkeypatch):
     run = write_live_run(tmp_path / "fixture-run")
     for f in VALIDATION_FILES:

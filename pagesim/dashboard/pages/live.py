@@ -35,6 +35,7 @@ def render() -> None:
 
 
 NONE = "(none)"
+PARTNER_FOR = f"{PREFIX}.partner_for"  # the run the partner was last chosen for
 
 
 def choose_partner(run: LiveRun) -> LiveRun | None:
@@ -44,6 +45,9 @@ def choose_partner(run: LiveRun) -> LiveRun | None:
         return None
     names = [NONE, *(p.name for p in others)]
     paired = _pair_of(run.name, names)
+    if st.session_state.get(PARTNER_FOR, run.name) != run.name:
+        st.session_state[f"{PREFIX}.partner"] = paired  # another run was chosen: its own partner, not the last run's
+    st.session_state[PARTNER_FOR] = run.name
     name = st.sidebar.selectbox("Side by side with", names, index=names.index(paired), bind=URL,
                                 key=f"{PREFIX}.partner",
                                 help="another live run of the same trace, e.g. the contiguous baseline of a paged run")
