@@ -257,6 +257,20 @@ def test_replay_snapshot_from_the_url_is_applied_and_kept():
     assert not at.exception and "replay.snapshot='soon' is not a snapshot number" in at.warning[0].value
 
 
+def test_replay_snapshot_survives_a_visit_to_another_page():
+    """The time slider's position is kept when the user visits another page and comes back: the browser's
+    navigation drops the page's URL parameters (Streamlit writes the bound widgets' back, the snapshot is
+    written by the page), and Streamlit forgets the state of a widget not drawn in a run."""
+    at = app()
+    at.select_slider(key="replay.snapshot").set_value(5).run()
+    at.switch_page(f"{PAGES}/kernels.py").run()
+    at.query_params.clear()  # as the browser's URL on the other page
+    at.switch_page(f"{PAGES}/replay.py").run()
+    assert not at.exception
+    assert at.select_slider(key="replay.snapshot").value == 5
+    assert at.query_params["replay.snapshot"] == "5"
+
+
 def test_replay_kv_cache_dtype_fp8_doubles_the_blocks_in_the_same_gib():
     at = app()
     assert "2,048 blocks × 16 tokens" in " ".join(c.value for c in at.sidebar.caption)

@@ -17,6 +17,7 @@ PREFIX = "replay"
 VIEWS = ("Memory", "Serving (vLLM metrics)", "Latency and requests")
 PLAY = f"{PREFIX}.play"
 SNAPSHOT = f"{PREFIX}.snapshot"
+KEPT_SNAPSHOT = f"{PREFIX}.snapshot_kept"  # the slider's last position, kept while another page is open
 FRAME_S = 1.5  # seconds between frames while playing
 RUNS_KEY = f"{PREFIX}.runs_key"  # what the runs on the page were simulated from: the key of their cached figures
 
@@ -177,12 +178,15 @@ def slider_times(runs: dict[str, data.Run]) -> list[float]:
 
 
 def snapshot_index(times: list[float]) -> int:
-    """The time slider's position, an index into `times`: this session's, else the URL's `replay.snapshot`
+    """The time slider's position, an index into `times`: this session's (the slider's, or the one kept while
+    another page was open: Streamlit forgets a widget's state when a run does not draw it, and navigation
+    drops the URL's parameter), else the URL's `replay.snapshot`
     (the snapshot's number, as the page writes it; a time such as "62.4 s" picks the nearest snapshot),
     else the middle of the arrivals. Clamped to the last snapshot (a shorter run than the last view's)."""
     last = len(times) - 1
-    if SNAPSHOT in st.session_state:
-        return min(int(st.session_state[SNAPSHOT]), last)
+    for key in (SNAPSHOT, KEPT_SNAPSHOT):
+        if key in st.session_state:
+            return min(int(st.session_state[key]), last)
     text = st.query_params.get(SNAPSHOT)
     if text is not None:
         try:
@@ -216,6 +220,7 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
     with cols[0]:
         i = st.select_slider("Time (block map and chart markers)", options=list(range(len(times))),
                              format_func=lambda k: f"{times[k]:.1f} s", key=SNAPSHOT)
+    state[KEPT_SNAPSHOT] = i
     if st.query_params.get(SNAPSHOT) != str(i):
         st.query_params[SNAPSHOT] = str(i)  # the snapshot's number (not bind=, which would write "62.4 s")
     with cols[1]:
