@@ -21,6 +21,9 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 # Test seam: AppTest cannot drive st.file_uploader, so a (file name, bytes) pair placed in session
 # state under f"{prefix}.injected_upload" is handled exactly as an uploaded file would be.
 INJECTED_UPLOAD = "injected_upload"
+# The last uploaded (file name, bytes), kept under f"{prefix}.kept_upload": Streamlit forgets a file uploader's
+# file while another page is open, so the page replays the kept file until the user removes or replaces it.
+KEPT_UPLOAD = "kept_upload"
 URL = "query-params"  # every setting is in the page's URL (bind=), so a scenario can be bookmarked and shared
 MEMORY_MODES = ("KV-cache GiB", "num_gpu_blocks", "gpu_memory_utilization")
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -52,17 +55,29 @@ def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tup
 
 def _uploaded(prefix: str) -> tuple[Trace, str] | None:
     sb = st.sidebar
+    kept = f"{prefix}.{KEPT_UPLOAD}"
     file = sb.file_uploader("Trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim)",
-                            key=f"{prefix}.upload")
+                            key=f"{prefix}.upload", on_change=_forget_upload, args=(kept,))
+    if file is not None:
+        st.session_state[kept] = (file.name, file.getvalue())
+    elif kept in st.session_state:  # uploaded before another page was opened: the uploader shows no file now
+        name = st.session_state[kept][0]
+        sb.caption(f"Replaying **{name}**, uploaded earlier in this session; upload another file to replace it.")
+        sb.button(f"Forget {name}", key=f"{prefix}.forget_upload", on_click=_forget_upload, args=(kept,))
     fmt = sb.selectbox("Format", FORMATS, bind=URL, key=f"{prefix}.format")
     limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, data.DEFAULT_LIMIT, step=100,
                             bind=URL, key=f"{prefix}.upload_limit")
-    upload = (file.name, file.getvalue()) if file is not None else st.session_state.get(f"{prefix}.{INJECTED_UPLOAD}")
+    upload = st.session_state.get(kept) or st.session_state.get(f"{prefix}.{INJECTED_UPLOAD}")
     if upload is None:
         st.info("Upload a trace file in the sidebar to replay it.")
         return None
     name, content = upload
     return cached.uploaded_trace(name, content, fmt, int(limit) or None)
+
+
+def _forget_upload(kept: str) -> None:
+    """The uploader's file was removed or replaced, or Forget was pressed: drop the kept upload."""
+    st.session_state.pop(kept, None)
 
 
 def _synthetic(prefix: str) -> tuple[Trace, str]:
