@@ -189,6 +189,25 @@ def test_replay_max_model_len_rejects_long_requests_with_a_banner():
     assert dict(metrics(at))["Rejected"] == f"{n:,}"
 
 
+def test_replay_rejection_banner_advice_fits_the_reason():
+    """Requests too large for the whole cache: the banner says to raise the KV-cache size (and, for the contiguous
+    max baseline, whose reservation is max_model_len, that a smaller max_model_len helps), never to raise
+    max_model_len, which would reject more of them; a max_model_len rejection still says to raise it."""
+    at = app()
+    at.number_input(key="replay.kv_cache_gib").set_value(0.01).run()
+    assert not at.exception and not at.error
+    paged, contiguous = (w.value for w in at.warning)
+    assert "needs more KV blocks than the whole cache holds (paged)" in paged
+    assert "(contiguous-max)" in contiguous
+    for banner in (paged, contiguous):
+        assert "raise max_model_len" not in banner and "raise the KV-cache size" in banner, banner
+    assert "lower max_model_len" in contiguous and "lower max_model_len" not in paged
+    at.number_input(key="replay.kv_cache_gib").set_value(4.0).run()
+    at.number_input(key="replay.max_model_len").set_value(512).run()
+    (banner,) = at.warning
+    assert "raise max_model_len" in banner.value
+
+
 def app_requests(at: AppTest):
     from pagesim.dashboard import data
     from pagesim.traces import load_trace

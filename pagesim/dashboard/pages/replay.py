@@ -94,15 +94,31 @@ def show_trace(trace, trace_key: str) -> None:
 def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
     """A warning per distinct rejection story: "1,015 of 2,000 requests rejected: prompt reaches
     max_model_len 8,192 (no room for an output token)" (naming the runs when they differ)."""
-    stories: dict[str, list[str]] = {}
+    stories: dict[tuple[str, str], list[str]] = {}
     for name, run in runs.items():
         requests = run.result.requests
         for count, why in tables.rejections(requests, max_model_len):
-            stories.setdefault(f"**{count:,} of {len(requests):,} requests rejected**: {why}", []).append(name)
-    for text, names in stories.items():
+            stories.setdefault((f"**{count:,} of {len(requests):,} requests rejected**: {why}", why), []).append(name)
+    for (text, why), names in stories.items():
         who = "" if len(names) == len(runs) else f" ({', '.join(names)})"
-        st.warning(f"{text}{who}. They are not in the latencies; raise max_model_len or the KV-cache size in "
-                   f"the sidebar to serve them.", icon=":material/block:")
+        st.warning(f"{text}{who}. They are not in the latencies; {_rejection_advice(why, names)}",
+                   icon=":material/block:")
+
+
+def _rejection_advice(why: str, names: list[str]) -> str:
+    """What in the sidebar serves requests rejected for `why` in runs `names`: a larger max_model_len only helps
+    prompts that reach it; a request larger than the whole cache needs more KV cache (or, for contiguous max,
+    whose reservation is max_model_len, a smaller max_model_len)."""
+    if "max_model_len" in why:
+        return "raise max_model_len in the sidebar to serve them."
+    if "KV blocks" in why:
+        text = "raise the KV-cache size in the sidebar to serve them"
+        if "contiguous-max" in names:
+            text += " (contiguous-max reserves max_model_len tokens per request: a lower max_model_len also helps it)"
+        return text + "."
+    if "parallel samples" in why:
+        return "raise max_num_seqs in the sidebar to serve them."
+    return "raise max_model_len or the KV-cache size in the sidebar to serve them."
 
 
 def _ratio(value, base, higher_is_better: bool) -> dict:
