@@ -340,6 +340,28 @@ def test_replay_serving_view_controls():
     assert not at.exception
 
 
+def test_replay_serving_view_does_not_recompute_the_slo_table_on_other_widgets(monkeypatch):
+    """The SLO attainment table (every request's TTFT/TPOT and every decode token's ITL, per run: ~0.5 s on the
+    Azure conversation trace) is computed once per runs and thresholds, not again when the timeline's window or
+    run changes; new thresholds recompute it."""
+    from pagesim.dashboard import serving
+
+    calls = []
+    real = serving.attainment
+    monkeypatch.setattr(serving, "attainment", lambda *a, **k: calls.append(1) or real(*a, **k))
+    at = new_app()
+    at.query_params["replay.view"] = "Serving (vLLM metrics)"
+    at.run()
+    before = len(calls)
+    at.number_input(key="replay.slo_tpot").set_value(43.0).run()  # thresholds no other test uses: computed here
+    assert not at.exception and len(calls) == before + 2  # paged and contiguous-max
+    table = at.dataframe[-1].value
+    at.slider(key="replay.gantt_window").set_value((0.0, 10.0)).run()
+    at.selectbox(key="replay.gantt_run").set_value("contiguous-max").run()
+    assert not at.exception and len(calls) == before + 2
+    assert at.dataframe[-1].value.equals(table)
+
+
 def test_replay_time_controls(replay):
     replay.toggle(key="replay.shared_time").set_value(True).run()
     memory = charts(replay)[0]

@@ -305,6 +305,18 @@ def serving_view(runs: dict[str, data.Run]) -> None:
     }
     slo = {k: v / 1e3 for k, v in slo.items()}
     chart("histograms", sorted(slo.items()), lambda: serving.latency_histograms(requests, steps, slo))
+    rows = cached.once("attainment", f"{st.session_state[RUNS_KEY]}|{sorted(slo.items())}",
+                       lambda: attainment_rows(runs, requests, steps, slo))  # not again on the timeline's widgets
+    pct = st.column_config.NumberColumn(format="percent")
+    st.dataframe(pd.DataFrame(rows).set_index("run"),
+                 column_config={c: pct for c in rows[0] if c not in ("run", "goodput (req/s)")} if rows else None)
+    st.caption("Requests within TTFT and TPOT SLOs counts every request of the trace (a rejected one misses); "
+               "goodput is those requests per second of makespan.")
+    timeline(runs)
+
+
+def attainment_rows(runs: dict[str, data.Run], requests, steps, slo: dict[str, float]) -> list[dict]:
+    """Per run, the share within each SLO and the goodput: the Serving view's table."""
     rows = []
     for name in runs:
         a = serving.attainment(requests[name], steps[name], slo)
@@ -313,12 +325,7 @@ def serving_view(runs: dict[str, data.Run]) -> None:
         rows.append({"run": name, "TTFT within SLO": a["ttft_s"], "TPOT within SLO": a["tpot_s"],
                      "ITL within SLO (tokens)": a["itl_s"], "requests within TTFT and TPOT SLOs": a["all"],
                      "goodput (req/s)": good})
-    pct = st.column_config.NumberColumn(format="percent")
-    st.dataframe(pd.DataFrame(rows).set_index("run"),
-                 column_config={c: pct for c in rows[0] if c not in ("run", "goodput (req/s)")} if rows else None)
-    st.caption("Requests within TTFT and TPOT SLOs counts every request of the trace (a rejected one misses); "
-               "goodput is those requests per second of makespan.")
-    timeline(runs)
+    return rows
 
 
 def timeline(runs: dict[str, data.Run]) -> None:
