@@ -484,6 +484,24 @@ def test_sweep_grid_edits_wait_for_run_and_say_so():
     assert trace_names(spec) == ["preemption_mode=recompute"] * 4 + ["preemption_mode=swap"] * 4
 
 
+def test_sweep_says_which_configurations_rejected_every_request():
+    """contiguous-max on 0.25 GiB reserves max_model_len (512 blocks of 16) per request in a cache of 128 blocks:
+    it rejects every request, its row has no figures and the charts no point; the page says so and why, rather
+    than leaving the line silently missing."""
+    at = app("sweep")
+    at.number_input(key="sweep.limit").set_value(100).run()
+    at.get("button_group")[0].set_value([16])  # block_size
+    at.get("button_group")[1].set_value([0.25])  # KV-cache size
+    at.get("button_group")[4].set_value(["paged", "contiguous-max"])  # layout
+    at.button(key="sweep.run").click().run()
+    assert not at.exception and not at.error
+    results = at.dataframe[0].value
+    assert results.set_index("layout").at["contiguous-max", "num_rejected"] == 100
+    (warning,) = [w.value for w in at.warning if "every request" in w.value]
+    assert warning.startswith("1 of 2 configurations rejected every request"), warning
+    assert "layout contiguous-max" in warning and "KV-cache size" in warning
+
+
 def test_sweep_empty_grid_value_is_reported():
     at = app("sweep")
     at.get("button_group")[1].set_value([])  # KV-cache size
