@@ -248,6 +248,32 @@ def test_replay_settings_come_from_the_url():
     assert 0.25 in [sh.x0 for sh in hist.layout.shapes]
 
 
+def test_replay_url_settings_a_control_refuses_are_named():
+    """A shared URL whose setting its control cannot take (block size 7, a GiB that is not a number, an unknown
+    baseline): Streamlit drops it and uses the default without a word; the page names each one and the value
+    used instead, while valid settings apply silently; the notice goes once the user sets that control."""
+    at = new_app()
+    at.query_params.update({"replay.block_size": "7", "replay.kv_cache_gib": "abc", "replay.baselines": ["max", "foo"],
+                            "replay.max_num_seqs": "64", "replay.chunked": "true", "replay.view": "Memory"})
+    at.run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="replay.block_size").value == 16 and at.number_input(key="replay.max_num_seqs").value == 64
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert "replay.block_size='7'" in warning and "using 16" in warning
+    assert "replay.kv_cache_gib='abc'" in warning and "replay.baselines=['max', 'foo']" in warning
+    assert "max_num_seqs" not in warning and "chunked" not in warning and "view" not in warning
+    at.run()
+    assert any("replay.block_size='7'" in w.value for w in at.warning), "kept on the next run"
+    at.selectbox(key="replay.block_size").set_value(32).run()
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert "block_size" not in warning and "kv_cache_gib" in warning
+    at = new_app()
+    at.query_params.update({"replay.block_size": "32", "replay.kv_cache_gib": "2", "replay.baselines": ["max", "oracle"],
+                            "replay.prefix_caching": "false", "replay.snapshot": "62.4 s"})
+    at.run()
+    assert not [w.value for w in at.warning if "URL" in w.value]
+
+
 def test_replay_snapshot_from_the_url_is_applied_and_kept():
     """?replay.snapshot=5 opens the block map at snapshot 5 and stays in the URL, through a new session's
     first run (which draws no slider) and after; the slider writes its number back; a time picks the
@@ -623,6 +649,19 @@ def test_live_page_partner_follows_the_run_chosen_in_the_session(tmp_path, monke
     assert not at.exception
     assert at.selectbox(key="live.partner").value == "(none)"
     assert not any("Side by side" in h.value for h in at.subheader)
+
+
+def test_live_page_names_a_url_run_that_does_not_exist(tmp_path, monkeypatch):
+    """?live.run=NAME of a run that is not there (renamed, another checkout): the page says it shows another run."""
+    write_live_run(tmp_path / "a-run")
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = new_app()
+    at.query_params["live.run"] = "gone-run"
+    at.run()
+    at.switch_page(f"{PAGES}/live.py").run()
+    assert not at.exception and not at.error
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert "live.run='gone-run' (using a-run)" in warning
 
 
 def test_live_page_shows_a_run_not_yet_validated_on_its_own(tmp_path, monkeypatch):

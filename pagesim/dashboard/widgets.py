@@ -30,6 +30,58 @@ KV_CACHE_DTYPES = ("auto", "fp8")
 DEFAULT_KV_CACHE_GIB = 4.0  # data.DEFAULT_NUM_GPU_BLOCKS blocks of 16 tokens for Llama-3-8B
 
 
+URL_AT_OPEN = "url_at_open"  # f"{prefix}.url_at_open": the page's URL settings not yet checked against their controls
+URL_REFUSED = "url_refused"  # f"{prefix}.url_refused": (key, URL values, value used instead), as found
+
+
+def url_notice(prefix: str, skip: tuple[str, ...] = ()):
+    """Call first on a page whose settings are bound to the URL: remembers the URL's settings the first time
+    the session opens the page, and returns the placeholder where url_report names those refused."""
+    key = f"{prefix}.{URL_AT_OPEN}"
+    if key not in st.session_state:
+        st.session_state[key] = {k: st.query_params.get_all(k) for k in st.query_params
+                                 if k.startswith(f"{prefix}.") and k not in skip}
+    return st.empty()
+
+
+def url_report(prefix: str, notice) -> None:
+    """Call last: a warning in `notice` naming each URL setting its control refused (Streamlit drops a value a
+    control cannot take, block size 7 or a GiB of 'abc', and shows the default without a word). A setting is
+    checked once its control has been drawn; the notice stays until the user sets that control."""
+    state = st.session_state
+    pending = state.get(f"{prefix}.{URL_AT_OPEN}", {})
+    refused = state.setdefault(f"{prefix}.{URL_REFUSED}", [])
+    for k in [k for k in pending if k in state]:
+        texts = pending.pop(k)
+        if not _url_matches(texts, state[k]):
+            refused.append((k, texts, state[k]))
+    shown = [(k, texts, used) for k, texts, used in refused if k in state and state[k] == used]
+    if shown:
+        notice.warning("Settings in the URL that their control cannot take, so the default is used: " + "; ".join(
+            f"{k}={(texts[0] if len(texts) == 1 else texts)!r} (using {list(used) if isinstance(used, (list, tuple)) else used})"
+            for k, texts, used in shown)
+            + ". Check the link, or set those controls on the page.", icon=":material/link_off:")
+
+
+def _url_matches(texts: list[str], value) -> bool:
+    """Whether the URL's text(s) for a control are the value the control took (bools as true/false, numbers by
+    value: "2" is 2.0, a multi-choice's items in any order)."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    texts = [] if texts == [""] and not items else texts
+    return len(texts) == len(items) and all(any(_url_same(t, item) for item in items) for t in texts)
+
+
+def _url_same(text: str, item) -> bool:
+    if isinstance(item, bool):
+        return text.lower() == str(item).lower()
+    if isinstance(item, (int, float)):
+        try:
+            return float(text) == float(item)
+        except ValueError:
+            return False
+    return text == str(item)
+
+
 def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tuple[Trace, str] | None:
     """Sidebar: a bundled trace, an uploaded file, or the synthetic generator's form. (trace, fingerprint)."""
     sb = st.sidebar

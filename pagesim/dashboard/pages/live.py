@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import cached, figures, tables
+from pagesim.dashboard import cached, figures, tables, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.dashboard.live_runs import RUN_FILES, VALIDATION_FILES, LiveRun, find_live_runs, is_validated, live_root
 from pagesim.errors import UserError
@@ -16,6 +16,14 @@ PREFIX = "live"
 
 def render() -> None:
     st.title("Sim vs Live")
+    notice = widgets.url_notice(PREFIX)
+    try:
+        render_page()
+    finally:
+        widgets.url_report(PREFIX, notice)
+
+
+def render_page() -> None:
     st.caption("A trace replayed on a real GPU by the live engine (`python -m pagesim live`) and checked with "
                "`python -m pagesim validate`: the cost model's step durations against the measured ones, the "
                "scheduler's decisions in lockstep, and a free-running simulation's latencies against the live run's.")

@@ -30,6 +30,14 @@ def chart(name: str, params, build) -> None:
 
 def render() -> None:
     st.title("Replay")
+    notice = widgets.url_notice(PREFIX, skip=(SNAPSHOT,))  # the snapshot parameter has its own message
+    try:
+        render_page()
+    finally:
+        widgets.url_report(PREFIX, notice)
+
+
+def render_page() -> None:
     st.caption("One trace through paged attention and the contiguous (reserve-ahead) baselines that paging "
                "replaced, on the same simulated GPU. Memory words: **used** slots hold live K/V; **reserved** slots "
                "are allocated for tokens still to come; **internal fragmentation** is allocated but never to be "

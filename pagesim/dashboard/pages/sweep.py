@@ -18,6 +18,14 @@ STREAM_S = 0.5  # the table so far is redrawn at most this often while a sweep r
 
 def render() -> None:
     st.title("Sweep")
+    notice = widgets.url_notice(PREFIX)
+    try:
+        render_page()
+    finally:
+        widgets.url_report(PREFIX, notice)
+
+
+def render_page() -> None:
     st.caption("The same trace over a grid of configurations, each one task of `python -m pagesim sweep`'s runner "
                "(pagesim.sweep), in local processes or on Ray. The default is the PagedAttention paper's block-size "
                "study (Kwon et al., SOSP 2023, §7.2): block sizes 8–256 on a ShareGPT-like trace at equal KV "
