@@ -189,6 +189,25 @@ def test_replay_max_model_len_rejects_long_requests_with_a_banner():
     assert dict(metrics(at))["Rejected"] == f"{n:,}"
 
 
+def test_replay_rejection_banner_advice_fits_the_reason():
+    """Requests too large for the whole cache: the banner says to raise the KV-cache size (and, for the contiguous
+    max baseline, whose reservation is max_model_len, that a smaller max_model_len helps), never to raise
+    max_model_len, which would reject more of them; a max_model_len rejection still says to raise it."""
+    at = app()
+    at.number_input(key="replay.kv_cache_gib").set_value(0.01).run()
+    assert not at.exception and not at.error
+    paged, contiguous = (w.value for w in at.warning)
+    assert "needs more KV blocks than the whole cache holds (paged)" in paged
+    assert "(contiguous-max)" in contiguous
+    for banner in (paged, contiguous):
+        assert "raise max_model_len" not in banner and "raise the KV-cache size" in banner, banner
+    assert "lower max_model_len" in contiguous and "lower max_model_len" not in paged
+    at.number_input(key="replay.kv_cache_gib").set_value(4.0).run()
+    at.number_input(key="replay.max_model_len").set_value(512).run()
+    (banner,) = at.warning
+    assert "raise max_model_len" in banner.value
+
+
 def app_requests(at: AppTest):
     from pagesim.dashboard import data
     from pagesim.traces import load_trace
@@ -229,6 +248,32 @@ def test_replay_settings_come_from_the_url():
     assert 0.25 in [sh.x0 for sh in hist.layout.shapes]
 
 
+def test_replay_url_settings_a_control_refuses_are_named():
+    """A shared URL whose setting its control cannot take (block size 7, a GiB that is not a number, an unknown
+    baseline): Streamlit drops it and uses the default without a word; the page names each one and the value
+    used instead, while valid settings apply silently; the notice goes once the user sets that control."""
+    at = new_app()
+    at.query_params.update({"replay.block_size": "7", "replay.kv_cache_gib": "abc", "replay.baselines": ["max", "foo"],
+                            "replay.max_num_seqs": "64", "replay.chunked": "true", "replay.view": "Memory"})
+    at.run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="replay.block_size").value == 16 and at.number_input(key="replay.max_num_seqs").value == 64
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert "replay.block_size='7'" in warning and "using 16" in warning
+    assert "replay.kv_cache_gib='abc'" in warning and "replay.baselines=['max', 'foo']" in warning
+    assert "max_num_seqs" not in warning and "chunked" not in warning and "view" not in warning
+    at.run()
+    assert any("replay.block_size='7'" in w.value for w in at.warning), "kept on the next run"
+    at.selectbox(key="replay.block_size").set_value(32).run()
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert "block_size" not in warning and "kv_cache_gib" in warning
+    at = new_app()
+    at.query_params.update({"replay.block_size": "32", "replay.kv_cache_gib": "2", "replay.baselines": ["max", "oracle"],
+                            "replay.prefix_caching": "false", "replay.snapshot": "62.4 s"})
+    at.run()
+    assert not [w.value for w in at.warning if "URL" in w.value]
+
+
 def test_replay_snapshot_from_the_url_is_applied_and_kept():
     """?replay.snapshot=5 opens the block map at snapshot 5 and stays in the URL, through a new session's
     first run (which draws no slider) and after; the slider writes its number back; a time picks the
@@ -255,6 +300,20 @@ def test_replay_snapshot_from_the_url_is_applied_and_kept():
     at.query_params["replay.snapshot"] = "soon"
     at.run()
     assert not at.exception and "replay.snapshot='soon' is not a snapshot number" in at.warning[0].value
+
+
+def test_replay_snapshot_survives_a_visit_to_another_page():
+    """The time slider's position is kept when the user visits another page and comes back: the browser's
+    navigation drops the page's URL parameters (Streamlit writes the bound widgets' back, the snapshot is
+    written by the page), and Streamlit forgets the state of a widget not drawn in a run."""
+    at = app()
+    at.select_slider(key="replay.snapshot").set_value(5).run()
+    at.switch_page(f"{PAGES}/kernels.py").run()
+    at.query_params.clear()  # as the browser's URL on the other page
+    at.switch_page(f"{PAGES}/replay.py").run()
+    assert not at.exception
+    assert at.select_slider(key="replay.snapshot").value == 5
+    assert at.query_params["replay.snapshot"] == "5"
 
 
 def test_replay_kv_cache_dtype_fp8_doubles_the_blocks_in_the_same_gib():
@@ -305,6 +364,28 @@ def test_replay_serving_view_controls():
     assert len(charts(at)[-1].data[0].y) > before
     at.selectbox(key="replay.gantt_run").set_value("contiguous-max").run()
     assert not at.exception
+
+
+def test_replay_serving_view_does_not_recompute_the_slo_table_on_other_widgets(monkeypatch):
+    """The SLO attainment table (every request's TTFT/TPOT and every decode token's ITL, per run: ~0.5 s on the
+    Azure conversation trace) is computed once per runs and thresholds, not again when the timeline's window or
+    run changes; new thresholds recompute it."""
+    from pagesim.dashboard import serving
+
+    calls = []
+    real = serving.attainment
+    monkeypatch.setattr(serving, "attainment", lambda *a, **k: calls.append(1) or real(*a, **k))
+    at = new_app()
+    at.query_params["replay.view"] = "Serving (vLLM metrics)"
+    at.run()
+    before = len(calls)
+    at.number_input(key="replay.slo_tpot").set_value(43.0).run()  # thresholds no other test uses: computed here
+    assert not at.exception and len(calls) == before + 2  # paged and contiguous-max
+    table = at.dataframe[-1].value
+    at.slider(key="replay.gantt_window").set_value((0.0, 10.0)).run()
+    at.selectbox(key="replay.gantt_run").set_value("contiguous-max").run()
+    assert not at.exception and len(calls) == before + 2
+    assert at.dataframe[-1].value.equals(table)
 
 
 def test_replay_time_controls(replay):
@@ -429,6 +510,24 @@ def test_sweep_grid_edits_wait_for_run_and_say_so():
     assert trace_names(spec) == ["preemption_mode=recompute"] * 4 + ["preemption_mode=swap"] * 4
 
 
+def test_sweep_says_which_configurations_rejected_every_request():
+    """contiguous-max on 0.25 GiB reserves max_model_len (512 blocks of 16) per request in a cache of 128 blocks:
+    it rejects every request, its row has no figures and the charts no point; the page says so and why, rather
+    than leaving the line silently missing."""
+    at = app("sweep")
+    at.number_input(key="sweep.limit").set_value(100).run()
+    at.get("button_group")[0].set_value([16])  # block_size
+    at.get("button_group")[1].set_value([0.25])  # KV-cache size
+    at.get("button_group")[4].set_value(["paged", "contiguous-max"])  # layout
+    at.button(key="sweep.run").click().run()
+    assert not at.exception and not at.error
+    results = at.dataframe[0].value
+    assert results.set_index("layout").at["contiguous-max", "num_rejected"] == 100
+    (warning,) = [w.value for w in at.warning if "every request" in w.value]
+    assert warning.startswith("1 of 2 configurations rejected every request"), warning
+    assert "layout contiguous-max" in warning and "KV-cache size" in warning
+
+
 def test_sweep_empty_grid_value_is_reported():
     at = app("sweep")
     at.get("button_group")[1].set_value([])  # KV-cache size
@@ -508,6 +607,63 @@ def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch)
     assert not any("Side by side" in h.value for h in at.subheader)
 
 
+def test_live_page_pairs_a_run_with_the_partner_of_its_own_round(tmp_path, monkeypatch):
+    """pair-X-paged-r2 was recorded with pair-X-contiguous-max-r2 (same commit and window), not with the first
+    round's pair-X-contiguous-max; and a contiguous-max run's partner is the paged run, never another contiguous one."""
+    import shutil
+
+    write_live_run(tmp_path / "pair-x-paged")
+    for name in ("pair-x-contiguous-max", "pair-x-paged-r2", "pair-x-contiguous-max-r2"):
+        shutil.copytree(tmp_path / "pair-x-paged", tmp_path / name)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    for run, partner in [("pair-x-paged-r2", "pair-x-contiguous-max-r2"), ("pair-x-contiguous-max-r2", "pair-x-paged-r2"),
+                         ("pair-x-contiguous-max", "pair-x-paged"), ("pair-x-paged", "pair-x-contiguous-max")]:
+        at = new_app()
+        at.query_params["live.run"] = run
+        at.run()
+        at.switch_page(f"{PAGES}/live.py").run()
+        assert not at.exception and not at.error
+        assert at.selectbox(key="live.run").value == run
+        assert at.selectbox(key="live.partner").value == partner, run
+
+
+def test_live_page_partner_follows_the_run_chosen_in_the_session(tmp_path, monkeypatch):
+    """Choosing another run in the sidebar shows that run's own partner (a pair-* run beside its pair, another
+    run alone), not the partner left over from the run shown before."""
+    import shutil
+
+    write_live_run(tmp_path / "a-run")
+    for name in ("pair-x-paged", "pair-x-contiguous-max"):
+        shutil.copytree(tmp_path / "a-run", tmp_path / name)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert at.selectbox(key="live.run").value == "a-run" and at.selectbox(key="live.partner").value == "(none)"
+    at.selectbox(key="live.run").set_value("pair-x-paged").run()
+    assert not at.exception
+    assert at.selectbox(key="live.partner").value == "pair-x-contiguous-max"
+    assert any("Side by side" in h.value for h in at.subheader)
+    at.selectbox(key="live.run").set_value("pair-x-contiguous-max").run()
+    assert not at.exception
+    assert at.selectbox(key="live.partner").value == "pair-x-paged"
+    at.selectbox(key="live.run").set_value("a-run").run()
+    assert not at.exception
+    assert at.selectbox(key="live.partner").value == "(none)"
+    assert not any("Side by side" in h.value for h in at.subheader)
+
+
+def test_live_page_names_a_url_run_that_does_not_exist(tmp_path, monkeypatch):
+    """?live.run=NAME of a run that is not there (renamed, another checkout): the page says it shows another run."""
+    write_live_run(tmp_path / "a-run")
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = new_app()
+    at.query_params["live.run"] = "gone-run"
+    at.run()
+    at.switch_page(f"{PAGES}/live.py").run()
+    assert not at.exception and not at.error
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert "live.run='gone-run' (using a-run)" in warning
+
+
 def test_live_page_shows_a_run_not_yet_validated_on_its_own(tmp_path, monkeypatch):
     run = write_live_run(tmp_path / "fixture-run")
     for f in VALIDATION_FILES:
@@ -525,6 +681,20 @@ def test_live_page_reports_a_broken_run_directory(tmp_path, monkeypatch):
     monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
     at = app("live")
     assert "not a live run directory; missing steps.parquet" in at.error[0].value
+
+
+def test_live_page_describes_a_run_whose_summary_lacks_config_and_trace(tmp_path, monkeypatch):
+    """A run directory (an uploaded zip, an older run) whose summary.json has only its runs: the page says what it
+    does not know ("?") instead of a traceback from formatting a missing block count."""
+    run = write_live_run(tmp_path / "bare-run")
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({"runs": summary["runs"]}))
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    line = at.markdown[0].value
+    assert line.startswith("**bare-run**: trace ? (? requests") and "? GPU blocks" in line, line
+    assert charts(at)
 
 
 # ---- Kernels --------------------------------------------------------------------------------------------

@@ -384,3 +384,27 @@ def test_malformed_upload_in_the_browser_shows_the_validation_message(browser, s
     assert tab.locator('[data-testid="stException"]').count() == 0
     screenshot(tab, "replay-malformed-upload", docs=False)
     tab.close()
+
+
+def test_uploaded_trace_is_kept_through_a_visit_to_another_page(browser, server, tmp_path):
+    """Upload a trace, open another page and come back: the uploaded trace is still the one replayed (Streamlit
+    forgets a file uploader's file when a page without it runs); removing the file in the uploader forgets it."""
+    trace = tmp_path / "kept-upload.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:15:{i // 10:02d}.{i % 10}000000,{300 + i},50\n" for i in range(30)))
+    tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"])
+    tab.get_by_text("Upload a file").click()
+    tab.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(trace))
+    tab.get_by_text("Trace kept-upload: 30 requests").wait_for(timeout=RENDER_TIMEOUT_MS)
+    settle(tab)
+    tab.locator('[data-testid="stSidebarNav"] a', has_text="Kernels").click()
+    tab.get_by_role("heading", name="Kernels").wait_for(timeout=RENDER_TIMEOUT_MS)
+    settle(tab)
+    tab.locator('[data-testid="stSidebarNav"] a', has_text="Replay").click()
+    tab.get_by_text("Trace kept-upload: 30 requests").wait_for(timeout=RENDER_TIMEOUT_MS)
+    settle(tab)
+    assert "Upload a trace file in the sidebar" not in main_text(tab)
+    assert tab.locator('[data-testid="stException"]').count() == 0
+    tab.get_by_role("button", name="Forget kept-upload.csv").click()
+    tab.get_by_text("Upload a trace file in the sidebar to replay it.").wait_for(timeout=RENDER_TIMEOUT_MS)
+    tab.close()

@@ -41,3 +41,33 @@ def test_plan_page_shows_recommendation_runner_up_and_frontier():
     assert "Recommendation: num_gpus=2, tensor_parallel_size=2" in at.success[0].value
     assert "misses ttft_p99 3 s > 1 s" in at.info[0].value
     assert len(at.get("plotly_chart")) == 1
+
+
+def test_plan_page_names_what_an_incomplete_plan_json_lacks():
+    """An uploaded JSON with candidates and pareto but not the rest of a plan.json: one message naming the file
+    and the missing keys, not a KeyError traceback (uploads through the page's injected-upload seam)."""
+    import json
+
+    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
+    at.session_state["plan.mode"] = "Open plan.json"
+    at.session_state["plan.injected_upload"] = ("partial.json", json.dumps({"candidates": [], "pareto": []}).encode())
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = at.error
+    assert error.value.startswith("partial.json: not a plan.json"), error.value
+    assert "missing slos, model, gpu, max_gpus, evaluated, recommendation, runner_up" in error.value
+    r = report()
+    del r["candidates"][0]["goodput"]
+    at.session_state["plan.injected_upload"] = ("rows.json", json.dumps(r).encode())
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "rows.json: not a plan.json" in at.error[0].value and "goodput" in at.error[0].value
+    r = report() | {"candidates": [], "pareto": [], "recommendation": None, "runner_up": None}
+    at.session_state["plan.injected_upload"] = ("none.json", json.dumps(r).encode())
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "none.json: not a plan.json" in at.error[0].value and "non-empty list" in at.error[0].value
+    at.session_state["plan.injected_upload"] = ("plan.json", json.dumps(report()).encode())
+    at.run()
+    assert not at.exception and not at.error
+    assert "Recommendation: num_gpus=2" in at.success[0].value

@@ -21,10 +21,65 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 # Test seam: AppTest cannot drive st.file_uploader, so a (file name, bytes) pair placed in session
 # state under f"{prefix}.injected_upload" is handled exactly as an uploaded file would be.
 INJECTED_UPLOAD = "injected_upload"
+# The last uploaded (file name, bytes), kept under f"{prefix}.kept_upload": Streamlit forgets a file uploader's
+# file while another page is open, so the page replays the kept file until the user removes or replaces it.
+KEPT_UPLOAD = "kept_upload"
 URL = "query-params"  # every setting is in the page's URL (bind=), so a scenario can be bookmarked and shared
 MEMORY_MODES = ("KV-cache GiB", "num_gpu_blocks", "gpu_memory_utilization")
 KV_CACHE_DTYPES = ("auto", "fp8")
 DEFAULT_KV_CACHE_GIB = 4.0  # data.DEFAULT_NUM_GPU_BLOCKS blocks of 16 tokens for Llama-3-8B
+
+
+URL_AT_OPEN = "url_at_open"  # f"{prefix}.url_at_open": the page's URL settings not yet checked against their controls
+URL_REFUSED = "url_refused"  # f"{prefix}.url_refused": (key, URL values, value used instead), as found
+
+
+def url_notice(prefix: str, skip: tuple[str, ...] = ()):
+    """Call first on a page whose settings are bound to the URL: remembers the URL's settings the first time
+    the session opens the page, and returns the placeholder where url_report names those refused."""
+    key = f"{prefix}.{URL_AT_OPEN}"
+    if key not in st.session_state:
+        st.session_state[key] = {k: st.query_params.get_all(k) for k in st.query_params
+                                 if k.startswith(f"{prefix}.") and k not in skip}
+    return st.empty()
+
+
+def url_report(prefix: str, notice) -> None:
+    """Call last: a warning in `notice` naming each URL setting its control refused (Streamlit drops a value a
+    control cannot take, block size 7 or a GiB of 'abc', and shows the default without a word). A setting is
+    checked once its control has been drawn; the notice stays until the user sets that control."""
+    state = st.session_state
+    pending = state.get(f"{prefix}.{URL_AT_OPEN}", {})
+    refused = state.setdefault(f"{prefix}.{URL_REFUSED}", [])
+    for k in [k for k in pending if k in state]:
+        texts = pending.pop(k)
+        if not _url_matches(texts, state[k]):
+            refused.append((k, texts, state[k]))
+    shown = [(k, texts, used) for k, texts, used in refused if k in state and state[k] == used]
+    if shown:
+        notice.warning("Settings in the URL that their control cannot take, so the default is used: " + "; ".join(
+            f"{k}={(texts[0] if len(texts) == 1 else texts)!r} (using {list(used) if isinstance(used, (list, tuple)) else used})"
+            for k, texts, used in shown)
+            + ". Check the link, or set those controls on the page.", icon=":material/link_off:")
+
+
+def _url_matches(texts: list[str], value) -> bool:
+    """Whether the URL's text(s) for a control are the value the control took (bools as true/false, numbers by
+    value: "2" is 2.0, a multi-choice's items in any order)."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    texts = [] if texts == [""] and not items else texts
+    return len(texts) == len(items) and all(any(_url_same(t, item) for item in items) for t in texts)
+
+
+def _url_same(text: str, item) -> bool:
+    if isinstance(item, bool):
+        return text.lower() == str(item).lower()
+    if isinstance(item, (int, float)):
+        try:
+            return float(text) == float(item)
+        except ValueError:
+            return False
+    return text == str(item)
 
 
 def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tuple[Trace, str] | None:
@@ -52,17 +107,29 @@ def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tup
 
 def _uploaded(prefix: str) -> tuple[Trace, str] | None:
     sb = st.sidebar
+    kept = f"{prefix}.{KEPT_UPLOAD}"
     file = sb.file_uploader("Trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim)",
-                            key=f"{prefix}.upload")
+                            key=f"{prefix}.upload", on_change=_forget_upload, args=(kept,))
+    if file is not None:
+        st.session_state[kept] = (file.name, file.getvalue())
+    elif kept in st.session_state:  # uploaded before another page was opened: the uploader shows no file now
+        name = st.session_state[kept][0]
+        sb.caption(f"Replaying **{name}**, uploaded earlier in this session; upload another file to replace it.")
+        sb.button(f"Forget {name}", key=f"{prefix}.forget_upload", on_click=_forget_upload, args=(kept,))
     fmt = sb.selectbox("Format", FORMATS, bind=URL, key=f"{prefix}.format")
     limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, data.DEFAULT_LIMIT, step=100,
                             bind=URL, key=f"{prefix}.upload_limit")
-    upload = (file.name, file.getvalue()) if file is not None else st.session_state.get(f"{prefix}.{INJECTED_UPLOAD}")
+    upload = st.session_state.get(kept) or st.session_state.get(f"{prefix}.{INJECTED_UPLOAD}")
     if upload is None:
         st.info("Upload a trace file in the sidebar to replay it.")
         return None
     name, content = upload
     return cached.uploaded_trace(name, content, fmt, int(limit) or None)
+
+
+def _forget_upload(kept: str) -> None:
+    """The uploader's file was removed or replaced, or Forget was pressed: drop the kept upload."""
+    st.session_state.pop(kept, None)
 
 
 def _synthetic(prefix: str) -> tuple[Trace, str]:

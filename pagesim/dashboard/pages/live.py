@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import cached, figures, tables
+from pagesim.dashboard import cached, figures, tables, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.dashboard.live_runs import RUN_FILES, VALIDATION_FILES, LiveRun, find_live_runs, is_validated, live_root
 from pagesim.errors import UserError
@@ -16,6 +16,14 @@ PREFIX = "live"
 
 def render() -> None:
     st.title("Sim vs Live")
+    notice = widgets.url_notice(PREFIX)
+    try:
+        render_page()
+    finally:
+        widgets.url_report(PREFIX, notice)
+
+
+def render_page() -> None:
     st.caption("A trace replayed on a real GPU by the live engine (`python -m pagesim live`) and checked with "
                "`python -m pagesim validate`: the cost model's step durations against the measured ones, the "
                "scheduler's decisions in lockstep, and a free-running simulation's latencies against the live run's.")
@@ -35,6 +43,7 @@ def render() -> None:
 
 
 NONE = "(none)"
+PARTNER_FOR = f"{PREFIX}.partner_for"  # the run the partner was last chosen for
 
 
 def choose_partner(run: LiveRun) -> LiveRun | None:
@@ -44,6 +53,9 @@ def choose_partner(run: LiveRun) -> LiveRun | None:
         return None
     names = [NONE, *(p.name for p in others)]
     paired = _pair_of(run.name, names)
+    if st.session_state.get(PARTNER_FOR, run.name) != run.name:
+        st.session_state[f"{PREFIX}.partner"] = paired  # another run was chosen: its own partner, not the last run's
+    st.session_state[PARTNER_FOR] = run.name
     name = st.sidebar.selectbox("Side by side with", names, index=names.index(paired), bind=URL,
                                 key=f"{PREFIX}.partner",
                                 help="another live run of the same trace, e.g. the contiguous baseline of a paged run")
@@ -57,12 +69,16 @@ def choose_partner(run: LiveRun) -> LiveRun | None:
         return None
 
 
+PAIR_LAYOUTS = ("-paged", "-contiguous-max")
+
+
 def _pair_of(name: str, names: list[str]) -> str:
-    """pair-X-paged and pair-X-contiguous-max go together by default; other runs stand alone."""
+    """pair-X-paged[-ROUND] and pair-X-contiguous-max[-ROUND] go together by default (the same round's two
+    layouts: pair-conv-paged-r14 with pair-conv-contiguous-max-r14); other runs stand alone."""
     if name.startswith("pair-"):
-        stem = name.split("-")[:2]
-        for other in names:
-            if other != name and other.split("-")[:2] == stem:
+        for layout, other_layout in (PAIR_LAYOUTS, PAIR_LAYOUTS[::-1]):
+            other = name.replace(layout, other_layout, 1)
+            if layout in name and other in names:
                 return other
     return NONE
 
@@ -105,10 +121,14 @@ def describe(run: LiveRun) -> None:
     s = run.summary
     trace, config = s.get("trace", {}), s.get("config", {})
     hardware = s.get("environment", s.get("hardware", {}))
+    span, blocks = trace.get("span_s"), config.get("resolved_num_gpu_blocks", config.get("num_gpu_blocks"))
+    # a summary.json without them (an older run, a hand-made zip) shows "?", not a formatting traceback
+    span = f"{span:.0f} s" if isinstance(span, (int, float)) else "? s"
+    blocks = f"{blocks:,}" if isinstance(blocks, int) else "?"
     st.markdown(f"**{run.name}**: trace {trace.get('name', '?')} ({trace.get('rows', '?')} requests, "
-                f"{trace.get('span_s', 0):.0f} s) · {config.get('model', '?')} on "
+                f"{span}) · {config.get('model', '?')} on "
                 f"{hardware.get('gpu', config.get('gpu', '?'))} · block_size {config.get('block_size', '?')} · "
-                f"{config.get('resolved_num_gpu_blocks', config.get('num_gpu_blocks', '?')):,} GPU blocks · "
+                f"{blocks} GPU blocks · "
                 f"{s.get('run_name', config.get('kv_layout', ''))}")
     with st.expander("Config, trace, hardware and software"):
         st.json({k: v for k, v in s.items() if k != "runs"}, expanded=False)

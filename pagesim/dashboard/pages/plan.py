@@ -30,19 +30,47 @@ def render() -> None:
         show(report)
 
 
+REPORT_KEYS = ("slos", "model", "gpu", "max_gpus", "evaluated", "recommendation", "runner_up", "candidates", "pareto")
+CANDIDATE_COLUMNS = ("config_id", "status", "num_gpus", "tensor_parallel_size", "replicas", "router", "goodput",
+                     "slo_met", "slo_attainment")  # what show() and the figure read from each candidate
+
+
 def open_report() -> dict | None:
     file = st.sidebar.file_uploader("plan.json (from `python -m pagesim plan ... --out DIR`)", type=["json"],
                                     key=f"{PREFIX}.upload")
-    if file is None:
+    # (file name, bytes) under f"{PREFIX}.{INJECTED_UPLOAD}": the same test seam as widgets.trace_source's
+    upload = (file.name, file.getvalue()) if file is not None else st.session_state.get(f"{PREFIX}.{widgets.INJECTED_UPLOAD}")
+    if upload is None:
         st.info("Upload a plan.json to see its frontier.")
         return None
+    name, content = upload
     try:
-        report = json.loads(file.getvalue())
-        report["candidates"], report["pareto"]  # noqa: B018 - a plan.json has both
-    except (ValueError, KeyError, TypeError):
-        st.error(f"{file.name}: not a plan.json (expected keys recommendation, candidates, pareto)")
+        report = json.loads(content)
+    except ValueError as exc:
+        st.error(f"{name}: not a plan.json: not JSON ({exc})")
+        return None
+    problem = _report_problem(report)
+    if problem:
+        st.error(f"{name}: not a plan.json of `python -m pagesim plan`: {problem}")
         return None
     return report
+
+
+def _report_problem(report) -> str | None:
+    """What keeps `report` from being shown (missing keys or candidate fields), or None."""
+    if not isinstance(report, dict):
+        return f"expected a JSON object with keys {', '.join(REPORT_KEYS)}, got a {type(report).__name__}"
+    missing = [k for k in REPORT_KEYS if k not in report]
+    if missing:
+        return f"missing {', '.join(missing)} (expected keys {', '.join(REPORT_KEYS)})"
+    rows = report["candidates"]
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return "candidates: expected a non-empty list of candidate objects"
+    for i, row in enumerate(rows):
+        lacking = [c for c in CANDIDATE_COLUMNS if c not in row]
+        if lacking:
+            return f"candidates[{i}] lacks {', '.join(lacking)}"
+    return None
 
 
 def run_report() -> dict | None:

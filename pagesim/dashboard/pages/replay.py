@@ -17,6 +17,7 @@ PREFIX = "replay"
 VIEWS = ("Memory", "Serving (vLLM metrics)", "Latency and requests")
 PLAY = f"{PREFIX}.play"
 SNAPSHOT = f"{PREFIX}.snapshot"
+KEPT_SNAPSHOT = f"{PREFIX}.snapshot_kept"  # the slider's last position, kept while another page is open
 FRAME_S = 1.5  # seconds between frames while playing
 RUNS_KEY = f"{PREFIX}.runs_key"  # what the runs on the page were simulated from: the key of their cached figures
 
@@ -29,6 +30,14 @@ def chart(name: str, params, build) -> None:
 
 def render() -> None:
     st.title("Replay")
+    notice = widgets.url_notice(PREFIX, skip=(SNAPSHOT,))  # the snapshot parameter has its own message
+    try:
+        render_page()
+    finally:
+        widgets.url_report(PREFIX, notice)
+
+
+def render_page() -> None:
     st.caption("One trace through paged attention and the contiguous (reserve-ahead) baselines that paging "
                "replaced, on the same simulated GPU. Memory words: **used** slots hold live K/V; **reserved** slots "
                "are allocated for tokens still to come; **internal fragmentation** is allocated but never to be "
@@ -93,15 +102,31 @@ def show_trace(trace, trace_key: str) -> None:
 def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
     """A warning per distinct rejection story: "1,015 of 2,000 requests rejected: prompt reaches
     max_model_len 8,192 (no room for an output token)" (naming the runs when they differ)."""
-    stories: dict[str, list[str]] = {}
+    stories: dict[tuple[str, str], list[str]] = {}
     for name, run in runs.items():
         requests = run.result.requests
         for count, why in tables.rejections(requests, max_model_len):
-            stories.setdefault(f"**{count:,} of {len(requests):,} requests rejected**: {why}", []).append(name)
-    for text, names in stories.items():
+            stories.setdefault((f"**{count:,} of {len(requests):,} requests rejected**: {why}", why), []).append(name)
+    for (text, why), names in stories.items():
         who = "" if len(names) == len(runs) else f" ({', '.join(names)})"
-        st.warning(f"{text}{who}. They are not in the latencies; raise max_model_len or the KV-cache size in "
-                   f"the sidebar to serve them.", icon=":material/block:")
+        st.warning(f"{text}{who}. They are not in the latencies; {_rejection_advice(why, names)}",
+                   icon=":material/block:")
+
+
+def _rejection_advice(why: str, names: list[str]) -> str:
+    """What in the sidebar serves requests rejected for `why` in runs `names`: a larger max_model_len only helps
+    prompts that reach it; a request larger than the whole cache needs more KV cache (or, for contiguous max,
+    whose reservation is max_model_len, a smaller max_model_len)."""
+    if "max_model_len" in why:
+        return "raise max_model_len in the sidebar to serve them."
+    if "KV blocks" in why:
+        text = "raise the KV-cache size in the sidebar to serve them"
+        if "contiguous-max" in names:
+            text += " (contiguous-max reserves max_model_len tokens per request: a lower max_model_len also helps it)"
+        return text + "."
+    if "parallel samples" in why:
+        return "raise max_num_seqs in the sidebar to serve them."
+    return "raise max_model_len or the KV-cache size in the sidebar to serve them."
 
 
 def _ratio(value, base, higher_is_better: bool) -> dict:
@@ -177,12 +202,15 @@ def slider_times(runs: dict[str, data.Run]) -> list[float]:
 
 
 def snapshot_index(times: list[float]) -> int:
-    """The time slider's position, an index into `times`: this session's, else the URL's `replay.snapshot`
+    """The time slider's position, an index into `times`: this session's (the slider's, or the one kept while
+    another page was open: Streamlit forgets a widget's state when a run does not draw it, and navigation
+    drops the URL's parameter), else the URL's `replay.snapshot`
     (the snapshot's number, as the page writes it; a time such as "62.4 s" picks the nearest snapshot),
     else the middle of the arrivals. Clamped to the last snapshot (a shorter run than the last view's)."""
     last = len(times) - 1
-    if SNAPSHOT in st.session_state:
-        return min(int(st.session_state[SNAPSHOT]), last)
+    for key in (SNAPSHOT, KEPT_SNAPSHOT):
+        if key in st.session_state:
+            return min(int(st.session_state[key]), last)
     text = st.query_params.get(SNAPSHOT)
     if text is not None:
         try:
@@ -216,6 +244,7 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
     with cols[0]:
         i = st.select_slider("Time (block map and chart markers)", options=list(range(len(times))),
                              format_func=lambda k: f"{times[k]:.1f} s", key=SNAPSHOT)
+    state[KEPT_SNAPSHOT] = i
     if st.query_params.get(SNAPSHOT) != str(i):
         st.query_params[SNAPSHOT] = str(i)  # the snapshot's number (not bind=, which would write "62.4 s")
     with cols[1]:
@@ -284,6 +313,18 @@ def serving_view(runs: dict[str, data.Run]) -> None:
     }
     slo = {k: v / 1e3 for k, v in slo.items()}
     chart("histograms", sorted(slo.items()), lambda: serving.latency_histograms(requests, steps, slo))
+    rows = cached.once("attainment", f"{st.session_state[RUNS_KEY]}|{sorted(slo.items())}",
+                       lambda: attainment_rows(runs, requests, steps, slo))  # not again on the timeline's widgets
+    pct = st.column_config.NumberColumn(format="percent")
+    st.dataframe(pd.DataFrame(rows).set_index("run"),
+                 column_config={c: pct for c in rows[0] if c not in ("run", "goodput (req/s)")} if rows else None)
+    st.caption("Requests within TTFT and TPOT SLOs counts every request of the trace (a rejected one misses); "
+               "goodput is those requests per second of makespan.")
+    timeline(runs)
+
+
+def attainment_rows(runs: dict[str, data.Run], requests, steps, slo: dict[str, float]) -> list[dict]:
+    """Per run, the share within each SLO and the goodput: the Serving view's table."""
     rows = []
     for name in runs:
         a = serving.attainment(requests[name], steps[name], slo)
@@ -292,12 +333,7 @@ def serving_view(runs: dict[str, data.Run]) -> None:
         rows.append({"run": name, "TTFT within SLO": a["ttft_s"], "TPOT within SLO": a["tpot_s"],
                      "ITL within SLO (tokens)": a["itl_s"], "requests within TTFT and TPOT SLOs": a["all"],
                      "goodput (req/s)": good})
-    pct = st.column_config.NumberColumn(format="percent")
-    st.dataframe(pd.DataFrame(rows).set_index("run"),
-                 column_config={c: pct for c in rows[0] if c not in ("run", "goodput (req/s)")} if rows else None)
-    st.caption("Requests within TTFT and TPOT SLOs counts every request of the trace (a rejected one misses); "
-               "goodput is those requests per second of makespan.")
-    timeline(runs)
+    return rows
 
 
 def timeline(runs: dict[str, data.Run]) -> None:

@@ -18,6 +18,14 @@ STREAM_S = 0.5  # the table so far is redrawn at most this often while a sweep r
 
 def render() -> None:
     st.title("Sweep")
+    notice = widgets.url_notice(PREFIX)
+    try:
+        render_page()
+    finally:
+        widgets.url_report(PREFIX, notice)
+
+
+def render_page() -> None:
     st.caption("The same trace over a grid of configurations, each one task of `python -m pagesim sweep`'s runner "
                "(pagesim.sweep), in local processes or on Ray. The default is the PagedAttention paper's block-size "
                "study (Kwon et al., SOSP 2023, §7.2): block sizes 8–256 on a ShareGPT-like trace at equal KV "
@@ -60,6 +68,16 @@ def render() -> None:
     if len(failed):
         st.warning(f"{len(failed)} of {len(results)} configurations failed (their rows say why); first: "
                    f"{failed['error'].iloc[0]}")
+    unserved = ok[ok["num_rejected"] >= len(trace.df)] if "num_rejected" in ok else ok.iloc[:0]
+    if len(unserved):  # status ok, but no figure to draw: their lines would be missing without a word
+        varied = [k for k, v in grid.items() if len(v) > 1] or list(grid)
+        which = "; ".join(", ".join(f"{k} {row[k]:g}" if isinstance(row[k], float) else f"{k} {row[k]}" for k in varied)
+                          for _, row in unserved.iterrows())
+        st.warning(f"{len(unserved)} of {len(results)} configurations rejected every request, so they have no point "
+                   f"on the charts ({which}): each request needed more KV blocks than the cache holds (contiguous-max "
+                   f"reserves max_model_len tokens per request: choose a larger KV-cache size) or reached "
+                   f"max_model_len (raise it in the sidebar). Their rows' num_rejected column counts them; Replay "
+                   f"names each request's reason.")
     if len(ok):
         varied = [k for k, v in grid.items() if len(v) > 1]
         x = st.selectbox("x axis", varied or list(grid), key=f"{PREFIX}.x")
