@@ -5,6 +5,9 @@
 # and longdoc-a with that profile (round 18's graph mixed misses, 5.3% and 6.1%, were recorded before the
 # after-prefill fit).
 #   bash bench/h200_round20.sh OUT      # all of it
+#   bash bench/h200_round20.sh OUT c    # calibration time, whole commands on a fresh machine: the bf16 and fp8
+#                                       # `calibrate` and longdoc-b's `live --calibrate`, each profile with its
+#                                       # calibration_phases and calibration_wall_s; then a CPU-only `--refit`
 #   bash bench/h200_round20.sh OUT f    # the fp8 part only, its `calibrate` allowed 240 s (on a fresh machine the
 #                                       # first call's fp8 `calibrate` ran past 150 s compiling its kernels)
 # Every live run samples the GPU's clocks (nvidia-smi, 50 ms) beside its phases. Then on any CPU:
@@ -16,6 +19,27 @@ S=r20
 source "$(dirname "$0")/h200_lib.sh"
 live_call
 clocks_start 50
+if [ "${2:-}" = c ]; then
+  P="$R/profiles/h200-llama-3-8b-$D-${S}c.json"
+  mark calibrate start; BUDGET=200 run calibrate --model llama-3-8b --gpu h200 --out "$P"; mark calibrate end
+  profile_summary "$P"; pack
+  PF="$R/profiles/h200-llama-3-8b-fp8-$D-${S}c.json"
+  CAL_BUDGET=240 calibrate_fp8_marked "$PF"
+  mark longdoc-b-${S}c start
+  BUDGET=260 run live traces/longdoc-b.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
+      --watermark 0.01 --calibrate --out "$R/live/longdoc-b-${S}c"; mark longdoc-b-${S}c end; pack
+  for p in "$P" "$PF" "$R/live/longdoc-b-${S}c/profile.json"; do
+    python3 -c "import json, sys; p = json.load(open(sys.argv[1]))
+print(sys.argv[1], 'calibration_s', p.get('calibration_s'), 'wall', p.get('calibration_wall_s'), p.get('calibration_phases'))" "$p"
+  done
+  python3 -c "import json, sys; s = json.load(open(sys.argv[1]))['profile']; print('live --calibrate', s)" \
+      "$R/live/longdoc-b-${S}c/summary.json"
+  cp "$P" /tmp/refit.json
+  /usr/bin/time -f "refit on this CPU: %e s wall, %M KB" python3 -m pagesim calibrate --model llama-3-8b --gpu h200 \
+      --refit "${P%.json}.steps.csv.gz" --out /tmp/refit.json >/dev/null
+  clocks_stop; pack
+  exit 0
+fi
 PF="$R/profiles/h200-llama-3-8b-fp8-$D-$S.json"
 [ "${2:-}" = f ] && CAL_BUDGET=240
 CAL_BUDGET=${CAL_BUDGET:-150} calibrate_fp8_marked "$PF"

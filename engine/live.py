@@ -38,6 +38,17 @@ from pagesim.scheduler import Scheduler
 from pagesim.utils import cdiv, frozen_heap, paused_gc
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc/self/stat's start time against /proc/uptime), so a
+    command's wall time counts its start-up (imports, CUDA initialisation) too; None where /proc is absent."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def environment() -> dict:
     """Hardware and software of this run, for the run directory."""
     import torch
@@ -283,17 +294,21 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
     target = out_dir / "profile.json"
     if getattr(args, "calibrate", False):
         t0 = time.perf_counter()
+        phases = {"before_s": process_age_s()}  # the command's start-up, trace and executor before the calibration
         workloads = calibration_workloads_that_fit(config)
         warm_up(executor, config)
         cal = without_prefix_caching(config).replace(preemption_mode="recompute")
+        t1 = time.perf_counter()
         rows = run_calibration(executor, cal, workloads=workloads)
         rows.to_csv(out_dir / f"profile{CALIBRATION_ROWS_SUFFIX}", index=False)
+        t2 = time.perf_counter()
+        swap = measure_swap_bandwidth(executor.kv_cache)
+        phases.update(warmup_s=t1 - t0, workloads_s=t2 - t1, swap_bandwidth_s=time.perf_counter() - t2)
         fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
-                                          "workloads": [w for w, _ in workloads],
-                                          "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache)},
-                      "live --calibrate", mixed_graph_token_sizes=tuple(sorted(executor.mixed_graphs)))
+                                          "workloads": [w for w, _ in workloads], "swap_bandwidth": swap},
+                      "live --calibrate", mixed_graph_token_sizes=tuple(sorted(executor.mixed_graphs)), phases=phases)
         return {"path": target.name, "source": "live --calibrate", "calibration_s": time.perf_counter() - t0,
-                "calibration_workloads": len(workloads)}
+                "calibration_workloads": len(workloads), "calibration_phases": phases}
     if getattr(args, "profile", None):
         src = Path(args.profile)
         if not src.is_file():
@@ -349,13 +364,16 @@ def calibration_workloads_that_fit(config: Config) -> list:
 
 
 def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str,
-                  mixed_graph_token_sizes: tuple[int, ...] = ()) -> dict:
+                  mixed_graph_token_sizes: tuple[int, ...] = (), phases: dict | None = None) -> dict:
     """Fit the profile cost model to calibration steps (workloads held out in turn) and write it to out.
 
     mixed_graph_token_sizes: the token buckets whose mixed steps the calibrating executor replayed from
-    CUDA graphs (GPUExecutor.mixed_graphs); those steps get their own coefficients."""
+    CUDA graphs (GPUExecutor.mixed_graphs); those steps get their own coefficients. phases: the calibration's
+    phases so far in seconds; the fit's is added (fit_s), and the profile records them as calibration_phases with
+    calibration_wall_s, the command's wall time from its process's start to the profile written (process_age_s)."""
     from pagesim.cost.profile import fit_profile
 
+    t_fit = time.perf_counter()
     model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs,
                                 mixed_graph_token_sizes=mixed_graph_token_sizes)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -367,6 +385,9 @@ def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, c
     if swap:  # the measured host-link figure replaces the datasheet's (engine.kernels.swap.measure_swap_bandwidth)
         profile["coefficients"]["swap_s_per_byte"] = 0.5 * (1 / swap["swap_out_bytes_per_s"] + 1 / swap["swap_in_bytes_per_s"])
     profile.update(report=report, **extras, command=command)
+    if phases is not None:
+        phases["fit_s"] = time.perf_counter() - t_fit
+        profile.update(calibration_phases=phases, calibration_wall_s=process_age_s())
     out.write_text(json.dumps(profile, indent=2) + "\n")
     return report
 
@@ -695,8 +716,8 @@ def calibrate(args) -> int:
     command = "python -m pagesim " + " ".join(args.argv)
     out = prepare_output_file(args.out, args.force or bool(args.refit))  # --refit replaces the profile it refits
 
-    def write(rows, config, extras: dict, mixed_sizes=()) -> None:
-        print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes), indent=2))
+    def write(rows, config, extras: dict, mixed_sizes=(), phases=None) -> None:
+        print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), indent=2))
 
     if args.refit:
         rows_path = Path(args.refit)
@@ -736,6 +757,7 @@ def calibrate(args) -> int:
     from engine.kernels.swap import measure_swap_bandwidth
 
     t_start = time.perf_counter()
+    phases = {"startup_s": process_age_s()}  # imports and argument checks before the calibration's clock
     if not torch.cuda.is_available():
         raise UserError("calibration needs a CUDA GPU (torch.cuda.is_available() is False); "
                         "--refit ROWS.csv refits saved calibration steps without one")
@@ -744,7 +766,9 @@ def calibrate(args) -> int:
                     max_num_batched_tokens=args.max_num_batched_tokens, kv_cache_dtype=args.kv_cache_dtype)
     executor = make_executor(config)
     config = executor.config
+    t_exec = time.perf_counter()
     warm_up(executor, config)
+    t_warm = time.perf_counter()
     workloads = calibration_workloads(config.resolved_max_model_len)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows_path = out.with_suffix(CALIBRATION_ROWS_SUFFIX)
@@ -757,11 +781,15 @@ def calibrate(args) -> int:
                                rest=args.rest)
     rows.to_csv(rows_path, index=False)  # before the fit, so a failed fit can be refitted
     t_fit = time.perf_counter()
+    swap = measure_swap_bandwidth(executor.kv_cache)
+    phases.update(executor_s=t_exec - t_start, warmup_s=t_warm - t_exec, workloads_s=t_fit - t_warm,
+                  swap_bandwidth_s=time.perf_counter() - t_fit)
+    # calibration_s: the executor, warm-up and workloads (as recorded since round 3); calibration_wall_s (written
+    # with the profile): the whole command, start-up, swap measurement and fit included
     write(rows, config, {"environment": environment(), "config": config.to_dict(),
-                         "workloads": [w for w, _ in workloads],
-                         "swap_bandwidth": measure_swap_bandwidth(executor.kv_cache),
+                         "workloads": [w for w, _ in workloads], "swap_bandwidth": swap,
                          "calibration_s": t_fit - t_start, "calibration_rest": args.rest},
-          tuple(sorted(executor.mixed_graphs)))
+          tuple(sorted(executor.mixed_graphs)), phases)
     return 0
 
 

@@ -7,6 +7,9 @@ shared blocks (decode_shared_tokens), saved with the rows as the profile's shari
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -338,3 +341,26 @@ def test_rows_carry_each_timed_steps_device_time_and_sm_clock(workloads):
     assert (rows.loc[odd, "sm_clock_mhz"] == 1500 + n[odd]).all() and rows.loc[~odd, "sm_clock_mhz"].isna().all()
     assert run_calibration(NoTime(), CONFIG, workloads=[("decode-c128", workloads["decode-c128"])])[
         ["gpu_time_s", "sm_clock_mhz"]].isna().all().all()
+
+
+def test_a_calibration_records_its_phases_and_the_commands_wall_time_fit_included(tmp_path):
+    """The calibration target (<= 120 s) is the command's: start-up, swap measurement and fit count too. fit_and_write
+    adds the fit's seconds to the phases it is given and writes them with calibration_wall_s, this process's age when
+    the profile is written, which is at least the phases' sum."""
+    import time
+
+    from engine.live import fit_and_write, process_age_s
+
+    age = process_age_s()
+    time.sleep(0.05)
+    assert age is not None and 0 < age < process_age_s()
+    rows = pd.read_csv("results/profiles/h200-llama-3-8b-2026-12-03-r19.steps.csv.gz")
+    sizes = tuple(json.loads(Path("results/profiles/h200-llama-3-8b-2026-12-03-r19.json").read_text())
+                  ["mixed_graph_token_sizes"])
+    phases = {"startup_s": 0.01, "workloads_s": 0.02}
+    fit_and_write(rows, Config(model="llama-3-8b", gpu="h200"), tmp_path / "p.json", {}, "test", sizes, phases)
+    written = json.loads((tmp_path / "p.json").read_text())
+    assert set(written["calibration_phases"]) == {"startup_s", "workloads_s", "fit_s"} and phases["fit_s"] > 0
+    assert written["calibration_wall_s"] >= sum(written["calibration_phases"].values())
+    fit_and_write(rows, Config(model="llama-3-8b", gpu="h200"), tmp_path / "q.json", {}, "test", sizes)
+    assert "calibration_phases" not in json.loads((tmp_path / "q.json").read_text())  # --refit: no phases to record

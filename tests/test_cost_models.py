@@ -671,7 +671,7 @@ def test_relative_l1_fit_reaches_the_linear_programs_optimum(seed):
 MIXED_SIZES = mixed_graph_token_sizes(8192)
 TRUTH_MIXED = {"mixed_graph_intercept": 4e-3, "mixed_graph_prefill_seqs": 6e-5, "mixed_graph_decode_seqs": 1e-5,
                "mixed_graph_context_tokens": 4e-8, "mixed_graph_max_context": 1e-6, "mixed_graph_attn_pairs": 1.5e-9,
-               "mixed_graph_attn_waves": 8e-5,
+               "mixed_graph_attn_waves": 8e-5, "mixed_graph_prefill_context": 2e-7,
                **{f"mixed_graph_pad_{t}": 2e-6 * t for t in MIXED_SIZES[1:]}}
 
 
@@ -720,7 +720,8 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
     step = [fitted.step_time(features(prefill=[(0, q)])) for q in (600, 700)]  # both in the 768 bucket
     waves = [prefill_waves(*prefill_walks(0, q), 32, 132) for q in (600, 700)]  # Llama-3-8B heads, H200 SMs
     assert step[1] - step[0] == pytest.approx(fitted.coefficients["mixed_graph_attn_pairs"] * (700 * 701 - 600 * 601) / 2
-                                              + fitted.coefficients["mixed_graph_attn_waves"] * (waves[1] - waves[0]))
+                                              + fitted.coefficients["mixed_graph_attn_waves"] * (waves[1] - waves[0])
+                                              + fitted.coefficients["mixed_graph_prefill_context"] * (700 - 600))
     big = features(prefill=[(0, 5000)])
     assert fitted.step_time(big) == pytest.approx(known_profile().step_time(big), rel=0.05)
     # A profile without buckets (fitted before the engine graphed mixed steps) prices them as eager steps.
@@ -738,6 +739,34 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
     (tmp_path / "bad.json").write_text(json.dumps(d))
     with pytest.raises(UserError, match="mixed_graph_token_sizes"):
         ProfileCostModel.from_json(tmp_path / "bad.json")
+
+
+def test_graph_mixed_steps_price_the_kv_their_prefill_chunks_read_and_older_profiles_do_not():
+    """A graph mixed step pays mixed_graph_prefill_context per K/V token its prefill chunks read (each chunk's cached
+    context plus its own tokens, summed over the chunks), beside the walk of the longest program (waves): four chunks
+    of 64 tokens after 16k-token prefixes read four times the K/V of one, in about as many tile waves. A profile
+    fitted before the term (no such coefficient) prices the same steps as before: identically."""
+    truth = {**TRUTH, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
+    known = ProfileCostModel("llama-3-8b", "h200", truth, TRUTH_KNEE, graph_batch_sizes=SIZES,
+                             max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
+    one = features(prefill=[(16384, 64)], decode=[2000] * 4)
+    four = features(prefill=[(16384, 64)] * 4, decode=[2000] * 4)
+    assert four.prefill_context_tokens == 4 * one.prefill_context_tokens == 4 * (16384 + 64)
+    extra = known.step_time(four) - known.step_time(one)
+    walks_and_seqs = ProfileCostModel("llama-3-8b", "h200", {**truth, "mixed_graph_prefill_context": 0.0}, TRUTH_KNEE,
+                                      graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES,
+                                      mixed_graph_token_sizes=MIXED_SIZES)
+    assert extra - (walks_and_seqs.step_time(four) - walks_and_seqs.step_time(one)) == pytest.approx(
+        3 * (16384 + 64) * TRUTH_MIXED["mixed_graph_prefill_context"], rel=1e-9)
+    # the vectorised path prices the term as step_time does
+    rows = frame([one, four], known.step_time)
+    np.testing.assert_allclose(known.forward_times(rows), [known.step_time(one), known.step_time(four)], rtol=1e-12)
+    # a profile without the coefficient (fitted before it) prices as if the term did not exist
+    old = {k: v for k, v in truth.items() if k != "mixed_graph_prefill_context"}
+    before = ProfileCostModel("llama-3-8b", "h200", old, TRUTH_KNEE, graph_batch_sizes=SIZES,
+                              max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
+    for f in (one, four):
+        assert before.step_time(f) == walks_and_seqs.step_time(f) < known.step_time(f)
 
 
 def test_graph_mixed_steps_read_shared_blocks_at_the_graph_steps_discount():

@@ -63,7 +63,7 @@ least the dearest graph regime's.
 
     mixed = mixed_graph_intercept + sum of mixed_graph_pad_<s> over the buckets s <= t (s > 16)
             + num_prefill_seqs + num_decode_seqs + decode_context_tokens + longest + prefill_attn_pairs
-            + waves
+            + waves + prefill_context_tokens
             (each term times its mixed_graph_ coefficient; longest with the exact decode row count's
             splits: the decode launch of a mixed step is not padded; in a profile that prices shared reads,
             decode_context_tokens counts each repeated read of a shared block at the saving the graph
@@ -79,8 +79,15 @@ least the dearest graph regime's.
   Eager steps (more tokens than the largest bucket) fill the GPU with programs and keep prefill_attn_pairs alone
   (adding waves there moved held-out calibration error 2.6% -> 2.5%: not kept).
 
+  prefill_context_tokens (mixed_graph_prefill_context) is the K/V the prefill chunks read, each chunk's cached context
+  plus its own tokens, summed over the chunks: waves follows the longest program, so four 64-token chunks after
+  16k-token prefixes cost it about what one does, while they read four times the K/V. Without the term the fit left
+  graph mixed steps with long prefixes 8-27% over their prediction in Llama-3.1-8B's own calibration and the
+  long-document windows' largest buckets 5-10% under it (round 20, 2026-12-03): held out by workload, graph mixed
+  calibration steps 5.4 -> 3.3% (longdoc-b's rows), and better in all ten calibrations of rounds 17-20.
+
   A profile without the key prices such steps as eager steps (as before the engine graphed them); one without
-  mixed_graph_attn_waves (fitted before it) prices them without it.
+  mixed_graph_attn_waves or mixed_graph_prefill_context (fitted before them) prices them without it.
 
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
@@ -149,6 +156,9 @@ INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "d
 # 0 where calibration rows lack them (steps saved before they existed); never recorded in a run's steps
 # (validation's replay and the calibration fill them in from the plans: StepFeatures)
 OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk")
+# The K/V tokens the prefill chunks read (StepFeatures.prefill_context_tokens; every step table records it): graph
+# mixed steps price it (mixed_graph_prefill_context); 0 where rows lack it
+PREFILL_CONTEXT = "prefill_context_tokens"
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
 CLOCK_SENSITIVITIES = tuple(i / 20 for i in range(7))  # 0 .. 0.3: the share of a step's time that scales with the clock
@@ -241,7 +251,7 @@ def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
 # Graph mixed steps (module docstring): their own intercept, bucket increments and attention terms.
 MIXED_FEATURES = ("mixed_graph_intercept", "mixed_graph_prefill_seqs", "mixed_graph_decode_seqs",
                   "mixed_graph_context_tokens", "mixed_graph_max_context", "mixed_graph_attn_pairs",
-                  "mixed_graph_attn_waves")
+                  "mixed_graph_attn_waves", "mixed_graph_prefill_context")
 
 
 def mixed_features(sizes) -> tuple[str, ...]:
@@ -251,9 +261,9 @@ def mixed_features(sizes) -> tuple[str, ...]:
     return MIXED_FEATURES + tuple(f"mixed_graph_pad_{t}" for t in sizes[1:])
 
 
-def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves):
+def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx):
     """The values of MIXED_FEATURES[1:], in order."""
-    return (p_seqs, d_seqs, d_ctx, longest, pairs, waves)
+    return (p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx)
 
 
 def shared_read_discount(coefficients: dict) -> float:
@@ -364,7 +374,7 @@ class ProfileCostModel:
         return runs_mixed_graph(p_tokens, d_seqs, self._graph_max, self._mixed_max)
 
     def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, walks=0, longest_walk=0, maximum=max,
-                    shared=0):
+                    shared=0, p_ctx=0):
         tokens = p_tokens + d_seqs
         if isinstance(tokens, np.ndarray):
             base = np.asarray(self._mixed_base)[np.searchsorted(self.mixed_graph_token_sizes, tokens, side="left")]
@@ -375,7 +385,8 @@ class ProfileCostModel:
         longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
         waves = prefill_waves(walks, longest_walk, self._heads, self._sms, maximum)
         reads = d_ctx - self._mixed_shared_discount * shared  # repeated reads of shared blocks at their discount
-        return base + sum(c * x for c, x in zip(self._mc, _mixed_terms(p_seqs, d_seqs, reads, longest, pairs, waves)))
+        terms = _mixed_terms(p_seqs, d_seqs, reads, longest, pairs, waves, p_ctx)
+        return base + sum(c * x for c, x in zip(self._mc, terms))
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
         """The graph batch size a decode-only step of this many sequences replays at; None if it runs eagerly."""
@@ -416,7 +427,8 @@ class ProfileCostModel:
             elif f.num_prefill_tokens + f.num_decode_seqs <= self._mixed_max:
                 fwd = self._mixed_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
-                                       f.prefill_tile_walks, f.prefill_longest_walk, shared=shared)
+                                       f.prefill_tile_walks, f.prefill_longest_walk, shared=shared,
+                                       p_ctx=f.prefill_context_tokens)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
@@ -473,7 +485,8 @@ class ProfileCostModel:
         if mixed.any():
             walks, longest_walk = (_optional_column(rows, col, len(p))[mixed] for col in OPTIONAL_COLUMNS[1:])
             out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], walks,
-                                          longest_walk, np.maximum, sh[mixed])
+                                          longest_walk, np.maximum, sh[mixed],
+                                          _optional_column(rows, PREFILL_CONTEXT, len(p))[mixed])
         if self._after and "steps_since_prefill" in rows:
             decode = (p == 0) & (n > 0)
             tokens = _optional_column(rows, "last_prefill_tokens", len(p))[decode]
@@ -640,7 +653,7 @@ def _optional_column(rows, col: str, n: int) -> np.ndarray:
 
 def _columns(rows) -> dict[str, np.ndarray]:
     cols = {c: np.asarray(rows[c], dtype=np.float64) for c in INPUT_COLUMNS}
-    cols.update((c, _optional_column(rows, c, len(cols[INPUT_COLUMNS[0]]))) for c in OPTIONAL_COLUMNS)
+    cols.update((c, _optional_column(rows, c, len(cols[INPUT_COLUMNS[0]]))) for c in OPTIONAL_COLUMNS + (PREFILL_CONTEXT,))
     return cols
 
 
@@ -679,7 +692,8 @@ def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, in
     longest = longest_keys(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel], splits, lanes, np.maximum)
     waves = prefill_waves(cols["prefill_tile_walks"][sel], cols["prefill_longest_walk"][sel], *heads_sms, np.maximum)
     reads = cols["decode_context_tokens"][sel] - discount * cols["decode_shared_tokens"][sel]
-    terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, reads, longest, cols["prefill_attn_pairs"][sel], waves)
+    terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, reads, longest, cols["prefill_attn_pairs"][sel], waves,
+                         cols[PREFILL_CONTEXT][sel])
     return np.column_stack([np.ones(len(n)), *terms] + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
 
 
