@@ -375,7 +375,7 @@ def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, c
 
     t_fit = time.perf_counter()
     model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs,
-                                mixed_graph_token_sizes=mixed_graph_token_sizes)
+                                mixed_graph_token_sizes=mixed_graph_token_sizes, workers=None)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.to_json(out)
     profile = json.loads(out.read_text())

@@ -922,3 +922,17 @@ def test_a_clock_fit_needs_a_share_to_try():
         fit_profile(rows, "llama-3-8b", "h200", clock_sensitivities=())
     fitted, report = fit_profile(rows, "llama-3-8b", "h200", clock_sensitivities=(0.1,))  # one share: taken as given
     assert report["sm_clock"]["sensitivity"] == 0.1
+
+
+def test_the_clock_share_fits_in_parallel_processes_give_the_serial_fit():
+    """fit_profile fits each clock share independently; in spawned processes (calibrate's default, to keep the fit
+    inside a calibration's time) the profile and the report are those of the fits one after the other."""
+    rows = pd.read_csv("results/profiles/h200-llama-3-8b-2026-12-03-r19.steps.csv.gz")
+    sizes = tuple(json.loads(Path("results/profiles/h200-llama-3-8b-2026-12-03-r19.json").read_text())
+                  ["mixed_graph_token_sizes"])
+    kw = dict(holdout="workload", mixed_graph_token_sizes=sizes, clock_sensitivities=(0.0, 0.1))
+    serial, serial_report = fit_profile(rows, "llama-3-8b", "h200", workers=1, **kw)
+    parallel, parallel_report = fit_profile(rows, "llama-3-8b", "h200", workers=2, **kw)
+    assert parallel.coefficients == serial.coefficients and parallel.after_prefill == serial.after_prefill
+    assert parallel_report == serial_report
+    assert set(serial_report["sm_clock"]["held_out_mape_by_sensitivity"]) == {"0.0", "0.1"}

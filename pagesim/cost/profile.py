@@ -119,8 +119,10 @@ least certain.
 from __future__ import annotations
 
 import json
+import os
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,6 +163,7 @@ OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longe
 PREFILL_CONTEXT = "prefill_context_tokens"
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
+PARALLEL_FIT_ROWS = 1000  # rows from which fit_profile fits the clock shares in parallel processes by default
 CLOCK_SENSITIVITIES = tuple(i / 20 for i in range(7))  # 0 .. 0.3: the share of a step's time that scales with the clock
 # Decode steps soon after a prefill (StepFeatures.steps_since_prefill) cost a factor more, one per bucket of
 # steps_since_prefill, [1, 2), [2, 3), [3, 5), [5, 8), [8, 12), and per size of that prefill (fewer than
@@ -787,7 +790,8 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
 
 
 def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
-                clock_sensitivities: tuple[float, ...] = CLOCK_SENSITIVITIES, **options) -> tuple[ProfileCostModel, dict]:
+                clock_sensitivities: tuple[float, ...] = CLOCK_SENSITIVITIES, workers: int | None = 1,
+                **options) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps (_fit_at_one_clock, whose docstring says how and takes `options`),
     priced at the SM clock of the calibration's fastest steps.
 
@@ -811,6 +815,12 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     (_after_prefill_table); then every row is fitted again with its decode duration divided by its factor, and the
     model multiplies decode steps by it (StepFeatures.steps_since_prefill, last_prefill_tokens). The report's
     `after_prefill` gives the factors and the rows behind them.
+
+    The fits of the clock shares are independent: with `workers` > 1 (None: one per CPU, at most one per share, for
+    rows of a whole calibration, PARALLEL_FIT_ROWS or more; `calibrate` and `live --calibrate` pass None) they run in
+    that many fresh (spawned) processes, with the same result as one after the other (tests); the fit is part of a
+    calibration's time (<= 120 s on an H200 machine). A script that passes workers != 1 needs the usual
+    `if __name__ == "__main__":` guard of multiprocessing's spawn.
     """
     clocks = _row_clocks(rows)
     if clocks is None:
@@ -822,10 +832,20 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     steady = ~(decode & (since == 1))  # decode_after_prefill, from the steps already counted
     reference = float(clocks.max())
     duration = np.asarray(rows["duration_s"], dtype=np.float64)
-    fits = {}
-    for s in map(float, clock_sensitivities):
-        at_top = duration / (1 + s * (reference / clocks - 1))
-        fits[s] = _fit_at_one_clock(rows[steady].assign(duration_s=at_top[steady]), model, gpu, **options)
+    shares = [float(s) for s in clock_sensitivities]
+    jobs = [rows[steady].assign(duration_s=(duration / (1 + s * (reference / clocks - 1)))[steady]) for s in shares]
+    if workers is None:
+        workers = min(len(shares), os.cpu_count() or 1) if len(rows) >= PARALLEL_FIT_ROWS else 1
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn, not fork: a calibrating process holds a CUDA context, which a forked child must not inherit
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(partial(_fit_at_one_clock, model=model, gpu=gpu, **options), jobs))
+    else:
+        done = [_fit_at_one_clock(job, model, gpu, **options) for job in jobs]
+    fits = dict(zip(shares, done))
     best = min(fits, key=lambda s: (fits[s][1]["mape"], s))  # the least held-out error; ties to the smaller share
     profile, report = fits[best]
     at_top = duration / (1 + best * (reference / clocks - 1))
