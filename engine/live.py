@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from pagesim.config import Config
-from pagesim.cost.features import StepFeatures, shared_decode_tokens
-from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, OPTIONAL_COLUMNS
+from pagesim.cost.features import StepFeatures, shared_decode_tokens, shared_prefill_tokens
+from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
 from pagesim.options import non_negative_float
@@ -622,11 +622,12 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     can be told apart into device and host time, and `sm_clock_mhz` the SM clock while it ran (last_sm_clock_mhz)."""
     bs = config.block_size
     sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
-    tables: dict[int, list] = {}  # step -> its decode rows' block tables, as planned (finishes free them after)
+    tables: dict[int, tuple] = {}  # step -> its decode rows' and prefill chunks' block tables, as planned
     walks: dict[int, tuple[int, int]] = {}  # step -> its prefill programs' walks (not recorded columns)
 
     def planned(plan):  # inside the timed step: copies only (C speed), counted after the run
-        tables[plan.step_id] = [s.request.block_ids[:] for s in plan.scheduled if s.is_decode]
+        tables[plan.step_id] = ([s.request.block_ids[:] for s in plan.scheduled if s.is_decode],
+                                [s.request.block_ids[:] for s in plan.scheduled if not s.is_decode])
 
     def features_of(plan):  # the recorder's own call, keeping what it does not record
         f = StepFeatures.from_plan(plan)
@@ -654,15 +655,19 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     steps["duration_s"] -= steps["step"].map(rested).fillna(0.0)
     readings.add_to(steps)  # as in a live run's steps
     steps["started_unix"] = clock.started_unix
-    shared = {step: shared_decode_tokens(rows, bs) for step, rows in tables.items()}
+    shared = {step: shared_decode_tokens(d, bs) for step, (d, _) in tables.items()}
     steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
+    shared = {step: shared_prefill_tokens(p, d, bs) for step, (d, p) in tables.items()}
+    steps["prefill_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
     for i, col in enumerate(WALK_COLUMNS):
         steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
     steps = steps.iloc[:-1]  # the last step has no successor to stitch to
     return steps[~steps["step"].isin(context.advanced)]
 
 
-WALK_COLUMNS = OPTIONAL_COLUMNS[1:]  # the prefill programs' walks (StepFeatures), kept apart from the recorder
+# what a calibration's rows hold beside the recorder's columns (StepFeatures): the prefill programs' walks and the
+# prefill chunks' reads of shared blocks; rows saved before them get them by replay (with_replayed_walks)
+REPLAYED_COLUMNS = (*WALK_COLUMNS, "prefill_shared_tokens")
 class NoTime:
     """A stand-in executor: calibration workloads replayed for their plans only (each step 'takes' no time)."""
 
@@ -673,12 +678,13 @@ class NoTime:
 
 
 def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.DataFrame:
-    """Calibration rows saved before the prefill walks were kept, with WALK_COLUMNS filled in by replaying their
+    """Calibration rows saved before the prefill walks (or the prefill chunks' shared reads) were kept, with
+    REPLAYED_COLUMNS filled in by replaying their
     workloads through the scheduler without a GPU (releases go by step, so the plans do not depend on time);
     every row must meet its replayed step with the same recorded features."""
     from pagesim.errors import UserError
 
-    if all(c in rows for c in WALK_COLUMNS) or "workload" not in rows:
+    if all(c in rows for c in REPLAYED_COLUMNS) or "workload" not in rows:
         return rows
     named = dict(calibration_workloads(config.resolved_max_model_len))
     wanted = list(dict.fromkeys(rows["workload"].astype(str)))
@@ -690,8 +696,8 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
     replayed = run_calibration(NoTime(), config, workloads=[(w, named[w]) for w in wanted], advance=False)
     keys = ["workload", "step"]
     aligned = [c for c in FEATURE_COLUMNS if c in rows]  # every recorded feature the saved rows have
-    merged = rows.drop(columns=[c for c in WALK_COLUMNS if c in rows]).merge(
-        replayed[keys + aligned + list(WALK_COLUMNS)], on=keys, how="left", suffixes=("", "_replayed"),
+    merged = rows.drop(columns=[c for c in REPLAYED_COLUMNS if c in rows]).merge(
+        replayed[keys + aligned + list(REPLAYED_COLUMNS)], on=keys, how="left", suffixes=("", "_replayed"),
         validate="one_to_one")
     for c in aligned:
         bad = merged[c + "_replayed"].isna() | (merged[c] != merged[c + "_replayed"])
@@ -699,7 +705,7 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
             i = int(np.flatnonzero(bad)[0])
             raise UserError(f"{source}: row {i} (workload {merged.at[i, 'workload']}, step {merged.at[i, 'step']}) does "
                             f"not match its replayed step ({c}); the prefill walks cannot be filled in; recalibrate")
-    return merged.drop(columns=[c + "_replayed" for c in aligned]).astype({c: np.int64 for c in WALK_COLUMNS})
+    return merged.drop(columns=[c + "_replayed" for c in aligned]).astype({c: np.int64 for c in REPLAYED_COLUMNS})
 
 
 def calibrate(args) -> int:

@@ -71,6 +71,14 @@ def test_shared_prefix_workloads_record_the_repeated_reads(workloads, name, b, p
     # b rows over g prefixes of p tokens: every row but the first of each prefix reads the prefix again
     assert (full["decode_shared_tokens"] == (b - g) * p).all(), full["decode_shared_tokens"].unique()
     assert rows["prefix_cache_hits"].sum() == (b - g) * p  # the later requests hit the whole prefix
+    # each later request's prefill chunk reads its prefix's p tokens of full blocks, which the group's first request
+    # (decoding by then) reads too: p per chunk (a prompt split over two steps reads the prefix in both); the first
+    # requests computing the prefixes read nothing another row holds
+    pre = rows[rows["num_prefill_tokens"] > 0]
+    first = pre["step"] == pre["step"].min()
+    assert (pre.loc[first, "prefill_shared_tokens"] == 0).all()
+    assert (pre.loc[~first, "prefill_shared_tokens"] == pre.loc[~first, "num_prefill_seqs"] * p).all()
+    assert (rows.loc[rows["num_prefill_tokens"] == 0, "prefill_shared_tokens"] == 0).all()
 
 
 def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, capsys):

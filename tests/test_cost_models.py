@@ -30,8 +30,9 @@ COMMITTED_PROFILE = REPO / "results" / "profiles" / "h200-llama-3-8b.json"
 SIZES = graph_batch_sizes(256)  # 1, 2, 4, ..., 256
 
 
-def features(prefill=(), decode=(), shared=0) -> StepFeatures:
-    """prefill: (cached c, new q) per chunk; decode: computed tokens per sequence; shared: decode_shared_tokens."""
+def features(prefill=(), decode=(), shared=0, prefill_shared=0) -> StepFeatures:
+    """prefill: (cached c, new q) per chunk; decode: computed tokens per sequence; shared: decode_shared_tokens;
+    prefill_shared: prefill_shared_tokens."""
     walks = [prefill_walks(c, q) for c, q in prefill]
     return StepFeatures(
         num_prefill_tokens=sum(q for _, q in prefill), num_prefill_seqs=len(prefill),
@@ -39,7 +40,8 @@ def features(prefill=(), decode=(), shared=0) -> StepFeatures:
         prefill_context_tokens=sum(c + q for c, q in prefill),
         num_decode_seqs=len(decode), decode_context_tokens=sum(c + 1 for c in decode),
         max_decode_context=max(decode, default=-1) + 1, decode_shared_tokens=shared,
-        prefill_tile_walks=sum(w for w, _ in walks), prefill_longest_walk=max((top for _, top in walks), default=0))
+        prefill_tile_walks=sum(w for w, _ in walks), prefill_longest_walk=max((top for _, top in walks), default=0),
+        prefill_shared_tokens=prefill_shared)
 
 
 def calibration_grid() -> list[StepFeatures]:
@@ -671,7 +673,7 @@ def test_relative_l1_fit_reaches_the_linear_programs_optimum(seed):
 MIXED_SIZES = mixed_graph_token_sizes(8192)
 TRUTH_MIXED = {"mixed_graph_intercept": 4e-3, "mixed_graph_prefill_seqs": 6e-5, "mixed_graph_decode_seqs": 1e-5,
                "mixed_graph_context_tokens": 4e-8, "mixed_graph_max_context": 1e-6, "mixed_graph_attn_pairs": 1.5e-9,
-               "mixed_graph_attn_waves": 8e-5, "mixed_graph_prefill_context": 2e-7,
+               "mixed_graph_attn_waves": 8e-5, "mixed_graph_prefill_context": 2e-7, "mixed_graph_prefill_shared": 5e-8,
                **{f"mixed_graph_pad_{t}": 2e-6 * t for t in MIXED_SIZES[1:]}}
 
 
@@ -682,6 +684,9 @@ def mixed_grid() -> list[StepFeatures]:
         for d, ctx in ((0, 0), (4, 512), (12, 2048), (2, 6000)):
             q = max(1, t - d - 3)
             steps += [features(prefill=[(c, q)], decode=[ctx] * d) for c in (0, 700, 6000, 24000)]
+        # two chunks after one cached prefix of c tokens (read twice: the second reads it again)
+        half = max(1, (t - 3) // 2)
+        steps += [features(prefill=[(c, half)] * 2, prefill_shared=c // 16 * 16) for c in (2048, 16384)]
     return steps
 
 
@@ -936,3 +941,27 @@ def test_the_clock_share_fits_in_parallel_processes_give_the_serial_fit():
     assert parallel.coefficients == serial.coefficients and parallel.after_prefill == serial.after_prefill
     assert parallel_report == serial_report
     assert set(serial_report["sm_clock"]["held_out_mape_by_sensitivity"]) == {"0.0", "0.1"}
+
+
+def test_prefill_reads_of_blocks_another_row_reads_are_counted_and_priced_apart():
+    """prefill_shared_tokens: a prefill chunk's references to full blocks that a decode row or an earlier chunk of
+    the step also holds. Graph mixed steps price them at mixed_graph_prefill_shared and the chunks' other K/V reads at
+    mixed_graph_prefill_context; a profile without the first (fitted before it) prices every read at the second."""
+    from pagesim.cost.features import shared_prefill_tokens
+
+    assert shared_prefill_tokens([[1, 2, 9], [1, 2, 10]], [[1, 2, 3]], 16) == (2 + 2) * 16
+    assert shared_prefill_tokens([[1, 2, 9], [1, 2, 9]], [], 16) == 3 * 16  # the second chunk re-reads all three
+    assert shared_prefill_tokens([[4, 5]], [[1, 2, 3]], 16) == 0
+    truth = {**TRUTH, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
+    kw = dict(graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
+    known = ProfileCostModel("llama-3-8b", "h200", truth, TRUTH_KNEE, **kw)
+    alone = features(prefill=[(2048, 64)] * 2, decode=[2000] * 4)
+    shared = replace(alone, prefill_shared_tokens=2048)  # the second chunk reads the first's 2,048-token prefix
+    saved = known.step_time(alone) - known.step_time(shared)
+    assert saved == pytest.approx(2048 * (TRUTH_MIXED["mixed_graph_prefill_context"]
+                                          - TRUTH_MIXED["mixed_graph_prefill_shared"]), rel=1e-9) and saved > 0
+    rows = frame([alone, shared], known.step_time)
+    np.testing.assert_allclose(known.forward_times(rows), [known.step_time(alone), known.step_time(shared)], rtol=1e-12)
+    before = ProfileCostModel("llama-3-8b", "h200", {k: v for k, v in truth.items() if k != "mixed_graph_prefill_shared"},
+                              TRUTH_KNEE, **kw)
+    assert before.step_time(shared) == before.step_time(alone)

@@ -73,7 +73,7 @@ def test_step_level_error_equals_a_direct_computation(validated):
     # The host tier's num_load_blocks / num_store_blocks are younger than runs recorded before it: also replayed.
     # decode_shared_tokens and the prefill programs' walks are never recorded: always replayed.
     late = (["max_decode_context"] + [c for c in ("num_load_blocks", "num_store_blocks") if c not in steps]
-            + ["decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk"])
+            + ["decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk", "prefill_shared_tokens"])
     assert "max_decode_context" not in steps and report["step_level"]["features_from_replay"] == late
     replayed = replayed_features(d, config)
     recorded = [c for c in FEATURE_COLUMNS if c in steps]
@@ -211,7 +211,8 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     assert len(report["step_level"]["worst_steps"]) == min(10, report["step_level"]["n_steps"])
     assert {"itl_s_p50", "itl_s_p90", "itl_s_p99"} <= set(report["request_level"])
     assert report["decisions"]["n_steps_differing"] == 0 and "features" in report["decisions"]["compared"]
-    assert report["step_level"]["features_from_replay"] == ["decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk"]  # never recorded; the rest are
+    assert report["step_level"]["features_from_replay"] == ["decode_shared_tokens", "prefill_tile_walks",
+                                                            "prefill_longest_walk", "prefill_shared_tokens"]  # never recorded; the rest are
 
 
 def test_step_kinds_tell_graph_mixed_steps_from_eager_ones():

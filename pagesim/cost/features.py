@@ -31,6 +31,11 @@ class StepFeatures:
     It is computed only when asked (`from_plan(plan, block_size)`: for a cost model
     that prices sharing, and in validation's replay); it is not a recorded column.
 
+    prefill_shared_tokens counts the K/V tokens the prefill chunks read from full blocks
+    that another row of the step reads too (a decode row, or an earlier prefill chunk:
+    k-shot prefixes, recomputed requests after a preemption): as decode_shared_tokens,
+    largely served from L2, and computed only when asked (from_plan with block_size).
+
     prefill_tile_walks and prefill_longest_walk describe the prefill attention
     kernel's programs (engine.kernels.prefill: one program per PREFILL_TILE query
     rows of a chunk and query head, walking the chunk's keys causally in
@@ -66,6 +71,7 @@ class StepFeatures:
     prefill_longest_walk: int = 0  # key tiles of the longest prefill program's walk (see above)
     steps_since_prefill: int = 0  # steps after the last step with prefill tokens (see above)
     last_prefill_tokens: int = 0  # that step's prefill tokens (see above)
+    prefill_shared_tokens: int = 0  # prefill chunks' reads of full blocks another row also reads (see above)
 
     @property
     def num_tokens(self) -> int:
@@ -74,7 +80,7 @@ class StepFeatures:
     @classmethod
     def from_plan(cls, plan: StepPlan, block_size: int = 0) -> "StepFeatures":
         p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = walks = longest = 0
-        decodes = []
+        decodes, prefills = [], []
         group = plan.decode_group  # decode rows without a ScheduledRequest (the fast path's), first in order
         if group:
             d_seqs = len(group)
@@ -100,11 +106,14 @@ class StepFeatures:
                 walks += w
                 if top > longest:
                     longest = top
+                if block_size:
+                    prefills.append(s.request.block_ids)
         return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx, d_max,
                    len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy),
                    len(plan.blocks_to_load), len(plan.blocks_to_store),
                    shared_decode_tokens(decodes, block_size) if decodes else 0, walks, longest,
-                   plan.steps_since_prefill, plan.last_prefill_tokens)
+                   plan.steps_since_prefill, plan.last_prefill_tokens,
+                   shared_prefill_tokens(prefills, decodes, block_size) if prefills else 0)
 
 
 # The engine's prefill tile (engine.kernels.prefill.PrefillConfig: block_m query rows by block_n keys, both this
@@ -135,6 +144,20 @@ def shared_decode_tokens(block_tables, block_size: int) -> int:
         total += len(ids)
         seen.update(ids)
     return (total - len(seen)) * block_size
+
+
+def shared_prefill_tokens(prefill_tables, decode_tables, block_size: int) -> int:
+    """Tokens of the prefill chunks' tables' blocks that a decode table or an earlier prefill table of the step also
+    holds (block_size per such reference): the prefill reads another row of the step makes too (shared blocks are
+    full, so each is a whole block)."""
+    seen: set[int] = set()
+    for ids in decode_tables:
+        seen.update(ids)
+    total = 0
+    for ids in prefill_tables:
+        total += sum(1 for b in ids if b in seen)
+        seen.update(ids)
+    return total * block_size
 
 
 def steps_since_prefill(step_ids, prefill_tokens, anchors=None, anchor_tokens: int = 0

@@ -63,7 +63,7 @@ least the dearest graph regime's.
 
     mixed = mixed_graph_intercept + sum of mixed_graph_pad_<s> over the buckets s <= t (s > 16)
             + num_prefill_seqs + num_decode_seqs + decode_context_tokens + longest + prefill_attn_pairs
-            + waves + prefill_context_tokens
+            + waves + (prefill_context_tokens - prefill_shared_tokens) + prefill_shared_tokens
             (each term times its mixed_graph_ coefficient; longest with the exact decode row count's
             splits: the decode launch of a mixed step is not padded; in a profile that prices shared reads,
             decode_context_tokens counts each repeated read of a shared block at the saving the graph
@@ -85,9 +85,14 @@ least the dearest graph regime's.
   graph mixed steps with long prefixes 8-27% over their prediction in Llama-3.1-8B's own calibration and the
   long-document windows' largest buckets 5-10% under it (round 20, 2026-12-03): held out by workload, graph mixed
   calibration steps 5.4 -> 3.3% (longdoc-b's rows), and better in all ten calibrations of rounds 17-20.
+  Reads of full blocks that another row of the step reads too (prefill_shared_tokens: k-shot prefixes, recomputes
+  after a preemption) have a coefficient of their own, mixed_graph_prefill_shared (served largely from L2, as
+  decode_shared_tokens); with one coefficient for both the k-shot windows' graph mixed steps came out 3-7% over
+  their measurement. Calibration rows saved before the column have it replayed (engine.live.with_replayed_walks).
 
   A profile without the key prices such steps as eager steps (as before the engine graphed them); one without
-  mixed_graph_attn_waves or mixed_graph_prefill_context (fitted before them) prices them without it.
+  mixed_graph_attn_waves or mixed_graph_prefill_context (fitted before them) prices them without it, and one without
+  mixed_graph_prefill_shared prices shared prefill reads as the others.
 
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
@@ -157,7 +162,8 @@ INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "d
                  "prefill_attn_pairs", "max_decode_context")
 # 0 where calibration rows lack them (steps saved before they existed); never recorded in a run's steps
 # (validation's replay and the calibration fill them in from the plans: StepFeatures)
-OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk")
+OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk", "prefill_shared_tokens")
+WALK_COLUMNS = ("prefill_tile_walks", "prefill_longest_walk")  # the prefill programs' walks
 # The K/V tokens the prefill chunks read (StepFeatures.prefill_context_tokens; every step table records it): graph
 # mixed steps price it (mixed_graph_prefill_context); 0 where rows lack it
 PREFILL_CONTEXT = "prefill_context_tokens"
@@ -254,7 +260,7 @@ def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
 # Graph mixed steps (module docstring): their own intercept, bucket increments and attention terms.
 MIXED_FEATURES = ("mixed_graph_intercept", "mixed_graph_prefill_seqs", "mixed_graph_decode_seqs",
                   "mixed_graph_context_tokens", "mixed_graph_max_context", "mixed_graph_attn_pairs",
-                  "mixed_graph_attn_waves", "mixed_graph_prefill_context")
+                  "mixed_graph_attn_waves", "mixed_graph_prefill_context", "mixed_graph_prefill_shared")
 
 
 def mixed_features(sizes) -> tuple[str, ...]:
@@ -264,9 +270,9 @@ def mixed_features(sizes) -> tuple[str, ...]:
     return MIXED_FEATURES + tuple(f"mixed_graph_pad_{t}" for t in sizes[1:])
 
 
-def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx):
-    """The values of MIXED_FEATURES[1:], in order."""
-    return (p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx)
+def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx, p_shared):
+    """The values of MIXED_FEATURES[1:], in order (the prefill chunks' K/V reads apart: not shared, shared)."""
+    return (p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx - p_shared, p_shared)
 
 
 def shared_read_discount(coefficients: dict) -> float:
@@ -365,6 +371,8 @@ class ProfileCostModel:
         coef = self.coefficients
         self._mixed_max = sizes[-1] if sizes else 0
         self._heads, self._sms = get_model(self.model).num_heads, get_gpu(self.gpu).sm_count
+        # a profile fitted before mixed_graph_prefill_shared prices shared prefill reads as the others
+        coef = {"mixed_graph_prefill_shared": coef.get("mixed_graph_prefill_context", 0.0), **coef}
         self._mc = tuple(float(coef.get(name, 0.0)) for name in MIXED_FEATURES[1:])
         base, self._mixed_base = float(coef.get(MIXED_FEATURES[0], 0.0)), []
         for i, t in enumerate(sizes):
@@ -377,7 +385,7 @@ class ProfileCostModel:
         return runs_mixed_graph(p_tokens, d_seqs, self._graph_max, self._mixed_max)
 
     def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, walks=0, longest_walk=0, maximum=max,
-                    shared=0, p_ctx=0):
+                    shared=0, p_ctx=0, p_shared=0):
         tokens = p_tokens + d_seqs
         if isinstance(tokens, np.ndarray):
             base = np.asarray(self._mixed_base)[np.searchsorted(self.mixed_graph_token_sizes, tokens, side="left")]
@@ -388,7 +396,7 @@ class ProfileCostModel:
         longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
         waves = prefill_waves(walks, longest_walk, self._heads, self._sms, maximum)
         reads = d_ctx - self._mixed_shared_discount * shared  # repeated reads of shared blocks at their discount
-        terms = _mixed_terms(p_seqs, d_seqs, reads, longest, pairs, waves, p_ctx)
+        terms = _mixed_terms(p_seqs, d_seqs, reads, longest, pairs, waves, p_ctx, p_shared)
         return base + sum(c * x for c, x in zip(self._mc, terms))
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
@@ -431,7 +439,7 @@ class ProfileCostModel:
                 fwd = self._mixed_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
                                        f.prefill_tile_walks, f.prefill_longest_walk, shared=shared,
-                                       p_ctx=f.prefill_context_tokens)
+                                       p_ctx=f.prefill_context_tokens, p_shared=f.prefill_shared_tokens)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
@@ -470,7 +478,7 @@ class ProfileCostModel:
     def forward_times(self, rows) -> np.ndarray:
         """Forward time of each row (a frame or dict of INPUT_COLUMNS arrays): step_time without transfers, vectorised."""
         p, ps, n, c, pairs, mx = (np.asarray(rows[col], dtype=np.float64) for col in INPUT_COLUMNS)
-        sh = _optional_column(rows, OPTIONAL_COLUMNS[0], len(p)) if self.prices_sharing else np.zeros(len(p))
+        sh = _optional_column(rows, "decode_shared_tokens", len(p)) if self.prices_sharing else np.zeros(len(p))
         out = np.zeros(len(p))
         eager = (p > 0) | (n > self._graph_max)
         splits = self._splits_of(n)
@@ -486,10 +494,11 @@ class ProfileCostModel:
                           + self._graph_shared * sh[graph] + np.asarray(self._graph_max_ctx)[idx] * longest[graph])
         mixed = self.is_mixed_graph(p, n)
         if mixed.any():
-            walks, longest_walk = (_optional_column(rows, col, len(p))[mixed] for col in OPTIONAL_COLUMNS[1:])
+            walks, longest_walk = (_optional_column(rows, col, len(p))[mixed] for col in WALK_COLUMNS)
             out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], walks,
                                           longest_walk, np.maximum, sh[mixed],
-                                          _optional_column(rows, PREFILL_CONTEXT, len(p))[mixed])
+                                          _optional_column(rows, PREFILL_CONTEXT, len(p))[mixed],
+                                          _optional_column(rows, "prefill_shared_tokens", len(p))[mixed])
         if self._after and "steps_since_prefill" in rows:
             decode = (p == 0) & (n > 0)
             tokens = _optional_column(rows, "last_prefill_tokens", len(p))[decode]
@@ -696,7 +705,7 @@ def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, in
     waves = prefill_waves(cols["prefill_tile_walks"][sel], cols["prefill_longest_walk"][sel], *heads_sms, np.maximum)
     reads = cols["decode_context_tokens"][sel] - discount * cols["decode_shared_tokens"][sel]
     terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, reads, longest, cols["prefill_attn_pairs"][sel], waves,
-                         cols[PREFILL_CONTEXT][sel])
+                         cols[PREFILL_CONTEXT][sel], cols["prefill_shared_tokens"][sel])
     return np.column_stack([np.ones(len(n)), *terms] + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
 
 
