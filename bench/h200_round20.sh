@@ -15,7 +15,7 @@
 set -uo pipefail
 OUT=$1
 D=$(date -u +%F)
-S=r20
+S=${S:-r20}  # the runs' suffix: S=r21 bash bench/h200_round20.sh OUT c timed the parallel fit's commands in round 21
 source "$(dirname "$0")/h200_lib.sh"
 live_call
 clocks_start 50
