@@ -567,11 +567,16 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     return out
 
 
+SAVE_EVERY_S = 10.0  # run_calibration hands its rows so far to on_workload at most this often (and after the last)
+
+
 def run_calibration(executor, config: Config, progress=None, workloads=None, on_workload=None,
-                    advance: bool = True, rest: float = 0.0) -> pd.DataFrame:
+                    advance: bool = True, rest: float = 0.0, save_every_s: float = SAVE_EVERY_S) -> pd.DataFrame:
     """Run every calibration workload through the live loop; one row per step with its features and duration.
 
-    `on_workload(rows so far)` is called after each workload (calibrate saves them as it goes). With `advance`
+    `on_workload(rows so far)` is called after a workload when `save_every_s` have passed since the last call, and
+    after the last workload (calibrate saves them as it goes, so an interrupted calibration can be refitted; saving
+    after every workload rewrote the growing gzipped CSV 78 times: 7 s of a calibration on a 2-core CPU). With `advance`
     (ContextBuilding), the large steps after each workload's first TIMED_LARGE_STEPS are advanced and have no row;
     without it every step is run and has its row, as in calibrations made before round 9. The garbage collector
     runs between workloads only, on that workload's objects (the set-up is frozen out of it: frozen_heap).
@@ -583,6 +588,7 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
     if workloads is None:
         workloads = calibration_workloads(config.resolved_max_model_len)
     first_seq = 0
+    last_save = time.perf_counter()
     with frozen_heap():
         for w, (name, groups) in enumerate(workloads):
             requests = _workload_requests(w, groups, first_seq, config.block_size)
@@ -592,8 +598,10 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
             gc.collect()  # a fraction of a ms (frozen_heap); no collection pauses a timed step (paused_gc)
             with paused_gc():
                 frames.append(_workload_rows(executor, config, requests, timed_whole, sharing, rest).assign(workload=name))
-            if on_workload is not None:
+            if on_workload is not None and (w == len(workloads) - 1
+                                            or time.perf_counter() - last_save >= save_every_s):
                 on_workload(pd.concat(frames, ignore_index=True))
+                last_save = time.perf_counter()
             if progress is not None:
                 progress(1)
     return pd.concat(frames, ignore_index=True)
@@ -779,13 +787,13 @@ def calibrate(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     rows_path = out.with_suffix(CALIBRATION_ROWS_SUFFIX)
 
-    def save(rows_so_far: pd.DataFrame) -> None:  # after every workload, so an interrupted calibration can be refitted
+    def save(rows_so_far: pd.DataFrame) -> None:  # every SAVE_EVERY_S, so an interrupted calibration can be refitted
         rows_so_far.to_csv(rows_path, index=False)
 
     with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
         rows = run_calibration(executor, config, progress=bar.update, workloads=workloads, on_workload=save,
                                rest=args.rest)
-    rows.to_csv(rows_path, index=False)  # before the fit, so a failed fit can be refitted
+    # rows_path now holds every row (on_workload's last call), before the fit, so a failed fit can be refitted
     t_fit = time.perf_counter()
     swap = measure_swap_bandwidth(executor.kv_cache)
     phases.update(executor_s=t_exec - t_start, warmup_s=t_warm - t_exec, workloads_s=t_fit - t_warm,

@@ -372,3 +372,15 @@ def test_a_calibration_records_its_phases_and_the_commands_wall_time_fit_include
     assert written["calibration_wall_s"] >= sum(written["calibration_phases"].values())
     fit_and_write(rows, Config(model="llama-3-8b", gpu="h200"), tmp_path / "q.json", {}, "test", sizes)
     assert "calibration_phases" not in json.loads((tmp_path / "q.json").read_text())  # --refit: no phases to record
+
+
+def test_rows_so_far_are_handed_on_at_most_every_save_interval_and_after_the_last_workload(workloads):
+    """calibrate saves its rows as it goes (an interrupted calibration can be refitted) without rewriting the growing
+    file after every workload: on_workload runs when save_every_s have passed, and always after the last workload."""
+    pick = [(n, workloads[n]) for n in ("prefill-16", "prefill-64", "prefill-256")]
+    seen: list[int] = []
+    every = run_calibration(NoTime(), CONFIG, workloads=pick, on_workload=lambda r: seen.append(len(r)), save_every_s=0.0)
+    assert len(seen) == 3 and seen == sorted(seen) and seen[-1] == len(every)
+    seen.clear()
+    rows = run_calibration(NoTime(), CONFIG, workloads=pick, on_workload=lambda r: seen.append(len(r)), save_every_s=1e9)
+    assert seen == [len(rows)] and len(rows) == len(every)
