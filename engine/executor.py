@@ -43,7 +43,8 @@ block tables are runs of consecutive block ids.
 
 Timing: `execute` returns the wall time of the whole step (perf_counter, ending after a device
 synchronisation), host-side preparation included, as a live engine would see it;
-`last_gpu_time_s` is the same step's device time between two CUDA events (None on the CPU), and
+`last_gpu_time_s` is the same step's device time between two CUDA events (None on the CPU),
+`last_move_gpu_time_s` the part of it the step's block moves took before the forward (0 without moves), and
 `last_sm_clock_mhz` the SM clock NVML reported while the step ran (engine.sm_clock; None on the CPU or without NVML).
 """
 
@@ -219,6 +220,7 @@ class GPUExecutor:
         self.keep_logits = keep_logits
         self.last_logits: dict[str, torch.Tensor] | None = {} if keep_logits else None
         self.last_gpu_time_s: float | None = None
+        self.last_move_gpu_time_s: float | None = None  # of last_gpu_time_s, the block moves before the forward
         self.last_sm_clock_mhz: int | None = None
         self._sm_clock = cuda_sm_clock(self.device) if self.is_cuda else None
         self.num_steps = 0
@@ -255,6 +257,7 @@ class GPUExecutor:
         if self.is_cuda:
             self._ev_start = torch.cuda.Event(enable_timing=True)
             self._ev_end = torch.cuda.Event(enable_timing=True)
+            self._ev_moved = torch.cuda.Event(enable_timing=True)
             if cuda_graphs:
                 self._capture_graphs()
 
@@ -330,7 +333,9 @@ class GPUExecutor:
         if self.is_cuda:
             self._ev_start.record()
         with torch.inference_mode():
-            self._move_blocks(plan)
+            moves = self._move_blocks(plan)
+            if moves and self.is_cuda:
+                self._ev_moved.record()
             sampled = self._forward(plan) if plan.scheduled else None
             if self.is_cuda:
                 self._ev_end.record()
@@ -345,6 +350,7 @@ class GPUExecutor:
         if self.is_cuda:
             self._ev_end.synchronize()
             self.last_gpu_time_s = self._ev_start.elapsed_time(self._ev_end) / 1e3
+            self.last_move_gpu_time_s = self._ev_start.elapsed_time(self._ev_moved) / 1e3 if moves else 0.0
         self.num_steps += 1
         return time.perf_counter() - t0
 
@@ -372,7 +378,8 @@ class GPUExecutor:
         self.num_steps += 1
         return time.perf_counter() - t0
 
-    def _move_blocks(self, plan) -> None:
+    def _move_blocks(self, plan) -> bool:
+        """The plan's block moves (host tier, copies, swaps), queued before its forward; whether there were any."""
         if plan.blocks_to_load or plan.blocks_to_store:
             if self.host_tier is None:
                 raise RuntimeError("the plan moves blocks to or from the host offload tier, but the executor has "
@@ -389,6 +396,8 @@ class GPUExecutor:
                 swap_out(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
             if plan.blocks_to_swap_in:
                 swap_in(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64))
+        return bool(plan.blocks_to_load or plan.blocks_to_store or plan.blocks_to_copy or plan.blocks_to_swap_out
+                    or plan.blocks_to_swap_in)
 
     def _check(self, s, t: _Tokens) -> None:
         c, n = s.num_computed_tokens, s.num_new_tokens

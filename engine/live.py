@@ -85,11 +85,14 @@ def stitch_durations(steps: pd.DataFrame, idle_after: set[int]) -> pd.DataFrame:
 
 
 class DeviceReadings:
-    """What the executor read of each step on the device: its time between CUDA events (last_gpu_time_s) and the SM
-    clock while it ran (last_sm_clock_mhz), kept by step and added to a steps frame as gpu_time_s and sm_clock_mhz
-    (NaN where there was none: the CPU, no NVML). Live runs and calibration rows both carry them."""
+    """What the executor read of each step on the device: its time between CUDA events (last_gpu_time_s), the part
+    of it its block moves took before the forward (last_move_gpu_time_s: host-tier stores and loads, copies, swaps;
+    0 without moves) and the SM clock while it ran (last_sm_clock_mhz), kept by step and added to a steps frame as
+    gpu_time_s, move_gpu_time_s and sm_clock_mhz (NaN where there was none: the CPU, no NVML). Live runs and
+    calibration rows both carry them."""
 
-    COLUMNS = (("gpu_time_s", "last_gpu_time_s"), ("sm_clock_mhz", "last_sm_clock_mhz"))
+    COLUMNS = (("gpu_time_s", "last_gpu_time_s"), ("move_gpu_time_s", "last_move_gpu_time_s"),
+               ("sm_clock_mhz", "last_sm_clock_mhz"))
 
     def __init__(self, executor):
         self.executor = executor

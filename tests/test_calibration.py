@@ -348,7 +348,7 @@ def test_rows_carry_each_timed_steps_device_time_and_sm_clock(workloads):
     odd = n % 2 == 1
     assert (rows.loc[odd, "sm_clock_mhz"] == 1500 + n[odd]).all() and rows.loc[~odd, "sm_clock_mhz"].isna().all()
     assert run_calibration(NoTime(), CONFIG, workloads=[("decode-c128", workloads["decode-c128"])])[
-        ["gpu_time_s", "sm_clock_mhz"]].isna().all().all()
+        ["gpu_time_s", "move_gpu_time_s", "sm_clock_mhz"]].isna().all().all()
 
 
 def test_a_calibration_records_its_phases_and_the_commands_wall_time_fit_included(tmp_path):

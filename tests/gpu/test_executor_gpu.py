@@ -162,6 +162,8 @@ def test_swap_round_trip_is_bit_exact_with_pinned_memory(model):
     assert torch.equal(ex.kv_cache[:, :, [10, 11, 12]].view(torch.int16), original.view(torch.int16)), (
         "copy + swap out + swap in changed the blocks' bits")
     assert ex.last_gpu_time_s is not None and ex.last_gpu_time_s > 0
+    # the moves' share of the device time: all of it in a step of moves only; none in a step without moves
+    assert 0 < ex.last_move_gpu_time_s <= ex.last_gpu_time_s
 
 
 def test_executor_builds_its_model_and_times_steps():
@@ -171,6 +173,7 @@ def test_executor_builds_its_model_and_times_steps():
     assert ex.model.dtype == BF16 and ex.model.device.type == "cuda" and ex.num_graph_steps > 0
     assert all(len(ex.tokens_of(r.request_id)) == r.prompt_len + r.output_len for r in run.scheduler.finished)
     assert 0 < ex.last_gpu_time_s <= run.durations[-1], "device time must lie within the step's wall time"
+    assert ex.last_move_gpu_time_s == 0.0, "a run without block moves has none to time"
 
 
 def test_kv_blocks_sized_from_free_device_memory(model):
