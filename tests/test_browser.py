@@ -172,6 +172,14 @@ def open_page(browser, url: str, charts: int, stamp: str = "__drawn", times: dic
     return tab, drawn_s
 
 
+
+def upload_to_replay(browser, server, path):
+    """A fresh tab on the Replay page with `path` uploaded through its file uploader (the real browser path)."""
+    tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"])
+    tab.get_by_text("Upload a file").click()
+    tab.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))
+    return tab
+
 def settle(tab, quiet_s: float = 1.0, timeout_s: float = 60.0) -> None:
     """Wait until Streamlit's 'running' indicator has stayed away for quiet_s."""
     deadline, quiet_since = time.monotonic() + timeout_s, None
@@ -320,9 +328,7 @@ def test_long_prompt_upload_shows_the_rejection_banner(browser, server, tmp_path
     long = tmp_path / "long-prompts.csv"
     long.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
         f"2023-11-16 18:15:{i // 10:02d}.{i % 10}000000,{13000 if i % 2 else 700},100\n" for i in range(40)))
-    tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"])
-    tab.get_by_text("Upload a file").click()
-    tab.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(long))
+    tab = upload_to_replay(browser, server, long)
     banner = tab.get_by_text("20 of 40 requests rejected")
     banner.wait_for(timeout=RENDER_TIMEOUT_MS)
     settle(tab)
@@ -374,9 +380,7 @@ def test_malformed_upload_in_the_browser_shows_the_validation_message(browser, s
     bad = tmp_path / "conv.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
                    "2023-11-16 18:15:50.9951690,-5,12\n")
-    tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"])
-    tab.get_by_text("Upload a file").click()
-    tab.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(bad))
+    tab = upload_to_replay(browser, server, bad)
     error = tab.locator('[data-testid="stAlertContentError"]')
     error.wait_for(timeout=60_000)
     assert error.inner_text().startswith("conv.csv, line 3, field 'ContextTokens': expected ")
@@ -392,9 +396,7 @@ def test_uploaded_trace_is_kept_through_a_visit_to_another_page(browser, server,
     trace = tmp_path / "kept-upload.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
         f"2023-11-16 18:15:{i // 10:02d}.{i % 10}000000,{300 + i},50\n" for i in range(30)))
-    tab, _ = open_page(browser, f"{server.url}/", PAGES["replay"])
-    tab.get_by_text("Upload a file").click()
-    tab.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(trace))
+    tab = upload_to_replay(browser, server, trace)
     tab.get_by_text("Trace kept-upload: 30 requests").wait_for(timeout=RENDER_TIMEOUT_MS)
     settle(tab)
     tab.locator('[data-testid="stSidebarNav"] a', has_text="Kernels").click()

@@ -6,6 +6,8 @@ UserError message names the file, row and field), so pages never show a tracebac
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import streamlit as st
 
 from pagesim.config import Config
@@ -62,6 +64,17 @@ def url_report(prefix: str, notice) -> None:
             for k, texts, used in shown)
             + ". Check the link, or set those controls on the page.", icon=":material/link_off:")
 
+
+
+@contextmanager
+def url_settings(prefix: str, skip: tuple[str, ...] = ()):
+    """Around a page whose settings are bound to the URL: url_notice before it, url_report after it (also when the
+    page stops early)."""
+    notice = url_notice(prefix, skip)
+    try:
+        yield
+    finally:
+        url_report(prefix, notice)
 
 def _url_matches(texts: list[str], value) -> bool:
     """Whether the URL's text(s) for a control are the value the control took (bools as true/false, numbers by

@@ -16,11 +16,8 @@ PREFIX = "live"
 
 def render() -> None:
     st.title("Sim vs Live")
-    notice = widgets.url_notice(PREFIX)
-    try:
+    with widgets.url_settings(PREFIX):
         render_page()
-    finally:
-        widgets.url_report(PREFIX, notice)
 
 
 def render_page() -> None:

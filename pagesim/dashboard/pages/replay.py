@@ -30,11 +30,8 @@ def chart(name: str, params, build) -> None:
 
 def render() -> None:
     st.title("Replay")
-    notice = widgets.url_notice(PREFIX, skip=(SNAPSHOT,))  # the snapshot parameter has its own message
-    try:
+    with widgets.url_settings(PREFIX, skip=(SNAPSHOT,)):  # the snapshot parameter has its own message
         render_page()
-    finally:
-        widgets.url_report(PREFIX, notice)
 
 
 def render_page() -> None:

@@ -18,11 +18,8 @@ STREAM_S = 0.5  # the table so far is redrawn at most this often while a sweep r
 
 def render() -> None:
     st.title("Sweep")
-    notice = widgets.url_notice(PREFIX)
-    try:
+    with widgets.url_settings(PREFIX):
         render_page()
-    finally:
-        widgets.url_report(PREFIX, notice)
 
 
 def render_page() -> None:
