@@ -20,6 +20,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from pagesim.errors import UserError
@@ -36,6 +37,10 @@ def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out
     _make_dir(out, where)
     if not os.access(out, os.W_OK | os.X_OK):
         raise UserError(f"{where}: directory is not writable")
+    try:  # os.access answers yes to root on read-only mounts or pseudo file systems (/proc): try it
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as exc:
+        raise UserError(f"{where}: cannot create files in the directory ({exc.strerror})") from None
     return out
 
 
@@ -58,6 +63,12 @@ def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--ou
     _make_dir(out.parent, where)
     if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise UserError(f"{where}: not writable")
+    if not out.exists():  # os.access answers yes to root on pseudo file systems (/proc): create the file to know
+        try:
+            out.open("x").close()
+        except OSError as exc:
+            raise UserError(f"{where}: cannot create the file ({exc.strerror})") from None
+        out.unlink()
     return out
 
 
