@@ -36,7 +36,7 @@ print(sys.argv[1], 'calibration_s', p.get('calibration_s'), 'wall', p.get('calib
       "$R/live/longdoc-b-${S}c/summary.json"
   cp "$P" /tmp/refit.json
   t0=$(date +%s.%N); python3 -m pagesim calibrate --model llama-3-8b --gpu h200 --refit "${P%.json}.steps.csv.gz" \
-      --out /tmp/refit.json >/dev/null; echo "refit on this CPU: $(echo "$(date +%s.%N) - $t0" | bc) s wall"
+      --out /tmp/refit.json --force >/dev/null; echo "refit on this CPU: $(echo "$(date +%s.%N) - $t0" | bc) s wall"
   clocks_stop; pack
   exit 0
 fi

@@ -19,6 +19,7 @@ import os
 import platform
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from pagesim.cost.features import StepFeatures, shared_decode_tokens, shared_pre
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
-from pagesim.options import non_negative_float
+from pagesim.options import non_negative_float, positive_int
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request, requests_from_trace
@@ -708,19 +709,47 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
     return merged.drop(columns=[c + "_replayed" for c in aligned]).astype({c: np.int64 for c in REPLAYED_COLUMNS})
 
 
+def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
+    """--refit's rows before the fit: the columns it reads present, their counts whole numbers >= 0 and every
+    duration_s a positive number of seconds; else a TraceError naming the file's line and column (line 1: header)."""
+    from pagesim.cost.profile import INPUT_COLUMNS, OPTIONAL_COLUMNS, PREFILL_CONTEXT
+    from pagesim.traces.errors import EMPTY, Described, TraceError
+    from pagesim.traces.schema import numbers
+
+    missing = [c for c in (*INPUT_COLUMNS, "duration_s") if c not in rows]
+    if missing:
+        raise TraceError(file, 1, None, f"a header of calibration steps; it lacks {', '.join(missing)}")
+    if not len(rows):
+        raise TraceError(file, None, None, "calibration steps", Described("a header and no rows"))
+    counts = [c for c in (*INPUT_COLUMNS, *OPTIONAL_COLUMNS, PREFILL_CONTEXT, "num_swap_out_blocks",
+                          "num_swap_in_blocks", "num_copy_blocks") if c in rows]
+    for c in (*counts, "duration_s"):
+        num = numbers(rows[c]).to_numpy()
+        with np.errstate(invalid="ignore"):
+            ok = (num > 0) if c == "duration_s" else (num >= 0) & (num == np.floor(num))
+            ok &= np.isfinite(num)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            value = rows[c].iloc[i]
+            value = value.item() if hasattr(value, "item") else value
+            raise TraceError(file, i + 2, c, "a positive number of seconds" if c == "duration_s" else
+                             "a whole number of at least 0", EMPTY if pd.isna(value) else value)
+
+
 def calibrate(args) -> int:
     """`python -m pagesim calibrate --model M --out PROFILE.json`, or `--refit ROWS.csv` to refit saved steps.
 
     Both fit with whole calibration workloads held out in turn (fit_profile(holdout="workload")): the
     report's errors are those of models that never saw the step's workload. --refit needs no GPU: it
     refits the rows a calibration saved (PROFILE.steps.csv.gz) and keeps the measurement's environment,
-    config and workloads from the profile already at --out, so the committed profile is reproducible.
+    config and workloads from the profile already at --out (replacing it takes --force, as every --out),
+    so the committed profile is reproducible.
     """
     from pagesim.errors import UserError
 
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
     command = "python -m pagesim " + " ".join(args.argv)
-    out = prepare_output_file(args.out, args.force or bool(args.refit))  # --refit replaces the profile it refits
+    out = prepare_output_file(args.out, args.force)  # --refit over an existing profile too: it is replaced
 
     def write(rows, config, extras: dict, mixed_sizes=(), phases=None) -> None:
         print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), indent=2))
@@ -728,11 +757,16 @@ def calibrate(args) -> int:
     if args.refit:
         rows_path = Path(args.refit)
         if not rows_path.is_file():
-            raise UserError(f"--refit {rows_path}: no such file; expected the *.steps.csv.gz a calibration saved")
+            found = ("a directory" if rows_path.is_dir() else "a device or pipe" if rows_path.exists() else "no such file")
+            raise UserError(f"--refit {rows_path}: {found}; expected the *.steps.csv.gz a calibration saved")
         try:
             rows = pd.read_csv(rows_path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise UserError(f"--refit {rows_path}: not a CSV of calibration steps ({e})") from None
+        except (OSError, EOFError, zlib.error) as e:  # *.gz that is not gzip (BadGzipFile), or cut short
+            raise UserError(f"--refit {rows_path}: cannot read it as {'gzipped ' if rows_path.suffix == '.gz' else ''}"
+                            f"CSV ({e}); expected the *.steps.csv.gz a calibration saved") from None
+        check_calibration_rows(rows, str(rows_path))
         extras, mixed_sizes = {}, ()
         if out.is_file():  # the profile these rows came from: its measurement's records carry over
             try:
@@ -814,9 +848,9 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help="time the GPU executor on a grid of steps and fit a profile cost model")
     c.add_argument("--model", default="llama-3-8b")
     c.add_argument("--gpu", default="h200")
-    c.add_argument("--block-size", type=int, default=16)
-    c.add_argument("--num-gpu-blocks", type=int, default=None)
-    c.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    c.add_argument("--block-size", type=positive_int, default=16)
+    c.add_argument("--num-gpu-blocks", type=positive_int, default=None)
+    c.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
     c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
                    help="the engine's KV cache dtype while timing (the profile records it; runs must match)")
     c.add_argument("--rest", type=non_negative_float, default=0.0, metavar="FRACTION",
