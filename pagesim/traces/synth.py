@@ -20,6 +20,11 @@ from pagesim.traces.blocks import BlockIds
 from pagesim.traces.schema import MAX_TIME, Trace, trace_from_frame
 
 MAX_CONTEXT = 8192  # a multiturn conversation ends before a later turn's prompt + output would exceed this
+# A trace is built whole in memory (multiturn sorts its requests by arrival at the end): --num-requests is refused
+# up front when the build would need more than MAX_SYNTH_BYTES, at these peak bytes per request (measured at 1e5-1e6
+# requests, rounded up; kshot and multiturn keep a Python list of prefix hash ids per request).
+BYTES_PER_REQUEST = {"independent": 600, "kshot": 6_000, "multiturn": 12_000}
+MAX_SYNTH_BYTES = 8e9
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,11 @@ def synthesize(
     if priority_levels < 0:
         raise OptionError(f"{{priority_levels}} must be 0 (no priority column) or positive, got {priority_levels}")
     p = PRESETS[preset]
+    most = int(MAX_SYNTH_BYTES // BYTES_PER_REQUEST[p.shape])
+    if num_requests > most:
+        raise OptionError(f"{{num_requests}} {num_requests:,}: a {preset} trace is built in memory at about "
+                          f"{BYTES_PER_REQUEST[p.shape]:,} bytes per request; at most {most:,} requests "
+                          f"(~{MAX_SYNTH_BYTES / 1e9:g} GB) are allowed")
     prompt, output = prompt_len or p.prompt_len, output_len or p.output_len
     rng = np.random.default_rng(seed)
     build = {"independent": _independent, "kshot": _kshot, "multiturn": _multiturn}[p.shape]
