@@ -350,6 +350,7 @@ def sweep(args, parser) -> int:
 
 
 def register(sub) -> None:
+    from pagesim.options import positive_int
     from pagesim.replay import add_cluster_options, add_run_options
 
     p = sub.add_parser("sweep", help="simulate a trace over a grid of configurations (on Ray or local processes)")
@@ -359,5 +360,5 @@ def register(sub) -> None:
                    help="a swept option and its values (repeatable: the cross product is run)")
     p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray (default) or local processes")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs (workers) to use (default: all)")
+    p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
     p.set_defaults(func=lambda args: sweep(args, p))
