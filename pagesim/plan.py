@@ -150,7 +150,7 @@ def plan(args, parser) -> int:
     from pagesim.cluster import ROUTERS
     from pagesim.replay import trace_from_args
     from pagesim.slo import parse_slos
-    from pagesim.sweep import NOT_SWEPT, parse_grid, prepare_sweep_dir
+    from pagesim.sweep import NOT_SWEPT, check_fixed_options, parse_grid, prepare_sweep_dir
 
     slos = parse_slos(args.slo)
     if not slos:
@@ -167,6 +167,7 @@ def plan(args, parser) -> int:
         axis = parse_grid([text], parser)
         key = next(iter(axis[0]))
         search[key] = [p[key] for p in axis]
+    check_fixed_options(args, set(search), "plan")
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
     out = Path(args.out)
     if (out / "plan.json").is_file() and not args.force:  # a finished plan: its resume would rewrite plan.json

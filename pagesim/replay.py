@@ -236,8 +236,11 @@ def simulate_runs(trace, config: Config, baselines, cost_model: str, out: Path, 
 def replay(args) -> int:
     from pagesim.slo import parse_slos
 
+    from pagesim.cost import make_cost_model
+
     config = config_from_args(args)
     slos = parse_slos(args.slo)
+    make_cost_model(args.cost_model, config)  # a bad --cost-model: an error now, not after the trace is read
     out = prepare_output_dir(args.out, args.force)  # before any work: a finished run is never lost to a bad --out
     trace = trace_from_args(args)
     print(trace.summary)
