@@ -116,3 +116,90 @@ def test_plan_and_sweep_counts_must_be_positive(tmp_path):
         "argument --max-gpus: expected a positive integer, got '0'")
     assert one_error(pagesim("sweep", trace, "--grid", "block_size=16", "--num-cpus", -1, "--out", tmp_path / "s")).endswith(
         "argument --num-cpus: expected a positive integer, got '-1'")
+
+
+# ---- found on a pass over every subcommand -------------------------------------------------------------
+def broken_csv(path: Path) -> Path:
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,x,1\n")
+    return path
+
+
+def test_a_bad_cost_model_is_refused_before_the_trace_is_read(tmp_path):
+    broken = broken_csv(tmp_path / "broken.csv")
+    line = one_error(pagesim("replay", broken, "--cost-model", tmp_path, "--out", tmp_path / "run"))
+    assert line == (f"error: cost model '{tmp_path}': a directory; expected 'roofline' or a profile JSON "
+                    "(written by ProfileCostModel.to_json)")
+    line = one_error(pagesim("replay", broken, "--cost-model", "/dev/zero", "--out", tmp_path / "run"))
+    assert "cost model '/dev/zero': a device or pipe" in line  # not read forever
+    for command in (["sweep", broken, "--grid", "block_size=16"], ["plan", broken, "--slo", "ttft_p99=1"]):
+        line = one_error(pagesim(*command, "--cost-model", tmp_path, "--backend", "local", "--out", tmp_path / "s"))
+        assert f"cost model '{tmp_path}': a directory" in line  # not one error row per configuration
+    assert not (tmp_path / "run").exists() and not (tmp_path / "s").exists()
+
+
+def test_options_a_command_does_not_use_are_refused(tmp_path):
+    broken = broken_csv(tmp_path / "broken.csv")
+    line = one_error(pagesim("sweep", broken, "--grid", "block_size=16", "--baseline", "max", "--out", tmp_path / "s"))
+    assert line == "error: --baseline does not apply to sweep: sweep the layout instead, e.g. --grid layout=paged,max"
+    line = one_error(pagesim("plan", broken, "--slo", "ttft_p99=1", "--baseline", "max", "--out", tmp_path / "s"))
+    assert line == "error: --baseline does not apply to plan"
+    line = one_error(pagesim("parity", broken, "--cost-model", tmp_path, "--out", tmp_path / "s"))
+    assert line == "error: --cost-model does not apply to parity (it compares the schedules step by step, not their times)"
+    for value, says in (("0", "expected a positive number, got '0'"), ("inf", "expected a finite number, got 'inf'")):
+        assert one_error(pagesim("parity", broken, "--step-s", value, "--out", tmp_path / "s")).endswith(
+            f"argument --step-s: {says}")
+    assert not (tmp_path / "s").exists()
+
+
+def test_validate_refuses_the_run_itself_as_its_replicate(tmp_path):
+    run = REPO / "results" / "live" / "azure-code-600-660"
+    line = one_error(pagesim("validate", run, "--replicate", f"{run}/", "--out", tmp_path / "v"))
+    assert line == (f"error: --replicate {run}/: is the run itself; expected another live recording of the same "
+                    "window (their distance is the engine's run-to-run spread)")
+    assert not (tmp_path / "v").exists()
+
+
+def test_grid_values_are_checked_and_repeated_ones_run_once():
+    import argparse
+
+    import pytest
+
+    from pagesim.errors import UserError
+    from pagesim.replay import add_cluster_options, add_run_options
+    from pagesim.sweep import parse_grid
+
+    parser = argparse.ArgumentParser()
+    add_run_options(parser)
+    add_cluster_options(parser)
+    with pytest.raises(UserError, match=r"^--grid 'kv_cache_gib=1,-1': '-1' is not a positive number of GiB"):
+        parse_grid(["kv_cache_gib=1,-1"], parser)
+    assert parse_grid(["block_size=16,32,16"], parser) == [{"block_size": 16}, {"block_size": 32}]
+
+
+def test_trace_synth_options_out_of_range_are_one_line(tmp_path):
+    synth = ["trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1]
+    for flags, says in ((["--seed", "-1"], "argument --seed: expected a non-negative integer, got '-1'"),
+                        (["--arrival", "gamma", "--cv", "1e-300"],
+                         "error: --cv must be in [0.01, 100] (1: Poisson; larger: burstier), got 1e-300"),
+                        (["--arrival", "gamma", "--cv", "1e300"], "error: --cv must be in [0.01, 100]"),
+                        (["--priority-levels", "5000000000"],
+                         "error: --priority-levels must be 0 (no priority column) or positive up to 2,147,483,648")):
+        assert says in one_error(pagesim(*synth, *flags, "--out", tmp_path / "s.jsonl"))
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_an_empty_out_is_refused(tmp_path):
+    assert one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", "")) == "error: --out is empty; expected a path"
+    line = one_error(pagesim("trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1, "--out", " "))
+    assert line == "error: --out is empty; expected a path"
+
+
+def test_a_csv_whose_first_row_has_more_fields_than_the_header_is_ragged(tmp_path):
+    extra = tmp_path / "extra.csv"
+    extra.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5,7\n2023-11-16 18:15:47,10,5,7\n")
+    line = one_error(pagesim("trace", "info", extra))
+    assert line == f"error: {extra}, line 2: expected as many comma-separated fields as the header has"
+    trailing = tmp_path / "trailing.csv"  # a trailing comma on every row is an empty extra field: read as before
+    trailing.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5,\n2023-11-16 18:15:47,10,5,\n")
+    done = pagesim("trace", "info", trailing)
+    assert done.returncode == 0 and "2 requests kept" in done.stdout
