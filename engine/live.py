@@ -241,8 +241,21 @@ def live(args) -> int:
     if not torch.cuda.is_available() and not args.allow_cpu:
         raise UserError("live mode needs a CUDA GPU (torch.cuda.is_available() is False)")
     config = config_from_args(args)
+    if len(set(args.baseline)) > 1:
+        raise UserError(f"live runs one engine: pass at most one --baseline, got {', '.join(dict.fromkeys(args.baseline))}")
     if args.baseline:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
+    if args.cost_model != "roofline":
+        raise UserError("--cost-model does not apply to live (it times the engine); pass --profile PROFILE.json or "
+                        "--calibrate for the profile the run is validated with")
+    if args.profile:  # a bad file: an error now, not after the model is loaded
+        from pagesim.cost.profile import ProfileCostModel
+
+        src = Path(args.profile)
+        if not src.is_file():
+            found = "a directory" if src.is_dir() else "a device or pipe" if src.exists() else "no such file"
+            raise UserError(f"--profile {src}: {found}; expected a profile JSON from `python -m pagesim calibrate`")
+        ProfileCostModel.from_json(args.profile)
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
     warnings: list[str] = []  # printed once each, recorded in summary.json

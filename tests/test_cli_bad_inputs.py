@@ -203,3 +203,19 @@ def test_a_csv_whose_first_row_has_more_fields_than_the_header_is_ragged(tmp_pat
     trailing.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5,\n2023-11-16 18:15:47,10,5,\n")
     done = pagesim("trace", "info", trailing)
     assert done.returncode == 0 and "2 requests kept" in done.stdout
+
+
+def test_live_checks_its_profile_and_unused_options_before_loading_a_model(tmp_path):
+    live = ["live", REPO / "traces" / "kshot-shared-prefix-500.jsonl", "--allow-cpu", "--limit", 4, "--model", "toy",
+            "--num-gpu-blocks", 64, "--out", tmp_path / "run"]
+    for flags, line in ((["--baseline", "max", "--baseline", "pow2"],
+                         "error: live runs one engine: pass at most one --baseline, got max, pow2"),
+                        (["--cost-model", tmp_path / "p.json"],
+                         "error: --cost-model does not apply to live (it times the engine); pass --profile PROFILE.json "
+                         "or --calibrate for the profile the run is validated with"),
+                        (["--profile", tmp_path],
+                         f"error: --profile {tmp_path}: a directory; expected a profile JSON from `python -m pagesim calibrate`")):
+        assert one_error(pagesim(*live, *flags)) == line
+    (tmp_path / "p.json").write_text("{")
+    assert one_error(pagesim(*live, "--profile", tmp_path / "p.json")).startswith(f"error: profile {tmp_path / 'p.json'}: not valid JSON")
+    assert not (tmp_path / "run").exists()
