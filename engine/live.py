@@ -749,6 +749,9 @@ def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
                              "a whole number of at least 0", EMPTY if pd.isna(value) else value)
 
 
+CALIBRATE_DEFAULTS = {"block_size": 16, "num_gpu_blocks": None, "max_num_batched_tokens": 8192, "rest": 0.0}
+
+
 def calibrate(args) -> int:
     """`python -m pagesim calibrate --model M --out PROFILE.json`, or `--refit ROWS.csv` to refit saved steps.
 
@@ -768,6 +771,11 @@ def calibrate(args) -> int:
         print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), indent=2))
 
     if args.refit:
+        timing = [f for f in ("block_size", "num_gpu_blocks", "max_num_batched_tokens", "rest")
+                  if getattr(args, f) != CALIBRATE_DEFAULTS[f]]
+        if timing:  # options of the timing, which --refit does not redo
+            raise UserError(f"{', '.join('--' + f.replace('_', '-') for f in timing)}: options of a calibration's "
+                            "timing; --refit refits rows timed already, so drop them")
         rows_path = Path(args.refit)
         if not rows_path.is_file():
             found = ("a directory" if rows_path.is_dir() else "a device or pipe" if rows_path.exists() else "no such file")
@@ -861,12 +869,12 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help="time the GPU executor on a grid of steps and fit a profile cost model")
     c.add_argument("--model", default="llama-3-8b")
     c.add_argument("--gpu", default="h200")
-    c.add_argument("--block-size", type=positive_int, default=16)
-    c.add_argument("--num-gpu-blocks", type=positive_int, default=None)
-    c.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
+    c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"])
+    c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"])
+    c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
     c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
                    help="the engine's KV cache dtype while timing (the profile records it; runs must match)")
-    c.add_argument("--rest", type=non_negative_float, default=0.0, metavar="FRACTION",
+    c.add_argument("--rest", type=non_negative_float, default=CALIBRATE_DEFAULTS["rest"], metavar="FRACTION",
                    help="idle the GPU for FRACTION x each timed step's duration after it (not timed), so the "
                         "calibration runs at a serving engine's power and clocks, not under the power cap (default 0)")
     c.add_argument("--out", required=True, help="the profile JSON to write")

@@ -219,3 +219,10 @@ def test_live_checks_its_profile_and_unused_options_before_loading_a_model(tmp_p
     (tmp_path / "p.json").write_text("{")
     assert one_error(pagesim(*live, "--profile", tmp_path / "p.json")).startswith(f"error: profile {tmp_path / 'p.json'}: not valid JSON")
     assert not (tmp_path / "run").exists()
+
+
+def test_refit_refuses_the_options_of_a_timing_it_does_not_redo(tmp_path):
+    line = one_error(pagesim("calibrate", "--refit", STEPS, "--rest", 0.5, "--block-size", 32, "--out", tmp_path / "p.json"))
+    assert line == ("error: --block-size, --rest: options of a calibration's timing; --refit refits rows timed already, "
+                    "so drop them")
+    assert not (tmp_path / "p.json").exists()
