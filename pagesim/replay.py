@@ -20,7 +20,7 @@ from pagesim.errors import OptionError, UserError
 from pagesim.metrics import summarize_run
 from pagesim.options import fraction, fraction_below_one, non_negative_float, positive_float, positive_int, readable
 from pagesim.outputs import prepare_output_dir, provenance
-from pagesim.run_warnings import config_warnings, emit, result_warnings
+from pagesim.run_warnings import cluster_warnings, config_warnings, emit, result_warnings
 from pagesim.specs import GPUS, MODELS
 from pagesim.traces.load import FORMATS
 
@@ -245,7 +245,7 @@ def replay(args) -> int:
     trace = trace_from_args(args)
     print(trace.summary)
     warnings: list[str] = []
-    emit(config_warnings(config, trace), warnings)
+    emit(config_warnings(config, trace) + cluster_warnings(config, args.replicas, args.router), warnings)
     results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
                                        router=args.router, slos=slos, progress=True)
     for name, result in results.items():

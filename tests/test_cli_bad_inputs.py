@@ -226,3 +226,18 @@ def test_refit_refuses_the_options_of_a_timing_it_does_not_redo(tmp_path):
     assert line == ("error: --block-size, --rest: options of a calibration's timing; --refit refits rows timed already, "
                     "so drop them")
     assert not (tmp_path / "p.json").exists()
+
+
+def test_options_that_cannot_act_as_named_are_warned_once_and_recorded(tmp_path):
+    trace = azure_csv(tmp_path / "t.csv")
+    cases = [(["--policy", "priority"], "--policy priority, but the trace has no priority field: every request has "
+                                        "priority 0, so it schedules as fcfs (trace synth --priority-levels K adds one)"),
+             (["--router", "prefix-aware"], "--router prefix-aware has no effect with --replicas 1: there is one engine "
+                                            "to send requests to"),
+             (["--replicas", 2, "--router", "prefix-aware"], "--router prefix-aware without --enable-prefix-caching: no "
+                                                              "replica caches a prefix, so it routes as least-outstanding-tokens")]
+    for i, (flags, warning) in enumerate(cases):
+        done = pagesim("replay", trace, *flags, "--out", tmp_path / f"r{i}")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.count("warning: ") == 1 and f"warning: {warning}" in done.stderr
+        assert json.loads((tmp_path / f"r{i}" / "summary.json").read_text())["warnings"] == [warning]
