@@ -166,6 +166,9 @@ def plan(args, parser) -> int:
             continue
         axis = parse_grid([text], parser)
         key = next(iter(axis[0]))
+        if key in ("tensor_parallel_size", "max_gpus"):  # the deployments plan searches itself
+            raise UserError(f"--grid {text!r}: plan searches the deployments itself (tensor_parallel_size in "
+                            f"{', '.join(map(str, TP_DEGREES))} times replicas, within --max-gpus); drop this --grid")
         search[key] = [p[key] for p in axis]
     check_fixed_options(args, set(search), "plan")
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}

@@ -241,3 +241,12 @@ def test_options_that_cannot_act_as_named_are_warned_once_and_recorded(tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stderr.count("warning: ") == 1 and f"warning: {warning}" in done.stderr
         assert json.loads((tmp_path / f"r{i}" / "summary.json").read_text())["warnings"] == [warning]
+
+
+def test_plan_refuses_a_grid_over_the_deployments_it_searches(tmp_path):
+    for text in ("tensor_parallel_size=2", "max-gpus=2"):
+        line = one_error(pagesim("plan", broken_csv(tmp_path / "b.csv"), "--slo", "ttft_p99=1", "--grid", text,
+                                 "--out", tmp_path / "p"))
+        assert line == (f"error: --grid '{text}': plan searches the deployments itself (tensor_parallel_size in 1, 2, 4, "
+                        "8 times replicas, within --max-gpus); drop this --grid")
+    assert not (tmp_path / "p").exists()
