@@ -250,3 +250,12 @@ def test_plan_refuses_a_grid_over_the_deployments_it_searches(tmp_path):
         assert line == (f"error: --grid '{text}': plan searches the deployments itself (tensor_parallel_size in 1, 2, 4, "
                         "8 times replicas, within --max-gpus); drop this --grid")
     assert not (tmp_path / "p").exists()
+
+
+def test_a_trace_whose_every_row_is_dropped_says_why(tmp_path):
+    failed = tmp_path / "burst.csv"
+    failed.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                      "5,ChatGPT,10,0,10,Conversation log\n6,ChatGPT,12,0,12,Conversation log\n")
+    line = one_error(pagesim("trace", "info", failed))
+    assert line == (f"error: {failed}: expected at least one request, got none (2 dropped: failed request "
+                    "(Response tokens = 0))")
