@@ -766,6 +766,8 @@ def calibrate(args) -> int:
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
     command = "python -m pagesim " + " ".join(args.argv)
     out = prepare_output_file(args.out, args.force)  # --refit over an existing profile too: it is replaced
+    if not args.refit:  # a calibration also writes its rows beside the profile
+        prepare_output_file(out.with_suffix(CALIBRATION_ROWS_SUFFIX), args.force)
 
     def write(rows, config, extras: dict, mixed_sizes=(), phases=None) -> None:
         print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), indent=2))

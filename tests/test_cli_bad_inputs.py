@@ -259,3 +259,11 @@ def test_a_trace_whose_every_row_is_dropped_says_why(tmp_path):
     line = one_error(pagesim("trace", "info", failed))
     assert line == (f"error: {failed}: expected at least one request, got none (2 dropped: failed request "
                     "(Response tokens = 0))")
+
+
+def test_calibrate_refuses_to_replace_the_rows_beside_its_profile_without_force(tmp_path):
+    rows = tmp_path / "p.steps.csv.gz"
+    rows.write_bytes(b"kept")
+    line = one_error(pagesim("calibrate", "--out", tmp_path / "p.json"))  # before looking for a GPU
+    assert line == f"error: --out {rows}: file exists; pass --force to replace it, or choose another --out"
+    assert rows.read_bytes() == b"kept" and not (tmp_path / "p.json").exists()
