@@ -267,3 +267,11 @@ def test_calibrate_refuses_to_replace_the_rows_beside_its_profile_without_force(
     line = one_error(pagesim("calibrate", "--out", tmp_path / "p.json"))  # before looking for a GPU
     assert line == f"error: --out {rows}: file exists; pass --force to replace it, or choose another --out"
     assert rows.read_bytes() == b"kept" and not (tmp_path / "p.json").exists()
+
+
+def test_pagesim_records_without_their_header_line_say_so(tmp_path):
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text('{"request_id": "0", "arrival_time_s": 0, "prompt_len": 10, "output_len": 4}\n')
+    line = one_error(pagesim("trace", "info", bare))
+    assert line == (f'error: {bare}, line 1: expected a first line {{"pagesim_trace": 1, "name": NAME, "hash_block_size": '
+                    'null or B} before pagesim-format records, got a record')
