@@ -779,6 +779,8 @@ def calibrate(args) -> int:
             raise UserError(f"{', '.join('--' + f.replace('_', '-') for f in timing)}: options of a calibration's "
                             "timing; --refit refits rows timed already, so drop them")
         rows_path = Path(args.refit)
+        if rows_path.resolve() == out.resolve():
+            raise UserError(f"--out {args.out} is the --refit rows file itself; --out names the profile JSON to write")
         if not rows_path.is_file():
             found = ("a directory" if rows_path.is_dir() else "a device or pipe" if rows_path.exists() else "no such file")
             raise UserError(f"--refit {rows_path}: {found}; expected the *.steps.csv.gz a calibration saved")

@@ -275,3 +275,11 @@ def test_pagesim_records_without_their_header_line_say_so(tmp_path):
     line = one_error(pagesim("trace", "info", bare))
     assert line == (f'error: {bare}, line 1: expected a first line {{"pagesim_trace": 1, "name": NAME, "hash_block_size": '
                     'null or B} before pagesim-format records, got a record')
+
+
+def test_refit_refuses_to_write_its_profile_over_its_own_rows(tmp_path):
+    rows = tmp_path / "s.steps.csv.gz"
+    rows.write_bytes(STEPS.read_bytes())
+    line = one_error(pagesim("calibrate", "--refit", rows, "--out", rows, "--force"))
+    assert line == f"error: --out {rows} is the --refit rows file itself; --out names the profile JSON to write"
+    assert rows.read_bytes() == STEPS.read_bytes()
