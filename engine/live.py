@@ -19,6 +19,7 @@ import os
 import platform
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from pagesim.cost.features import StepFeatures, shared_decode_tokens, shared_pre
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
-from pagesim.options import non_negative_float
+from pagesim.options import non_negative_float, positive_int
 from pagesim.outputs import git_commit, prepare_output_dir, prepare_output_file, provenance
 from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request, requests_from_trace
@@ -243,8 +244,21 @@ def live(args) -> int:
     if not torch.cuda.is_available() and not args.allow_cpu:
         raise UserError("live mode needs a CUDA GPU (torch.cuda.is_available() is False)")
     config = config_from_args(args)
+    if len(set(args.baseline)) > 1:
+        raise UserError(f"live runs one engine: pass at most one --baseline, got {', '.join(dict.fromkeys(args.baseline))}")
     if args.baseline:
         config = config.replace(kv_layout="contiguous", reserve_policy=args.baseline[0])
+    if args.cost_model != "roofline":
+        raise UserError("--cost-model does not apply to live (it times the engine); pass --profile PROFILE.json or "
+                        "--calibrate for the profile the run is validated with")
+    if args.profile:  # a bad file: an error now, not after the model is loaded
+        from pagesim.cost.profile import ProfileCostModel
+
+        src = Path(args.profile)
+        if not src.is_file():
+            found = "a directory" if src.is_dir() else "a device or pipe" if src.exists() else "no such file"
+            raise UserError(f"--profile {src}: {found}; expected a profile JSON from `python -m pagesim calibrate`")
+        ProfileCostModel.from_json(args.profile)
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
     warnings: list[str] = []  # printed once each, recorded in summary.json
@@ -719,31 +733,76 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
     return merged.drop(columns=[c + "_replayed" for c in aligned]).astype({c: np.int64 for c in REPLAYED_COLUMNS})
 
 
+def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
+    """--refit's rows before the fit: the columns it reads present, their counts whole numbers >= 0 and every
+    duration_s a positive number of seconds; else a TraceError naming the file's line and column (line 1: header)."""
+    from pagesim.cost.profile import INPUT_COLUMNS, OPTIONAL_COLUMNS, PREFILL_CONTEXT
+    from pagesim.traces.errors import EMPTY, Described, TraceError
+    from pagesim.traces.schema import numbers
+
+    missing = [c for c in (*INPUT_COLUMNS, "duration_s") if c not in rows]
+    if missing:
+        raise TraceError(file, 1, None, f"a header of calibration steps; it lacks {', '.join(missing)}")
+    if not len(rows):
+        raise TraceError(file, None, None, "calibration steps", Described("a header and no rows"))
+    counts = [c for c in (*INPUT_COLUMNS, *OPTIONAL_COLUMNS, PREFILL_CONTEXT, "num_swap_out_blocks",
+                          "num_swap_in_blocks", "num_copy_blocks") if c in rows]
+    for c in (*counts, "duration_s"):
+        num = numbers(rows[c]).to_numpy()
+        with np.errstate(invalid="ignore"):
+            ok = (num > 0) if c == "duration_s" else (num >= 0) & (num == np.floor(num))
+            ok &= np.isfinite(num)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            value = rows[c].iloc[i]
+            value = value.item() if hasattr(value, "item") else value
+            raise TraceError(file, i + 2, c, "a positive number of seconds" if c == "duration_s" else
+                             "a whole number of at least 0", EMPTY if pd.isna(value) else value)
+
+
+CALIBRATE_DEFAULTS = {"block_size": 16, "num_gpu_blocks": None, "max_num_batched_tokens": 8192, "rest": 0.0}
+
+
 def calibrate(args) -> int:
     """`python -m pagesim calibrate --model M --out PROFILE.json`, or `--refit ROWS.csv` to refit saved steps.
 
     Both fit with whole calibration workloads held out in turn (fit_profile(holdout="workload")): the
     report's errors are those of models that never saw the step's workload. --refit needs no GPU: it
     refits the rows a calibration saved (PROFILE.steps.csv.gz) and keeps the measurement's environment,
-    config and workloads from the profile already at --out, so the committed profile is reproducible.
+    config and workloads from the profile already at --out (replacing it takes --force, as every --out),
+    so the committed profile is reproducible.
     """
     from pagesim.errors import UserError
 
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
     command = "python -m pagesim " + " ".join(args.argv)
-    out = prepare_output_file(args.out, args.force or bool(args.refit))  # --refit replaces the profile it refits
+    out = prepare_output_file(args.out, args.force)  # --refit over an existing profile too: it is replaced
+    if not args.refit:  # a calibration also writes its rows beside the profile
+        prepare_output_file(out.with_suffix(CALIBRATION_ROWS_SUFFIX), args.force)
 
     def write(rows, config, extras: dict, mixed_sizes=(), phases=None) -> None:
         print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), indent=2))
 
     if args.refit:
+        timing = [f for f in ("block_size", "num_gpu_blocks", "max_num_batched_tokens", "rest")
+                  if getattr(args, f) != CALIBRATE_DEFAULTS[f]]
+        if timing:  # options of the timing, which --refit does not redo
+            raise UserError(f"{', '.join('--' + f.replace('_', '-') for f in timing)}: options of a calibration's "
+                            "timing; --refit refits rows timed already, so drop them")
         rows_path = Path(args.refit)
+        if rows_path.resolve() == out.resolve():
+            raise UserError(f"--out {args.out} is the --refit rows file itself; --out names the profile JSON to write")
         if not rows_path.is_file():
-            raise UserError(f"--refit {rows_path}: no such file; expected the *.steps.csv.gz a calibration saved")
+            found = ("a directory" if rows_path.is_dir() else "a device or pipe" if rows_path.exists() else "no such file")
+            raise UserError(f"--refit {rows_path}: {found}; expected the *.steps.csv.gz a calibration saved")
         try:
             rows = pd.read_csv(rows_path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise UserError(f"--refit {rows_path}: not a CSV of calibration steps ({e})") from None
+        except (OSError, EOFError, zlib.error) as e:  # *.gz that is not gzip (BadGzipFile), or cut short
+            raise UserError(f"--refit {rows_path}: cannot read it as {'gzipped ' if rows_path.suffix == '.gz' else ''}"
+                            f"CSV ({e}); expected the *.steps.csv.gz a calibration saved") from None
+        check_calibration_rows(rows, str(rows_path))
         extras, mixed_sizes = {}, ()
         if out.is_file():  # the profile these rows came from: its measurement's records carry over
             try:
@@ -825,12 +884,12 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help="time the GPU executor on a grid of steps and fit a profile cost model")
     c.add_argument("--model", default="llama-3-8b")
     c.add_argument("--gpu", default="h200")
-    c.add_argument("--block-size", type=int, default=16)
-    c.add_argument("--num-gpu-blocks", type=int, default=None)
-    c.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"])
+    c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"])
+    c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
     c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
                    help="the engine's KV cache dtype while timing (the profile records it; runs must match)")
-    c.add_argument("--rest", type=non_negative_float, default=0.0, metavar="FRACTION",
+    c.add_argument("--rest", type=non_negative_float, default=CALIBRATE_DEFAULTS["rest"], metavar="FRACTION",
                    help="idle the GPU for FRACTION x each timed step's duration after it (not timed), so the "
                         "calibration runs at a serving engine's power and clocks, not under the power cap (default 0)")
     c.add_argument("--out", required=True, help="the profile JSON to write")

@@ -20,6 +20,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from pagesim.errors import UserError
@@ -27,7 +28,7 @@ from pagesim.errors import UserError
 
 def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
     """Create `path` as an (empty, or with `force` existing) writable directory; return it as a Path."""
-    out = Path(path)
+    out = _non_empty(path, flag)
     where = f"{flag} {path}"
     if out.exists() and not out.is_dir():
         raise UserError(f"{where}: is a file, not a directory; choose a directory path for {flag}")
@@ -36,6 +37,10 @@ def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out
     _make_dir(out, where)
     if not os.access(out, os.W_OK | os.X_OK):
         raise UserError(f"{where}: directory is not writable")
+    try:  # os.access answers yes to root on read-only mounts or pseudo file systems (/proc): try it
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as exc:
+        raise UserError(f"{where}: cannot create files in the directory ({exc.strerror})") from None
     return out
 
 
@@ -49,7 +54,7 @@ def check_output_file(parser, path: str | Path, force: bool = False) -> Path:
 
 def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
     """Check that `path` can be written as a new file (or replaced, with `force`); create its parent; return it."""
-    out = Path(path)
+    out = _non_empty(path, flag)
     where = f"{flag} {path}"
     if str(path).endswith(os.sep) or out.is_dir():
         raise UserError(f"{where}: is a directory; {flag} takes a file path here")
@@ -58,7 +63,19 @@ def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--ou
     _make_dir(out.parent, where)
     if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise UserError(f"{where}: not writable")
+    if not out.exists():  # os.access answers yes to root on pseudo file systems (/proc): create the file to know
+        try:
+            out.open("x").close()
+        except OSError as exc:
+            raise UserError(f"{where}: cannot create the file ({exc.strerror})") from None
+        out.unlink()
     return out
+
+
+def _non_empty(path: str | Path, flag: str) -> Path:
+    if not str(path).strip():  # Path("") is the working directory
+        raise UserError(f"{flag} is empty; expected a path")
+    return Path(path)
 
 
 def _make_dir(directory: Path, where: str) -> None:

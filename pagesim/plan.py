@@ -150,13 +150,11 @@ def plan(args, parser) -> int:
     from pagesim.cluster import ROUTERS
     from pagesim.replay import trace_from_args
     from pagesim.slo import parse_slos
-    from pagesim.sweep import NOT_SWEPT, parse_grid, prepare_sweep_dir
+    from pagesim.sweep import NOT_SWEPT, check_fixed_options, parse_grid, prepare_sweep_dir
 
     slos = parse_slos(args.slo)
     if not slos:
         raise UserError("plan needs at least one --slo, e.g. --slo ttft_p99=1 --slo tpot_p99=0.05")
-    if args.max_gpus < 1:
-        raise UserError(f"--max-gpus must be at least 1, got {args.max_gpus}")
     search = dict(SEARCH)
     routers = list(ROUTERS)
     for text in args.grid:  # each --grid replaces one axis of the search
@@ -168,12 +166,19 @@ def plan(args, parser) -> int:
             continue
         axis = parse_grid([text], parser)
         key = next(iter(axis[0]))
+        if key in ("tensor_parallel_size", "max_gpus"):  # the deployments plan searches itself
+            raise UserError(f"--grid {text!r}: plan searches the deployments itself (tensor_parallel_size in "
+                            f"{', '.join(map(str, TP_DEGREES))} times replicas, within --max-gpus); drop this --grid")
         search[key] = [p[key] for p in axis]
+    check_fixed_options(args, set(search), "plan")
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
-    prepare_sweep_dir(args.out, getattr(args, "force", False))
+    out = Path(args.out)
+    if (out / "plan.json").is_file() and not args.force:  # a finished plan: its resume would rewrite plan.json
+        raise UserError(f"--out {args.out}: holds a finished plan (plan.json); pass --force to plan again into it, "
+                        "or choose another --out")
+    prepare_sweep_dir(args.out, args.force)
     trace = trace_from_args(args)
     print(trace.summary)
-    out = Path(args.out)
     report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, backend=args.backend,
                       address=args.address, num_cpus=args.num_cpus)
     print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"
@@ -203,16 +208,17 @@ def _dumps(obj) -> str:
 
 
 def register(sub) -> None:
+    from pagesim.options import positive_int
     from pagesim.replay import add_run_options
 
     p = sub.add_parser("plan", help="find the deployment that meets latency SLOs with the fewest GPUs")
     add_run_options(p)
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
                    help="latency SLO to meet, e.g. ttft_p99=1 (repeatable; at least one)")
-    p.add_argument("--max-gpus", type=int, default=8, help="largest deployment to consider (GPUs)")
+    p.add_argument("--max-gpus", type=positive_int, default=8, help="largest deployment to consider (GPUs)")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help=f"replace one axis of the search (default: {SEARCH}, every router)")
     p.add_argument("--backend", choices=["ray", "local"], default="ray")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs (workers) to use (default: all)")
+    p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
     p.set_defaults(func=lambda args: plan(args, p))

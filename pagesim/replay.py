@@ -20,7 +20,7 @@ from pagesim.errors import OptionError, UserError
 from pagesim.metrics import summarize_run
 from pagesim.options import fraction, fraction_below_one, non_negative_float, positive_float, positive_int, readable
 from pagesim.outputs import prepare_output_dir, provenance
-from pagesim.run_warnings import config_warnings, emit, result_warnings
+from pagesim.run_warnings import cluster_warnings, config_warnings, emit, result_warnings
 from pagesim.specs import GPUS, MODELS
 from pagesim.traces.load import FORMATS
 
@@ -236,13 +236,16 @@ def simulate_runs(trace, config: Config, baselines, cost_model: str, out: Path, 
 def replay(args) -> int:
     from pagesim.slo import parse_slos
 
+    from pagesim.cost import make_cost_model
+
     config = config_from_args(args)
     slos = parse_slos(args.slo)
+    make_cost_model(args.cost_model, config)  # a bad --cost-model: an error now, not after the trace is read
     out = prepare_output_dir(args.out, args.force)  # before any work: a finished run is never lost to a bad --out
     trace = trace_from_args(args)
     print(trace.summary)
     warnings: list[str] = []
-    emit(config_warnings(config, trace), warnings)
+    emit(config_warnings(config, trace) + cluster_warnings(config, args.replicas, args.router), warnings)
     results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
                                        router=args.router, slos=slos, progress=True)
     for name, result in results.items():

@@ -124,6 +124,15 @@ def _run_segments(df: pd.DataFrame) -> list[slice]:
     return _run_segments_of(_run_codes(df)[0])
 
 
+def _clock_segments(codes: np.ndarray, replica: np.ndarray | None) -> list[slice]:
+    """Row ranges of one run on one replica: the steps whose start times follow one another (a multi-replica
+    run stores its replicas' steps one replica after the other, each from its own first step)."""
+    if replica is None or not len(codes):
+        return _run_segments_of(codes)
+    replica = np.asarray(replica, dtype=np.int64)
+    return _run_segments_of(codes.astype(np.int64) * (int(replica.max()) + 1) + replica)
+
+
 def add_derived_step_columns(df: pd.DataFrame, runs: dict) -> pd.DataFrame:
     """The fractions of the whole cache per category and vLLM's kv_cache_usage (blocks in use / all)."""
     blocks, bs = _geometry(df, runs)
@@ -206,8 +215,10 @@ def steps_for_disk(steps: pd.DataFrame, runs: dict) -> tuple[pd.DataFrame, list[
                 dropped.append(c)
     if "time_s" in steps and "duration_s" in steps:
         t, d = steps["time_s"].to_numpy(np.float64), steps["duration_s"].to_numpy(np.float64)
+        segments = _clock_segments(_run_codes(steps)[0], steps.get("replica")) if "run" in steps and len(steps) \
+            else _run_segments(steps)
         steps = steps.assign(**{IDLE: np.concatenate([idle_before(t[seg], d[seg], 0.0)
-                                                      for seg in _run_segments(steps)] or [np.zeros(0)])})
+                                                      for seg in segments] or [np.zeros(0)])})
         dropped.append("time_s")
     return _typed(steps.drop(columns=dropped)), dropped
 
@@ -375,6 +386,8 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
         need = {c for c in columns if c not in derived} | {"run"}
         for c in columns:
             need.update(_DERIVED_FROM.get(c, ()))
+        if IDLE in need:  # a multi-replica run's times restart at each replica's first step
+            need.add("replica")
         wanted = list(columns)
     pf = pq.ParquetFile(path)
     zero = _zero_columns(pf.metadata)
@@ -399,7 +412,7 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
     if IDLE in cols:
         idle = cols.pop(IDLE)
         if want("time_s"):
-            cols["time_s"] = _times_of_segments(idle, cols["duration_s"], segments)
+            cols["time_s"] = _times_of_segments(idle, cols["duration_s"], _clock_segments(codes, cols.get("replica")))
     small = max((g["num_gpu_blocks"] * g["block_size"] for g in runs.values()), default=0) < 2**31
     itype = np.int32 if small else np.int64
 

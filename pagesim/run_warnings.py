@@ -25,11 +25,24 @@ def config_warnings(config: Config, trace) -> list[str]:
     if config.preemption_mode == "swap" and config.num_cpu_blocks == 0:
         out.append(f"--preemption-mode swap with --swap-space {readable(config.swap_space)} GiB holds no host block "
                    f"({readable(config.block_bytes)} bytes each): nothing can be swapped out")
+    if config.policy == "priority" and "priority" not in trace.df.columns:
+        out.append("--policy priority, but the trace has no priority field: every request has priority 0, so it "
+                   "schedules as fcfs (trace synth --priority-levels K adds one)")
     window = config.model_spec.max_position_embeddings
     if config.max_model_len is not None and config.max_model_len > window:
         out.append(f"--max-model-len {readable(config.max_model_len)} is larger than {config.model}'s window "
                    f"({readable(window)} tokens): the model was not trained for such lengths")
     return out
+
+
+def cluster_warnings(config: Config, replicas: int, router: str) -> list[str]:
+    """Before the run: a --router that cannot act as named."""
+    if replicas == 1 and router != "round-robin":
+        return [f"--router {router} has no effect with --replicas 1: there is one engine to send requests to"]
+    if replicas > 1 and router == "prefix-aware" and not config.enable_prefix_caching:
+        return ["--router prefix-aware without --enable-prefix-caching: no replica caches a prefix, so it routes as "
+                "least-outstanding-tokens"]
+    return []
 
 
 def result_warnings(run: str, requests: pd.DataFrame) -> list[str]:

@@ -51,7 +51,7 @@ def parse_grid(texts: list[str], parser: argparse.ArgumentParser) -> list[dict]:
             raise UserError(f"--grid {text!r}: cannot sweep {name!r}; sweepable: {', '.join(options)}")
         if key in axes:
             raise UserError(f"--grid {name} given twice")
-        axes[key] = [_convert(key, v.strip(), actions.get(key), text) for v in values.split(",")]
+        axes[key] = list(dict.fromkeys(_convert(key, v.strip(), actions.get(key), text) for v in values.split(",")))
     keys = list(axes)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
 
@@ -65,10 +65,12 @@ def _convert(key: str, value: str, action, text: str):
             raise bad(f"one of {', '.join(LAYOUTS)}")
         return value
     if key == "kv_cache_gib":
+        from pagesim.options import positive_float
+
         try:
-            return float(value)
-        except ValueError:
-            raise bad("a number of GiB") from None
+            return positive_float(value)
+        except argparse.ArgumentTypeError:
+            raise bad("a positive number of GiB") from None
     if action.choices is not None and action.type is None and not isinstance(action.default, bool):
         if value not in action.choices:
             raise bad(f"one of {', '.join(map(str, action.choices))}")
@@ -324,12 +326,25 @@ def _run_local(trace, base, points, *, address=None, num_cpus=None):
 
 
 # ---- CLI ----------------------------------------------------------------------------------------------------
+def check_fixed_options(args, swept: set[str], command: str) -> None:
+    """Before any work (sweep, plan): --baseline, which they do not run, and a --cost-model file that is not swept
+    (else every configuration would be an error row)."""
+    if args.baseline:
+        raise UserError(f"--baseline does not apply to {command}: sweep the layout instead, e.g. --grid layout=paged,max"
+                        if command == "sweep" else f"--baseline does not apply to {command}")
+    if args.cost_model != "roofline" and "cost_model" not in swept:
+        from pagesim.cost.profile import ProfileCostModel
+
+        ProfileCostModel.from_json(args.cost_model)
+
+
 def sweep(args, parser) -> int:
     from pagesim.replay import trace_from_args
     from pagesim.slo import parse_slos
 
     points = parse_grid(args.grid, parser)
     parse_slos(args.slo)  # bad --slo: an error now, not a thousand error rows
+    check_fixed_options(args, {k for p in points for k in p}, "sweep")
     prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
     print(trace.summary)
@@ -350,6 +365,7 @@ def sweep(args, parser) -> int:
 
 
 def register(sub) -> None:
+    from pagesim.options import positive_int
     from pagesim.replay import add_cluster_options, add_run_options
 
     p = sub.add_parser("sweep", help="simulate a trace over a grid of configurations (on Ray or local processes)")
@@ -359,5 +375,5 @@ def register(sub) -> None:
                    help="a swept option and its values (repeatable: the cross product is run)")
     p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray (default) or local processes")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs (workers) to use (default: all)")
+    p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
     p.set_defaults(func=lambda args: sweep(args, p))

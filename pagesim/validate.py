@@ -457,10 +457,13 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     run = load_run(run_dir)
     other = load_run(replicate) if replicate is not None else None
     if other is not None:
+        if Path(other["dir"]).resolve() == Path(run["dir"]).resolve():
+            raise UserError(f"--replicate {replicate}: is the run itself; expected another live recording of the "
+                            "same window (their distance is the engine's run-to-run spread)")
         check_same_window(run, other)
-    out_dir = prepare_output_dir(out if out is not None else run["dir"] / "validation", force)
     spec = cost_model_spec or default_cost_model(run)
     cost = make_cost_model(spec, run["config"])
+    out_dir = prepare_output_dir(out if out is not None else run["dir"] / "validation", force)
     decisions, replayed = lockstep(run)
     steps, filled = with_replayed_features(run["steps"], replayed)
     max_graph = max(getattr(cost, "graph_batch_sizes", ()) or (run["config"].max_num_seqs,))

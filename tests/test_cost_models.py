@@ -622,13 +622,13 @@ def test_refit_cli_writes_a_loadable_profile_without_a_gpu(tmp_path, capsys):
     records = {"environment": {"gpu": "NVIDIA H200"}, "config": {"model": "llama-3-8b", "gpu": "h200", "max_num_seqs": 64},
                "workloads": ["a", "b"], "calibration_s": 97.5}
     out.write_text(json.dumps({**d, **records, "report": {}, "command": "old"}))
-    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out)]) == 0
+    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out), "--force"]) == 0
     d2 = json.loads(out.read_text())
     assert {k: d2[k] for k in records} == records and d2["report"]["holdout"] == "workload"
     assert d2["graph_batch_sizes"] == [1, 2, 4, 8, 16, 32, 64]  # from the measured engine's max_num_seqs
-    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out), "--gpu", "h100"]) == 2
+    assert cli_main(["calibrate", "--refit", str(csv), "--out", str(out), "--gpu", "h100", "--force"]) == 2
     assert "holds a profile of llama-3-8b on h200" in capsys.readouterr().err
-    assert cli_main(["calibrate", "--refit", str(tmp_path / "nope.csv"), "--out", str(out)]) == 2
+    assert cli_main(["calibrate", "--refit", str(tmp_path / "nope.csv"), "--out", str(out), "--force"]) == 2
     assert "no such file" in capsys.readouterr().err
 
 

@@ -154,3 +154,19 @@ def test_kept_step_table_grows_and_widens_a_column_without_losing_rows(monkeypat
         assert np.array_equal(cols[c], np.concatenate([ch[c] for ch in chunks])), c
     assert cols["blocks_used"].dtype == np.int64 and cols["num_running"].dtype == np.int32
     assert cols["time_s"].dtype == np.float64
+
+
+def test_a_multi_replica_run_is_written_and_read_back_exactly(tmp_path):
+    """Each replica's steps start from its own first step: their times are stored per (run, replica), not as one
+    clock running backwards at the second replica (`replay --replicas 2` used to stop at writing its steps)."""
+    from pagesim.replay import simulate_run
+
+    trace = load_trace(ROOT / "traces" / "multiturn-300.jsonl", limit=100)
+    config = Config(num_gpu_blocks=2000)
+    result, summary = simulate_run(trace, config, replicas=2)
+    write_run_dir(tmp_path, config, trace, {config.run_name: result}, {config.run_name: summary})
+    steps = read_steps(tmp_path / "steps.parquet")
+    pd.testing.assert_frame_equal(steps.drop(columns="run"), result.steps, check_dtype=False)
+    times = read_steps(tmp_path / "steps.parquet", columns=["time_s"])["time_s"]
+    assert times.to_numpy().tolist() == result.steps["time_s"].tolist()
+    assert set(steps["replica"]) == {0, 1}

@@ -541,11 +541,14 @@ class ProfileCostModel:
     @classmethod
     def from_json(cls, path: str | Path, block_size: int = 16) -> "ProfileCostModel":
         p = Path(path)
+        if not p.is_file():  # a device or a pipe would be read forever
+            found = "a directory" if p.is_dir() else "a device or pipe" if p.exists() else "no such file"
+            raise UserError(f"cost model {str(path)!r}: {found}; expected 'roofline' or a profile JSON "
+                            "(written by ProfileCostModel.to_json)") from None
         try:
             d = json.loads(p.read_text())
-        except (FileNotFoundError, IsADirectoryError):
-            raise UserError(f"cost model {str(path)!r}: no such file; expected 'roofline' or a profile JSON "
-                            "(written by ProfileCostModel.to_json)") from None
+        except OSError as e:
+            raise UserError(f"profile {p}: cannot read it ({e.strerror or e})") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"profile {p}: not valid JSON ({e})") from None
         if not isinstance(d, dict):

@@ -15,11 +15,12 @@ DIFF_EXIT = 1
 
 
 def register(sub) -> None:
+    from pagesim.options import positive_float
     from pagesim.replay import add_run_options
 
     p = sub.add_parser("parity", help="replay a trace through pagesim's and vLLM v1's schedulers, compare every step")
     add_run_options(p)
-    p.add_argument("--step-s", type=float, default=0.02,
+    p.add_argument("--step-s", type=positive_float, default=0.02,
                    help="a request arrives at step floor(arrival_time / STEP_S) on both sides (default 0.02)")
     p.set_defaults(func=parity)
 
@@ -44,10 +45,12 @@ def parity(args) -> int:
 
     if args.baseline:
         raise UserError("--baseline does not apply to parity (vLLM has no contiguous baseline)")
-    out = prepare_output_dir(args.out, args.force)  # before any work
+    if args.cost_model != "roofline":
+        raise UserError("--cost-model does not apply to parity (it compares the schedules step by step, not their times)")
     config = config_from_args(args)
-    trace = trace_from_args(args)
     _oracle_available()
+    out = prepare_output_dir(args.out, args.force)  # before any work
+    trace = trace_from_args(args)
     steps = release_steps(requests_from_trace(trace), args.step_s)
     result = run_parity(config, lambda: requests_from_trace(trace), steps)
     summary = {**result.summary(), "trace": trace.name, "step_s": args.step_s}

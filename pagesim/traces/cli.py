@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--rate", type=positive_float, required=True, help="mean arrival rate, requests per second")
     synth.add_argument("--arrival", default="poisson", choices=["poisson", "gamma"], help="inter-arrival distribution")
     synth.add_argument("--cv", type=positive_float, default=1.0, help="coefficient of variation of gamma inter-arrival gaps")
-    synth.add_argument("--seed", type=int, default=0, help="random seed")
+    synth.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
     synth.add_argument("--hash-block-size", type=positive_int, default=16, help="tokens per prefix hash id (kshot, multiturn)")
     synth.add_argument("--priority-levels", type=non_negative_int, default=0,
                        help="add a priority column, uniform in 0..K-1 (for --policy priority); 0: none")

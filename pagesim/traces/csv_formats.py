@@ -112,12 +112,17 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     """All cells as strings (empty cells NaN), the rows' line numbers, rows read, and blank lines dropped."""
     skip = text.count("\n", 0, len(text) - len(text.lstrip()))  # blank lines before the header
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pd.errors.ParserWarning)  # extra trailing fields are ignored
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", pd.errors.ParserWarning)
             df = pd.read_csv(
                 io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""],
                 skip_blank_lines=False, index_col=False, skiprows=skip,
             )
+        for w in caught:
+            if issubclass(w.category, pd.errors.ParserWarning):  # the first row has more fields than the header:
+                _check_extra_fields(text, file, skip)  # pandas drops them (a later such row is a ParserError)
+            else:
+                warnings.warn(w.message, w.category, stacklevel=2)
     except pd.errors.ParserError as exc:
         found = re.search(r"fields in line (\d+)", str(exc))
         if found:
@@ -137,6 +142,17 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     rows = Rows(file, np.arange(skip + 2, skip + len(df) + 2)[~blank])
     df = df[~blank].reset_index(drop=True).astype(object)
     return df.where(df.notna(), None), rows, len(df), dropped  # an empty cell is None: NaN is a value ('nan')
+
+
+def _check_extra_fields(text: str, file: str, skip: int) -> None:
+    """The first data row's fields beyond the header's must be empty (a trailing comma), as the careful path reads
+    every other row: a value there is a ragged row, not data to drop."""
+    import csv
+    import itertools
+
+    header, first = (list(itertools.islice(csv.reader(io.StringIO(text)), skip, skip + 2)) + [[], []])[:2]
+    if any(field.strip() for field in first[len(header):]):
+        raise TraceError(file, skip + 2, None, "as many comma-separated fields as the header has")
 
 
 def read_azure(text: str, file: str) -> Parsed:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 
 from pagesim.traces.csv_formats import HEADERS
-from pagesim.traces.errors import TraceError
+from pagesim.traces.errors import Described, TraceError
+from pagesim.traces.schema import REQUIRED
 from pagesim.traces.text import json_lines
 
 MOONCAKE_KEYS = {"timestamp", "input_length", "output_length"}
@@ -35,6 +36,9 @@ def detect(text: str, file: str) -> str:
             return "sharegpt"
         if MOONCAKE_KEYS <= keys:
             return "mooncake"
+        if set(REQUIRED) <= keys:  # pagesim records without the header line that names the format
+            raise TraceError(file, line, None, 'a first line {"pagesim_trace": 1, "name": NAME, "hash_block_size": '
+                             'null or B} before pagesim-format records', Described("a record"))
         raise TraceError(file, line, None, KNOWN, f"JSON keys {sorted(keys)}")
     try:
         header = {name.strip() for name in next(csv.reader([head.split("\n", 1)[0]]), [])}

@@ -12,7 +12,7 @@ from pagesim.errors import OptionError, UserError
 from pagesim.options import readable
 from pagesim.traces.csv_formats import HEADERS, read_azure, read_burstgpt, read_fast, read_vidur
 from pagesim.traces.detect import detect
-from pagesim.traces.errors import TraceError
+from pagesim.traces.errors import Described, TraceError
 from pagesim.traces.mooncake import read_mooncake
 from pagesim.traces.own_format import read_pagesim
 from pagesim.traces.schema import LoadSummary, Trace, by_arrival, to_frame
@@ -62,7 +62,8 @@ def load_trace(
             parsed = READERS[fmt](text, file)
         del text
     if len(parsed.rows.lines) == 0:
-        raise TraceError(file, None, None, "at least one request", "none")
+        dropped = "; ".join(f"{n:,} dropped: {why}" for why, n in parsed.dropped.items())
+        raise TraceError(file, None, None, "at least one request", Described(f"none ({dropped})" if dropped else "none"))
     df = to_frame(parsed)
     parsed.columns.clear()  # the frame holds what is needed; the raw columns go
     df, warnings = by_arrival(df, parsed.rows)

@@ -17,9 +17,15 @@ import pandas as pd
 
 from pagesim.errors import OptionError, UserError
 from pagesim.traces.blocks import BlockIds
-from pagesim.traces.schema import MAX_TIME, Trace, trace_from_frame
+from pagesim.traces.schema import MAX_INT, MAX_TIME, Trace, trace_from_frame
 
+CV_RANGE = (0.01, 100.0)  # --cv: gamma inter-arrival gaps from near-periodic to bursts of simultaneous arrivals
 MAX_CONTEXT = 8192  # a multiturn conversation ends before a later turn's prompt + output would exceed this
+# A trace is built whole in memory (multiturn sorts its requests by arrival at the end): --num-requests is refused
+# up front when the build would need more than MAX_SYNTH_BYTES, at these peak bytes per request (measured at 1e5-1e6
+# requests, rounded up; kshot and multiturn keep a Python list of prefix hash ids per request).
+BYTES_PER_REQUEST = {"independent": 600, "kshot": 6_000, "multiturn": 12_000}
+MAX_SYNTH_BYTES = 8e9
 
 
 @dataclass(frozen=True)
@@ -166,9 +172,17 @@ def synthesize(
         raise OptionError(f"{{arrival}} must be 'poisson' (with {{cv}} 1) or 'gamma' with a {{cv}}, got {arrival!r} with {{cv}} {cv}")
     if num_requests < 1 or not rate > 0 or not cv > 0 or hash_block_size < 1:
         raise OptionError("{num_requests}, {rate}, {cv} and {hash_block_size} must be positive")
-    if priority_levels < 0:
-        raise OptionError(f"{{priority_levels}} must be 0 (no priority column) or positive, got {priority_levels}")
+    if not 0 <= priority_levels <= MAX_INT + 1:
+        raise OptionError(f"{{priority_levels}} must be 0 (no priority column) or positive up to {MAX_INT + 1:,} "
+                          f"(priorities 0..{MAX_INT:,}), got {priority_levels:,}")
+    if not CV_RANGE[0] <= cv <= CV_RANGE[1]:  # gamma's shape 1/cv^2 underflows or overflows far outside it
+        raise OptionError(f"{{cv}} must be in [{CV_RANGE[0]:g}, {CV_RANGE[1]:g}] (1: Poisson; larger: burstier), got {cv!r}")
     p = PRESETS[preset]
+    most = int(MAX_SYNTH_BYTES // BYTES_PER_REQUEST[p.shape])
+    if num_requests > most:
+        raise OptionError(f"{{num_requests}} {num_requests:,}: a {preset} trace is built in memory at about "
+                          f"{BYTES_PER_REQUEST[p.shape]:,} bytes per request; at most {most:,} requests "
+                          f"(~{MAX_SYNTH_BYTES / 1e9:g} GB) are allowed")
     prompt, output = prompt_len or p.prompt_len, output_len or p.output_len
     rng = np.random.default_rng(seed)
     build = {"independent": _independent, "kshot": _kshot, "multiturn": _multiturn}[p.shape]

@@ -1,0 +1,285 @@
+"""Bad inputs to every subcommand, as a new user types them: one `error:` line naming the flag or the file (and
+its line and field), exit code 2, no traceback, nothing overwritten without --force, checked before any work.
+
+The helpers (`pagesim` runs the real CLI in a subprocess, `one_error` asserts the single error line) are
+test_cli_hygiene's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tests.test_cli_hygiene import REPO, azure_csv, one_error, own_trace, pagesim
+
+STEPS = REPO / "results" / "profiles" / "h200-llama-3-8b.steps.csv.gz"  # a committed calibration's rows
+
+
+# ---- calibrate --refit ----------------------------------------------------------------------------------
+def test_refit_refuses_to_replace_an_existing_profile_without_force(tmp_path):
+    profile = tmp_path / "p.json"
+    profile.write_text('{"kept": true}')
+    line = one_error(pagesim("calibrate", "--refit", STEPS, "--out", profile))
+    assert line == f"error: --out {profile}: file exists; pass --force to replace it, or choose another --out"
+    assert profile.read_text() == '{"kept": true}'
+
+
+def test_refit_of_a_gz_file_that_is_not_gzip_is_one_line(tmp_path):
+    fake = tmp_path / "x.steps.csv.gz"
+    fake.write_text("num_prefill_tokens,duration_s\n1,0.5\n")
+    line = one_error(pagesim("calibrate", "--refit", fake, "--out", tmp_path / "p.json"))
+    assert line.startswith(f"error: --refit {fake}: cannot read it as gzipped CSV (Not a gzipped file")
+    assert line.endswith("expected the *.steps.csv.gz a calibration saved")
+    cut = tmp_path / "cut.steps.csv.gz"
+    cut.write_bytes(STEPS.read_bytes()[:200])
+    assert "cannot read it as gzipped CSV" in one_error(pagesim("calibrate", "--refit", cut, "--out", tmp_path / "p.json"))
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_refit_rows_are_checked_naming_the_line_and_column(tmp_path):
+    rows = pd.read_csv(STEPS).head(50).astype(object)
+    cases = [("num_decode_seqs", 7, None, "expected a whole number of at least 0, got an empty value"),
+             ("num_prefill_tokens", 3, "abc", "expected a whole number of at least 0, got 'abc'"),
+             ("decode_context_tokens", 9, -4, "expected a whole number of at least 0, got -4"),
+             ("duration_s", 5, 0, "expected a positive number of seconds, got 0.0")]
+    for column, i, value, expected in cases:
+        bad = rows.copy()
+        bad.loc[i, column] = value
+        path = tmp_path / f"{column}.csv"
+        bad.to_csv(path, index=False)
+        line = one_error(pagesim("calibrate", "--refit", path, "--out", tmp_path / "p.json"))
+        assert line == f"error: {path}, line {i + 2}, field '{column}': {expected}"
+    rows.drop(columns=["duration_s"]).to_csv(tmp_path / "no-duration.csv", index=False)
+    line = one_error(pagesim("calibrate", "--refit", tmp_path / "no-duration.csv", "--out", tmp_path / "p.json"))
+    assert line == f"error: {tmp_path / 'no-duration.csv'}, line 1: expected a header of calibration steps; it lacks duration_s"
+    rows.head(0).to_csv(tmp_path / "header.csv", index=False)
+    line = one_error(pagesim("calibrate", "--refit", tmp_path / "header.csv", "--out", tmp_path / "p.json"))
+    assert line == f"error: {tmp_path / 'header.csv'}: expected calibration steps, got a header and no rows"
+    line = one_error(pagesim("calibrate", "--refit", tmp_path, "--out", tmp_path / "p.json"))
+    assert line == f"error: --refit {tmp_path}: a directory; expected the *.steps.csv.gz a calibration saved"
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_calibrate_integer_options_must_be_positive(tmp_path):
+    line = one_error(pagesim("calibrate", "--block-size", "0", "--out", tmp_path / "p.json"))
+    assert line.endswith("argument --block-size: expected a positive integer, got '0'")
+
+
+# ---- output paths that cannot be written ------------------------------------------------------------------
+def test_out_on_a_pseudo_file_system_is_refused_before_any_work(tmp_path):
+    for args in (["trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1],
+                 ["trace", "convert", azure_csv(tmp_path / "t.csv")]):
+        line = one_error(pagesim(*args, "--out", "/proc/x"))
+        # root: the file cannot be created; anyone else: /proc is not writable
+        assert line in ("error: --out /proc/x: cannot create the file (No such file or directory)",
+                        "error: --out /proc/x: not writable"), line
+    line = one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", "/proc/self", "--force"))
+    assert line.startswith("error: --out /proc/self: ") and ("cannot create files" in line or "not writable" in line)
+
+
+# ---- trace synth ----------------------------------------------------------------------------------------
+def test_trace_synth_refuses_a_request_count_it_cannot_hold_in_memory(tmp_path):
+    out = tmp_path / "big.jsonl"
+    line = one_error(pagesim("trace", "synth", "--preset", "sharegpt", "--num-requests", 100_000_000, "--rate", 1,
+                             "--out", out, timeout=60))
+    assert line == ("error: --num-requests 100,000,000: a sharegpt trace is built in memory at about 600 bytes per "
+                    "request; at most 13,333,333 requests (~8 GB) are allowed")
+    line = one_error(pagesim("trace", "synth", "--preset", "multiturn", "--num-requests", 1_000_000, "--rate", 1,
+                             "--out", out, timeout=60))
+    assert "at most 666,666 requests" in line
+    assert not out.exists()
+
+
+# ---- plan ---------------------------------------------------------------------------------------------
+PLAN = ["plan", REPO / "traces" / "multiturn-300.jsonl", "--limit", 40, "--slo", "ttft_p99=0.5", "--max-gpus", 1,
+        "--grid", "max_num_seqs=4", "--grid", "max_num_batched_tokens=2048", "--grid", "block_size=16",
+        "--backend", "local", "--num-cpus", 1]
+
+
+def test_plan_refuses_to_rewrite_a_finished_plan_without_force(tmp_path):
+    out = tmp_path / "plan"
+    assert pagesim(*PLAN, "--out", out).returncode == 0
+    (out / "plan.json").write_text('{"kept": true}')
+    line = one_error(pagesim(*PLAN, "--out", out))
+    assert line == (f"error: --out {out}: holds a finished plan (plan.json); pass --force to plan again into it, "
+                    "or choose another --out")
+    assert (out / "plan.json").read_text() == '{"kept": true}'
+    assert pagesim(*PLAN, "--out", out, "--force").returncode == 0
+    assert json.loads((out / "plan.json").read_text())["evaluated"] == 1
+
+
+def test_plan_and_sweep_counts_must_be_positive(tmp_path):
+    trace = own_trace(tmp_path / "t.jsonl", [10, 20])
+    assert one_error(pagesim("plan", trace, "--slo", "ttft_p99=1", "--max-gpus", 0, "--out", tmp_path / "p")).endswith(
+        "argument --max-gpus: expected a positive integer, got '0'")
+    assert one_error(pagesim("sweep", trace, "--grid", "block_size=16", "--num-cpus", -1, "--out", tmp_path / "s")).endswith(
+        "argument --num-cpus: expected a positive integer, got '-1'")
+
+
+# ---- found on a pass over every subcommand -------------------------------------------------------------
+def broken_csv(path: Path) -> Path:
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,x,1\n")
+    return path
+
+
+def test_a_bad_cost_model_is_refused_before_the_trace_is_read(tmp_path):
+    broken = broken_csv(tmp_path / "broken.csv")
+    line = one_error(pagesim("replay", broken, "--cost-model", tmp_path, "--out", tmp_path / "run"))
+    assert line == (f"error: cost model '{tmp_path}': a directory; expected 'roofline' or a profile JSON "
+                    "(written by ProfileCostModel.to_json)")
+    line = one_error(pagesim("replay", broken, "--cost-model", "/dev/zero", "--out", tmp_path / "run"))
+    assert "cost model '/dev/zero': a device or pipe" in line  # not read forever
+    for command in (["sweep", broken, "--grid", "block_size=16"], ["plan", broken, "--slo", "ttft_p99=1"]):
+        line = one_error(pagesim(*command, "--cost-model", tmp_path, "--backend", "local", "--out", tmp_path / "s"))
+        assert f"cost model '{tmp_path}': a directory" in line  # not one error row per configuration
+    assert not (tmp_path / "run").exists() and not (tmp_path / "s").exists()
+
+
+def test_options_a_command_does_not_use_are_refused(tmp_path):
+    broken = broken_csv(tmp_path / "broken.csv")
+    line = one_error(pagesim("sweep", broken, "--grid", "block_size=16", "--baseline", "max", "--out", tmp_path / "s"))
+    assert line == "error: --baseline does not apply to sweep: sweep the layout instead, e.g. --grid layout=paged,max"
+    line = one_error(pagesim("plan", broken, "--slo", "ttft_p99=1", "--baseline", "max", "--out", tmp_path / "s"))
+    assert line == "error: --baseline does not apply to plan"
+    line = one_error(pagesim("parity", broken, "--cost-model", tmp_path, "--out", tmp_path / "s"))
+    assert line == "error: --cost-model does not apply to parity (it compares the schedules step by step, not their times)"
+    for value, says in (("0", "expected a positive number, got '0'"), ("inf", "expected a finite number, got 'inf'")):
+        assert one_error(pagesim("parity", broken, "--step-s", value, "--out", tmp_path / "s")).endswith(
+            f"argument --step-s: {says}")
+    assert not (tmp_path / "s").exists()
+
+
+def test_validate_refuses_the_run_itself_as_its_replicate(tmp_path):
+    run = REPO / "results" / "live" / "azure-code-600-660"
+    line = one_error(pagesim("validate", run, "--replicate", f"{run}/", "--out", tmp_path / "v"))
+    assert line == (f"error: --replicate {run}/: is the run itself; expected another live recording of the same "
+                    "window (their distance is the engine's run-to-run spread)")
+    assert not (tmp_path / "v").exists()
+
+
+def test_grid_values_are_checked_and_repeated_ones_run_once():
+    import argparse
+
+    import pytest
+
+    from pagesim.errors import UserError
+    from pagesim.replay import add_cluster_options, add_run_options
+    from pagesim.sweep import parse_grid
+
+    parser = argparse.ArgumentParser()
+    add_run_options(parser)
+    add_cluster_options(parser)
+    with pytest.raises(UserError, match=r"^--grid 'kv_cache_gib=1,-1': '-1' is not a positive number of GiB"):
+        parse_grid(["kv_cache_gib=1,-1"], parser)
+    assert parse_grid(["block_size=16,32,16"], parser) == [{"block_size": 16}, {"block_size": 32}]
+
+
+def test_trace_synth_options_out_of_range_are_one_line(tmp_path):
+    synth = ["trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1]
+    for flags, says in ((["--seed", "-1"], "argument --seed: expected a non-negative integer, got '-1'"),
+                        (["--arrival", "gamma", "--cv", "1e-300"],
+                         "error: --cv must be in [0.01, 100] (1: Poisson; larger: burstier), got 1e-300"),
+                        (["--arrival", "gamma", "--cv", "1e300"], "error: --cv must be in [0.01, 100]"),
+                        (["--priority-levels", "5000000000"],
+                         "error: --priority-levels must be 0 (no priority column) or positive up to 2,147,483,648")):
+        assert says in one_error(pagesim(*synth, *flags, "--out", tmp_path / "s.jsonl"))
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_an_empty_out_is_refused(tmp_path):
+    assert one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", "")) == "error: --out is empty; expected a path"
+    line = one_error(pagesim("trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1, "--out", " "))
+    assert line == "error: --out is empty; expected a path"
+
+
+def test_a_csv_whose_first_row_has_more_fields_than_the_header_is_ragged(tmp_path):
+    extra = tmp_path / "extra.csv"
+    extra.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5,7\n2023-11-16 18:15:47,10,5,7\n")
+    line = one_error(pagesim("trace", "info", extra))
+    assert line == f"error: {extra}, line 2: expected as many comma-separated fields as the header has"
+    trailing = tmp_path / "trailing.csv"  # a trailing comma on every row is an empty extra field: read as before
+    trailing.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5,\n2023-11-16 18:15:47,10,5,\n")
+    done = pagesim("trace", "info", trailing)
+    assert done.returncode == 0 and "2 requests kept" in done.stdout
+
+
+def test_live_checks_its_profile_and_unused_options_before_loading_a_model(tmp_path):
+    live = ["live", REPO / "traces" / "kshot-shared-prefix-500.jsonl", "--allow-cpu", "--limit", 4, "--model", "toy",
+            "--num-gpu-blocks", 64, "--out", tmp_path / "run"]
+    for flags, line in ((["--baseline", "max", "--baseline", "pow2"],
+                         "error: live runs one engine: pass at most one --baseline, got max, pow2"),
+                        (["--cost-model", tmp_path / "p.json"],
+                         "error: --cost-model does not apply to live (it times the engine); pass --profile PROFILE.json "
+                         "or --calibrate for the profile the run is validated with"),
+                        (["--profile", tmp_path],
+                         f"error: --profile {tmp_path}: a directory; expected a profile JSON from `python -m pagesim calibrate`")):
+        assert one_error(pagesim(*live, *flags)) == line
+    (tmp_path / "p.json").write_text("{")
+    assert one_error(pagesim(*live, "--profile", tmp_path / "p.json")).startswith(f"error: profile {tmp_path / 'p.json'}: not valid JSON")
+    assert not (tmp_path / "run").exists()
+
+
+def test_refit_refuses_the_options_of_a_timing_it_does_not_redo(tmp_path):
+    line = one_error(pagesim("calibrate", "--refit", STEPS, "--rest", 0.5, "--block-size", 32, "--out", tmp_path / "p.json"))
+    assert line == ("error: --block-size, --rest: options of a calibration's timing; --refit refits rows timed already, "
+                    "so drop them")
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_options_that_cannot_act_as_named_are_warned_once_and_recorded(tmp_path):
+    trace = azure_csv(tmp_path / "t.csv")
+    cases = [(["--policy", "priority"], "--policy priority, but the trace has no priority field: every request has "
+                                        "priority 0, so it schedules as fcfs (trace synth --priority-levels K adds one)"),
+             (["--router", "prefix-aware"], "--router prefix-aware has no effect with --replicas 1: there is one engine "
+                                            "to send requests to"),
+             (["--replicas", 2, "--router", "prefix-aware"], "--router prefix-aware without --enable-prefix-caching: no "
+                                                              "replica caches a prefix, so it routes as least-outstanding-tokens")]
+    for i, (flags, warning) in enumerate(cases):
+        done = pagesim("replay", trace, *flags, "--out", tmp_path / f"r{i}")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.count("warning: ") == 1 and f"warning: {warning}" in done.stderr
+        assert json.loads((tmp_path / f"r{i}" / "summary.json").read_text())["warnings"] == [warning]
+
+
+def test_plan_refuses_a_grid_over_the_deployments_it_searches(tmp_path):
+    for text in ("tensor_parallel_size=2", "max-gpus=2"):
+        line = one_error(pagesim("plan", broken_csv(tmp_path / "b.csv"), "--slo", "ttft_p99=1", "--grid", text,
+                                 "--out", tmp_path / "p"))
+        assert line == (f"error: --grid '{text}': plan searches the deployments itself (tensor_parallel_size in 1, 2, 4, "
+                        "8 times replicas, within --max-gpus); drop this --grid")
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_trace_whose_every_row_is_dropped_says_why(tmp_path):
+    failed = tmp_path / "burst.csv"
+    failed.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                      "5,ChatGPT,10,0,10,Conversation log\n6,ChatGPT,12,0,12,Conversation log\n")
+    line = one_error(pagesim("trace", "info", failed))
+    assert line == (f"error: {failed}: expected at least one request, got none (2 dropped: failed request "
+                    "(Response tokens = 0))")
+
+
+def test_calibrate_refuses_to_replace_the_rows_beside_its_profile_without_force(tmp_path):
+    rows = tmp_path / "p.steps.csv.gz"
+    rows.write_bytes(b"kept")
+    line = one_error(pagesim("calibrate", "--out", tmp_path / "p.json"))  # before looking for a GPU
+    assert line == f"error: --out {rows}: file exists; pass --force to replace it, or choose another --out"
+    assert rows.read_bytes() == b"kept" and not (tmp_path / "p.json").exists()
+
+
+def test_pagesim_records_without_their_header_line_say_so(tmp_path):
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text('{"request_id": "0", "arrival_time_s": 0, "prompt_len": 10, "output_len": 4}\n')
+    line = one_error(pagesim("trace", "info", bare))
+    assert line == (f'error: {bare}, line 1: expected a first line {{"pagesim_trace": 1, "name": NAME, "hash_block_size": '
+                    'null or B} before pagesim-format records, got a record')
+
+
+def test_refit_refuses_to_write_its_profile_over_its_own_rows(tmp_path):
+    rows = tmp_path / "s.steps.csv.gz"
+    rows.write_bytes(STEPS.read_bytes())
+    line = one_error(pagesim("calibrate", "--refit", rows, "--out", rows, "--force"))
+    assert line == f"error: --out {rows} is the --refit rows file itself; --out names the profile JSON to write"
+    assert rows.read_bytes() == STEPS.read_bytes()
