@@ -430,8 +430,8 @@ class Recorder:
         would cost ~400 MB more at the end of a replay)."""
         n = len(requests)
 
-        def floats(name: str) -> np.ndarray:  # None -> NaN
-            return np.fromiter((np.nan if (v := getattr(r, name)) is None else v for r in requests), np.float64, n)
+        def floats(name: str) -> np.ndarray:  # None -> NaN (numpy's conversion of None to a float)
+            return np.array(list(map(attrgetter(name), requests)), dtype=np.float64)
 
         def ints(name: str) -> np.ndarray:
             return np.fromiter(map(attrgetter(name), requests), np.int64, n)
