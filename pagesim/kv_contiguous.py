@@ -137,8 +137,10 @@ class ContiguousKVCacheManager:
         num_computed_from_cache: int = 0,
         admission: bool = False,
         num_running: int = 1,
+        checked: bool = False,
     ) -> bool:
-        """Reserve the request's whole run on first call; later calls always fit inside it."""
+        """Reserve the request's whole run on first call; later calls always fit inside it. (`checked`: placing the
+        run is the check; nothing to skip.)"""
         if not request.block_ids:
             return self._place(request, self.run_blocks(request), admission, num_running)
         assert request.num_computed_tokens + num_new_tokens <= len(request.block_ids) * self.block_size

@@ -95,8 +95,10 @@ class KVCacheManager(Protocol):
         """Whether `allocate_slots` with the same arguments would succeed now."""
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks=(),
-                       num_computed_from_cache: int = 0, admission: bool = False, num_running: int = 1) -> bool:
-        """Room for `num_new_tokens` more tokens (hits count as computed); False and no change if short."""
+                       num_computed_from_cache: int = 0, admission: bool = False, num_running: int = 1,
+                       checked: bool = False) -> bool:
+        """Room for `num_new_tokens` more tokens (hits count as computed); False and no change if short.
+        `checked`: can_allocate has just said yes to the same arguments (a manager may then skip its check)."""
 
     def cache_full_blocks(self, request: Request, old_computed: int) -> None:
         """Register blocks that became full since `old_computed` tokens were computed.

@@ -85,12 +85,15 @@ class PagedKVCacheManager:
         num_computed_from_cache: int = 0,
         admission: bool = False,
         num_running: int = 1,
+        checked: bool = False,
     ) -> bool:
         """Give the request room for `num_new_tokens` more tokens; False (and no change) if memory is short.
 
         `computed_blocks` are prefix-cache hits for a request being admitted;
         they count as computed. On admission, `watermark` of the cache is kept
         free for the growth of running requests (unless none is running).
+        `checked`: can_allocate has just said yes to the same arguments (the scheduler's admission), so the
+        check is not made again.
         """
         if not admission and not computed_blocks and not num_computed_from_cache:
             # A running request's next tokens (the common case, inlined): the general path below, without hits.
@@ -108,9 +111,10 @@ class PagedKVCacheManager:
                                    min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
             return True
         need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
-        check = self._num_blocks_to_admit(request, computed_blocks) if admission else need
-        if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
-            return False
+        if not checked:
+            check = self._num_blocks_to_admit(request, computed_blocks) if admission else need
+            if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
+                return False
         pool = self.pool
         before = internal_slots(request, self.block_size)
         num_host = num_computed_from_cache // self.block_size - len(computed_blocks)  # host-tier hits

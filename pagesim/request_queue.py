@@ -19,14 +19,10 @@ from pagesim.request import Request
 
 
 class FCFSRequestQueue(deque):
-    def add_request(self, request: Request) -> None:
-        self.append(request)
-
-    def pop_request(self) -> Request:
-        return self.popleft()
-
-    def prepend_request(self, request: Request) -> None:
-        self.appendleft(request)
+    # deque's own methods under the queue's names (no Python call of a wrapper per request)
+    add_request = deque.append  # (request) -> None
+    pop_request = deque.popleft  # () -> Request
+    prepend_request = deque.appendleft  # (request) -> None
 
 
 def priority_key(request: Request) -> tuple[int, float, str]:

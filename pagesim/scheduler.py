@@ -410,7 +410,7 @@ class Scheduler:
                 if admit is None:
                     break
                 num_new, hits, num_hit = admit
-                kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running))
+                kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running), checked=True)
                 self.waiting.pop_request()
                 self.reserved_seats += self._seats(req) - 1
                 req.status = RequestStatus.RUNNING

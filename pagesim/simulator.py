@@ -95,10 +95,12 @@ class Simulation:
         return snaps[0] if snaps else float("inf")
 
     def engine(self):
-        """The shared driver loop on the virtual clock, then the snapshots after the end."""
+        """The shared driver loop on the virtual clock, then the snapshots after the end. The loop's tick (once a
+        turn) only when there are snapshots to take or progress to report."""
+        tick = self._tick if self._snaps or self.progress is not None else None
         stats = yield from drive(self.scheduler, self.executor, self.recorder,
                                  Arrivals.at_arrival_times(self.requests, on_release=self.on_release), self.clock,
-                                 hooks=Hooks(tick=self._tick), fast_path=self.cost_model if self.fast_path else None)
+                                 hooks=Hooks(tick=tick), fast_path=self.cost_model if self.fast_path else None)
         while self._snaps:
             self.recorder.snapshot(self.clock.now())
             self._snaps.pop(0)

@@ -78,11 +78,8 @@ def test_a_decode_run_goes_on_through_finishes_when_nothing_is_due():
                        "prompt_len": [100, 200, 300], "output_len": [10, 40, 90]})
     trace = trace_from_frame(df, "three")
     cfg = Config(model="llama-3-8b", gpu="h200", max_model_len=8192)
-    turns = []
-    sim = Simulation(requests_from_trace(trace), cfg, make_cost_model("roofline", cfg))
-    tick = sim._tick
-    sim._tick = lambda now: (turns.append(now), tick(now))[1]
-    fast = sim.run()
+    turns = []  # progress is reported at the top of every turn of the loop
+    fast = Simulation(requests_from_trace(trace), cfg, make_cost_model("roofline", cfg), progress=turns.append).run()
     slow, _ = run(trace, False)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)

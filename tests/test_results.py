@@ -103,6 +103,7 @@ def test_steps_streamed_in_small_chunks_equal_the_whole_table(tmp_path, monkeypa
     config = Config(enable_prefix_caching=True, num_gpu_blocks=1500)
     whole = {c.run_name: simulate(trace, c) for c in run_configs(config, ["max"])}
     monkeypatch.setattr(pagesim.recorder, "CHUNK_STEPS", 7)
+    monkeypatch.setattr(pagesim.recorder, "KEPT_CHUNK_STEPS", 7)
     results, summaries = simulate_runs(trace, config, ["max"], "roofline", tmp_path)
     write_run_dir(tmp_path, config, trace, results, summaries, steps_written=True)
     _, steps, _ = read_run(tmp_path)

@@ -192,14 +192,17 @@ class RooflineCostModel:
             return None
         # Every step lasts at least the first, so at most `most` start before cut (+2: rounding); their durations
         # in one comprehension, their starts by a sequential sum (accumulate, as a step-by-step clock adds them).
+        # The comprehension runs over the bytes c * kvb themselves (kv_bytes is an int: the same integers, so the
+        # same floats), one multiplication a step fewer.
         w = k if k < window else window
         span = (cut - now) / first  # inf without a cut
         most = w if span >= w else int(span) + 2
-        durations = [dense + c * kvb / mem_rate + overhead for c in range(c2, c2 + n * (w if w <= most else most), n)]
+        b2, db = c2 * kvb, n * kvb
+        durations = [dense + b / mem_rate + overhead for b in range(b2, b2 + db * (w if w <= most else most), db)]
         times = list(accumulate(durations, initial=now))
         m = bisect_left(times, cut, 1)  # the first step ending at or after cut is the last
         if m == len(times) and len(durations) < w:  # (rounding beyond the margin: time all the window's steps)
-            durations = [dense + c * kvb / mem_rate + overhead for c in range(c2, c2 + n * w, n)]
+            durations = [dense + b / mem_rate + overhead for b in range(b2, b2 + db * w, db)]
             times = list(accumulate(durations, initial=now))
             m = bisect_left(times, cut, 1)
         if m < len(times):
