@@ -283,3 +283,12 @@ def test_refit_refuses_to_write_its_profile_over_its_own_rows(tmp_path):
     line = one_error(pagesim("calibrate", "--refit", rows, "--out", rows, "--force"))
     assert line == f"error: --out {rows} is the --refit rows file itself; --out names the profile JSON to write"
     assert rows.read_bytes() == STEPS.read_bytes()
+
+
+def test_rate_and_time_scale_together_are_refused_naming_both_flags(tmp_path):
+    """--rate sets the mean arrival rate itself, so a --time-scale beside it did nothing, silently; now refused."""
+    line = one_error(pagesim("replay", azure_csv(tmp_path / "conv.csv"), "--rate", "5", "--time-scale", "3",
+                             "--out", tmp_path / "r"))
+    assert line == ("error: --rate 5.0 sets the mean arrival rate itself, so --time-scale 3.0 would have no effect; "
+                    "pass one of them")
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # nothing written (an empty --out may stay)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pagesim.errors import OptionError
 from pagesim.traces import load_trace
 from pagesim.traces.stats import trace_stats
 
@@ -45,7 +46,9 @@ def test_rate_rescales_to_the_requested_mean_rate(path):
     trace = load_trace(path, rate=5.0)
     assert trace_stats(trace)["rate"] == pytest.approx(5.0)
     assert trace.df["arrival_time_s"].iloc[-1] == pytest.approx(2.0)  # 10 rows / 5 req/s
-    assert trace_stats(load_trace(path, time_scale=3.0, rate=5.0))["rate"] == pytest.approx(5.0)  # rate wins
+    # --rate sets the rate itself: a --time-scale beside it would do nothing, so the pair is refused, naming both
+    with pytest.raises(OptionError, match="rate 5.0 sets the mean arrival rate itself, so time_scale 3.0"):
+        load_trace(path, time_scale=3.0, rate=5.0)
 
 
 def test_options_compose_on_a_real_trace(azure_dir):

@@ -158,3 +158,6 @@ def _check_options(format, limit, start_s, end_s, time_scale, rate) -> None:
         raise OptionError(f"{{time_scale}} must be a positive number, got {time_scale!r}")
     if rate is not None and not positive(rate):
         raise OptionError(f"{{rate}} must be a positive number of requests per second, got {rate!r}")
+    if rate is not None and time_scale != 1:
+        raise OptionError(f"{{rate}} {rate!r} sets the mean arrival rate itself, so {{time_scale}} {time_scale!r} would have "
+                          "no effect; pass one of them")
