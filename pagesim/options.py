@@ -49,6 +49,7 @@ non_negative_float = _checked(_number, lambda v: v >= 0, "a non-negative number"
 fraction = _checked(_number, lambda v: 0 < v <= 1, "a fraction in (0, 1]", "fraction", "In (0, 1]: gpu_memory_utilization.")
 fraction_below_one = _checked(_number, lambda v: 0 <= v < 1, "a fraction in [0, 1)", "fraction_below_one",
                               "In [0, 1): watermark.")
+name_text = _checked(str, lambda v: bool(v.strip()), "a non-empty name", "name_text")
 
 
 def readable(value) -> str:

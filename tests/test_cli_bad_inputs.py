@@ -292,3 +292,12 @@ def test_rate_and_time_scale_together_are_refused_naming_both_flags(tmp_path):
     assert line == ("error: --rate 5.0 sets the mean arrival rate itself, so --time-scale 3.0 would have no effect; "
                     "pass one of them")
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # nothing written (an empty --out may stay)
+
+
+def test_trace_synth_refuses_an_empty_name(tmp_path):
+    """An empty --name wrote a trace named '' (every run of it then named '' in summary.json and the dashboard)."""
+    for name in ("", "  "):
+        line = one_error(pagesim("trace", "synth", "--preset", "sharegpt", "--num-requests", "10", "--rate", "1",
+                                 "--name", name, "--out", tmp_path / "t.jsonl"))
+        assert line.endswith(f"argument --name: expected a non-empty name, got {name!r}")
+    assert not (tmp_path / "t.jsonl").exists()

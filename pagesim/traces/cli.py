@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pagesim.options import non_negative_int, positive_float, positive_int
+from pagesim.options import name_text, non_negative_int, positive_float, positive_int
 from pagesim.outputs import prepare_output_file
 from pagesim.traces.load import FORMATS, load_trace
 from pagesim.traces.own_format import write_trace
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--hash-block-size", type=positive_int, default=16, help="tokens per prefix hash id (kshot, multiturn)")
     synth.add_argument("--priority-levels", type=non_negative_int, default=0,
                        help="add a priority column, uniform in 0..K-1 (for --policy priority); 0: none")
-    synth.add_argument("--name", help="trace name recorded in the file (default: preset-N)")
+    synth.add_argument("--name", type=name_text, help="trace name recorded in the file (default: preset-N)")
     synth.add_argument("--out", required=True, help="the pagesim-format file to write (FILE.jsonl)")
     synth.add_argument("--force", action="store_true", help="replace --out if it exists")
     synth.set_defaults(func=_synth)
