@@ -170,7 +170,7 @@ def plan(args, parser) -> int:
             raise UserError(f"--grid {text!r}: plan searches the deployments itself (tensor_parallel_size in "
                             f"{', '.join(map(str, TP_DEGREES))} times replicas, within --max-gpus); drop this --grid")
         search[key] = [p[key] for p in axis]
-    check_fixed_options(args, set(search), "plan")
+    check_fixed_options(args, search, "plan")
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
     out = Path(args.out)
     if (out / "plan.json").is_file() and not args.force:  # a finished plan: its resume would rewrite plan.json

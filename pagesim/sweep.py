@@ -326,16 +326,23 @@ def _run_local(trace, base, points, *, address=None, num_cpus=None):
 
 
 # ---- CLI ----------------------------------------------------------------------------------------------------
-def check_fixed_options(args, swept: set[str], command: str) -> None:
-    """Before any work (sweep, plan): --baseline, which they do not run, and a --cost-model file that is not swept
-    (else every configuration would be an error row)."""
+def check_fixed_options(args, swept: dict[str, list], command: str) -> None:
+    """Before any work (sweep, plan): --baseline, which they do not run, and every cost-model file, the --cost-model
+    one and each --grid cost_model=... value (`swept`: option -> its values), else each configuration with it would
+    be an error row."""
+    from pagesim.cost.profile import ProfileCostModel
+
     if args.baseline:
         raise UserError(f"--baseline does not apply to {command}: sweep the layout instead, e.g. --grid layout=paged,max"
                         if command == "sweep" else f"--baseline does not apply to {command}")
     if args.cost_model != "roofline" and "cost_model" not in swept:
-        from pagesim.cost.profile import ProfileCostModel
-
         ProfileCostModel.from_json(args.cost_model)
+    for spec in dict.fromkeys(swept.get("cost_model", ())):
+        if spec != "roofline":
+            try:
+                ProfileCostModel.from_json(spec)
+            except UserError as e:
+                raise UserError(f"--grid cost_model={spec}: {e}") from None
 
 
 def sweep(args, parser) -> int:
@@ -344,7 +351,7 @@ def sweep(args, parser) -> int:
 
     points = parse_grid(args.grid, parser)
     parse_slos(args.slo)  # bad --slo: an error now, not a thousand error rows
-    check_fixed_options(args, {k for p in points for k in p}, "sweep")
+    check_fixed_options(args, {k: [p[k] for p in points if k in p] for p in points for k in p}, "sweep")
     prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
     print(trace.summary)

@@ -301,3 +301,12 @@ def test_trace_synth_refuses_an_empty_name(tmp_path):
                                  "--name", name, "--out", tmp_path / "t.jsonl"))
         assert line.endswith(f"argument --name: expected a non-empty name, got {name!r}")
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_swept_cost_model_that_cannot_be_read_is_refused_before_any_work(tmp_path):
+    """--grid cost_model=BAD made one error row per configuration with it, after the others had run; now one error
+    line naming the grid value, and nothing written."""
+    line = one_error(pagesim("sweep", azure_csv(tmp_path / "conv.csv"), "--grid", f"cost_model=roofline,{tmp_path / 'no.json'}",
+                             "--out", tmp_path / "s"))
+    assert line.startswith(f"error: --grid cost_model={tmp_path / 'no.json'}: cost model ") and "no such file" in line
+    assert not (tmp_path / "s").exists()
