@@ -50,6 +50,7 @@ from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
 from pagesim.metrics import percentiles, summarize_run
+from pagesim.options import non_negative_int
 from pagesim.outputs import git_commit, prepare_output_dir
 from pagesim.progress import counted
 from pagesim.recorder import FEATURE_COLUMNS
@@ -586,7 +587,7 @@ def register(sub) -> None:
                    help="another live recording of the same window (same requests and options): its request-level "
                         "figures are reported beside the run's, with the simulation errors no larger than the two "
                         "recordings' distance marked (validation.json's live_repeatability)")
-    p.add_argument("--ensemble", type=int, default=0, metavar="N",
+    p.add_argument("--ensemble", type=non_negative_int, default=0, metavar="N",
                    help="also run N free simulations with jittered step times (step by step) and report their median "
                         "and p5-p95 band for each request-level figure (validation.json's request_level_ensemble); "
                         "default 0: none")
