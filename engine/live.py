@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.config import Config
-from pagesim.cost.features import StepFeatures, shared_decode_tokens, shared_prefill_tokens
+from pagesim.cost.features import StepFeatures, shared_tokens
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.metrics import prefix_cache_kwargs, summarize
@@ -237,7 +237,7 @@ def live(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from pagesim.errors import UserError
+    from pagesim.errors import UserError, not_a_file
     from pagesim.replay import config_from_args, trace_from_args, write_run_dir
     from pagesim.traces import trace_from_frame, write_trace
 
@@ -254,10 +254,9 @@ def live(args) -> int:
     if args.profile:  # a bad file: an error now, not after the model is loaded
         from pagesim.cost.profile import ProfileCostModel
 
-        src = Path(args.profile)
-        if not src.is_file():
-            found = "a directory" if src.is_dir() else "a device or pipe" if src.exists() else "no such file"
-            raise UserError(f"--profile {src}: {found}; expected a profile JSON from `python -m pagesim calibrate`")
+        found = not_a_file(args.profile)
+        if found:
+            raise UserError(f"--profile {args.profile}: {found}; expected a profile JSON from `python -m pagesim calibrate`")
         ProfileCostModel.from_json(args.profile)
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
@@ -306,7 +305,6 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
     import shutil
 
     from engine.kernels.swap import measure_swap_bandwidth
-    from pagesim.errors import UserError
 
     target = out_dir / "profile.json"
     if getattr(args, "calibrate", False):
@@ -326,12 +324,9 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
                       "live --calibrate", mixed_graph_token_sizes=tuple(sorted(executor.mixed_graphs)), phases=phases)
         return {"path": target.name, "source": "live --calibrate", "calibration_s": time.perf_counter() - t0,
                 "calibration_workloads": len(workloads), "calibration_phases": phases}
-    if getattr(args, "profile", None):
-        src = Path(args.profile)
-        if not src.is_file():
-            raise UserError(f"--profile {src}: no such file; expected a profile JSON from `python -m pagesim calibrate`")
-        shutil.copyfile(src, target)
-        return {"path": target.name, "source": str(src)}
+    if getattr(args, "profile", None):  # read and checked by live() before the model was loaded
+        shutil.copyfile(args.profile, target)
+        return {"path": target.name, "source": str(args.profile)}
     return None
 
 
@@ -680,10 +675,9 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     steps["duration_s"] -= steps["step"].map(rested).fillna(0.0)
     readings.add_to(steps)  # as in a live run's steps
     steps["started_unix"] = clock.started_unix
-    shared = {step: shared_decode_tokens(d, bs) for step, (d, _) in tables.items()}
-    steps["decode_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
-    shared = {step: shared_prefill_tokens(p, d, bs) for step, (d, p) in tables.items()}
-    steps["prefill_shared_tokens"] = steps["step"].map(shared).fillna(0).astype(np.int64)
+    shared = {step: shared_tokens(d, p, bs) for step, (d, p) in tables.items()}
+    for i, col in enumerate(("decode_shared_tokens", "prefill_shared_tokens")):
+        steps[col] = steps["step"].map({k: v[i] for k, v in shared.items()}).fillna(0).astype(np.int64)
     for i, col in enumerate(WALK_COLUMNS):
         steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
     steps = steps.iloc[:-1]  # the last step has no successor to stitch to
@@ -772,7 +766,7 @@ def calibrate(args) -> int:
     config and workloads from the profile already at --out (replacing it takes --force, as every --out),
     so the committed profile is reproducible.
     """
-    from pagesim.errors import UserError
+    from pagesim.errors import UserError, not_a_file
 
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
     command = "python -m pagesim " + " ".join(args.argv)
@@ -792,8 +786,8 @@ def calibrate(args) -> int:
         rows_path = Path(args.refit)
         if rows_path.resolve() == out.resolve():
             raise UserError(f"--out {args.out} is the --refit rows file itself; --out names the profile JSON to write")
-        if not rows_path.is_file():
-            found = ("a directory" if rows_path.is_dir() else "a device or pipe" if rows_path.exists() else "no such file")
+        found = not_a_file(rows_path)
+        if found:
             raise UserError(f"--refit {rows_path}: {found}; expected the *.steps.csv.gz a calibration saved")
         try:
             rows = pd.read_csv(rows_path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class UserError(Exception):
     """An error caused by the user's input or configuration.
@@ -30,3 +32,12 @@ class _Names(dict):
 
     def __missing__(self, name: str) -> str:
         return self.show(name)
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """None for a regular file; else what is there, for a message: 'no such file', 'a directory' or 'a device or
+    pipe' (which would be read forever)."""
+    p = Path(path)
+    if p.is_file():
+        return None
+    return "a directory" if p.is_dir() else "a device or pipe" if p.exists() else "no such file"

@@ -351,7 +351,7 @@ def sweep(args, parser) -> int:
 
     points = parse_grid(args.grid, parser)
     parse_slos(args.slo)  # bad --slo: an error now, not a thousand error rows
-    check_fixed_options(args, {k: [p[k] for p in points if k in p] for p in points for k in p}, "sweep")
+    check_fixed_options(args, {k: [p[k] for p in points] for k in points[0]} if points else {}, "sweep")  # a product
     prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
     print(trace.summary)

@@ -947,11 +947,12 @@ def test_prefill_reads_of_blocks_another_row_reads_are_counted_and_priced_apart(
     """prefill_shared_tokens: a prefill chunk's references to full blocks that a decode row or an earlier chunk of
     the step also holds. Graph mixed steps price them at mixed_graph_prefill_shared and the chunks' other K/V reads at
     mixed_graph_prefill_context; a profile without the first (fitted before it) prices every read at the second."""
-    from pagesim.cost.features import shared_prefill_tokens
+    from pagesim.cost.features import shared_tokens
 
-    assert shared_prefill_tokens([[1, 2, 9], [1, 2, 10]], [[1, 2, 3]], 16) == (2 + 2) * 16
-    assert shared_prefill_tokens([[1, 2, 9], [1, 2, 9]], [], 16) == 3 * 16  # the second chunk re-reads all three
-    assert shared_prefill_tokens([[4, 5]], [[1, 2, 3]], 16) == 0
+    assert shared_tokens([[1, 2, 3]], [[1, 2, 9], [1, 2, 10]], 16)[1] == (2 + 2) * 16
+    assert shared_tokens([], [[1, 2, 9], [1, 2, 9]], 16)[1] == 3 * 16  # the second chunk re-reads all three
+    assert shared_tokens([[1, 2, 3]], [[4, 5]], 16)[1] == 0
+    assert shared_tokens([[1, 2, 3], [1, 2, 4]], [[1, 9]], 16) == (2 * 16, 16)  # both counts in one pass
     truth = {**TRUTH, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
     kw = dict(graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
     known = ProfileCostModel("llama-3-8b", "h200", truth, TRUTH_KNEE, **kw)

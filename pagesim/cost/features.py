@@ -108,12 +108,11 @@ class StepFeatures:
                     longest = top
                 if block_size:
                     prefills.append(s.request.block_ids)
+        shared = shared_tokens(decodes, prefills, block_size) if decodes or prefills else (0, 0)
         return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx, d_max,
                    len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy),
                    len(plan.blocks_to_load), len(plan.blocks_to_store),
-                   shared_decode_tokens(decodes, block_size) if decodes else 0, walks, longest,
-                   plan.steps_since_prefill, plan.last_prefill_tokens,
-                   shared_prefill_tokens(prefills, decodes, block_size) if prefills else 0)
+                   shared[0], walks, longest, plan.steps_since_prefill, plan.last_prefill_tokens, shared[1])
 
 
 # The engine's prefill tile (engine.kernels.prefill.PrefillConfig: block_m query rows by block_n keys, both this
@@ -131,33 +130,30 @@ def prefill_walks(c: int, q: int) -> tuple[int, int]:
     return (n - 1) * base + n * (n - 1) // 2 + longest, longest
 
 
-def shared_decode_tokens(block_tables, block_size: int) -> int:
-    """Tokens of the tables' blocks that an earlier table of the list also holds (block_size per repeated
-    reference): with decoding requests' block tables, the reads that hit a block another row reads too.
+def shared_tokens(decode_tables, prefill_tables, block_size: int) -> tuple[int, int]:
+    """(decode_shared_tokens, prefill_shared_tokens) of a step's block tables, in one pass: block_size per reference
+    to a block an earlier table already holds, the decode rows' tables first (a decode row's read of a block another
+    decode row reads too), then the prefill chunks' (a read a decode row or an earlier chunk makes too).
 
-    A decoding request reads all its blocks (num_computed_tokens + 1 tokens fill them); blocks are
-    shared only when full (prefix-cache hits, forked samples), so each repeat is a whole block.
+    A decoding request reads all its blocks (num_computed_tokens + 1 tokens fill them); blocks are shared only when
+    full (prefix-cache hits, forked samples, recomputes), so each repeat is a whole block.
     """
     seen: set[int] = set()
     total = 0
-    for ids in block_tables:
+    for ids in decode_tables:
         total += len(ids)
         seen.update(ids)
-    return (total - len(seen)) * block_size
-
-
-def shared_prefill_tokens(prefill_tables, decode_tables, block_size: int) -> int:
-    """Tokens of the prefill chunks' tables' blocks that a decode table or an earlier prefill table of the step also
-    holds (block_size per such reference): the prefill reads another row of the step makes too (shared blocks are
-    full, so each is a whole block)."""
-    seen: set[int] = set()
-    for ids in decode_tables:
-        seen.update(ids)
-    total = 0
+    decode = (total - len(seen)) * block_size
+    repeats = 0
     for ids in prefill_tables:
-        total += sum(1 for b in ids if b in seen)
+        repeats += sum(1 for b in ids if b in seen)
         seen.update(ids)
-    return total * block_size
+    return decode, repeats * block_size
+
+
+def shared_decode_tokens(block_tables, block_size: int) -> int:
+    """decode_shared_tokens of decoding requests' block tables (shared_tokens without prefill chunks)."""
+    return shared_tokens(block_tables, (), block_size)[0]
 
 
 def steps_since_prefill(step_ids, prefill_tokens, anchors=None, anchor_tokens: int = 0

@@ -138,7 +138,7 @@ from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.decode_split import num_decode_splits
 from pagesim.cost.features import StepFeatures, steps_since_prefill
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
-from pagesim.errors import UserError
+from pagesim.errors import UserError, not_a_file
 from pagesim.specs import get_gpu, get_model
 
 if TYPE_CHECKING:
@@ -541,8 +541,8 @@ class ProfileCostModel:
     @classmethod
     def from_json(cls, path: str | Path, block_size: int = 16) -> "ProfileCostModel":
         p = Path(path)
-        if not p.is_file():  # a device or a pipe would be read forever
-            found = "a directory" if p.is_dir() else "a device or pipe" if p.exists() else "no such file"
+        found = not_a_file(p)
+        if found:
             raise UserError(f"cost model {str(path)!r}: {found}; expected 'roofline' or a profile JSON "
                             "(written by ProfileCostModel.to_json)") from None
         try:
