@@ -22,7 +22,7 @@ from __future__ import annotations
 from array import array
 from hashlib import blake2b
 
-from pagesim.request import Request
+from pagesim.request import Request, in_arrival_order
 
 BlockHash = bytes
 ROOT_HASH: BlockHash = bytes(16)  # the parent of a request's first block
@@ -62,7 +62,7 @@ def ideal_prefix_cache_hit_rate(requests: list[Request], block_size: int) -> flo
     """
     seen: set[BlockHash] = set()
     prompt_tokens = hit_tokens = 0
-    for r in sorted(requests, key=lambda r: (r.arrival_time, r.seq_no)):
+    for r in in_arrival_order(requests):
         full = r.prompt_len // block_size
         hashes = request_block_hashes(r, full, block_size)[:full]
         hits = 0

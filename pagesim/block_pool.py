@@ -26,6 +26,9 @@ The kv manager works on block ids (`take`, `free_ids`, `touch_ids`); the
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import repeat
+
+from pagesim.utils import paused_gc
 
 # Block event kinds, consumed by recorders.
 ALLOCATED, FREED, STORED, REMOVED = "allocated", "freed", "stored", "removed"
@@ -58,7 +61,7 @@ class BlockPool:
 
     def __init__(self, num_blocks: int, record_events: bool = False):
         self.num_blocks = num_blocks
-        self.blocks = [Block(i, self) for i in range(num_blocks)]
+        self._blocks: list[Block] | None = None  # the views by id, made on first use (`blocks`)
         self.block_hashes: list[bytes | None] = [None] * num_blocks
         # Block 0 is vLLM's null block (vllm/v1/core/block_pool.py BlockPool.__init__): never allocated,
         # so `num_blocks` blocks hold num_blocks - 1 blocks of KV. Front of the queue = end of the stack.
@@ -73,6 +76,16 @@ class BlockPool:
         self.events: list[tuple] | None = [] if record_events else None
 
     # ---- queries -----------------------------------------------------------
+    @property
+    def blocks(self) -> list[Block]:
+        """A view of each block, by id. Made on first use (a replay without prefix caching never asks), with the
+        cyclic collector paused: an H200 pool's ~57k new tracked objects would otherwise trigger collections
+        that rescan everything alive."""
+        if self._blocks is None:
+            with paused_gc():
+                self._blocks = list(map(Block, range(self.num_blocks), repeat(self, self.num_blocks)))
+        return self._blocks
+
     @property
     def num_free_blocks(self) -> int:
         return len(self._free_uncached) + len(self._free_cached)

@@ -37,7 +37,7 @@ from pagesim.config import Config
 from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import SchedulerStuck, SimClock, drive
 from pagesim.metrics import summarize_run
-from pagesim.request import Request, requests_from_trace
+from pagesim.request import Request, in_arrival_order, requests_from_trace
 from pagesim.scheduler import Scheduler
 from pagesim.simulator import RunResult, Simulation
 from pagesim.utils import paused_gc
@@ -98,7 +98,7 @@ class ClusterSimulation:
         if router not in ROUTE:
             raise ValueError(f"unknown router {router!r}; expected one of {ROUTERS}")
         self.env = simpy.Environment()
-        self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
+        self.requests = in_arrival_order(requests)
         self.config = config
         self.router = router
         self.fast_path = cost_model if fast_path else None

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generator
 
-from pagesim.request import Request
+from pagesim.request import Request, in_arrival_order
 from pagesim.scheduler import Scheduler, StepOutcome, StepPlan
 
 INF = float("inf")
@@ -110,7 +110,7 @@ class Arrivals:
 
     @classmethod
     def at_arrival_times(cls, requests: list[Request], **kw) -> "Arrivals":
-        ordered = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
+        ordered = in_arrival_order(requests)
         return cls([(r.arrival_time, r) for r in ordered], **kw)
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 
 from pagesim.utils import paused_gc
 
@@ -97,6 +98,14 @@ class Request:
                     return b"H", hashes[lo : hi + 1]
             return b"R", (self.seq_no, index)
         return b"S", (self.seq_no, index, self.sample_index)
+
+
+ARRIVAL_ORDER = attrgetter("arrival_time", "seq_no")  # the sort key of arrival order: by time, then trace row
+
+
+def in_arrival_order(requests) -> list[Request]:
+    """The requests sorted by arrival time, trace order among equal times."""
+    return sorted(requests, key=ARRIVAL_ORDER)
 
 
 def requests_from_trace(trace) -> list[Request]:

@@ -27,7 +27,7 @@ from pagesim.cost.features import StepFeatures
 from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import Arrivals, Hooks, SchedulerStuck, VirtualClock, drive, run
 from pagesim.recorder import BlockSnapshot, Recorder
-from pagesim.request import Request, requests_from_trace
+from pagesim.request import Request, in_arrival_order, requests_from_trace
 from pagesim.scheduler import Scheduler
 from pagesim.utils import paused_gc
 
@@ -71,7 +71,7 @@ class Simulation:
         """steps_sink: where the step table goes in chunks as it is recorded (results.StepsWriter.sink);
         the result's `steps` is then None. Without it the steps are kept (compactly) and returned.
         on_release(request, now, step_id): told of each request's release (loop.Arrivals)."""
-        self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.seq_no))
+        self.requests = in_arrival_order(requests)
         self.config = config
         self.cost_model = cost_model
         self.fast_path = fast_path
