@@ -449,11 +449,26 @@ def test_a_run_continued_through_finishes_equals_step_by_step(workload):
 
 
 def test_continued_runs_were_exercised():
-    """The examples above went on through finishes often, with prefix caching and in the contiguous layout too."""
+    """The examples above went on through finishes often, and with prefix caching too. (In 25 sessions of 150
+    examples: 69-108 went on, 23-77 of them with caching; in the contiguous layout, a quarter of the examples, 4-34,
+    too few to require a count of: the next test covers it on fixed workloads.)"""
     if CONTINUED["examples"] < 50:
         pytest.skip("the property test did not run in this session")
     assert CONTINUED["went on"] > CONTINUED["examples"] // 4, CONTINUED
-    assert CONTINUED["went on, caching"] > 5 and CONTINUED["went on, contiguous"] > 5, CONTINUED
+    assert CONTINUED["went on, caching"] > 5, CONTINUED
+
+
+@pytest.mark.parametrize("policy", ["max", "pow2", "oracle"])
+def test_runs_go_on_through_finishes_in_the_contiguous_layout(policy):
+    """Every bundled trace (first 200 requests) in the contiguous layout, roomy (a finish under memory pressure lets
+    the queue's head in, which ends the run): runs go on through finishes, and all equals step-by-step simulation."""
+    config = Config(model="llama-3-8b", gpu="h200", max_model_len=8192, kv_layout="contiguous", reserve_policy=policy)
+    went_on = {}
+    for path in TRACES:
+        trace = load_trace(path, limit=200)
+        counts = assert_fast_equals_step_by_step(config, lambda: requests_from_trace(trace), snapshot_times=(5.0, 20.0))
+        went_on[path.stem] = counts["parts"] - counts["runs"]
+    assert sum(went_on.values()) > 100, went_on
 
 
 def test_runs_go_on_through_finishes_of_cached_blocks_under_pressure():
