@@ -30,24 +30,24 @@ from sim_speed import AZURE_CONV, ROOT, git_rev, with_tree  # noqa: E402 (bench/
 
 from pagesim.outputs import check_output_file  # noqa: E402
 
-WORKER = ROOT / "bench/sim_instructions_worker.py"
+WORKER = ROOT / "bench/sim_speed_worker.py"  # with --stop: the process ends after the requests are made, or the simulation
 QUIET = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}  # no thread, no seed varies
 
 
-def instructions(tree: Path, mode: str) -> int:
-    """Instructions of one worker process (`mode`: setup or replay) with `tree` first on PYTHONPATH."""
+def instructions(tree: Path, stop: str) -> int:
+    """Instructions of one worker process (`stop`: setup or sim) with `tree` first on PYTHONPATH."""
     env = dict(os.environ, PYTHONPATH=with_tree(tree), TQDM_DISABLE="1", **QUIET)
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-           sys.executable, str(WORKER), str(AZURE_CONV), mode]
+           sys.executable, str(WORKER), str(AZURE_CONV), "--out", "unused", "--stop", stop]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if done.returncode != 0 or found is None:
-        raise SystemExit(f"the {mode} process in {tree} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        raise SystemExit(f"the --stop {stop} process in {tree} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return int(found.group(1).replace(",", ""))
 
 
 def count(tree: Path) -> dict:
-    setup, replay = instructions(tree, "setup"), instructions(tree, "replay")
+    setup, replay = instructions(tree, "setup"), instructions(tree, "sim")
     return {"setup": setup, "replay": replay, "simulation": replay - setup}
 
 

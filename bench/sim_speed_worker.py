@@ -1,12 +1,14 @@
 """One timed replay in a fresh process, for bench/sim_speed.py: run with the tree to time on PYTHONPATH.
 
-    python bench/sim_speed_worker.py TRACE OUT_DIR [replay options...]  -> one JSON line on stdout
+    python bench/sim_speed_worker.py TRACE --out OUT_DIR [replay options...]  -> one JSON line on stdout
 
 Uses only calls both the current tree and commit 9708ab1 have: load_trace, config_from_args (replay's
 options), make_cost_model, Simulation(...).run(), summarize_run, write_run_dir. Simulation excludes
 loading the trace and writing the results, which are timed separately. No progress bar. With
 --stream (this tree only), replay's streaming path: steps written while simulating, included in sim_s.
 Also times reading steps.parquet back (plain pandas, and with the derived columns).
+With --stop setup|sim, the process ends after the requests are made or after the first run's simulation,
+writing and printing nothing (bench/sim_instructions.py counts the two processes' instructions).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     add_run_options(p)
     p.add_argument("--stream", action="store_true", help="replay's streaming path (steps written as they come)")
+    p.add_argument("--stop", choices=["setup", "sim"], help="end the process after the requests are made (setup) or "
+                   "after the first run's simulation (sim), writing and printing nothing: bench/sim_instructions.py")
     args = p.parse_args(sys.argv[1:])
     t = time.perf_counter()
     trace = trace_from_args(args)
@@ -52,6 +56,10 @@ def main() -> int:
         cost = make_cost_model(args.cost_model, cfg)
         requests = requests_from_trace(trace)
         gc.collect()
+        if args.stop is not None:
+            if args.stop == "sim":
+                Simulation(requests, cfg, cost).run()
+            return 0
         t, cpu = time.perf_counter(), time.process_time()
         result = Simulation(requests, cfg, cost).run()
         sim_s, cpu = time.perf_counter() - t, time.process_time() - cpu

@@ -316,28 +316,23 @@ class PagedKVCacheManager:
             for period in range(bs, k, bs):
                 steps += [j for room, _, _ in rooms if (j := room + period) < k]
         pool = self.pool
-        # which blocks held a cached prefix (none can without caching, nor with none of them free)
-        evicted = [] if self.enable_caching and pool.num_free_cached else None
+        evicted = [] if pool.num_free_cached else None  # which blocks held a cached prefix (none can without)
         taken = pool.take(len(steps), evicted)
         internal_steps, slots = [], []
         for i, (room, _, r) in enumerate(rooms):
             ids = r.block_ids
-            # slots past the final length (internal_slots, inlined): only the request's last block reaches past
-            # it, and the table reached no further than the final length before it grew (allocate_slots); its
-            # last block, index len(ids) - 1, was taken in the step its room reached it
+            held = len(ids)
             if k > room + bs:
-                held = len(ids)
                 ids += taken[i::m]
-                over = len(ids) * bs - r.prompt_len - r.output_len + 1
-                if over > 0:
-                    internal_steps.append(room + (len(ids) - 1 - held) * bs)
-                    slots.append(over)
             else:
                 ids.append(taken[i])
-                over = len(ids) * bs - r.prompt_len - r.output_len + 1
-                if over > 0:
-                    internal_steps.append(room)
-                    slots.append(over)
+            # slots past the final length (internal_slots, inlined: a call per request and run was ~1.5% of a
+            # replay): only the request's last block reaches past it, and the table reached no further than the
+            # final length before it grew (allocate_slots)
+            over = len(ids) * bs - r.prompt_len - r.output_len + 1
+            if over > 0:  # its last block, index len(ids) - 1, taken in the step its room reached it
+                internal_steps.append(room + (len(ids) - 1 - held) * bs)
+                slots.append(over)
         if slots:
             self.num_internal_slots += sum(slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if evicted and True in evicted else []
@@ -353,11 +348,9 @@ class PagedKVCacheManager:
         taken = self.pool.take(len(requests), evicted)
         internal_steps, slots = [], []
         for j, r, block in zip(steps, requests, taken):
-            ids = r.block_ids
-            ids.append(block)
-            # internal_slots, inlined: > 0 only for the request's last block (none before it grew)
-            over = len(ids) * bs - r.prompt_len - r.output_len + 1
-            if over > 0:
+            r.block_ids.append(block)
+            over = internal_slots(r, bs)  # > 0 only for the request's last block (none before it grew)
+            if over:
                 internal_steps.append(j)
                 slots.append(over)
         if slots:
@@ -384,12 +377,8 @@ class PagedKVCacheManager:
             if todo:
                 internal = 0
                 for r, block in zip(todo, self.pool.take(len(todo))):
-                    ids = r.block_ids
-                    ids.append(block)
-                    # internal_slots, inlined: none before it grew (see allocate_slots)
-                    over = len(ids) * bs - r.prompt_len - r.output_len + 1
-                    if over > 0:
-                        internal += over
+                    r.block_ids.append(block)
+                    internal += internal_slots(r, bs)  # none before it grew (see allocate_slots)
                 self.num_internal_slots += internal
             return True
         if need > self.pool.num_free_blocks:
