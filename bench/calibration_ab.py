@@ -1,7 +1,7 @@
 """Did advancing the calibration's context-building steps change the steps it still times? (issue #13, round 9)
 
 Compares two calibrations of the same workloads made one after the other in one device call: TIMED with every
-step timed (engine.live.ADVANCE_TOKENS out of reach, as before round 9) and ADVANCED as `calibrate` runs now
+step timed (engine.calibration.ADVANCE_TOKENS out of reach, as before round 9) and ADVANCED as `calibrate` runs now
 (`bash bench/h200_round9.sh OUT ab`). Rows are paired by (workload, step): the plans are the same, so every row
 ADVANCED kept is in TIMED. For each step kind, the median duration ratio ADVANCED / TIMED of the rows in workloads
 with advanced steps, against rows in workloads without any (the run-to-run drift of the two calibrations), and of

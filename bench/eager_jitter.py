@@ -2,7 +2,7 @@
 
 The calibrations of round 13 timed the same eager mixed step (a prompt of 1.1k-6k tokens beside 4 or 24 decode rows)
 twice in each `eager-*` workload and got up to 25% apart (1,274 tokens: 36.7 and 29.6 ms); live runs price such
-steps 5-30% low. This bench runs those workloads (engine.live.calibration_workloads, through the live loop as
+steps 5-30% low. This bench runs those workloads (engine.calibration.calibration_workloads, through the live loop as
 `calibrate` does) REPEATS times on one executor after the usual warm-up and records, for every step the executor runs
 eagerly (no decode graph, more tokens than the largest mixed-step bucket): its wall time (execute()), its device span (CUDA
 events around the step's device work), the caching allocator's device mallocs and frees and its alloc retries
@@ -38,7 +38,8 @@ import time
 
 import torch
 
-from engine.live import calibration_workloads, environment, make_executor, run_calibration, warm_up
+from engine.calibration import calibration_workloads, run_calibration
+from engine.live import environment, make_executor, warm_up
 from pagesim.config import Config
 from pagesim.cost.profile import runs_mixed_graph
 from pagesim.outputs import check_output_file
@@ -83,7 +84,8 @@ class Probe:
 
 def sweep_groups(n: int) -> list[tuple[int, ...]]:
     """A calibration-style workload: 4 sequences of 512 tokens decoding, and prompts of 1,090 + 7 i tokens (i < n)
-    released one at a time every third step, each length twice in a row (engine.live.calibration_workloads' format)."""
+    released one at a time every third step, each length twice in a row (engine.calibration.calibration_workloads'
+    format)."""
     prompts = [1090 + 7 * (i // 2) for i in range(2 * n)]
     first = 3
     return [(4, 512, 3 * len(prompts) + 12)] + [(1, p, 2, first + 3 * i) for i, p in enumerate(prompts)]

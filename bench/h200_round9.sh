@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13, round 9: the calibration with context-building steps advanced (engine.live.ContextBuilding) and the
+# Issue 13, round 9: the calibration with context-building steps advanced (engine.calibration.ContextBuilding) and the
 # k-shot-like shared workloads, timed on the H200, then the windows whose misses they address, each against the
 # profile calibrated in the same call: kshot (bf16 calibrate), fp8-kshot (fp8 calibrate), longdoc-a (live --calibrate
 # of Llama-3.1-8B at 32k). Validate each run on any CPU afterwards (python -m pagesim validate RESULTS/live/RUN).
@@ -14,8 +14,8 @@ source "$(dirname "$0")/h200_lib.sh"
 live_call
 if [ "${2:-}" = ab ]; then
   BUDGET=160 run calibrate --model llama-3-8b --gpu h200 --out "$R/profiles/ab-advanced.json"; pack
-  timeout 200 python3 -c "import sys, engine.live as live; from pagesim.cli import main
-live.ADVANCE_TOKENS = 10**9  # every step timed, as before round 9
+  timeout 200 python3 -c "import sys, engine.calibration as calibration; from pagesim.cli import main
+calibration.ADVANCE_TOKENS = 10**9  # every step timed, as before round 9
 sys.exit(main(sys.argv[1:]))" calibrate --model llama-3-8b --gpu h200 --out "$R/profiles/ab-timed.json" 2>&1 | tail -3
   for f in ab-advanced ab-timed; do profile_summary "$R/profiles/$f.json"; done; pack
   exit 0

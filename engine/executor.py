@@ -356,9 +356,10 @@ class GPUExecutor:
 
     def advance(self, plan) -> float:
         """Take the plan's step without computing it; returns its wall duration. For calibration steps that only
-        build context (engine.live.run_calibration): the step's new tokens keep the K/V the cache holds (the first
-        call fills the whole cache with noise of the computed values' size, once, so nothing reads unwritten memory)
-        and each request that samples gets its last token again, so the requests go on exactly as computed ones."""
+        build context (engine.calibration.run_calibration): the step's new tokens keep the K/V the cache holds (the
+        first call fills the whole cache with noise of the computed values' size, once, so nothing reads unwritten
+        memory) and each request that samples gets its last token again, so the requests go on exactly as computed
+        ones."""
         t0 = time.perf_counter()
         if not self._noise_filled:
             self._noise_filled = True

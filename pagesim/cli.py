@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pagesim", description="pagesim: see and measure how LLM-serving engines manage KV-cache memory."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    from engine import live
+    from engine import calibration, live
     from pagesim import plan, replay, sweep, validate
     from pagesim.parity import cli as parity_cli
     from pagesim.traces import cli as trace_cli
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(sub)
     trace_cli.register(sub)
     live.register(sub)
+    calibration.register(sub)
     validate.register(sub)
     sweep.register(sub)
     plan.register(sub)

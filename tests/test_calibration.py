@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.live import (ADVANCE_TOKENS, DECODE_STEPS_PER_SIZE, STEADY_DECODE_STEPS, TIMED_LARGE_STEPS, TIMED_WHOLE, NoTime,
-                         calibration_peak_blocks, calibration_workloads, run_calibration)
+from engine.calibration import (ADVANCE_TOKENS, DECODE_STEPS_PER_SIZE, STEADY_DECODE_STEPS, TIMED_LARGE_STEPS,
+                                TIMED_WHOLE, NoTime, calibration_peak_blocks, calibration_workloads, run_calibration)
 from pagesim.config import Config
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
 
@@ -44,10 +44,10 @@ def test_advancing_context_building_steps_changes_no_timed_step(workloads, name,
     """With every step timed, the same workload plans the same steps: the rows kept are those steps, unchanged, and
     the ones left out are large prefills after the first TIMED_LARGE_STEPS (none in the families timed whole).
     Every sequence is prefilled once: the workload's prompt tokens, no more."""
-    import engine.live as live
+    import engine.calibration as calibration
 
     rows = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
-    monkeypatch.setattr(live, "ADVANCE_TOKENS", 10**9)
+    monkeypatch.setattr(calibration, "ADVANCE_TOKENS", 10**9)
     every = run_calibration(NoTime(), CONFIG, workloads=[(name, workloads[name])])
     assert every["num_prefill_tokens"].sum() == sum(g[0] * g[1] for g in workloads[name])
     kept = every[every["step"].isin(rows["step"])]
@@ -101,7 +101,7 @@ def test_calibration_peaks_are_the_blocks_the_workloads_need():
     one block above its peak it makes the steps it makes in an unlimited one, in one 10% below they change. With the
     buckets up to 4096 tokens, their workloads' tokens would need more than 4,096 blocks at once, yet they fit such a
     cache."""
-    from engine.live import calibration_workloads_that_fit
+    from engine.calibration import calibration_workloads_that_fit
 
     peaks = calibration_peak_blocks("llama-3-8b", 16, 8192, 256, 8192)
     name = "buckets-b4-c512"
@@ -124,7 +124,7 @@ def test_calibration_peaks_are_the_blocks_the_workloads_need():
 def test_live_calibrate_warns_when_the_cache_leaves_workloads_out():
     """With 4,096 blocks more than half the workloads fit, so `live --calibrate` goes ahead, and says which share
     its profile was fitted without (printed once, recorded in summary.json by `live`)."""
-    from engine.live import calibration_warnings, calibration_workloads_that_fit
+    from engine.calibration import calibration_warnings, calibration_workloads_that_fit
 
     every = calibration_workloads(8192)
     small = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=4096)
@@ -224,8 +224,9 @@ def test_prefix_workloads_time_bucket_sized_chunks_after_a_cached_prefix(workloa
 def test_calibration_rows_keep_the_prefill_walks_and_a_refit_replays_them(workloads):
     """The rows carry the prefill programs' walks (not recorded columns); rows saved without them get them back
     from a replay of their workloads, and a row that does not meet its replayed step is refused."""
-    from engine.live import WALK_COLUMNS, with_replayed_walks
+    from engine.calibration import with_replayed_walks
     from pagesim.cost.features import prefill_walks
+    from pagesim.cost.profile import WALK_COLUMNS
     from pagesim.errors import UserError
 
     names = ["prefix-b4-c512-p2048", "eager-b4-c512", "skew-b31-s1024-l2048"]  # the last has advanced steps
@@ -265,12 +266,12 @@ def test_multi_workloads_time_graph_mixed_steps_of_several_prefill_sequences(wor
 def test_calibration_ab_pairs_the_kept_rows_with_their_timed_steps(workloads, monkeypatch, tmp_path):
     """bench/calibration_ab.py: every row the advancing calibration kept is paired with the same step timed, and the
     rows right after an advanced step are told apart (the bench's A/B of round 9)."""
-    import engine.live as live
+    import engine.calibration as calibration
     from bench.calibration_ab import main
 
     pick = [(n, workloads[n]) for n in ("decode-c1024", "shared-b16-p1536-c512-g4")]
     advanced = run_calibration(NoTime(), CONFIG, workloads=pick)
-    monkeypatch.setattr(live, "ADVANCE_TOKENS", 10**9)
+    monkeypatch.setattr(calibration, "ADVANCE_TOKENS", 10**9)
     timed = run_calibration(NoTime(), CONFIG, workloads=pick)
     advanced.to_csv(tmp_path / "a.csv", index=False)
     timed.to_csv(tmp_path / "t.csv", index=False)
@@ -357,7 +358,8 @@ def test_a_calibration_records_its_phases_and_the_commands_wall_time_fit_include
     the profile is written, which is at least the phases' sum."""
     import time
 
-    from engine.live import fit_and_write, process_age_s
+    from engine.calibration import fit_and_write
+    from engine.live import process_age_s
 
     age = process_age_s()
     time.sleep(0.05)

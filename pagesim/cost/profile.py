@@ -88,7 +88,7 @@ least the dearest graph regime's.
   Reads of full blocks that another row of the step reads too (prefill_shared_tokens: k-shot prefixes, recomputes
   after a preemption) have a coefficient of their own, mixed_graph_prefill_shared (served largely from L2, as
   decode_shared_tokens); with one coefficient for both the k-shot windows' graph mixed steps came out 3-7% over
-  their measurement. Calibration rows saved before the column have it replayed (engine.live.with_replayed_walks).
+  their measurement. Calibration rows saved before the column have it replayed (engine.calibration.with_replayed_walks).
 
   A profile without the key prices such steps as eager steps (as before the engine graphed them); one without
   mixed_graph_attn_waves or mixed_graph_prefill_context (fitted before them) prices them without it, and one without
@@ -910,8 +910,9 @@ def _after_prefill_table(ratio: np.ndarray, since: np.ndarray, last_tokens: np.n
 
 def calibration_steps_since_prefill(rows) -> tuple[np.ndarray, np.ndarray]:
     """StepFeatures.steps_since_prefill and last_prefill_tokens of calibration rows (by `workload`, in order of
-    `step`), a step after one not in the rows (advanced untimed: ContextBuilding, always a prefill of engine.live.ADVANCE_TOKENS
-    or more) counting as right after a large prefill; all 0 for rows without `workload` and `step`."""
+    `step`), a step after one not in the rows (advanced untimed: ContextBuilding, always a prefill of
+    engine.calibration.ADVANCE_TOKENS or more) counting as right after a large prefill; all 0 for rows without
+    `workload` and `step`."""
     since, tokens = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
     if "workload" not in rows or "step" not in rows:
         return since, tokens
