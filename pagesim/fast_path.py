@@ -23,7 +23,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from pagesim.cost.features import shared_decode_tokens
+from pagesim.cost.features import shared_tokens
 from pagesim.kv_manager import DecodeBlocks
 from pagesim.request import Request
 from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, decode_deadlines,
@@ -202,7 +202,7 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
         else:
             # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new
             # blocks are its own)
-            shared = (shared_decode_tokens([r.block_ids for r in sched.running], sched.kv.block_size)
+            shared = (shared_tokens([r.block_ids for r in sched.running], (), sched.kv.block_size)[0]
                       if cost_model.prices_sharing else 0)
             after = sched.since_prefill(sched.step_id)  # the run's first step's (StepPlan)
             m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, after, now, cut,

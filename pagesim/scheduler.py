@@ -34,6 +34,7 @@ Same inputs, same decisions: nothing here reads a clock or a random source.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pagesim.config import Config
@@ -71,10 +72,11 @@ class StepPlan:
     swapped_in: list[str] = field(default_factory=list)
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu)
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst), before the forward pass
+    # The lists schedule() sets whole, when there are any, default to an empty tuple (no list made per step).
+    blocks_to_copy: Sequence[tuple[int, int]] = ()  # (src, dst), before the forward pass
     # Host (offload) tier: loads before the forward pass; stores of blocks filled by earlier steps, overlapped with it.
-    blocks_to_load: list[tuple[int, int]] = field(default_factory=list)  # (host, gpu)
-    blocks_to_store: list[tuple[int, int]] = field(default_factory=list)  # (gpu, host)
+    blocks_to_load: Sequence[tuple[int, int]] = ()  # (host, gpu)
+    blocks_to_store: Sequence[tuple[int, int]] = ()  # (gpu, host)
     admitted: list[str] = field(default_factory=list)
     # The fast path's decode group (Scheduler.group_decodes): running requests, before those of `scheduled`,
     # each decoding its next token this step, with no ScheduledRequest of their own; with the sum and the
@@ -85,7 +87,7 @@ class StepPlan:
     decode_group_fewest_left: int = 0  # the fewest output tokens any of them has left (0: not known)
     decode_group_summary: DecodeSummary | None = None  # the decode summary it was taken by (it is all running then)
     # Requests that ended since the last non-empty plan: the executor frees their state (vLLM's finished_req_ids).
-    finished_req_ids: list[str] = field(default_factory=list)
+    finished_req_ids: Sequence[str] = ()
     # Steps since the last step with prefill tokens (1: the step right after it); 0 for a step with prefill tokens
     # or with none before it; and that step's prefill tokens. A decode step runs slower for several steps after a
     # prefill, the more so after a large one (StepFeatures).
@@ -341,7 +343,8 @@ class Scheduler:
         summary = self.decode_summary_now() if self.group_decodes else None
         plan = StepPlan(self.step_id)
         self.step_id += 1
-        plan.blocks_to_copy, self.pending_copies = self.pending_copies, []
+        if self.pending_copies:
+            plan.blocks_to_copy, self.pending_copies = self.pending_copies, []
         budget = cfg.max_num_batched_tokens
         chunked = cfg.enable_chunked_prefill
         scheduled = plan.scheduled
@@ -421,7 +424,8 @@ class Scheduler:
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
 
-        plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
+        if kv.has_pending_transfers():
+            plan.blocks_to_load, plan.blocks_to_store = kv.take_transfers()
         num_decode, num_prefill = len(plan.decode_group), 0
         for s in scheduled:  # one pass: the token counts, and the first scheduling of requests new to a step
             if s.is_decode:

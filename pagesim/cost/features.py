@@ -151,11 +151,6 @@ def shared_tokens(decode_tables, prefill_tables, block_size: int) -> tuple[int, 
     return decode, repeats * block_size
 
 
-def shared_decode_tokens(block_tables, block_size: int) -> int:
-    """decode_shared_tokens of decoding requests' block tables (shared_tokens without prefill chunks)."""
-    return shared_tokens(block_tables, (), block_size)[0]
-
-
 def steps_since_prefill(step_ids, prefill_tokens, anchors=None, anchor_tokens: int = 0
                         ) -> tuple[np.ndarray, np.ndarray]:
     """StepFeatures.steps_since_prefill and last_prefill_tokens of steps in order (their ids and prefill tokens), as
