@@ -67,6 +67,8 @@ class BlockPool:
         # so `num_blocks` blocks hold num_blocks - 1 blocks of KV. Front of the queue = end of the stack.
         self._free_uncached: list[int] = list(range(num_blocks - 1, 0, -1))
         self._free_cached: OrderedDict[int, None] = OrderedDict()  # LRU first
+        # len(_free_uncached) + len(_free_cached), kept as the queue changes (asked ~3 times a simulated step)
+        self.num_free_blocks = len(self._free_uncached)
         self._extra_refs: dict[int, int] = {}  # block id -> ref_cnt - 1, for shared blocks only
         self._num_hashed = 0  # blocks holding a hash
         self._version = 0  # bumped when the uncached part of the queue changes (for _free_set)
@@ -85,10 +87,6 @@ class BlockPool:
             with paused_gc():
                 self._blocks = list(map(Block, range(self.num_blocks), repeat(self, self.num_blocks)))
         return self._blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free_uncached) + len(self._free_cached)
 
     @property
     def num_free_cached(self) -> int:
@@ -162,6 +160,7 @@ class BlockPool:
         if n <= 0:
             return []
         self._version += 1
+        self.num_free_blocks -= n
         events = self.events
         if n <= m:
             out = stack[m - n:]
@@ -211,6 +210,7 @@ class BlockPool:
         for b in block_ids:
             if b in cached:
                 del cached[b]
+                self.num_free_blocks -= 1
             else:
                 extra[b] = extra.get(b, 0) + 1
                 self.num_extra_refs += 1
@@ -231,6 +231,7 @@ class BlockPool:
         if not self._extra_refs and not self._num_hashed and self.events is None:
             self._version += 1
             self._free_uncached.extend(block_ids)  # free_ids' extend(reversed(tail first))
+            self.num_free_blocks += len(block_ids)
             return
         self.free_ids(block_ids[::-1])
 
@@ -242,6 +243,7 @@ class BlockPool:
             if events is not None:
                 events.extend([(FREED, b) for b in block_ids])
             self._free_uncached.extend(reversed(block_ids))
+            self.num_free_blocks += len(block_ids)
             return
         extra, hashes, cached = self._extra_refs, self.block_hashes, self._free_cached
         to_front = []
@@ -262,6 +264,7 @@ class BlockPool:
                 events.append((FREED, b))
         to_front.reverse()
         self._free_uncached.extend(to_front)
+        self.num_free_blocks = len(self._free_uncached) + len(cached)
 
     def cache_block(self, block: Block, block_hash: bytes) -> bool:
         """Register a full block's content hash; False if the block has one already. Two blocks may hold
