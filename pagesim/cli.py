@@ -9,6 +9,7 @@ a UserError prints one `error: ...` line and exits 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pagesim.errors import OptionError, UserError
@@ -70,3 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.command} stopped before it finished", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports it
+    except BrokenPipeError:  # the reader of stdout went away (`... | head`): stop quietly, as a shell tool does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        return 141  # 128 + SIGPIPE

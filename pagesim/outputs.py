@@ -6,6 +6,7 @@ is never thrown away because its --out cannot be written:
     prepare_output_dir(path, force, flag="--out") -> Path    a directory of results (replay, live, sweep, ...)
     prepare_output_file(path, force, flag="--out") -> Path   one file (trace synth, trace convert, calibrate)
     provenance(argv) -> dict                                  what summary.json records about how it was made
+    json_text(obj) -> str                                     strict JSON of a result (summary.json, plan.json)
 
 Both create missing parent directories and raise UserError with one line that
 names the flag and the path. An existing non-empty directory, or an existing
@@ -16,6 +17,8 @@ the directory, replacing files of the same name; nothing else is deleted.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shlex
 import subprocess
@@ -122,3 +125,20 @@ def _git(args: list[str]) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def json_text(obj, indent: int | None = 2) -> str:
+    """Strict JSON (RFC 8259) of a result: NaN and infinity as null (an SLO percentile that falls on a rejected
+    request, counted infinitely slow, is infinite), numpy scalars as Python numbers, tuples as lists."""
+    def clean(o):
+        if isinstance(o, dict):
+            return {k: clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        if hasattr(o, "item") and not isinstance(o, (str, bytes)):  # numpy scalars (arrays are not results here)
+            o = o.item()
+        if isinstance(o, float) and not math.isfinite(o):
+            return None
+        return o
+
+    return json.dumps(clean(obj), indent=indent, allow_nan=False)

@@ -2,7 +2,8 @@
 
 tqdm decides when to redraw (`mininterval`; `miniters=1` so a slow simulation
 still redraws on time). To a non-terminal (a log file, a pipe) it redraws at
-most every `NON_TTY_INTERVAL_S`, so even a long run writes a few hundred lines.
+most every `NON_TTY_INTERVAL_S`, so even a long run writes a few hundred lines, and
+leaves its last state there (a terminal's bar is cleared when it closes).
 `TQDM_DISABLE=1` turns it off (tqdm's own switch).
 """
 
@@ -22,7 +23,7 @@ def sim_progress(span_s: float, desc: str, file=None):
 
     file = sys.stderr if file is None else file
     total = round(span_s, 1)
-    with tqdm(total=total, desc=desc, unit="sim s", leave=False, file=file, miniters=1,
+    with tqdm(total=total, desc=desc, unit="sim s", leave=not _is_terminal(file), file=file, miniters=1,
               mininterval=_mininterval(file)) as bar:
         shown = 0.0
 
@@ -41,9 +42,14 @@ def counted(iterable, total: int, desc: str, unit: str, file=None):
     from tqdm import tqdm
 
     file = sys.stderr if file is None else file
-    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=file, mininterval=_mininterval(file))
+    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=not _is_terminal(file), file=file,
+                mininterval=_mininterval(file))
 
 
 def _mininterval(file) -> float:
     """Seconds between redraws: TTY_INTERVAL_S to a terminal, NON_TTY_INTERVAL_S to anything else."""
-    return TTY_INTERVAL_S if getattr(file, "isatty", lambda: False)() else NON_TTY_INTERVAL_S
+    return TTY_INTERVAL_S if _is_terminal(file) else NON_TTY_INTERVAL_S
+
+
+def _is_terminal(file) -> bool:
+    return getattr(file, "isatty", lambda: False)()

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pagesim.accounting import CATEGORIES
-from pagesim.outputs import git_commit
+from pagesim.outputs import git_commit, json_text
 
 SCHEMA_VERSION = 2  # 1: steps.parquet with every column + requests.csv
 METADATA_KEY = b"pagesim"
@@ -267,9 +267,10 @@ def write_run_files(out: Path, config, trace, results: dict, summary: dict, step
     runs = run_geometry(config, results)
     meta = provenance(config.to_dict(), trace, runs)
     summary = {**summary, "provenance": {k: v for k, v in meta.items() if k != "config"}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    (out / "summary.json").write_text(json_text(summary))
     if not steps_written:
         steps = pd.concat([r.steps.assign(run=name) for name, r in results.items()], ignore_index=True)
+        steps["run"] = pd.Categorical(steps["run"], categories=list(results))  # every run's name, rows or none
         write_steps(out / "steps.parquet", steps, runs, meta)
     reqs = pd.concat([r.requests.assign(run=name) for name, r in results.items()], ignore_index=True)
     table = _table(requests_for_disk(reqs), meta)
@@ -314,7 +315,8 @@ class StepsWriter:
         for c in STEP_DERIVED[1:]:
             if not np.array_equal(df[c].to_numpy(), _derive_step_column(c, df, self.runs)):
                 raise AssertionError(f"run {name}: column {c} does not follow from the others")
-        self.kept[name].append({c: _narrow_copy(df[c].to_numpy()) for c in SUMMARY_STEP_COLUMNS})
+        if name in self.kept:  # (not after its summary_steps: close()'s empty table)
+            self.kept[name].append({c: _narrow_copy(df[c].to_numpy()) for c in SUMMARY_STEP_COLUMNS})
         t, d = df["time_s"].to_numpy(np.float64), df["duration_s"].to_numpy(np.float64)
         df[IDLE] = idle_before(t, d, self.prev_end[name])
         if len(df):
@@ -336,26 +338,32 @@ class StepsWriter:
         return df
 
     def close(self) -> None:
+        """Finish the file; with no step recorded (every request rejected), a table of no rows, with the schema."""
+        if self.writer is None and self.categories:
+            from pagesim.recorder import FLOAT_COLUMNS as STEP_FLOATS, STEP_COLUMNS
+
+            self.write(self.categories[0], {c: np.zeros(0, dtype=np.float64 if c in STEP_FLOATS else np.int64)
+                                            for c in STEP_COLUMNS})
         if self.writer is not None:
             self.writer.close()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+            return
+        # The runs stopped (an error, Ctrl-C): a part of a step table is not a result; take it away.
+        if self.writer is not None:
+            self.writer.close()
+        self.path.unlink(missing_ok=True)
 
 
 def _narrow_copy(v: np.ndarray) -> np.ndarray:
     if v.dtype.kind in "iu" and (not len(v) or (v.min() >= np.iinfo(np.int32).min and v.max() <= np.iinfo(np.int32).max)):
         return v.astype(np.int32)
     return v.copy()
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 # ---- reading -----------------------------------------------------------------------------------

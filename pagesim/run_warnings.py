@@ -28,6 +28,14 @@ def config_warnings(config: Config, trace) -> list[str]:
     if config.policy == "priority" and "priority" not in trace.df.columns:
         out.append("--policy priority, but the trace has no priority field: every request has priority 0, so it "
                    "schedules as fcfs (trace synth --priority-levels K adds one)")
+    limit, df = config.resolved_max_model_len, trace.df
+    cut = (df["prompt_len"] < limit) & (df["prompt_len"] + df["output_len"] > limit)
+    if cut.any():  # (a prompt of limit tokens or more is rejected, with its reason)
+        k, lost = int(cut.sum()), int((df["prompt_len"] + df["output_len"] - limit)[cut].sum())
+        out.append(f"{readable(k)} of {readable(len(df))} requests ({k / len(df):.1%}) have prompt + output beyond "
+                   f"max_model_len {readable(limit)} (--max-model-len): their outputs are cut there, as vLLM cuts "
+                   f"them ({readable(lost)} output tokens fewer than the trace's); requests.parquet's output_len is "
+                   "the cut length")
     window = config.model_spec.max_position_embeddings
     if config.max_model_len is not None and config.max_model_len > window:
         out.append(f"--max-model-len {readable(config.max_model_len)} is larger than {config.model}'s window "
@@ -57,7 +65,9 @@ def result_warnings(run: str, requests: pd.DataFrame) -> list[str]:
         reasons = rejected["reason"].astype(str)
         kinds = reasons.str.replace(r"\d[\d,.]*", "#", regex=True)  # reasons of one kind differ in their figures
         kind = kinds.value_counts().index[0]
-        top = f"; most often ({readable(int((kinds == kind).sum()))}): {reasons[kinds == kind].iloc[0]}"
+        alike = reasons[kinds == kind]
+        example = alike.iloc[0] if alike.nunique() == 1 else f"figures differ by request; the first: {alike.iloc[0]}"
+        top = f"; most often ({readable(len(alike))}): {example}"
     if k == n:
         return [f"{run}: every request ({readable(n)}) was rejected{top}"]
     return [f"{run}: {readable(k)} of {readable(n)} requests ({k / n:.1%}) were rejected{top}"]

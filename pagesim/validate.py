@@ -50,6 +50,7 @@ from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
 from pagesim.metrics import percentiles, summarize_run
+from pagesim.outputs import json_text
 from pagesim.options import non_negative_int
 from pagesim.outputs import git_commit, prepare_output_dir
 from pagesim.progress import counted
@@ -492,7 +493,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         report["request_level_ensemble"] = request_level_ensemble(run, cost, ensemble, step_sigma, level_sigma)
     if other is not None:
         report["live_repeatability"] = live_repeatability(run, other, requests_report)
-    (out_dir / "validation.json").write_text(json.dumps(report, indent=2))
+    (out_dir / "validation.json").write_text(json_text(report))
     write_validation_steps(out_dir / "validation_steps.parquet", step_table, run["steps"].columns)
     write_steps(out_dir / "sim_steps.parquet", sim.steps.assign(run="sim"), run_geometry(run["config"], {"sim": sim}),
                 {"schema_version": SCHEMA_VERSION, "git_commit": git_commit()})

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,7 +170,7 @@ def test_every_request_rejected_is_a_warning(tmp_path):
     done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--max-model-len", "100", "--out", out)
     assert done.returncode == 0, done.stderr
     warnings = json.loads((out / "summary.json").read_text())["warnings"]
-    assert len(warnings) == 1 and warnings[0].startswith("paged: every request (20) was rejected; most often (20): prompt of ")
+    assert len(warnings) == 1 and warnings[0].startswith("paged: every request (20) was rejected; most often (20): figures differ by request; the first: prompt of ")
     assert warnings[0].endswith("tokens leaves no room for an output token within max_model_len 100")
     assert done.stderr.count("warning: paged: every request") == 1
 
@@ -243,3 +244,31 @@ def test_trace_messages_say_nan_and_name_minified_sharegpt_items(tmp_path):
     minified.write_text('[{"id": "a", "conversations": [{"from": "human", "value": "unterminated')
     with pytest.raises(TraceError, match=r"expected valid JSON \(Unterminated string starting at column \d+\)$"):
         load_trace(minified)
+
+
+def test_outputs_cut_at_max_model_len_are_counted_in_a_warning(tmp_path):
+    from pagesim.traces import load_trace
+
+    df = load_trace("traces/sharegpt-poisson-1k.jsonl").df.head(200)
+    limit = 256
+    cut = (df["prompt_len"] < limit) & (df["prompt_len"] + df["output_len"] > limit)
+    out = tmp_path / "run"
+    done = pagesim("replay", "traces/sharegpt-poisson-1k.jsonl", "--limit", "200", "--max-model-len", limit, "--out", out)
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    cut_warnings = [w for w in warnings if "outputs are cut" in w]
+    assert len(cut_warnings) == 1 and cut_warnings[0].startswith(f"{int(cut.sum())} of 200 requests")
+    requests = pd.read_parquet(out / "requests.parquet").set_index("request_id")
+    for rid, row in df[cut].set_index("request_id").iterrows():  # the cut ones finish with the cut length
+        assert requests.at[str(rid), "output_len"] == limit - row["prompt_len"]
+
+
+def test_a_reader_that_goes_away_gets_no_traceback():
+    read, write = os.pipe()
+    os.close(read)  # every write to stdout now fails with EPIPE (Python ignores SIGPIPE): BrokenPipeError
+    try:
+        done = subprocess.run([sys.executable, "-m", "pagesim", "trace", "info", "traces/sharegpt-poisson-1k.jsonl"],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, cwd=REPO)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and "Traceback" not in done.stderr, done.stderr

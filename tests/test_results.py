@@ -171,3 +171,62 @@ def test_a_multi_replica_run_is_written_and_read_back_exactly(tmp_path):
     times = read_steps(tmp_path / "steps.parquet", columns=["time_s"])["time_s"]
     assert times.to_numpy().tolist() == result.steps["time_s"].tolist()
     assert set(steps["replica"]) == {0, 1}
+
+
+# ---- runs that record no step, strict JSON, interrupted runs --------------------------------------
+def _replay(*argv):
+    from pagesim.cli import main
+
+    return main(["replay", "traces/sharegpt-poisson-1k.jsonl", "--limit", "20", *map(str, argv)])
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_run_whose_every_request_is_rejected_reads_back_with_an_empty_step_table(tmp_path, replicas):
+    out = tmp_path / "run"
+    assert _replay("--num-gpu-blocks", 1, "--replicas", replicas, "--out", out) == 0
+    summary, steps, requests = read_run(out)
+    assert len(steps) == 0 and isinstance(steps["run"].dtype, pd.CategoricalDtype) and list(summary["runs"]) == ["paged"]
+    assert (requests["state"] == "rejected").all() and (requests["reason"] != "").all()
+
+
+def test_force_over_an_earlier_run_leaves_none_of_its_steps(tmp_path):
+    out = tmp_path / "run"
+    assert _replay("--baseline", "max", "--out", out) == 0
+    assert len(read_run(out)[1]) > 0
+    assert _replay("--num-gpu-blocks", 1, "--out", out, "--force") == 0
+    summary, steps, _ = read_run(out)
+    assert len(steps) == 0 and list(summary["runs"]) == ["paged"]
+
+
+def test_summary_json_is_strict_json_when_an_slo_percentile_falls_on_a_rejected_request(tmp_path):
+    out = tmp_path / "run"
+    assert _replay("--num-gpu-blocks", 1, "--slo", "ttft_p99=1", "--out", out) == 0
+
+    def refuse(constant):
+        raise ValueError(f"summary.json holds {constant}, which is not JSON")
+
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=refuse)
+    run = summary["runs"]["paged"]
+    assert run["slo_ttft_p99_s"] is None and run["slo_ttft_p99_met"] is False
+
+
+def test_an_interrupted_replay_says_so_in_one_line_and_leaves_no_part_of_a_step_table(tmp_path, monkeypatch, capsys):
+    import contextlib
+
+    import pagesim.progress
+
+    real = pagesim.progress.sim_progress
+
+    @contextlib.contextmanager
+    def interrupt_the_baseline(span, desc, file=None):
+        if desc != "paged":  # the paged run's steps are on disk by now
+            assert (tmp_path / "run" / "steps.parquet").stat().st_size > 0
+            raise KeyboardInterrupt
+        with real(span, desc, file) as progress:
+            yield progress
+
+    monkeypatch.setattr(pagesim.progress, "sim_progress", interrupt_the_baseline)
+    assert _replay("--baseline", "max", "--out", tmp_path / "run") == 130
+    err = capsys.readouterr().err
+    assert "interrupted: replay stopped before it finished" in err and "Traceback" not in err
+    assert not any((tmp_path / "run").iterdir())

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+
 from pagesim.errors import UserError
+from pagesim.outputs import json_text
 
 DIFF_EXIT = 1
 
@@ -54,7 +56,7 @@ def parity(args) -> int:
     steps = release_steps(requests_from_trace(trace), args.step_s)
     result = run_parity(config, lambda: requests_from_trace(trace), steps)
     summary = {**result.summary(), "trace": trace.name, "step_s": args.step_s}
-    (out / "parity.json").write_text(json.dumps(summary, indent=2))
+    (out / "parity.json").write_text(json_text(summary))
     table = pd.DataFrame(
         [{"step": r["step"], "differs": r["differs"],
           **{f"pagesim_{k}": json.dumps(v) for k, v in r["pagesim"].items()},
