@@ -69,6 +69,8 @@ ALTERNATIVES = {"requests.parquet": requests_path, "arrivals.jsonl": arrivals_pa
 
 def load_run(run_dir: str | Path) -> dict:
     d = Path(run_dir)
+    if not d.is_dir():
+        raise UserError(f"{d}: no such directory; expected a live run directory (the output of `python -m pagesim live`)")
     missing = [f for f in RUN_FILES if not (ALTERNATIVES[f](d) if f in ALTERNATIVES else d / f).exists()]
     if missing:
         raise UserError(f"{d}: not a live run directory (missing {', '.join(missing)}); "

@@ -118,7 +118,10 @@ def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], fi
     if before.any() or after.any():  # (a copy of the frame only when rows go)
         df = df[~(before | after)]
     if len(df) == 0:
-        raise TraceError(file, None, None, f"at least one request arriving in [{start_s}, {end_s}) s", f"none of {len(t)}")
+        window = f"[{start_s if start_s is not None else 0:g}, {'end' if end_s is None else f'{end_s:g}'})"
+        span = f"[{t.min():.6g}, {t.max():.6g}] s" if len(t) else "nothing"
+        raise TraceError(file, None, None, f"at least one request arriving in the window {window} s (--start-s, "
+                                           f"--end-s); the trace's arrivals span {span} ({readable(len(t))} requests)")
     if limit is not None and len(df) > limit:
         dropped[f"beyond limit={limit}"] = len(df) - limit
         df = df.iloc[:limit]
