@@ -488,6 +488,70 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
 
 
 CALIBRATE_DEFAULTS = {"block_size": 16, "num_gpu_blocks": None, "max_num_batched_tokens": 8192, "rest": 0.0}
+# What a profile is labelled with (make_cost_model checks a run's config against them), when no flag or record says.
+# The flags default to None so that --refit can tell them omitted: it then takes the rows' own profile's values.
+LABEL_DEFAULTS = {"model": "llama-3-8b", "gpu": "h200", "kv_cache_dtype": "auto"}
+LABEL_FLAGS = {key: "--" + key.replace("_", "-") for key in LABEL_DEFAULTS}
+
+
+def companion_profile(rows_path: Path) -> Path | None:
+    """The profile JSON a calibration wrote beside its rows: P.steps.csv.gz (or plain P.steps.csv) -> P.json, so
+    also `live --calibrate`'s DIR/profile.steps.csv.gz -> DIR/profile.json; None for rows named otherwise."""
+    name = rows_path.name
+    for suffix in (CALIBRATION_ROWS_SUFFIX, CALIBRATION_ROWS_SUFFIX.removesuffix(".gz")):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return rows_path.with_name(name[:-len(suffix)] + ".json")
+    return None
+
+
+def recorded_labels(path: Path) -> dict[str, str] | None:
+    """What a profile JSON says was timed: model, gpu and kv_cache_dtype from its measurement's `config` (calibrate
+    and live --calibrate record it), else its own labels (none for kv_cache_dtype: the model's dtype, auto).
+    None when `path` is not a readable profile JSON."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(d, dict) or d.get("kind") != "profile":
+        return None
+    measured = d["config"] if isinstance(d.get("config"), dict) else {}
+    labels = {key: measured.get(key) or d.get(key) for key in LABEL_DEFAULTS}
+    labels["kv_cache_dtype"] = labels["kv_cache_dtype"] or "auto"
+    return {key: str(value) for key, value in labels.items() if value}
+
+
+def refit_labels(args, rows_path: Path) -> tuple[dict, dict, str | None]:
+    """--refit: (labels, where each came from, the warning to give) for the model, gpu and kv_cache_dtype flags.
+
+    The rows' own profile (companion_profile) records what was timed: a flag that disagrees with it is refused
+    (labelling llama-3-8b's steps as llama-3-70b's gives a 70B profile several times too fast, which replay's
+    profile-vs-config check cannot see), and an omitted flag takes its value. Without that profile the labels are
+    the flags' (None where omitted: calibrate fills them in from --out's records or LABEL_DEFAULTS), with a warning
+    that they cannot be checked."""
+    from pagesim.errors import UserError
+
+    given = {key: getattr(args, key, None) for key in LABEL_DEFAULTS}
+    companion = companion_profile(rows_path)
+    recorded = recorded_labels(companion) if companion is not None and companion.is_file() else None
+    if recorded is None:
+        why = ("its name does not end in " + CALIBRATION_ROWS_SUFFIX if companion is None
+               else f"{companion} beside them is not a readable profile JSON" if companion.exists()
+               else f"no {companion} beside them")
+        return given, {k: LABEL_FLAGS[k] for k, v in given.items() if v is not None}, (
+            f"--refit {rows_path}: the profile of these rows is unknown ({why}), so the refitted profile's model, GPU "
+            "and KV-cache dtype come from --model/--gpu/--kv-cache-dtype (or their defaults) and cannot be checked "
+            "against what was timed")
+    wrong = [k for k, v in given.items() if v is not None and k in recorded and v.lower() != recorded[k].lower()]
+    if wrong:
+        flags = ", ".join(f"{LABEL_FLAGS[k]} {given[k]}" for k in wrong)
+        timed = ", ".join(f"{k} {recorded[k]}" for k in wrong)
+        raise UserError(f"{flags}: the --refit rows were timed with {timed} (their profile {companion} records "
+                        f"{'them' if len(wrong) > 1 else 'it'}); a refitted profile is labelled with what was timed: "
+                        f"drop {' and '.join(LABEL_FLAGS[k] for k in wrong)} or pass "
+                        + " ".join(f"{LABEL_FLAGS[k]} {recorded[k]}" for k in wrong))
+    labels = {k: recorded[k] if k in recorded else given[k] for k in LABEL_DEFAULTS}  # the record's spelling
+    return labels, {k: LABEL_FLAGS[k] if given[k] is not None else str(companion)
+                    for k in LABEL_DEFAULTS if labels[k] is not None}, None
 
 
 def calibrate(args) -> int:
@@ -497,8 +561,13 @@ def calibrate(args) -> int:
     report's errors are those of models that never saw the step's workload. --refit needs no GPU: it
     refits the rows a calibration saved (PROFILE.steps.csv.gz) and keeps the measurement's environment,
     config and workloads from the profile already at --out (replacing it takes --force, as every --out),
-    so the committed profile is reproducible.
+    so the committed profile is reproducible. The refitted profile is labelled with the model, GPU and KV-cache
+    dtype that the rows' own profile (P.json beside P.steps.csv.gz) records: a --model/--gpu/--kv-cache-dtype that
+    disagrees is refused, an omitted one is taken from it; rows without that profile are labelled from the flags
+    (or their defaults), with a warning that the labels cannot be checked (refit_labels).
     """
+    import sys
+
     from pagesim.errors import UserError, not_a_file
 
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
@@ -522,6 +591,7 @@ def calibrate(args) -> int:
         found = not_a_file(rows_path)
         if found:
             raise UserError(f"--refit {rows_path}: {found}; expected the *.steps.csv.gz a calibration saved")
+        labels, sources, warning = refit_labels(args, rows_path)  # checked before the rows are read
         try:
             rows = pd.read_csv(rows_path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -540,19 +610,39 @@ def calibrate(args) -> int:
                 extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth", "calibration_s",
                                                    "calibration_rest") if k in previous}
                 mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
-            measured = extras.get("config") or {}
-            if (measured.get("model", args.model), measured.get("gpu", args.gpu)) != (args.model, args.gpu):
+        measured = extras.get("config") or {}
+        # An omitted flag that the rows' profile did not settle: --out's records for the dtype (which carry over
+        # with them), else the default.
+        if labels["kv_cache_dtype"] is None and measured.get("kv_cache_dtype"):
+            labels["kv_cache_dtype"], sources["kv_cache_dtype"] = measured["kv_cache_dtype"], f"--out {out}"
+        for key, default in LABEL_DEFAULTS.items():
+            if labels[key] is None:
+                labels[key], sources[key] = default, "default"
+        model, gpu, kv_dtype = labels["model"], labels["gpu"], labels["kv_cache_dtype"]
+        if measured:  # the records that carry over must be of what the profile is labelled
+            if (measured.get("model", model), measured.get("gpu", gpu)) != (model, gpu):
                 raise UserError(f"--out {out} holds a profile of {measured.get('model')} on {measured.get('gpu')}, "
-                                f"not {args.model} on {args.gpu}; pass the matching --model/--gpu or another --out")
+                                f"not {model} on {gpu}; pass the matching --model/--gpu or another --out")
+            if measured.get("kv_cache_dtype", kv_dtype) != kv_dtype:
+                raise UserError(f"--out {out} holds a profile timed with kv_cache_dtype {measured['kv_cache_dtype']}, "
+                                f"not {kv_dtype} ({sources['kv_cache_dtype']}); pass the matching --kv-cache-dtype "
+                                "or another --out")
             max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
+        if warning is not None:
+            warning += ": " + ", ".join(f"{k} {labels[k]} ({sources[k]})" for k in LABEL_DEFAULTS)
+            print(f"warning: {warning}", file=sys.stderr)
+            extras["warnings"] = [warning]
         if "workloads" not in extras and "workload" in rows:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
-        kv_dtype = (extras.get("config") or {}).get("kv_cache_dtype", args.kv_cache_dtype)
         if extras.get("config"):  # rows saved before the prefill walks were kept: replayed from the measured config
             rows = with_replayed_walks(rows, Config.from_dict(extras["config"]), f"--refit {rows_path}")
-        write(rows, Config(model=args.model, gpu=args.gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
+        write(rows, Config(model=model, gpu=gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
                            kv_cache_dtype=kv_dtype), extras, mixed_sizes)
         return 0
+
+    for key, default in LABEL_DEFAULTS.items():  # a calibration labels its profile with what it times
+        if getattr(args, key, None) is None:
+            setattr(args, key, default)
 
     import torch
     from tqdm import tqdm
@@ -598,13 +688,16 @@ def calibrate(args) -> int:
 
 def register(sub) -> None:
     c = sub.add_parser("calibrate", help="time the GPU executor on a grid of steps and fit a profile cost model")
-    c.add_argument("--model", default="llama-3-8b")
-    c.add_argument("--gpu", default="h200")
+    c.add_argument("--model", default=None,
+                   help=f"the model to time (default: {LABEL_DEFAULTS['model']}; with --refit, the rows' own profile's)")
+    c.add_argument("--gpu", default=None,
+                   help=f"the GPU it runs on (default: {LABEL_DEFAULTS['gpu']}; with --refit, the rows' own profile's)")
     c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"])
     c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"])
     c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
-    c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
-                   help="the engine's KV cache dtype while timing (the profile records it; runs must match)")
+    c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default=None,
+                   help="the engine's KV cache dtype while timing (the profile records it; runs must match; default: "
+                        f"{LABEL_DEFAULTS['kv_cache_dtype']}; with --refit, the rows' own profile's)")
     c.add_argument("--rest", type=non_negative_float, default=CALIBRATE_DEFAULTS["rest"], metavar="FRACTION",
                    help="idle the GPU for FRACTION x each timed step's duration after it (not timed), so the "
                         "calibration runs at a serving engine's power and clocks, not under the power cap (default 0)")

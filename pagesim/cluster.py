@@ -22,6 +22,11 @@ will hold; the true output length is not used):
 Conservation: every request is routed to exactly one replica and ends there
 finished or rejected (`SchedulerStuck` otherwise); each replica's blocks
 balance (its `leaked_blocks` is 0 at the end).
+
+Size: at most MAX_REPLICAS replicas (options.replica_count bounds --replicas),
+whose blocks together stay within the simulator's limit for one engine
+(config.MAX_SIMULATED_BLOCKS): `check_replicas`, before any replica is built
+(a sweep's or plan's configuration that fails it is an error row).
 """
 
 from __future__ import annotations
@@ -33,16 +38,34 @@ from itertools import chain
 import pandas as pd
 import simpy
 
-from pagesim.config import Config
+from pagesim.config import BYTES_PER_SIMULATED_BLOCK, MAX_SIMULATED_BLOCKS, Config
+from pagesim.errors import UserError
 from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import SchedulerStuck, SimClock, drive
 from pagesim.metrics import summarize_run
+from pagesim.options import MAX_REPLICAS
 from pagesim.request import Request, in_arrival_order, requests_from_trace
 from pagesim.scheduler import Scheduler
 from pagesim.simulator import RunResult, Simulation
 from pagesim.utils import paused_gc
 
 ROUTERS = ("round-robin", "least-outstanding-tokens", "prefix-aware")
+
+
+def check_replicas(config: Config, replicas: int) -> None:
+    """A UserError naming --replicas when the simulator cannot hold `replicas` replicas of `config`: more than
+    MAX_REPLICAS (the flag's own bound), or their blocks together (GPU, and host blocks in swap mode) beyond
+    MAX_SIMULATED_BLOCKS, the limit of one engine (Config)."""
+    blocks = config.resolved_num_gpu_blocks
+    if config.preemption_mode == "swap":
+        blocks = max(blocks, config.num_cpu_blocks)
+    most = min(MAX_REPLICAS, MAX_SIMULATED_BLOCKS // max(blocks, 1))
+    if replicas > most:
+        raise UserError(f"--replicas {replicas:,}: {replicas:,} replicas of {blocks:,} blocks each hold "
+                        f"{replicas * blocks:,} blocks, beyond the {MAX_SIMULATED_BLOCKS:,} the simulator holds (~"
+                        f"{MAX_SIMULATED_BLOCKS * BYTES_PER_SIMULATED_BLOCK / 1e9:.1f} GB of memory); expected at most "
+                        f"{most:,} replicas of this configuration, or fewer blocks each (--num-gpu-blocks, a larger "
+                        "--block-size)")
 
 
 def outstanding_tokens(sched: Scheduler) -> int:
@@ -97,6 +120,7 @@ class ClusterSimulation:
                  router: str = "round-robin", fast_path: bool = True):
         if router not in ROUTE:
             raise ValueError(f"unknown router {router!r}; expected one of {ROUTERS}")
+        check_replicas(config, num_replicas)  # before any replica is built
         self.env = simpy.Environment()
         self.requests = in_arrival_order(requests)
         self.config = config

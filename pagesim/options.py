@@ -50,6 +50,10 @@ fraction = _checked(_number, lambda v: 0 < v <= 1, "a fraction in (0, 1]", "frac
 fraction_below_one = _checked(_number, lambda v: 0 <= v < 1, "a fraction in [0, 1)", "fraction_below_one",
                               "In [0, 1): watermark.")
 name_text = _checked(str, lambda v: bool(v.strip()), "a non-empty name", "name_text")
+MAX_REPLICAS = 1_000  # each replica is a whole simulated engine: ~240 KB before its blocks (24 GB at 100,000)
+replica_count = _checked(_integer, lambda v: 1 <= v <= MAX_REPLICAS,
+                         f"a positive integer of at most {MAX_REPLICAS:,} (each replica is a whole simulated engine)",
+                         "replica_count", "--replicas: 1 to MAX_REPLICAS.")
 
 
 def readable(value) -> str:

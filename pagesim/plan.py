@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.errors import UserError
+from pagesim.outputs import json_text
 
 TP_DEGREES = (1, 2, 4, 8)
 SEARCH = {"max_num_seqs": [128, 256], "max_num_batched_tokens": [2048, 8192], "block_size": [16, 32]}
@@ -99,18 +100,60 @@ def pareto(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def describe(row: dict, slos) -> str:
+    """Two lines: the candidate's deployment and knobs, then its figures ("n/a" for a figure a run could not give:
+    goodput when every request was rejected, which leaves no makespan) and the SLOs it misses."""
     from pagesim.slo import missed
 
     parts = ", ".join(f"{k}={row[k]}" for k in SHOWN if k in row and not (k == "router" and row["replicas"] == 1))
-    figures = f"goodput {row['goodput']:.3g} req/s, SLO attainment {row['slo_attainment']:.1%}"
+    goodput, attainment = _number(row.get("goodput")), _number(row.get("slo_attainment"))
+    figures = (f"goodput {'n/a' if goodput is None else f'{goodput:.3g} req/s'}, "
+               f"SLO attainment {'n/a' if attainment is None else f'{attainment:.1%}'}")
+    rejected, requests = _number(row.get("num_rejected")), _number(row.get("num_requests"))
+    if rejected and requests:
+        figures += f", {int(rejected):,} of {int(requests):,} requests rejected"
     miss = missed(row, slos)
     return f"{parts}\n    {figures}; " + ("meets every SLO" if not miss else "misses " + "; ".join(miss))
 
 
-def _clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
+def _number(v) -> float | None:
+    """A figure of a row, or None where it is missing (None, NaN: null in plan.json)."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
         return None
-    return v.item() if hasattr(v, "item") else v
+    return v if math.isfinite(v) else None
+
+
+def outcome(report: dict, slos) -> str:
+    """What `plan` prints after the table: the recommendation and the runner-up, or the closest candidate."""
+    rec, runner = report["recommendation"], report["runner_up"]
+    if rec is None:
+        head = f"no candidate meets {', '.join(map(str, slos))}"
+        return head + (f"; closest:\n  {describe(runner, slos)}" if runner is not None else "; none ran to the end")
+    text = "recommendation:\n  " + describe(rec, slos)
+    if runner is not None:
+        text += "\nrunner-up:\n  " + describe(runner, slos)
+    return text
+
+
+def pareto_table(report: dict) -> str:
+    """The pareto rows as `plan` prints them; a missing figure is "n/a"."""
+    front = pd.DataFrame(report["pareto"])
+    for column in ("goodput", "slo_attainment"):
+        if column in front:
+            front[column] = pd.to_numeric(front[column], errors="coerce")
+    return front.to_string(index=False, na_rep="n/a", float_format=lambda v: f"{v:.3g}")
+
+
+def plan_candidates(base: dict, slos, max_gpus: int, search: dict, routers) -> tuple[dict, list[dict], list[str]]:
+    """The sweep's fixed options, the candidates and the skipped tp; a UserError when none is left or the largest
+    is too large to simulate."""
+    base = {**base, "slo": [str(s) for s in slos], "replicas": 1, "router": "round-robin"}
+    points, skipped = candidates(base, max_gpus, search, routers)
+    if not points:
+        raise UserError(f"no deployment of {base['model']} on at most {max_gpus} {base['gpu']} GPUs: "
+                        + "; ".join(skipped))
+    return base, points, skipped
 
 
 def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None = None, routers=None,
@@ -122,11 +165,7 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
 
     search = dict(SEARCH if search is None else search)
     routers = list(ROUTERS if routers is None else routers)
-    base = {**base, "slo": [str(s) for s in slos], "replicas": 1, "router": "round-robin"}
-    points, skipped = candidates(base, max_gpus, search, routers)
-    if not points:
-        raise UserError(f"no deployment of {base['model']} on at most {max_gpus} {base['gpu']} GPUs: "
-                        + "; ".join(skipped))
+    base, points, skipped = plan_candidates(base, slos, max_gpus, search, routers)
     out = Path(out)
     df = run_sweep(trace, base, points, out, backend=backend, address=address, num_cpus=num_cpus,
                    progress=progress, on_row=on_row)
@@ -142,8 +181,13 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
         "failed": int((df["status"] != "ok").sum()), "skipped": skipped,
         "pareto": front.to_dict("records"), "candidates": df.to_dict("records"),
     }
-    (out / "plan.json").write_text(_dumps(report))
-    return json.loads(_dumps(report))
+    report = json.loads(json_text(report))  # as plan.json holds it (NaN and infinity as null)
+    # Formatted once before plan.json is written: a plan whose outcome cannot be shown leaves no finished plan.json
+    # (one that a re-run would need --force to replace) behind.
+    pareto_table(report)
+    outcome(report, slos)
+    (out / "plan.json").write_text(json_text(report))
+    return report
 
 
 def plan(args, parser) -> int:
@@ -176,6 +220,7 @@ def plan(args, parser) -> int:
     if (out / "plan.json").is_file() and not args.force:  # a finished plan: its resume would rewrite plan.json
         raise UserError(f"--out {args.out}: holds a finished plan (plan.json); pass --force to plan again into it, "
                         "or choose another --out")
+    plan_candidates(base, slos, args.max_gpus, search, routers)  # its errors before --out is touched and the trace read
     prepare_sweep_dir(args.out, args.force)
     trace = trace_from_args(args)
     print(trace.summary)
@@ -183,28 +228,10 @@ def plan(args, parser) -> int:
                       address=args.address, num_cpus=args.num_cpus)
     print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"
           + "".join(f"\n  skipped {s}" for s in report["skipped"]))
-    print(pd.DataFrame(report["pareto"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    rec, runner = report["recommendation"], report["runner_up"]
-    if rec is None:
-        print(f"no candidate meets {', '.join(map(str, slos))}; closest:\n  " + describe(runner, slos))
-    else:
-        print("recommendation:\n  " + describe(rec, slos))
-        if runner is not None:
-            print("runner-up:\n  " + describe(runner, slos))
+    print(pareto_table(report))
+    print(outcome(report, slos))
     print(f"wrote {out / 'plan.json'}, {out / 'pareto.csv'}, {out / 'results.parquet'}")
     return 0
-
-
-def _dumps(obj) -> str:
-    """JSON with NaN and infinity as null (percentiles of runs that rejected requests are infinite)."""
-    def clean(o):
-        if isinstance(o, dict):
-            return {k: clean(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [clean(v) for v in o]
-        return _clean(o)
-
-    return json.dumps(clean(obj), indent=2)
 
 
 def register(sub) -> None:

@@ -18,7 +18,8 @@ import pandas as pd
 from pagesim.config import Config
 from pagesim.errors import OptionError, UserError
 from pagesim.metrics import summarize_run
-from pagesim.options import fraction, fraction_below_one, non_negative_float, positive_float, positive_int, readable
+from pagesim.options import (MAX_REPLICAS, fraction, fraction_below_one, non_negative_float, positive_float, positive_int,
+                             readable, replica_count)
 from pagesim.outputs import prepare_output_dir, provenance
 from pagesim.run_warnings import cluster_warnings, config_warnings, emit, result_warnings
 from pagesim.specs import GPUS, MODELS
@@ -77,7 +78,9 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     """Options of the simulated deployment: replicas, router, SLOs (`replay`, `sweep`)."""
     from pagesim.cluster import ROUTERS
 
-    p.add_argument("--replicas", type=positive_int, default=1, help="engines behind the router (each with --tensor-parallel-size GPUs)")
+    p.add_argument("--replicas", type=replica_count, default=1,
+                   help=f"engines behind the router (each with --tensor-parallel-size GPUs; at most {MAX_REPLICAS:,}, "
+                        "their KV blocks together within the simulator's block limit)")
     p.add_argument("--router", choices=ROUTERS, default="round-robin", help="how requests are spread over the replicas")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
                    help="latency SLO, e.g. ttft_p99=1 or tpot_p99=0.05 (repeatable); adds goodput and attainment")
@@ -238,7 +241,10 @@ def replay(args) -> int:
 
     from pagesim.cost import make_cost_model
 
+    from pagesim.cluster import check_replicas
+
     config = config_from_args(args)
+    check_replicas(config, args.replicas)
     slos = parse_slos(args.slo)
     make_cost_model(args.cost_model, config)  # a bad --cost-model: an error now, not after the trace is read
     out = prepare_output_dir(args.out, args.force)  # before any work: a finished run is never lost to a bad --out

@@ -158,8 +158,10 @@ def open_in_replay(candidates: pd.DataFrame, report: dict) -> None:
 
 
 def _label(row) -> str:
+    goodput = pd.to_numeric(row.get("goodput"), errors="coerce")  # None when every request was rejected
     return (f"{int(row['num_gpus'])} GPUs: TP {int(row['tensor_parallel_size'])} x {int(row['replicas'])} "
-            f"({row['router']}), max_num_seqs {int(row['max_num_seqs'])}, goodput {row['goodput']:.3g}")
+            f"({row['router']}), max_num_seqs {int(row['max_num_seqs'])}, "
+            f"goodput {'n/a' if pd.isna(goodput) else f'{goodput:.3g}'}")
 
 
 if __name__ == "__main__":

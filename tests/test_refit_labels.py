@@ -1,0 +1,89 @@
+"""calibrate --refit labels the refitted profile with what its rows were timed with: the model, GPU and KV-cache dtype
+that the rows' own profile (P.json beside P.steps.csv.gz; profile.json beside profile.steps.csv.gz in a live run
+directory) records. Refitting llama-3-8b rows as llama-3-70b made a 70B profile 3.6x too fast that replay's
+profile-vs-config check could not see."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pagesim.cli import main
+from pagesim.config import Config
+from pagesim.cost import make_cost_model
+
+REPO = Path(__file__).resolve().parent.parent
+STEPS = REPO / "results" / "profiles" / "h200-llama-3-8b.steps.csv.gz"  # a committed calibration's rows
+PROFILE = STEPS.with_name("h200-llama-3-8b.json")  # ... and its profile: llama-3-8b on h200, kv_cache_dtype auto
+
+
+def calibration(directory: Path, stem: str = "cal", **config_changes) -> Path:
+    """The committed rows and their profile copied into `directory` (the profile's measured config changed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = directory / f"{stem}.steps.csv.gz"
+    shutil.copyfile(STEPS, rows)
+    profile = json.loads(PROFILE.read_text())
+    profile["config"].update(config_changes)
+    profile.update({k: v for k, v in config_changes.items() if k in ("model", "gpu", "kv_cache_dtype")})
+    (directory / f"{stem}.json").write_text(json.dumps(profile))
+    return rows
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--model", "llama-3-70b"], "--model llama-3-70b: the --refit rows were timed with model llama-3-8b"),
+    (["--gpu", "h100"], "--gpu h100: the --refit rows were timed with gpu h200"),
+    (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8: the --refit rows were timed with kv_cache_dtype auto"),
+    (["--model", "llama-3-70b", "--gpu", "h100"],
+     "--model llama-3-70b, --gpu h100: the --refit rows were timed with model llama-3-8b, gpu h200"),
+])
+def test_flags_that_disagree_with_the_rows_profile_are_refused_naming_both(tmp_path, capsys, flags, named):
+    rows = calibration(tmp_path)
+    out = tmp_path / "other.json"
+    assert main(["calibrate", "--refit", str(rows), *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {named} (their profile {tmp_path / 'cal.json'} records")
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_live_run_directorys_profile_is_the_companion_too(tmp_path, capsys):
+    run = tmp_path / "run"
+    rows = calibration(run, "profile")
+    assert main(["calibrate", "--refit", str(rows), "--model", "llama-3-70b", "--out", str(tmp_path / "p.json")]) == 2
+    assert f"(their profile {run / 'profile.json'} records it)" in capsys.readouterr().err
+
+
+def test_omitted_flags_are_taken_from_the_rows_profile(tmp_path, capsys):
+    # A calibration timed with an fp8 cache (labels changed on a copy: what matters is where the labels come from).
+    rows = calibration(tmp_path, model="llama-3.1-8b", kv_cache_dtype="fp8")
+    out = tmp_path / "refit.json"
+    assert main(["calibrate", "--refit", str(rows), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err
+    written = json.loads(out.read_text())
+    assert (written["model"], written["gpu"], written["kv_cache_dtype"]) == ("llama-3.1-8b", "h200", "fp8")
+    assert "warnings" not in written
+    make_cost_model(str(out), Config(model="llama-3.1-8b", kv_cache_dtype="fp8"))  # replay's check accepts it
+    # Flags that agree with it are fine (spelled as they like: the record's spelling is kept).
+    again = tmp_path / "again.json"
+    assert main(["calibrate", "--refit", str(rows), "--model", "Llama-3.1-8B", "--gpu", "h200", "--kv-cache-dtype",
+                 "fp8", "--out", str(again)]) == 0
+    assert json.loads(again.read_text())["model"] == "llama-3.1-8b"
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_rows_without_their_profile_keep_the_flags_with_one_warning(tmp_path, capsys):
+    lone = tmp_path / "lone.steps.csv.gz"
+    shutil.copyfile(STEPS, lone)
+    out = tmp_path / "lone-refit.json"
+    assert main(["calibrate", "--refit", str(lone), "--gpu", "h100", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: --refit {lone}: the profile of these rows is unknown "
+                                               f"(no {tmp_path / 'lone.json'} beside them)")
+    assert err[0].endswith("cannot be checked against what was timed: model llama-3-8b (default), gpu h100 (--gpu), "
+                           "kv_cache_dtype auto (default)")
+    written = json.loads(out.read_text())
+    assert (written["model"], written["gpu"], written.get("kv_cache_dtype", "auto")) == ("llama-3-8b", "h100", "auto")
+    assert written["warnings"] == [err[0].removeprefix("warning: ")]
