@@ -209,7 +209,13 @@ def comparison_table(summaries: dict) -> str:
         if "slo_met" in s:
             rows[-1].update({"goodput": s["goodput"], "SLO attain": s["slo_attainment"],
                              "SLOs": "met" if s["slo_met"] else "missed"})
-    return pd.DataFrame(rows).to_string(index=False, float_format=readable)
+    return _printed(rows)
+
+
+def _printed(rows: list[dict]) -> str:
+    """A table of figures as replay prints it: "-" where a run gives no figure (None: every request rejected)."""
+    rows = [{k: float("nan") if v is None else v for k, v in row.items()} for row in rows]
+    return pd.DataFrame(rows).to_string(index=False, float_format=readable, na_rep="-")
 
 
 def simulate_runs(trace, config: Config, baselines, cost_model: str, out: Path, *, replicas: int = 1,
@@ -275,7 +281,7 @@ def replica_table(summaries: dict) -> str:
                          "rejected": r["num_rejected"], "preempt": r["num_preemptions"],
                          "prefix hit rate": r["prefix_cache_hit_rate"], "token states": r["token_state_fraction"],
                          "TTFT p50 ms": f"{ttft * 1000:.0f}" if ttft is not None else "-", "leaked": r["leaked_blocks"]})
-    return pd.DataFrame(rows).to_string(index=False, float_format=readable)
+    return _printed(rows)
 
 
 def register(sub) -> None:

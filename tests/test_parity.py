@@ -144,7 +144,7 @@ def test_bundled_trace_matches_vllm_step_by_step(trace, options, tmp_path):
 
 
 @needs_vllm
-def test_a_difference_is_reported_and_exits_non_zero(tmp_path, monkeypatch):
+def test_a_difference_is_reported_and_exits_non_zero(tmp_path, monkeypatch, capsys):
     from pagesim.cli import main
     from pagesim.parity import compare
 
@@ -162,3 +162,4 @@ def test_a_difference_is_reported_and_exits_non_zero(tmp_path, monkeypatch):
     assert rc == 1
     assert report["n_steps_differing"] == 1 and report["first_difference"]["step"] == 3
     assert report["first_difference"]["fields"] == ["num_free_blocks"]
+    assert "prefix hit rate n/a: prefix caching off" in capsys.readouterr().out

@@ -181,9 +181,11 @@ def _replay(*argv):
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_a_run_whose_every_request_is_rejected_reads_back_with_an_empty_step_table(tmp_path, replicas):
+def test_a_run_whose_every_request_is_rejected_reads_back_with_an_empty_step_table(tmp_path, replicas, capsys):
     out = tmp_path / "run"
     assert _replay("--num-gpu-blocks", 1, "--replicas", replicas, "--out", out) == 0
+    table = capsys.readouterr().out
+    assert "None" not in table and "NaN" not in table, table  # a figure a run cannot give reads "-"
     summary, steps, requests = read_run(out)
     assert len(steps) == 0 and isinstance(steps["run"].dtype, pd.CategoricalDtype) and list(summary["runs"]) == ["paged"]
     assert (requests["state"] == "rejected").all() and (requests["reason"] != "").all()

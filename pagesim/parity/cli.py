@@ -64,7 +64,8 @@ def parity(args) -> int:
     )
     table.to_csv(out / "steps.csv", index=False)
     print(f"{trace.name}: {result.n_steps_differing} of {result.n_steps_compared} steps differ "
-          f"({result.num_preemptions} preemptions, prefix hit rate {result.prefix_hit_rate:.1%})")
+          f"({result.num_preemptions} preemptions, prefix hit rate "
+          f"{f'{result.prefix_hit_rate:.1%}' if config.enable_prefix_caching else 'n/a: prefix caching off'})")
     if result.first_difference:
         fd = result.first_difference
         print(f"first difference at step {fd['step']} in {', '.join(fd['fields'])}:")
