@@ -191,19 +191,23 @@ def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
     return prepare_output_dir(out, force)
 
 
+NOT_FIXED = ("func", "argv", "command", "command_parser", "grid", "out", "force")  # not what the rows share
+
+
 def check_or_write_manifest(out: Path, trace, base: dict) -> None:
     """sweep.json: what every row of this directory shares; a resume with other fixed options is refused."""
-    fixed = {k: v for k, v in sorted(base.items()) if k not in ("func", "argv", "command", "command_parser", "grid", "out")}
+    fixed = {k: v for k, v in sorted(base.items()) if k not in NOT_FIXED}
     manifest = {"trace": trace.name, "rows": int(len(trace.df)), "fixed_options": fixed}
     path = out / "sweep.json"
     manifest = json.loads(json.dumps(manifest, default=str))
     if path.exists():
         previous = json.loads(path.read_text())
+        previous["fixed_options"] = {k: v for k, v in previous.get("fixed_options", {}).items() if k not in NOT_FIXED}
         if previous != manifest:
             diff = [k for k in manifest["fixed_options"] if previous.get("fixed_options", {}).get(k) != manifest["fixed_options"][k]]
             what = ", ".join(diff) or "the trace"
             raise UserError(f"{out} holds a sweep with other fixed options ({what}); resume with the same command "
-                            f"or choose another --out")
+                            f"or choose another --out (--force does not start a sweep over: remove {out} for that)")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=2))
 

@@ -96,6 +96,15 @@ def test_resume_with_other_fixed_options_is_refused(trace, base, tmp_path):
                   progress=False)
 
 
+def test_force_resumes_the_same_sweep_and_says_it_does_not_start_another_over(trace, base, tmp_path):
+    run_sweep(trace, base, [{"max_num_seqs": 8}], tmp_path, backend="local", num_cpus=1, progress=False)
+    df = run_sweep(trace, {**base, "force": True}, [{"max_num_seqs": 8}], tmp_path, backend="local", progress=False)
+    assert len(df) == 1, "--force is no fixed option: the same sweep resumes"
+    with pytest.raises(UserError, match=r"--force does not start a sweep over"):
+        run_sweep(trace, {**base, "force": True, "model": "llama-2-7b"}, [{"max_num_seqs": 8}], tmp_path,
+                  backend="local", progress=False)
+
+
 def test_ray_sweep_runs_tasks_keeps_error_rows_and_resumes(ray_local, trace, base, parser, tmp_path):
     points = parse_grid(["kv_cache_gib=0.00001,1", "replicas=1,2"], parser)
     df = run_sweep(trace, base, points[:3], tmp_path, backend="ray", progress=False)
