@@ -107,6 +107,8 @@ def test_calibrate_checks_its_out_file_before_looking_for_a_gpu(tmp_path):
          "error: --swap-space 1,000,000 GiB is 512,000,000 host blocks of 2,097,152 bytes; the simulator holds at most 4,000,000 blocks"),
         (["--time-scale", "1e-320"], "error: --time-scale 1e-320 makes arrival times overflow (the last would arrive at inf s)"),
         (["--rate", "1e-320"], "error: --rate 1e-320 makes arrival times overflow"),
+        (["--time-scale", "1e-300"], "error: --time-scale 1e-300 makes the last request arrive at 9.5e+300 s, beyond 1e+09 s, where a double no longer holds a step's "
+                                     "microseconds"),
         (["--gpu-memory-utilization", "0.01"], "error: model llama-3-8b (15.0 GiB of weights) leaves no KV-cache memory on h200 "
                                                "at --gpu-memory-utilization 0.01: raise it or pass --num-gpu-blocks"),
         (["--start-s", "5", "--end-s", "2"], "error: --end-s (2.0) must be after --start-s (5.0)"),

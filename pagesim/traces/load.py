@@ -131,6 +131,9 @@ def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], fi
     return df
 
 
+MAX_ARRIVAL_S = 1e9  # ~32 years: a double then still resolves ~0.1 us (2**-52 of it), far below a step's time
+
+
 def _check_arrivals(recorded: np.ndarray, scaled: np.ndarray, time_scale: float, rate: float | None) -> None:
     """Rescaled arrivals must stay finite and keep every gap (no overflow to inf, no underflow to equal times)."""
     parts = ([] if time_scale == 1 and rate is not None else ["{time_scale} " + readable(time_scale)])
@@ -139,6 +142,10 @@ def _check_arrivals(recorded: np.ndarray, scaled: np.ndarray, time_scale: float,
     if not np.isfinite(scaled).all():
         raise OptionError(f"{what} {verb} arrival times overflow (the last would arrive at {readable(scaled[-1])} s); "
                           "choose a value nearer 1 req/s or 1x")
+    if len(scaled) and scaled[-1] > MAX_ARRIVAL_S:
+        raise OptionError(f"{what} {verb} the last request arrive at {scaled[-1]:.3g} s, beyond "
+                          f"{MAX_ARRIVAL_S:.0e} s, where a double no longer holds a step's microseconds (every "
+                          "latency would read 0); choose a value nearer 1 req/s or 1x")
     with np.errstate(invalid="ignore"):
         lost = (np.diff(recorded) > 0) & (np.diff(scaled) <= 0)
     if lost.any():
