@@ -11,6 +11,7 @@ same on the run's own executor and cache before the run (run_profile), with the 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import json
@@ -490,7 +491,7 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
 CALIBRATE_DEFAULTS = {"block_size": 16, "num_gpu_blocks": None, "max_num_batched_tokens": 8192, "rest": 0.0}
 # What a profile is labelled with (make_cost_model checks a run's config against them), when no flag or record says.
 # The flags default to None so that --refit can tell them omitted: it then takes the rows' own profile's values.
-LABEL_DEFAULTS = {"model": "llama-3-8b", "gpu": "h200", "kv_cache_dtype": "auto"}
+LABEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config) if f.name in ("model", "gpu", "kv_cache_dtype")}
 LABEL_FLAGS = {key: "--" + key.replace("_", "-") for key in LABEL_DEFAULTS}
 
 

@@ -146,8 +146,7 @@ def pareto_table(report: dict) -> str:
 
 
 def plan_candidates(base: dict, slos, max_gpus: int, search: dict, routers) -> tuple[dict, list[dict], list[str]]:
-    """The sweep's fixed options, the candidates and the skipped tp; a UserError when none is left or the largest
-    is too large to simulate."""
+    """The sweep's fixed options, the candidates and the skipped tp; a UserError when no deployment is left."""
     base = {**base, "slo": [str(s) for s in slos], "replicas": 1, "router": "round-robin"}
     points, skipped = candidates(base, max_gpus, search, routers)
     if not points:
@@ -181,13 +180,9 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
         "failed": int((df["status"] != "ok").sum()), "skipped": skipped,
         "pareto": front.to_dict("records"), "candidates": df.to_dict("records"),
     }
-    report = json.loads(json_text(report))  # as plan.json holds it (NaN and infinity as null)
-    # Formatted once before plan.json is written: a plan whose outcome cannot be shown leaves no finished plan.json
-    # (one that a re-run would need --force to replace) behind.
-    pareto_table(report)
-    outcome(report, slos)
-    (out / "plan.json").write_text(json_text(report))
-    return report
+    text = json_text(report)  # NaN and infinity as null
+    (out / "plan.json").write_text(text)
+    return json.loads(text)  # as plan.json holds it
 
 
 def plan(args, parser) -> int:

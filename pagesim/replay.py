@@ -243,11 +243,9 @@ def simulate_runs(trace, config: Config, baselines, cost_model: str, out: Path, 
 
 
 def replay(args) -> int:
-    from pagesim.slo import parse_slos
-
-    from pagesim.cost import make_cost_model
-
     from pagesim.cluster import check_replicas
+    from pagesim.cost import make_cost_model
+    from pagesim.slo import parse_slos
 
     config = config_from_args(args)
     check_replicas(config, args.replicas)
