@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issues 13 and 14, round 25: what the offload windows' graph mixed steps pay for their host-tier loads. Round 19's
+# offload recordings ran the steps that load blocks from the host tier at 0.92-0.93 of their prediction; since round
+# 22 a live run records the device time of each step's block moves apart (`move_gpu_time_s`), which tells a load
+# hidden under the step's host-side preparation (move time about the priced load, wall time about unchanged) from a
+# forward overpriced after a host hit. The call's own `calibrate` and host-tier bandwidth, then the offload window
+# twice (each the other's replicate).
+#   bash bench/h200_round25.sh OUT
+# Then on any CPU: python -m pagesim validate RUN --replicate OTHER --ensemble 16 --force
+set -uo pipefail
+OUT=$1
+D=$(date -u +%F)
+S=r25
+source "$(dirname "$0")/h200_lib.sh"
+live_call
+clocks_start 50
+P="$R/profiles/h200-llama-3-8b-$D-$S.json"
+calibrate_marked "$P"
+H="$R/profiles/h200-llama-3-8b-$D-$S-host-tier.json"
+timeout 40 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-$S.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+window_offload "${S}a" "$H"; window_offload "${S}b" "$H"
+clocks_stop
+runs_summary "$R"; pack
