@@ -14,7 +14,7 @@
 #                          into R/clocks.csv, in the background (after live_call); clocks_stop ends it and gzips it
 #   mark NAME EDGE         a line "UTC-time NAME EDGE" in R/phases.txt (bench/clock_phases.py reads both files)
 #   calibrate_marked P     bf16 `calibrate` of Llama-3-8B into P, its phase marked, its fit summarised
-#   window_preempt / window_kshot / window_swap / window_offload / window_azure_conv / window_fp8 / window_longdoc_a
+#   window_preempt / window_kshot / window_swap / window_offload / window_azure_conv / window_azure_code / window_fp8 / window_longdoc_a
 #                          SUFFIX PROFILE [TRACES]: a committed window, one home each; window_longdoc_b_calibrated
 #                          SUFFIX: longdoc-b with its own `live --calibrate`; calibrate_fp8_marked P: the fp8 `calibrate`
 run() {
@@ -77,10 +77,12 @@ window_kshot() {
   BUDGET=80 run live traces/kshot-shared-prefix-500.jsonl --limit 250 --enable-prefix-caching --num-gpu-blocks 900 \
       --watermark 0.01 --profile "$2" --out "$R/live/kshot-prefix-pressure-$1"; mark "kshot-$1" end; pack
 }
-window_azure_conv() {
-  mark "azure-conv-$1" start
-  BUDGET=100 run live "$3/AzureLLMInferenceTrace_conv.csv" --start-s 600 --end-s 660 --watermark 0.01 --profile "$2" \
-      --out "$R/live/azure-conv-600-660-$1"; mark "azure-conv-$1" end; pack
+window_azure_conv() { window_azure conv "$@"; }
+window_azure_code() { window_azure code "$@"; }
+window_azure() {  # $1: conv or code; then SUFFIX PROFILE TRACES
+  mark "azure-$1-$2" start
+  BUDGET=100 run live "$4/AzureLLMInferenceTrace_$1.csv" --start-s 600 --end-s 660 --watermark 0.01 --profile "$3" \
+      --out "$R/live/azure-$1-600-660-$2"; mark "azure-$1-$2" end; pack
 }
 window_swap() {
   mark "swap-$1" start

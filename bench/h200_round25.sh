@@ -6,16 +6,27 @@
 # forward overpriced after a host hit. The call's own `calibrate` and host-tier bandwidth, then the offload window
 # twice (each the other's replicate).
 #   bash bench/h200_round25.sh OUT
+#   bash bench/h200_round25.sh OUT w TRACES   # the call's `calibrate`, then the Azure conv and code windows (TRACES: the
+#                                             # folder with the Azure 2023 CSVs), k-shot and preemption: where the
+#                                             # round-18 Azure recordings missed step MAPE <= 3%, on a new instance
 # Then on any CPU: python -m pagesim validate RUN --replicate OTHER --ensemble 16 --force
 set -uo pipefail
 OUT=$1
+MODE=${2:-}
 D=$(date -u +%F)
 S=r25
 source "$(dirname "$0")/h200_lib.sh"
 live_call
 clocks_start 50
-P="$R/profiles/h200-llama-3-8b-$D-$S.json"
+P="$R/profiles/h200-llama-3-8b-$D-$S$MODE.json"
 calibrate_marked "$P"
+if [ "$MODE" = w ]; then
+  window_azure_conv "${S}w" "$P" "$3"; window_azure_code "${S}w" "$P" "$3"
+  window_kshot "${S}w" "$P"; window_preempt "${S}w" "$P"
+  clocks_stop
+  runs_summary "$R"; pack
+  exit 0
+fi
 H="$R/profiles/h200-llama-3-8b-$D-$S-host-tier.json"
 timeout 40 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-$S.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
 window_offload "${S}a" "$H"; window_offload "${S}b" "$H"
