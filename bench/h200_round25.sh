@@ -11,6 +11,7 @@
 #                                             # round-18 Azure recordings missed step MAPE <= 3%, on a new instance
 #   bash bench/h200_round25.sh OUT g          # on a fresh machine: longdoc-b with its own `live --calibrate` (calibration
 #                                             # time, the whole command), then the GPU test suite (tests/gpu)
+#   bash bench/h200_round25.sh OUT t          # the GPU test suite alone
 # Then on any CPU: python -m pagesim validate RUN --replicate OTHER --ensemble 16 --force
 set -uo pipefail
 OUT=$1
@@ -20,8 +21,8 @@ S=r25
 source "$(dirname "$0")/h200_lib.sh"
 live_call
 clocks_start 50
-if [ "$MODE" = g ]; then
-  window_longdoc_b_calibrated "${S}g"
+if [ "$MODE" = g ] || [ "$MODE" = t ]; then
+  [ "$MODE" = g ] && window_longdoc_b_calibrated "${S}g"
   { timeout 300 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -rf 2>&1 | tail -15; } | tee "$R/gpu-tests-$S.txt"
   clocks_stop
   runs_summary "$R"; pack
