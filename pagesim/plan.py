@@ -38,9 +38,14 @@ def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[st
     from pagesim.replay import config_from_args
 
     out, skipped = [], []
+    profiled = base.get("cost_model", "roofline") != "roofline"
     for tp in TP_DEGREES:
         if tp > max_gpus:
             break
+        if tp > 1 and profiled:  # make_cost_model refuses it: a profile times one GPU
+            skipped.append(f"tensor_parallel_size={tp}: a profile cost model times one GPU; --cost-model roofline "
+                           "prices tensor parallelism")
+            continue
         try:
             config_from_args(argparse.Namespace(**{**base, "tensor_parallel_size": tp})).resolved_num_gpu_blocks
         except UserError as exc:

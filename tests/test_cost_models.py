@@ -966,3 +966,24 @@ def test_prefill_reads_of_blocks_another_row_reads_are_counted_and_priced_apart(
     before = ProfileCostModel("llama-3-8b", "h200", {k: v for k, v in truth.items() if k != "mixed_graph_prefill_shared"},
                               TRUTH_KNEE, **kw)
     assert before.step_time(shared) == before.step_time(alone)
+
+
+def test_a_profile_is_refused_for_tensor_parallelism_and_plan_skips_tp_with_one():
+    """A profile times one GPU (the engine runs tp 1): with --tensor-parallel-size 2 it would give tp 2 exactly the
+    step times of tp 1, so make_cost_model refuses it, and plan leaves tp > 1 out, saying why."""
+    from pagesim.plan import deployments
+
+    with pytest.raises(UserError, match="tensor-parallel-size 2.*roofline"):
+        make_cost_model(str(COMMITTED_PROFILE), Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=1000,
+                                                       tensor_parallel_size=2))
+    base = {"model": "llama-3-8b", "gpu": "h200", "block_size": 16, "num_gpu_blocks": None,
+            "gpu_memory_utilization": 0.9, "max_model_len": None, "max_num_seqs": 256, "tensor_parallel_size": 1,
+            "max_num_batched_tokens": 8192, "enable_chunked_prefill": True, "enable_prefix_caching": False,
+            "preemption_mode": "recompute", "swap_space": 4.0, "watermark": 0.01, "kv_cache_dtype": "auto",
+            "kv_offloading_size": 0.0, "cost_model": str(COMMITTED_PROFILE)}
+    deps, skipped = deployments(base, 4, ["round-robin"])
+    assert {d["tensor_parallel_size"] for d in deps} == {1} and len(deps) == 4
+    assert [s.split(":")[0] for s in skipped] == ["tensor_parallel_size=2", "tensor_parallel_size=4"]
+    assert all("roofline" in s for s in skipped)
+    deps, skipped = deployments({**base, "cost_model": "roofline"}, 4, ["round-robin"])
+    assert {d["tensor_parallel_size"] for d in deps} == {1, 2, 4} and not skipped

@@ -37,6 +37,9 @@ def test_parity_refuses_configs_vllm_would_not_start_with():
         check_parity_config(Config(block_size=16, num_gpu_blocks=8, max_model_len=128))
     with pytest.raises(UserError, match="swap"):
         check_parity_config(Config(num_gpu_blocks=400, max_model_len=1024, preemption_mode="swap"))
+    with pytest.raises(UserError, match="kv-offloading-size 0"):  # the oracle has no host tier: its hits differ
+        check_parity_config(Config(num_gpu_blocks=600, max_model_len=1024, enable_prefix_caching=True,
+                                   kv_offloading_size=2.0))
 
 
 @st.composite

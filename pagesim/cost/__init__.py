@@ -42,6 +42,10 @@ def make_cost_model(spec: str, config: Config):
     if (same_shape(profile.model, want[0]), profile.gpu) != (True, want[1]):
         raise UserError(f"profile {spec}: fitted for {profile.model} on {profile.gpu}, but the config runs "
                         f"{want[0]} on {want[1]}; use a profile of that pair, or --cost-model roofline")
+    if config.tensor_parallel_size != 1:
+        raise UserError(f"profile {spec}: timed on one GPU (the engine runs tensor parallel size 1), but the config "
+                        f"runs --tensor-parallel-size {config.tensor_parallel_size}; a profile does not scale to "
+                        "tensor parallelism: use --cost-model roofline for it")
     if profile.kv_cache_dtype != config.kv_cache_dtype:
         raise UserError(f"profile {spec}: fitted with kv_cache_dtype={profile.kv_cache_dtype}, but the config runs "
                         f"--kv-cache-dtype {config.kv_cache_dtype}; use a profile timed with that cache dtype, "

@@ -90,6 +90,10 @@ def check_parity_config(config: Config) -> None:
         raise UserError("parity compares the paged KV manager only (vLLM has no contiguous baseline)")
     if config.preemption_mode != "recompute":
         raise UserError("parity needs --preemption-mode recompute (vLLM v1 has no swap preemption)")
+    if config.kv_offloading_size:
+        raise UserError("parity needs --kv-offloading-size 0: the vLLM oracle runs without its offloading connector, "
+                        "so pagesim's host-tier hits would be misses there (README, Memory hierarchy: how pagesim's "
+                        "host tier follows vLLM's)")
     if config.max_num_batched_tokens < config.max_num_seqs:
         raise UserError(f"vLLM requires --max-num-batched-tokens ({config.max_num_batched_tokens}) >= "
                         f"--max-num-seqs ({config.max_num_seqs})")
