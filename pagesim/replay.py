@@ -21,7 +21,7 @@ from pagesim.metrics import summarize_run
 from pagesim.options import (MAX_REPLICAS, fraction, fraction_below_one, non_negative_float, positive_float, positive_int,
                              readable, replica_count)
 from pagesim.outputs import prepare_output_dir, provenance
-from pagesim.run_warnings import cluster_warnings, config_warnings, emit, result_warnings
+from pagesim.run_warnings import baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings
 from pagesim.specs import GPUS, MODELS
 from pagesim.traces.load import FORMATS
 
@@ -255,7 +255,8 @@ def replay(args) -> int:
     trace = trace_from_args(args)
     print(trace.summary)
     warnings: list[str] = []
-    emit(config_warnings(config, trace) + cluster_warnings(config, args.replicas, args.router), warnings)
+    emit(config_warnings(config, trace) + baseline_warnings(config, args.baseline)
+         + cluster_warnings(config, args.replicas, args.router), warnings)
     results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
                                        router=args.router, slos=slos, progress=True)
     for name, result in results.items():

@@ -36,11 +36,25 @@ def config_warnings(config: Config, trace) -> list[str]:
                    f"max_model_len {readable(limit)} (--max-model-len): their outputs are cut there, as vLLM cuts "
                    f"them ({readable(lost)} output tokens fewer than the trace's); requests.parquet's output_len is "
                    "the cut length")
+    if config.kv_offloading_size and config.num_offload_blocks == 0:
+        out.append(f"--kv-offloading-size {readable(config.kv_offloading_size)} GiB holds no host block "
+                   f"({readable(config.block_bytes)} bytes each): the host tier is off")
     window = config.model_spec.max_position_embeddings
     if config.max_model_len is not None and config.max_model_len > window:
         out.append(f"--max-model-len {readable(config.max_model_len)} is larger than {config.model}'s window "
                    f"({readable(window)} tokens): the model was not trained for such lengths")
     return out
+
+
+def baseline_warnings(config: Config, baselines) -> list[str]:
+    """Before the run: options of the paged run that the contiguous baselines (--baseline) run without."""
+    off = [flag for flag, on in (("--enable-prefix-caching", config.enable_prefix_caching),
+                                 ("--kv-offloading-size", config.kv_offloading_size > 0)) if on]
+    if not baselines or not off:
+        return []
+    return [f"{' and '.join(off)} {'apply' if len(off) > 1 else 'applies'} to the paged run only: the contiguous baselines "
+            f"({', '.join(dict.fromkeys(baselines))}) reserve whole sequences and share no blocks, so they run "
+            "without a prefix cache or host tier"]
 
 
 def cluster_warnings(config: Config, replicas: int, router: str) -> list[str]:

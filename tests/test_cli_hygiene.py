@@ -152,12 +152,28 @@ def test_config_warnings_are_printed_once_and_recorded(tmp_path):
                    "--out", out)
     assert done.returncode == 0, done.stderr
     warnings = json.loads((out / "summary.json").read_text())["warnings"]
-    assert [w.split(" ")[0] for w in warnings] == ["--enable-prefix-caching", "--preemption-mode", "--max-model-len"]
+    assert [w.split(" ")[0] for w in warnings] == ["--enable-prefix-caching", "--preemption-mode", "--max-model-len",
+                                                   "--enable-prefix-caching"]
     assert "neither prefix_hash_ids nor prompt_token_ids" in warnings[0]
     assert "nothing can be swapped out" in warnings[1]
     assert "larger than llama-3-8b's window (8,192 tokens)" in warnings[2]
+    assert warnings[3].startswith("--enable-prefix-caching applies to the paged run only: the contiguous baselines "
+                                  "(max) reserve whole sequences")
     for w in warnings:
         assert done.stderr.count(f"warning: {w}") == 1
+
+
+def test_a_host_tier_smaller_than_a_block_and_one_the_baselines_lack_are_warnings(tmp_path):
+    out = tmp_path / "run"
+    done = pagesim("replay", own_trace(tmp_path / "t.jsonl", [100] * 4), "--enable-prefix-caching",
+                   "--kv-offloading-size", "0.001", "--baseline", "max", "--baseline", "oracle", "--out", out)
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    assert any(w.startswith("--kv-offloading-size 0.001 GiB holds no host block") and w.endswith("the host tier is off")
+               for w in warnings), warnings
+    assert any(w.startswith("--enable-prefix-caching and --kv-offloading-size apply to the paged run only: the "
+                            "contiguous baselines (max, oracle)") for w in warnings), warnings
+    assert json.loads((out / "summary.json").read_text())["config"]["num_offload_blocks"] == 0
 
 
 def test_max_model_len_beyond_the_window_is_refused_unless_allowed(tmp_path):
