@@ -67,13 +67,16 @@ RUN_FILES = ("summary.json", "steps.parquet", "requests.parquet", "releases.csv"
 ALTERNATIVES = {"requests.parquet": requests_path, "arrivals.jsonl": arrivals_path}
 
 
-def load_run(run_dir: str | Path) -> dict:
+def load_run(run_dir: str | Path, flag: str = "") -> dict:
+    """A live run's files; `flag` (e.g. '--replicate') names the option the directory came from in errors."""
     d = Path(run_dir)
+    where = f"{flag} {d}" if flag else str(d)
     if not d.is_dir():
-        raise UserError(f"{d}: no such directory; expected a live run directory (the output of `python -m pagesim live`)")
+        raise UserError(f"{where}: no such directory; expected a live run directory (the output of "
+                        "`python -m pagesim live`)")
     missing = [f for f in RUN_FILES if not (ALTERNATIVES[f](d) if f in ALTERNATIVES else d / f).exists()]
     if missing:
-        raise UserError(f"{d}: not a live run directory (missing {', '.join(missing)}); "
+        raise UserError(f"{where}: not a live run directory (missing {', '.join(missing)}); "
                         "expected the output of `python -m pagesim live`")
     summary = json.loads((d / "summary.json").read_text())
     return {
@@ -380,6 +383,7 @@ def request_level(run: dict, cost_model) -> tuple[dict, object]:
 
 ENSEMBLE_STEP_SIGMA = 0.015  # validate --step-jitter's default (pagesim.cost.jitter; README, round 19)
 ENSEMBLE_LEVEL_SIGMA = 0.015  # validate --level-jitter's default
+MAX_ENSEMBLE = 1000  # validate --ensemble's ceiling (a free simulation of a committed window takes ~0.5 s)
 ENSEMBLE_BAND = (5.0, 95.0)  # the percentiles of the ensemble's figures reported as its band
 
 
@@ -450,16 +454,23 @@ def default_cost_model(run: dict) -> str:
 
 def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str | Path | None = None,
              force: bool = False, replicate: str | Path | None = None, ensemble: int = 0,
-             step_sigma: float = ENSEMBLE_STEP_SIGMA, level_sigma: float = ENSEMBLE_LEVEL_SIGMA) -> dict:
+             step_sigma: float | None = None, level_sigma: float | None = None) -> dict:
     """Validate a live run; files go to `out` (default DIR/validation/), which must not already hold a
     validation unless `force`. `replicate`: another live recording of the same window, whose request-level
     figures are reported beside the run's (live_repeatability). `ensemble`: that many jittered free simulations
-    (request_level_ensemble, with `step_sigma` and `level_sigma`); 0 for none."""
-    if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 0:
-        raise UserError(f"--ensemble {ensemble!r}: expected a whole number of simulations, 0 or more (0: none)")
-    step_sigma, level_sigma = check_sigma(step_sigma, "--step-jitter"), check_sigma(level_sigma, "--level-jitter")
+    (request_level_ensemble, with `step_sigma` and `level_sigma`, ENSEMBLE_*_SIGMA when None); 0 for none."""
+    if (isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble == 1 or ensemble < 0
+            or ensemble > MAX_ENSEMBLE):
+        raise UserError(f"--ensemble {ensemble!r}: expected 0 (none) or a whole number of simulations from 2 (a band "
+                        f"needs two) to {MAX_ENSEMBLE:,}")
+    if not ensemble and (step_sigma is not None or level_sigma is not None):
+        given = [f for f, v in (("--step-jitter", step_sigma), ("--level-jitter", level_sigma)) if v is not None]
+        raise UserError(f"{' and '.join(given)} {'shape' if len(given) > 1 else 'shapes'} the ensemble's simulations, "
+                        "and there is none: add --ensemble N (N >= 2)")
+    step_sigma = check_sigma(ENSEMBLE_STEP_SIGMA if step_sigma is None else step_sigma, "--step-jitter")
+    level_sigma = check_sigma(ENSEMBLE_LEVEL_SIGMA if level_sigma is None else level_sigma, "--level-jitter")
     run = load_run(run_dir)
-    other = load_run(replicate) if replicate is not None else None
+    other = load_run(replicate, "--replicate") if replicate is not None else None
     if other is not None:
         if Path(other["dir"]).resolve() == Path(run["dir"]).resolve():
             raise UserError(f"--replicate {replicate}: is the run itself; expected another live recording of the "
@@ -591,12 +602,12 @@ def register(sub) -> None:
                         "figures are reported beside the run's, with the simulation errors no larger than the two "
                         "recordings' distance marked (validation.json's live_repeatability)")
     p.add_argument("--ensemble", type=non_negative_int, default=0, metavar="N",
-                   help="also run N free simulations with jittered step times (step by step) and report their median "
-                        "and p5-p95 band for each request-level figure (validation.json's request_level_ensemble); "
-                        "default 0: none")
-    p.add_argument("--step-jitter", type=float, default=ENSEMBLE_STEP_SIGMA, metavar="SIGMA",
+                   help="also run N (2 to 1,000) free simulations with jittered step times (step by step) and report "
+                        "their median and p5-p95 band for each request-level figure (validation.json's "
+                        "request_level_ensemble); default 0: none")
+    p.add_argument("--step-jitter", type=float, default=None, metavar="SIGMA",
                    help=f"log-normal sigma of each step's time factor in the ensemble (default {ENSEMBLE_STEP_SIGMA})")
-    p.add_argument("--level-jitter", type=float, default=ENSEMBLE_LEVEL_SIGMA, metavar="SIGMA",
+    p.add_argument("--level-jitter", type=float, default=None, metavar="SIGMA",
                    help=f"log-normal sigma of each simulation's level, one factor on all its steps (default "
                         f"{ENSEMBLE_LEVEL_SIGMA})")
     p.set_defaults(func=main)

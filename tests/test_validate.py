@@ -418,7 +418,14 @@ def test_ensemble_reports_median_band_and_whether_live_is_in_it(tmp_path):
 @pytest.mark.parametrize("flags, says", [(["--ensemble", "-1"], "argument --ensemble: expected a non-negative integer, got '-1'"),
                                          (["--ensemble", "abc"], "argument --ensemble: expected a whole number such as 16, got 'abc'"),
                                          (["--ensemble", "2", "--step-jitter", "1.5"], "--step-jitter 1.5"),
-                                         (["--ensemble", "2", "--level-jitter", "-0.1"], "--level-jitter -0.1")])
+                                         (["--ensemble", "2", "--level-jitter", "-0.1"], "--level-jitter -0.1"),
+                                         (["--ensemble", "1"], "--ensemble 1: expected 0 (none) or a whole number of "
+                                                               "simulations from 2 (a band needs two) to 1,000"),
+                                         (["--ensemble", "1001"], "--ensemble 1001: expected 0"),
+                                         (["--step-jitter", "0.02"], "--step-jitter shapes the ensemble's simulations, "
+                                                                     "and there is none: add --ensemble N"),
+                                         (["--replicate", "/nonexistent/run"], "--replicate /nonexistent/run: no such "
+                                                                               "directory")])
 def test_ensemble_options_are_checked_before_any_work(tmp_path, capsys, flags, says):
     out = tmp_path / "v"
     try:

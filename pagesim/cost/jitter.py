@@ -26,7 +26,7 @@ def check_sigma(value: float, flag: str) -> float:
     """A log-normal sigma from the user: a finite number in [0, 1) (a share of the step time), else a clear error."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value < 1:
         raise UserError(f"{flag} {value!r}: expected a number from 0 up to (not including) 1, the log-normal "
-                        "sigma of the step-time factor (0.015 for about 1.5%)")
+                        "sigma of a time factor (0.015 for about 1.5%)")
     return float(value)
 
 
