@@ -316,6 +316,16 @@ def test_replay_snapshot_survives_a_visit_to_another_page():
     assert at.query_params["replay.snapshot"] == "5"
 
 
+def test_replay_a_model_whose_weights_fill_the_gpu_still_runs_in_gib_mode():
+    """Llama-3-70B's weights leave no KV memory on one H200 at utilization 0.9; with the cache given in GiB that
+    does not matter (it used to fail with 'raise gpu_memory_utilization or pass num_gpu_blocks')."""
+    at = new_app()
+    at.query_params.update({"replay.model": "llama-3-70b"})
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "819 blocks × 16 tokens" in " ".join(c.value for c in at.sidebar.caption)
+
+
 def test_replay_kv_cache_dtype_fp8_doubles_the_blocks_in_the_same_gib():
     at = app()
     assert "2,048 blocks × 16 tokens" in " ".join(c.value for c in at.sidebar.caption)

@@ -210,6 +210,8 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
         changes["preemption_mode"] = sb.radio("preemption_mode", ["recompute", "swap"], bind=URL, key=f"{prefix}.preemption",
                                               horizontal=True)
     try:
+        if gib is not None:  # a stand-in count while the block size is learnt: not the memory left by the weights
+            changes["num_gpu_blocks"] = 1
         config = Config(model=model, gpu=gpu, block_size=int(bs), max_num_seqs=int(max_num_seqs),
                         max_num_batched_tokens=int(max_batched), enable_chunked_prefill=chunked, **changes)
         if gib is not None:
