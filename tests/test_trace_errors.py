@@ -135,7 +135,14 @@ def test_json_lines_field_errors_name_the_key(tmp_path):
     text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n\n{"timestamp": 1, "input_length": "ten", "output_length": 5}\n'
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 3, "input_length", "a positive integer")
     text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n{"timestamp": 1, "input_length": 10}\n'
-    assert_error(load_error(tmp_path, text, name="m.jsonl"), 2, "output_length", "a positive integer")
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 2, "output_length", "the key on every line (it is required)")
+    text = '{"timestamp": 0, "input_length": 10, "output_length": null}\n'
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 1, "output_length", "a positive integer")
+    text = ('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": []}\n'
+            '{"timestamp": 1, "input_length": 10, "output_length": 5}\n')
+    err = load_error(tmp_path, text, name="m.jsonl")
+    assert_error(err, 2, "hash_ids", "the key on every line, as on line 1 (an optional key appears on every line or on none)")
+    assert str(err).endswith("got a line without it")
     text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n[1, 2]\n'
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 2, None, "a JSON object on every line")
 

@@ -19,7 +19,7 @@ KEYS = {"arrival_time_s": "timestamp", "prompt_len": "input_length", "output_len
 
 def read_mooncake(text: str, file: str) -> Parsed:
     lines, objects = json_objects(text, file)
-    columns = columns_of(objects, KEYS, required=("arrival_time_s", "prompt_len", "output_len"))
+    columns = columns_of(objects, KEYS, required=("arrival_time_s", "prompt_len", "output_len"), lines=lines, file=file)
     return Parsed(
         columns, Rows(file, np.array(lines)), len(objects), fields=KEYS, time_unit_s=1e-3,
         hash_block_size=MOONCAKE_BLOCK, partial_last_hash=True,

@@ -37,7 +37,7 @@ def read_pagesim(text: str, file: str) -> Parsed:
         for key in obj:
             if key not in COLUMNS:
                 raise TraceError(file, line, key, f"only the keys {', '.join(COLUMNS)}")
-    columns = columns_of(objects, {k: k for k in COLUMNS}, required=REQUIRED)
+    columns = columns_of(objects, {k: k for k in COLUMNS}, required=REQUIRED, lines=lines, file=file)
     negative = (numbers(columns["arrival_time_s"]) < 0).to_numpy()
     if negative.any():  # offsets from the trace's start: a negative one is a broken file, not a shift to undo
         i = int(np.flatnonzero(negative)[0])

@@ -244,9 +244,22 @@ def json_objects(text: str, file: str) -> tuple[list[int], list[dict]]:
     return lines, objects
 
 
-def columns_of(objects: list[dict], keys: dict[str, str], required: tuple[str, ...]) -> dict[str, pd.Series]:
-    """Schema name -> raw values, for the `required` names and each key some object has (None where one lacks it)."""
+def columns_of(objects: list[dict], keys: dict[str, str], required: tuple[str, ...], lines: list[int] | None = None,
+               file: str = "") -> dict[str, pd.Series]:
+    """Schema name -> raw values, for the `required` names and each key some object has. With `lines` (each
+    object's line number) a line that lacks a required key, or an optional key other lines have, is a TraceError
+    naming the key (optional keys appear on every line or on none); without, such values are None."""
     present = {k for obj in objects for k in obj}
+    if lines is not None:
+        for name, key in keys.items():
+            if key in present or name in required:
+                missing = next((i for i, obj in enumerate(objects) if key not in obj), None)
+                if missing is not None:
+                    has = next((i for i, obj in enumerate(objects) if key in obj), None)
+                    expected = ("the key on every line (it is required)" if name in required or has is None else
+                                f"the key on every line, as on line {lines[has]} (an optional key appears on every "
+                                "line or on none)")
+                    raise TraceError(file, lines[missing], key, expected, Described("a line without it"))
     return {
         name: pd.Series([obj.get(key) for obj in objects], dtype=object)
         for name, key in keys.items()
