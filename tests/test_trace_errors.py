@@ -131,6 +131,11 @@ def test_json_syntax_error_names_line_and_column(tmp_path):
     assert "column 37" in err.expected
 
 
+def test_an_integer_beyond_the_limit_is_named_as_such(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,2147483648,44\n")
+    assert str(err).endswith("field 'ContextTokens': expected a positive integer up to 2,147,483,647, got '2147483648'")
+
+
 def test_json_lines_field_errors_name_the_key(tmp_path):
     text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n\n{"timestamp": 1, "input_length": "ten", "output_length": 5}\n'
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 3, "input_length", "a positive integer")

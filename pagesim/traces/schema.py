@@ -111,7 +111,10 @@ def ints(values: pd.Series, rows: Rows, field: str, positive: bool = True) -> np
         ok = (num == np.floor(num)) & (num >= (1 if positive else -MAX_INT)) & (num <= MAX_INT)
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
-        raise rows.error(i, field, "a positive integer" if positive else "an integer", _got(values, i))
+        kind = "a positive integer" if positive else "an integer"
+        if num[i] == np.floor(num[i]) and abs(num[i]) > MAX_INT:  # an integer, but beyond the limit
+            kind += f" up to {MAX_INT:,}" if positive else f" from {-MAX_INT:,} to {MAX_INT:,}"
+        raise rows.error(i, field, kind, _got(values, i))
     return num.astype(np.int64)
 
 
