@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -104,11 +105,13 @@ def run_config(trace, base: dict, params: dict) -> dict:
 
 def _simulate(trace, base: dict, params: dict) -> dict:
     from pagesim.replay import config_from_args, simulate_run
+    from pagesim.run_warnings import baseline_warnings, config_warnings
     from pagesim.slo import parse_slos
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
     config = config_from_args(argparse.Namespace(**opts))
     layout = params.get("layout", "paged")
+    warnings = config_warnings(config, trace) + baseline_warnings(config, [layout] if layout != "paged" else [])
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
     if "kv_cache_gib" in params:
@@ -116,7 +119,9 @@ def _simulate(trace, base: dict, params: dict) -> dict:
     _, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
                               router=opts["router"], slos=parse_slos(opts["slo"]))
     summary["num_gpu_blocks"] = config.resolved_num_gpu_blocks
-    return flatten(summary)
+    row = flatten(summary)
+    row["warnings"] = "\n".join(warnings)  # the row's configuration warnings (replay's, before the run), one a line
+    return row
 
 
 def blocks_for_gib(config, gib: float) -> int:
@@ -368,6 +373,10 @@ def sweep(args, parser) -> int:
         print(f"interrupted: {done} of {len(points)} configurations in {out / 'results.parquet'}; "
               "run the same command again to resume")
         return 130
+    if "warnings" in df:  # each distinct configuration warning once, with how many rows it applies to
+        counts = pd.Series([w for text in df["warnings"].dropna() for w in str(text).split("\n") if w]).value_counts()
+        for text, k in counts.items():
+            print(f"warning ({k} of {len(df)} configurations): {text}", file=sys.stderr)
     errors = int((df["status"] == "error").sum()) if "status" in df else 0
     print(f"{len(df)} configurations in {out / 'results.parquet'} ({errors} errors)")
     if errors:

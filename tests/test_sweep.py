@@ -68,6 +68,16 @@ def test_a_failing_configuration_is_an_error_row(trace, base):
     assert ok["num_gpus"] == 2 and 0 <= ok["slo_attainment"] <= 1
 
 
+def test_a_row_carries_its_configuration_warnings(trace, base):
+    """multiturn-300 has prefix hash ids: prefix caching means something for the paged row, nothing for a baseline."""
+    paged = run_config(trace, base, {"enable_prefix_caching": True, "layout": "paged"})
+    baseline = run_config(trace, base, {"enable_prefix_caching": True, "layout": "max"})
+    assert paged["status"] == baseline["status"] == "ok"
+    assert paged["warnings"] == ""
+    assert baseline["warnings"].startswith("--enable-prefix-caching applies to the paged run only: the contiguous "
+                                           "baselines (max)")
+
+
 def test_local_sweep_streams_rows_and_resumes_after_an_interruption(trace, base, parser, tmp_path):
     points = parse_grid(["kv_cache_gib=0.00001,1,2", "block_size=16,32"], parser)  # 10 KiB: not one block
 
