@@ -50,11 +50,13 @@ def choose_partner(run: LiveRun) -> LiveRun | None:
         return None
     names = [NONE, *(p.name for p in others)]
     paired = _pair_of(run.name, names)
-    if st.session_state.get(PARTNER_FOR, run.name) != run.name:
-        st.session_state[f"{PREFIX}.partner"] = paired  # another run was chosen: its own partner, not the last run's
+    key = f"{PREFIX}.partner"
+    if st.session_state.get(PARTNER_FOR, run.name) != run.name or st.session_state.get(key, paired) not in names:
+        st.session_state[key] = paired  # another run was chosen: its own partner, not the last run's
     st.session_state[PARTNER_FOR] = run.name
-    name = st.sidebar.selectbox("Side by side with", names, index=names.index(paired), bind=URL,
-                                key=f"{PREFIX}.partner",
+    # the default only while the session holds no value (Streamlit warns when a widget gets both)
+    default = {} if key in st.session_state else {"index": names.index(paired)}
+    name = st.sidebar.selectbox("Side by side with", names, bind=URL, key=key, **default,
                                 help="another live run of the same trace, e.g. the contiguous baseline of a paged run")
     if name == NONE:
         return None
