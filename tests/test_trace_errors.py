@@ -131,6 +131,13 @@ def test_json_syntax_error_names_line_and_column(tmp_path):
     assert "column 37" in err.expected
 
 
+def test_a_header_one_column_short_of_a_format_names_the_missing_column(tmp_path):
+    err = load_error(tmp_path, "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,374\n")
+    assert_error(err, 1, "GeneratedTokens", "a CSV header with TIMESTAMP, ContextTokens, GeneratedTokens (azure format)")
+    err = load_error(tmp_path, '{"timestamp": 0, "input_length": 10}\n', name="m.jsonl")
+    assert_error(err, 1, "output_length", "the keys input_length, output_length, timestamp (mooncake format)")
+
+
 def test_an_integer_beyond_the_limit_is_named_as_such(tmp_path):
     err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,2147483648,44\n")
     assert str(err).endswith("field 'ContextTokens': expected a positive integer up to 2,147,483,647, got '2147483648'")

@@ -36,6 +36,10 @@ def detect(text: str, file: str) -> str:
             return "sharegpt"
         if MOONCAKE_KEYS <= keys:
             return "mooncake"
+        if len(MOONCAKE_KEYS - keys) == 1:  # all but one of mooncake's keys: name the one missing
+            (missing,) = MOONCAKE_KEYS - keys
+            raise TraceError(file, line, missing, f"the keys {', '.join(sorted(MOONCAKE_KEYS))} (mooncake format); "
+                             f"the first record has no {missing}", f"JSON keys {sorted(keys)}")
         if set(REQUIRED) <= keys:  # pagesim records without the header line that names the format
             raise TraceError(file, line, None, 'a first line {"pagesim_trace": 1, "name": NAME, "hash_block_size": '
                              'null or B} before pagesim-format records', Described("a record"))
@@ -47,4 +51,9 @@ def detect(text: str, file: str) -> str:
     for name, columns in HEADERS.items():
         if set(columns) <= header:
             return name
+    for name, columns in HEADERS.items():  # all but one column of a format: name the one missing
+        missing = [c for c in columns if c not in header]
+        if len(missing) == 1 and len(columns) > 1:
+            raise TraceError(file, line, missing[0], f"a CSV header with {', '.join(columns)} ({name} format); the "
+                             f"header has no {missing[0]}", head.split("\n", 1)[0][:60])
     raise TraceError(file, line, None, KNOWN, head.split("\n", 1)[0][:60])
