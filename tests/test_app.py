@@ -228,6 +228,8 @@ def test_replay_long_prompt_upload_shows_the_rejection_banner():
     (banner,) = at.warning
     assert "20 of 40 requests rejected" in banner.value and "max_model_len 8,192" in banner.value
     at.number_input(key="replay.max_model_len").set_value(16384).run()
+    at.checkbox(key="replay.allow_long_max_model_len").check().run()  # beyond llama-3-8b's 8,192 positions
+    assert not at.exception and not at.error
     assert not at.warning, "raising max_model_len serves them"
 
 
@@ -314,6 +316,14 @@ def test_replay_snapshot_survives_a_visit_to_another_page():
     assert not at.exception
     assert at.select_slider(key="replay.snapshot").value == 5
     assert at.query_params["replay.snapshot"] == "5"
+
+
+def test_replay_max_model_len_beyond_the_window_is_refused_until_allowed():
+    at = app()
+    at.number_input(key="replay.max_model_len").set_value(16384).run()
+    assert any("exceeds llama-3-8b's window" in e.value for e in at.error), [e.value for e in at.error]
+    at.checkbox(key="replay.allow_long_max_model_len").check().run()
+    assert not at.exception and not at.error
 
 
 def test_replay_a_model_whose_weights_fill_the_gpu_still_runs_in_gib_mode():

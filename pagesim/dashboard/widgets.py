@@ -190,6 +190,12 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
                                     help="requests whose prompt + output exceed it are rejected, as in vLLM")
     if max_model_len:
         changes["max_model_len"] = int(max_model_len)
+        window = MODELS[model].max_position_embeddings
+        if max_model_len > window:  # refused, as in vLLM, unless allowed (--allow-long-max-model-len)
+            changes["allow_long_max_model_len"] = sb.checkbox(
+                f"allow max_model_len beyond {model}'s window ({window:,} positions)", False, bind=URL,
+                key=f"{prefix}.allow_long_max_model_len",
+                help="the model was not trained for such lengths; the simulation runs them all the same")
     max_num_seqs = sb.number_input("max_num_seqs", 1, 100_000, 256, bind=URL, key=f"{prefix}.max_num_seqs")
     max_batched = sb.number_input("max_num_batched_tokens", 1, 10_000_000, 8192, step=1024,
                                   bind=URL, key=f"{prefix}.max_num_batched_tokens")
