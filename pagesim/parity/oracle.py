@@ -18,6 +18,7 @@ are equal for vLLM exactly when they are equal for pagesim.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -40,6 +41,10 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request as VllmRequest  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+# vLLM's logger may be left unconfigured here (no handler: Python's last-resort handler prints its warnings, such as
+# the missing compiled '_C' ops the CPU oracle never uses); only its errors matter to parity
+logging.getLogger("vllm").setLevel(logging.ERROR)
 
 from pagesim.config import Config  # noqa: E402
 from pagesim.parity.record import StepRecord  # noqa: E402
