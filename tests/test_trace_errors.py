@@ -138,6 +138,13 @@ def test_a_header_one_column_short_of_a_format_names_the_missing_column(tmp_path
     assert_error(err, 1, "output_length", "the keys input_length, output_length, timestamp (mooncake format)")
 
 
+def test_sharegpt_items_that_are_not_conversations_say_what_they_are(tmp_path):
+    err = load_error(tmp_path, "[1, 2]", name="s.json")
+    assert str(err).endswith("expected a conversation object with a list 'conversations', got a number, not an object")
+    err = load_error(tmp_path, '[{"conversations": [{"from": "gpt", "value": "hi"}]}]', name="s.json")
+    assert str(err).endswith("expected at least one request, got none (1 dropped: conversation without a human turn)")
+
+
 def test_an_integer_beyond_the_limit_is_named_as_such(tmp_path):
     err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,2147483648,44\n")
     assert str(err).endswith("field 'ContextTokens': expected a positive integer up to 2,147,483,647, got '2147483648'")

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.traces.blocks import BlockIds
-from pagesim.traces.errors import EMPTY, TraceError
+from pagesim.traces.errors import EMPTY, Described, TraceError
 from pagesim.traces.schema import Parsed, Rows
 from pagesim.traces.synth import THINK_TIME_S, arrival_times
 from pagesim.traces.text import json_lines, json_list
@@ -44,6 +44,9 @@ def read_sharegpt(text: str, file: str, rate: float, seed: int) -> Parsed:
         conversations += 1
         turns = _turns(item, file, line, _item_name(item, c) if minified else "")
         history, human = blocks.prompt(), -1
+        if not any(role == "human" for role, _, _ in turns):  # nothing to ask: counted, as the turns below are
+            reason = "conversation without a human turn"
+            dropped[reason] = dropped.get(reason, 0) + 1
         for j, (role, text_, n_tokens) in enumerate(turns):
             history.extend(("text", text_), n_tokens)
             if role != "human":
@@ -81,9 +84,13 @@ def _item_name(item: object, index: int) -> str:
     return f"[{index}]" + (f" (id {ident!r})" if isinstance(ident, (str, int)) else "") + " "
 
 
+_JSON_KIND = {int: "a number", float: "a number", str: "a string", list: "a list", bool: "true or false",
+              type(None): "null"}
+
+
 def _turns(item: object, file: str, line: int, name: str = "") -> list[tuple[str, str, int]]:
     """(role, text, n_tokens) for each turn of one conversation; `name` prefixes field names (list items)."""
-    turns = item.get("conversations", EMPTY) if isinstance(item, dict) else EMPTY
+    turns = item.get("conversations", EMPTY) if isinstance(item, dict) else Described(f"{_JSON_KIND.get(type(item), 'a value')}, not an object")
     if not isinstance(turns, list):
         raise TraceError(file, line, f"{name}conversations", "a conversation object with a list 'conversations'", turns)
     out = []
