@@ -37,17 +37,16 @@ def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[st
 
     from pagesim.replay import config_from_args
 
+    from pagesim.cost import make_cost_model
+
     out, skipped = [], []
-    profiled = base.get("cost_model", "roofline") != "roofline"
     for tp in TP_DEGREES:
         if tp > max_gpus:
             break
-        if tp > 1 and profiled:  # make_cost_model refuses it: a profile times one GPU
-            skipped.append(f"tensor_parallel_size={tp}: a profile cost model times one GPU; --cost-model roofline "
-                           "prices tensor parallelism")
-            continue
-        try:
-            config_from_args(argparse.Namespace(**{**base, "tensor_parallel_size": tp})).resolved_num_gpu_blocks
+        try:  # the config and its cost model, as each candidate's run will make them (a profile times tp 1 only)
+            config = config_from_args(argparse.Namespace(**{**base, "tensor_parallel_size": tp}))
+            config.resolved_num_gpu_blocks
+            make_cost_model(base.get("cost_model", "roofline"), config)
         except UserError as exc:
             skipped.append(f"tensor_parallel_size={tp}: {exc}")
             continue
@@ -110,17 +109,17 @@ def describe(row: dict, slos) -> str:
     from pagesim.slo import missed
 
     parts = ", ".join(f"{k}={row[k]}" for k in SHOWN if k in row and not (k == "router" and row["replicas"] == 1))
-    goodput, attainment = _number(row.get("goodput")), _number(row.get("slo_attainment"))
+    goodput, attainment = figure(row.get("goodput")), figure(row.get("slo_attainment"))
     figures = (f"goodput {'n/a' if goodput is None else f'{goodput:.3g} req/s'}, "
                f"SLO attainment {'n/a' if attainment is None else f'{attainment:.1%}'}")
-    rejected, requests = _number(row.get("num_rejected")), _number(row.get("num_requests"))
+    rejected, requests = figure(row.get("num_rejected")), figure(row.get("num_requests"))
     if rejected and requests:
         figures += f", {int(rejected):,} of {int(requests):,} requests rejected"
     miss = missed(row, slos)
     return f"{parts}\n    {figures}; " + ("meets every SLO" if not miss else "misses " + "; ".join(miss))
 
 
-def _number(v) -> float | None:
+def figure(v) -> float | None:
     """A figure of a row, or None where it is missing (None, NaN: null in plan.json)."""
     try:
         v = float(v)

@@ -306,17 +306,25 @@ class StepsWriter:
         return lambda columns: self.write(name, columns)
 
     def write(self, name: str, columns: dict[str, np.ndarray]) -> None:
-        df = pd.DataFrame(columns, copy=False)
-        df["run"] = pd.Categorical.from_codes(np.full(len(df), self.categories.index(name), dtype=np.int8),
-                                              categories=self.categories)
+        df = self._frame(name, columns)
         first = self.written[name]
         if not np.array_equal(df["step"].to_numpy(), np.arange(first, first + len(df))):
             raise AssertionError(f"run {name}: steps {first}.. are not numbered in order")
         for c in STEP_DERIVED[1:]:
             if not np.array_equal(df[c].to_numpy(), _derive_step_column(c, df, self.runs)):
                 raise AssertionError(f"run {name}: column {c} does not follow from the others")
-        if name in self.kept:  # (not after its summary_steps: close()'s empty table)
-            self.kept[name].append({c: _narrow_copy(df[c].to_numpy()) for c in SUMMARY_STEP_COLUMNS})
+        self.kept[name].append({c: _narrow_copy(df[c].to_numpy()) for c in SUMMARY_STEP_COLUMNS})
+        self._append(name, df)
+
+    def _frame(self, name: str, columns: dict[str, np.ndarray]) -> pd.DataFrame:
+        df = pd.DataFrame(columns, copy=False)
+        df["run"] = pd.Categorical.from_codes(np.full(len(df), self.categories.index(name), dtype=np.int8),
+                                              categories=self.categories)
+        return df
+
+    def _append(self, name: str, df: pd.DataFrame) -> None:
+        """One row group: the idle time before each step added, the derived columns and time_s left out."""
+        first = self.written[name]
         t, d = df["time_s"].to_numpy(np.float64), df["duration_s"].to_numpy(np.float64)
         df[IDLE] = idle_before(t, d, self.prev_end[name])
         if len(df):
@@ -342,8 +350,9 @@ class StepsWriter:
         if self.writer is None and self.categories:
             from pagesim.recorder import FLOAT_COLUMNS as STEP_FLOATS, STEP_COLUMNS
 
-            self.write(self.categories[0], {c: np.zeros(0, dtype=np.float64 if c in STEP_FLOATS else np.int64)
-                                            for c in STEP_COLUMNS})
+            name = self.categories[0]
+            self._append(name, self._frame(name, {c: np.zeros(0, dtype=np.float64 if c in STEP_FLOATS else np.int64)
+                                                  for c in STEP_COLUMNS}))
         if self.writer is not None:
             self.writer.close()
 

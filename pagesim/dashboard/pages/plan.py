@@ -12,7 +12,7 @@ import streamlit as st
 from pagesim.dashboard import widgets
 from pagesim.dashboard.plan_figures import pareto_figure
 from pagesim.errors import UserError
-from pagesim.plan import SHOWN, describe, run_plan
+from pagesim.plan import SHOWN, describe, figure, run_plan
 from pagesim.slo import parse_slos
 from pagesim.specs import GPUS, MODELS
 
@@ -158,10 +158,10 @@ def open_in_replay(candidates: pd.DataFrame, report: dict) -> None:
 
 
 def _label(row) -> str:
-    goodput = pd.to_numeric(row.get("goodput"), errors="coerce")  # None when every request was rejected
+    goodput = figure(row.get("goodput"))  # None when every request was rejected
     return (f"{int(row['num_gpus'])} GPUs: TP {int(row['tensor_parallel_size'])} x {int(row['replicas'])} "
             f"({row['router']}), max_num_seqs {int(row['max_num_seqs'])}, "
-            f"goodput {'n/a' if pd.isna(goodput) else f'{goodput:.3g}'}")
+            f"goodput {'n/a' if goodput is None else f'{goodput:.3g}'}")
 
 
 if __name__ == "__main__":
