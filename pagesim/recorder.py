@@ -346,17 +346,14 @@ class Recorder:
                        for c in STEP_COLUMNS})
 
     def steps_frame(self) -> pd.DataFrame | None:
-        """One row per step, in step order, with the derived columns; None when the steps went to a sink."""
+        """One row per step, in step order, with vLLM's kv_cache_usage (which summaries read); None when the steps
+        went to a sink. The memory categories' fractions of the cache follow from their counts and are derived
+        where they are drawn (results.with_memory_fractions), as on reading a steps.parquet."""
         self.flush()
         if self.sink is not None:
             return None
-        zero = self.table.zero_columns()
         cols, self.table = self.table.columns(), _StepTable()
-        n, blocks = len(cols["step"]), self.sched.kv.num_gpu_blocks
-        total = blocks * self.sched.kv.block_size
-        for c in CATEGORIES:  # (0 / total is +0.0: the zeros of a column 0 in every row, untouched)
-            cols[f"{c}_frac"] = np.zeros(n) if c in zero else cols[c] / total
-        cols["kv_cache_usage"] = cols["blocks_used"] / blocks
+        cols["kv_cache_usage"] = cols["blocks_used"] / self.sched.kv.num_gpu_blocks
         # The columns are the table's own arrays: hand them over rather than copy them into consolidated
         # blocks (a second copy of a table this size costs as much again in page faults), all at once (a
         # column set on a frame costs ~0.1 ms).

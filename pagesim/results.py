@@ -143,6 +143,19 @@ def add_derived_step_columns(df: pd.DataFrame, runs: dict) -> pd.DataFrame:
     return df
 
 
+def with_memory_fractions(steps: pd.DataFrame) -> pd.DataFrame:
+    """`steps` with each memory category's fraction of the cache (`{category}_frac`) where it lacks them (a
+    simulator's in-memory step table keeps the counts alone). The six categories sum to every slot of the cache
+    in every row, so the fractions need no run geometry: each row's counts over their sum."""
+    missing = [c for c in CATEGORIES if f"{c}_frac" not in steps]
+    if not missing:
+        return steps
+    counts = {c: steps[c].to_numpy(dtype=np.float64) for c in CATEGORIES}
+    total = sum(counts.values())
+    total[total == 0] = 1.0  # no row of a cache has 0 slots; an empty table stays empty
+    return steps.assign(**{f"{c}_frac": counts[c] / total for c in missing})
+
+
 def add_latencies(df: pd.DataFrame) -> pd.DataFrame:
     """ttft_s, tpot_s, e2e_s from the request times (NaN where they do not apply), as the recorder computes them."""
     finished = (df["state"] == "finished").to_numpy()

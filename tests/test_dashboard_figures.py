@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pagesim.accounting import CATEGORIES
 from pagesim.config import Config
 from pagesim.dashboard import (block_map, data, figures, host_tier, kernel_results, live_runs, palette, serving, sweep,
                                  tables, trace_chart)
@@ -82,7 +83,8 @@ def test_free_memory_while_requests_wait_is_its_own_layer(runs):
     steps = steps_of(runs)["contiguous-max"]
     queued = steps["num_waiting"].to_numpy() > 0
     assert queued.any() and np.allclose(waiting["contiguous-max"][~queued], 0)
-    assert np.allclose(waiting["contiguous-max"][queued], steps["free_frac"].to_numpy()[queued] * 100)
+    free = steps["free"].to_numpy() / steps[list(CATEGORIES)].to_numpy().sum(axis=1)  # the cache's free fraction
+    assert np.allclose(waiting["contiguous-max"][queued], free[queued] * 100)
     assert any(a.text and "watermark: 1%" in a.text for a in fig.layout.annotations)
 
 

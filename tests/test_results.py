@@ -14,7 +14,8 @@ import pytest
 from pagesim.config import Config
 from pagesim.metrics import prefix_cache_kwargs, summarize, summarize_run
 from pagesim.replay import run_configs, write_run_dir
-from pagesim.results import SCHEMA_VERSION, parquet_metadata, read_requests, read_run, read_steps, requests_path
+from pagesim.results import (SCHEMA_VERSION, parquet_metadata, read_requests, read_run, read_steps, requests_path,
+                             with_memory_fractions)
 from pagesim.simulator import simulate
 from pagesim.traces import load_trace, trace_from_frame
 
@@ -31,6 +32,15 @@ def _write(tmp_path, trace, config, baselines=("max", "oracle")):
     return results, summaries
 
 
+def assert_same_steps(read: pd.DataFrame, kept: pd.DataFrame) -> None:
+    """A run's steps read back equal the simulator's kept table, whose memory fractions are derived from its counts
+    (with_memory_fractions) where read_steps derives them from the run geometry: the same numbers."""
+    assert not {c for c in read if c.endswith("_frac")} & set(kept), "the kept table holds counts, not fractions"
+    kept = with_memory_fractions(kept)
+    assert set(read) == set(kept)
+    pd.testing.assert_frame_equal(read, kept[list(read.columns)], check_dtype=False, check_exact=True)
+
+
 def test_a_run_read_back_gives_the_same_frames_and_summary(tmp_path):
     trace = load_trace(ROOT / "traces" / "kshot-shared-prefix-500.jsonl", limit=200)
     results, summaries = _write(tmp_path, trace, Config(enable_prefix_caching=True, num_gpu_blocks=2000))
@@ -39,7 +49,7 @@ def test_a_run_read_back_gives_the_same_frames_and_summary(tmp_path):
     for name, r in results.items():
         s = steps[steps["run"] == name].drop(columns="run").reset_index(drop=True)
         q = requests[requests["run"] == name].drop(columns="run").reset_index(drop=True)
-        pd.testing.assert_frame_equal(s, r.steps, check_dtype=False)
+        assert_same_steps(s, r.steps)
         pd.testing.assert_frame_equal(q, r.requests, check_dtype=False)
         again = summarize(s, q, leaked_blocks=r.leaked_blocks, sim_wall_s=r.sim_wall_s,
                           block_bytes=r.config.block_bytes, **prefix_cache_kwargs(r.prefix_cache))
@@ -109,8 +119,7 @@ def test_steps_streamed_in_small_chunks_equal_the_whole_table(tmp_path, monkeypa
     _, steps, _ = read_run(tmp_path)
     for name, r in whole.items():
         assert len(r.steps) > 50
-        pd.testing.assert_frame_equal(steps[steps["run"] == name].drop(columns="run").reset_index(drop=True),
-                                      r.steps, check_dtype=False)
+        assert_same_steps(steps[steps["run"] == name].drop(columns="run").reset_index(drop=True), r.steps)
         in_memory = simulate(trace, r.config)
         pd.testing.assert_frame_equal(in_memory.steps, r.steps, check_dtype=False)
         expected = summarize_run(r)
@@ -127,7 +136,7 @@ def test_columns_that_are_zero_or_asked_for_alone_read_back_as_recorded(tmp_path
     assert (steps["prefix_cache_queries"] == 0).all() and (steps["reserved"] > 0).any()
     for name, r in results.items():
         s = steps[steps["run"] == name].drop(columns="run").reset_index(drop=True)
-        pd.testing.assert_frame_equal(s, r.steps, check_dtype=False)
+        assert_same_steps(s, r.steps)
     for cols in (["time_s", "free_frac", "kv_cache_usage"], ["cached_frac", "free", "step", "run"], ["num_running"],
                  ["blocks_free", "cached", "external_fragmentation_frac"]):
         pd.testing.assert_frame_equal(read_steps(tmp_path / "steps.parquet", columns=cols), steps[cols],
@@ -167,7 +176,7 @@ def test_a_multi_replica_run_is_written_and_read_back_exactly(tmp_path):
     result, summary = simulate_run(trace, config, replicas=2)
     write_run_dir(tmp_path, config, trace, {config.run_name: result}, {config.run_name: summary})
     steps = read_steps(tmp_path / "steps.parquet")
-    pd.testing.assert_frame_equal(steps.drop(columns="run"), result.steps, check_dtype=False)
+    assert_same_steps(steps.drop(columns="run"), result.steps)
     times = read_steps(tmp_path / "steps.parquet", columns=["time_s"])["time_s"]
     assert times.to_numpy().tolist() == result.steps["time_s"].tolist()
     assert set(steps["replica"]) == {0, 1}

@@ -17,7 +17,7 @@ from pagesim.cost.features import StepFeatures
 from pagesim.errors import UserError
 from pagesim.recorder import FEATURE_COLUMNS
 from pagesim.request import requests_from_trace
-from pagesim.results import arrivals_path, read_requests, read_steps, requests_path
+from pagesim.results import arrivals_path, read_requests, read_steps, requests_path, with_memory_fractions
 from pagesim.scheduler import Scheduler
 from pagesim.simulator import simulate
 from pagesim.traces import load_trace
@@ -184,7 +184,8 @@ def test_live_and_simulator_files_have_the_same_schema(tmp_path):
     assert set(live_steps.columns) - live_only == set(sim_steps.columns) - recorded_since
     requests_since = {"preempted_at", "resumed_at", "swapped_out"} - set(live_requests.columns)
     assert list(live_requests.columns) == [c for c in sim_requests.columns if c not in requests_since]
-    assert set(simulate(trace, Config(num_gpu_blocks=4096)).steps.columns) | {"run"} == set(sim_steps.columns)
+    kept = with_memory_fractions(simulate(trace, Config(num_gpu_blocks=4096)).steps)  # as read_steps derives them
+    assert set(kept.columns) | {"run"} == set(sim_steps.columns)
 
 
 def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
@@ -311,6 +312,7 @@ def test_validation_stores_the_simulated_steps_compactly_and_reads_them_back_exa
     back = read_steps(out / "sim_steps.parquet")
     run = load_run(LIVE / RUN)
     sim = live_simulation(run, make_cost_model(default_cost_model(run), run["config"])).run("sim").steps
+    sim = with_memory_fractions(sim)
     assert set(back.columns) == set(sim.columns) | {"run"} and (back["run"] == "sim").all()
     for c in sim.columns:
         assert np.array_equal(back[c].to_numpy(), sim[c].to_numpy()), c

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from pagesim.dashboard.palette import MORE_RUNS, PREEMPTION, QUEUES, STATES, WAITING_FREE, run_color
 from pagesim.specs import GIB
+from pagesim.results import with_memory_fractions
 
 MAX_POINTS = 1000  # about one point per pixel of a wide chart
 
@@ -86,7 +87,8 @@ def mark_time(fig: go.Figure, row: int, time_s: float | None, end_s: float) -> N
 def waiting_free(steps: pd.DataFrame) -> np.ndarray:
     """The free fraction of the cache at steps where requests wait (0 elsewhere): memory left idle
     because the next admission does not fit in it together with the watermark kept free."""
-    return np.where(steps["num_waiting"].to_numpy() > 0, steps["free_frac"].to_numpy(dtype="float64"), 0.0)
+    free = with_memory_fractions(steps)["free_frac"].to_numpy(dtype="float64")
+    return np.where(steps["num_waiting"].to_numpy() > 0, free, 0.0)
 
 
 def memory_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_POINTS, *,
@@ -99,6 +101,7 @@ def memory_over_time(steps_by_run: dict[str, pd.DataFrame], max_points: int = MA
     layers = {**{c: v for c, v in MEMORY_LAYERS.items() if c != "free"},
               "waiting_free": ("free while requests wait", WAITING_FREE), "free": MEMORY_LAYERS["free"]}
     for row, (run, steps) in enumerate(steps_by_run.items(), 1):
+        steps = with_memory_fractions(steps)
         steps = steps.assign(waiting_free_frac=waiting_free(steps))
         steps = steps.assign(free_frac=steps["free_frac"] - steps["waiting_free_frac"])
         b = time_buckets(steps, [f"{c}_frac" for c in layers], max_points)
