@@ -117,7 +117,7 @@ class _RoutedArrivals:
 
 class ClusterSimulation:
     def __init__(self, requests: list[Request], config: Config, cost_model, *, num_replicas: int,
-                 router: str = "round-robin", fast_path: bool = True):
+                 router: str = "round-robin", fast_path: bool = True, progress=None):
         if router not in ROUTE:
             raise ValueError(f"unknown router {router!r}; expected one of {ROUTERS}")
         check_replicas(config, num_replicas)  # before any replica is built
@@ -130,6 +130,7 @@ class ClusterSimulation:
         self.replicas = [Simulation([], config, cost_model) for _ in range(num_replicas)]
         self.routed: list[list[Request]] = [[] for _ in range(num_replicas)]
         self.next_index = 0  # the next request to route
+        self.progress = progress  # progress(now) as each request is routed (replay's bar: sim_progress)
 
     def next_time(self) -> float:
         i = self.next_index
@@ -147,6 +148,8 @@ class ClusterSimulation:
             self.routed[k].append(req)
             scheds[k].add_request(req)
             self.next_index = i + 1
+            if self.progress is not None:
+                self.progress(env.now)
 
     def engine(self, k: int):
         rep = self.replicas[k]

@@ -214,6 +214,7 @@ def plan(args, parser) -> int:
                             f"{', '.join(map(str, TP_DEGREES))} times replicas, within --max-gpus); drop this --grid")
         search[key] = [p[key] for p in axis]
     check_fixed_options(args, search, "plan")
+    check_searched_options(args, parser, search)
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
     out = Path(args.out)
     if (out / "plan.json").is_file() and not args.force:  # a finished plan: its resume would rewrite plan.json
@@ -231,6 +232,27 @@ def plan(args, parser) -> int:
     print(outcome(report, slos))
     print(f"wrote {out / 'plan.json'}, {out / 'pareto.csv'}, {out / 'results.parquet'}")
     return 0
+
+
+def check_searched_options(args, parser, search: dict) -> None:
+    """Before any work: an option typed on the command line that plan searches itself (the deployment's tensor
+    parallelism, each axis of the search) would be replaced by the search without a word: refused, saying how to fix
+    an axis instead (--grid NAME=V)."""
+    from pagesim.sweep import KV_MEMORY, typed_options
+
+    typed = typed_options(args, parser, ["tensor_parallel_size",
+                                         *(k for k in search if set(search[k]) != {getattr(args, k, None)})])
+    if "tensor_parallel_size" in typed:
+        raise UserError(f"{typed['tensor_parallel_size']}: plan searches the deployments itself (tensor_parallel_size "
+                        f"in {', '.join(map(str, TP_DEGREES))} times replicas, within --max-gpus); drop it")
+    for key, flag in typed.items():
+        values = ", ".join(str(v) for v in search[key])
+        raise UserError(f"{flag}: plan searches {key} over {values} itself, which would replace it; to fix it, "
+                        f"pass --grid {key}={getattr(args, key)} instead")
+    ways = [f"--grid {k}=..." for k in KV_MEMORY if k in search]
+    ways += list(typed_options(args, parser, [k for k in KV_MEMORY if k not in search]).values())
+    if len(ways) > 1:
+        raise UserError(f"{' and '.join(ways)} both size the KV cache (one would be ignored); pass one of them")
 
 
 def register(sub) -> None:

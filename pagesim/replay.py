@@ -110,7 +110,7 @@ def simulate_run(trace, config: Config, *, cost_model: str = "roofline", replica
             result.steps = steps_writer.summary_steps(config.run_name)
     else:
         result = ClusterSimulation(requests_from_trace(trace), config, cost, num_replicas=replicas,
-                                   router=router).run()
+                                   router=router, progress=progress).run()
     summary = summarize_run(result)
     summary["cost_model"] = cost.describe()
     summary["num_replicas"] = replicas

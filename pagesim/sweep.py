@@ -105,22 +105,24 @@ def run_config(trace, base: dict, params: dict) -> dict:
 
 def _simulate(trace, base: dict, params: dict) -> dict:
     from pagesim.replay import config_from_args, simulate_run
-    from pagesim.run_warnings import baseline_warnings, config_warnings
+    from pagesim.run_warnings import baseline_warnings, cluster_warnings, config_warnings, result_warnings
     from pagesim.slo import parse_slos
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
     config = config_from_args(argparse.Namespace(**opts))
     layout = params.get("layout", "paged")
-    warnings = config_warnings(config, trace) + baseline_warnings(config, [layout] if layout != "paged" else [])
+    warnings = (config_warnings(config, trace) + baseline_warnings(config, [layout] if layout != "paged" else [])
+                + cluster_warnings(config, opts["replicas"], opts["router"]))
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
     if "kv_cache_gib" in params:
         config = config.replace(num_gpu_blocks=blocks_for_gib(config, params["kv_cache_gib"]))
-    _, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
-                              router=opts["router"], slos=parse_slos(opts["slo"]))
+    result, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
+                                   router=opts["router"], slos=parse_slos(opts["slo"]))
+    warnings += result_warnings(config.run_name, result.requests)  # and after it: too many requests rejected
     summary["num_gpu_blocks"] = config.resolved_num_gpu_blocks
     row = flatten(summary)
-    row["warnings"] = "\n".join(warnings)  # the row's configuration warnings (replay's, before the run), one a line
+    row["warnings"] = "\n".join(warnings)  # the row's warnings, as replay prints them, one a line
     return row
 
 
@@ -166,10 +168,12 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
     writer = _Writer(results, old)
     from tqdm import tqdm
 
+    from pagesim.progress import _mininterval
+
     run = _run_ray if backend == "ray" else _run_local
     rows = run(trace, base, todo, address=address, num_cpus=num_cpus)
     with tqdm(total=len(points), initial=len(points) - len(todo), desc="sweep", unit="config",
-              disable=not progress) as bar:
+              disable=not progress, mininterval=_mininterval(sys.stderr)) as bar:  # a log gets a few hundred lines
         done = len(points) - len(todo)
         try:
             for row in rows:
@@ -201,16 +205,23 @@ NOT_FIXED = ("func", "argv", "command", "command_parser", "grid", "out", "force"
 
 def check_or_write_manifest(out: Path, trace, base: dict) -> None:
     """sweep.json: what every row of this directory shares; a resume with other fixed options is refused."""
+    from pagesim.results import trace_fingerprint
+
     fixed = {k: v for k, v in sorted(base.items()) if k not in NOT_FIXED}
-    manifest = {"trace": trace.name, "rows": int(len(trace.df)), "fixed_options": fixed}
+    # The requests themselves, not only the file's name and row count: another --time-scale, --rate or window of
+    # the same number of requests gives other arrivals, and rows simulated on those must not be reused.
+    manifest = {"trace": trace.name, "rows": int(len(trace.df)), "trace_fingerprint": trace_fingerprint(trace),
+                "fixed_options": fixed}
     path = out / "sweep.json"
     manifest = json.loads(json.dumps(manifest, default=str))
     if path.exists():
         previous = json.loads(path.read_text())
         previous["fixed_options"] = {k: v for k, v in previous.get("fixed_options", {}).items() if k not in NOT_FIXED}
+        previous.setdefault("trace_fingerprint", manifest["trace_fingerprint"])  # written before it was recorded
         if previous != manifest:
             diff = [k for k in manifest["fixed_options"] if previous.get("fixed_options", {}).get(k) != manifest["fixed_options"][k]]
-            what = ", ".join(diff) or "the trace"
+            what = ", ".join(diff) or ("the trace" if previous.get("trace") != manifest["trace"] else
+                                       "the trace's requests: another window, --limit, --time-scale or --rate")
             raise UserError(f"{out} holds a sweep with other fixed options ({what}); resume with the same command "
                             f"or choose another --out (--force does not start a sweep over: remove {out} for that)")
     out.mkdir(parents=True, exist_ok=True)
@@ -354,13 +365,50 @@ def check_fixed_options(args, swept: dict[str, list], command: str) -> None:
                 raise UserError(f"--grid cost_model={spec}: {e}") from None
 
 
+KV_MEMORY = ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_gib")  # three ways to size the KV cache: one at a time
+
+
+def typed_options(args, parser, keys) -> dict[str, str]:
+    """Of `keys`, the options the user set to other than their default: key -> the flag as typed ("--block-size 32")."""
+    actions = {a.dest: a for a in parser._actions}
+    out = {}
+    for key in keys:
+        action = actions.get(key)
+        if action is None or getattr(args, key, None) == action.default:
+            continue
+        value = getattr(args, key)
+        if action.nargs == 0:  # a switch: --enable-prefix-caching, or --no-enable-chunked-prefill
+            out[key] = next((f for f in action.option_strings if f.startswith("--no-") != bool(value)),
+                            action.option_strings[-1])
+        else:
+            out[key] = f"{max(action.option_strings, key=len)} {value}"
+    return out
+
+
+def check_grid_against_options(args, parser, axes: dict[str, list]) -> None:
+    """Before any work: an option typed on the command line that a --grid axis also sets would be replaced by the
+    grid's values without a word, and the KV cache sized two ways (--num-gpu-blocks, --gpu-memory-utilization,
+    kv_cache_gib) would keep one of them silently; both are refused, naming the flags."""
+    typed = typed_options(args, parser, [k for k in axes if set(axes[k]) != {getattr(args, k, None)}])  # equal: harmless
+    for key, flag in typed.items():
+        values = ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in dict.fromkeys(axes[key]))
+        raise UserError(f"{flag} and --grid {key}={values} both set {key}: the grid's values would replace the "
+                        f"option; drop one of them")
+    ways = [f"--grid {k}=..." for k in KV_MEMORY if k in axes]
+    ways += list(typed_options(args, parser, [k for k in KV_MEMORY if k not in axes]).values())
+    if len(ways) > 1:
+        raise UserError(f"{' and '.join(ways)} both size the KV cache (one would be ignored); pass one of them")
+
+
 def sweep(args, parser) -> int:
     from pagesim.replay import trace_from_args
     from pagesim.slo import parse_slos
 
     points = parse_grid(args.grid, parser)
     parse_slos(args.slo)  # bad --slo: an error now, not a thousand error rows
-    check_fixed_options(args, {k: [p[k] for p in points] for k in points[0]} if points else {}, "sweep")  # a product
+    axes = {k: [p[k] for p in points] for k in points[0]} if points else {}  # a product: every point has every key
+    check_fixed_options(args, axes, "sweep")
+    check_grid_against_options(args, parser, axes)
     prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
     print(trace.summary)
@@ -373,15 +421,30 @@ def sweep(args, parser) -> int:
         print(f"interrupted: {done} of {len(points)} configurations in {out / 'results.parquet'}; "
               "run the same command again to resume")
         return 130
-    if "warnings" in df:  # each distinct configuration warning once, with how many rows it applies to
-        counts = pd.Series([w for text in df["warnings"].dropna() for w in str(text).split("\n") if w]).value_counts()
-        for text, k in counts.items():
-            print(f"warning ({k} of {len(df)} configurations): {text}", file=sys.stderr)
+    if "warnings" in df:
+        for text in summarize_warnings(df["warnings"], len(df)):
+            print(f"warning {text}", file=sys.stderr)
     errors = int((df["status"] == "error").sum()) if "status" in df else 0
     print(f"{len(df)} configurations in {out / 'results.parquet'} ({errors} errors)")
     if errors:
         print("first error:", df.loc[df["status"] == "error", "error"].iloc[0])
     return 0
+
+
+def summarize_warnings(column: pd.Series, rows: int) -> list[str]:
+    """Each kind of warning of the rows once, with how many configurations it applies to (most first). Warnings
+    that differ only in their figures (how many requests a configuration rejected, its block count) are one kind,
+    shown by its first text, so a thousand configurations do not print a thousand lines."""
+    texts = pd.Series([w for text in column.dropna() for w in str(text).split("\n") if w], dtype=object)
+    if texts.empty:
+        return []
+    kinds = texts.str.replace(r"\d[\d,.]*", "#", regex=True)
+    out = []
+    for kind, k in kinds.value_counts(sort=True).items():
+        alike = texts[kinds == kind]
+        note = "" if alike.nunique() == 1 else " (figures differ by configuration: each row's own in its warnings column)"
+        out.append(f"({k} of {rows} configurations): {alike.iloc[0]}{note}")
+    return out
 
 
 def register(sub) -> None:

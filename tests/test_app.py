@@ -183,10 +183,13 @@ def test_replay_max_model_len_rejects_long_requests_with_a_banner():
     requests = app_requests(at)
     n = int((requests["prompt_len"] >= 512).sum())  # vLLM v1: longer outputs are cut at max_model_len instead
     assert n > 0
-    (banner,) = at.warning
+    banner, cut = at.warning
     assert f"{n:,} of 500 requests rejected" in banner.value
     assert "prompt reaches max_model_len 512" in banner.value
     assert dict(metrics(at))["Rejected"] == f"{n:,}"
+    k = int(((requests["prompt_len"] < 512) & (requests["prompt_len"] + requests["output_len"] > 512)).sum())
+    assert cut.value.startswith(f"{k} of 500 requests") and "their outputs are cut there" in cut.value, \
+        "the replay command's warning for outputs cut at max_model_len, on the page too"
 
 
 def test_replay_rejection_banner_advice_fits_the_reason():
@@ -204,7 +207,7 @@ def test_replay_rejection_banner_advice_fits_the_reason():
     assert "lower max_model_len" in contiguous and "lower max_model_len" not in paged
     at.number_input(key="replay.kv_cache_gib").set_value(4.0).run()
     at.number_input(key="replay.max_model_len").set_value(512).run()
-    (banner,) = at.warning
+    (banner,) = [w for w in at.warning if "rejected" in w.value]
     assert "raise max_model_len" in banner.value
 
 
@@ -230,7 +233,9 @@ def test_replay_long_prompt_upload_shows_the_rejection_banner():
     at.number_input(key="replay.max_model_len").set_value(16384).run()
     at.checkbox(key="replay.allow_long_max_model_len").check().run()  # beyond llama-3-8b's 8,192 positions
     assert not at.exception and not at.error
-    assert not at.warning, "raising max_model_len serves them"
+    assert not [w for w in at.warning if "rejected" in w.value], "raising max_model_len serves them"
+    (beyond,) = at.warning
+    assert "`max_model_len` 16,384 is larger than llama-3-8b's window" in beyond.value
 
 
 def test_replay_settings_come_from_the_url():
@@ -490,6 +495,20 @@ def test_replay_invalid_config_shows_the_config_error():
     assert "without chunked prefill, max_num_batched_tokens must be at least max_model_len" in at.error[0].value
 
 
+def test_replay_warns_of_settings_the_trace_makes_pointless():
+    """The replay command's configuration warnings are on the page too: prefix caching on a trace that carries no
+    content to share (the hit rate is 0% by construction), and the baselines running without it."""
+    at = app()
+    at.checkbox(key="replay.prefix_caching").check().run()
+    assert not at.exception and not at.error
+    texts = [w.value for w in at.warning]
+    assert any(t.startswith("`enable_prefix_caching` is on, but the trace has neither prefix_hash_ids nor "
+                            "prompt_token_ids") for t in texts), texts
+    assert any("applies to the paged run only" in t for t in texts), texts
+    at.multiselect(key="replay.baselines").set_value([]).run()
+    assert [w.value for w in at.warning if "paged run only" in w.value] == [], "no baseline, no baseline warning"
+
+
 def test_replay_synthetic_source():
     at = app()
     at.radio(key="replay.source").set_value("Synthetic").run()
@@ -554,6 +573,24 @@ def test_sweep_empty_grid_value_is_reported():
     at.button(key="sweep.run").click().run()
     assert not at.exception
     assert "choose at least one value for kv_cache_gib" in at.error[0].value
+
+
+# ---- Plan -----------------------------------------------------------------------------------------------
+def test_plan_candidate_opens_in_replay_on_the_memory_it_was_planned_with(caplog):
+    """Was: Open in Replay carried the knobs but not the memory, so the candidate ran in 4 GiB (2,048 blocks) instead
+    of the H200's 57,038 blocks the plan simulated; and Streamlit logged a warning with a stack for each knob, the
+    Replay widgets getting a default and a session value."""
+    at = app("plan")
+    at.number_input(key="plan.max_gpus").set_value(1)
+    at.number_input(key="plan.limit").set_value(20)
+    at.button[0].click().run()  # Run plan
+    assert not at.exception and not at.error
+    with caplog.at_level("WARNING"):
+        at.button(key="plan.open_button").click().run()
+    assert not at.exception and at.title[0].value == "Replay"
+    assert not [r for r in caplog.records if "had its value set via the Session State API" in r.getMessage()]
+    caption = " ".join(c.value for c in at.sidebar.caption)
+    assert caption.startswith("57,038 blocks × 16 tokens"), caption
 
 
 # ---- Sim vs Live ----------------------------------------------------------------------------------------

@@ -310,3 +310,52 @@ def test_a_swept_cost_model_that_cannot_be_read_is_refused_before_any_work(tmp_p
                              "--out", tmp_path / "s"))
     assert line.startswith(f"error: --grid cost_model={tmp_path / 'no.json'}: cost model ") and "no such file" in line
     assert not (tmp_path / "s").exists()
+
+
+# ---- options that a grid or plan's search would replace without a word -----------------------------------------
+def test_sweep_refuses_an_option_its_grid_also_sets(tmp_path):
+    """Was: --block-size 32 with --grid block_size=16,64 ran 16 and 64, the typed 32 silently dropped; and
+    --grid kv_cache_gib with --num-gpu-blocks (or a num_gpu_blocks axis) kept the GiB, its rows saying otherwise."""
+    broken = broken_csv(tmp_path / "broken.csv")  # refused before the trace is read
+    sweep = ["sweep", broken, "--backend", "local", "--out", tmp_path / "s"]
+    line = one_error(pagesim(*sweep, "--block-size", 32, "--grid", "block_size=16,64"))
+    assert line == ("error: --block-size 32 and --grid block_size=16,64 both set block_size: the grid's values would "
+                    "replace the option; drop one of them")
+    line = one_error(pagesim(*sweep, "--no-enable-chunked-prefill", "--grid", "enable_chunked_prefill=true,false"))
+    assert line.startswith("error: --no-enable-chunked-prefill and --grid enable_chunked_prefill=true,false both set")
+    line = one_error(pagesim(*sweep, "--num-gpu-blocks", 100, "--grid", "kv_cache_gib=1,2"))
+    assert line == ("error: --grid kv_cache_gib=... and --num-gpu-blocks 100 both size the KV cache (one would be "
+                    "ignored); pass one of them")
+    line = one_error(pagesim(*sweep, "--grid", "kv_cache_gib=1", "--grid", "num_gpu_blocks=100"))
+    assert "--grid num_gpu_blocks=... and --grid kv_cache_gib=... both size the KV cache" in line
+    assert not (tmp_path / "s").exists()
+
+
+def test_plan_refuses_an_option_its_search_would_replace(tmp_path):
+    """Was: plan --block-size 32 --max-num-seqs 64 --tensor-parallel-size 2 searched block 16/32, 128/256 seats
+    and tp 1/2/4/8, recommending a block size of 16 to a user who had fixed 32."""
+    broken = broken_csv(tmp_path / "broken.csv")
+    plan = ["plan", broken, "--slo", "ttft_p99=1", "--backend", "local", "--out", tmp_path / "p"]
+    line = one_error(pagesim(*plan, "--block-size", 32))
+    assert line == ("error: --block-size 32: plan searches block_size over 16, 32 itself, which would replace it; "
+                    "to fix it, pass --grid block_size=32 instead")
+    line = one_error(pagesim(*plan, "--max-num-seqs", 64, "--grid", "max_num_seqs=128"))
+    assert line.startswith("error: --max-num-seqs 64: plan searches max_num_seqs over 128 itself")
+    line = one_error(pagesim(*plan, "--tensor-parallel-size", 2))
+    assert line.startswith("error: --tensor-parallel-size 2: plan searches the deployments itself")
+    assert not (tmp_path / "p").exists()
+    # the same value typed and searched is no conflict: it runs (on a valid trace)
+    trace = own_trace(tmp_path / "t.jsonl", [10, 20])
+    done = pagesim("plan", trace, "--slo", "ttft_p99=1", "--max-gpus", 1, "--block-size", 32, "--grid", "block_size=32",
+                   "--grid", "max_num_seqs=4", "--grid", "max_num_batched_tokens=2048", "--backend", "local",
+                   "--num-cpus", 1, "--out", tmp_path / "ok")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "ok" / "plan.json").read_text())["recommendation"]["block_size"] == 32
+
+
+def test_a_rate_on_arrivals_all_at_once_names_the_flag(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,8\n0,20,8\n")  # both at 0 s
+    line = one_error(pagesim("replay", trace, "--rate", 5, "--out", tmp_path / "r"))
+    assert line == (f"error: {trace}: expected arrivals spread over time, to rescale them to --rate 5, "
+                    "got all at once; drop --rate")

@@ -94,3 +94,13 @@ def test_one_replica_cluster_equals_the_single_engine(multiturn):
     a = single.requests[cols].sort_values("request_id").reset_index(drop=True)
     b = cluster.requests[cols].sort_values("request_id").reset_index(drop=True)
     assert a.equals(b), "one replica behind the router must behave exactly as the plain simulator"
+
+
+def test_replay_progress_bar_follows_a_multi_replica_run(multiturn):
+    """Was: with --replicas > 1 the bar was never told the time and stayed at 0% to the end."""
+    from pagesim.replay import simulate_run
+
+    seen = []
+    simulate_run(multiturn, Config(), replicas=2, progress=seen.append)
+    assert seen and seen == sorted(seen), "reported as the arrivals are routed, in order"
+    assert seen[-1] == pytest.approx(float(multiturn.df["arrival_time_s"].iloc[-1]))

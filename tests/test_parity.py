@@ -166,3 +166,22 @@ def test_a_difference_is_reported_and_exits_non_zero(tmp_path, monkeypatch, caps
     assert report["n_steps_differing"] == 1 and report["first_difference"]["step"] == 3
     assert report["first_difference"]["fields"] == ["num_free_blocks"]
     assert "prefix hit rate n/a: prefix caching off" in capsys.readouterr().out
+
+
+@needs_vllm
+def test_options_the_trace_makes_pointless_are_warned_and_recorded(tmp_path, capsys):
+    """Was: parity said '0 of N steps differ' for --policy priority on a trace without priorities (an fcfs
+    comparison) and for prefix caching on a trace without content, without replay's warnings, and none when most
+    requests were rejected on arrival."""
+    from pagesim.cli import main
+
+    rc = main(["parity", str(REPO / "traces" / "sharegpt-poisson-1k.jsonl"), "--limit", "10", "--num-gpu-blocks", "300",
+               "--max-model-len", "64", "--policy", "priority", "--enable-prefix-caching", "--out", str(tmp_path)])
+    assert rc == 0
+    warnings = json.loads((tmp_path / "parity.json").read_text())["warnings"]
+    assert any(w.startswith("--policy priority, but the trace has no priority field") for w in warnings), warnings
+    assert any(w.startswith("--enable-prefix-caching is on, but the trace has neither") for w in warnings), warnings
+    assert any("were rejected on arrival" in w for w in warnings), warnings
+    assert not any("requests.parquet" in w for w in warnings), "parity writes no requests.parquet"
+    err = capsys.readouterr().err
+    assert all(f"warning: {w}" in err for w in warnings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -113,6 +114,64 @@ def test_force_resumes_the_same_sweep_and_says_it_does_not_start_another_over(tr
     with pytest.raises(UserError, match=r"--force does not start a sweep over"):
         run_sweep(trace, {**base, "force": True, "model": "llama-2-7b"}, [{"max_num_seqs": 8}], tmp_path,
                   backend="local", progress=False)
+
+
+def test_resume_over_other_arrivals_of_as_many_requests_is_refused(trace, base, tmp_path):
+    """Was: the same trace at another --time-scale (or --rate, or window) has the same name and row count, and the
+    resume reported the old arrivals' rows as the new sweep's."""
+    run_sweep(trace, base, [{"max_num_seqs": 8}], tmp_path, backend="local", num_cpus=1, progress=False)
+    faster = type(trace)(trace.df.assign(arrival_time_s=trace.df["arrival_time_s"] / 4), trace.name, trace.summary,
+                         trace.hash_block_size)
+    with pytest.raises(UserError, match=r"other fixed options \(the trace's requests: another window, --limit, "
+                                        r"--time-scale or --rate\)"):
+        run_sweep(faster, base, [{"max_num_seqs": 8}], tmp_path, backend="local", progress=False)
+    manifest = json.loads((tmp_path / "sweep.json").read_text())
+    del manifest["trace_fingerprint"]  # a sweep written before the fingerprint was recorded still resumes
+    (tmp_path / "sweep.json").write_text(json.dumps(manifest))
+    assert len(run_sweep(trace, base, [{"max_num_seqs": 8}], tmp_path, backend="local", progress=False)) == 1
+
+
+def test_a_row_carries_the_warnings_replay_prints_after_the_run_too(trace, base):
+    """Was: only the warnings known before the run; a configuration rejecting every request (or a router with one
+    replica) said nothing, while replay warns of both."""
+    row = run_config(trace, base, {"max_model_len": 1})
+    assert row["status"] == "ok" and row["num_rejected"] == 30
+    assert "paged: every request (30) was rejected" in row["warnings"]
+    row = run_config(trace, base, {"router": "prefix-aware", "replicas": 1})
+    assert row["warnings"] == ("--router prefix-aware has no effect with --replicas 1: there is one engine to send "
+                               "requests to")
+
+
+def test_warnings_that_differ_only_in_figures_are_printed_once():
+    from pagesim.sweep import summarize_warnings
+
+    column = pd.Series(["paged: 30 of 40 requests (75.0%) were rejected; x", "",
+                        "paged: 20 of 40 requests (50.0%) were rejected; x\nsame", "same"])
+    assert summarize_warnings(column, 4) == [
+        "(2 of 4 configurations): paged: 30 of 40 requests (75.0%) were rejected; x (figures differ by configuration: "
+        "each row's own in its warnings column)",
+        "(2 of 4 configurations): same"]
+
+
+def test_sweep_progress_to_a_log_redraws_on_a_timer(trace, base, tmp_path, monkeypatch):
+    """Was: a redraw per finished configuration (tqdm's 0.1 s default), ~1,000 lines for the README's sweep."""
+    import io
+    import time
+
+    from pagesim.progress import NON_TTY_INTERVAL_S
+
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    points = [{"max_num_seqs": k} for k in range(1, 13)]
+
+    def slow(row, done, total):
+        time.sleep(0.15)  # slower than tqdm's default redraw interval
+
+    t0 = time.perf_counter()
+    run_sweep(trace, base, points, tmp_path, backend="local", num_cpus=1, on_row=slow)
+    elapsed = time.perf_counter() - t0
+    redraws = sum(1 for part in log.getvalue().replace("\r", "\n").split("\n") if part.strip())
+    assert redraws <= 3 + elapsed / NON_TTY_INTERVAL_S, log.getvalue()
 
 
 def test_ray_sweep_runs_tasks_keeps_error_rows_and_resumes(ray_local, trace, base, parser, tmp_path):

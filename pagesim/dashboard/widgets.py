@@ -165,12 +165,13 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     sb = st.sidebar
     sb.subheader("Engine")
     models = [m for m in MODELS if m != "toy"]
-    model = sb.selectbox("Model", models, index=models.index("llama-3-8b"), bind=URL, key=f"{prefix}.model")
+    model = sb.selectbox("Model", models, bind=URL, key=f"{prefix}.model",
+                         **_default(f"{prefix}.model", index=models.index("llama-3-8b")))
     gpu = sb.selectbox("GPU", list(GPUS), bind=URL, key=f"{prefix}.gpu")
     bs = 16
     if block_size:
-        bs = sb.selectbox("block_size (tokens per block)", BLOCK_SIZES, index=BLOCK_SIZES.index(16),
-                          bind=URL, key=f"{prefix}.block_size")
+        bs = sb.selectbox("block_size (tokens per block)", BLOCK_SIZES, bind=URL, key=f"{prefix}.block_size",
+                          **_default(f"{prefix}.block_size", index=BLOCK_SIZES.index(16)))
     changes, gib = {}, None
     if memory:
         mode = sb.radio("KV-cache size", MEMORY_MODES, bind=URL, key=f"{prefix}.memory_mode", horizontal=True,
@@ -183,8 +184,9 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
             changes["num_gpu_blocks"] = int(sb.number_input("num_gpu_blocks", 1, 10_000_000, data.DEFAULT_NUM_GPU_BLOCKS,
                                                             step=256, bind=URL, key=f"{prefix}.num_gpu_blocks"))
         else:
-            changes["gpu_memory_utilization"] = sb.slider("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, bind=URL,
-                                                          key=f"{prefix}.gpu_memory_utilization")
+            changes["gpu_memory_utilization"] = sb.slider("gpu_memory_utilization", 0.05, 1.0, step=0.01, bind=URL,
+                                                          key=f"{prefix}.gpu_memory_utilization",
+                                                          **_default(f"{prefix}.gpu_memory_utilization", value=0.9))
     max_model_len = sb.number_input("max_model_len (0 = the model's context length)", 0, 10_000_000, 0, step=1024,
                                     bind=URL, key=f"{prefix}.max_model_len",
                                     help="requests whose prompt + output exceed it are rejected, as in vLLM")
@@ -196,9 +198,11 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
                 f"allow max_model_len beyond {model}'s window ({window:,} positions)", False, bind=URL,
                 key=f"{prefix}.allow_long_max_model_len",
                 help="the model was not trained for such lengths; the simulation runs them all the same")
-    max_num_seqs = sb.number_input("max_num_seqs", 1, 100_000, 256, bind=URL, key=f"{prefix}.max_num_seqs")
-    max_batched = sb.number_input("max_num_batched_tokens", 1, 10_000_000, 8192, step=1024,
-                                  bind=URL, key=f"{prefix}.max_num_batched_tokens")
+    max_num_seqs = sb.number_input("max_num_seqs", 1, 100_000, bind=URL, key=f"{prefix}.max_num_seqs",
+                                   **_default(f"{prefix}.max_num_seqs", value=256))
+    max_batched = sb.number_input("max_num_batched_tokens", 1, 10_000_000, step=1024, bind=URL,
+                                  key=f"{prefix}.max_num_batched_tokens",
+                                  **_default(f"{prefix}.max_num_batched_tokens", value=8192))
     chunked = sb.checkbox("enable_chunked_prefill", True, bind=URL, key=f"{prefix}.chunked")
     changes["kv_cache_dtype"] = sb.selectbox("kv_cache_dtype", KV_CACHE_DTYPES, bind=URL, key=f"{prefix}.kv_cache_dtype",
                                              help="auto: the model's dtype; fp8: e4m3 K/V (vLLM's fp8), half the bytes "
@@ -228,6 +232,12 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     except UserError as exc:
         st.error(str(exc))
         return None
+
+
+def _default(key: str, **default) -> dict:
+    """A widget's default, only while the session holds no value for its key: another page may have set it (Plan's
+    Open in Replay), and Streamlit logs a warning with a stack when a widget gets both."""
+    return {} if key in st.session_state else default
 
 
 def memory_caption(config: Config) -> str:

@@ -44,6 +44,7 @@ def parity(args) -> int:
     from pagesim.parity.compare import release_steps, run_parity
     from pagesim.replay import config_from_args, trace_from_args
     from pagesim.request import requests_from_trace
+    from pagesim.run_warnings import REJECTED_SHARE, config_warnings, emit
 
     if args.baseline:
         raise UserError("--baseline does not apply to parity (vLLM has no contiguous baseline)")
@@ -53,9 +54,17 @@ def parity(args) -> int:
     _oracle_available()
     out = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
+    print(trace.summary)
+    warnings: list[str] = []
+    emit([w.split("; requests.parquet")[0] for w in config_warnings(config, trace)], warnings)  # replay's, but
+    # parity writes no requests.parquet
     steps = release_steps(requests_from_trace(trace), args.step_s)
     result = run_parity(config, lambda: requests_from_trace(trace), steps)
-    summary = {**result.summary(), "trace": trace.name, "step_s": args.step_s}
+    rejected = sum(len(r["pagesim"]["rejected"]) for r in result.rows)
+    if rejected > REJECTED_SHARE * len(trace.df):  # the steps compared are those of the requests left
+        emit([f"parity: {rejected:,} of {len(trace.df):,} requests ({rejected / len(trace.df):.1%}) were rejected on "
+              "arrival, so their steps compare nothing; usually --max-model-len or --num-gpu-blocks too small"], warnings)
+    summary = {**result.summary(), "trace": trace.name, "step_s": args.step_s, "warnings": warnings}
     (out / "parity.json").write_text(json_text(summary))
     table = pd.DataFrame(
         [{"step": r["step"], "differs": r["differs"],

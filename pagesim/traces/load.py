@@ -77,7 +77,8 @@ def load_trace(
         if rescale:
             span = scaled[-1]
             if span <= 0:
-                raise TraceError(file, None, None, "arrivals spread over time, to rescale them to a rate", "all at once")
+                raise TraceError(file, None, None, f"arrivals spread over time, to rescale them to --rate {rate:g}",
+                                 Described("all at once; drop --rate"))
             with np.errstate(over="ignore", invalid="ignore"):
                 scaled = scaled * (len(df) / span / rate)
         _check_arrivals(recorded, scaled, time_scale, rate if rescale else None)

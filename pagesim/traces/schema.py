@@ -138,7 +138,9 @@ def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, per:
         if not isinstance(value, (list, tuple)) or not _int64s(value):
             raise rows.error(i, field, "a list of integers", _got(values, i))
         if len(value) != sizes[i] and (also is None or len(value) != also[i]):
-            raise rows.error(i, field, f"{sizes[i]} ids, one per {per}", Described(f"{len(value)}"))
+            count = f"{sizes[i]}" if also is None or also[i] == sizes[i] else f"{sizes[i]} or {also[i]}"
+            extra = "" if also is None or also[i] == sizes[i] else ", and optionally one more for its partial last block"
+            raise rows.error(i, field, f"{count} ids, one per {per}{extra}", Described(f"{len(value)}"))
         out.append([int(x) for x in value[: sizes[i]]])
     return out
 

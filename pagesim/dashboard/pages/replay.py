@@ -64,6 +64,7 @@ def render_page() -> None:
     slot.empty()
     st.session_state[RUNS_KEY] = f"{trace_key}|{cached.config_key(config)}|{','.join(baselines)}"
     rejection_banner(runs, config.resolved_max_model_len)
+    config_banner(config, trace, baselines)
     headline(runs, config)
     memory_tab, serving_tab, latency_tab = st.tabs(VIEWS, bind=URL, key=f"{PREFIX}.view")
     if memory_tab.open:
@@ -108,6 +109,21 @@ def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
         who = "" if len(names) == len(runs) else f" ({', '.join(names)})"
         st.warning(f"{text}{who}. They are not in the latencies; {_rejection_advice(why, names)}",
                    icon=":material/block:")
+
+
+def config_banner(config, trace, baselines) -> None:
+    """The warnings `python -m pagesim replay` prints for these settings (run_warnings: prefix caching on a trace
+    without content to share, outputs cut at max_model_len, a host tier of less than one block, the baselines
+    running without a prefix cache), in the sidebar's names, so a 0% hit rate or a short output is not a mystery."""
+    import re
+
+    from pagesim.run_warnings import baseline_warnings, config_warnings
+
+    for text in config_warnings(config, trace) + baseline_warnings(config, baselines):
+        text = text.split("; requests.parquet")[0]  # the page's tables, not the CLI's files
+        text = re.sub(r" \(--[a-z-]+\)", "", text)  # "max_model_len 1,024 (--max-model-len)": named already
+        text = re.sub(r"--([a-z][a-z-]*)", lambda m: f"`{m.group(1).replace('-', '_')}`", text)
+        st.warning(text + ".", icon=":material/warning:")
 
 
 def _rejection_advice(why: str, names: list[str]) -> str:
