@@ -183,7 +183,10 @@ def test_trace_synth_options_out_of_range_are_one_line(tmp_path):
                          "error: --cv must be in [0.01, 100] (1: Poisson; larger: burstier), got 1e-300"),
                         (["--arrival", "gamma", "--cv", "1e300"], "error: --cv must be in [0.01, 100]"),
                         (["--priority-levels", "5000000000"],
-                         "error: --priority-levels must be 0 (no priority column) or positive up to 2,147,483,648")):
+                         "error: --priority-levels must be 0 (no priority column) or positive up to 2,147,483,648"),
+                        (["--hash-block-size", "32"],  # sharegpt carries no prefix hash ids: the option did nothing
+                         "error: --hash-block-size 32: only presets with prefix hash ids (kshot, multiturn) use it, "
+                         "and sharegpt traces carry none; drop it")):
         assert says in one_error(pagesim(*synth, *flags, "--out", tmp_path / "s.jsonl"))
     assert not (tmp_path / "s.jsonl").exists()
 

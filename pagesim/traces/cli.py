@@ -9,7 +9,7 @@ from pagesim.outputs import prepare_output_file
 from pagesim.traces.load import FORMATS, load_trace
 from pagesim.traces.own_format import write_trace
 from pagesim.traces.stats import trace_stats
-from pagesim.traces.synth import PRESETS, synthesize
+from pagesim.traces.synth import DEFAULT_HASH_BLOCK_SIZE, PRESETS, synthesize
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--arrival", default="poisson", choices=["poisson", "gamma"], help="inter-arrival distribution")
     synth.add_argument("--cv", type=positive_float, default=1.0, help="coefficient of variation of gamma inter-arrival gaps")
     synth.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
-    synth.add_argument("--hash-block-size", type=positive_int, default=16, help="tokens per prefix hash id (kshot, multiturn)")
+    synth.add_argument("--hash-block-size", type=positive_int, default=DEFAULT_HASH_BLOCK_SIZE, help="tokens per prefix hash id (kshot, multiturn)")
     synth.add_argument("--priority-levels", type=non_negative_int, default=0,
                        help="add a priority column, uniform in 0..K-1 (for --policy priority); 0: none")
     synth.add_argument("--name", type=name_text, help="trace name recorded in the file (default: preset-N)")

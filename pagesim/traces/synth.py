@@ -140,6 +140,7 @@ PRESETS = {
     ),
 }
 KSHOT_PREFIXES, KSHOT_PREFIX_LEN = 4, Uniform(1024, 2048)
+DEFAULT_HASH_BLOCK_SIZE = 16  # tokens per prefix hash id (trace synth --hash-block-size)
 TURNS, THINK_TIME_S = Uniform(1, 6), 10.0
 MULTITURN_WARMUP_S = 20 * THINK_TIME_S
 
@@ -154,7 +155,7 @@ def synthesize(
     seed: int = 0,
     prompt_len: LogNormal | Uniform | Fixed | None = None,
     output_len: LogNormal | Uniform | Fixed | None = None,
-    hash_block_size: int = 16,
+    hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
     name: str | None = None,
     priority_levels: int = 0,
 ) -> Trace:
@@ -178,6 +179,10 @@ def synthesize(
     if not CV_RANGE[0] <= cv <= CV_RANGE[1]:  # gamma's shape 1/cv^2 underflows or overflows far outside it
         raise OptionError(f"{{cv}} must be in [{CV_RANGE[0]:g}, {CV_RANGE[1]:g}] (1: Poisson; larger: burstier), got {cv!r}")
     p = PRESETS[preset]
+    if p.shape == "independent" and hash_block_size != DEFAULT_HASH_BLOCK_SIZE:  # silently ignored otherwise
+        hashed = ", ".join(k for k, v in PRESETS.items() if v.shape != "independent")
+        raise OptionError(f"{{hash_block_size}} {hash_block_size}: only presets with prefix hash ids ({hashed}) use "
+                          f"it, and {preset} traces carry none; drop it")
     most = int(MAX_SYNTH_BYTES // BYTES_PER_REQUEST[p.shape])
     if num_requests > most:
         raise OptionError(f"{{num_requests}} {num_requests:,}: a {preset} trace is built in memory at about "
