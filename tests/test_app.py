@@ -579,7 +579,7 @@ def test_sweep_empty_grid_value_is_reported():
 def test_plan_candidate_opens_in_replay_on_the_memory_it_was_planned_with(caplog):
     """Was: Open in Replay carried the knobs but not the memory, so the candidate ran in 4 GiB (2,048 blocks) instead
     of the H200's 57,038 blocks the plan simulated; and Streamlit logged a warning with a stack for each knob, the
-    Replay widgets getting a default and a session value."""
+    Replay widgets getting a default and a session value. And the candidate opened on the Replay page's own trace."""
     at = app("plan")
     at.number_input(key="plan.max_gpus").set_value(1)
     at.number_input(key="plan.limit").set_value(20)
@@ -591,6 +591,9 @@ def test_plan_candidate_opens_in_replay_on_the_memory_it_was_planned_with(caplog
     assert not [r for r in caplog.records if "had its value set via the Session State API" in r.getMessage()]
     caption = " ".join(c.value for c in at.sidebar.caption)
     assert caption.startswith("57,038 blocks × 16 tokens"), caption
+    # ... on the plan's trace: its first 20 requests, not the Replay page's default 500
+    assert at.number_input(key="replay.limit").value == 20
+    assert at.session_state["replay.bundled"] == at.session_state["plan.bundled"]
 
 
 # ---- Sim vs Live ----------------------------------------------------------------------------------------

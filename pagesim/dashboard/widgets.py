@@ -106,8 +106,8 @@ def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tup
         if source == "Bundled trace":
             names = [p.name for p in bundled]
             name = sb.selectbox("Bundled trace (traces/)", names, bind=URL, key=f"{prefix}.bundled")
-            limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, default_limit, step=100,
-                                    bind=URL, key=f"{prefix}.limit")
+            limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, step=100, bind=URL,
+                                    key=f"{prefix}.limit", **_default(f"{prefix}.limit", value=default_limit))
             path = data.TRACES_DIR / name
             return cached.bundled_trace(str(path), path.stat().st_mtime, int(limit) or None)
         if source == "Upload a file":
@@ -116,6 +116,17 @@ def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tup
     except UserError as exc:
         st.error(str(exc))
         return None
+
+
+TRACE_SOURCE_KEYS = ("source", "bundled", "limit", "format", "upload_limit", KEPT_UPLOAD, INJECTED_UPLOAD, "preset",
+                     "num_requests", "rate", "arrival", "cv", "seed")  # trace_source's session values, by suffix
+
+
+def carry_trace_source(src: str, dst: str) -> None:
+    """Set page `dst`'s trace_source to page `src`'s (every value `src` holds), so `dst` opens on the same trace."""
+    for suffix in TRACE_SOURCE_KEYS:
+        if f"{src}.{suffix}" in st.session_state:
+            st.session_state[f"{dst}.{suffix}"] = st.session_state[f"{src}.{suffix}"]
 
 
 def _uploaded(prefix: str) -> tuple[Trace, str] | None:
@@ -130,8 +141,8 @@ def _uploaded(prefix: str) -> tuple[Trace, str] | None:
         sb.caption(f"Replaying **{name}**, uploaded earlier in this session; upload another file to replace it.")
         sb.button(f"Forget {name}", key=f"{prefix}.forget_upload", on_click=_forget_upload, args=(kept,))
     fmt = sb.selectbox("Format", FORMATS, bind=URL, key=f"{prefix}.format")
-    limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, data.DEFAULT_LIMIT, step=100,
-                            bind=URL, key=f"{prefix}.upload_limit")
+    limit = sb.number_input("First N requests (0 = all)", 0, 10_000_000, step=100, bind=URL,
+                            key=f"{prefix}.upload_limit", **_default(f"{prefix}.upload_limit", value=data.DEFAULT_LIMIT))
     upload = st.session_state.get(kept) or st.session_state.get(f"{prefix}.{INJECTED_UPLOAD}")
     if upload is None:
         st.info("Upload a trace file in the sidebar to replay it.")
@@ -148,12 +159,14 @@ def _forget_upload(kept: str) -> None:
 def _synthetic(prefix: str) -> tuple[Trace, str]:
     sb = st.sidebar
     preset = sb.selectbox("Preset", list(PRESETS), bind=URL, key=f"{prefix}.preset", help="pagesim.traces.synth.PRESETS")
-    n = sb.number_input("Requests", 1, 1_000_000, 500, step=100, bind=URL, key=f"{prefix}.num_requests")
-    rate = sb.number_input("Rate (req/s)", 0.01, 10_000.0, 10.0, bind=URL, key=f"{prefix}.rate")
+    n = sb.number_input("Requests", 1, 1_000_000, step=100, bind=URL, key=f"{prefix}.num_requests",
+                        **_default(f"{prefix}.num_requests", value=500))
+    rate = sb.number_input("Rate (req/s)", 0.01, 10_000.0, bind=URL, key=f"{prefix}.rate",
+                           **_default(f"{prefix}.rate", value=10.0))
     arrival = sb.selectbox("Arrival process", ["poisson", "gamma"], bind=URL, key=f"{prefix}.arrival")
-    cv = sb.number_input("Gamma CV (> 1 burstier than Poisson)", 0.05, 20.0, 2.0, bind=URL, key=f"{prefix}.cv",
-                         disabled=arrival == "poisson")
-    seed = sb.number_input("Seed", 0, 2**31 - 1, 0, bind=URL, key=f"{prefix}.seed")
+    cv = sb.number_input("Gamma CV (> 1 burstier than Poisson)", 0.05, 20.0, bind=URL, key=f"{prefix}.cv",
+                         disabled=arrival == "poisson", **_default(f"{prefix}.cv", value=2.0))
+    seed = sb.number_input("Seed", 0, 2**31 - 1, bind=URL, key=f"{prefix}.seed", **_default(f"{prefix}.seed", value=0))
     return cached.synthetic_trace(preset, int(n), float(rate), arrival, float(cv) if arrival == "gamma" else 1.0,
                                   int(seed))
 

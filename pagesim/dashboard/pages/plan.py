@@ -144,8 +144,8 @@ def show(report: dict) -> None:
 
 def open_in_replay(candidates: pd.DataFrame, report: dict) -> None:
     """Carry one candidate's engine knobs to the Replay page's sidebar (replicas and TP are not on that page), its
-    KV memory included: the plan ran each candidate on its GPUs' memory at the CLI's gpu_memory_utilization, not the
-    Replay page's default 4 GiB."""
+    KV memory included (the plan ran each candidate on its GPUs' memory at the CLI's gpu_memory_utilization, not the
+    Replay page's default 4 GiB), and the plan's trace (the page would otherwise replay its own)."""
     ok = candidates[candidates["status"] == "ok"]
     if not len(ok):
         return
@@ -158,6 +158,7 @@ def open_in_replay(candidates: pd.DataFrame, report: dict) -> None:
             st.session_state[f"replay.{key}"] = int(row[key])
         st.session_state["replay.memory_mode"] = "gpu_memory_utilization"
         st.session_state["replay.gpu_memory_utilization"] = float(_base(report["model"], report["gpu"])["gpu_memory_utilization"])
+        widgets.carry_trace_source(PREFIX, "replay")
         st.switch_page("pagesim/dashboard/pages/replay.py")
 
 
