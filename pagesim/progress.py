@@ -24,7 +24,7 @@ def sim_progress(span_s: float, desc: str, file=None):
     file = sys.stderr if file is None else file
     total = round(span_s, 1)
     with tqdm(total=total, desc=desc, unit="sim s", leave=not _is_terminal(file), file=file, miniters=1,
-              mininterval=_mininterval(file)) as bar:
+              mininterval=redraw_interval(file)) as bar:
         shown = 0.0
 
         def progress(now: float) -> None:
@@ -43,10 +43,10 @@ def counted(iterable, total: int, desc: str, unit: str, file=None):
 
     file = sys.stderr if file is None else file
     return tqdm(iterable, total=total, desc=desc, unit=unit, leave=not _is_terminal(file), file=file,
-                mininterval=_mininterval(file))
+                mininterval=redraw_interval(file))
 
 
-def _mininterval(file) -> float:
+def redraw_interval(file) -> float:
     """Seconds between redraws: TTY_INTERVAL_S to a terminal, NON_TTY_INTERVAL_S to anything else."""
     return TTY_INTERVAL_S if _is_terminal(file) else NON_TTY_INTERVAL_S
 

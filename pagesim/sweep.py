@@ -168,12 +168,12 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
     writer = _Writer(results, old)
     from tqdm import tqdm
 
-    from pagesim.progress import _mininterval
+    from pagesim.progress import redraw_interval
 
     run = _run_ray if backend == "ray" else _run_local
     rows = run(trace, base, todo, address=address, num_cpus=num_cpus)
     with tqdm(total=len(points), initial=len(points) - len(todo), desc="sweep", unit="config",
-              disable=not progress, mininterval=_mininterval(sys.stderr)) as bar:  # a log gets a few hundred lines
+              disable=not progress, mininterval=redraw_interval(sys.stderr)) as bar:  # a log gets a few hundred lines
         done = len(points) - len(todo)
         try:
             for row in rows:
