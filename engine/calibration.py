@@ -505,6 +505,27 @@ def companion_profile(rows_path: Path) -> Path | None:
     return None
 
 
+def timing_records(path: Path | None) -> dict:
+    """What of a profile JSON's measurement shapes a refit besides its labels: the engine's mixed-step token buckets
+    (`mixed_graph_token_sizes`), its `max_num_seqs` (the decode graph sizes) and the measured `swap_bandwidth` (the
+    profile's swap_s_per_byte); {} when `path` is None or not a readable profile JSON."""
+    try:
+        d = json.loads(path.read_text()) if path is not None else None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    if not isinstance(d, dict) or d.get("kind") != "profile":
+        return {}
+    measured = d["config"] if isinstance(d.get("config"), dict) else {}
+    records = {}
+    if isinstance(d.get("mixed_graph_token_sizes"), list):
+        records["mixed_graph_token_sizes"] = [int(t) for t in d["mixed_graph_token_sizes"]]
+    if isinstance(measured.get("max_num_seqs"), int):
+        records["max_num_seqs"] = measured["max_num_seqs"]
+    if isinstance(d.get("swap_bandwidth"), dict):
+        records["swap_bandwidth"] = d["swap_bandwidth"]
+    return records
+
+
 def recorded_labels(path: Path) -> dict[str, str] | None:
     """What a profile JSON says was timed: model, gpu and kv_cache_dtype from its measurement's `config` (calibrate
     and live --calibrate record it), else its own labels (none for kv_cache_dtype: the model's dtype, auto).
@@ -612,6 +633,14 @@ def calibrate(args) -> int:
                                                    "calibration_rest") if k in previous}
                 mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
         measured = extras.get("config") or {}
+        if not extras:  # a new --out: how the rows were timed (the engine's mixed-step buckets, its batch ceiling,
+            # the measured host link) comes from the rows' own profile, as the labels do; without it a refit of a
+            # graph-mixed calibration priced its graph mixed steps as eager ones (r22c: held-out 2.97% -> 3.56%)
+            own = timing_records(companion_profile(rows_path))
+            mixed_sizes = tuple(own.get("mixed_graph_token_sizes", ()))
+            max_num_seqs = own.get("max_num_seqs", max_num_seqs)
+            if "swap_bandwidth" in own:
+                extras["swap_bandwidth"] = own["swap_bandwidth"]
         # An omitted flag that the rows' profile did not settle: --out's records for the dtype (which carry over
         # with them), else the default.
         if labels["kv_cache_dtype"] is None and measured.get("kv_cache_dtype"):

@@ -66,7 +66,8 @@ def candidates(base: dict, max_gpus: int, search: dict, routers) -> tuple[list[d
 
 
 def rank(df: pd.DataFrame) -> pd.DataFrame:
-    """ok rows, best first: meets the SLOs, fewest GPUs, highest goodput (then attainment)."""
+    """ok rows, best first: meets the SLOs, fewest GPUs, highest goodput (then attainment, then the rows' order:
+    run_plan gives them in the search's order)."""
     ok = df[df["status"] == "ok"].copy()
     ok["slo_met"] = ok["slo_met"].astype(bool)
     return ok.sort_values(["slo_met", "num_gpus", "goodput", "slo_attainment"],
@@ -164,7 +165,7 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
              on_row=None) -> dict:
     """Evaluate every candidate (a resumable sweep in `out`), choose, write plan.json and pareto.csv; the report."""
     from pagesim.cluster import ROUTERS
-    from pagesim.sweep import run_sweep
+    from pagesim.sweep import config_id, run_sweep
 
     search = dict(SEARCH if search is None else search)
     routers = list(ROUTERS if routers is None else routers)
@@ -174,6 +175,11 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
                    progress=progress, on_row=on_row)
     if "num_gpus" not in df:
         raise UserError(f"every candidate failed; see {out / 'results.parquet'} (first error: {df['error'].iloc[0]})")
+    # The rows come in the order their configurations finished (parallel workers, resumes); in the search's order,
+    # candidates that tie (block 16 and 32 give the same figures when memory never binds) are broken the same way
+    # whatever the workers: the first in the search wins.
+    order = {config_id(point): i for i, point in enumerate(points)}
+    df = df.iloc[df["config_id"].map(order).fillna(len(order)).argsort(kind="stable")].reset_index(drop=True)
     rec, runner = choose(df)
     front = pareto(df)
     front.to_csv(out / "pareto.csv", index=False)

@@ -86,3 +86,31 @@ def test_the_plan_page_labels_a_candidate_without_goodput():
            "goodput": None}
     assert _label(row).endswith("goodput n/a")
     assert _label({**row, "goodput": 1.234}).endswith("goodput 1.23")
+
+
+@pytest.mark.parametrize("finished", ["in search order", "last first"])
+def test_tied_candidates_are_broken_by_the_search_order_whatever_order_they_finished_in(tmp_path, monkeypatch, capsys,
+                                                                                       finished):
+    """On the full Azure conv trace at 57k blocks, block 16 and block 32 give the same figures (memory never binds);
+    the sweep hands its rows back in the order they finished, so a plan on 16 Ray workers recommended block 32 and
+    one on one worker block 16 (README's table). The first tied candidate in the search wins, however they finished."""
+    import pagesim.sweep as sweep_module
+    from pagesim.cli import main
+
+    def fake_run_sweep(trace, base, points, out, **kwargs):
+        points = list(points) if finished == "in search order" else list(reversed(points))
+        return pd.DataFrame([{**p, "config_id": sweep_module.config_id(p), "status": "ok", "error": "",
+                              "num_gpus": p["tensor_parallel_size"] * p["replicas"], "goodput": 5.0,
+                              "slo_attainment": 1.0, "slo_met": True, "num_requests": 10, "num_rejected": 0,
+                              "slo_ttft_p99_s": 0.5, "slo_ttft_p99_met": True}
+                             for p in points])
+
+    monkeypatch.setattr(sweep_module, "run_sweep", fake_run_sweep)
+    assert main(["plan", str(TRACE), "--limit", "10", "--slo", "ttft_p99=1", "--max-gpus", "1",
+                 "--grid", "max_num_seqs=8,16", "--grid", "max_num_batched_tokens=2048", "--grid", "block_size=16,32",
+                 "--grid", "router=round-robin", "--backend", "local", "--out", str(tmp_path)]) == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert (plan["recommendation"]["max_num_seqs"], plan["recommendation"]["block_size"]) == (8, 16)
+    assert (plan["runner_up"]["max_num_seqs"], plan["runner_up"]["block_size"]) == (8, 32)
+    assert [(c["max_num_seqs"], c["block_size"]) for c in plan["candidates"]] == [(8, 16), (8, 32), (16, 16), (16, 32)]
+    capsys.readouterr()

@@ -87,3 +87,34 @@ def test_rows_without_their_profile_keep_the_flags_with_one_warning(tmp_path, ca
     written = json.loads(out.read_text())
     assert (written["model"], written["gpu"], written.get("kv_cache_dtype", "auto")) == ("llama-3-8b", "h100", "auto")
     assert written["warnings"] == [err[0].removeprefix("warning: ")]
+
+
+def test_a_refit_to_a_new_out_is_timed_as_the_rows_profile_records(tmp_path, monkeypatch, capsys):
+    """--refit to a new --out takes how the rows were timed from their own profile, as it takes the labels: the
+    engine's mixed-step token buckets (without them every graph mixed step was fitted and priced as an eager one: a
+    refit of round 22's r22c rows to a new file gave held-out 3.56% and no graph mixed kind, against the profile's
+    2.97%), its max_num_seqs (the decode graph sizes) and the measured swap link. Refitting over the profile itself
+    keeps taking them from --out."""
+    import engine.calibration as calibration_module
+
+    rows = calibration(tmp_path, max_num_seqs=64)
+    profile_path = tmp_path / "cal.json"
+    profile = json.loads(profile_path.read_text())
+    swap = {"swap_out_bytes_per_s": 5.0e10, "swap_in_bytes_per_s": 4.9e10, "num_blocks": 64, "block_bytes": 2097152}
+    profile.update(mixed_graph_token_sizes=[16, 32, 64, 128], swap_bandwidth=swap)
+    profile_path.write_text(json.dumps(profile))
+    seen = []
+
+    def fake_fit_and_write(rows, config, out, extras, command, mixed_graph_token_sizes=(), phases=None):
+        seen.append((tuple(mixed_graph_token_sizes), config.max_num_seqs, extras.get("swap_bandwidth")))
+        return {}
+
+    monkeypatch.setattr(calibration_module, "fit_and_write", fake_fit_and_write)
+    assert main(["calibrate", "--refit", str(rows), "--out", str(tmp_path / "new.json")]) == 0
+    assert seen[-1] == ((16, 32, 64, 128), 64, swap)
+    # Rows without their profile: nothing to take (the flags' labels, the defaults' timing).
+    lone = tmp_path / "lone.steps.csv.gz"
+    shutil.copyfile(STEPS, lone)
+    assert main(["calibrate", "--refit", str(lone), "--out", str(tmp_path / "lone.json")]) == 0
+    assert seen[-1] == ((), 256, None)
+    capsys.readouterr()
