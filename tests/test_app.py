@@ -116,6 +116,21 @@ def test_replay_default_renders_paged_against_the_max_baseline(replay):
     assert not replay.get("progress"), "the progress bar is removed once the runs are done"
 
 
+def test_app_sets_up_no_page_when_a_sweep_worker_imports_it(monkeypatch):
+    """The Sweep and Plan pages run configurations in "spawn" worker processes, which import the running script
+    again as __mp_main__. Was: each worker then set up the navigation and ran the Replay page in bare mode (the
+    server's log got 8 "missing ScriptRunContext" warnings per worker at every sweep)."""
+    import runpy
+
+    import streamlit as st
+
+    calls: list[str] = []
+    monkeypatch.setattr(st, "set_page_config", lambda *a, **k: calls.append("set_page_config"))
+    monkeypatch.setattr(st, "navigation", lambda *a, **k: calls.append("navigation"))
+    runpy.run_path(APP, run_name="__mp_main__")
+    assert calls == []
+
+
 def test_other_pages_preload_plotly_at_the_start_of_a_session():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.switch_page(f"{PAGES}/kernels.py").run()
@@ -190,6 +205,22 @@ def test_replay_max_model_len_rejects_long_requests_with_a_banner():
     k = int(((requests["prompt_len"] < 512) & (requests["prompt_len"] + requests["output_len"] > 512)).sum())
     assert cut.value.startswith(f"{k} of 500 requests") and "their outputs are cut there" in cut.value, \
         "the replay command's warning for outputs cut at max_model_len, on the page too"
+
+
+def test_replay_rejection_banner_counts_the_trace_requests_not_their_parallel_samples():
+    """Was: with parallel sampling (n > 1) the banner's total counted every sample, "2 of 14 requests rejected" for a
+    trace of 6 requests (`replay` says 2 of 6)."""
+    header = '{"pagesim_trace": 1, "name": "parallel", "hash_block_size": 16}\n'
+    rows = "".join(f'{{"request_id": "r{i}", "arrival_time_s": {i * 0.5}, "prompt_len": {900 if i in (1, 3) else 100}, '
+                   f'"output_len": 50, "n": 3}}\n' for i in range(6))
+    at = new_app()
+    at.session_state["replay.injected_upload"] = ("parallel.jsonl", (header + rows).encode())
+    at.run()
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    at.number_input(key="replay.max_model_len").set_value(600).run()
+    assert not at.exception and not at.error
+    (banner,) = [w for w in at.warning if "rejected" in w.value]
+    assert "**2 of 6 requests rejected**" in banner.value, banner.value
 
 
 def test_replay_rejection_banner_advice_fits_the_reason():
@@ -520,6 +551,19 @@ def test_replay_synthetic_source():
     assert "Prefix-cache hit rate" in [label for label, _ in metrics(at)]
 
 
+def test_replay_time_slider_tells_apart_the_instants_of_a_sub_second_trace():
+    """Was: the slider and the block map's title wrote times to the tenth of a second, so on 50 requests arriving at
+    200 req/s the 40 instants over the arrivals read "0.0 s" to "0.3 s", eight positions a label."""
+    at = new_app()
+    at.query_params.update({"replay.source": "Synthetic", "replay.rate": "200", "replay.num_requests": "50"})
+    at.run()
+    assert not at.exception and not at.error
+    options = at.select_slider(key="replay.snapshot").options
+    assert len(set(options[:40])) > 10, options[:40]
+    at.select_slider(key="replay.snapshot").set_value(12).run()
+    assert f"Physical KV blocks at t = {options[12]} " in charts(at)[2].layout.title.text
+
+
 # ---- Sweep ----------------------------------------------------------------------------------------------
 def test_sweep_default_is_the_block_size_study():
     at = app("sweep")
@@ -567,12 +611,84 @@ def test_sweep_says_which_configurations_rejected_every_request():
     assert "layout contiguous-max" in warning and "KV-cache size" in warning
 
 
+def test_sweep_shows_the_warnings_the_sweep_command_prints():
+    """Was: the rows' warnings (those `python -m pagesim sweep` prints) were dropped from the page, so sweeping prefix
+    caching on a trace with no content to share gave equal rows and a 0 hit rate without a word."""
+    at = app("sweep")
+    at.number_input(key="sweep.limit").set_value(100).run()
+    at.get("button_group")[0].set_value([16])  # block_size
+    at.get("button_group")[3].set_value([False, True])  # enable_prefix_caching
+    at.button(key="sweep.run").click().run()
+    assert not at.exception and not at.error
+    (warning,) = [w.value for w in at.warning if "prefix" in w.value]
+    assert warning.startswith("In 1 of 2 configurations: `enable_prefix_caching` is on, but the trace has neither "
+                              "prefix_hash_ids nor prompt_token_ids"), warning
+
+
 def test_sweep_empty_grid_value_is_reported():
     at = app("sweep")
     at.get("button_group")[1].set_value([])  # KV-cache size
     at.button(key="sweep.run").click().run()
     assert not at.exception
     assert "choose at least one value for kv_cache_gib" in at.error[0].value
+
+
+def test_sweep_finished_results_draw_a_line_per_combination_of_the_other_swept_columns(tmp_path):
+    """Was: a finished results.parquet opened with no "lines by" column, so one line joined every configuration
+    (layouts and memory sizes mixed) under the name "paged". The file goes through the uploader's test seam."""
+    import pandas as pd
+
+    from pagesim.sweep import config_id
+
+    rows = []
+    for gib in (0.5, 1.0):
+        for layout in ("paged", "max"):
+            for bs in (16, 64):
+                params = {"block_size": bs, "kv_cache_gib": gib, "layout": layout}
+                rows.append({**params, "config_id": config_id(params), "status": "ok", "error": "",
+                             "token_state_fraction": 0.9 if layout == "paged" else 0.1, "ttft_s_p50": 0.1,
+                             "e2e_s_p50": 1.0, "output_token_throughput": 100.0})
+    path = tmp_path / "results.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    at = new_app()
+    at.session_state["sweep.injected_results"] = ("results.parquet", path.read_bytes())
+    at.run()
+    at.switch_page(f"{PAGES}/sweep.py").run()
+    assert not at.exception and not at.error
+    assert at.multiselect(key="sweep.finished_series").value == ["kv_cache_gib", "layout"]
+    (fig,) = charts(at)
+    legend = [t.name for t in fig.data if t.showlegend]
+    assert sorted(legend) == sorted(f"kv_cache_gib={g}, {layout}" for g in (0.5, 1.0)
+                                    for layout in ("paged", "contiguous-max")), legend
+    at.multiselect(key="sweep.finished_series").set_value([]).run()
+    (fig,) = charts(at)
+    assert [t.name for t in fig.data if t.showlegend] == ["every configuration"], "not 'paged' for a mix of layouts"
+
+
+def test_sweep_ray_address_typed_after_ray_started_is_not_silently_ignored(monkeypatch):
+    """Was: once the page had started Ray (a local instance), a cluster address typed afterwards did nothing: Ray was
+    up, so the next sweeps ran on the local instance without a word. Ray itself is faked here (no processes)."""
+    ray = pytest.importorskip("ray")
+    import pagesim.sweep
+    from pagesim.dashboard import sweep as dashboard_sweep
+
+    up: dict = {}
+    monkeypatch.setattr(dashboard_sweep, "RAY", {})
+    monkeypatch.setattr(ray, "is_initialized", lambda: bool(up))
+    monkeypatch.setattr(pagesim.sweep, "start_ray", lambda address=None, num_cpus=None: up.setdefault("address", address))
+    runs: list[dict] = []
+    monkeypatch.setattr(dashboard_sweep, "run", lambda *a, **k: runs.append(k))  # None: the page stops there
+    at = app("sweep")
+    at.radio(key="sweep.backend").set_value("Ray").run()
+    assert not at.exception and not at.error
+    assert up == {"address": None} and runs[-1]["backend"] == "ray" and runs[-1]["address"] is None
+    at.text_input(key="sweep.address").set_value("ray://head:10001").run()
+    assert not at.exception
+    (error,) = at.error
+    assert "already running in this dashboard's server, on a local instance" in error.value
+    assert "the cluster at ray://head:10001, restart `streamlit run app.py`" in error.value
+    assert up == {"address": None} and [r["backend"] for r in runs] == ["local", "ray"], \
+        "no sweep on the local instance in the cluster's stead"
 
 
 # ---- Plan -----------------------------------------------------------------------------------------------
@@ -594,6 +710,62 @@ def test_plan_candidate_opens_in_replay_on_the_memory_it_was_planned_with(caplog
     # ... on the plan's trace: its first 20 requests, not the Replay page's default 500
     assert at.number_input(key="replay.limit").value == 20
     assert at.session_state["replay.bundled"] == at.session_state["plan.bundled"]
+
+
+def test_plan_says_when_the_trace_changed_since_it_ran_and_opens_the_planned_trace_in_replay():
+    """Was: after the trace in the sidebar changed, the page kept showing the plan of the earlier trace without a word,
+    and Open in Replay opened its candidate on the new trace (other numbers than the plan's). The page also offered
+    the toy model, which no plan can run (more blocks than the simulator holds), and SLOs of 0 s, refused."""
+    at = app("plan")
+    assert "toy" not in at.selectbox(key="plan.model").options
+    assert at.number_input(key="plan.ttft").min > 0 and at.number_input(key="plan.tpot").min > 0
+    at.number_input(key="plan.max_gpus").set_value(1)
+    at.number_input(key="plan.limit").set_value(20)
+    at.button[0].click().run()  # Run plan
+    assert not at.exception and not at.error and not at.warning
+    assert "trace **sharegpt-poisson-1k**" in at.markdown[0].value
+    at.selectbox(key="plan.bundled").set_value("kshot-shared-prefix-500.jsonl").run()
+    (stale,) = at.warning
+    assert "trace in the sidebar has changed since this plan ran" in stale.value and "sharegpt-poisson-1k" in stale.value
+    assert not [c for c in at.caption if "stay behind" in c.value], "a one-GPU candidate opens as it was planned"
+    at.button(key="plan.open_button").click().run()
+    assert not at.exception and at.title[0].value == "Replay"
+    assert at.session_state["replay.bundled"] == "sharegpt-poisson-1k.jsonl", "the trace the plan ran on"
+    assert at.number_input(key="replay.limit").value == 20
+
+
+def test_plan_json_opened_names_its_trace_and_leaves_replays_own():
+    """An opened plan.json names its trace but does not hold it: Open in Replay keeps Replay's own trace (not the
+    trace of a plan run earlier in the session) and the page says which trace the plan ran on."""
+    from tests.test_plan_page import report
+
+    at = app("plan")
+    at.number_input(key="plan.max_gpus").set_value(1)
+    at.number_input(key="plan.limit").set_value(20)
+    at.button[0].click().run()  # a plan run on the first 20 requests
+    at.radio(key="plan.mode").set_value("Open plan.json")
+    at.session_state["plan.injected_upload"] = ("plan.json", json.dumps(report() | {"trace": "azure-conv"}).encode())
+    at.run()
+    assert not at.exception and not at.error
+    assert [c for c in at.caption if "trace **azure-conv**, which plan.json names but does not hold" in c.value]
+    at.button(key="plan.open_button").click().run()
+    assert not at.exception and at.title[0].value == "Replay"
+    assert at.number_input(key="replay.limit").value == 500, "Replay's own trace, not the earlier plan run's"
+
+
+def test_plan_says_a_multi_gpu_candidate_opens_in_replay_on_one_gpu():
+    """Replay has no tensor parallelism or replicas: a 2-GPU candidate's figures there are not the plan's, and the
+    page says so beside Open in Replay."""
+    at = app("plan")
+    at.number_input(key="plan.max_gpus").set_value(2)
+    at.number_input(key="plan.limit").set_value(20)
+    at.button[0].click().run()  # Run plan
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    multi = table[(table["tensor_parallel_size"] > 1) & (table["status"] == "ok")]["config_id"].iloc[0]
+    at.selectbox(key="plan.open").set_value(multi).run()
+    (note,) = [c for c in at.caption if "stay behind" in c.value]
+    assert "tensor parallelism (2)" in note.value
 
 
 # ---- Sim vs Live ----------------------------------------------------------------------------------------
@@ -762,6 +934,35 @@ def test_kernels_page_says_plainly_when_no_result_exists(tmp_path, monkeypatch):
     monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
     at = app("kernels")
     assert not at.error and "No kernel benchmark results are committed yet" in at.info[0].value
+
+
+def test_plan_and_kernels_settings_come_from_the_url(tmp_path, monkeypatch):
+    """Was: the Plan page's form and the Kernels page's result file were not in the URL, though the README says every
+    setting of a page is: a bookmarked plan or result reopened on the defaults. A value a control cannot take is
+    named, as on the other pages."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"plan.model": "qwen3-8b", "plan.ttft": "2.5", "plan.seqs": ["128", "256"],
+                            "plan.max_gpus": "2", "plan.gpu": "h100x"})
+    at.switch_page(f"{PAGES}/plan.py").run()
+    assert not at.exception
+    assert at.selectbox(key="plan.model").value == "qwen3-8b" and at.number_input(key="plan.ttft").value == 2.5
+    assert at.multiselect(key="plan.seqs").value == [128, 256] and at.number_input(key="plan.max_gpus").value == 2
+    (notice,) = at.warning
+    assert "plan.gpu='h100x' (using h200)" in notice.value
+    write_kernel_result(tmp_path)
+    write_kernel_result(tmp_path, "kernels-other-2026-11-30.json")
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["kernels.file"] = "kernels-fixture-2026-11-29.json"
+    at.switch_page(f"{PAGES}/kernels.py").run()
+    assert not at.exception
+    options = at.selectbox(key="kernels.file").options
+    assert options.index("kernels-fixture-2026-11-29.json") != 0, "not the default already"
+    assert at.selectbox(key="kernels.file").value == "kernels-fixture-2026-11-29.json"
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["kernels.file"] = "kernels-gone.json"
+    at.switch_page(f"{PAGES}/kernels.py").run()
+    assert not at.exception and "kernels.file='kernels-gone.json'" in at.warning[0].value
 
 
 def test_kernels_page_shows_bandwidth_and_prefill_against_the_ceilings(tmp_path, monkeypatch):

@@ -161,6 +161,9 @@ def open_page(browser, url: str, charts: int, stamp: str = "__drawn", times: dic
     tab = browser.new_page(viewport={"width": WIDTH, "height": 1000})
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    outside: list[str] = []  # the dashboard runs offline: nothing may be fetched from another host
+    tab.on("request", lambda r: outside.append(r.url) if r.url.split(":", 1)[0] in ("http", "https", "ws", "wss")
+           and not r.url.split("//", 1)[1].startswith(("localhost", "127.0.0.1")) else None)
     tab.goto(url, wait_until="domcontentloaded")
     tab.wait_for_function(CHARTS_DRAWN, arg=[charts, stamp], timeout=RENDER_TIMEOUT_MS, polling="raf")
     drawn_s = tab.evaluate(f"window['{stamp}']") / 1000
@@ -169,6 +172,7 @@ def open_page(browser, url: str, charts: int, stamp: str = "__drawn", times: dic
     settle(tab)
     assert tab.locator('[data-testid="stException"]').count() == 0, f"{url} shows an exception"
     assert not errors, f"{url} raised JavaScript errors: {errors}"
+    assert not outside, f"{url} fetched from other hosts (offline it fails with a console error): {outside}"
     return tab, drawn_s
 
 
@@ -281,6 +285,41 @@ def test_replay_host_tier_views(browser, server):
     assert "Host tier over time (paged)" in text and "Host tier at t =" in text, text[-2000:]
     assert "host hit" in text and "stored GPU → host" in text
     screenshot(tab, "replay-host-tier", docs=True)
+    tab.close()
+
+
+CUT_SHORT = """() => [...document.querySelectorAll('[data-testid="stMetricValue"]')]
+    .filter(e => [e, ...e.querySelectorAll('*')].some(x => x.scrollWidth > x.clientWidth + 1)).map(e => e.innerText)"""
+
+
+def test_replay_headline_figures_are_not_cut_short(browser, server):
+    """Was: with prefix caching and swap each run's headline had 8 figures in one row, and at 1,440 px the browser cut
+    them short ("4.2 …", "0.4…"; at 1,280 px the hit rate read "77.…"); they now wrap onto a second row."""
+    url = (f"{server.url}/?replay.preemption=swap&replay.kv_cache_gib=0.5&replay.prefix_caching=true"
+           f"&replay.baselines=max&replay.baselines=oracle")
+    tab, _ = open_page(browser, url, PAGES["replay"] + 1)  # + the CPU swap chart
+    assert tab.locator('[data-testid="stMetricValue"]').count() == 3 * 8
+    assert tab.evaluate(CUT_SHORT) == []
+    tab.set_viewport_size({"width": 1280, "height": 1000})
+    tab.wait_for_timeout(500)
+    assert tab.evaluate(CUT_SHORT) == []
+    tab.close()
+
+
+def test_plan_candidate_opens_in_replay_with_settings_in_the_url(browser, server):
+    """Was: with a Plan setting in the URL (any control that differs from its default, here First N requests), Open in
+    Replay raised StreamlitAPIException "Cannot clear query parameters - the following are bound to widgets"
+    (st.switch_page clears the URL; AppTest does not check bound parameters, so only a browser shows it)."""
+    tab, _ = open_page(browser, f"{server.url}/plan?plan.limit=20&plan.max_gpus=1", 0)
+    tab.get_by_role("button", name="Run plan").click()
+    tab.get_by_role("button", name="Open in Replay").wait_for(timeout=RENDER_TIMEOUT_MS)
+    settle(tab)
+    tab.get_by_role("button", name="Open in Replay").click()
+    tab.get_by_role("heading", name="Replay").wait_for(timeout=RENDER_TIMEOUT_MS)
+    tab.get_by_text("Trace sharegpt-poisson-1k: 20 requests").wait_for(timeout=RENDER_TIMEOUT_MS)
+    settle(tab)
+    assert tab.locator('[data-testid="stException"]').count() == 0
+    assert "plan." not in tab.url, tab.url
     tab.close()
 
 

@@ -58,6 +58,16 @@ def test_trace_overview_shows_arrival_rate_and_length_distributions():
     assert rows[2][-1]["end"] == trace.df["output_len"].max()
 
 
+def test_trace_overview_of_requests_all_arriving_at_once_shows_requests_not_a_rate():
+    """Was: a trace whose requests all arrive at t = 0 (one request, say) has no span, and the arrivals panel showed
+    60,000,000,000 req/s (the requests over a bin of 1e-9 s / 60)."""
+    frame = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_time_s": [0.0] * 3, "prompt_len": [10, 20, 30],
+                          "output_len": [5, 5, 5]})
+    specs = trace_chart.trace_overview(frame, num_bins=20)
+    assert specs[0]["title"] == "arrivals (all at t = 0)" and specs[0]["encoding"]["y"]["title"] == "requests"
+    assert [r["value"] for r in next(iter(specs[0]["datasets"].values()))] == [3.0]
+
+
 # ---- memory and requests over time -----------------------------------------------------------------
 def test_memory_figure_stacks_the_six_categories_in_one_panel_per_run(runs):
     fig = figures.memory_over_time(steps_of(runs))
@@ -693,3 +703,35 @@ def test_latency_cdfs_draw_the_ensembles_percentiles_as_bands():
         assert list(t.error_x.array) == pytest.approx([0.03 * p for p in (50, 90, 99)])
         assert list(t.error_x.arrayminus) == pytest.approx([0.02 * p for p in (50, 90, 99)])
     assert not [t for t in figures.latency_cdfs({"live": req}).data if t.legendgroup == "ensemble"]
+
+
+def test_time_label_is_fine_enough_for_the_instants_it_tells_apart():
+    from pagesim.dashboard.figures import time_label
+
+    assert time_label(62.4) == "62.4 s" and time_label(62.4, 1.4) == "62.4 s" and time_label(0.0) == "0.0 s"
+    step = 0.0013
+    labels = [time_label(k * step, step) for k in range(50)]
+    assert len(set(labels)) == 50, labels
+    assert time_label(0.0123) == "0.012 s"
+
+
+def test_slo_attainment_and_goodput_count_requests_as_replay_slo_does():
+    """Was: the Serving view counted a parallel-sampling request's extra samples as requests, so with n > 1 its share
+    within the SLOs and its goodput (2.2x) disagreed with `python -m pagesim replay --slo` (pagesim.slo.evaluate)."""
+    from pagesim.config import Config
+    from pagesim.simulator import simulate
+    from pagesim.slo import evaluate, parse_slos
+    from pagesim.traces import trace_from_frame
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"request_id": [f"r{i}" for i in range(60)],
+                          "arrival_time_s": np.cumsum(rng.exponential(0.2, 60)),
+                          "prompt_len": rng.integers(50, 900, 60), "output_len": rng.integers(10, 400, 60),
+                          "n": rng.choice([1, 2, 4], 60)})
+    result = simulate(trace_from_frame(frame, name="parallel"), Config(num_gpu_blocks=256))
+    requests = result.requests
+    assert (requests["parent_id"] != "").any(), "the trace has parallel samples"
+    a = serving.attainment(requests, result.steps, {"ttft_s": 0.5, "tpot_s": 0.05})
+    makespan = float(requests["finish_s"].max())
+    cli = evaluate(requests, parse_slos(["ttft_p99=0.5", "tpot_p99=0.05"]), makespan)
+    assert a["all"] == pytest.approx(cli["slo_attainment"]) and a["num_met"] == cli["slo_num_met"]

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pagesim.dashboard.figures import header
+from pagesim.dashboard.figures import header, time_label
 from pagesim.dashboard.palette import SHARED, STATES, request_color
 
 def _lighten(color: str, amount: float = 0.65) -> str:
@@ -73,9 +73,10 @@ def colorscale(colors: list[str]) -> list:
 
 def block_maps(snapshots: dict[str, pd.DataFrame], block_size: int, time_s: float | None = None,
                width: int = BLOCK_MAP_WIDTH, max_blocks: int = MAX_BLOCKS_DRAWN, *, by: str = "request",
-               notes: dict[str, str] | None = None) -> go.Figure:
+               notes: dict[str, str] | None = None, time_text: str | None = None) -> go.Figure:
     """Every physical KV block as a cell, `width` per row, coloured by owner (by="request") or by memory
-    state (by="state", the memory chart's colours); one panel per run. notes: run -> text added to its title.
+    state (by="state", the memory chart's colours); one panel per run. notes: run -> text added to its title;
+    time_text: `time_s` as the title writes it (the time slider's label; default figures.time_label).
 
     snapshots: run name -> BlockSnapshot.to_frame(). At most `max_blocks` blocks per run are drawn."""
     names = list(snapshots)
@@ -101,7 +102,7 @@ def block_maps(snapshots: dict[str, pd.DataFrame], block_size: int, time_s: floa
     for label, color in (STATE_LEGEND if by == "state" else REQUEST_LEGEND).items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label,
                                  marker=dict(symbol="square", size=12, color=color, line=dict(width=1, color="#999"))))
-    when = "" if time_s is None else f" at t = {time_s:.1f} s"
+    when = "" if time_s is None else f" at t = {time_text or time_label(time_s)}"
     header(fig, f"Physical KV blocks{when} ({width} per row)",
             140 + sum(max(r, 4) * 14 for r in rows_per_map) + 40 * len(names))
     fig.update_layout(plot_bgcolor="white", margin=dict(l=20, r=20, b=20))

@@ -202,6 +202,19 @@ def duration_label(seconds: float) -> str:
     return f"{seconds:,.1f} s"
 
 
+def time_label(seconds: float, step: float | None = None) -> str:
+    """An instant on a run's clock, "62.4 s": to the tenth of a second, or finer where instants `step` apart would
+    read the same (the time slider over a trace whose arrivals span less than a few seconds: "0.0013 s" and
+    "0.0026 s", not "0.0 s" twice); without `step`, fine enough to show two digits of a time under 0.1 s."""
+    import math
+
+    if step is not None:
+        decimals = 1 if not 0 < step < 0.1 else math.floor(-math.log10(step)) + 1
+    else:
+        decimals = 1 if not 0 < abs(seconds) < 0.1 else math.floor(-math.log10(abs(seconds))) + 2
+    return f"{seconds:.{min(decimals, 9)}f} s"
+
+
 DECADES = [10.0 ** k for k in range(-6, 5)]
 
 
@@ -287,7 +300,9 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         params = dict(zip(series, key))
-        name = ", ".join(str(v) if s == "layout" else f"{s}={v}" for s, v in params.items()) or "paged"
+        layouts = g["layout"].unique() if "layout" in g else ["paged"]
+        name = (", ".join(str(v) if s == "layout" else f"{s}={v}" for s, v in params.items())
+                or (str(layouts[0]) if len(layouts) == 1 else "every configuration"))  # one line through them all
         ci = color_values.index(params[colored]) if colored else 0
         color = run_color(str(params[colored]), ci) if colored == "layout" else run_color("", ci)
         si = style_values.index(tuple(params[s] for s in styled)) if styled else 0

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pagesim.dashboard.block_map import colorscale
-from pagesim.dashboard.figures import end_time, header, mark_time, time_buckets
+from pagesim.dashboard.figures import end_time, header, mark_time, time_buckets, time_label
 from pagesim.dashboard.palette import HIT_TIERS, HOST_STATES
 from pagesim.specs import GIB
 
@@ -45,10 +45,11 @@ def at_time(steps: pd.DataFrame, time_s: float | None) -> int:
 
 
 def host_block_map(steps: pd.DataFrame, num_host_blocks: int, block_bytes: int, time_s: float | None = None,
-                   width: int = HOST_MAP_WIDTH, max_blocks: int = MAX_HOST_BLOCKS_DRAWN) -> go.Figure:
+                   width: int = HOST_MAP_WIDTH, max_blocks: int = MAX_HOST_BLOCKS_DRAWN, *,
+                   time_text: str | None = None) -> go.Figure:
     """The host tier's blocks at `time_s` as cells, `width` per row, grouped by state: being stored, being
     loaded from, cached (ready), free. At most about `max_blocks` cells are drawn: a cell then stands for
-    several blocks (each state's count rounded up to whole cells)."""
+    several blocks (each state's count rounded up to whole cells). time_text: `time_s` as the title writes it."""
     row = occupancy(steps, num_host_blocks).iloc[at_time(steps, time_s)] if len(steps) else None
     counts = {k: int(row[k]) if row is not None else 0 for k in HOST_STATES if k != "free"}
     counts["free"] = num_host_blocks - sum(counts.values())
@@ -68,7 +69,7 @@ def host_block_map(steps: pd.DataFrame, num_host_blocks: int, block_bytes: int, 
             symbol="square", size=12, color=HOST_STATES[k][1], line=dict(width=1, color="#999"))))
     fig.update_yaxes(autorange="reversed", showticklabels=False, ticks="", showgrid=False, zeroline=False)
     fig.update_xaxes(showticklabels=False, ticks="", showgrid=False, zeroline=False)
-    when = "" if time_s is None else f" at t = {time_s:.1f} s"
+    when = "" if time_s is None else f" at t = {time_text or time_label(time_s)}"
     each = "" if scale == 1 else f", a cell per {scale:,} blocks"
     height = 240 + max(rows, 4) * 14
     header(fig, f"Host tier{when}<br><sup>{num_host_blocks:,} blocks = {num_host_blocks * block_bytes / GIB:.2f} GiB"

@@ -84,6 +84,29 @@ def results_dir(trace_key: str, base: dict, points: list[dict]) -> Path:
     return root / hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
+RAY: dict = {}  # {"address": ...}: what this server's Ray connection was made with (None: a local instance)
+
+
+def connect_ray(address: str | None) -> None:
+    """Start a local Ray instance (address None) or connect to the cluster at `address`, once per server: Ray keeps one
+    connection per process, so an address typed after it started would be ignored (the sweep would run where Ray
+    already is); that raises UserError instead, saying what to do."""
+    import ray
+
+    from pagesim.sweep import start_ray
+
+    if ray.is_initialized():
+        if "address" in RAY and RAY["address"] != address:
+            now = "a local instance" if RAY["address"] is None else f"the cluster at {RAY['address']}"
+            wanted = "a local instance" if address is None else f"the cluster at {address}"
+            raise UserError(f"Ray is already running in this dashboard's server, on {now}, and a server keeps one Ray "
+                            f"connection: to run on {wanted}, restart `streamlit run app.py`; to run on {now}, set the "
+                            f"Ray address back to {RAY['address'] or 'empty'}.")
+        return
+    start_ray(address)
+    RAY["address"] = address
+
+
 def run(trace, base: dict, points: list[dict], out: Path, *, backend: str = "local", address: str | None = None,
         on_row=None) -> pd.DataFrame:
     """pagesim.sweep.run_sweep of the points not yet in out/results.parquet; the whole table."""

@@ -21,15 +21,19 @@ PANELS = (
     ("prompt_len", "prompt length (tokens)", "tokens", "requests"),
     ("output_len", "output length (tokens)", "tokens", "requests"),
 )
+AT_ONCE = ("arrivals (all at t = 0)", "requests")  # the arrivals panel's title and y axis when there is no span
 HEIGHT = 170
 
 
 def bins(trace: pd.DataFrame, column: str, num_bins: int = 60) -> pd.DataFrame:
     """One row per bin: start, end, value. Arrivals: requests per second in the bin (over [0, last
-    arrival]); lengths: requests in the bin."""
+    arrival]), or, when every request arrives at t = 0 (no span, so no rate), the requests in one bin of a second;
+    lengths: requests in the bin."""
     x = trace[column].to_numpy(dtype="float64")
     if column == "arrival_time_s":
-        span = max(float(x.max()) if len(x) else 0.0, 1e-9)
+        span = float(x.max()) if len(x) else 0.0
+        if span <= 0:  # a rate over a zero span would be requests / 1e-9 s: "60,000,000,000 req/s" for one request
+            return pd.DataFrame({"start": [0.0], "end": [1.0], "value": [float(len(x))]})
         counts, edges = np.histogram(x, bins=num_bins, range=(0.0, span))
         value = counts / (span / num_bins)
     else:
@@ -42,10 +46,13 @@ def trace_overview(trace: pd.DataFrame, num_bins: int = 60) -> list[dict]:
     """Three Vega-Lite specs (arrival rate over time, prompt and output length histograms), in the
     palette's trace colour."""
     specs = []
+    at_once = not len(trace) or float(trace["arrival_time_s"].max()) <= 0
     for column, title, x_title, y_title in PANELS:
         frame = bins(trace, column, num_bins)
+        if column == "arrival_time_s" and at_once:
+            title, y_title = AT_ONCE
         tip = [alt.Tooltip("start:Q", title="from", format=",.1f"), alt.Tooltip("end:Q", title="to", format=",.1f"),
-               alt.Tooltip("value:Q", title=y_title, format=",.2f" if column == "arrival_time_s" else ",d")]
+               alt.Tooltip("value:Q", title=y_title, format=",.2f" if y_title == "req/s" else ",d")]
         # rect, not bar: a bar with a ranged x is drawn as a horizontal bar, a dot per bin
         chart = alt.Chart(frame, title=title, height=HEIGHT).mark_rect(color=TRACE).encode(
             x=alt.X("start:Q", title=x_title, scale=alt.Scale(zero=False, nice=False)),

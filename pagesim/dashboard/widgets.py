@@ -122,11 +122,17 @@ TRACE_SOURCE_KEYS = ("source", "bundled", "limit", "format", "upload_limit", KEP
                      "num_requests", "rate", "arrival", "cv", "seed")  # trace_source's session values, by suffix
 
 
-def carry_trace_source(src: str, dst: str) -> None:
-    """Set page `dst`'s trace_source to page `src`'s (every value `src` holds), so `dst` opens on the same trace."""
-    for suffix in TRACE_SOURCE_KEYS:
-        if f"{src}.{suffix}" in st.session_state:
-            st.session_state[f"{dst}.{suffix}"] = st.session_state[f"{src}.{suffix}"]
+def trace_source_values(prefix: str) -> dict:
+    """Page `prefix`'s trace_source settings (every value the session holds), by suffix."""
+    return {suffix: st.session_state[f"{prefix}.{suffix}"] for suffix in TRACE_SOURCE_KEYS
+            if f"{prefix}.{suffix}" in st.session_state}
+
+
+def carry_trace_source(src: str, dst: str, values: dict | None = None) -> None:
+    """Set page `dst`'s trace_source to page `src`'s (every value `src` holds), or to `values` saved earlier by
+    trace_source_values, so `dst` opens on the same trace."""
+    for suffix, value in (trace_source_values(src) if values is None else values).items():
+        st.session_state[f"{dst}.{suffix}"] = value
 
 
 def _uploaded(prefix: str) -> tuple[Trace, str] | None:
@@ -245,6 +251,16 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     except UserError as exc:
         st.error(str(exc))
         return None
+
+
+def in_page_words(text: str) -> str:
+    """A warning of the CLI (pagesim.run_warnings) as a page shows it: its options by their sidebar names
+    (`enable_prefix_caching`, not --enable-prefix-caching), without the pointers to the CLI's files."""
+    import re
+
+    text = text.split("; requests.parquet")[0]  # the page's tables, not the CLI's files
+    text = re.sub(r" \(--[a-z-]+\)", "", text)  # "max_model_len 1,024 (--max-model-len)": named already
+    return re.sub(r"--([a-z][a-z-]*)", lambda m: f"`{m.group(1).replace('-', '_')}`", text)
 
 
 def _default(key: str, **default) -> dict:

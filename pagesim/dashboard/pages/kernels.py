@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pagesim.dashboard import cached, figures
+from pagesim.dashboard import cached, figures, widgets
 from pagesim.dashboard.kernel_results import (decode_frame, find_kernel_results, measurements_table, model_step_frame,
                                               prefill_frame, results_root, sdpa_backends)
 from pagesim.errors import UserError
@@ -23,7 +23,9 @@ def render() -> None:
         st.info(f"No kernel benchmark results are committed yet: {results_root()} holds no .json file. They come "
                 "from `python -m bench.kernels --out bench/results/kernels-GPU-DATE.json` on a GPU machine.")
         return
-    name = st.sidebar.selectbox("Result file (bench/results/)", [p.name for p in paths], key=f"{PREFIX}.file")
+    with widgets.url_settings(PREFIX):  # a result file in the URL that is not there is named, not silently replaced
+        name = st.sidebar.selectbox("Result file (bench/results/)", [p.name for p in paths], bind=widgets.URL,
+                                    key=f"{PREFIX}.file")
     path = next(p for p in paths if p.name == name)
     try:
         result = cached.kernel_result(str(path), path.stat().st_mtime)

@@ -11,12 +11,15 @@ import streamlit as st
 
 from pagesim.dashboard import widgets
 from pagesim.dashboard.plan_figures import pareto_figure
+from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 from pagesim.plan import SHOWN, describe, figure, run_plan
 from pagesim.slo import parse_slos
 from pagesim.specs import GPUS, MODELS
 
 PREFIX = "plan"
+REPORT = f"{PREFIX}.report"  # the plan last run on this page
+PLANNED = f"{PREFIX}.planned"  # what it was run on: {"key": the trace's fingerprint, "source": its trace_source values}
 
 
 def render() -> None:
@@ -24,10 +27,12 @@ def render() -> None:
     st.caption("Every deployment of at most K GPUs (tensor-parallel degree x replicas x router x engine knobs) "
                "simulated on one trace; the recommendation meets every SLO with the fewest GPUs, then the highest "
                "goodput. Same search as `python -m pagesim plan`; a finished plan.json opens here too.")
-    source = st.sidebar.radio("Plan", ["Run a plan", "Open plan.json"], key=f"{PREFIX}.mode")
-    report = open_report() if source == "Open plan.json" else run_report()
-    if report is not None:
-        show(report)
+    with widgets.url_settings(PREFIX):  # every setting is in the URL, as on the other pages
+        source = st.sidebar.radio("Plan", ["Run a plan", "Open plan.json"], bind=URL, key=f"{PREFIX}.mode")
+        opened = source == "Open plan.json"
+        report = open_report() if opened else run_report()
+        if report is not None:
+            show(report, opened)
 
 
 REPORT_KEYS = ("slos", "model", "gpu", "max_gpus", "evaluated", "recommendation", "runner_up", "candidates", "pareto")
@@ -77,19 +82,19 @@ def run_report() -> dict | None:
     loaded = widgets.trace_source(PREFIX)
     sb = st.sidebar
     with sb.form(f"{PREFIX}.form"):
-        models = sorted(MODELS)
-        model = st.selectbox("Model", models, index=models.index("llama-3-8b"), key=f"{PREFIX}.model")
-        gpu = st.selectbox("GPU", list(GPUS), key=f"{PREFIX}.gpu")
-        max_gpus = st.number_input("Max GPUs", 1, 64, 4, key=f"{PREFIX}.max_gpus")
-        ttft = st.number_input("TTFT p99 SLO (s)", 0.0, 600.0, 1.0, key=f"{PREFIX}.ttft")
-        tpot = st.number_input("TPOT p99 SLO (s)", 0.0, 10.0, 0.05, format="%.3f", key=f"{PREFIX}.tpot")
-        seqs = st.multiselect("max_num_seqs", [64, 128, 256, 512], default=[256], key=f"{PREFIX}.seqs")
-        tokens = st.multiselect("max_num_batched_tokens", [2048, 4096, 8192, 16384], default=[8192],
+        models = sorted(m for m in MODELS if m != "toy")  # toy fills a GPU with more blocks than the simulator holds
+        model = st.selectbox("Model", models, index=models.index("llama-3-8b"), bind=URL, key=f"{PREFIX}.model")
+        gpu = st.selectbox("GPU", list(GPUS), bind=URL, key=f"{PREFIX}.gpu")
+        max_gpus = st.number_input("Max GPUs", 1, 64, 4, bind=URL, key=f"{PREFIX}.max_gpus")
+        ttft = st.number_input("TTFT p99 SLO (s)", 0.01, 600.0, 1.0, bind=URL, key=f"{PREFIX}.ttft")  # an SLO is > 0
+        tpot = st.number_input("TPOT p99 SLO (s)", 0.001, 10.0, 0.05, format="%.3f", bind=URL, key=f"{PREFIX}.tpot")
+        seqs = st.multiselect("max_num_seqs", [64, 128, 256, 512], default=[256], bind=URL, key=f"{PREFIX}.seqs")
+        tokens = st.multiselect("max_num_batched_tokens", [2048, 4096, 8192, 16384], default=[8192], bind=URL,
                                 key=f"{PREFIX}.tokens")
         submitted = st.form_submit_button("Run plan", type="primary")
     if loaded is None:
         return None
-    if not submitted and f"{PREFIX}.report" not in st.session_state:
+    if not submitted and REPORT not in st.session_state:
         st.info("Choose the SLOs and press **Run plan** in the sidebar.")
         return None
     if submitted:
@@ -107,8 +112,15 @@ def run_report() -> dict | None:
         except UserError as exc:
             st.error(str(exc))
             return None
-        st.session_state[f"{PREFIX}.report"] = report
-    return st.session_state[f"{PREFIX}.report"]
+        st.session_state[REPORT] = report
+        st.session_state[PLANNED] = {"key": loaded[1], "source": widgets.trace_source_values(PREFIX)}
+    report = st.session_state[REPORT]
+    planned = st.session_state.get(PLANNED)
+    if planned is not None and planned["key"] != loaded[1]:
+        st.warning(f"The trace in the sidebar has changed since this plan ran: the plan below is still the one for "
+                   f"**{report.get('trace', 'the earlier trace')}**. Press **Run plan** to plan for the trace now "
+                   f"chosen.", icon=":material/pending:")
+    return report
 
 
 def _base(model: str, gpu: str) -> dict:
@@ -122,11 +134,13 @@ def _base(model: str, gpu: str) -> dict:
     return {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
 
 
-def show(report: dict) -> None:
+def show(report: dict, opened: bool = False) -> None:
+    """The plan: run on this page, or `opened` from a plan.json (whose trace the page does not have)."""
     slos = parse_slos(report["slos"])
     rec, runner = report["recommendation"], report["runner_up"]
     st.markdown(f"**{report['evaluated']}** candidates of {report['model']} on at most {report['max_gpus']} "
-                f"{report['gpu']} GPUs, SLOs {', '.join(report['slos'])}")
+                f"{report['gpu']} GPUs, SLOs {', '.join(report['slos'])}"
+                + (f", trace **{report['trace']}**" if report.get("trace") else ""))
     if rec is not None:
         st.success("Recommendation: " + describe(rec, slos).replace("\n    ", " · "))
     else:
@@ -139,27 +153,42 @@ def show(report: dict) -> None:
     shown = [c for c in (*SHOWN, "goodput", "slo_attainment", "slo_met", "ttft_s_p99", "tpot_s_p99", "status",
                          "error", "config_id") if c in candidates]
     st.dataframe(candidates[shown], hide_index=True)
-    open_in_replay(candidates, report)
+    open_in_replay(candidates, report, opened)
 
 
-def open_in_replay(candidates: pd.DataFrame, report: dict) -> None:
+def open_in_replay(candidates: pd.DataFrame, report: dict, opened: bool = False) -> None:
     """Carry one candidate's engine knobs to the Replay page's sidebar (replicas and TP are not on that page), its
     KV memory included (the plan ran each candidate on its GPUs' memory at the CLI's gpu_memory_utilization, not the
-    Replay page's default 4 GiB), and the plan's trace (the page would otherwise replay its own)."""
+    Replay page's default 4 GiB), and the plan's trace (the page would otherwise replay its own): the trace the plan
+    ran on, even when the sidebar has another by now. An `opened` plan.json names its trace but does not hold it:
+    Replay keeps its own trace, and the page says so."""
     ok = candidates[candidates["status"] == "ok"]
     if not len(ok):
         return
     choice = st.selectbox("Open a candidate in Replay", ok["config_id"], key=f"{PREFIX}.open",
                           format_func=lambda cid: _label(ok[ok["config_id"] == cid].iloc[0]))
+    row = ok[ok["config_id"] == choice].iloc[0]
+    if int(row["tensor_parallel_size"]) > 1 or int(row["replicas"]) > 1:
+        st.caption(f"Replay simulates one engine on one GPU: this candidate's tensor parallelism "
+                   f"({int(row['tensor_parallel_size'])}) and replicas ({int(row['replicas'])}) stay behind, so its "
+                   f"figures there are one GPU's, not the plan's.")
+    if opened:
+        st.caption(f"This plan ran on the trace **{report.get('trace', '?')}**, which plan.json names but does not hold: "
+                   f"Replay opens on the trace chosen on its own page; choose that trace there to see the plan's "
+                   f"figures.")
     if st.button("Open in Replay", key=f"{PREFIX}.open_button"):
-        row = ok[ok["config_id"] == choice].iloc[0]
         st.session_state["replay.model"], st.session_state["replay.gpu"] = report["model"], report["gpu"]
         for key in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             st.session_state[f"replay.{key}"] = int(row[key])
         st.session_state["replay.memory_mode"] = "gpu_memory_utilization"
         st.session_state["replay.gpu_memory_utilization"] = float(_base(report["model"], report["gpu"])["gpu_memory_utilization"])
-        widgets.carry_trace_source(PREFIX, "replay")
-        st.switch_page("pagesim/dashboard/pages/replay.py")
+        if not opened:  # the trace the plan ran on (a plan.json's trace is not here)
+            planned = st.session_state.get(PLANNED)
+            widgets.carry_trace_source(PREFIX, "replay", planned["source"] if planned is not None else None)
+        # query_params={}: the URL is cleared as a plain switch_page would, but without the check that refuses to clear
+        # parameters bound to this page's widgets (plan.limit=20 in the URL made Open in Replay raise
+        # StreamlitAPIException "Cannot clear query parameters - the following are bound to widgets")
+        st.switch_page("pagesim/dashboard/pages/replay.py", query_params={})
 
 
 def _label(row) -> str:

@@ -19,6 +19,7 @@ PLAY = f"{PREFIX}.play"
 SNAPSHOT = f"{PREFIX}.snapshot"
 KEPT_SNAPSHOT = f"{PREFIX}.snapshot_kept"  # the slider's last position, kept while another page is open
 FRAME_S = 1.5  # seconds between frames while playing
+HEADLINE_COLUMNS = 6  # headline figures in a row per run
 RUNS_KEY = f"{PREFIX}.runs_key"  # what the runs on the page were simulated from: the key of their cached figures
 
 
@@ -88,7 +89,8 @@ def show_trace(trace, trace_key: str) -> None:
     run and before the plotly bundle of the heavy charts has loaded."""
     stats = cached.once("trace_stats", trace_key, lambda: trace_stats(trace))
     rate = f"{stats['rate']:.2f} req/s" if stats["rate"] else "all at once"
-    with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} requests over {stats['span_s']:.1f} s ({rate}); "
+    with st.expander(f"Trace **{trace.name}**: {stats['rows']:,} request{'s' if stats['rows'] != 1 else ''} over "
+                     f"{stats['span_s']:.1f} s ({rate}); "
                      f"prompt mean {stats['prompt_len']['mean']:,.0f}, output mean {stats['output_len']['mean']:,.0f} tokens",
                      expanded=bool(trace.summary.warnings)):
         st.text(str(trace.summary))
@@ -103,6 +105,8 @@ def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
     stories: dict[tuple[str, str], list[str]] = {}
     for name, run in runs.items():
         requests = run.result.requests
+        if "parent_id" in requests:  # the trace's requests: a parallel-sampling request's extra samples are its own
+            requests = requests[requests["parent_id"] == ""]
         for count, why in tables.rejections(requests, max_model_len):
             stories.setdefault((f"**{count:,} of {len(requests):,} requests rejected**: {why}", why), []).append(name)
     for (text, why), names in stories.items():
@@ -115,15 +119,10 @@ def config_banner(config, trace, baselines) -> None:
     """The warnings `python -m pagesim replay` prints for these settings (run_warnings: prefix caching on a trace
     without content to share, outputs cut at max_model_len, a host tier of less than one block, the baselines
     running without a prefix cache), in the sidebar's names, so a 0% hit rate or a short output is not a mystery."""
-    import re
-
     from pagesim.run_warnings import baseline_warnings, config_warnings
 
     for text in config_warnings(config, trace) + baseline_warnings(config, baselines):
-        text = text.split("; requests.parquet")[0]  # the page's tables, not the CLI's files
-        text = re.sub(r" \(--[a-z-]+\)", "", text)  # "max_model_len 1,024 (--max-model-len)": named already
-        text = re.sub(r"--([a-z][a-z-]*)", lambda m: f"`{m.group(1).replace('-', '_')}`", text)
-        st.warning(text + ".", icon=":material/warning:")
+        st.warning(widgets.in_page_words(text) + ".", icon=":material/warning:")
 
 
 def _rejection_advice(why: str, names: list[str]) -> str:
@@ -163,35 +162,36 @@ def headline(runs: dict[str, data.Run], config) -> None:
     base = base.summary if base is not None else None
     swap = config.preemption_mode == "swap"
     caching = config.enable_prefix_caching
+    figures_shown = [  # (label, summary -> value, text, higher is better, help)
+        ("Throughput (req/s)", lambda x: x.get("request_throughput"), lambda v: f"{v:.2f}", True, None),
+        ("TTFT p50", lambda x: x["ttft_s"]["p50"], figures.duration_label, False, None),
+        ("TPOT p50", lambda x: x["tpot_s"]["p50"], figures.duration_label, False, None),
+        ("Token states", lambda x: x.get("token_state_fraction"), lambda v: f"{v:.1%}", True,
+         "of the KV memory allocated, the share holding token states (used / allocated slots), time-weighted"),
+        ("Preemptions", lambda x: x.get("num_preemptions"), lambda v: f"{v:,}", False, None),
+        ("Rejected", lambda x: x.get("num_rejected"), lambda v: f"{v:,}", False, None),
+    ]
+    if caching:
+        figures_shown.append(("Prefix-cache hit rate", tables.prefix_cache_hit_rate, lambda v: f"{v:.1%}", True,
+                              "prompt tokens found in the prefix cache / prompt tokens looked up"))
     for name, run in runs.items():
         s = run.summary
         against = base if base is not None and name != "paged" else None
-        cols = st.columns([1.1, 1, 1, 1, 1, 1, 1] + ([1] if caching else []) + ([1] if swap else []))
-        cols[0].markdown(f"**{name}**  \n{s.get('num_finished', 0):,} finished  \n"
-                         f"makespan {figures.duration_label(s.get('makespan_s'))}")
-
-        def show(col, label, key, text, higher_is_better, help=None):
-            value = s.get(key) if isinstance(key, str) else key(s)
-            ref = None if against is None else (against.get(key) if isinstance(key, str) else key(against))
-            cols[col].metric(label, "–" if value is None else text(value), help=help,
-                             **(_ratio(value, ref, higher_is_better) if against is not None else {}))
-
-        show(1, "Throughput (req/s)", "request_throughput", lambda v: f"{v:.2f}", True)
-        show(2, "TTFT p50", lambda x: x["ttft_s"]["p50"], figures.duration_label, False)
-        show(3, "TPOT p50", lambda x: x["tpot_s"]["p50"], figures.duration_label, False)
-        show(4, "Token states", "token_state_fraction", lambda v: f"{v:.1%}", True,
-             help="of the KV memory allocated, the share holding token states (used / allocated slots), "
-                  "time-weighted")
-        show(5, "Preemptions", "num_preemptions", lambda v: f"{v:,}", False)
-        show(6, "Rejected", "num_rejected", lambda v: f"{v:,}", False)
-        i = 7
-        if caching:
-            show(i, "Prefix-cache hit rate", tables.prefix_cache_hit_rate, lambda v: f"{v:.1%}", True,
-                 help="prompt tokens found in the prefix cache / prompt tokens looked up")
-            i += 1
-        if swap:
-            peak = _peak_swap_gib(run, config)
-            cols[i].metric("Peak CPU swap", f"{peak:.2f} GiB", help=f"of swap_space {config.swap_space:g} GiB")
+        shown = [(label, get(s), text, get(against) if against is not None else None, higher, help)
+                 for label, get, text, higher, help in figures_shown]
+        if swap:  # no ratio: the contiguous baselines reserve ahead and never swap
+            shown.append(("Peak CPU swap (GiB)", _peak_swap_gib(run, config), lambda v: f"{v:.2f}", None, False,
+                          f"of swap_space {config.swap_space:g} GiB"))
+        # At most HEADLINE_COLUMNS figures a row, then another row: more columns cut the figures short ("77.…")
+        # at a laptop's width.
+        for start in range(0, len(shown), HEADLINE_COLUMNS):
+            cols = st.columns([1.1] + [1] * HEADLINE_COLUMNS)
+            if start == 0:
+                cols[0].markdown(f"**{name}**  \n{s.get('num_finished', 0):,} finished  \n"
+                                 f"makespan {figures.duration_label(s.get('makespan_s'))}")
+            for col, (label, value, text, ref, higher, help) in zip(cols[1:], shown[start:start + HEADLINE_COLUMNS]):
+                col.metric(label, "–" if value is None else text(value), help=help,
+                           **(_ratio(value, ref, higher) if against is not None else {}))
     expander = st.expander("All headline figures as a table", key=f"{PREFIX}.headline_table", on_change="rerun")
     if not expander.open:
         return  # built only when opened: a table's script bundle is not loaded before the first charts
@@ -253,10 +253,12 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
             state[PLAY] = False
         else:
             state[SNAPSHOT] += 1
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    labels = [figures.time_label(t, min(gaps, default=None)) for t in times]  # distinct even for a sub-second trace
     cols = st.columns([8, 1.3, 2])
     with cols[0]:
         i = st.select_slider("Time (block map and chart markers)", options=list(range(len(times))),
-                             format_func=lambda k: f"{times[k]:.1f} s", key=SNAPSHOT)
+                             format_func=lambda k: labels[k], key=SNAPSHOT)
     state[KEPT_SNAPSHOT] = i
     if st.query_params.get(SNAPSHOT) != str(i):
         st.query_params[SNAPSHOT] = str(i)  # the snapshot's number (not bind=, which would write "62.4 s")
@@ -284,18 +286,19 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
             continue
         snap = snaps[min(i, len(snaps) - 1)]
         if i >= len(snaps) - 1 and snap.time_s < t - 1e-9:
-            notes[name] = f": finished at {snap.time_s:.1f} s"
+            notes[name] = f": finished at {figures.time_label(snap.time_s)}"
         frames[name] = snap
     st.subheader("Block map")
     host = runs.get("paged") if config.num_offload_blocks else None  # the host tier backs the paged prefix cache
     gpu_col, host_col = st.columns([3, 1.3]) if host is not None else (st.container(), None)
     with gpu_col:
         chart("blocks", (i, by), lambda: block_map.block_maps({n: snap.to_frame() for n, snap in frames.items()},
-                                                              config.block_size, t, by=by, notes=notes))
+                                                              config.block_size, t, by=by, notes=notes,
+                                                              time_text=labels[i]))
     if host is not None:
         with host_col:
             chart("host_blocks", t, lambda: host_tier.host_block_map(host.result.steps, config.num_offload_blocks,
-                                                                     config.block_bytes, t))
+                                                                     config.block_bytes, t, time_text=labels[i]))
     st.caption("Each cell is one physical KV block of the GPU cache, in block-id order. Paged attention scatters a "
                "request's blocks anywhere; the contiguous baseline needs one run of consecutive blocks per request, "
                "so free gaps between runs (external fragmentation) and pale reserved tails show where memory goes. "
@@ -331,8 +334,9 @@ def serving_view(runs: dict[str, data.Run]) -> None:
     pct = st.column_config.NumberColumn(format="percent")
     st.dataframe(pd.DataFrame(rows).set_index("run"),
                  column_config={c: pct for c in rows[0] if c not in ("run", "goodput (req/s)")} if rows else None)
-    st.caption("Requests within TTFT and TPOT SLOs counts every request of the trace (a rejected one misses); "
-               "goodput is those requests per second of makespan.")
+    st.caption("Requests within TTFT and TPOT SLOs counts every request of the trace (a rejected one misses; one with "
+               "parallel samples counts once, as `replay --slo` does); goodput is those requests per second of "
+               "makespan.")
     timeline(runs)
 
 
@@ -342,7 +346,7 @@ def attainment_rows(runs: dict[str, data.Run], requests, steps, slo: dict[str, f
     for name in runs:
         a = serving.attainment(requests[name], steps[name], slo)
         makespan = runs[name].summary.get("makespan_s") or 0
-        good = a["all"] * len(requests[name]) / makespan if a["all"] is not None and makespan else None
+        good = a["num_met"] / makespan if a["all"] is not None and makespan else None
         rows.append({"run": name, "TTFT within SLO": a["ttft_s"], "TPOT within SLO": a["tpot_s"],
                      "ITL within SLO (tokens)": a["itl_s"], "requests within TTFT and TPOT SLOs": a["all"],
                      "goodput (req/s)": good})

@@ -9,6 +9,7 @@ from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
 
 PREFIX = "sweep"
+INJECTED_RESULTS = f"{PREFIX}.injected_results"
 RAN = f"{PREFIX}.ran"  # the grid last run: the results shown are for it
 GIB_OPTIONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_GIB = 1.0  # 512 blocks of 16 tokens for Llama-3-8B: tight enough that block size moves latency too
@@ -30,8 +31,10 @@ def render_page() -> None:
                "memory holds token states.")
     finished = st.sidebar.file_uploader("Open a finished sweep (results.parquet of `python -m pagesim sweep`)",
                                         type=["parquet"], key=f"{PREFIX}.results")
+    # (file name, bytes) under INJECTED_RESULTS: the test seam of widgets.INJECTED_UPLOAD, for this uploader
+    finished = (finished.name, finished.getvalue()) if finished is not None else st.session_state.get(INJECTED_RESULTS)
     if finished is not None:
-        show_finished(finished)
+        show_finished(*finished)
         return
     loaded = widgets.trace_source(PREFIX, default_limit=0)  # the whole trace (Replay keeps its first 500)
     base = widgets.config_sidebar(PREFIX, memory=False, block_size=False, preemption=False, prefix_caching=False)
@@ -59,6 +62,7 @@ def render_page() -> None:
     results = run(trace, options, points, out, backend, address)
     if results is None:
         return
+    cli_warnings(results)
     results = sweep.table(results, points)
     ok = results[results["status"] == "ok"]
     failed = results[results["status"] != "ok"]
@@ -90,6 +94,20 @@ def render_page() -> None:
                        key=f"{PREFIX}.dl_parquet")
 
 
+def cli_warnings(results) -> None:
+    """The warnings `python -m pagesim sweep` prints for these rows (each kind once, with how many configurations it
+    concerns: prefix caching swept on a trace without content to share, outputs cut at max_model_len, many requests
+    rejected), in the sidebar's names; a configuration that rejected every request has the page's own warning."""
+    from pagesim.sweep import summarize_warnings
+
+    if "warnings" not in results:
+        return
+    for text in summarize_warnings(results["warnings"], len(results)):
+        if "every request (" not in text:
+            st.warning("In " + widgets.in_page_words(text).removeprefix("(").replace("):", ":", 1) + ".",
+                       icon=":material/warning:")
+
+
 def run(trace, options: dict, points: list[dict], out, backend: str, address: str | None):
     """The sweep's whole table: rows stream into the page as configurations finish (a progress bar and the
     table so far), and the finished table is returned. None after st.error if the backend cannot start."""
@@ -111,7 +129,11 @@ def run(trace, options: dict, points: list[dict], out, backend: str, address: st
 
     if backend == "Ray":
         try:
-            ray_instance(address or None)
+            with st.spinner("starting Ray"):
+                sweep.connect_ray(address or None)
+        except UserError as exc:  # connected elsewhere already
+            st.error(str(exc))
+            return None
         except Exception as exc:  # noqa: BLE001 - Ray's own errors (a bad address, no GCS there) in one line
             st.error(f"Ray could not start{' at ' + address if address else ''}: "
                      f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -122,18 +144,6 @@ def run(trace, options: dict, points: list[dict], out, backend: str, address: st
     bar.empty()
     live.empty()
     return results
-
-
-@st.cache_resource(show_spinner="starting Ray")
-def ray_instance(address: str | None) -> str:
-    """One Ray instance (or connection) for the server's life; later sweeps reuse it."""
-    import ray
-
-    from pagesim.sweep import start_ray
-
-    if not ray.is_initialized():
-        start_ray(address)
-    return ray.get_runtime_context().get_node_id()
 
 
 def backend_form() -> tuple[str, str]:
@@ -154,24 +164,28 @@ def backend_form() -> tuple[str, str]:
     return backend, address
 
 
-def show_finished(file) -> None:
-    """A results.parquet from `python -m pagesim sweep` (pagesim.sweep): its table, and the lines against a column."""
+def show_finished(name: str, content: bytes) -> None:
+    """A results.parquet from `python -m pagesim sweep` (pagesim.sweep): its table, and the lines against a column,
+    one line per combination of the other swept columns (as the page's own sweep draws them)."""
     import io
 
     import pandas as pd
 
     try:
-        results = pd.read_parquet(io.BytesIO(file.getvalue()))
+        results = pd.read_parquet(io.BytesIO(content))
         params = list(results.columns[: list(results.columns).index("config_id")])
         ok = sweep.table(results[results["status"] == "ok"])
     except (ValueError, OSError, KeyError):
-        st.error(f"{file.name}: not a results.parquet of `python -m pagesim sweep` (no config_id and status columns)")
+        st.error(f"{name}: not a results.parquet of `python -m pagesim sweep` (no config_id and status columns)")
         return
     st.markdown(f"**{len(results):,}** configurations, {len(results) - len(ok):,} failed")
     varied = [c for c in params if ok[c].nunique() > 1] or params
     if len(ok) and varied:
         x = st.selectbox("x axis", varied, key=f"{PREFIX}.finished_x")
-        series = st.multiselect("lines by", [c for c in varied if c != x], key=f"{PREFIX}.finished_series")
+        others = [c for c in varied if c != x]
+        # every other swept column by default: without one, a line would join configurations of different layouts or
+        # memory sizes (and be named "paged" whatever their layout)
+        series = st.multiselect("lines by", others, default=others, key=f"{PREFIX}.finished_series")
         st.plotly_chart(figures.sweep_lines(ok, x, series), key=f"{PREFIX}.finished_figure")
     st.dataframe(results, hide_index=True)
 
