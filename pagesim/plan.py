@@ -244,7 +244,7 @@ def check_searched_options(args, parser, search: dict) -> None:
     """Before any work: an option typed on the command line that plan searches itself (the deployment's tensor
     parallelism, each axis of the search) would be replaced by the search without a word: refused, saying how to fix
     an axis instead (--grid NAME=V)."""
-    from pagesim.sweep import KV_MEMORY, typed_options
+    from pagesim.sweep import check_one_kv_size, typed_options
 
     typed = typed_options(args, parser, ["tensor_parallel_size",
                                          *(k for k in search if set(search[k]) != {getattr(args, k, None)})])
@@ -255,10 +255,7 @@ def check_searched_options(args, parser, search: dict) -> None:
         values = ", ".join(str(v) for v in search[key])
         raise UserError(f"{flag}: plan searches {key} over {values} itself, which would replace it; to fix it, "
                         f"pass --grid {key}={getattr(args, key)} instead")
-    ways = [f"--grid {k}=..." for k in KV_MEMORY if k in search]
-    ways += list(typed_options(args, parser, [k for k in KV_MEMORY if k not in search]).values())
-    if len(ways) > 1:
-        raise UserError(f"{' and '.join(ways)} both size the KV cache (one would be ignored); pass one of them")
+    check_one_kv_size(args, parser, search)
 
 
 def register(sub) -> None:

@@ -394,6 +394,12 @@ def check_grid_against_options(args, parser, axes: dict[str, list]) -> None:
         values = ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in dict.fromkeys(axes[key]))
         raise UserError(f"{flag} and --grid {key}={values} both set {key}: the grid's values would replace the "
                         f"option; drop one of them")
+    check_one_kv_size(args, parser, axes)
+
+
+def check_one_kv_size(args, parser, axes) -> None:
+    """The KV cache sized one way at most, by a typed option or by an axis of `axes` (sweep's grid, plan's search):
+    two (--num-gpu-blocks, --gpu-memory-utilization, kv_cache_gib) would keep one of them silently, so are refused."""
     ways = [f"--grid {k}=..." for k in KV_MEMORY if k in axes]
     ways += list(typed_options(args, parser, [k for k in KV_MEMORY if k not in axes]).values())
     if len(ways) > 1:
