@@ -21,7 +21,8 @@ def config_warnings(config: Config, trace) -> list[str]:
     out = []
     if config.enable_prefix_caching and not {"prefix_hash_ids", "prompt_token_ids"} & set(trace.df.columns):
         out.append("--enable-prefix-caching is on, but the trace has neither prefix_hash_ids nor prompt_token_ids: "
-                   "no request can hit the prefix cache")
+                   "no request can hit another's cached prefix (prefix_cache_hit_rate stays 0; only a preempted "
+                   "request's recomputation finds its own blocks, prefix_cache_recompute_hit_rate)")
     if config.preemption_mode == "swap" and config.num_cpu_blocks == 0:
         out.append(f"--preemption-mode swap with --swap-space {readable(config.swap_space)} GiB holds no host block "
                    f"({readable(config.block_bytes)} bytes each): nothing can be swapped out")

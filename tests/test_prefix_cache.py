@@ -197,3 +197,17 @@ def test_trace_info_prints_the_ideal_hit_rate(capsys):
     assert main(["trace", "info", path]) == 0
     out = capsys.readouterr().out
     assert f"ideal prefix_cache_hit_rate (unlimited memory, block_size 16): {ideal:.1%}" in out, out
+
+
+def test_without_hash_ids_only_a_preempted_requests_recomputation_hits_the_cache():
+    """What replay's warning for prefix caching on a trace without hash ids says: no request hits another's blocks
+    (first-admission rate 0), while a recomputed request finds its own freed blocks still cached (as in vLLM)."""
+    from pagesim.metrics import summarize_run
+    from pagesim.simulator import simulate
+    from pagesim.traces import load_trace
+
+    trace = load_trace(Path(__file__).resolve().parent.parent / "traces" / "sharegpt-bursty-1k.jsonl", limit=150)
+    assert "prefix_hash_ids" not in trace.df
+    s = summarize_run(simulate(trace, Config(num_gpu_blocks=200, enable_prefix_caching=True)))
+    assert s["num_preemptions"] > 0
+    assert s["prefix_cache_hit_rate"] == 0.0 and s["prefix_cache_recompute_hit_rate"] > 0

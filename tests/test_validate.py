@@ -242,7 +242,7 @@ def test_live_mode_warns_once_and_records_it(tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     (text,) = json.loads((out / "summary.json").read_text())["warnings"]
-    assert "no request can hit the prefix cache" in text and err.count(text) == 1
+    assert "no request can hit another's cached prefix" in text and err.count(text) == 1
 
 
 def test_with_the_live_step_times_the_simulator_reproduces_the_live_run():
