@@ -39,6 +39,12 @@ def percentiles(values) -> dict[str, float | None]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean())}
 
 
+def own_requests(requests: pd.DataFrame) -> pd.DataFrame:
+    """The trace's requests of a requests frame: a parallel-sampling (n > 1) request's own row, not the samples forked
+    from it (their parent_id names it), which are counted with their request."""
+    return requests[requests["parent_id"] == ""] if "parent_id" in requests else requests
+
+
 def _weighted(numerator: pd.Series, denominator: pd.Series, dt: pd.Series) -> float | None:
     den = float((denominator * dt).sum())
     return float((numerator * dt).sum()) / den if den > 0 else None
@@ -49,7 +55,7 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int
               prefix_cache_recompute_hits: int = 0, prefix_cache_host_hits: int = 0,
               block_bytes: int | None = None) -> dict:
     finished = requests[requests["state"] == "finished"]
-    own = requests[requests["parent_id"] == ""]  # samples forked for n > 1 are counted with their request
+    own = own_requests(requests)
     start = float(requests["arrival_time_s"].min()) if len(requests) else 0.0
     end = float(finished["finish_s"].max()) if len(finished) else start
     makespan = end - start
@@ -64,7 +70,7 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, leaked_blocks: int
         "num_rejected": int((own["state"] == "rejected").sum()),
         "num_samples": int(len(finished)),
         "makespan_s": makespan,
-        "request_throughput": len(finished[finished["parent_id"] == ""]) / makespan if makespan > 0 else None,
+        "request_throughput": len(own_requests(finished)) / makespan if makespan > 0 else None,
         "output_token_throughput": float(finished["output_len"].sum()) / makespan if makespan > 0 else None,
         "ttft_s": percentiles(finished["ttft_s"]),
         "tpot_s": percentiles(finished["tpot_s"]),

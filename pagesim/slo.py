@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.errors import UserError
+from pagesim.metrics import own_requests
 
 METRICS = ("ttft", "tpot", "e2e")
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
@@ -71,7 +72,7 @@ def parse_slos(texts) -> list[SLO]:
 
 def evaluate(requests: pd.DataFrame, slos: list[SLO], makespan_s: float | None) -> dict:
     """Goodput, attainment and each SLO's percentile for one run's requests frame (Recorder.requests_frame)."""
-    own = requests[requests["parent_id"] == ""]
+    own = own_requests(requests)
     finished = (own["state"] == "finished").to_numpy()
     met = finished.copy()
     out: dict = {}

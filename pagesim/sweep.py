@@ -428,8 +428,8 @@ def sweep(args, parser) -> int:
               "run the same command again to resume")
         return 130
     if "warnings" in df:
-        for text in summarize_warnings(df["warnings"], len(df)):
-            print(f"warning {text}", file=sys.stderr)
+        for k, text in summarize_warnings(df["warnings"]):
+            print(f"warning ({k} of {len(df)} configurations): {text}", file=sys.stderr)
     errors = int((df["status"] == "error").sum()) if "status" in df else 0
     print(f"{len(df)} configurations in {out / 'results.parquet'} ({errors} errors)")
     if errors:
@@ -437,10 +437,10 @@ def sweep(args, parser) -> int:
     return 0
 
 
-def summarize_warnings(column: pd.Series, rows: int) -> list[str]:
-    """Each kind of warning of the rows once, with how many configurations it applies to (most first). Warnings
-    that differ only in their figures (how many requests a configuration rejected, its block count) are one kind,
-    shown by its first text, so a thousand configurations do not print a thousand lines."""
+def summarize_warnings(column: pd.Series) -> list[tuple[int, str]]:
+    """Each kind of warning of the rows once, with how many configurations it applies to (most first): (count,
+    text). Warnings that differ only in their figures (how many requests a configuration rejected, its block count)
+    are one kind, shown by its first text, so a thousand configurations do not print a thousand lines."""
     texts = pd.Series([w for text in column.dropna() for w in str(text).split("\n") if w], dtype=object)
     if texts.empty:
         return []
@@ -449,7 +449,7 @@ def summarize_warnings(column: pd.Series, rows: int) -> list[str]:
     for kind, k in kinds.value_counts(sort=True).items():
         alike = texts[kinds == kind]
         note = "" if alike.nunique() == 1 else " (figures differ by configuration: each row's own in its warnings column)"
-        out.append(f"({k} of {rows} configurations): {alike.iloc[0]}{note}")
+        out.append((int(k), f"{alike.iloc[0]}{note}"))
     return out
 
 

@@ -147,10 +147,10 @@ def test_warnings_that_differ_only_in_figures_are_printed_once():
 
     column = pd.Series(["paged: 30 of 40 requests (75.0%) were rejected; x", "",
                         "paged: 20 of 40 requests (50.0%) were rejected; x\nsame", "same"])
-    assert summarize_warnings(column, 4) == [
-        "(2 of 4 configurations): paged: 30 of 40 requests (75.0%) were rejected; x (figures differ by configuration: "
-        "each row's own in its warnings column)",
-        "(2 of 4 configurations): same"]
+    assert summarize_warnings(column) == [
+        (2, "paged: 30 of 40 requests (75.0%) were rejected; x (figures differ by configuration: "
+            "each row's own in its warnings column)"),
+        (2, "same")]
 
 
 def test_sweep_progress_to_a_log_redraws_on_a_timer(trace, base, tmp_path, monkeypatch):

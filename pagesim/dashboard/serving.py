@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from pagesim.dashboard.figures import MAX_POINTS, header, duration_label, log_time_axis, time_buckets
 from pagesim.dashboard.palette import PREEMPTION, QUEUES, SLO, run_color
+from pagesim.metrics import own_requests
 
 SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL"}
 # Request phases in the timeline; a preemption is drawn over them in the palette's PREEMPTION (near black).
@@ -80,7 +81,7 @@ def attainment(requests: pd.DataFrame, steps: pd.DataFrame, slo: dict[str, float
     for metric, limit in slo.items():
         v, w = latency_samples(requests, steps, metric)
         out[metric] = float(w[v <= limit].sum() / w.sum()) if w.sum() else None
-    own = requests[requests["parent_id"] == ""] if "parent_id" in requests else requests
+    own = own_requests(requests)
     finished = own[own["state"] == "finished"]
     ok = np.ones(len(finished), dtype=bool)
     for metric in ("ttft_s", "tpot_s"):

@@ -10,6 +10,7 @@ import streamlit as st
 from pagesim.dashboard import block_map, cached, data, figures, first_chart, host_tier, serving, tables, trace_chart, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
+from pagesim.metrics import own_requests
 from pagesim.specs import GIB
 from pagesim.traces.stats import trace_stats
 
@@ -104,9 +105,7 @@ def rejection_banner(runs: dict[str, data.Run], max_model_len: int) -> None:
     max_model_len 8,192 (no room for an output token)" (naming the runs when they differ)."""
     stories: dict[tuple[str, str], list[str]] = {}
     for name, run in runs.items():
-        requests = run.result.requests
-        if "parent_id" in requests:  # the trace's requests: a parallel-sampling request's extra samples are its own
-            requests = requests[requests["parent_id"] == ""]
+        requests = own_requests(run.result.requests)  # the trace's requests, not their parallel samples
         for count, why in tables.rejections(requests, max_model_len):
             stories.setdefault((f"**{count:,} of {len(requests):,} requests rejected**: {why}", why), []).append(name)
     for (text, why), names in stories.items():

@@ -102,9 +102,9 @@ def cli_warnings(results) -> None:
 
     if "warnings" not in results:
         return
-    for text in summarize_warnings(results["warnings"], len(results)):
+    for k, text in summarize_warnings(results["warnings"]):
         if "every request (" not in text:
-            st.warning("In " + widgets.in_page_words(text).removeprefix("(").replace("):", ":", 1) + ".",
+            st.warning(f"In {k} of {len(results)} configurations: {widgets.in_page_words(text)}.",
                        icon=":material/warning:")
 
 
