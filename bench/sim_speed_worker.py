@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import resource
 import sys
 import time
 from pathlib import Path
+
+from process_memory import peak_rss_bytes  # bench/ is sys.path[0]: this script's folder, not a tree's pagesim
 
 
 def main() -> int:
@@ -79,7 +80,7 @@ def _run(name: str, sim_s: float, s: dict) -> dict:
 
 
 def _report(args, load_s: float, write_s: float, runs: list) -> int:
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_bytes() / 2**20  # the worker's own, not the bench process's it was forked from
     files = {f.name: f.stat().st_size for f in sorted(Path(args.out).iterdir())}
     t = time.perf_counter()
     import pandas as pd

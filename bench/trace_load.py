@@ -24,14 +24,15 @@ sys.path.insert(0, str(REPO))
 from pagesim.outputs import check_output_file  # noqa: E402
 
 CHILD = """
-import json, os, resource, sys, time
+import json, os, sys, time
 sys.path.insert(0, {repo!r})
+from bench.process_memory import peak_rss_bytes
 from pagesim.traces import load_trace
 t, c = time.perf_counter(), os.times()
 trace = load_trace({path!r})
 wall, c2 = time.perf_counter() - t, os.times()
 print(json.dumps({{"rows": len(trace.df), "wall_s": wall, "cpu_s": c2.user - c.user + c2.system - c.system,
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
+                  "peak_rss_bytes": peak_rss_bytes()}}))
 """
 
 
