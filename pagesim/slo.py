@@ -11,7 +11,9 @@ at most SECONDS.
   requests that met the SLOs per second of makespan (DistServe's definition).
 - `slo_met`: every percentile is within its threshold. Rejected and unfinished
   requests count as infinitely slow in the percentiles, so a run cannot meet a
-  p99 SLO by rejecting 2% of its requests.
+  p99 SLO by rejecting 2% of its requests; a finished request without a value
+  (TPOT of one output token) is left out of that metric's percentile, as in
+  `summary.json`'s percentiles.
 
 Only a trace's own requests count; samples forked for n > 1 ride with them.
 """
@@ -77,17 +79,21 @@ def evaluate(requests: pd.DataFrame, slos: list[SLO], makespan_s: float | None) 
     met = finished.copy()
     out: dict = {}
     for slo in slos:
-        values = own[f"{slo.metric}_s"].to_numpy(dtype="float64")
-        # Rejected/unfinished: infinitely slow; finished without a value (TPOT of 1 token): cannot fail.
-        values = np.where(finished, np.nan_to_num(values, nan=0.0), np.inf)
-        within = values <= slo.threshold_s
-        met &= within
-        value = None
+        raw = own[f"{slo.metric}_s"].to_numpy(dtype="float64")
+        valued = ~np.isnan(raw)
+        # A finished request without a value (the TPOT of one output token) cannot fail, and has no value to
+        # count in the percentile (as summary.json's percentiles and vLLM's benchmark leave it out); rejected and
+        # unfinished requests count as infinitely slow.
+        with np.errstate(invalid="ignore"):
+            met &= ~valued | (raw <= slo.threshold_s)
+        values = np.where(finished, raw, np.inf)[valued | ~finished]
+        value, within = None, bool(len(own))  # no values: every request finished without one, so none can fail
         if len(values):  # linear interpolation next to an infinite value gives inf (two infinite: nan -> inf)
             with np.errstate(invalid="ignore"):
                 value = float(np.nan_to_num(np.percentile(values, PERCENTILES[slo.percentile]), nan=np.inf))
+            within = value <= slo.threshold_s
         out[f"slo_{slo.name}_s"] = value
-        out[f"slo_{slo.name}_met"] = value is not None and value <= slo.threshold_s
+        out[f"slo_{slo.name}_met"] = within
     n_met = int(met.sum())
     out["slo_met"] = all(out[f"slo_{s.name}_met"] for s in slos)
     out["slo_num_met"] = n_met

@@ -74,3 +74,21 @@ def test_forked_samples_do_not_count_as_requests():
     df = frame([("finished", 0.1, 0.01, 1.0), ("finished", 9.0, 9.0, 9.0, "r0")])
     out = evaluate(df, parse_slos(["ttft_p99=1"]), 1.0)
     assert out["slo_num_met"] == 1 and out["slo_attainment"] == 1.0
+
+
+def test_a_request_without_a_tpot_is_left_out_of_the_tpot_percentile_as_in_the_summary():
+    from pagesim.metrics import percentiles
+
+    rows = [("finished", 0.1, t, 1.0) for t in (0.1, 0.2, 0.3)] + [("finished", 0.1, np.nan, 0.1)] * 2
+    out = evaluate(frame(rows), parse_slos(["tpot_p50=0.15"]), 1.0)
+    # the summary's p50 TPOT is 0.2 s; counting the two one-token requests as 0 s would make it 0.1 s and "met"
+    assert out["slo_tpot_p50_s"] == pytest.approx(percentiles([0.1, 0.2, 0.3, np.nan, np.nan])["p50"]) == 0.2
+    assert out["slo_tpot_p50_met"] is False and out["slo_met"] is False
+    assert out["slo_num_met"] == 3  # the one-token requests cannot fail it; 0.2 and 0.3 s do
+
+
+def test_a_run_of_one_token_requests_meets_any_tpot_slo():
+    out = evaluate(frame([("finished", 0.1, np.nan, 0.1)] * 3), parse_slos(["tpot_p99=0.01"]), 1.0)
+    assert out["slo_tpot_p99_s"] is None and out["slo_tpot_p99_met"] is True and out["slo_met"] is True
+    assert out["slo_attainment"] == 1.0
+    assert missed(out, parse_slos(["tpot_p99=0.01"])) == []
