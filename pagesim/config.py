@@ -98,6 +98,15 @@ class Config:
         budget = self.gpu_spec.memory_bytes * self.gpu_memory_utilization - self.weight_bytes_per_gpu
         return int(budget // self.block_bytes)
 
+    def gpu_memory_utilization_range(self) -> tuple[float, float] | None:
+        """(lowest, highest) gpu_memory_utilization whose KV cache (resolved_num_gpu_blocks, solved for the
+        utilization) is 1 to MAX_SIMULATED_BLOCKS blocks of this model, GPU, block size and tensor parallelism; the
+        highest is exclusive below 1. None when no utilization in (0, 1] is."""
+        memory, weights, block = self.gpu_spec.memory_bytes, self.weight_bytes_per_gpu, self.block_bytes
+        low = (weights + block) / memory
+        high = min(1.0, (weights + (MAX_SIMULATED_BLOCKS + 1) * block) / memory)
+        return (low, high) if low <= high else None
+
     @property
     def num_cpu_blocks(self) -> int:
         return int(self.swap_space * GIB // self.block_bytes)
@@ -155,8 +164,8 @@ class Config:
             (
                 self.max_model_len is None or self.allow_long_max_model_len or self.max_model_len <= window,
                 f"{{max_model_len}} {self.max_model_len} exceeds {self.model}'s window of {window:,} positions "
-                "(max_position_embeddings); use a model with a longer window (e.g. llama-3.1-8b) or allow it "
-                "explicitly ({allow_long_max_model_len})",
+                "(max_position_embeddings)",
+                "; use a model with a longer window (e.g. llama-3.1-8b) or allow it explicitly ({allow_long_max_model_len})",
             ),
             (self.tensor_parallel_size >= 1, f"{{tensor_parallel_size}} must be at least 1, got {self.tensor_parallel_size}"),
             (self.tensor_parallel_size < 1 or self.model_spec.num_heads % self.tensor_parallel_size == 0,
@@ -182,9 +191,9 @@ class Config:
                 f"({self.max_num_batched_tokens} < {self.resolved_max_model_len})",
             ),
         ]
-        for ok, message in checks:
+        for ok, message, *advice in checks:
             if not ok:
-                _fail(message)
+                _fail(message, *advice)
         self._check_block_counts()
 
     def _check_block_counts(self) -> None:
@@ -197,14 +206,18 @@ class Config:
             if blocks < 1:
                 tp = f" per GPU at tensor_parallel_size {self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
                 _fail(f"model {self.model} ({self.weight_bytes_per_gpu / GIB:.1f} GiB of weights{tp}) leaves no KV-cache memory "
-                      f"on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization}: raise it or pass {{num_gpu_blocks}}")
+                      f"on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization}",
+                      ": raise it or pass {num_gpu_blocks}")
             if blocks > MAX_SIMULATED_BLOCKS:
                 _fail(f"{self.model} on {self.gpu} at {{gpu_memory_utilization}} {self.gpu_memory_utilization} with "
-                      f"{{block_size}} {self.block_size} gives {blocks:,} GPU blocks; the simulator "
-                      f"holds {limit}: pass {{num_gpu_blocks}}, a larger {{block_size}} or a smaller {{gpu_memory_utilization}}")
+                      f"{{block_size}} {self.block_size} gives {blocks:,} GPU blocks; the simulator holds {limit}",
+                      ": pass {num_gpu_blocks}, a larger {block_size} or a smaller {gpu_memory_utilization}")
         if self.preemption_mode == "swap" and self.num_cpu_blocks > MAX_SIMULATED_BLOCKS:
             _fail(f"{{swap_space}} {readable(self.swap_space)} GiB is {self.num_cpu_blocks:,} host blocks of {self.block_bytes:,} bytes; "
                   f"the simulator holds {limit}")
+        if self.num_offload_blocks > MAX_SIMULATED_BLOCKS:  # the host tier holds a free list of its block ids
+            _fail(f"{{kv_offloading_size}} {readable(self.kv_offloading_size)} GiB is {self.num_offload_blocks:,} host blocks of "
+                  f"{self.block_bytes:,} bytes; the simulator holds {limit}")
 
 
 INT_FIELDS = ("block_size", "num_gpu_blocks", "max_model_len", "tensor_parallel_size", "max_num_seqs",
@@ -216,5 +229,5 @@ MAX_SIMULATED_BLOCKS = 4_000_000
 BYTES_PER_SIMULATED_BLOCK = 190  # a Block (slots dataclass) plus its free-queue entry, measured with tracemalloc
 
 
-def _fail(template: str) -> None:
-    raise OptionError(template, prefix="invalid config: ")
+def _fail(template: str, advice: str = "") -> None:
+    raise OptionError(template, prefix="invalid config: ", advice=advice)

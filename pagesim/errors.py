@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 
@@ -15,14 +16,27 @@ class UserError(Exception):
 
 class OptionError(UserError):
     """A bad option value. `template` names options as `{block_size}`: str() reads them as Python names
-    (`block_size must be ...`), `as_flags()` as the command-line flags users typed (`--block-size must be ...`)."""
+    (`block_size must be ...`), `as_flags()` as the command-line flags users typed (`--block-size must be ...`), and
+    `in_words(name_of)` as another front end names them (the dashboard: its controls' labels).
 
-    def __init__(self, template: str, prefix: str = ""):
-        self.template, self.prefix = template, prefix
-        super().__init__(prefix + template.format_map(_Names(lambda name: name)))
+    `advice`, a template too, says what to change in the CLI's terms and follows the template as given, its separator
+    first (": raise it or pass {num_gpu_blocks}"). A front end whose controls are not the CLI's puts its own
+    (`in_words(..., advice=)`, after a colon).
+    `option` is the option whose value was refused: the first the template names, unless given."""
+
+    def __init__(self, template: str, prefix: str = "", *, advice: str = "", option: str | None = None):
+        self.template, self.prefix, self.advice = template, prefix, advice
+        self.option = option or next((name for _, name, _, _ in string.Formatter().parse(template) if name), None)
+        super().__init__(prefix + self.in_words(lambda name: name))
 
     def as_flags(self) -> str:
-        return self.template.format_map(_Names(lambda name: "--" + name.replace("_", "-")))
+        return self.in_words(lambda name: "--" + name.replace("_", "-"))
+
+    def in_words(self, name_of, advice: str | None = None) -> str:
+        """The message without its prefix, each option as `name_of(option)`, and `advice` (a template) in place of the
+        CLI's when given ("" for none)."""
+        tail = self.advice if advice is None else ": " + advice if advice else ""
+        return (self.template + tail).format_map(_Names(name_of))
 
 
 class _Names(dict):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.errors import UserError
+from pagesim.errors import OptionError, UserError
 from pagesim.outputs import json_text
 
 TP_DEGREES = (1, 2, 4, 8)
@@ -33,13 +33,24 @@ SHOWN = ("num_gpus", "tensor_parallel_size", "replicas", "router", "max_num_seqs
 
 def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[str]]:
     """(tensor_parallel_size, replicas, router) choices within max_gpus, and why some tp were skipped."""
+    out, refused = deployments_refused(base, max_gpus, routers)
+    return out, skip_lines(refused)
+
+
+def skip_lines(refused: list[tuple[int, UserError]]) -> list[str]:
+    """Each refused tp as `plan` prints it: "tensor_parallel_size=1: WHY"."""
+    return [f"tensor_parallel_size={tp}: {exc}" for tp, exc in refused]
+
+
+def deployments_refused(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[tuple[int, UserError]]]:
+    """deployments(), with each skipped tp's error itself: (tp, the UserError), in the CLI's words."""
     import argparse
 
     from pagesim.replay import config_from_args
 
     from pagesim.cost import make_cost_model
 
-    out, skipped = [], []
+    out, refused = [], []
     for tp in TP_DEGREES:
         if tp > max_gpus:
             break
@@ -48,21 +59,36 @@ def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[st
             config.resolved_num_gpu_blocks
             make_cost_model(base.get("cost_model", "roofline"), config)
         except UserError as exc:
-            skipped.append(f"tensor_parallel_size={tp}: {exc}")
+            refused.append((tp, exc))
             continue
         for replicas in range(1, max_gpus // tp + 1):
             for router in (routers if replicas > 1 else ["round-robin"]):
                 out.append({"tensor_parallel_size": tp, "replicas": replicas, "router": router})
-    return out, skipped
+    return out, refused
 
 
-def candidates(base: dict, max_gpus: int, search: dict, routers) -> tuple[list[dict], list[str]]:
+class NoDeployment(UserError):
+    """No deployment of at most `max_gpus` GPUs is left: every tensor-parallel degree was refused. `refused`: (tp, the
+    UserError that refused it), so a front end can say it in its own words (the dashboard's Plan page)."""
+
+    def __init__(self, message: str, max_gpus: int, refused: list[tuple[int, UserError]]):
+        super().__init__(message)
+        self.max_gpus, self.refused = max_gpus, refused
+
+
+def option_error(exc: UserError) -> OptionError | None:
+    """The OptionError behind a refused tp's error, or None: config_from_args words a config's OptionError in flags
+    and raises it `from None`, which keeps the original as __context__ (hidden from tracebacks, not lost)."""
+    return exc if isinstance(exc, OptionError) else exc.__context__ if isinstance(exc.__context__, OptionError) else None
+
+
+def candidates(base: dict, max_gpus: int, search: dict, routers) -> tuple[list[dict], list[tuple[int, UserError]]]:
     import itertools
 
-    deps, skipped = deployments(base, max_gpus, routers)
+    deps, refused = deployments_refused(base, max_gpus, routers)
     keys = list(search)
     knobs = [dict(zip(keys, v)) for v in itertools.product(*(search[k] for k in keys))]
-    return [{**d, **k} for d in deps for k in knobs], skipped
+    return [{**d, **k} for d in deps for k in knobs], refused
 
 
 def rank(df: pd.DataFrame) -> pd.DataFrame:
@@ -153,10 +179,11 @@ def pareto_table(report: dict) -> str:
 def plan_candidates(base: dict, slos, max_gpus: int, search: dict, routers) -> tuple[dict, list[dict], list[str]]:
     """The sweep's fixed options, the candidates and the skipped tp; a UserError when no deployment is left."""
     base = {**base, "slo": [str(s) for s in slos], "replicas": 1, "router": "round-robin"}
-    points, skipped = candidates(base, max_gpus, search, routers)
+    points, refused = candidates(base, max_gpus, search, routers)
+    skipped = skip_lines(refused)
     if not points:
-        raise UserError(f"no deployment of {base['model']} on at most {max_gpus} {base['gpu']} GPUs: "
-                        + "; ".join(skipped))
+        raise NoDeployment(f"no deployment of {base['model']} on at most {max_gpus} {base['gpu']} GPUs: "
+                           + "; ".join(skipped), max_gpus, refused)
     return base, points, skipped
 
 

@@ -523,7 +523,90 @@ def test_replay_invalid_config_shows_the_config_error():
     at.checkbox(key="replay.chunked").uncheck().run()
     at.number_input(key="replay.max_num_batched_tokens").set_value(2048).run()
     assert not at.exception
-    assert "without chunked prefill, max_num_batched_tokens must be at least max_model_len" in at.error[0].value
+    assert "without chunked prefill, **max_num_batched_tokens** must be at least **max_model_len**" in at.error[0].value
+
+
+def test_replay_config_errors_name_the_sidebar_controls_and_the_values_expected():
+    """Was: a refused config read as the CLI's message: at gpu_memory_utilization 1.0 "raise it or pass
+    num_gpu_blocks" (it cannot be raised; num_gpu_blocks is a mode of KV-cache size, not something to pass), and a
+    KV-cache GiB too large for the simulator was reported as "num_gpu_blocks 33,554,432", a control not on the page."""
+    def error(params: dict) -> str:
+        at = new_app()
+        at.query_params.update({"replay.limit": "20", **params})
+        at.run()
+        assert not at.exception
+        (message,) = [e.value for e in at.error]
+        assert "--" not in message and "pass " not in message and "raise it" not in message, message
+        return message
+
+    full = error({"replay.model": "llama-3-70b", "replay.gpu": "h100", "replay.memory_mode": "gpu_memory_utilization",
+                  "replay.gpu_memory_utilization": "1.0"})
+    assert "on h100 at **gpu_memory_utilization** 1.0: expected the size set itself (**KV-cache size**: KV-cache GiB " \
+           "or num_gpu_blocks) or another **GPU**" in full, full
+    low = error({"replay.memory_mode": "gpu_memory_utilization", "replay.gpu_memory_utilization": "0.1"})
+    assert "expected **gpu_memory_utilization** from 0.11 to 1.00 for llama-3-8b on h200 at block_size 16" in low, low
+    gib = error({"replay.block_size": "1", "replay.kv_cache_gib": "4096"})
+    assert gib.startswith("**KV-cache GiB** 4,096 makes, at **block_size** 1, num_gpu_blocks 33,554,432: the simulator "
+                          "holds at most 4,000,000 blocks"), gib
+    assert gib.endswith("expected at most 488.28 GiB at this block_size, or a larger block_size"), gib
+    host = error({"replay.prefix_caching": "true", "replay.kv_offloading_size": "1000000"})
+    assert host.startswith("**kv_offloading_size** 1,000,000 GiB is 512,000,000 host blocks"), host
+    assert host.endswith("expected at most 7,812.5 GiB at this block_size and kv_cache_dtype"), host
+    window = error({"replay.max_model_len": "20000"})
+    assert window.endswith("expected at most 8,192 (0: the model's own), a **Model** with a longer window (e.g. "
+                           "llama-3.1-8b), or tick **allow max_model_len beyond llama-3-8b's window** below it"), window
+
+
+def test_replay_num_gpu_blocks_input_stops_at_the_simulators_cap():
+    """Was: the input took up to 10,000,000 blocks, and anything above 4,000,000 was then refused by the simulator."""
+    from pagesim.config import MAX_SIMULATED_BLOCKS
+
+    at = app()
+    at.radio(key="replay.memory_mode").set_value("num_gpu_blocks").run()
+    blocks = at.number_input(key="replay.num_gpu_blocks")
+    assert blocks.max == MAX_SIMULATED_BLOCKS
+    blocks.set_value(MAX_SIMULATED_BLOCKS).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+
+
+def sharegpt_file(conversations: int = 40) -> bytes:
+    return json.dumps([{"id": f"c{i}", "conversations": [{"from": "human", "value": "word " * (20 + i)},
+                                                         {"from": "gpt", "value": "reply " * (30 + i)}]}
+                       for i in range(conversations)]).encode()
+
+
+def test_replay_sharegpt_upload_has_the_arrival_rate_control_of_replay_rate():
+    """A ShareGPT file has no arrival times: `replay --rate R` draws its arrivals at R req/s. Was: the page always
+    drew them at 10 req/s, with no control; the control shows only for such files."""
+    at = new_app()
+    at.session_state["replay.injected_upload"] = ("chats.json", sharegpt_file())
+    at.run()
+    assert not [n for n in at.number_input if n.key == "replay.upload_rate"], "the bundled trace has arrival times"
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    rate = at.number_input(key="replay.upload_rate")
+    assert rate.value == 10.0
+
+    def span(app: AppTest) -> float:
+        (label,) = [e.label for e in app.expander if "chats" in e.label]
+        return float(label.split(" over ")[1].split(" s ")[0])
+
+    at10 = span(at)
+    rate.set_value(1.0).run()
+    assert not at.exception and not at.error
+    assert span(at) > 5 * at10, "40 requests at 1 req/s span about ten times what they span at 10 req/s"
+    slow = span(at)
+    at.session_state["replay.injected_upload"] = ("conv.csv", MALFORMED.replace(b"-5", b"500"))
+    at.run()
+    assert not at.exception and not at.error
+    assert not [n for n in at.number_input if n.key == "replay.upload_rate"], "an Azure file has its arrival times"
+    shared = new_app()  # the rate in a URL, as every setting
+    shared.session_state["replay.injected_upload"] = ("chats.json", sharegpt_file())
+    shared.query_params.update({"replay.source": "Upload a file", "replay.upload_rate": "1.0"})
+    shared.run()
+    assert not shared.exception and not shared.error
+    assert shared.number_input(key="replay.upload_rate").value == 1.0
+    assert span(shared) == slow
 
 
 def test_replay_warns_of_settings_the_trace_makes_pointless():
@@ -766,6 +849,41 @@ def test_plan_says_a_multi_gpu_candidate_opens_in_replay_on_one_gpu():
     at.selectbox(key="plan.open").set_value(multi).run()
     (note,) = [c for c in at.caption if "stay behind" in c.value]
     assert "tensor parallelism (2)" in note.value
+
+
+def test_plan_leaves_no_temporary_directory_behind(tmp_path, monkeypatch):
+    """Was: each Run plan left a pagesim-plan-* directory (the sweep's results.parquet, plan.json) in the temporary
+    folder; the page keeps the report in the session, so the files go once the plan has run."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    at = app("plan")
+    at.number_input(key="plan.max_gpus").set_value(1)
+    at.number_input(key="plan.limit").set_value(20)
+    at.button[0].click().run()  # Run plan
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "Recommendation" in at.success[0].value or at.warning, "the plan ran"
+    assert not list(tmp_path.glob("pagesim-plan-*")), list(tmp_path.iterdir())
+
+
+def test_plan_without_a_deployment_names_the_forms_controls():
+    """Was: "no deployment ... at --gpu-memory-utilization 0.9: raise it or pass --num-gpu-blocks", flags of the CLI
+    and options the Plan form does not have; the page says which Max GPUs would leave a deployment."""
+    at = app("plan")
+    at.selectbox(key="plan.model").set_value("llama-3-70b")
+    at.selectbox(key="plan.gpu").set_value("h100")
+    at.number_input(key="plan.max_gpus").set_value(1)
+    at.number_input(key="plan.limit").set_value(20)
+    at.button[0].click().run()  # Run plan
+    assert not at.exception
+    (error,) = [e.value for e in at.error]
+    assert error.startswith("No deployment of llama-3-70b on at most 1 h100 GPU: at tensor_parallel_size 1, model "
+                            "llama-3-70b (131.4 GiB of weights) leaves no KV-cache memory on h100 at the plan's "
+                            "gpu_memory_utilization 0.9."), error
+    assert error.endswith("expected **Max GPUs** of at least 2 (tensor parallelism splits the weights over them) or "
+                          "another **GPU**."), error
+    assert "--" not in error and "raise it" not in error
+    assert not at.get("plotly_chart")
 
 
 # ---- Sim vs Live ----------------------------------------------------------------------------------------

@@ -187,3 +187,15 @@ def test_readme_host_tier_table_on_the_document_qa_trace():
     assert round((on["prefix_cache_hit_rate"] - off["prefix_cache_hit_rate"])
                  / (ideal - off["prefix_cache_hit_rate"]), 3) == 0.972
     assert round(off["ttft_s"]["p50"] * 1e3, 1) == 107.2 and round(on["ttft_s"]["p50"] * 1e3, 1) == 22.8
+
+
+def test_a_host_tier_beyond_the_simulators_block_cap_is_refused_before_any_block_is_made():
+    """Was: kv_offloading_size had no cap (the dashboard's input goes to 1,000,000 GiB): a million GiB is 512 million
+    host blocks, whose free list of ids alone would take tens of GB before the run began. Refused as swap_space is."""
+    from pagesim.config import MAX_SIMULATED_BLOCKS
+
+    with pytest.raises(UserError, match=r"kv_offloading_size 1,000,000 GiB is 512,000,000 host blocks of 2,097,152 "
+                                        r"bytes; the simulator holds at most 4,000,000 blocks"):
+        Config(num_gpu_blocks=100, enable_prefix_caching=True, kv_offloading_size=1e6)
+    most = MAX_SIMULATED_BLOCKS * Config(num_gpu_blocks=1).block_bytes / GIB
+    assert Config(num_gpu_blocks=100, enable_prefix_caching=True, kv_offloading_size=most).num_offload_blocks == MAX_SIMULATED_BLOCKS

@@ -40,8 +40,8 @@ def bundled_trace(path: str, mtime: float, limit: int | None) -> tuple[Trace, st
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def uploaded_trace(name: str, content: bytes, format: str, limit: int | None) -> tuple[Trace, str]:
-    trace = data.load_upload(name, content, format=format, limit=limit)
+def uploaded_trace(name: str, content: bytes, format: str, limit: int | None, rate: float | None) -> tuple[Trace, str]:
+    trace = data.load_upload(name, content, format=format, limit=limit, rate=rate)
     return trace, data.trace_fingerprint(trace)
 
 

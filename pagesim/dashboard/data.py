@@ -48,20 +48,28 @@ def default_trace_path() -> Path:
     return TRACES_DIR / DEFAULT_TRACE
 
 
-def load_upload(name: str, data: bytes, *, format: str = "auto", limit: int | None = None) -> Trace:
+def load_upload(name: str, data: bytes, *, format: str = "auto", limit: int | None = None,
+                rate: float | None = None) -> Trace:
     """Load an uploaded file: it is written to a temporary folder under its original name, so the
     trace is named after it and a TraceError reads `NAME, line R, field F: expected ...` (the
-    temporary folder is left out of the message). Raises TraceError or UserError."""
+    temporary folder is left out of the message). `rate`: load_trace's (the arrivals of a file without
+    arrival times; see arrivals_drawn). Raises TraceError or UserError."""
     safe = Path(name).name.strip() or "upload"
     with tempfile.TemporaryDirectory(prefix="pagesim-upload-") as tmp:
         path = Path(tmp) / safe
         path.write_bytes(data)
         try:
-            return load_trace(path, format, limit=limit)
+            return load_trace(path, format, limit=limit, rate=rate)
         except TraceError as exc:
             exc.file = safe
             exc.args = (str(exc).replace(str(path), safe),)
             raise
+
+
+def arrivals_drawn(trace: Trace) -> bool:
+    """Whether the trace's file had no arrival times, so load_trace drew them at a rate (ShareGPT: Poisson arrivals at
+    `rate`, `replay --rate`, SHAREGPT_RATE by default): the only trace whose arrivals a page must ask for."""
+    return trace.summary.format == "sharegpt"
 
 
 def trace_fingerprint(trace: Trace) -> str:

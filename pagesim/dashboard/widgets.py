@@ -6,16 +6,18 @@ UserError message names the file, row and field), so pages never show a tracebac
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import streamlit as st
 
-from pagesim.config import Config
+from pagesim.config import MAX_SIMULATED_BLOCKS, Config
 from pagesim.dashboard import cached, data
 from pagesim.dashboard.sweep import blocks_for_gib
-from pagesim.errors import UserError
+from pagesim.errors import OptionError, UserError
 from pagesim.specs import GIB, GPUS, MODELS
 from pagesim.traces import FORMATS, Trace
+from pagesim.traces.sharegpt import SHAREGPT_RATE
 from pagesim.traces.synth import PRESETS
 
 SOURCES = ("Bundled trace", "Upload a file", "Synthetic")
@@ -30,6 +32,17 @@ URL = "query-params"  # every setting is in the page's URL (bind=), so a scenari
 MEMORY_MODES = ("KV-cache GiB", "num_gpu_blocks", "gpu_memory_utilization")
 KV_CACHE_DTYPES = ("auto", "fp8")
 DEFAULT_KV_CACHE_GIB = 4.0  # data.DEFAULT_NUM_GPU_BLOCKS blocks of 16 tokens for Llama-3-8B
+# The engine controls' labels, by the Config field each sets (memory_mode and kv_cache_gib: the KV-cache size's own):
+# a config error names the control the user moved, not the CLI's flag (config_error).
+LABELS = {
+    "model": "Model", "gpu": "GPU", "block_size": "block_size (tokens per block)", "memory_mode": "KV-cache size",
+    "kv_cache_gib": "KV-cache GiB (K/V bytes on the GPU)", "num_gpu_blocks": "num_gpu_blocks",
+    "gpu_memory_utilization": "gpu_memory_utilization", "max_model_len": "max_model_len (0 = the model's context length)",
+    "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
+    "enable_chunked_prefill": "enable_chunked_prefill", "kv_cache_dtype": "kv_cache_dtype",
+    "enable_prefix_caching": "enable_prefix_caching", "kv_offloading_size": "kv_offloading_size (GiB of host memory; 0 = off)",
+    "preemption_mode": "preemption_mode",
+}
 
 
 URL_AT_OPEN = "url_at_open"  # f"{prefix}.url_at_open": the page's URL settings not yet checked against their controls
@@ -118,7 +131,7 @@ def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tup
         return None
 
 
-TRACE_SOURCE_KEYS = ("source", "bundled", "limit", "format", "upload_limit", KEPT_UPLOAD, INJECTED_UPLOAD, "preset",
+TRACE_SOURCE_KEYS = ("source", "bundled", "limit", "format", "upload_limit", "upload_rate", KEPT_UPLOAD, INJECTED_UPLOAD, "preset",
                      "num_requests", "rate", "arrival", "cv", "seed")  # trace_source's session values, by suffix
 
 
@@ -154,7 +167,15 @@ def _uploaded(prefix: str) -> tuple[Trace, str] | None:
         st.info("Upload a trace file in the sidebar to replay it.")
         return None
     name, content = upload
-    return cached.uploaded_trace(name, content, fmt, int(limit) or None)
+    loaded = cached.uploaded_trace(name, content, fmt, int(limit) or None, None)
+    if not data.arrivals_drawn(loaded[0]):
+        return loaded
+    rate = sb.number_input("Arrival rate (req/s)", 0.01, 10_000.0, bind=URL, key=f"{prefix}.upload_rate",
+                           **_default(f"{prefix}.upload_rate", value=SHAREGPT_RATE),
+                           help="the file has no arrival times: its requests arrive as a Poisson process at this mean "
+                                "rate, in file order (`replay --rate`)")
+    # None and SHAREGPT_RATE draw the same arrivals: the file is read once at the default rate
+    return loaded if rate == SHAREGPT_RATE else cached.uploaded_trace(name, content, fmt, int(limit) or None, float(rate))
 
 
 def _forget_upload(kept: str) -> None:
@@ -184,29 +205,30 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     sb = st.sidebar
     sb.subheader("Engine")
     models = [m for m in MODELS if m != "toy"]
-    model = sb.selectbox("Model", models, bind=URL, key=f"{prefix}.model",
+    model = sb.selectbox(LABELS["model"], models, bind=URL, key=f"{prefix}.model",
                          **_default(f"{prefix}.model", index=models.index("llama-3-8b")))
-    gpu = sb.selectbox("GPU", list(GPUS), bind=URL, key=f"{prefix}.gpu")
+    gpu = sb.selectbox(LABELS["gpu"], list(GPUS), bind=URL, key=f"{prefix}.gpu")
     bs = 16
     if block_size:
-        bs = sb.selectbox("block_size (tokens per block)", BLOCK_SIZES, bind=URL, key=f"{prefix}.block_size",
+        bs = sb.selectbox(LABELS["block_size"], BLOCK_SIZES, bind=URL, key=f"{prefix}.block_size",
                           **_default(f"{prefix}.block_size", index=BLOCK_SIZES.index(16)))
     changes, gib = {}, None
     if memory:
-        mode = sb.radio("KV-cache size", MEMORY_MODES, bind=URL, key=f"{prefix}.memory_mode", horizontal=True,
+        mode = sb.radio(LABELS["memory_mode"], MEMORY_MODES, bind=URL, key=f"{prefix}.memory_mode", horizontal=True,
                         help="GiB holds the bytes fixed when block_size changes (num_gpu_blocks = GiB / bytes per "
                              "block); num_gpu_blocks holds the block count fixed, so bytes grow with block_size")
         if mode == "KV-cache GiB":
-            gib = sb.number_input("KV-cache GiB (K/V bytes on the GPU)", 0.01, 4096.0, DEFAULT_KV_CACHE_GIB, step=0.5,
+            gib = sb.number_input(LABELS["kv_cache_gib"], 0.01, 4096.0, DEFAULT_KV_CACHE_GIB, step=0.5,
                                   bind=URL, key=f"{prefix}.kv_cache_gib")
         elif mode == "num_gpu_blocks":
-            changes["num_gpu_blocks"] = int(sb.number_input("num_gpu_blocks", 1, 10_000_000, data.DEFAULT_NUM_GPU_BLOCKS,
-                                                            step=256, bind=URL, key=f"{prefix}.num_gpu_blocks"))
+            changes["num_gpu_blocks"] = int(sb.number_input(LABELS["num_gpu_blocks"], 1, MAX_SIMULATED_BLOCKS,
+                                                            data.DEFAULT_NUM_GPU_BLOCKS, step=256, bind=URL,
+                                                            key=f"{prefix}.num_gpu_blocks"))
         else:
-            changes["gpu_memory_utilization"] = sb.slider("gpu_memory_utilization", 0.05, 1.0, step=0.01, bind=URL,
+            changes["gpu_memory_utilization"] = sb.slider(LABELS["gpu_memory_utilization"], 0.05, 1.0, step=0.01, bind=URL,
                                                           key=f"{prefix}.gpu_memory_utilization",
                                                           **_default(f"{prefix}.gpu_memory_utilization", value=0.9))
-    max_model_len = sb.number_input("max_model_len (0 = the model's context length)", 0, 10_000_000, 0, step=1024,
+    max_model_len = sb.number_input(LABELS["max_model_len"], 0, 10_000_000, 0, step=1024,
                                     bind=URL, key=f"{prefix}.max_model_len",
                                     help="requests whose prompt + output exceed it are rejected, as in vLLM")
     if max_model_len:
@@ -214,29 +236,29 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
         window = MODELS[model].max_position_embeddings
         if max_model_len > window:  # refused, as in vLLM, unless allowed (--allow-long-max-model-len)
             changes["allow_long_max_model_len"] = sb.checkbox(
-                f"allow max_model_len beyond {model}'s window ({window:,} positions)", False, bind=URL,
+                allow_long_label(model), False, bind=URL,
                 key=f"{prefix}.allow_long_max_model_len",
                 help="the model was not trained for such lengths; the simulation runs them all the same")
-    max_num_seqs = sb.number_input("max_num_seqs", 1, 100_000, bind=URL, key=f"{prefix}.max_num_seqs",
+    max_num_seqs = sb.number_input(LABELS["max_num_seqs"], 1, 100_000, bind=URL, key=f"{prefix}.max_num_seqs",
                                    **_default(f"{prefix}.max_num_seqs", value=256))
-    max_batched = sb.number_input("max_num_batched_tokens", 1, 10_000_000, step=1024, bind=URL,
+    max_batched = sb.number_input(LABELS["max_num_batched_tokens"], 1, 10_000_000, step=1024, bind=URL,
                                   key=f"{prefix}.max_num_batched_tokens",
                                   **_default(f"{prefix}.max_num_batched_tokens", value=8192))
-    chunked = sb.checkbox("enable_chunked_prefill", True, bind=URL, key=f"{prefix}.chunked")
-    changes["kv_cache_dtype"] = sb.selectbox("kv_cache_dtype", KV_CACHE_DTYPES, bind=URL, key=f"{prefix}.kv_cache_dtype",
+    chunked = sb.checkbox(LABELS["enable_chunked_prefill"], True, bind=URL, key=f"{prefix}.chunked")
+    changes["kv_cache_dtype"] = sb.selectbox(LABELS["kv_cache_dtype"], KV_CACHE_DTYPES, bind=URL, key=f"{prefix}.kv_cache_dtype",
                                              help="auto: the model's dtype; fp8: e4m3 K/V (vLLM's fp8), half the bytes "
                                                   "per token, so twice the blocks in the same GiB")
     if prefix_caching:
-        caching = sb.checkbox("enable_prefix_caching", False, bind=URL, key=f"{prefix}.prefix_caching")
+        caching = sb.checkbox(LABELS["enable_prefix_caching"], False, bind=URL, key=f"{prefix}.prefix_caching")
         changes["enable_prefix_caching"] = caching
-        offload = sb.number_input("kv_offloading_size (GiB of host memory; 0 = off)", 0.0, 1_000_000.0, 0.0, step=1.0,
+        offload = sb.number_input(LABELS["kv_offloading_size"], 0.0, 1_000_000.0, 0.0, step=1.0,
                                   bind=URL, key=f"{prefix}.kv_offloading_size", disabled=not caching,
                                   help="a host (CPU) tier behind the GPU prefix cache, as vLLM's native KV offloading; "
                                        "needs enable_prefix_caching")
         if caching and offload:
             changes["kv_offloading_size"] = float(offload)
     if preemption:
-        changes["preemption_mode"] = sb.radio("preemption_mode", ["recompute", "swap"], bind=URL, key=f"{prefix}.preemption",
+        changes["preemption_mode"] = sb.radio(LABELS["preemption_mode"], ["recompute", "swap"], bind=URL, key=f"{prefix}.preemption",
                                               horizontal=True)
     try:
         if gib is not None:  # a stand-in count while the block size is learnt: not the memory left by the weights
@@ -248,9 +270,53 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
         if memory:
             sb.caption(memory_caption(config))
         return config
+    except OptionError as exc:
+        st.error(config_error(exc, Config(model=model, gpu=gpu, block_size=int(bs), num_gpu_blocks=1,
+                                          kv_cache_dtype=changes["kv_cache_dtype"]), gib))
+        return None
     except UserError as exc:
         st.error(str(exc))
         return None
+
+
+def allow_long_label(model: str) -> str:
+    return f"allow max_model_len beyond {model}'s window ({MODELS[model].max_position_embeddings:,} positions)"
+
+
+def control(option: str, model: str) -> str:
+    """The sidebar control that sets Config field `option`, as a message names it: its label's name, in bold."""
+    label = allow_long_label(model) if option == "allow_long_max_model_len" else LABELS.get(option, option)
+    return f"**{label.split(' (')[0]}**"
+
+
+def config_error(exc: OptionError, geometry: Config, gib: float | None) -> str:
+    """A config the sidebar's settings make, refused, in the sidebar's words: each option named by its control, and
+    what to set there where the CLI's advice names its flags (`--num-gpu-blocks`) or says "raise it" at 1.0.
+    `geometry`: the sidebar's model, GPU, block size and KV dtype (their blocks' bytes); `gib`: the KV-cache GiB
+    typed, in that mode (num_gpu_blocks is derived from it)."""
+    name = lambda option: control(option, geometry.model)  # noqa: E731
+    names = {}
+    advice = None
+    if exc.option == "gpu_memory_utilization":  # no KV memory left by the weights, or more blocks than the simulator holds
+        itself = f"the size set itself ({name('memory_mode')}: KV-cache GiB or num_gpu_blocks)"
+        bounds = geometry.gpu_memory_utilization_range()
+        low, high = (math.ceil(bounds[0] * 100) / 100, math.floor(bounds[1] * 100) / 100) if bounds else (1, 0)
+        advice = (f"expected {name('gpu_memory_utilization')} from {low:.2f} to {high:.2f} for {geometry.model} on "
+                  f"{geometry.gpu} at block_size {geometry.block_size}, or {itself}" if low <= high else
+                  f"expected {itself} or another {name('gpu')}: no {name('gpu_memory_utilization')} up to 1.0 leaves "
+                  f"KV-cache memory beside {geometry.model}'s weights on one {geometry.gpu}")
+    elif exc.option == "num_gpu_blocks" and gib is not None:  # the blocks the GiB make
+        names["num_gpu_blocks"] = f"{name('kv_cache_gib')} {gib:,g} makes, at {name('block_size')} {geometry.block_size}, num_gpu_blocks"
+        most = MAX_SIMULATED_BLOCKS * geometry.block_bytes / GIB
+        advice = f"expected at most {math.floor(most * 100) / 100:,g} GiB at this block_size, or a larger block_size"
+    elif exc.option == "kv_offloading_size":  # more host blocks than the simulator holds
+        most = MAX_SIMULATED_BLOCKS * geometry.block_bytes / GIB
+        advice = f"expected at most {math.floor(most * 100) / 100:,g} GiB at this block_size and kv_cache_dtype"
+    elif exc.option == "max_model_len":  # beyond the model's window
+        window = MODELS[geometry.model].max_position_embeddings
+        advice = (f"expected at most {window:,} (0: the model's own), a {name('model')} with a longer window "
+                  f"(e.g. llama-3.1-8b), or tick {name('allow_long_max_model_len')} below it")
+    return exc.in_words(lambda option: names.get(option) or name(option), advice=advice)
 
 
 def in_page_words(text: str) -> str:

@@ -13,7 +13,7 @@ from pagesim.dashboard import widgets
 from pagesim.dashboard.plan_figures import pareto_figure
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
-from pagesim.plan import SHOWN, describe, figure, run_plan
+from pagesim.plan import SHOWN, TP_DEGREES, NoDeployment, deployments_refused, describe, figure, option_error, run_plan
 from pagesim.slo import parse_slos
 from pagesim.specs import GPUS, MODELS
 
@@ -99,19 +99,24 @@ def run_report() -> dict | None:
         return None
     if submitted:
         trace, _ = loaded
+        bar = st.progress(0.0, "simulating candidates")
         try:
             slos = parse_slos([f"ttft_p99={ttft}", f"tpot_p99={tpot}"])
             base = _base(model, gpu)
-            bar = st.progress(0.0, "simulating candidates")
-            out = tempfile.mkdtemp(prefix="pagesim-plan-")
-            report = run_plan(trace, base, slos, int(max_gpus), out, backend="local", progress=False,
-                              search={"max_num_seqs": seqs or [256], "max_num_batched_tokens": tokens or [8192],
-                                      "block_size": [16]},
-                              on_row=lambda row, done, total: bar.progress(done / total, f"{done}/{total} candidates"))
-            bar.empty()
+            # The report is what the page keeps (run_plan returns plan.json's content); the sweep's files go with it.
+            with tempfile.TemporaryDirectory(prefix="pagesim-plan-") as out:
+                report = run_plan(trace, base, slos, int(max_gpus), out, backend="local", progress=False,
+                                  search={"max_num_seqs": seqs or [256], "max_num_batched_tokens": tokens or [8192],
+                                          "block_size": [16]},
+                                  on_row=lambda row, done, total: bar.progress(done / total, f"{done}/{total} candidates"))
+        except NoDeployment as exc:
+            st.error(no_deployment(exc, base))
+            return None
         except UserError as exc:
             st.error(str(exc))
             return None
+        finally:
+            bar.empty()
         st.session_state[REPORT] = report
         st.session_state[PLANNED] = {"key": loaded[1], "source": widgets.trace_source_values(PREFIX)}
     report = st.session_state[REPORT]
@@ -121,6 +126,25 @@ def run_report() -> dict | None:
                    f"**{report.get('trace', 'the earlier trace')}**. Press **Run plan** to plan for the trace now "
                    f"chosen.", icon=":material/pending:")
     return report
+
+
+def no_deployment(exc: NoDeployment, base: dict) -> str:
+    """No deployment within Max GPUs, in the form's words: why each tensor-parallel degree was refused (without the
+    CLI's advice, "raise it or pass --num-gpu-blocks", options this page does not have), and the Max GPUs that would
+    leave one, when some does."""
+    reasons = []
+    for tp, error in exc.refused:
+        option = option_error(error)
+        why = str(error) if option is None else option.in_words(
+            lambda name: "the plan's gpu_memory_utilization" if name == "gpu_memory_utilization" else name, advice="")
+        reasons.append(f"at tensor_parallel_size {tp}, {why}")
+    deps, _ = deployments_refused(base, TP_DEGREES[-1], ["round-robin"])
+    fewest = min((d["tensor_parallel_size"] for d in deps), default=None)
+    expected = (f"expected **Max GPUs** of at least {fewest} (tensor parallelism splits the weights over them) or "
+                f"another **GPU**" if fewest is not None else
+                f"expected another **Model** or **GPU**: no deployment of up to {TP_DEGREES[-1]} GPUs fits either")
+    gpus = f"{exc.max_gpus} {base['gpu']} GPU" + ("s" if exc.max_gpus != 1 else "")
+    return f"No deployment of {base['model']} on at most {gpus}: {'; '.join(reasons)}. {expected}."
 
 
 def _base(model: str, gpu: str) -> dict:
