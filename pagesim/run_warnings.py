@@ -12,6 +12,7 @@ import pandas as pd
 
 from pagesim.config import Config
 from pagesim.options import readable
+from pagesim.specs import GIB
 
 REJECTED_SHARE = 0.10  # warn when more than this share of requests is rejected
 
@@ -40,6 +41,15 @@ def config_warnings(config: Config, trace) -> list[str]:
     if config.kv_offloading_size and config.num_offload_blocks == 0:
         out.append(f"--kv-offloading-size {readable(config.kv_offloading_size)} GiB holds no host block "
                    f"({readable(config.block_bytes)} bytes each): the host tier is off")
+    if config.num_gpu_blocks is not None:  # a cache of a given size (else sized to fit, by the utilization)
+        kv, weights = config.num_gpu_blocks * config.block_bytes, config.weight_bytes_per_gpu
+        memory = config.gpu_spec.memory_bytes
+        if kv + weights > memory:
+            tp = config.tensor_parallel_size
+            out.append(f"the KV cache's {readable(config.num_gpu_blocks)} blocks (--num-gpu-blocks; {kv / GIB:.1f} GiB a GPU) "
+                       f"and {config.model}'s weights ({weights / GIB:.1f} GiB a GPU at --tensor-parallel-size {tp}) "
+                       f"exceed one {config.gpu}'s {memory / GIB:.1f} GiB: no such GPU holds this deployment, so the "
+                       "run describes a larger one (fewer blocks or a larger --tensor-parallel-size would fit)")
     window = config.model_spec.max_position_embeddings
     if config.max_model_len is not None and config.max_model_len > window:
         out.append(f"--max-model-len {readable(config.max_model_len)} is larger than {config.model}'s window "

@@ -109,14 +109,16 @@ def _simulate(trace, base: dict, params: dict) -> dict:
     from pagesim.slo import parse_slos
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
+    if "kv_cache_gib" in params:  # the cache's size is given, as --num-gpu-blocks gives it: never the memory the
+        # weights leave at --gpu-memory-utilization (a stand-in count while the block's bytes are learnt)
+        probe = config_from_args(argparse.Namespace(**{**opts, "num_gpu_blocks": 1}))
+        opts["num_gpu_blocks"] = blocks_for_gib(probe, params["kv_cache_gib"])
     config = config_from_args(argparse.Namespace(**opts))
     layout = params.get("layout", "paged")
     warnings = (config_warnings(config, trace) + baseline_warnings(config, [layout] if layout != "paged" else [])
                 + cluster_warnings(config, opts["replicas"], opts["router"]))
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
-    if "kv_cache_gib" in params:
-        config = config.replace(num_gpu_blocks=blocks_for_gib(config, params["kv_cache_gib"]))
     result, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
                                    router=opts["router"], slos=parse_slos(opts["slo"]))
     warnings += result_warnings(config.run_name, result.requests)  # and after it: too many requests rejected

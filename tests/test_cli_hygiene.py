@@ -290,3 +290,17 @@ def test_a_reader_that_goes_away_gets_no_traceback():
     finally:
         os.close(write)
     assert done.returncode == 141 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_given_cache_that_does_not_fit_beside_the_weights_is_warned_of(tmp_path):
+    from pagesim.config import Config
+    from pagesim.run_warnings import config_warnings
+    from pagesim.traces import load_trace
+
+    trace = load_trace(str(azure_csv(tmp_path / "t.csv")))
+    fits = Config(num_gpu_blocks=60_000)  # llama-3-8b on an H200: 117 GiB of K/V beside 15 GiB of weights
+    assert not [w for w in config_warnings(fits, trace) if "holds this deployment" in w]
+    (warning,) = [w for w in config_warnings(Config(num_gpu_blocks=70_000), trace) if "holds this deployment" in w]
+    assert warning.startswith("the KV cache's 70,000 blocks (--num-gpu-blocks; 136.7 GiB a GPU) and llama-3-8b's weights")
+    assert not [w for w in config_warnings(Config(num_gpu_blocks=70_000, tensor_parallel_size=2), trace)
+                if "holds this deployment" in w]  # half of each block and of the weights on each of two GPUs

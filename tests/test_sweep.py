@@ -193,3 +193,15 @@ def test_sweep_refuses_a_non_empty_directory_that_holds_no_sweep(tmp_path, capsy
     rc = main(["sweep", str(TRACES / "multiturn-300.jsonl"), "--grid", "block_size=16", "--backend", "local",
                "--out", str(tmp_path)])
     assert rc == 2 and "directory exists and is not empty" in capsys.readouterr().err
+
+
+def test_kv_cache_gib_sizes_the_cache_of_a_model_the_default_utilization_leaves_no_room_for(trace, base):
+    # llama-3-70b's 131.4 GiB of weights on an H200 (140.4 GiB): at the default utilization 0.9 no KV memory is left,
+    # but a cache of 4 GiB fits beside them, as --num-gpu-blocks would give it; 16 GiB would not, which is warned of.
+    fits = run_config(trace, {**base, "model": "llama-3-70b"}, {"kv_cache_gib": 4})
+    assert fits["status"] == "ok", fits.get("error")
+    assert fits["num_gpu_blocks"] == int(4 * 2**30 // (80 * 2 * 8 * 128 * 16 * 2))  # 80 layers, K and V, 8 KV heads
+    assert fits["warnings"] == ""
+    too_big = run_config(trace, {**base, "model": "llama-3-70b"}, {"kv_cache_gib": 16})
+    assert too_big["status"] == "ok"
+    assert "exceed one h200's 140.4 GiB: no such GPU holds this deployment" in too_big["warnings"]
