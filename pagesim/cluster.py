@@ -54,11 +54,13 @@ ROUTERS = ("round-robin", "least-outstanding-tokens", "prefix-aware")
 
 def check_replicas(config: Config, replicas: int) -> None:
     """A UserError naming --replicas when the simulator cannot hold `replicas` replicas of `config`: more than
-    MAX_REPLICAS (the flag's own bound), or their blocks together (GPU, and host blocks in swap mode) beyond
+    MAX_REPLICAS (the flag's own bound), or their blocks together (GPU, host blocks in swap mode, the host tier's) beyond
     MAX_SIMULATED_BLOCKS, the limit of one engine (Config)."""
     blocks = config.resolved_num_gpu_blocks
     if config.preemption_mode == "swap":
         blocks = max(blocks, config.num_cpu_blocks)
+    if config.enable_prefix_caching:
+        blocks = max(blocks, config.num_offload_blocks)
     most = min(MAX_REPLICAS, MAX_SIMULATED_BLOCKS // max(blocks, 1))
     if replicas > most:
         raise UserError(f"--replicas {replicas:,}: {replicas:,} replicas of {blocks:,} blocks each hold "

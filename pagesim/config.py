@@ -109,12 +109,12 @@ class Config:
 
     @property
     def num_cpu_blocks(self) -> int:
-        return int(self.swap_space * GIB // self.block_bytes)
+        return host_blocks(self.swap_space, self.block_bytes)
 
     @property
     def num_offload_blocks(self) -> int:
         """Blocks of the host tier behind the GPU prefix cache (0: no tier)."""
-        return int(self.kv_offloading_size * GIB // self.block_bytes)
+        return host_blocks(self.kv_offloading_size, self.block_bytes)
 
     @property
     def run_name(self) -> str:
@@ -213,10 +213,10 @@ class Config:
                       f"{{block_size}} {self.block_size} gives {blocks:,} GPU blocks; the simulator holds {limit}",
                       ": pass {num_gpu_blocks}, a larger {block_size} or a smaller {gpu_memory_utilization}")
         if self.preemption_mode == "swap" and self.num_cpu_blocks > MAX_SIMULATED_BLOCKS:
-            _fail(f"{{swap_space}} {readable(self.swap_space)} GiB is {self.num_cpu_blocks:,} host blocks of {self.block_bytes:,} bytes; "
+            _fail(f"{{swap_space}} {readable(self.swap_space)} GiB is {readable(self.num_cpu_blocks)} host blocks of {self.block_bytes:,} bytes; "
                   f"the simulator holds {limit}")
         if self.num_offload_blocks > MAX_SIMULATED_BLOCKS:  # the host tier holds a free list of its block ids
-            _fail(f"{{kv_offloading_size}} {readable(self.kv_offloading_size)} GiB is {self.num_offload_blocks:,} host blocks of "
+            _fail(f"{{kv_offloading_size}} {readable(self.kv_offloading_size)} GiB is {readable(self.num_offload_blocks)} host blocks of "
                   f"{self.block_bytes:,} bytes; the simulator holds {limit}")
 
 
@@ -227,6 +227,14 @@ FLOAT_FIELDS = ("gpu_memory_utilization", "swap_space", "watermark", "kv_offload
 BOOL_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching")
 MAX_SIMULATED_BLOCKS = 4_000_000
 BYTES_PER_SIMULATED_BLOCK = 190  # a Block (slots dataclass) plus its free-queue entry, measured with tracemalloc
+
+
+def host_blocks(gib: float, block_bytes: int) -> int:
+    """Blocks of `block_bytes` in `gib` GiB of host memory (swap space, the host tier). Beyond ~1.7e299 GiB the bytes
+    overflow a double (inf // b is NaN): the count is then made from whole GiB, so a size that large is refused by
+    the block cap like any other, not failed by int(NaN)."""
+    nbytes = gib * GIB
+    return int(nbytes // block_bytes) if math.isfinite(nbytes) else int(gib) * (GIB // block_bytes)
 
 
 def _fail(template: str, advice: str = "") -> None:

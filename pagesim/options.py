@@ -57,13 +57,17 @@ replica_count = _checked(_integer, lambda v: 1 <= v <= MAX_REPLICAS,
 
 
 def readable(value) -> str:
-    """A number for people: 1,170 not 1.17e+03; 0.0123; 1.5e-07 only when tiny; '-' for None or NaN."""
+    """A number for people: 1,170 not 1.17e+03; 0.0123; 1.5e-07 or 1e+300 only when tiny or huge; '-' for None or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
         return str(value)
-    v = float(value)
-    if math.isinf(v) or (v != 0 and abs(v) < 1e-3):
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond a double: its leading digits
+        digits = str(abs(int(value)))
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+    if math.isinf(v) or (v != 0 and abs(v) < 1e-3) or abs(v) >= 1e15:  # tiny or huge: 1.5e-07, 1e+300
         return f"{v:.3g}"
     if float(v).is_integer() and abs(v) < 1e15:
         return f"{int(v):,}"

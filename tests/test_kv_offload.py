@@ -199,3 +199,17 @@ def test_a_host_tier_beyond_the_simulators_block_cap_is_refused_before_any_block
         Config(num_gpu_blocks=100, enable_prefix_caching=True, kv_offloading_size=1e6)
     most = MAX_SIMULATED_BLOCKS * Config(num_gpu_blocks=1).block_bytes / GIB
     assert Config(num_gpu_blocks=100, enable_prefix_caching=True, kv_offloading_size=most).num_offload_blocks == MAX_SIMULATED_BLOCKS
+
+
+def test_host_sizes_beyond_a_doubles_bytes_are_refused_by_the_block_cap_not_a_traceback():
+    from pagesim.config import Config, host_blocks
+    from pagesim.errors import OptionError
+
+    # 1e300 GiB overflows a double's bytes (inf // block bytes is NaN): int(NaN) raised a bare ValueError
+    assert host_blocks(1e300, 2**21) == int(1e300) * 2**9
+    assert host_blocks(4.0, 2**21) == 2048
+    assert Config(swap_space=1e300).num_cpu_blocks > 4_000_000  # recompute mode: the swap space is unused, no error
+    with pytest.raises(OptionError, match=r"swap_space 1e\+300 GiB is 5\.12e\+302 host blocks .* the simulator holds"):
+        Config(swap_space=1e300, preemption_mode="swap")
+    with pytest.raises(OptionError, match=r"kv_offloading_size 1\.7e\+308 GiB is 8\.70e\+310 host blocks"):
+        Config(enable_prefix_caching=True, kv_offloading_size=1.7e308)

@@ -62,3 +62,11 @@ def test_a_sweep_configuration_too_large_to_simulate_is_an_error_row(tmp_path):
     rows = pd.read_parquet(tmp_path / "s" / "results.parquet").set_index("replicas")
     assert rows.at[1, "status"] == "ok"
     assert rows.at[100, "status"] != "ok" and "expected at most" in rows.at[100, "error"]
+
+
+def test_the_host_tiers_blocks_count_in_the_replicas_limit_too():
+    tier = Config(num_gpu_blocks=100, enable_prefix_caching=True, kv_offloading_size=100.0)  # 51,200 host blocks
+    most = MAX_SIMULATED_BLOCKS // tier.num_offload_blocks
+    check_replicas(tier, most)
+    with pytest.raises(UserError, match=f"{tier.num_offload_blocks:,} blocks each"):
+        check_replicas(tier, most + 1)  # each replica builds its host tier's free list: 79 of them would be 4M ids
