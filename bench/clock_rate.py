@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.outputs import check_output_file, json_text
+from pagesim.results import times_from_idle
 
 RATE_EDGES = (-1, 1000, 5000, 10000, 20000, 30000, 50000, 1e12)  # prefill tokens per second
 KINDS = ("graph decode", "graph mixed", "mixed")
@@ -53,7 +54,7 @@ def load_run(run: str, window_s: float) -> tuple[pd.DataFrame, pd.DataFrame, np.
     if len(v) != len(s) or "idle_before_s" not in s or "sm_clock_mhz" not in s or s["sm_clock_mhz"].isna().all():
         return None
     duration = s["duration_s"].to_numpy()
-    end = np.cumsum(duration + s["idle_before_s"].fillna(0).to_numpy())
+    end = times_from_idle(s["idle_before_s"].fillna(0).to_numpy(), duration) + duration  # a stored start restarts the sum
     return v, s, rate_before(end - duration, end, s["num_prefill_tokens"].to_numpy(float), window_s)
 
 
