@@ -10,7 +10,9 @@ Columns that follow from others are not stored; `read_steps` / `read_requests`
 derive them (the memory fractions, `kv_cache_usage`, `blocks_free`, `free`,
 `cached`, a `step` equal to the row number, and the latencies `ttft_s`,
 `tpot_s`, `e2e_s`). `time_s` is stored as `idle_before_s`, the idle time
-before each step (0.0 for nearly all), and rebuilt bit for bit. The writer drops a derivable column only when the derivation
+before each step (0.0 for nearly all), and rebuilt bit for bit; a start that no
+gap added to the end of the step before can give (a gap longer than the time before
+it can miss by an ulp) is stored as its own start time, negated (sign bit set). The writer drops a derivable column only when the derivation
 reproduces it exactly, so reading a run back gives the frames the simulator
 made. Integer columns have fixed narrow types (int32; int64 for sums that can
 outgrow it). Each parquet file's metadata holds the provenance (`pagesim` key):
@@ -97,20 +99,46 @@ IDLE = "idle_before_s"  # stored in place of time_s: 0.0 for all but the steps a
 def idle_before(time_s: np.ndarray, duration_s: np.ndarray, prev_end: float) -> np.ndarray:
     """g with time_s[i] == (time_s[i-1] + duration_s[i-1]) + g[i] exactly in float64 (prev_end before row 0).
 
-    g is the idle time before each step; time_s is rebuilt from it by `times_from_idle`.
+    g is the idle time before each step; time_s is rebuilt from it by `times_from_idle`. Where no such g
+    exists, g[i] is -time_s[i] (its sign bit set: `times_from_idle` starts over from time_s[i] there). A sum
+    can miss every double when the gap is longer than the time before it: 0.5727610622006171 + g is never
+    1.9114773291415086, whose last bit no sum of a double in [0.5, 1) and one in [1, 2) rounds to (the
+    exact sums one ulp either side of it are ties, and ties round to even). A negative gap (a step starting
+    before the one before it ended) is stored as a start too, so a set sign bit means a start.
     """
     prev = np.concatenate(([prev_end], time_s[:-1] + duration_s[:-1]))
     g = time_s - prev
-    for _ in range(4):  # the difference is exact unless the gap is far longer than the time before it
+    for _ in range(4):  # the difference is exact unless the gap is longer than the time before it
         off = (prev + g) != time_s
         if not off.any():
-            return g
+            break
         g[off] = np.nextafter(g[off], np.where((prev + g)[off] < time_s[off], np.inf, -np.inf))
-    raise AssertionError("step start times cannot be stored as idle gaps exactly")
+    starts = ((prev + g) != time_s) | np.signbit(g)
+    if starts.any():
+        if np.signbit(time_s[starts]).any() or np.isnan(time_s[starts]).any():
+            raise AssertionError("step start times cannot be stored as idle gaps exactly")
+        g[starts] = -time_s[starts]
+    return g
 
 
 def times_from_idle(idle_s: np.ndarray, duration_s: np.ndarray, start: float = 0.0) -> np.ndarray:
-    """time_s from the idle gaps: ((start + g0) + d0) + g1 ..., added one at a time (cumsum is sequential)."""
+    """time_s from the idle gaps: ((start + g0) + d0) + g1 ..., added one at a time (cumsum is sequential); a
+    gap with its sign bit set is the step's own start, negated (`idle_before`), from which the sums go on."""
+    restarts = np.flatnonzero(np.signbit(idle_s))
+    if not len(restarts):
+        return _times_from_gaps(idle_s, duration_s, start)
+    out = np.empty(len(idle_s))
+    bounds = ([0] if restarts[0] else []) + restarts.tolist() + [len(idle_s)]
+    for a, b in zip(bounds[:-1], bounds[1:]):  # every piece but a first one without a start begins at one
+        gaps = idle_s[a:b]
+        if np.signbit(gaps[0]):
+            gaps = gaps.copy()
+            gaps[0], start = -gaps[0], 0.0  # 0.0 + time == time
+        out[a:b] = _times_from_gaps(gaps, duration_s[a:b], start)
+    return out
+
+
+def _times_from_gaps(idle_s: np.ndarray, duration_s: np.ndarray, start: float) -> np.ndarray:
     inter = np.empty(2 * len(idle_s))
     inter[0::2], inter[1::2] = idle_s, duration_s
     if len(inter):
@@ -448,8 +476,9 @@ def read_steps(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
 
     def per_run(fill, dtype) -> np.ndarray:
         out = _empty(n, dtype)
-        for seg, g in seg_geometry:
-            fill(out[seg], seg, g["num_gpu_blocks"], g["block_size"])
+        for seg, g in seg_geometry:  # the geometry as numpy scalars of itype: a cache of 2**31 slots or more
+            # computes in int64 (a Python int would be cast to the int32 columns' type, and overflow)
+            fill(out[seg], seg, itype(g["num_gpu_blocks"]), itype(g["block_size"]))
         return out
 
     for c in meta.get("derived", []):
