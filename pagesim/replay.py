@@ -157,9 +157,10 @@ def _config(args) -> Config:
 
 def trace_from_args(args):
     from pagesim.traces import load_trace
+    from pagesim.traces.load import MAX_ARRIVAL_S
 
     return load_trace(args.trace, args.format, limit=args.limit, start_s=args.start_s, end_s=args.end_s,
-                      time_scale=args.time_scale, rate=args.rate)
+                      time_scale=args.time_scale, rate=args.rate, max_span_s=MAX_ARRIVAL_S)
 
 
 def run_configs(config: Config, baselines) -> list[Config]:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pyarrow import ArrowException
 
 from pagesim.accounting import CATEGORIES
 from pagesim.config import Config
@@ -78,16 +79,54 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
     if missing:
         raise UserError(f"{where}: not a live run directory (missing {', '.join(missing)}); "
                         "expected the output of `python -m pagesim live`")
-    summary = json.loads((d / "summary.json").read_text())
-    return {
+    summary = _read(d / "summary.json", where, lambda p: json.loads(p.read_text()))
+    runs = summary.get("runs") if isinstance(summary, dict) else None
+    if not (isinstance(summary.get("config"), dict) and isinstance(runs, dict) and isinstance(runs.get("live"), dict)):
+        raise UserError(f"{where}: summary.json holds no live run (expected its config and runs.live); expected the "
+                        "output of `python -m pagesim live`")
+    try:
+        config = Config.from_dict(summary["config"])
+    except UserError as exc:
+        raise UserError(f"{where}: summary.json's config: {exc}") from None
+    run = {
         "dir": d,
         "summary": summary,
-        "config": Config.from_dict(summary["config"]),
-        "steps": read_steps(d / "steps.parquet"),
-        "requests": read_requests(requests_path(d)),
-        "releases": pd.read_csv(d / "releases.csv", dtype={"request_id": str}),
-        "batches": pd.read_parquet(d / "batches.parquet").fillna(""),
+        "config": config,
+        "steps": _read(d / "steps.parquet", where, read_steps),
+        "requests": _read(requests_path(d), where, read_requests),
+        "releases": _read(d / "releases.csv", where, lambda p: pd.read_csv(p, dtype={"request_id": str})),
+        "batches": _read(d / "batches.parquet", where, lambda p: pd.read_parquet(p).fillna("")),
     }
+    files = {"steps": "steps.parquet", "requests": requests_path(d).name, "releases": "releases.csv",
+             "batches": "batches.parquet"}
+    for name, columns in RUN_COLUMNS.items():
+        lacks = [c for c in columns if c not in run[name]]
+        if lacks:
+            file = files[name]
+            raise UserError(f"{where}: {file} lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks)}; "
+                            "expected the files `python -m pagesim live` writes")
+    return run
+
+
+# The columns validate reads of each run file (the step features a run lacks are filled in from the lockstep replay).
+RUN_COLUMNS = {"steps": ("step", "time_s", "duration_s", "num_prefill_tokens", "num_decode_seqs", "num_preemptions",
+                         "blocks_used", "num_running", *CATEGORIES),
+               "requests": ("request_id", "parent_id", "state", "arrival_time_s", "first_token_s", "finish_s",
+                            "output_len"),
+               "releases": ("request_id", "arrival_time_s", "released_s", "release_step"),
+               "batches": ("step", "scheduled", "preempted")}
+
+
+def _read(path: Path, where: str, reader):
+    """reader(path), or a UserError naming the run and the file that cannot be read (damaged, cut short, empty)."""
+    try:
+        return reader(path)
+    except UserError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, TypeError, ArrowException) as exc:  # damaged, cut short, empty
+        problem = " ".join(str(exc).split())[:100] or type(exc).__name__
+        raise UserError(f"{where}: cannot read {path.name} ({problem}); expected the files `python -m pagesim live` "
+                        "writes") from None
 
 
 def _requests(run: dict, released_times: bool = False):

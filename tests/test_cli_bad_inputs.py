@@ -362,3 +362,92 @@ def test_a_rate_on_arrivals_all_at_once_names_the_flag(tmp_path):
     line = one_error(pagesim("replay", trace, "--rate", 5, "--out", tmp_path / "r"))
     assert line == (f"error: {trace}: expected arrivals spread over time, to rescale them to --rate 5, "
                     "got all at once; drop --rate")
+
+
+# ---- found on a new-user hunt over trace, replay and validate ----------------------------------------------
+def test_trace_synth_refuses_a_multiturn_rate_whose_warm_up_it_cannot_build(tmp_path):
+    """Was: --preset multiturn --rate 1e300 never ended (a conversation's gap no longer moved the warm-up's clock), and
+    --rate 1000 took 75 s and 2 GB for 10 requests: the 200 s warm-up is built whatever --num-requests is."""
+    out = tmp_path / "t.jsonl"
+    for rate in ("1e300", "1000.5"):
+        line = one_error(pagesim("trace", "synth", "--preset", "multiturn", "--num-requests", 10, "--rate", rate,
+                                 "--out", out, timeout=60))
+        assert line.startswith(f"error: --rate {float(rate):,g}: a multiturn trace builds every conversation started in "
+                               "the 200 s before its first request")
+        assert line.endswith("at most 1,000 req/s are allowed (replay's --time-scale compresses a trace further)")
+    assert not out.exists()
+    done = pagesim("trace", "synth", "--preset", "sharegpt", "--num-requests", 10, "--rate", "1e300", "--out", out)
+    assert done.returncode == 0, done.stderr  # the other presets build no warm-up: any rate is quick
+
+
+def test_a_trace_spanning_beyond_what_a_double_resolves_names_the_line(tmp_path):
+    """Was: a Vidur row at 1e14 s replayed with every latency of the late requests reading 0 (TTFT, E2E), silently;
+    --time-scale and --rate refused the same arrivals (`_check_arrivals`), the file's own times did not."""
+    trace = tmp_path / "far.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1e14,10,5\n2,10,5\n")
+    line = one_error(pagesim("replay", trace, "--out", tmp_path / "r"))
+    assert line == (f"error: {trace}, line 3, field 'arrived_at': expected an arrival at most 1e+09 s after the first, "
+                    "where a double still holds a step's microseconds (every latency would read 0; --start-s, --end-s "
+                    "or --time-scale make a longer trace shorter), got 1e+14 s after it")
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+    done = pagesim("replay", trace, "--end-s", 100, "--out", tmp_path / "w")  # a window without the far row runs
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "w" / "summary.json").read_text())["runs"]["paged"]["num_finished"] == 2
+    assert pagesim("trace", "info", trace).returncode == 0  # the file itself is a valid trace
+
+
+def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path):
+    """Was: pandas renamed the second ContextTokens to ContextTokens.1 (and pyarrow read the first), so the check
+    for a repeated column never fired and the trace loaded with the first column's values, silently."""
+    for text, blank in (("2023-11-16 18:15:46.1,10,5,999\n2023-11-16 18:15:47.1,20,5,888\n", ""),  # the fast reader's
+                        ("2023-11-16 18:15:46.1,10,5,999\n\n2023-11-16 18:15:47.1,20,5,888\n", "blank")):  # careful
+        trace = tmp_path / f"dup{blank}.csv"
+        trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n" + text)
+        line = one_error(pagesim("trace", "info", trace))
+        assert line == (f"error: {trace}, line 1, field 'ContextTokens': expected each column named once in the "
+                        "header, got it in columns 2 and 4")
+    extra = tmp_path / "extra.csv"  # a repeated column the format does not read is no question: read as before
+    extra.write_text("arrived_at,num_prefill_tokens,num_decode_tokens,note,note\n0,10,5,a,b\n1,10,5,c,d\n")
+    done = pagesim("trace", "info", extra)
+    assert done.returncode == 0 and "2 requests kept" in done.stdout, done.stderr
+
+
+def test_a_trace_whose_lines_end_in_a_lone_cr_reads_as_its_lf_twin(tmp_path):
+    """Was: a CSV saved with classic Mac line endings (Excel's "CSV (Macintosh)") was refused as 'expected a known trace
+    format', quoting its own, known, header: detection looked for the first LF."""
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46.1,10,5", "2023-11-16 18:15:47.1,20,6"]
+    cr, lf = tmp_path / "cr.csv", tmp_path / "lf.csv"
+    cr.write_bytes("\r".join(rows + [""]).encode())
+    lf.write_bytes("\n".join(rows + [""]).encode())
+    done = pagesim("trace", "info", cr)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.replace("trace cr", "trace lf") == pagesim("trace", "info", lf).stdout
+    rows[2] = "2023-11-16 18:15:47.1,x,6"
+    cr.write_bytes("\r".join(rows + [""]).encode())
+    assert one_error(pagesim("trace", "info", cr)) == (f"error: {cr}, line 3, field 'ContextTokens': expected a positive "
+                                                       "integer, got 'x'")
+
+
+def test_validate_of_a_damaged_run_directory_names_the_file(tmp_path):
+    """Was: a run directory with a cut-short summary.json, an empty releases.csv, a steps.parquet that is not Parquet
+    or a releases.csv without release_step ended validate in a traceback (JSONDecodeError, EmptyDataError,
+    ArrowInvalid, KeyError)."""
+    import shutil
+
+    source = REPO / "results" / "live" / "pair-conv-paged"
+    cases = [("summary.json", b'{"config": {', "cannot read summary.json (Expecting property name enclosed in double "
+                                               "quotes: line 1 column 13 (char 12))"),
+             ("summary.json", b'{"runs": {}}', "summary.json holds no live run (expected its config and runs.live)"),
+             ("releases.csv", b"", "cannot read releases.csv (No columns to parse from file)"),
+             ("steps.parquet", b"PAR1 not parquet", "cannot read steps.parquet (Parquet magic bytes not found in footer"),
+             ("releases.csv", b"request_id,arrival_time_s,released_s\n1,0.0,0.1\n", "releases.csv lacks the column "
+                                                                                   "release_step")]
+    for i, (name, content, says) in enumerate(cases):
+        run = tmp_path / f"run{i}"
+        shutil.copytree(source, run, ignore=shutil.ignore_patterns("validation"))
+        (run / name).write_bytes(content)
+        line = one_error(pagesim("validate", run, "--out", tmp_path / f"v{i}"))
+        assert line.startswith(f"error: {run}: {says}"), line
+        assert not (tmp_path / f"v{i}").exists()
+    line = one_error(pagesim("validate", source, "--replicate", run, "--out", tmp_path / "v"))
+    assert line.startswith(f"error: --replicate {run}: releases.csv lacks the column release_step")

@@ -15,16 +15,18 @@ string-based path below then reads the file again to report where and why.
 
 from __future__ import annotations
 
+import csv
 import io
+import itertools
 import re
 import warnings
 
 import numpy as np
 import pandas as pd
 
-from pagesim.traces.errors import EMPTY, TraceError
+from pagesim.traces.errors import EMPTY, Described, TraceError
 from pagesim.traces.schema import MAX_INT, MAX_TIME, Parsed, Rows, numbers
-from pagesim.traces.text import is_gzip, open_trace
+from pagesim.traces.text import is_gzip, open_trace, read_head
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -43,6 +45,9 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    head = read_head(path)
+    if head is None or _repeated(next(csv.reader([head.split("\n", 1)[0]]), []), fmt):
+        return None  # pyarrow would read the first of two same-named columns: the careful path says which
     time_col, *count_cols = HEADERS[fmt]
     time_types = [pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")] if fmt == "azure" else [pa.float64()]
     for time_type in time_types:
@@ -131,6 +136,12 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
         raise TraceError(file, int(found[1]) + 1 + skip if found else None, None, "CSV with balanced quotes") from None
     except (pd.errors.EmptyDataError, ValueError) as exc:
         raise TraceError(file, None, None, f"CSV text ({fmt} format)", str(exc)[:60]) from None
+    header = next(itertools.islice(csv.reader(io.StringIO(text)), skip, None), [])
+    repeated = _repeated(header, fmt)  # pandas renames a repeated name (X, X.1): the header's own names tell
+    if repeated:
+        at = [str(i + 1) for i, name in enumerate(header) if name.strip() == repeated]
+        raise TraceError(file, skip + 1, repeated, "each column named once in the header",
+                         Described(f"it in columns {', '.join(at[:-1])} and {at[-1]}"))
     df.columns = [str(c).strip() for c in df.columns]
     if df.columns.duplicated().any():
         raise TraceError(file, skip + 1, df.columns[df.columns.duplicated()][0], "each column named once in the header")
@@ -144,12 +155,15 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     return df.where(df.notna(), None), rows, len(df), dropped  # an empty cell is None: NaN is a value ('nan')
 
 
+def _repeated(header: list[str], fmt: str) -> str | None:
+    """The first of the format's columns that the header names more than once (which of them is meant?), or None."""
+    names = [name.strip() for name in header]
+    return next((c for c in HEADERS[fmt] if names.count(c) > 1), None)
+
+
 def _check_extra_fields(text: str, file: str, skip: int) -> None:
     """The first data row's fields beyond the header's must be empty (a trailing comma), as the careful path reads
     every other row: a value there is a ragged row, not data to drop."""
-    import csv
-    import itertools
-
     header, first = (list(itertools.islice(csv.reader(io.StringIO(text)), skip, skip + 2)) + [[], []])[:2]
     if any(field.strip() for field in first[len(header):]):
         raise TraceError(file, skip + 2, None, "as many comma-separated fields as the header has")

@@ -40,6 +40,7 @@ def load_trace(
     time_scale: float = 1.0,
     rate: float | None = None,
     seed: int = 0,
+    max_span_s: float | None = None,
 ) -> Trace:
     """Read, validate and normalise a trace file (see schema.py for what the result guarantees).
 
@@ -47,7 +48,9 @@ def load_trace(
     first kept request arrives at 0; keep the first `limit` requests; divide arrival times by `time_scale`
     (2.0 replays twice as fast); if `rate` is given, rescale arrival times so rows / span = `rate` req/s.
     For ShareGPT, which has no arrival times, `rate` (default SHAREGPT_RATE) and `seed` drive the Poisson
-    arrivals instead. Raises TraceError for bad files, UserError for bad options.
+    arrivals instead. `max_span_s` (the simulating commands pass MAX_ARRIVAL_S): a kept arrival later than that,
+    in seconds after the first, is a TraceError naming its line. Raises TraceError for bad files, UserError for bad
+    options.
     """
     _check_options(format, limit, start_s, end_s, time_scale, rate)
     file = str(path)
@@ -66,6 +69,10 @@ def load_trace(
         raise TraceError(file, None, None, "at least one request", Described(f"none ({dropped})" if dropped else "none"))
     df = to_frame(parsed)
     parsed.columns.clear()  # the frame holds what is needed; the raw columns go
+    t = df["arrival_time_s"].to_numpy()
+    far = max_span_s is not None and len(t) and t.max() - t.min() > max_span_s
+    ids_in_file = df["request_id"] if far else None  # in file order: to name the line of an arrival beyond max_span_s
+    del t
     df, warnings = by_arrival(df, parsed.rows)
     dropped = dict(parsed.dropped)
     df = _window(df, start_s, end_s, limit, dropped, file)
@@ -83,6 +90,17 @@ def load_trace(
                 scaled = scaled * (len(df) / span / rate)
         _check_arrivals(recorded, scaled, time_scale, rate if rescale else None)
         df["arrival_time_s"] = scaled
+    elif ids_in_file is not None and df["arrival_time_s"].iloc[-1] > max_span_s:
+        times = df["arrival_time_s"].to_numpy()
+        if parsed.rate_applied:  # ShareGPT: the arrivals are drawn at --rate, not read from the file
+            _check_arrivals(times, times, 1.0, rate)
+        i = int(np.searchsorted(times, max_span_s, side="right"))
+        line = parsed.rows.lines[np.flatnonzero(ids_in_file.to_numpy() == df["request_id"].iloc[i])[0]]
+        raise TraceError(file, int(line), parsed.fields.get("arrival_time_s", "arrival_time_s"),
+                         f"an arrival at most {max_span_s:.0e} s after the first, where a double still holds a "
+                         "step's microseconds (every latency would read 0; --start-s, --end-s or --time-scale make "
+                         "a longer trace shorter)", Described(f"{times[i]:.3g} s after it"))
+    del ids_in_file
     summary = LoadSummary(
         parsed.rows_read, len(df), dropped, parsed.warnings + warnings, fmt, float(df["arrival_time_s"].iloc[-1])
     )

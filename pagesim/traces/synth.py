@@ -143,6 +143,11 @@ KSHOT_PREFIXES, KSHOT_PREFIX_LEN = 4, Uniform(1024, 2048)
 DEFAULT_HASH_BLOCK_SIZE = 16  # tokens per prefix hash id (trace synth --hash-block-size)
 TURNS, THINK_TIME_S = Uniform(1, 6), 10.0
 MULTITURN_WARMUP_S = 20 * THINK_TIME_S
+# The warm-up's conversations (rate / 3.5 per second for MULTITURN_WARMUP_S) are built whatever --num-requests is,
+# with their prefix hash ids and the later turns that reach past 0 s: ~2 MB and ~0.05 s of build per req/s of rate
+# (measured at 100-1,000 req/s; at 1e14 req/s and up a gap no longer moves the warm-up's clock and it never ends).
+WARMUP_BYTES_PER_RATE = 2e6
+MAX_MULTITURN_RATE = 1_000.0
 
 
 def synthesize(
@@ -188,6 +193,12 @@ def synthesize(
         raise OptionError(f"{{num_requests}} {num_requests:,}: a {preset} trace is built in memory at about "
                           f"{BYTES_PER_REQUEST[p.shape]:,} bytes per request; at most {most:,} requests "
                           f"(~{MAX_SYNTH_BYTES / 1e9:g} GB) are allowed")
+    if p.shape == "multiturn" and rate > MAX_MULTITURN_RATE:  # its warm-up grows with the rate, whatever the count
+        raise OptionError(f"{{rate}} {rate:,g}: a multiturn trace builds every conversation started in the "
+                          f"{MULTITURN_WARMUP_S:g} s before its first request (so it opens in steady state), about "
+                          f"{MULTITURN_WARMUP_S * 2 / (TURNS.low + TURNS.high):.0f} per req/s of {{rate}} and "
+                          f"{WARMUP_BYTES_PER_RATE / 1e6:g} MB in memory; at most {MAX_MULTITURN_RATE:,g} req/s "
+                          "are allowed (replay's --time-scale compresses a trace further)")
     prompt, output = prompt_len or p.prompt_len, output_len or p.output_len
     rng = np.random.default_rng(seed)
     build = {"independent": _independent, "kshot": _kshot, "multiturn": _multiturn}[p.shape]

@@ -147,10 +147,16 @@ def read_head(path: str | Path) -> str | None:
         if b"\n" in data:
             data = data[: data.rindex(b"\n") + 1]
     try:
-        text = data.decode("utf-8-sig")
+        text = _lf(data.decode("utf-8-sig"))
     except UnicodeDecodeError:
         return None
     return text if text.strip() and "\x00" not in text else None
+
+
+def _lf(text: str) -> str:
+    """Text whose lines end in a lone CR (classic Mac OS, Excel's "CSV (Macintosh)") with LF endings instead, one
+    for one, so lines are counted as in any other file; text with an LF anywhere is left as it is."""
+    return text.replace("\r", "\n") if "\r" in text and "\n" not in text else text
 
 
 def read_text(path: str | Path) -> str:
@@ -163,6 +169,7 @@ def read_text(path: str | Path) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise TraceError(file, line, None, "UTF-8 text (is this a binary or compressed file?)", data[exc.start : exc.start + 4]) from None
+    text = _lf(text)
     if not text.strip():
         raise TraceError(file, None, None, "a non-empty trace file")
     if "\x00" in text:
