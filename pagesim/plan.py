@@ -225,6 +225,7 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
 def plan(args, parser) -> int:
     from pagesim.cluster import ROUTERS
     from pagesim.replay import trace_from_args
+    from pagesim.run_warnings import emit
     from pagesim.slo import parse_slos
     from pagesim.sweep import NOT_SWEPT, check_fixed_options, parse_grid, prepare_sweep_dir
 
@@ -256,7 +257,8 @@ def plan(args, parser) -> int:
     plan_candidates(base, slos, args.max_gpus, search, routers)  # its errors before --out is touched and the trace read
     prepare_sweep_dir(args.out, args.force)
     trace = trace_from_args(args)
-    print(trace.summary)
+    print(trace.summary.report())
+    emit(trace.summary.warnings, [])  # the load's (stderr); each row records its configuration's own
     report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, backend=args.backend,
                       address=args.address, num_cpus=args.num_cpus)
     print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"

@@ -254,9 +254,9 @@ def replay(args) -> int:
     make_cost_model(args.cost_model, config)  # a bad --cost-model: an error now, not after the trace is read
     out = prepare_output_dir(args.out, args.force)  # before any work: a finished run is never lost to a bad --out
     trace = trace_from_args(args)
-    print(trace.summary)
+    print(trace.summary.report())
     warnings: list[str] = []
-    emit(config_warnings(config, trace) + baseline_warnings(config, args.baseline)
+    emit(trace.summary.warnings + config_warnings(config, trace) + baseline_warnings(config, args.baseline)
          + cluster_warnings(config, args.replicas, args.router), warnings)
     results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
                                        router=args.router, slos=slos, progress=True)

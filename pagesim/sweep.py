@@ -410,6 +410,7 @@ def check_one_kv_size(args, parser, axes) -> None:
 
 def sweep(args, parser) -> int:
     from pagesim.replay import trace_from_args
+    from pagesim.run_warnings import emit
     from pagesim.slo import parse_slos
 
     points = parse_grid(args.grid, parser)
@@ -419,7 +420,8 @@ def sweep(args, parser) -> int:
     check_grid_against_options(args, parser, axes)
     prepare_sweep_dir(args.out, getattr(args, "force", False))
     trace = trace_from_args(args)
-    print(trace.summary)
+    print(trace.summary.report())
+    emit(trace.summary.warnings, [])  # the load's (stderr); each row records its configuration's own
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
     out = Path(args.out)
     try:

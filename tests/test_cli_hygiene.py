@@ -304,3 +304,20 @@ def test_a_given_cache_that_does_not_fit_beside_the_weights_is_warned_of(tmp_pat
     assert warning.startswith("the KV cache's 70,000 blocks (--num-gpu-blocks; 136.7 GiB a GPU) and llama-3-8b's weights")
     assert not [w for w in config_warnings(Config(num_gpu_blocks=70_000, tensor_parallel_size=2), trace)
                 if "holds this deployment" in w]  # half of each block and of the weights on each of two GPUs
+
+
+def test_a_load_warning_goes_to_stderr_and_summary_json_like_every_run_warning(tmp_path):
+    trace = azure_csv(tmp_path / "t.csv")
+    lines = trace.read_text().splitlines()
+    lines[3], lines[4] = lines[4], lines[3]  # one row earlier than the row before it: sorted, with a warning
+    trace.write_text("\n".join(lines) + "\n")
+    done = pagesim("replay", trace, "--out", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    (warning,) = [w for w in json.loads((tmp_path / "run" / "summary.json").read_text())["warnings"]
+                  if "arrive earlier than the row before them" in w]
+    assert warning.startswith(f"{trace}: 1 rows arrive earlier")
+    assert done.stderr.count(f"warning: {warning}") == 1
+    assert "warning:" not in done.stdout  # it was printed on stdout, inside the load summary, and not recorded
+    swept = pagesim("sweep", trace, "--grid", "max_num_seqs=4", "--backend", "local", "--out", tmp_path / "sweep")
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stderr.count(f"warning: {warning}") == 1 and "arrive earlier" not in swept.stdout

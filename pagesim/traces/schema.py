@@ -44,11 +44,15 @@ class LoadSummary:
     format: str = ""
     span_s: float = 0.0
 
-    def __str__(self) -> str:
+    def report(self) -> str:
+        """Rows read and kept, and what was dropped: the lines a command that goes on to run prints (its warnings
+        go where a run's warnings go: stderr and summary.json, run_warnings.emit)."""
         out = [f"{self.format}: {self.rows_read} rows read, {self.rows_kept} requests kept, span {self.span_s:.3f} s"]
         out += [f"  dropped {count}: {reason}" for reason, count in self.dropped.items()]
-        out += [f"  warning: {text}" for text in self.warnings]
         return "\n".join(out)
+
+    def __str__(self) -> str:
+        return "\n".join([self.report()] + [f"  warning: {text}" for text in self.warnings])
 
 
 @dataclass(slots=True)
