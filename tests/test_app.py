@@ -518,6 +518,21 @@ def test_replay_valid_upload_is_replayed():
     assert len(charts(at)) == 3
 
 
+def test_replay_upload_arriving_beyond_what_a_double_resolves_is_refused_as_replay_refuses_it():
+    """Was: an upload whose last request arrives 200 years after the first replayed on the page with its latencies read
+    as 0 (the CLI refuses it since round 27)."""
+    far = MALFORMED.replace(b"-5", b"500").replace(b"2023-11-16 18:15:50", b"2223-11-16 18:15:50")
+    at = new_app()
+    at.session_state["replay.injected_upload"] = ("conv.csv", far)
+    at.run()
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    assert not at.exception
+    (error,) = at.error
+    assert error.value.startswith("conv.csv, line 3, field 'TIMESTAMP': expected an arrival at most 1e+09 s after"), \
+        error.value
+    assert not at.get("plotly_chart")
+
+
 def test_replay_invalid_config_shows_the_config_error():
     at = app()
     at.checkbox(key="replay.chunked").uncheck().run()

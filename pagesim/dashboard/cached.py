@@ -30,12 +30,13 @@ from pagesim.dashboard import data
 from pagesim.dashboard.kernel_results import load_kernel_result
 from pagesim.dashboard.live_runs import LiveRun, extract_run_zip, load_live_run
 from pagesim.traces import Trace, load_trace
+from pagesim.traces.load import MAX_ARRIVAL_S
 from pagesim.traces.synth import synthesize
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
 def bundled_trace(path: str, mtime: float, limit: int | None) -> tuple[Trace, str]:
-    trace = load_trace(path, limit=limit)
+    trace = load_trace(path, limit=limit, max_span_s=MAX_ARRIVAL_S)  # as replay loads it: latencies stay resolvable
     return trace, data.trace_fingerprint(trace)
 
 

@@ -25,6 +25,7 @@ from pagesim.metrics import summarize_run
 from pagesim.replay import run_configs
 from pagesim.simulator import RunResult, simulate
 from pagesim.traces import Trace, TraceError, load_trace
+from pagesim.traces.load import MAX_ARRIVAL_S
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES_DIR = REPO / "traces"
@@ -59,7 +60,7 @@ def load_upload(name: str, data: bytes, *, format: str = "auto", limit: int | No
         path = Path(tmp) / safe
         path.write_bytes(data)
         try:
-            return load_trace(path, format, limit=limit, rate=rate)
+            return load_trace(path, format, limit=limit, rate=rate, max_span_s=MAX_ARRIVAL_S)  # as replay loads it
         except TraceError as exc:
             exc.file = safe
             exc.args = (str(exc).replace(str(path), safe),)
