@@ -7,6 +7,7 @@ import gzip
 import json
 import tracemalloc
 import zlib
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -206,3 +207,15 @@ def test_trace_info_convert_and_replay_take_gzip_files(tmp_path, capsys):
     assert main(["trace", "info", str(tmp_path / "cut.gz")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {tmp_path / 'cut.gz'}: expected a complete gzip file, "
                                                             "got the data ends early (a truncated file?)"]
+
+
+def test_convert_to_a_gz_name_writes_gzip_that_reads_back_the_same(tmp_path, capsys):
+    """Was: `trace convert --out x.jsonl.gz` wrote plain text under a .gz name."""
+    src = tmp_path / "t.jsonl"
+    write_trace(load_trace(str(Path(__file__).resolve().parent.parent / "traces" / "multiturn-300.jsonl"), limit=40), src)
+    assert main(["trace", "convert", str(src), "--out", str(tmp_path / "t.jsonl.gz")]) == 0
+    assert main(["trace", "convert", str(src), "--out", str(tmp_path / "again.jsonl.gz")]) == 0
+    packed = (tmp_path / "t.jsonl.gz").read_bytes()
+    assert packed[:2] == b"\x1f\x8b" and gzip.decompress(packed) == src.read_bytes()
+    assert (tmp_path / "again.jsonl.gz").read_bytes() == packed  # no timestamp in the header: same trace, same bytes
+    same_trace(load_trace(str(tmp_path / "t.jsonl.gz")), load_trace(str(src)))

@@ -10,6 +10,8 @@ written with repr precision).
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 from pathlib import Path
 
@@ -46,9 +48,12 @@ def read_pagesim(text: str, file: str) -> Parsed:
 
 
 def write_trace(trace: Trace, path: str | Path) -> None:
-    """Write `trace` in the own format (JSON lines, compact)."""
+    """Write `trace` in the own format (JSON lines, compact); gzip-compressed when the name ends in `.gz` (with no
+    timestamp in the gzip header: the same trace gives the same bytes)."""
     header = {"pagesim_trace": VERSION, "name": trace.name, "hash_block_size": trace.hash_block_size}
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(json.dumps(header) + "\n")
-        for record in trace.df.to_dict("records"):
-            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+    with open(path, "wb") as raw:
+        packed = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if str(path).lower().endswith(".gz") else raw
+        with io.TextIOWrapper(packed, encoding="utf-8", newline="\n") as out:  # closing it ends the gzip stream
+            out.write(json.dumps(header) + "\n")
+            for record in trace.df.to_dict("records"):
+                out.write(json.dumps(record, separators=(",", ":")) + "\n")
