@@ -162,6 +162,9 @@ def test_blank_lines_and_extra_columns_are_tolerated(tmp_path):
     trace = load_trace(write(tmp_path, "a.csv", text))
     assert trace.df["prompt_len"].tolist() == [1, 3]
     assert trace.summary.dropped == {"blank line": 2}
+    # read = kept + dropped (it said "2 rows read, 2 requests kept, dropped 2: blank line"); the blank lines before
+    # the header are not rows
+    assert (trace.summary.rows_read, trace.summary.rows_kept) == (4, 2)
 
 
 def test_trace_from_frame_validates_sorts_and_rebases():

@@ -152,7 +152,8 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     dropped = {"blank line": int(blank.sum())} if blank.any() else {}
     rows = Rows(file, np.arange(skip + 2, skip + len(df) + 2)[~blank])
     df = df[~blank].reset_index(drop=True).astype(object)
-    return df.where(df.notna(), None), rows, len(df), dropped  # an empty cell is None: NaN is a value ('nan')
+    # rows read counts the blank lines it drops, so that read = kept + dropped in the load summary
+    return df.where(df.notna(), None), rows, len(blank), dropped  # an empty cell is None: NaN is a value ('nan')
 
 
 def _repeated(header: list[str], fmt: str) -> str | None:
