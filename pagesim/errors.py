@@ -39,6 +39,15 @@ class OptionError(UserError):
         return (self.template + tail).format_map(_Names(name_of))
 
 
+class FlagError(UserError):
+    """An OptionError in the command line's words (str(): `--block-size must be ...`) that keeps the OptionError
+    itself (`option_error`), for a front end that names the options its own way (the dashboard's Plan page)."""
+
+    def __init__(self, option_error: OptionError):
+        super().__init__(option_error.as_flags())
+        self.option_error = option_error
+
+
 class _Names(dict):
     def __init__(self, show):
         super().__init__()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.errors import OptionError, UserError
+from pagesim.errors import FlagError, OptionError, UserError
 from pagesim.outputs import json_text
 
 TP_DEGREES = (1, 2, 4, 8)
@@ -77,9 +77,8 @@ class NoDeployment(UserError):
 
 
 def option_error(exc: UserError) -> OptionError | None:
-    """The OptionError behind a refused tp's error, or None: config_from_args words a config's OptionError in flags
-    and raises it `from None`, which keeps the original as __context__ (hidden from tracebacks, not lost)."""
-    return exc if isinstance(exc, OptionError) else exc.__context__ if isinstance(exc.__context__, OptionError) else None
+    """The OptionError behind a refused tp's error (config_from_args words it in flags: a FlagError), or None."""
+    return exc if isinstance(exc, OptionError) else exc.option_error if isinstance(exc, FlagError) else None
 
 
 def candidates(base: dict, max_gpus: int, search: dict, routers) -> tuple[list[dict], list[tuple[int, UserError]]]:

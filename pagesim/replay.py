@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.config import Config
-from pagesim.errors import OptionError, UserError
+from pagesim.errors import FlagError, OptionError, UserError
 from pagesim.metrics import summarize_run
 from pagesim.options import (MAX_REPLICAS, fraction, fraction_below_one, non_negative_float, positive_float, positive_int,
                              readable, replica_count)
@@ -96,7 +96,6 @@ def simulate_run(trace, config: Config, *, cost_model: str = "roofline", replica
     from pagesim import slo
     from pagesim.cluster import ClusterSimulation
     from pagesim.cost import make_cost_model
-    from pagesim.errors import UserError
     from pagesim.request import requests_from_trace
     from pagesim.simulator import Simulation
 
@@ -129,7 +128,7 @@ def config_from_args(args) -> Config:
     try:
         return _config(args)
     except OptionError as exc:
-        raise UserError(exc.as_flags()) from None
+        raise FlagError(exc) from None
 
 
 def _config(args) -> Config:
