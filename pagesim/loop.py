@@ -56,6 +56,10 @@ class SimClock:
     def wait(self, seconds: float):
         return self.env.timeout(seconds)
 
+    def wait_until(self, t: float):
+        """simpy's clock moves by delays only: now + (t - now), which can miss t by an ulp."""
+        return self.env.timeout(t - self.env.now)
+
 
 class VirtualClock:
     """A plain number that `wait` advances: steps last what the executor says, nothing sleeps."""
@@ -70,6 +74,11 @@ class VirtualClock:
 
     def wait(self, seconds: float) -> None:
         self.t += seconds
+
+    def wait_until(self, t: float) -> None:
+        """To `t` itself: a fast-path run's end, as the step-by-step sums reach it (now + (t - now) can miss t by
+        an ulp, and every later time with it)."""
+        self.t = t
 
 
 class WallClock:
@@ -89,6 +98,9 @@ class WallClock:
     def wait(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+    def wait_until(self, t: float) -> None:
+        self.wait(t - self.now())
 
 
 # ---- arrivals ---------------------------------------------------------------------------------------
@@ -231,7 +243,7 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
                 stats.num_steps += k
                 stats.fast_path_steps += k
                 empty = 0
-                yield clock.wait(end - now)
+                yield clock.wait_until(end)
                 continue
         plan, duration, outcome = run_step(scheduler, executor, recorder, now, measure, hooks.plan)
         stats.num_steps += 1

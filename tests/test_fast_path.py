@@ -59,8 +59,8 @@ def test_fast_path_equals_step_by_step(path, name):
     fast, fast_events = run(trace, True, **CONFIGS[name])
     assert fast.num_steps == slow.num_steps, "the fast path changed the number of steps"
     assert fast_events == slow_events, "the fast path made different block decisions"
-    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9,
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True,
                                   check_dtype=False)
     assert fast.leaked_blocks == slow.leaked_blocks == 0
     # The fast path must actually be taken on these traces, or the test proves nothing.
@@ -81,8 +81,8 @@ def test_a_decode_run_goes_on_through_finishes_when_nothing_is_due():
     turns = []  # progress is reported at the top of every turn of the loop
     fast = Simulation(requests_from_trace(trace), cfg, make_cost_model("roofline", cfg), progress=turns.append).run()
     slow, _ = run(trace, False)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
-    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True, check_dtype=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     assert fast.num_steps == 90 and fast.extra["fast_path_steps"] == 89
     assert len(turns) == 3, f"expected prefill, one decode run through both finishes, end; loop turns at {turns}"
 
@@ -106,8 +106,8 @@ def fast_and_plain(trace_file: str, cost, overrides: dict):
     slow, slow_events = run(trace, False, cost, **overrides)
     fast, fast_events = run(trace, True, cost, **overrides)
     assert fast_events == slow_events and fast.num_steps == slow.num_steps
-    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True, check_dtype=False)
     assert fast.extra["fast_path_steps"] > fast.num_steps / 4
     plain, _ = run(trace, True, make_cost_model(str(root / "results/profiles/h200-llama-3-8b.json"),
                                                 Config(model="llama-3-8b", gpu="h200")), **overrides)
@@ -292,8 +292,8 @@ def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
     slow, slow_events = run(trace, False, **CONFIGS[name])
     fast, fast_events = run(trace, True, **CONFIGS[name])
     assert fast.num_steps == slow.num_steps and fast_events == slow_events
-    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True, check_dtype=False)
     DEADLINE_USE[name] = DEADLINE_USE.get(name, 0) + sum(taken)
     if name == "paged":  # under memory pressure, preemptions break the summaries on some traces
         assert sum(taken) > 0 and checked, "the deadline index was never used: the test proves nothing"
@@ -380,8 +380,8 @@ def assert_fast_equals_step_by_step(config: Config, make_requests, snapshot_time
     assert fast.num_steps == slow.num_steps
     assert [e for e in fast_events if e[0] != STORED] == [e for e in slow_events if e[0] != STORED]
     assert sorted(e for e in fast_events if e[0] == STORED) == sorted(e for e in slow_events if e[0] == STORED)
-    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=False, rtol=1e-9, atol=1e-9)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=False, rtol=1e-9, atol=1e-9, check_dtype=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True, check_dtype=False)
     for a, b in zip(fast.snapshots, slow.snapshots, strict=True):
         assert a.request_ids == b.request_ids and (a.owner == b.owner).all() and (a.fill == b.fill).all()
         assert (a.ref_cnt == b.ref_cnt).all() and (a.cached == b.cached).all()
