@@ -426,6 +426,8 @@ def test_a_trace_whose_lines_end_in_a_lone_cr_reads_as_its_lf_twin(tmp_path):
     cr.write_bytes("\r".join(rows + [""]).encode())
     assert one_error(pagesim("trace", "info", cr)) == (f"error: {cr}, line 3, field 'ContextTokens': expected a positive "
                                                        "integer, got 'x'")
+    cr.write_bytes("\r".join(rows[:2] + ["2023-11-16 18:15:47.1,20,6\xff", ""]).encode("latin-1"))  # not UTF-8 on line 3
+    assert one_error(pagesim("trace", "info", cr)).startswith(f"error: {cr}, line 3: expected UTF-8 text")
 
 
 def test_validate_of_a_damaged_run_directory_names_the_file(tmp_path):

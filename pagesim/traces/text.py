@@ -167,7 +167,7 @@ def read_text(path: str | Path) -> str:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n" if b"\n" in data else b"\r", 0, exc.start) + 1  # lone-CR lines count as _lf reads them
         raise TraceError(file, line, None, "UTF-8 text (is this a binary or compressed file?)", data[exc.start : exc.start + 4]) from None
     text = _lf(text)
     if not text.strip():
