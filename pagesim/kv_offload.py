@@ -85,7 +85,8 @@ class HostKVCache:
 
     # ---- commands ----------------------------------------------------------------------
     def touch(self, hashes) -> None:
-        """Mark as most recently used, the request's last block the most (vLLM touches in reverse)."""
+        """Mark as most recently used, the request's first block the most (vLLM touches in reverse, so a prefix's
+        leading blocks, which more requests share, are evicted last)."""
         for h in reversed(list(hashes)):
             if h in self.blocks:
                 self.blocks.move_to_end(h)

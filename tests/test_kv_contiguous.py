@@ -206,3 +206,54 @@ def test_max_policy_wastes_what_oracle_does_not():
         fractions[policy] = sum(x.accounting.token_state_fraction for x in steps) / len(steps)
     assert fractions["oracle"] > fractions["pow2"] > fractions["max"], fractions
 
+
+
+def test_a_run_of_exactly_the_caches_size_is_admitted_one_block_more_is_rejected():
+    kv = ContiguousKVCacheManager(config(num_gpu_blocks=16))  # max policy: 64 tokens = 16 blocks of 4
+    (r,) = make_requests([(3, 2)])
+    assert kv.rejection_reason(r) is None
+    assert kv.allocate_slots(r, 3, admission=True, num_running=0) and r.block_ids == list(range(16))
+    small = ContiguousKVCacheManager(config(num_gpu_blocks=15))
+    assert "reserves 16 contiguous KV blocks but the cache has only 15 blocks" in small.rejection_reason(r)
+
+
+def test_the_admission_check_keeps_the_watermark_only_while_others_run():
+    """can_allocate (the scheduler's question) and can_swap_in agree with placing the run: the watermark's blocks
+    stay free while anything runs, a run that leaves exactly the watermark free fits, a lone request ignores it."""
+    kv = ContiguousKVCacheManager(config(num_gpu_blocks=20, max_model_len=128, reserve_policy="oracle", watermark=0.2))
+    a, b = make_requests([(34, 34), (32, 32)])  # 17 and 16 blocks; 4 blocks of watermark
+    assert not kv.can_allocate(a, 34, admission=True, num_running=1)
+    assert kv.can_allocate(a, 34, admission=True, num_running=0), "nobody running: the watermark is not kept"
+    assert kv.can_allocate(b, 32, admission=True, num_running=1), "16 of 20 leaves exactly the watermark free"
+    assert not kv.can_swap_in(a, 1, num_running=1) and kv.can_swap_in(a, 1, num_running=0)
+    assert kv.can_swap_in(b, 1, num_running=1)
+    assert not kv.allocate_slots(a, 34, admission=True, num_running=1), "placing agrees with the question"
+    assert kv.allocate_slots(b, 32, admission=True, num_running=1)
+
+
+def test_freeing_a_run_returns_its_internal_fragmentation():
+    kv = ContiguousKVCacheManager(config(reserve_policy="max", num_gpu_blocks=40))
+    a, b = make_requests([(10, 5), (6, 3)])  # final lengths 14 and 8 of 64-slot runs: 50 and 56 slots internal
+    for r in (a, b):
+        assert kv.allocate_slots(r, r.prompt_len, admission=True, num_running=0)
+        r.num_computed_tokens = r.prompt_len
+    assert check_contiguous(kv, [a, b]).internal_fragmentation == 50 + 56
+    kv.free(a)
+    acc = check_contiguous(kv, [b])
+    assert acc.internal_fragmentation == 56 and acc.used == 6 and acc.reserved == 64 - 6 - 56
+    kv.free(b)
+    assert kv.num_internal_slots == 0 and check_contiguous(kv, []).free == 40 * 4
+
+
+def test_held_blocks_count_a_swapped_out_requests_host_blocks():
+    """num_held_blocks is what leaked_blocks reads at the end of a run: blocks on the GPU and in the swap space."""
+    cfg = config(reserve_policy="oracle", preemption_mode="swap", swap_space=swap_space_for(8, "toy", 4))
+    kv = ContiguousKVCacheManager(cfg)
+    (r,) = make_requests([(9, 7)])  # 16 tokens: 4 blocks
+    assert kv.allocate_slots(r, 9, admission=True, num_running=0)
+    assert kv.num_held_blocks() == 4
+    r.num_computed_tokens = 9
+    kv.swap_out(r)
+    assert kv.num_held_blocks() == 3, "the 3 computed blocks now held in the swap space"
+    kv.free_swapped(r)
+    assert kv.num_held_blocks() == 0

@@ -213,3 +213,83 @@ def test_host_sizes_beyond_a_doubles_bytes_are_refused_by_the_block_cap_not_a_tr
         Config(swap_space=1e300, preemption_mode="swap")
     with pytest.raises(OptionError, match=r"kv_offloading_size 1\.7e\+308 GiB is 8\.70e\+310 host blocks"):
         Config(enable_prefix_caching=True, kv_offloading_size=1.7e308)
+
+
+# ---- the host tier itself: its LRU, what it may evict, and the transfers' lifecycle -----------------------------
+def host_with(hashes, num_blocks):
+    """A HostKVCache holding `hashes` (stored in this order from GPU blocks 100, 101, ...), every one ready."""
+    from pagesim.kv_offload import HostKVCache
+
+    host = HostKVCache(num_blocks)
+    for i, h in enumerate(hashes):
+        assert host.store(100 + i, h)
+    host.take_transfers(), host.take_transfers()  # the copies are issued, then complete
+    return host
+
+
+def test_host_blocks_are_used_from_id_zero_up_to_the_last():
+    from pagesim.kv_offload import HostKVCache
+
+    host = HostKVCache(2)
+    assert host.store(5, b"a") and host.store(6, b"b")
+    assert [b.block_id for b in host.blocks.values()] == [0, 1]
+    assert host.take_transfers() == ([], [(5, 0), (6, 1)])
+    lone = HostKVCache(1)
+    assert lone.store(7, b"x"), "a one-block tier holds one block"
+    assert lone.stats.dropped_stores == 0
+
+
+def test_host_tier_evicts_the_least_recently_used_block():
+    host = host_with([b"a", b"b", b"c"], 3)
+    assert host.store(200, b"d")
+    assert list(host.blocks) == [b"b", b"c", b"d"] and host.stats.evicted_blocks == 1
+    assert host.blocks[b"d"].block_id == 0, "d takes the block a was evicted from"
+
+
+def test_a_touched_prefix_keeps_its_first_blocks_longest():
+    """vLLM touches a request's blocks in reverse: its first block ends most recently used, so under pressure the
+    tier gives up a prefix from its tail (what a later request can least do without is its head)."""
+    host = host_with([b"a", b"b", b"c"], 3)
+    host.touch([b"a", b"b"])  # a request hit a then b
+    assert list(host.blocks) == [b"c", b"b", b"a"]
+    host.store(200, b"d"), host.store(201, b"e")
+    assert set(host.blocks) == {b"a", b"d", b"e"}, "c (untouched) then b (the prefix's tail) are evicted; a stays"
+    host.touch([b"zzz"])  # not on the host: nothing happens
+    assert len(host.blocks) == 3
+
+
+def test_blocks_being_stored_or_loaded_are_never_evicted_and_a_store_with_no_room_is_dropped():
+    host = host_with([b"a"], 2)
+    host.load([b"a"], [9])  # a is being loaded from (ref_cnt 1)
+    assert host.store(200, b"b")  # the free block; b's store is in flight (not ready)
+    assert not host.store(201, b"c"), "a is being loaded from and b is being stored: nothing can be evicted"
+    assert host.stats.dropped_stores == 1 and set(host.blocks) == {b"a", b"b"}
+    assert host.take_transfers() == ([(0, 9)], [(200, 1)])  # the load and the store run in this plan's step
+    assert not host.store(202, b"c"), "still in flight while that step runs"
+    host.take_transfers()  # the step ended: a's load and b's store are complete
+    assert host.store(203, b"c") and b"a" not in host.blocks, "now a, the least recently used, can go"
+
+
+def test_a_stored_block_becomes_loadable_when_the_step_that_copies_it_ends():
+    from pagesim.kv_offload import HostKVCache
+
+    host = HostKVCache(4)
+    host.store(1, b"a"), host.store(2, b"b")
+    assert host.lookup([b"a", b"b"]) == 0 and host.has_pending_transfers()
+    assert host.take_transfers() == ([], [(1, 0), (2, 1)])  # the next plan carries the copies
+    assert host.lookup([b"a", b"b"]) == 0, "in flight during that plan's step"
+    assert host.has_pending_transfers(), "the next plan completes them"
+    assert host.take_transfers() == ([], [])
+    assert host.lookup([b"a", b"b"]) == 2 and not host.has_pending_transfers()
+    assert not host.store(3, b"a"), "a hash already on the host is not stored again"
+    assert host.stats.stored_blocks == 2
+
+
+def test_lookup_counts_the_leading_run_of_ready_blocks_only():
+    host = host_with([b"a", b"c"], 4)
+    host.store(9, b"d")  # d: in flight
+    assert host.lookup([b"a", b"b", b"c"]) == 1, "b is missing: c does not continue the run"
+    assert host.lookup([b"a", b"c", b"d"]) == 2, "d is not ready yet"
+    assert host.lookup([b"x", b"a"]) == 0
+    host.load([b"a", b"c"], [5, 6])
+    assert host.stats.loaded_blocks == 2

@@ -119,3 +119,33 @@ def test_plan_without_slo_is_a_one_line_error(tmp_path, capsys):
 
     assert main(["plan", "t.jsonl", "--out", str(tmp_path)]) == 2
     assert "plan needs at least one --slo" in capsys.readouterr().err
+
+
+def test_rank_breaks_equal_goodput_by_attainment_then_keeps_the_search_order():
+    from pagesim.plan import rank
+
+    df = rows((2, 4.0, 0.97, True), (2, 4.0, 0.99, True), (2, 4.0, 0.99, True), (1, 9.0, 1.0, False))
+    assert list(rank(df)["config_id"]) == ["c1", "c2", "c0", "c3"], "error rows are left out"
+    rec, runner = choose(df)
+    assert rec["config_id"] == "c1" and runner["config_id"] == "c3", "runner-up: the one with fewer GPUs"
+
+
+def test_closest_candidate_is_the_most_attainment_then_goodput_then_fewest_gpus():
+    # none meets the SLOs: most attainment wins over goodput; then goodput; then fewer GPUs
+    rec, runner = choose(rows((1, 9.0, 0.5, False), (2, 1.0, 0.8, False), (4, 3.0, 0.8, False)))
+    assert rec is None and runner["config_id"] == "c2"
+    rec, runner = choose(rows((4, 3.0, 0.8, False), (2, 3.0, 0.8, False), (3, 3.0, 0.8, False)))
+    assert runner["config_id"] == "c1"
+
+
+def test_a_lone_feasible_candidate_with_the_fewest_gpus_has_no_runner_up():
+    rec, runner = choose(rows((1, 3.0, 1.0, True), (2, 9.0, 0.9, False), (1, 8.0, 0.5, False)))
+    assert rec["config_id"] == "c0" and runner is None
+
+
+def test_pareto_keeps_per_gpu_count_the_best_of_the_ranked_candidates():
+    front = pareto(rows((2, 4.0, 0.9, False), (1, 1.0, 0.99, True), (2, 3.0, 1.0, True), (2, 5.0, 1.0, True),
+                        (1, 2.0, 0.5, False)))
+    assert list(front["num_gpus"]) == [1, 2]
+    assert list(front["config_id"]) == ["c1", "c3"] and list(front["goodput"]) == [1.0, 5.0]
+    assert list(front["slo_met"]) == [True, True]

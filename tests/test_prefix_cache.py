@@ -211,3 +211,27 @@ def test_without_hash_ids_only_a_preempted_requests_recomputation_hits_the_cache
     s = summarize_run(simulate(trace, Config(num_gpu_blocks=200, enable_prefix_caching=True)))
     assert s["num_preemptions"] > 0
     assert s["prefix_cache_hit_rate"] == 0.0 and s["prefix_cache_recompute_hit_rate"] > 0
+
+
+def test_ideal_hit_rate_by_hand():
+    """Block size 4, token ids T = 0, 1, 2, ...: each request hits the leading blocks an earlier prompt held, at most
+    prompt_len - 1 tokens, whole blocks; its own full blocks are then held too."""
+    t = tuple(range(100))
+    specs = [  # (arrival, prompt tokens): hit tokens
+        (0.0, t[:16]),  # 0: nothing before it; holds blocks 0-3
+        (1.0, t[:20]),  # 16: blocks 0-3 (cap (20 - 1) // 4 = 4 blocks); holds block 4 too
+        (2.0, t[:13]),  # 12: blocks 0-2 (cap 3 blocks)
+        (3.0, (999,) * 4 + t[4:16]),  # 0: its first block differs, so do the keys of the rest of its chain
+        (4.0, t[:12]),  # 8: its 3 blocks are held, but the cap of 11 tokens leaves 2 blocks
+    ]
+    reqs = [Request(f"r{i}", a, len(p), 1, seq_no=i, prompt_token_ids=p) for i, (a, p) in enumerate(specs)]
+    assert ideal_prefix_cache_hit_rate(reqs, 4) == pytest.approx((16 + 12 + 8) / (16 + 20 + 13 + 16 + 12))
+    assert ideal_prefix_cache_hit_rate([], 4) is None
+
+
+def test_ideal_hit_rate_takes_requests_in_arrival_order_not_list_order():
+    t = tuple(range(100))
+    short, long = Request("a", 0.0, 16, 1, seq_no=1, prompt_token_ids=t[:16]), \
+        Request("b", 1.0, 20, 1, seq_no=0, prompt_token_ids=t[:20])
+    # a (16 tokens) first: b hits its 4 blocks. (b first, a would hit only 3: its cap is 15 tokens.)
+    assert ideal_prefix_cache_hit_rate([long, short], 4) == pytest.approx(16 / 36)

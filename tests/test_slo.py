@@ -92,3 +92,32 @@ def test_a_run_of_one_token_requests_meets_any_tpot_slo():
     assert out["slo_tpot_p99_s"] is None and out["slo_tpot_p99_met"] is True and out["slo_met"] is True
     assert out["slo_attainment"] == 1.0
     assert missed(out, parse_slos(["tpot_p99=0.01"])) == []
+
+
+def test_a_request_exactly_at_a_threshold_meets_it():
+    """'at most SECONDS': a latency equal to the threshold meets the SLO, in the attainment as in the percentile."""
+    df = frame([("finished", 1.0, 0.05, 2.0), ("finished", 0.5, 0.05, 2.0), ("finished", 1.5, 0.05, 2.0)])
+    out = evaluate(df, parse_slos(["ttft_p50=1", "tpot_p50=0.05"]), makespan_s=4.0)
+    assert out["slo_num_met"] == 2  # 1.0 and 0.5 s meet ttft <= 1; 1.5 s does not
+    assert out["slo_attainment"] == pytest.approx(2 / 3) and out["goodput"] == pytest.approx(2 / 4.0)
+    assert out["slo_ttft_p50_s"] == 1.0 and out["slo_met"] is True
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_a_run_whose_every_request_was_rejected_meets_no_latency_slo(n):
+    """Every request infinitely slow: each percentile is infinite (numpy's inf - inf interpolation is nan), never 0."""
+    slos = parse_slos(["ttft_p99=1", "e2e_p50=10"])
+    out = evaluate(frame([("rejected", np.nan, np.nan, np.nan)] * n), slos, makespan_s=None)
+    assert math.isinf(out["slo_ttft_p99_s"]) and math.isinf(out["slo_e2e_p50_s"])
+    assert out["slo_ttft_p99_met"] is False and out["slo_e2e_p50_met"] is False and out["slo_met"] is False
+    assert out["slo_num_met"] == 0 and out["slo_attainment"] == 0.0 and out["goodput"] is None
+    assert missed(out, slos) == ["ttft_p99 inf s > 1 s", "e2e_p50 inf s > 10 s"]
+
+
+def test_slo_met_needs_every_slo_not_just_one():
+    df = frame([("finished", 0.2, 0.2, 1.0)] * 4)
+    slos = parse_slos(["ttft_p50=1", "tpot_p50=0.1"])  # TTFT met, TPOT missed
+    out = evaluate(df, slos, 2.0)
+    assert out["slo_ttft_p50_met"] is True and out["slo_tpot_p50_met"] is False
+    assert out["slo_met"] is False and out["slo_num_met"] == 0
+    assert missed(out, slos) == ["tpot_p50 0.2 s > 0.1 s"]

@@ -205,3 +205,67 @@ def test_kv_cache_gib_sizes_the_cache_of_a_model_the_default_utilization_leaves_
     too_big = run_config(trace, {**base, "model": "llama-3-70b"}, {"kv_cache_gib": 16})
     assert too_big["status"] == "ok"
     assert "exceed one h200's 140.4 GiB: no such GPU holds this deployment" in too_big["warnings"]
+
+
+def test_grid_values_are_deduplicated_and_switches_read_in_any_case(parser):
+    points = parse_grid(["block-size=16,16,32", "enable_prefix_caching=True,FALSE,on"], parser)
+    assert points == [{"block_size": 16, "enable_prefix_caching": True}, {"block_size": 16, "enable_prefix_caching": False},
+                      {"block_size": 32, "enable_prefix_caching": True}, {"block_size": 32, "enable_prefix_caching": False}]
+    assert parse_grid(["--max-num-seqs=8"], parser) == [{"max_num_seqs": 8}]
+    with pytest.raises(UserError, match="--grid block_size given twice"):
+        parse_grid(["block_size=16", "block_size=32"], parser)
+
+
+def test_summarize_warnings_counts_each_kind_once_most_common_first_and_skips_empty_rows():
+    from pagesim.sweep import summarize_warnings
+
+    column = pd.Series(["a: 1,024 of 2,048 requests\nb", "", None, "b", "a: 12 of 20 requests", "b", ""])
+    assert summarize_warnings(column) == [
+        (3, "b"),
+        (2, "a: 1,024 of 2,048 requests (figures differ by configuration: each row's own in its warnings column)")]
+    assert summarize_warnings(pd.Series(["", None, ""])) == []
+
+
+def sweep_args(parser, *argv):
+    return parser.parse_args(["t.jsonl", "--out", "x", *map(str, argv)])
+
+
+def test_the_kv_cache_is_sized_one_way_a_typed_option_equal_to_its_axis_is_harmless(parser):
+    from pagesim.sweep import check_grid_against_options
+
+    def check(argv, grid):
+        points = parse_grid(grid, parser)
+        check_grid_against_options(sweep_args(parser, *argv), parser, {k: [p[k] for p in points] for k in points[0]})
+
+    check([], ["kv_cache_gib=1,2"])
+    check(["--num-gpu-blocks", 100], ["block_size=16,32"])
+    check(["--num-gpu-blocks", 100], ["num_gpu_blocks=100"])  # the typed value is the axis': nothing is lost
+    check(["--block-size", 16], ["block_size=16"])
+    with pytest.raises(UserError, match=r"^--grid kv_cache_gib=\.\.\. and --num-gpu-blocks 100 both size the KV cache"):
+        check(["--num-gpu-blocks", 100], ["kv_cache_gib=1"])
+    with pytest.raises(UserError, match=r"^--grid kv_cache_gib=\.\.\. and --gpu-memory-utilization 0.5 both size"):
+        check(["--gpu-memory-utilization", 0.5], ["kv_cache_gib=1"])
+    with pytest.raises(UserError, match=r"^--grid num_gpu_blocks=\.\.\. and --gpu-memory-utilization 0.5 both"):
+        check(["--gpu-memory-utilization", 0.5], ["num_gpu_blocks=100,200"])
+    with pytest.raises(UserError, match=r"^--block-size 32 and --grid block_size=16 both set block_size"):
+        check(["--block-size", 32], ["block_size=16"])
+
+
+def test_typed_options_are_those_set_to_other_than_their_default(parser):
+    from pagesim.sweep import typed_options
+
+    args = sweep_args(parser, "--block-size", 32, "--max-num-seqs", 256, "--no-enable-chunked-prefill")
+    keys = ["block_size", "max_num_seqs", "enable_chunked_prefill", "enable_prefix_caching", "num_gpu_blocks"]
+    assert typed_options(args, parser, keys) == {"block_size": "--block-size 32",
+                                                 "enable_chunked_prefill": "--no-enable-chunked-prefill"}
+
+
+def test_a_kv_cache_gib_too_small_for_one_block_is_an_error():
+    from pagesim.config import Config
+    from pagesim.sweep import blocks_for_gib
+
+    config = Config(model="toy", block_size=4, num_gpu_blocks=1)
+    assert blocks_for_gib(config, 3 * config.block_bytes / 2**30) == 3
+    assert blocks_for_gib(config, 1 * config.block_bytes / 2**30) == 1
+    with pytest.raises(UserError, match="GiB holds no KV block of 4 tokens for toy"):
+        blocks_for_gib(config, 0.9 * config.block_bytes / 2**30)

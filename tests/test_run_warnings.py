@@ -1,0 +1,141 @@
+"""pagesim.run_warnings on small cases: when each warning fires, at its boundary, and the figures it gives.
+
+(The CLI's printing and summary.json's record of them are in tests/test_cli_hygiene.py.)
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from pagesim.config import Config
+from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings)
+from pagesim.specs import GIB
+
+
+def trace(prompt_output, **columns):
+    df = pd.DataFrame(prompt_output, columns=["prompt_len", "output_len"])
+    for k, v in columns.items():
+        df[k] = v
+    return SimpleNamespace(df=df)
+
+
+def requests(states, parents=None, reasons=None):
+    n = len(states)
+    return pd.DataFrame({"state": states, "parent_id": parents or [""] * n,
+                         "reason": reasons or ["prompt of 100 tokens is too long" if s == "rejected" else ""
+                                               for s in states]})
+
+
+# ---- result_warnings: more than a tenth rejected -----------------------------------------------------------
+def test_exactly_a_tenth_rejected_is_no_warning_one_more_is():
+    assert result_warnings("paged", requests(["rejected"] + ["finished"] * 9)) == []
+    (w,) = result_warnings("paged", requests(["rejected"] * 2 + ["finished"] * 8))
+    assert w.startswith("paged: 2 of 10 requests (20.0%) were rejected; most often (2): prompt of 100 tokens")
+
+
+def test_forked_samples_do_not_count_in_the_rejected_share():
+    # 1 of 5 requests rejected (20%): a warning; the four finished requests' 40 samples do not dilute it below 10%
+    states = ["rejected"] + ["finished"] * 4 + ["finished"] * 40
+    parents = [""] * 5 + ["r1"] * 40
+    (w,) = result_warnings("paged", requests(states, parents))
+    assert "1 of 5 requests (20.0%)" in w
+
+
+def test_the_most_common_kind_of_reason_is_named_with_how_many_share_it():
+    reasons = ["prompt of 100 tokens is too long", "prompt of 200 tokens is too long", "needs 9 blocks, cache has 8",
+               "", ""]
+    (w,) = result_warnings("paged", requests(["rejected"] * 3 + ["finished"] * 2, reasons=reasons))
+    assert w == ("paged: 3 of 5 requests (60.0%) were rejected; most often (2): figures differ by request; the first: "
+                 "prompt of 100 tokens is too long")
+    (every,) = result_warnings("max", requests(["rejected"] * 3, reasons=["needs 9 blocks, cache has 8"] * 3))
+    assert every == "max: every request (3) was rejected; most often (3): needs 9 blocks, cache has 8"
+
+
+# ---- config_warnings ---------------------------------------------------------------------------------------
+def toy(**kw) -> Config:
+    return Config(**{"model": "toy", "block_size": 4, "num_gpu_blocks": 64, **kw})
+
+
+def test_outputs_cut_at_max_model_len_count_only_requests_that_run_past_it():
+    # limit 100: (99, 1) ends exactly at the limit (not cut); (100, 5) is rejected (not cut: its reason says so);
+    # (90, 30) and (50, 51) run past it by 20 and 1 tokens
+    t = trace([(99, 1), (100, 5), (90, 30), (50, 51), (10, 10)])
+    (w,) = config_warnings(toy(max_model_len=100), t)
+    assert w.startswith("2 of 5 requests (40.0%) have prompt + output beyond max_model_len 100 (--max-model-len)")
+    assert "(21 output tokens fewer than the trace's)" in w
+    assert config_warnings(toy(max_model_len=100), trace([(99, 1), (100, 5)])) == []
+
+
+def test_policy_priority_warns_only_when_the_trace_has_no_priority():
+    t = trace([(10, 10)])
+    (w,) = config_warnings(toy(policy="priority"), t)
+    assert w.startswith("--policy priority, but the trace has no priority field")
+    assert config_warnings(toy(policy="priority"), trace([(10, 10)], priority=[1])) == []
+    assert config_warnings(toy(), t) == []
+
+
+def test_swap_space_that_holds_no_block_warns_only_in_swap_mode():
+    assert config_warnings(toy(swap_space=0.0), trace([(10, 10)])) == []  # recompute: the host pool is not used
+    (w,) = config_warnings(toy(swap_space=0.0, preemption_mode="swap"), trace([(10, 10)]))
+    assert w.startswith("--preemption-mode swap with --swap-space 0 GiB holds no host block")
+
+
+def test_a_given_cache_warns_when_it_and_the_weights_exceed_the_gpu():
+    config = Config(model="llama-3-8b", gpu="h100", num_gpu_blocks=1)
+    memory, weights = config.gpu_spec.memory_bytes, config.weight_bytes_per_gpu
+    fits = (memory - weights) // config.block_bytes  # the most blocks that fit beside the weights
+    assert config_warnings(config.replace(num_gpu_blocks=fits), trace([(10, 10)])) == []
+    (w,) = config_warnings(config.replace(num_gpu_blocks=fits + 1), trace([(10, 10)]))
+    assert "exceed one h100's" in w
+    assert fits * config.block_bytes < memory - weights / 2, "the test needs the weights to matter"
+
+
+def test_max_model_len_warns_only_beyond_the_models_window():
+    window = toy().model_spec.max_position_embeddings
+    assert config_warnings(toy(max_model_len=window), trace([(10, 10)])) == []
+    (w,) = config_warnings(toy(max_model_len=window + 1, allow_long_max_model_len=True), trace([(10, 10)]))
+    assert w.startswith(f"--max-model-len {window + 1:,} is larger than toy's window")
+
+
+# ---- before the run: baselines and routers ---------------------------------------------------------------
+def test_baseline_warning_needs_both_a_baseline_and_a_paged_only_option():
+    caching = toy(enable_prefix_caching=True)
+    assert baseline_warnings(caching, []) == []
+    assert baseline_warnings(toy(), ["max"]) == []
+    (w,) = baseline_warnings(caching, ["max", "oracle", "max"])
+    assert w.startswith("--enable-prefix-caching applies to the paged run only: the contiguous baselines (max, oracle)")
+    both = caching.replace(kv_offloading_size=1.0)
+    assert baseline_warnings(both, ["pow2"])[0].startswith("--enable-prefix-caching and --kv-offloading-size apply")
+
+
+@pytest.mark.parametrize("caching, replicas, router, warns", [
+    (False, 1, "round-robin", None),
+    (False, 1, "least-outstanding-tokens", "has no effect with --replicas 1"),
+    (True, 1, "prefix-aware", "has no effect with --replicas 1"),
+    (False, 2, "prefix-aware", "without --enable-prefix-caching"),
+    (True, 2, "prefix-aware", None),
+    (False, 2, "least-outstanding-tokens", None),
+])
+def test_router_warnings(caching, replicas, router, warns):
+    out = cluster_warnings(toy(enable_prefix_caching=caching), replicas, router)
+    assert (out == []) if warns is None else (len(out) == 1 and warns in out[0])
+
+
+def test_emit_prints_each_warning_once_and_records_it(capsys):
+    seen: list[str] = []
+    emit(["a", "b"], seen)
+    emit(["b", "c"], seen)
+    assert seen == ["a", "b", "c"]
+    assert capsys.readouterr().err == "warning: a\nwarning: b\nwarning: c\n"
+
+
+def test_a_host_tier_smaller_than_a_block_is_a_warning_a_block_is_not():
+    config = toy(enable_prefix_caching=True)
+    small = config.replace(kv_offloading_size=0.5 * config.block_bytes / GIB)
+    (w,) = config_warnings(small, trace([(10, 10)], prompt_token_ids=[[1] * 10]))
+    assert "holds no host block" in w and "the host tier is off" in w
+    one = config.replace(kv_offloading_size=1.0 * config.block_bytes / GIB)
+    assert config_warnings(one, trace([(10, 10)], prompt_token_ids=[[1] * 10])) == []
