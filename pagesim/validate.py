@@ -80,7 +80,8 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
         raise UserError(f"{where}: not a live run directory (missing {', '.join(missing)}); "
                         "expected the output of `python -m pagesim live`")
     summary = _read(d / "summary.json", where, lambda p: json.loads(p.read_text()))
-    runs = summary.get("runs") if isinstance(summary, dict) else None
+    summary = summary if isinstance(summary, dict) else {}  # a JSON list or number holds no run either
+    runs = summary.get("runs")
     if not (isinstance(summary.get("config"), dict) and isinstance(runs, dict) and isinstance(runs.get("live"), dict)):
         raise UserError(f"{where}: summary.json holds no live run (expected its config and runs.live); expected the "
                         "output of `python -m pagesim live`")

@@ -440,6 +440,7 @@ def test_validate_of_a_damaged_run_directory_names_the_file(tmp_path):
     cases = [("summary.json", b'{"config": {', "cannot read summary.json (Expecting property name enclosed in double "
                                                "quotes: line 1 column 13 (char 12))"),
              ("summary.json", b'{"runs": {}}', "summary.json holds no live run (expected its config and runs.live)"),
+             ("summary.json", b'[1, 2]', "summary.json holds no live run (expected its config and runs.live)"),
              ("releases.csv", b"", "cannot read releases.csv (No columns to parse from file)"),
              ("steps.parquet", b"PAR1 not parquet", "cannot read steps.parquet (Parquet magic bytes not found in footer"),
              ("releases.csv", b"request_id,arrival_time_s,released_s\n1,0.0,0.1\n", "releases.csv lacks the column "
