@@ -99,9 +99,6 @@ class WallClock:
         if seconds > 0:
             time.sleep(seconds)
 
-    def wait_until(self, t: float) -> None:
-        self.wait(t - self.now())
-
 
 # ---- arrivals ---------------------------------------------------------------------------------------
 @dataclass
@@ -207,7 +204,8 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
 
     `fast_path` (the simulator's cost model, or None) enables the exact fast
     path of pagesim/fast_path.py: runs of identical decode steps applied at
-    once, cut before the next arrival or the time `hooks.tick` returned; and
+    once, cut before the next arrival or the time `hooks.tick` returned (on a
+    simulated clock, which `wait_until`s a run's end; live mode has none); and
     sets `scheduler.group_decodes` to match (a single step's leading decodes
     scheduled as one group, StepPlan.decode_group; off for every other caller).
     """

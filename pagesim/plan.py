@@ -31,19 +31,14 @@ SHOWN = ("num_gpus", "tensor_parallel_size", "replicas", "router", "max_num_seqs
          "block_size")
 
 
-def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[str]]:
-    """(tensor_parallel_size, replicas, router) choices within max_gpus, and why some tp were skipped."""
-    out, refused = deployments_refused(base, max_gpus, routers)
-    return out, skip_lines(refused)
-
-
 def skip_lines(refused: list[tuple[int, UserError]]) -> list[str]:
     """Each refused tp as `plan` prints it: "tensor_parallel_size=1: WHY"."""
     return [f"tensor_parallel_size={tp}: {exc}" for tp, exc in refused]
 
 
-def deployments_refused(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[tuple[int, UserError]]]:
-    """deployments(), with each skipped tp's error itself: (tp, the UserError), in the CLI's words."""
+def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[tuple[int, UserError]]]:
+    """(tensor_parallel_size, replicas, router) choices within max_gpus, and each tp refused with its error: (tp, the
+    UserError, in the CLI's words; `skip_lines` prints them)."""
     import argparse
 
     from pagesim.replay import config_from_args
@@ -84,7 +79,7 @@ def option_error(exc: UserError) -> OptionError | None:
 def candidates(base: dict, max_gpus: int, search: dict, routers) -> tuple[list[dict], list[tuple[int, UserError]]]:
     import itertools
 
-    deps, refused = deployments_refused(base, max_gpus, routers)
+    deps, refused = deployments(base, max_gpus, routers)
     keys = list(search)
     knobs = [dict(zip(keys, v)) for v in itertools.product(*(search[k] for k in keys))]
     return [{**d, **k} for d in deps for k in knobs], refused

@@ -9,7 +9,7 @@ from pagesim.config import Config
 from pagesim.cost import RooflineCostModel
 from pagesim.cost.features import StepFeatures
 from pagesim.errors import UserError
-from pagesim.plan import choose, deployments, pareto
+from pagesim.plan import choose, deployments, pareto, skip_lines
 from pagesim.specs import GIB
 
 
@@ -64,7 +64,8 @@ def test_deployments_fit_the_gpu_budget_and_skip_what_does_not_fit():
             "max_num_batched_tokens": 8192, "enable_chunked_prefill": True, "enable_prefix_caching": False,
             "preemption_mode": "recompute", "swap_space": 4.0, "watermark": 0.01, "kv_cache_dtype": "auto",
             "kv_offloading_size": 0.0}
-    deps, skipped = deployments(base, 4, ["round-robin", "prefix-aware"])
+    deps, refused = deployments(base, 4, ["round-robin", "prefix-aware"])
+    skipped = skip_lines(refused)
     shapes = {(d["tensor_parallel_size"], d["replicas"]) for d in deps}
     assert shapes == {(2, 1), (2, 2), (4, 1)}
     assert len(deps) == 1 + 2 + 1, "routers only vary with more than one replica"

@@ -13,7 +13,7 @@ from pagesim.dashboard import widgets
 from pagesim.dashboard.plan_figures import pareto_figure
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
-from pagesim.plan import SHOWN, TP_DEGREES, NoDeployment, deployments_refused, describe, figure, option_error, run_plan
+from pagesim.plan import SHOWN, TP_DEGREES, NoDeployment, deployments, describe, figure, option_error, run_plan
 from pagesim.slo import parse_slos
 from pagesim.specs import GPUS, MODELS
 
@@ -138,7 +138,7 @@ def no_deployment(exc: NoDeployment, base: dict) -> str:
         why = str(error) if option is None else option.in_words(
             lambda name: "the plan's gpu_memory_utilization" if name == "gpu_memory_utilization" else name, advice="")
         reasons.append(f"at tensor_parallel_size {tp}, {why}")
-    deps, _ = deployments_refused(base, TP_DEGREES[-1], ["round-robin"])
+    deps, _ = deployments(base, TP_DEGREES[-1], ["round-robin"])
     fewest = min((d["tensor_parallel_size"] for d in deps), default=None)
     expected = (f"expected **Max GPUs** of at least {fewest} (tensor parallelism splits the weights over them) or "
                 f"another **GPU**" if fewest is not None else
