@@ -251,10 +251,11 @@ def flashinfer_prefill(flashinfer, q, k_cache, v_cache, tables, t_len: int, scal
     return (lambda: wrapper.run(q, (k_cache, v_cache))), getattr(wrapper, "_backend", None)
 
 
-def prefill_case(batch: int, t_len: int, configs: list, flashinfer) -> dict:
+def prefill_case(batch: int, t_len: int, configs: list, flashinfer, gluon_configs: list = ()) -> dict:
     """Causal prefill of `batch` prompts of t_len tokens, each whole prompt in the paged cache (shuffled
     blocks); primary times are CUDA-graph replays, eager beside them. Every method's output (every sweep
-    launch too: `configs`, none for no sweep) is checked against SDPA's."""
+    launch too: `configs`, none for no sweep; the Gluon kernel's `gluon_configs`, the first timed as "gluon") is
+    checked against SDPA's."""
     g = torch.Generator(device=DEV).manual_seed(5 + batch * 131 + t_len)
     pages = t_len // BS
     num_blocks = batch * pages
@@ -306,6 +307,24 @@ def prefill_case(batch: int, t_len: int, configs: list, flashinfer) -> dict:
         best = min((s for s in sweep if s["graph_s"]), key=lambda s: s["graph_s"])
         row["tune"] = {"sweep": sweep, "best": best}
         row["timings"]["ours_best"] = {"graph": best["graph_s"]}
+    for i, gcfg in enumerate(gluon_configs):
+        from engine.kernels.prefill_gluon import gluon_paged_prefill
+
+        def gluon(gcfg=gcfg):
+            return gluon_paged_prefill(q, k_cache, v_cache, cu, lens, tables, scale, max_seqlen_q=t_len, config=gcfg)
+
+        name = "gluon" if i == 0 else f"gluon_{i}"
+        try:
+            row["notes"][f"{name}_config"] = dataclasses.asdict(gcfg)
+            row["notes"][f"{name}_max_abs_diff_vs_sdpa"] = e = err(gluon())
+            if e < 0.05:
+                row["timings"][name] = timed(gluon)
+            print(f"  ({batch}, {t_len}) {name} {tuple(dataclasses.asdict(gcfg).values())}: err {e:.4f}"
+                  + (f", {flops / row['timings'][name]['graph'] / 1e12:.0f} TFLOP/s" if name in row["timings"]
+                     else ""), flush=True)
+        except Exception as ex:  # noqa: BLE001 (recorded; the other methods still run)
+            row["notes"][f"{name}_error"] = f"{type(ex).__name__}: {str(ex)[:500]}"
+            print(f"  ({batch}, {t_len}) {name}: {row['notes'][f'{name}_error']}", flush=True)
     if flashinfer is not None:
         try:
             fi, backend = flashinfer_prefill(flashinfer, q, k_cache, v_cache, tables, t_len, scale, graph=False)
@@ -326,6 +345,9 @@ def prefill_case(batch: int, t_len: int, configs: list, flashinfer) -> dict:
     ours_g = t["ours"]["graph"]
     row["ratios_graph"] = {f"ours_vs_{m}": t[m]["graph"] / ours_g for m in ("sdpa", "flashinfer")
                            if t.get(m, {}).get("graph")}
+    for g in (k for k in t if k.startswith("gluon") and t[k].get("graph")):
+        row["ratios_graph"].update({f"{g}_vs_{m}": t[m]["graph"] / t[g]["graph"]
+                                    for m in ("ours", "sdpa", "flashinfer") if t.get(m, {}).get("graph")})
     return row
 
 
@@ -407,6 +429,10 @@ def main() -> None:
                         help="persistent: time (at each prefill shape) only the default prefill and its persistent-"
                              "grid variants (PrefillConfig.persistent = 1 and 2 x the SM count, with and without "
                              "prefetch_q), each launch checked; without --tune's other prefill configs")
+    parser.add_argument("--prefill-gluon", default=None, metavar="LAUNCHES",
+                        help="also time the Gluon prefill (engine.kernels.prefill_gluon, sm_90): comma-separated "
+                             "stage counts, each with a 'p' for FA3's ping-pong (e.g. 2,3,2p; the first is reported as "
+                             "'gluon'), each launch checked")
     parser.add_argument("--commit", default=None, help="the git commit measured (recorded in the JSON)")
     parser.add_argument("--warm-flashinfer", action="store_true", help="only build FlashInfer's modules, then exit")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
@@ -415,6 +441,14 @@ def main() -> None:
         warm_flashinfer()
         return
     check_output_file(parser, args.out, args.force)
+    gluon_configs = []
+    if args.prefill_gluon:
+        from engine.kernels.prefill_gluon import GluonPrefillConfig
+        try:
+            gluon_configs = [GluonPrefillConfig(num_stages=int(x.rstrip("p")), pingpong=x.endswith("p"))
+                             for x in args.prefill_gluon.split(",")]
+        except ValueError:
+            parser.error(f"--prefill-gluon {args.prefill_gluon!r}: expected stage counts such as 2,3,2p")
     flashinfer, fi_error = load_flashinfer()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     configs = prefill_sweep(args.prefill_configs, args.tune, sms)
@@ -441,7 +475,7 @@ def main() -> None:
             save()
     result["prefill_cases"] = []
     for batch, t_len in PREFILL_SHAPES:
-        result["prefill_cases"].append(prefill_case(batch, t_len, configs, flashinfer))
+        result["prefill_cases"].append(prefill_case(batch, t_len, configs, flashinfer, gluon_configs))
         result["prefill"] = result["prefill_cases"][0]  # the 1x4096 case, where readers of one case look
         torch.cuda.empty_cache()
         save()
@@ -470,7 +504,7 @@ def print_table(r: dict) -> None:
         print(f"  ({d['batch']:>3}, {d['context']:>5})  splits {d['notes']['auto_splits']:>3}       {cells}"
               f"  sdpa={d['notes']['sdpa_best_backend']}"
               + (f" best: {best.get('splits')} {tuple(best['config'].values())}" if best else ""))
-    pcols = [("ours", "graph"), ("ours_best", "graph"), ("sdpa", "graph"), ("flashinfer", "graph"),
+    pcols = [("ours", "graph"), ("ours_best", "graph"), ("gluon", "graph"), ("sdpa", "graph"), ("flashinfer", "graph"),
              ("ours", "eager"), ("sdpa", "eager"), ("flashinfer", "eager")]
     print("prefill causal TFLOP/s (graph | eager) " + " ".join(f"{m[:10]:>10}" for m, _ in pcols))
     for p in r.get("prefill_cases", []):

@@ -1,0 +1,81 @@
+"""The Gluon paged prefill (engine.kernels.prefill_gluon, sm_90 only) against the reference and the Triton kernel at
+Llama-3-8B heads: cached prefixes, chunks shorter than a tile, contexts ending mid-block, block sizes 8-128, and a
+cache whose slots past every context hold NaN. Skipped without CUDA; Gluon does not run under TRITON_INTERPRET."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine.kernels as K
+from engine.kernels import reference as R
+from tests.test_kernels import assert_close, block_tables_for, random_cache
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+HQ, HKV, D = 32, 8, 128
+BF16 = torch.bfloat16
+SEQS = [(4096, 4096), (300, 5000), (1, 33), (129, 129), (200, 1000), (64, 64)]  # (q_len, context_len)
+
+
+def hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+def case(block_size: int, seqs=SEQS, poison: bool = False):
+    g = torch.Generator(device=DEV).manual_seed(block_size + 7)
+    ctx = [c for _, c in seqs]
+    num_blocks = sum(-(-n // block_size) for n in ctx) + 4
+    k_cache, v_cache = random_cache(num_blocks, block_size, HKV, D, BF16, DEV, g)
+    tables = block_tables_for(ctx, block_size, num_blocks, DEV, torch.Generator().manual_seed(block_size))
+    if poison:  # every slot past its sequence's context, in the sequence's last block, holds NaN
+        for b, n in enumerate(ctx):
+            if n % block_size:
+                last = int(tables[b, (n - 1) // block_size])
+                k_cache[last, n % block_size:] = float("nan")
+                v_cache[last, n % block_size:] = float("nan")
+    cu = torch.tensor([0] + torch.tensor([q for q, _ in seqs]).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    lens = torch.tensor(ctx, dtype=torch.int32, device=DEV)
+    q = torch.randn(int(cu[-1]), HQ, D, generator=g, device=DEV).to(BF16)
+    return q, k_cache, v_cache, cu, lens, tables, max(q for q, _ in seqs)
+
+
+@pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
+@pytest.mark.parametrize("block_size, stages, pingpong", [(8, 2, False), (16, 2, False), (64, 2, False),
+                                                         (128, 2, False), (16, 3, False), (16, 2, True),
+                                                         (32, 3, True)])
+def test_gluon_prefill_matches_the_reference_and_the_triton_kernel(block_size, stages, pingpong):
+    from engine.kernels.prefill_gluon import GluonPrefillConfig, gluon_paged_prefill
+
+    q, k_cache, v_cache, cu, lens, tables, max_q = case(block_size)
+    out = torch.full_like(q, float("nan"))
+    gluon_paged_prefill(q, k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q, out=out,
+                        config=GluonPrefillConfig(num_stages=stages, pingpong=pingpong))
+    ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5)
+    assert_close(out, ref, BF16, f"gluon prefill bs={block_size} stages={stages} pingpong={pingpong}")
+    triton_out = K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q)
+    assert_close(out, triton_out, BF16, f"gluon vs triton prefill bs={block_size} stages={stages} pingpong={pingpong}")
+
+
+@pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_gluon_prefill_ignores_nan_in_slots_past_the_context(block_size):
+    from engine.kernels.prefill_gluon import gluon_paged_prefill
+
+    q, k_cache, v_cache, cu, lens, tables, max_q = case(block_size, poison=True)
+    out = gluon_paged_prefill(q, k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q)
+    clean_k, clean_v = k_cache.nan_to_num(0.0), v_cache.nan_to_num(0.0)
+    ref = R.paged_prefill_attention(q, clean_k, clean_v, cu, lens, tables, D**-0.5)
+    assert_close(out, ref, BF16, f"gluon prefill over NaN-poisoned stale slots bs={block_size}")
+
+
+@pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
+def test_gluon_prefill_refuses_what_it_cannot_run():
+    from engine.kernels.prefill_gluon import gluon_paged_prefill, supported
+
+    q, k_cache, v_cache, cu, lens, tables, max_q = case(16, seqs=[(16, 16)])
+    assert supported(q, k_cache) is None
+    assert "head_dim" in supported(q[..., :64], k_cache[..., :64])
+    assert "16-bit" in supported(q, k_cache.to(torch.float8_e4m3fn))
+    with pytest.raises(ValueError, match="gluon prefill"):
+        gluon_paged_prefill(q.float(), k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q)
