@@ -14,8 +14,11 @@ data, block tables shuffled over the physical blocks. Decode methods, side by si
   flashinfer    BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) on the same paged cache,
                 when flashinfer imports (else the reason is recorded)
 Prefill (PREFILL_SHAPES: 1x4096, 8x2048, 1x16384 causal tokens, each whole prompt in the paged cache):
-  ours          paged_prefill_attention (default config; --tune sweeps PREFILL_CONFIGS and the persistent-grid
+  ours          paged_prefill_attention (default config: on an sm_90 GPU the Gluon kernel,
+                engine.kernels.prefill_gluon; --tune sweeps the Triton kernel's PREFILL_CONFIGS and the persistent-grid
                 variants, each launch checked; --prefill-configs persistent sweeps only the default and those)
+  triton        where ours is the Gluon kernel: the Triton kernel's default (PrefillConfig()) beside it
+  gluon         --prefill-gluon LAUNCHES: the Gluon kernel at each launch given (stages, ping-pong, persistent grid)
   sdpa          torch SDPA on contiguous Q/K/V with enable_gqa=True, every backend that accepts it, best kept
   flashinfer    BatchPrefillWithPagedKVCacheWrapper (causal, NHD, page size 16, backend "auto") on the same
                 paged cache, when flashinfer imports
@@ -45,6 +48,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import engine.kernels as K
+from engine.kernels.prefill import prefill_launches
 from engine.model import AttentionMetadata, LlamaModel
 from pagesim.outputs import check_output_file
 from pagesim.specs import get_model
@@ -251,6 +255,22 @@ def flashinfer_prefill(flashinfer, q, k_cache, v_cache, tables, t_len: int, scal
     return (lambda: wrapper.run(q, (k_cache, v_cache))), getattr(wrapper, "_backend", None)
 
 
+def _gluon_kernel():
+    from engine.kernels.prefill_gluon import _gluon_prefill_kernel
+
+    return _gluon_prefill_kernel
+
+
+def gluon_config(spec: str):
+    """A --prefill-gluon launch: STAGES, then 'p' for ping-pong, then '@N' for a persistent grid of N programs
+    (e.g. 3p@132)."""
+    from engine.kernels.prefill_gluon import GluonPrefillConfig
+
+    head, _, persistent = spec.partition("@")
+    return GluonPrefillConfig(num_stages=int(head.rstrip("p")), pingpong=head.endswith("p"),
+                              persistent=int(persistent or 0))
+
+
 def prefill_case(batch: int, t_len: int, configs: list, flashinfer, gluon_configs: list = ()) -> dict:
     """Causal prefill of `batch` prompts of t_len tokens, each whole prompt in the paged cache (shuffled
     blocks); primary times are CUDA-graph replays, eager beside them. Every method's output (every sweep
@@ -290,6 +310,12 @@ def prefill_case(batch: int, t_len: int, configs: list, flashinfer, gluon_config
 
     row["notes"]["ours_max_abs_diff_vs_sdpa"] = err(ours())
     row["timings"]["ours"] = timed(ours)
+    row["notes"]["ours_kernel"] = "gluon" if prefill_launches(
+        q, k_cache, v_cache, cu, lens, tables, scale, torch.empty_like(q), max_seqlen_q=t_len)[0].fn is \
+        _gluon_kernel() else "triton"
+    if row["notes"]["ours_kernel"] == "gluon":  # the Triton kernel beside it (an explicit PrefillConfig)
+        row["notes"]["triton_max_abs_diff_vs_sdpa"] = err(ours(K.PrefillConfig()))
+        row["timings"]["triton"] = timed(lambda: ours(K.PrefillConfig()))
     t_ours = row["timings"]["ours"]["graph"]
     if configs:
         sweep = []
@@ -345,7 +371,7 @@ def prefill_case(batch: int, t_len: int, configs: list, flashinfer, gluon_config
     ours_g = t["ours"]["graph"]
     row["ratios_graph"] = {f"ours_vs_{m}": t[m]["graph"] / ours_g for m in ("sdpa", "flashinfer")
                            if t.get(m, {}).get("graph")}
-    for g in (k for k in t if k.startswith("gluon") and t[k].get("graph")):
+    for g in (k for k in t if (k.startswith("gluon") or k == "triton") and t[k].get("graph")):
         row["ratios_graph"].update({f"{g}_vs_{m}": t[m]["graph"] / t[g]["graph"]
                                     for m in ("ours", "sdpa", "flashinfer") if t.get(m, {}).get("graph")})
     return row
@@ -431,8 +457,8 @@ def main() -> None:
                              "prefetch_q), each launch checked; without --tune's other prefill configs")
     parser.add_argument("--prefill-gluon", default=None, metavar="LAUNCHES",
                         help="also time the Gluon prefill (engine.kernels.prefill_gluon, sm_90): comma-separated "
-                             "stage counts, each with a 'p' for FA3's ping-pong (e.g. 2,3,2p; the first is reported as "
-                             "'gluon'), each launch checked")
+                             "launches, each a stage count, 'p' for FA3's ping-pong and '@N' for a persistent grid of N "
+                             "programs (e.g. 2,3p,3p@132; the first is reported as 'gluon'), each launch checked")
     parser.add_argument("--commit", default=None, help="the git commit measured (recorded in the JSON)")
     parser.add_argument("--warm-flashinfer", action="store_true", help="only build FlashInfer's modules, then exit")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
@@ -445,10 +471,9 @@ def main() -> None:
     if args.prefill_gluon:
         from engine.kernels.prefill_gluon import GluonPrefillConfig
         try:
-            gluon_configs = [GluonPrefillConfig(num_stages=int(x.rstrip("p")), pingpong=x.endswith("p"))
-                             for x in args.prefill_gluon.split(",")]
+            gluon_configs = [gluon_config(x) for x in args.prefill_gluon.split(",")]
         except ValueError:
-            parser.error(f"--prefill-gluon {args.prefill_gluon!r}: expected stage counts such as 2,3,2p")
+            parser.error(f"--prefill-gluon {args.prefill_gluon!r}: expected launches such as 2,3p,3p@132")
     flashinfer, fi_error = load_flashinfer()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     configs = prefill_sweep(args.prefill_configs, args.tune, sms)
@@ -504,7 +529,7 @@ def print_table(r: dict) -> None:
         print(f"  ({d['batch']:>3}, {d['context']:>5})  splits {d['notes']['auto_splits']:>3}       {cells}"
               f"  sdpa={d['notes']['sdpa_best_backend']}"
               + (f" best: {best.get('splits')} {tuple(best['config'].values())}" if best else ""))
-    pcols = [("ours", "graph"), ("ours_best", "graph"), ("gluon", "graph"), ("sdpa", "graph"), ("flashinfer", "graph"),
+    pcols = [("ours", "graph"), ("triton", "graph"), ("gluon", "graph"), ("sdpa", "graph"), ("flashinfer", "graph"),
              ("ours", "eager"), ("sdpa", "eager"), ("flashinfer", "eager")]
     print("prefill causal TFLOP/s (graph | eager) " + " ".join(f"{m[:10]:>10}" for m, _ in pcols))
     for p in r.get("prefill_cases", []):

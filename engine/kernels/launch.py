@@ -12,7 +12,8 @@ keeps the compiled kernel's launcher under a key at least as fine as Triton's (e
 alignment; each integer's value class: 1, divisible by 16, 32-bit; constexprs by value; the grid and options); later
 calls with the same key go straight to that launcher. `Launch(...)(*swapped)` replaces the arguments named by `swap`
 first (a step's attention launches differ between layers only in the layer's cache and scales), so a step builds
-its launches once and issues them per layer.
+its launches once and issues them per layer; `adapt`, where given, maps what the caller swaps in (the layer's caches
+and scales) to the kernel's own arguments (the Gluon prefill's TMA descriptors of the layer's caches).
 
 Under TRITON_INTERPRET every call is a plain `kernel[grid](...)`.
 """
@@ -41,6 +42,8 @@ def _spec(value, constexpr: bool):
         return "i", value == 1, value % 16 == 0, -(2**31) <= value < 2**31
     if isinstance(value, float):
         return "f"
+    if hasattr(value, "block_shape") and hasattr(value, "base"):  # a TMA descriptor (Gluon kernels)
+        return "desc", value.base.dtype, tuple(value.block_shape), repr(value.layout), value.base.data_ptr() % 16 == 0
     return value
 
 
@@ -48,15 +51,16 @@ class Launch:
     """One launch of a @triton.jit kernel: `run()` launches it through Triton; calls re-issue it cheaply, with the
     `swap` arguments replaced (module docstring)."""
 
-    __slots__ = ("fn", "grid", "args", "options", "swap_at", "runners", "stream")
+    __slots__ = ("fn", "grid", "args", "options", "swap_at", "adapt", "runners", "stream")
 
-    def __init__(self, fn, grid: tuple, args: dict, options: dict, swap: tuple[str, ...] = ()):
+    def __init__(self, fn, grid: tuple, args: dict, options: dict, swap: tuple[str, ...] = (), adapt=None):
         names = fn.arg_names
         if set(args) != set(names):
             raise TypeError(f"{fn!r}: arguments {sorted(set(names) ^ set(args))} missing or unknown")
         self.fn, self.grid, self.options = fn, tuple(grid) + (1,) * (3 - len(grid)), options
         self.args = [args[n] for n in names]
         self.swap_at = tuple(names.index(n) for n in swap)
+        self.adapt = adapt  # maps the values a caller swaps in (a layer's caches and scales) to the kernel's own
         self.runners = self.stream = None  # made on the first call (a launch that is only run() never keys itself)
 
     def run(self) -> None:
@@ -67,6 +71,8 @@ class Launch:
         """Launch, with the `swap` arguments replaced by `swapped` (in order) when given, through the launcher kept
         for this key (Triton's own launch the first time a key is seen)."""
         args = self.args
+        if self.adapt is not None and swapped:
+            swapped = self.adapt(*swapped)
         for i, value in zip(self.swap_at, swapped):
             args[i] = value
         if INTERPRET:  # an InterpretedFunction: no compiled variants to key

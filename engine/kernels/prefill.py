@@ -30,6 +30,7 @@ import triton.language as tl
 
 from engine.kernels.cache import _round_to_e4m3
 from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
+from engine.kernels import prefill_gluon
 from engine.kernels.launch import INTERPRET, LAYER_ARGS, Launch
 
 
@@ -364,7 +365,16 @@ def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      max_seqlen_q: int | None = None, config: PrefillConfig | None = None,
                      k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> list[Launch]:
     """paged_prefill_attention's kernel launch into `out`, not yet issued (none: nothing to compute), as
-    decode_launches gives the decode's; its cache and scales can be swapped per call (engine.kernels.launch)."""
+    decode_launches gives the decode's; its cache and scales can be swapped per call (engine.kernels.launch).
+    With no `config`, a call the Gluon kernel takes (engine.kernels.prefill_gluon.supported: an sm_90 GPU, a 16-bit
+    cache, head_dim 128) runs that kernel; any PrefillConfig, and everything else, this file's Triton kernel."""
+    if config is None and not INTERPRET and prefill_gluon.supported(q, k_cache) is None:
+        if cu_seqlens_q.shape[0] < 2 or q.shape[0] == 0:
+            return []
+        if max_seqlen_q is None:
+            max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+        return [prefill_gluon.gluon_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
+                                           max_seqlen_q=max_seqlen_q, config=prefill_gluon.DEFAULT_CONFIG)]
     fp8 = k_cache.dtype == torch.float8_e4m3fn
     total, num_heads, head_dim = q.shape
     cfg = config or (PrefillConfig() if not fp8 else FP8_PREFILL_CONFIG if head_dim >= 32

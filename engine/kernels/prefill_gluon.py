@@ -34,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from engine.kernels.decode import LOG2E
+from engine.kernels.launch import Launch
 
 # a CTA-wide barrier: gl.barrier in triton 3.7, gl.thread_barrier in 3.6 (the device image's)
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
@@ -51,6 +52,15 @@ class GluonPrefillConfig:
     # FA3's ping-pong: the two warpgroups take turns issuing their tile's products (an mbarrier hand-off), so one's
     # softmax runs while the other's products occupy the tensor cores
     pingpong: bool = False
+    # a persistent grid: N > 0 launches min(work items, N) programs (N about the SM count, 132 on an H200), each
+    # walking work items pid, pid + N, ... in the longest-first order, its producer loading the next item's first
+    # key tiles while the consumers finish the current one; 0: one program per work item
+    persistent: int = 0
+
+
+# the default launch (paged_prefill_attention with no config on an sm_90 GPU): three stages and ping-pong, the fastest
+# at 1 x 4096 and 1 x 16384 tokens in round 28's first H200 call (bench/NOTES.md)
+DEFAULT_CONFIG = GluonPrefillConfig(num_stages=3, pingpong=True)
 
 
 def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonPrefillConfig | None = None) -> str | None:
@@ -71,49 +81,70 @@ def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonPrefillConfig | 
 
 
 @gluon.jit
-def _tile_coords(batch, num_tiles, NUM_HEADS: gl.constexpr, BLOCK_M: gl.constexpr):
-    """This program's (sequence, query tile, head), longest first (tile index descending, then sequence, then
-    head), and the sequence's query rows and context."""
-    pid = gl.program_id(0)
+def _work(t, cu_seqlens_q, context_lens, batch, num_tiles, NUM_HEADS: gl.constexpr, BLOCK_M: gl.constexpr,
+          BLOCK_N: gl.constexpr):
+    """Work item t: its (query tile, sequence, head), longest first (tile index descending, then sequence, then
+    head); the sequence's first query row, query rows and context; the tile's first row position and key tiles (0
+    for a tile past the sequence's rows: nothing to do)."""
     per_tile = batch * NUM_HEADS
-    return num_tiles - 1 - pid // per_tile, pid % per_tile // NUM_HEADS, pid % NUM_HEADS
+    tile = num_tiles - 1 - t // per_tile
+    b = t % per_tile // NUM_HEADS
+    head = t % NUM_HEADS
+    q_start = gl.load(cu_seqlens_q + b)
+    q_len = gl.load(cu_seqlens_q + b + 1) - q_start
+    ctx = gl.load(context_lens + b)
+    first = ctx - q_len + tile * BLOCK_M  # position of the tile's first query row
+    n_kv = gl.where(tile * BLOCK_M < q_len, gl.cdiv(gl.minimum(first + BLOCK_M, ctx), BLOCK_N), 0)
+    return tile, b, head, q_start, q_len, ctx, first, n_kv
 
 
 @gluon.jit
-def _producer(k_desc, v_desc, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, bt_row, n_kv, n_blocks, kv_col,
-              BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """One warp: for each key tile, once its stage is free, the tile's block ids (one load) and its TMA copies, one
-    per cache block and half head, K then V, each counted on its stage's ready barrier. Block-table entries past the
-    sequence's blocks read block 0 (finite data; those keys are masked and V's rows zeroed)."""
+def _producer(k_desc, v_desc, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, cu_seqlens_q, context_lens,
+              block_tables, stride_bt, batch, num_tiles, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """One warp: for each work item of this program and each of its key tiles, once the tile's stage is free, the
+    tile's block ids (one load) and its TMA copies, one per cache block and half head, K then V, each counted on its
+    stage's ready barrier. `c` counts the key tiles loaded across work items (stage and phase), as the consumers
+    count them. Block-table entries past the sequence's blocks read block 0 (finite data; those keys are masked and
+    V's rows zeroed)."""
     NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
     ids_layout: gl.constexpr = gl.BlockedLayout([NB], [32], [1], [0])
     slots = gl.arange(0, NB, layout=ids_layout)
     nbytes: gl.constexpr = 2 * BLOCK_N * HALF * k_desc.dtype.primitive_bitwidth // 8
-    for j in range(n_kv):
-        stage = j % NUM_STAGES
-        phase = j // NUM_STAGES & 1
-        idx = j * NB + slots
-        rows = gl.load(bt_row + idx, mask=idx < n_blocks, other=0) * BLOCK_SIZE
-        for which in gl.static_range(2):
-            desc = k_desc if which == 0 else v_desc
-            buf = kbuf if which == 0 else vbuf
-            ready = k_ready if which == 0 else v_ready
-            mbarrier.wait((k_empty if which == 0 else v_empty).index(stage), phase ^ 1)
-            mbarrier.expect(ready.index(stage), nbytes)
-            for i in gl.static_range(NB):
-                row = gl.sum(gl.where(slots == i, rows, 0), 0)
-                for h in gl.static_range(2):
-                    tma.async_copy_global_to_shared(desc, [row, kv_col + h * HALF], ready.index(stage),
-                                                    buf.index(2 * stage + h).slice(i * BLOCK_SIZE, BLOCK_SIZE))
+    c = 0
+    for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
+        tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
+                                                                NUM_HEADS, BLOCK_M, BLOCK_N)
+        bt_row = block_tables + b * stride_bt
+        n_blocks = gl.cdiv(ctx, BLOCK_SIZE)
+        kv_col = head // GROUP * (2 * HALF)
+        for j in range(n_kv):
+            stage = c % NUM_STAGES
+            phase = c // NUM_STAGES & 1
+            idx = j * NB + slots
+            rows = gl.load(bt_row + idx, mask=idx < n_blocks, other=0) * BLOCK_SIZE
+            for which in gl.static_range(2):
+                desc = k_desc if which == 0 else v_desc
+                buf = kbuf if which == 0 else vbuf
+                ready = k_ready if which == 0 else v_ready
+                mbarrier.wait((k_empty if which == 0 else v_empty).index(stage), phase ^ 1)
+                mbarrier.expect(ready.index(stage), nbytes)
+                for i in gl.static_range(NB):
+                    row = gl.sum(gl.where(slots == i, rows, 0), 0)
+                    for h in gl.static_range(2):
+                        tma.async_copy_global_to_shared(desc, [row, kv_col + h * HALF], ready.index(stage),
+                                                        buf.index(2 * stage + h).slice(i * BLOCK_SIZE, BLOCK_SIZE))
+            c += 1
 
 
 @gluon.jit
-def _consumer(q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, turn, qk_scale, stride_ot,
-              stride_oh, q_start, q_len, ctx, first, n_kv, tile, head, WG: gl.constexpr,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
-    """One warpgroup: rows WG * BLOCK_M // 2 .. of the tile. S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight
-    together, S_j's softmax while P V runs; each stage released (its empty barrier) once the product that read it
-    has retired."""
+def _consumer(q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, turn, cu_seqlens_q,
+              context_lens, qk_scale, stride_ot, stride_oh, batch, num_tiles, NUM_HEADS: gl.constexpr,
+              WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+              PINGPONG: gl.constexpr):
+    """One warpgroup: rows WG * BLOCK_M // 2 .. of each work item's tile. S_j = Q K_j^T and O += P_{j-1} V_{j-1} in
+    flight together, S_j's softmax while P V runs; each stage released (its empty barrier) once the product that
+    read it has retired. `c` counts key tiles across work items as the producer does."""
     ROWS: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -125,102 +156,113 @@ def _consumer(q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     qlo = q_smem.index(2 * WG)
     qhi = q_smem.index(2 * WG + 1)
-    mbarrier.expect(qbar.index(WG), 2 * ROWS * HALF * dtype.primitive_bitwidth // 8)
-    for h in gl.static_range(2):
-        tma.async_copy_global_to_shared(q_desc, [q_start + tile * BLOCK_M + WG * ROWS, head * (2 * HALF) + h * HALF],
-                                        qbar.index(WG), q_smem.index(2 * WG + h))
-    rows = first + WG * ROWS + gl.arange(0, ROWS, layout=row_s)  # each row's position
     cols = gl.arange(0, BLOCK_N, layout=col_s)
-    n_unmasked = (first + WG * ROWS + 1) // BLOCK_N  # key tiles every row sees whole
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    o_lo = gl.zeros([ROWS, HALF], gl.float32, o_layout)
-    o_hi = gl.zeros([ROWS, HALF], gl.float32, o_layout)
-    mbarrier.wait(qbar.index(WG), 0)
+    c = 0
+    qi = 0
+    for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
+        tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
+                                                                NUM_HEADS, BLOCK_M, BLOCK_N)
+        if n_kv > 0:
+            mbarrier.expect(qbar.index(WG), 2 * ROWS * HALF * dtype.primitive_bitwidth // 8)
+            for h in gl.static_range(2):
+                tma.async_copy_global_to_shared(q_desc, [q_start + tile * BLOCK_M + WG * ROWS,
+                                                         head * (2 * HALF) + h * HALF], qbar.index(WG),
+                                                q_smem.index(2 * WG + h))
+            rows = first + WG * ROWS + gl.arange(0, ROWS, layout=row_s)  # each row's position
+            n_unmasked = (first + WG * ROWS + 1) // BLOCK_N  # key tiles every row sees whole
+            o_lo = gl.zeros([ROWS, HALF], gl.float32, o_layout)
+            o_hi = gl.zeros([ROWS, HALF], gl.float32, o_layout)
+            mbarrier.wait(qbar.index(WG), qi & 1)
+            qi += 1
 
-    mbarrier.wait(k_ready.index(0), 0)  # tile 0: scores and softmax (its P V is the loop's first)
-    if PINGPONG:  # warpgroup 0 goes first (parity 1 of a fresh barrier counts as complete)
-        mbarrier.wait(turn.index(WG), 1 - WG)
-    s = warpgroup_mma(qlo, kbuf.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    s = warpgroup_mma(qhi, kbuf.index(1).permute((1, 0)), s, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG), count=1)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    mbarrier.arrive(k_empty.index(0), count=1)
-    if n_unmasked == 0:
-        s = gl.where((cols[None, :] <= rows[:, None]) & (cols[None, :] < ctx), s, float("-inf"))
-    m_i = gl.max(s, 1) * qk_scale
-    p = gl.exp2(s * qk_scale - m_i[:, None])
-    l_i = gl.sum(p, 1)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
+            sk = c % NUM_STAGES  # tile 0: scores and softmax (its P V is the loop's first)
+            mbarrier.wait(k_ready.index(sk), c // NUM_STAGES & 1)
+            if PINGPONG:  # warpgroup 0 goes first (parity 1 of a fresh barrier counts as complete)
+                mbarrier.wait(turn.index(WG), (c & 1) ^ (1 - WG))
+            s = warpgroup_mma(qlo, kbuf.index(2 * sk).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            s = warpgroup_mma(qhi, kbuf.index(2 * sk + 1).permute((1, 0)), s, is_async=True)
+            if PINGPONG:
+                mbarrier.arrive(turn.index(1 - WG), count=1)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            mbarrier.arrive(k_empty.index(sk), count=1)
+            if n_unmasked == 0:
+                s = gl.where((cols[None, :] <= rows[:, None]) & (cols[None, :] < ctx), s, float("-inf"))
+            m_i = gl.max(s, 1) * qk_scale
+            p = gl.exp2(s * qk_scale - m_i[:, None])
+            l_i = gl.sum(p, 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
 
-    for j in range(1, n_kv):
-        sk = j % NUM_STAGES
-        sv = (j - 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(sk), j // NUM_STAGES & 1)
-        s = warpgroup_mma(qlo, kbuf.index(2 * sk).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        s = warpgroup_mma(qhi, kbuf.index(2 * sk + 1).permute((1, 0)), s, is_async=True)
-        mbarrier.wait(v_ready.index(sv), (j - 1) // NUM_STAGES & 1)
-        o_lo = warpgroup_mma(p_op, vbuf.index(2 * sv), o_lo, is_async=True)
-        o_hi = warpgroup_mma(p_op, vbuf.index(2 * sv + 1), o_hi, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=2, deps=(s,))
-        mbarrier.arrive(k_empty.index(sk), count=1)
-        if j >= n_unmasked:
-            t = j * BLOCK_N + cols[None, :]
-            s = gl.where((t <= rows[:, None]) & (t < ctx), s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
-        o_lo, o_hi, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_lo, o_hi, p_op))
-        mbarrier.arrive(v_empty.index(sv), count=1)
-        a_o = gl.convert_layout(alpha, row_o)[:, None]
-        o_lo = o_lo * a_o
-        o_hi = o_hi * a_o
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
+            for j in range(1, n_kv):
+                sk = (c + j) % NUM_STAGES
+                sv = (c + j - 1) % NUM_STAGES
+                mbarrier.wait(k_ready.index(sk), (c + j) // NUM_STAGES & 1)
+                mbarrier.wait(v_ready.index(sv), (c + j - 1) // NUM_STAGES & 1)
+                if PINGPONG:
+                    mbarrier.wait(turn.index(WG), ((c + j) & 1) ^ (1 - WG))
+                s = warpgroup_mma(qlo, kbuf.index(2 * sk).permute((1, 0)), zero_s, use_acc=False,
+                                  is_async=True)
+                s = warpgroup_mma(qhi, kbuf.index(2 * sk + 1).permute((1, 0)), s, is_async=True)
+                o_lo = warpgroup_mma(p_op, vbuf.index(2 * sv), o_lo, is_async=True)
+                o_hi = warpgroup_mma(p_op, vbuf.index(2 * sv + 1), o_hi, is_async=True)
+                if PINGPONG:
+                    mbarrier.arrive(turn.index(1 - WG), count=1)
+                s = warpgroup_mma_wait(num_outstanding=2, deps=(s,))
+                mbarrier.arrive(k_empty.index(sk), count=1)
+                if j >= n_unmasked:
+                    key = j * BLOCK_N + cols[None, :]
+                    s = gl.where((key <= rows[:, None]) & (key < ctx), s, float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+                p = gl.exp2(s * qk_scale - m_new[:, None])
+                alpha = gl.exp2(m_i - m_new)
+                l_i = l_i * alpha + gl.sum(p, 1)
+                m_i = m_new
+                o_lo, o_hi, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(o_lo, o_hi, p_op))
+                mbarrier.arrive(v_empty.index(sv), count=1)
+                a_o = gl.convert_layout(alpha, row_o)[:, None]
+                o_lo = o_lo * a_o
+                o_hi = o_hi * a_o
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
 
-    last = n_kv - 1
-    sv = last % NUM_STAGES
-    mbarrier.wait(v_ready.index(sv), last // NUM_STAGES & 1)
-    if (last + 1) * BLOCK_N > ctx:
-        # the tile reaches past the context: V's stale slots to 0 (P is 0 there, but a never-written slot may hold
-        # NaN). Both warpgroups write the same zeros; each fences its own writes before its product reads them.
-        zl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        keep = (last * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, zl)) < ctx)[:, None]
-        for h in gl.static_range(2):
-            part = vbuf.index(2 * sv + h)
-            part.store(gl.where(keep, part.load(zl), gl.zeros([BLOCK_N, HALF], dtype, zl)))
-        fence_async_shared()
-        _cta_barrier()
-    o_lo = warpgroup_mma(p_op, vbuf.index(2 * sv), o_lo, is_async=True)
-    o_hi = warpgroup_mma(p_op, vbuf.index(2 * sv + 1), o_hi, is_async=True)
-    o_lo, o_hi = warpgroup_mma_wait(num_outstanding=0, deps=(o_lo, o_hi))
+            last = n_kv - 1
+            sv = (c + last) % NUM_STAGES
+            mbarrier.wait(v_ready.index(sv), (c + last) // NUM_STAGES & 1)
+            if (last + 1) * BLOCK_N > ctx:
+                # the tile reaches past the context: V's stale slots to 0 (P is 0 there, but a never-written slot
+                # may hold NaN). Both warpgroups write the same zeros; each fences its own writes before its product
+                # reads them.
+                keep = (last * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, zl)) < ctx)[:, None]
+                for h in gl.static_range(2):
+                    part = vbuf.index(2 * sv + h)
+                    part.store(gl.where(keep, part.load(zl), gl.zeros([BLOCK_N, HALF], dtype, zl)))
+                fence_async_shared()
+                _cta_barrier()
+            o_lo = warpgroup_mma(p_op, vbuf.index(2 * sv), o_lo, is_async=True)
+            o_hi = warpgroup_mma(p_op, vbuf.index(2 * sv + 1), o_hi, is_async=True)
+            o_lo, o_hi = warpgroup_mma_wait(num_outstanding=0, deps=(o_lo, o_hi))
+            mbarrier.arrive(v_empty.index(sv), count=1)
+            c += n_kv
 
-    inv = gl.convert_layout(1.0 / l_i, row_o)[:, None]
-    r = tile * BLOCK_M + WG * ROWS + gl.arange(0, ROWS, layout=row_o)
-    d = gl.arange(0, HALF, layout=col_o)
-    ptrs = o + (q_start + r).to(gl.int64)[:, None] * stride_ot + head * stride_oh + d[None, :]
-    ok = (r < q_len)[:, None]
-    gl.store(ptrs, (o_lo * inv).to(dtype), mask=ok)
-    gl.store(ptrs + HALF, (o_hi * inv).to(dtype), mask=ok)
+            inv = gl.convert_layout(1.0 / l_i, row_o)[:, None]
+            r = tile * BLOCK_M + WG * ROWS + gl.arange(0, ROWS, layout=row_o)
+            d = gl.arange(0, HALF, layout=col_o)
+            ptrs = o + (q_start + r).to(gl.int64)[:, None] * stride_ot + head * stride_oh + d[None, :]
+            ok = (r < q_len)[:, None]
+            gl.store(ptrs, (o_lo * inv).to(dtype), mask=ok)
+            gl.store(ptrs + HALF, (o_hi * inv).to(dtype), mask=ok)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
 def _gluon_prefill_kernel(q_desc, k_desc, v_desc, o, cu_seqlens_q, context_lens, block_tables, qk_scale,
                           stride_ot, stride_oh, stride_bt, batch, num_tiles,
                           NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                           PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr):
-    tile, b, head = _tile_coords(batch, num_tiles, NUM_HEADS, BLOCK_M)
-    q_start = gl.load(cu_seqlens_q + b)
-    q_len = gl.load(cu_seqlens_q + b + 1) - q_start
-    if tile * BLOCK_M >= q_len:
-        return
-    ctx = gl.load(context_lens + b)
-    first = ctx - q_len + tile * BLOCK_M  # position of the tile's first query row
-    n_kv = gl.cdiv(gl.minimum(first + BLOCK_M, ctx), BLOCK_N)  # key tiles read
+    """Work items (query tile, sequence, head) pid, pid + programs, ...: one each with the default grid (one program
+    per work item), several with a persistent grid."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_M // 2, HALF], q_desc.layout)
     kbuf = gl.allocate_shared_memory(dtype, [2 * NUM_STAGES, BLOCK_N, HALF], k_desc.layout)
@@ -243,32 +285,66 @@ def _gluon_prefill_kernel(q_desc, k_desc, v_desc, o, cu_seqlens_q, context_lens,
     WG0: gl.constexpr = 0
     WG1: gl.constexpr = 1
     gl.warp_specialize([
-        (_consumer, (q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, turn, qk_scale,
-                     stride_ot, stride_oh, q_start, q_len, ctx, first, n_kv, tile, head, WG0, BLOCK_M, BLOCK_N,
-                     NUM_STAGES, PINGPONG)),
-        (_consumer, (q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, turn, qk_scale,
-                     stride_ot, stride_oh, q_start, q_len, ctx, first, n_kv, tile, head, WG1, BLOCK_M, BLOCK_N,
-                     NUM_STAGES, PINGPONG)),
-        (_producer, (k_desc, v_desc, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, block_tables + b * stride_bt,
-                     n_kv, gl.cdiv(ctx, BLOCK_SIZE), head // GROUP * (2 * HALF), BLOCK_N, BLOCK_SIZE, NUM_STAGES)),
+        (_consumer, (q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, turn, cu_seqlens_q,
+                     context_lens, qk_scale, stride_ot, stride_oh, batch, num_tiles, NUM_HEADS, WG0, BLOCK_M,
+                     BLOCK_N, NUM_STAGES, PINGPONG)),
+        (_consumer, (q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, turn, cu_seqlens_q,
+                     context_lens, qk_scale, stride_ot, stride_oh, batch, num_tiles, NUM_HEADS, WG1, BLOCK_M,
+                     BLOCK_N, NUM_STAGES, PINGPONG)),
+        (_producer, (k_desc, v_desc, kbuf, vbuf, k_ready, v_ready, k_empty, v_empty, cu_seqlens_q, context_lens,
+                     block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, BLOCK_M, BLOCK_N, BLOCK_SIZE,
+                     NUM_STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-def descriptors(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cfg: GluonPrefillConfig):
-    """The TMA descriptors: q as [tokens, heads * 128] with [block_m, 64] boxes; each cache as
-    [blocks * block_size, kv_heads * 128] with [block_size, 64] boxes (one cache block's half head)."""
+def _cache_descriptor(cache: torch.Tensor) -> TensorDescriptor:
+    """A layer's K or V cache [blocks, block_size, Hkv, 128] as [blocks * block_size, Hkv * 128] with [block_size, 64]
+    boxes (one cache block's half head), made once per cache tensor."""
+    num_blocks, block_size, num_kv_heads, head_dim = cache.shape
+    key = (cache.data_ptr(), tuple(cache.shape), cache.dtype)
+    desc = _CACHE_DESCRIPTORS.get(key)
+    if desc is None:
+        gdt = gl.bfloat16 if cache.dtype == torch.bfloat16 else gl.float16
+        shape = [num_blocks * block_size, num_kv_heads * head_dim]
+        desc = _CACHE_DESCRIPTORS[key] = TensorDescriptor(
+            cache.view(shape), shape, [shape[1], 1], [block_size, HALF.value],
+            gl.NVMMASharedLayout.get_default_for([block_size, HALF.value], gdt))
+    return desc
+
+
+_CACHE_DESCRIPTORS: dict = {}  # (data pointer, shape, dtype) -> descriptor: the same bytes, the same descriptor
+
+
+def _layer_descriptors(k_cache, v_cache, *_scales):
+    """Launch.adapt: a layer's (k_cache, v_cache, k_scale, v_scale) as the kernel's (k_desc, v_desc)."""
+    return _cache_descriptor(k_cache), _cache_descriptor(v_cache)
+
+
+def gluon_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                 context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, out: torch.Tensor, *,
+                 max_seqlen_q: int, config: GluonPrefillConfig | None = None) -> Launch:
+    """The kernel's launch into `out`, not yet issued (engine.kernels.launch; `supported` must hold); calls swap in a
+    layer's caches (LAYER_ARGS order) as their descriptors."""
+    cfg = config or GluonPrefillConfig()
     total, num_heads, head_dim = q.shape
-    num_blocks, block_size, num_kv_heads, _ = k_cache.shape
-    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    q2 = q.as_strided((total, num_heads * head_dim), (q.stride(0), 1))
+    batch = cu_seqlens_q.shape[0] - 1
+    num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m)
+    items = batch * num_tiles * num_heads
     box = [cfg.block_m // 2, HALF.value]  # one consumer warpgroup's rows, half a head
-    q_desc = TensorDescriptor(q2, [total, num_heads * head_dim], [q.stride(0), 1], box,
+    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    q_desc = TensorDescriptor(q.as_strided((total, num_heads * head_dim), (q.stride(0), 1)),
+                              [total, num_heads * head_dim], [q.stride(0), 1], box,
                               gl.NVMMASharedLayout.get_default_for(box, gdt))
-    layout = gl.NVMMASharedLayout.get_default_for([block_size, HALF.value], gdt)
-    shape = [num_blocks * block_size, num_kv_heads * head_dim]
-    k_desc = TensorDescriptor(k_cache.view(shape), shape, [shape[1], 1], [block_size, HALF.value], layout)
-    v_desc = TensorDescriptor(v_cache.view(shape), shape, [shape[1], 1], [block_size, HALF.value], layout)
-    return q_desc, k_desc, v_desc
+    args = dict(q_desc=q_desc, k_desc=_cache_descriptor(k_cache), v_desc=_cache_descriptor(v_cache), o=out,
+                cu_seqlens_q=cu_seqlens_q, context_lens=context_lens, block_tables=block_tables,
+                qk_scale=scale * LOG2E, stride_ot=out.stride(0), stride_oh=out.stride(1),
+                stride_bt=block_tables.stride(0), batch=batch, num_tiles=num_tiles,
+                NUM_HEADS=num_heads, GROUP=num_heads // k_cache.shape[2], BLOCK_SIZE=k_cache.shape[1],
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages,
+                PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, PINGPONG=cfg.pingpong)
+    grid = (min(items, cfg.persistent) if cfg.persistent else items,)
+    return Launch(_gluon_prefill_kernel, grid, args, {"num_warps": 4}, swap=("k_desc", "v_desc"),
+                  adapt=_layer_descriptors)
 
 
 def gluon_paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -281,16 +357,7 @@ def gluon_paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         raise ValueError(f"gluon prefill: {why}")
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    total, num_heads, _ = q.shape
-    batch = cu_seqlens_q.shape[0] - 1
-    if total == 0 or batch == 0:
-        return out
-    num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m)
-    q_desc, k_desc, v_desc = descriptors(q, k_cache, v_cache, cfg)
-    _gluon_prefill_kernel[(batch * num_tiles * num_heads,)](
-        q_desc, k_desc, v_desc, out, cu_seqlens_q, context_lens, block_tables, scale * LOG2E,
-        out.stride(0), out.stride(1), block_tables.stride(0), batch, num_tiles,
-        NUM_HEADS=num_heads, GROUP=num_heads // k_cache.shape[2], BLOCK_SIZE=k_cache.shape[1],
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, PRODUCER_REGS=cfg.producer_regs,
-        CONSUMER_REGS=cfg.consumer_regs, PINGPONG=cfg.pingpong, num_warps=4)
+    if q.shape[0] and cu_seqlens_q.shape[0] > 1:
+        gluon_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
+                     max_seqlen_q=max_seqlen_q, config=cfg).run()
     return out

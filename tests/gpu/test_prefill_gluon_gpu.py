@@ -4,10 +4,13 @@ cache whose slots past every context hold NaN. Skipped without CUDA; Gluon does 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 import engine.kernels as K
+from engine.kernels.prefill import prefill_launches
 from engine.kernels import reference as R
 from tests.test_kernels import assert_close, block_tables_for, random_cache
 
@@ -41,32 +44,35 @@ def case(block_size: int, seqs=SEQS, poison: bool = False):
 
 
 @pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
-@pytest.mark.parametrize("block_size, stages, pingpong", [(8, 2, False), (16, 2, False), (64, 2, False),
-                                                         (128, 2, False), (16, 3, False), (16, 2, True),
-                                                         (32, 3, True)])
-def test_gluon_prefill_matches_the_reference_and_the_triton_kernel(block_size, stages, pingpong):
+@pytest.mark.parametrize("block_size, stages, pingpong, persistent", [
+    (8, 2, False, 0), (16, 2, False, 0), (64, 2, False, 0), (128, 2, False, 0), (16, 3, False, 0), (16, 2, True, 0),
+    (32, 3, True, 0), (16, 3, True, 132), (16, 2, False, 5), (32, 3, True, 7)])
+def test_gluon_prefill_matches_the_reference_and_the_triton_kernel(block_size, stages, pingpong, persistent):
+    """persistent: a program walks several work items (5 or 7 programs: dozens each, of every length, empty ones
+    too), its pipeline's stages and phases carried from one to the next."""
     from engine.kernels.prefill_gluon import GluonPrefillConfig, gluon_paged_prefill
 
     q, k_cache, v_cache, cu, lens, tables, max_q = case(block_size)
     out = torch.full_like(q, float("nan"))
     gluon_paged_prefill(q, k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q, out=out,
-                        config=GluonPrefillConfig(num_stages=stages, pingpong=pingpong))
+                        config=GluonPrefillConfig(num_stages=stages, pingpong=pingpong, persistent=persistent))
     ref = R.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5)
-    assert_close(out, ref, BF16, f"gluon prefill bs={block_size} stages={stages} pingpong={pingpong}")
+    assert_close(out, ref, BF16, f"gluon prefill bs={block_size} stages={stages} pingpong={pingpong} persistent={persistent}")
     triton_out = K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q)
-    assert_close(out, triton_out, BF16, f"gluon vs triton prefill bs={block_size} stages={stages} pingpong={pingpong}")
+    assert_close(out, triton_out, BF16, f"gluon vs triton prefill bs={block_size} stages={stages} pingpong={pingpong} persistent={persistent}")
 
 
 @pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
-@pytest.mark.parametrize("block_size", [16, 32])
-def test_gluon_prefill_ignores_nan_in_slots_past_the_context(block_size):
-    from engine.kernels.prefill_gluon import gluon_paged_prefill
+@pytest.mark.parametrize("block_size, persistent", [(16, 0), (32, 0), (16, 5)])
+def test_gluon_prefill_ignores_nan_in_slots_past_the_context(block_size, persistent):
+    from engine.kernels.prefill_gluon import DEFAULT_CONFIG, gluon_paged_prefill
 
     q, k_cache, v_cache, cu, lens, tables, max_q = case(block_size, poison=True)
-    out = gluon_paged_prefill(q, k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q)
+    cfg = dataclasses.replace(DEFAULT_CONFIG, persistent=persistent)
+    out = gluon_paged_prefill(q, k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q, config=cfg)
     clean_k, clean_v = k_cache.nan_to_num(0.0), v_cache.nan_to_num(0.0)
     ref = R.paged_prefill_attention(q, clean_k, clean_v, cu, lens, tables, D**-0.5)
-    assert_close(out, ref, BF16, f"gluon prefill over NaN-poisoned stale slots bs={block_size}")
+    assert_close(out, ref, BF16, f"gluon prefill over NaN-poisoned stale slots bs={block_size} {cfg}")
 
 
 @pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
@@ -75,6 +81,11 @@ def test_gluon_prefill_refuses_what_it_cannot_run():
 
     q, k_cache, v_cache, cu, lens, tables, max_q = case(16, seqs=[(16, 16)])
     assert supported(q, k_cache) is None
+    launch = prefill_launches(q, k_cache, v_cache, cu, lens, tables, D**-0.5, torch.empty_like(q), max_seqlen_q=max_q)
+    assert launch[0].fn.__name__ == "_gluon_prefill_kernel", "the default prefill on sm_90 is the Gluon kernel"
+    explicit = prefill_launches(q, k_cache, v_cache, cu, lens, tables, D**-0.5, torch.empty_like(q),
+                                  max_seqlen_q=max_q, config=K.PrefillConfig())
+    assert explicit[0].fn.__name__ == "_prefill_kernel", "an explicit PrefillConfig runs the Triton kernel"
     assert "head_dim" in supported(q[..., :64], k_cache[..., :64])
     assert "16-bit" in supported(q, k_cache.to(torch.float8_e4m3fn))
     with pytest.raises(ValueError, match="gluon prefill"):
