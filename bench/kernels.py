@@ -457,8 +457,8 @@ def main() -> None:
                              "prefetch_q), each launch checked; without --tune's other prefill configs")
     parser.add_argument("--prefill-gluon", default=None, metavar="LAUNCHES",
                         help="also time the Gluon prefill (engine.kernels.prefill_gluon, sm_90): comma-separated "
-                             "launches, each a stage count, 'p' for FA3's ping-pong and '@N' for a persistent grid of N "
-                             "programs (e.g. 2,3p,3p@132; the first is reported as 'gluon'), each launch checked")
+                             "launches, each a stage count, 'p' for FA3's ping-pong and '@N' for a persistent grid of "
+                             "N programs (e.g. 2,3p,3p@132; the first is reported as 'gluon'), each launch checked")
     parser.add_argument("--commit", default=None, help="the git commit measured (recorded in the JSON)")
     parser.add_argument("--warm-flashinfer", action="store_true", help="only build FlashInfer's modules, then exit")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
