@@ -5,6 +5,8 @@
 #                                             # SDPA and FlashInfer
 #   bash bench/h200_round28.sh OUT_DIR l      # live: longdoc-b with its own `live --calibrate` (Llama-3.1-8B at
 #                                             # 32k), then longdoc-a with that profile, on the Gluon prefill
+#   bash bench/h200_round28.sh OUT_DIR f      # final: the Gluon GPU tests, `bench.kernels --prefill-only` (the
+#                                             # default's shape-dependent launch as "ours"), then mode l
 # Kernels: FlashInfer 0.5.3 (+ apache-tvm-ffi 0.1.6) is carried as wheels in .gpuwt/whl and JIT-built in the
 # background first (bench.kernels --warm-flashinfer) while the GPU tests run (OUT/gpu_tests.txt: the Gluon kernel's
 # own, and the kernel, model, executor and host-tier tests, whose prefill is now the Gluon kernel); then
@@ -16,6 +18,21 @@ MODE=${2:-}
 source "$(dirname "$0")/h200_lib.sh"
 kernel_call "$out"
 gpu_line >>"$log"
+export MAX_JOBS=15 FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fiws
+if [ "$MODE" = f ]; then
+  step flashinfer warm-up, in the background
+  timeout 200 python3 -m bench.kernels --warm-flashinfer --out /dev/null >"$out/fi_warm.txt" 2>&1 &
+  warm=$!
+  step gpu tests
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_prefill_gluon_gpu.py >"$out/gpu_tests.txt" 2>&1
+  echo "pytest rc $?" >>"$out/gpu_tests.txt"; tail -3 "$out/gpu_tests.txt" >>"$log"
+  wait $warm; echo "flashinfer warm-up rc $?" >>"$log"
+  step bench
+  timeout 150 python3 -m bench.kernels --prefill-only --prefill-gluon 3p,3p@132 --commit "${PAGESIM_GIT_COMMIT:-unknown}" \
+      --out "$out/kernels.json" --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
+  echo "bench rc $?" >>"$log"
+  MODE=l
+fi
 if [ "$MODE" = l ]; then
   OUT=$out; S=r28l; D=$(date -u +%F)
   live_call >>"$log"
@@ -28,7 +45,6 @@ if [ "$MODE" = l ]; then
   step done
   exit 0
 fi
-export MAX_JOBS=15 FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fiws
 step flashinfer warm-up, in the background
 timeout 240 python3 -m bench.kernels --warm-flashinfer --out /dev/null >"$out/fi_warm.txt" 2>&1 &
 warm=$!

@@ -374,7 +374,8 @@ def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         if max_seqlen_q is None:
             max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
         return [prefill_gluon.gluon_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
-                                           max_seqlen_q=max_seqlen_q, config=prefill_gluon.DEFAULT_CONFIG)]
+                                           max_seqlen_q=max_seqlen_q,
+                                           config=prefill_gluon.default_config(q.device, max_seqlen_q))]
     fp8 = k_cache.dtype == torch.float8_e4m3fn
     total, num_heads, head_dim = q.shape
     cfg = config or (PrefillConfig() if not fp8 else FP8_PREFILL_CONFIG if head_dim >= 32

@@ -23,6 +23,8 @@ Gluon kernels compile for a GPU only (no TRITON_INTERPRET), so CI cannot run thi
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -59,8 +61,23 @@ class GluonPrefillConfig:
 
 
 # the default launch (paged_prefill_attention with no config on an sm_90 GPU): three stages and ping-pong, the fastest
-# at 1 x 4096 and 1 x 16384 tokens in round 28's first H200 call (bench/NOTES.md)
+# at 1 x 4096 and 1 x 16384 tokens in round 28's H200 calls (bench/NOTES.md); with a persistent grid of one program
+# per SM where no sequence has more than PERSISTENT_MAX_Q query tokens (short work items, whose start and end the
+# persistent producer hides: 8 x 2048 tokens 411-413 -> 430 TFLOP/s, while 1 x 4096 lost 505 -> 484)
 DEFAULT_CONFIG = GluonPrefillConfig(num_stages=3, pingpong=True)
+PERSISTENT_MAX_Q = 2048
+
+
+def default_config(device: torch.device, max_seqlen_q: int) -> GluonPrefillConfig:
+    """The launch paged_prefill_attention uses with no config: DEFAULT_CONFIG, persistent for short chunks."""
+    if max_seqlen_q <= PERSISTENT_MAX_Q:
+        return dataclasses.replace(DEFAULT_CONFIG, persistent=_sm_count(device))
+    return DEFAULT_CONFIG
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonPrefillConfig | None = None) -> str | None:

@@ -88,6 +88,11 @@ def test_gluon_prefill_refuses_what_it_cannot_run():
     explicit = prefill_launches(q, k_cache, v_cache, cu, lens, tables, D**-0.5, torch.empty_like(q),
                                   max_seqlen_q=max_q, config=K.PrefillConfig())
     assert explicit[0].fn.__name__ == "_prefill_kernel", "an explicit PrefillConfig runs the Triton kernel"
+    from engine.kernels.prefill_gluon import PERSISTENT_MAX_Q, default_config
+
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    assert default_config(q.device, PERSISTENT_MAX_Q).persistent == sms  # short chunks: one program per SM
+    assert default_config(q.device, PERSISTENT_MAX_Q + 1).persistent == 0
     assert "head_dim" in supported(q[..., :64], k_cache[..., :64])
     assert "16-bit" in supported(q, k_cache.to(torch.float8_e4m3fn))
     with pytest.raises(ValueError, match="gluon prefill"):
