@@ -5,8 +5,9 @@
 #                                             # SDPA and FlashInfer
 #   bash bench/h200_round28.sh OUT_DIR l      # live: longdoc-b with its own `live --calibrate` (Llama-3.1-8B at
 #                                             # 32k), then longdoc-a with that profile, on the Gluon prefill
-#   bash bench/h200_round28.sh OUT_DIR f      # final: the Gluon GPU tests, `bench.kernels --prefill-only` (the
-#                                             # default's shape-dependent launch as "ours"), then mode l
+#   bash bench/h200_round28.sh OUT_DIR p      # prefill: the Gluon GPU tests, then `bench.kernels --prefill-only`
+#                                             # (the default's shape-dependent launch as "ours")
+#   bash bench/h200_round28.sh OUT_DIR f      # final: mode p, then mode l
 # Kernels: FlashInfer 0.5.3 (+ apache-tvm-ffi 0.1.6) is carried as wheels in .gpuwt/whl and JIT-built in the
 # background first (bench.kernels --warm-flashinfer) while the GPU tests run (OUT/gpu_tests.txt: the Gluon kernel's
 # own, and the kernel, model, executor and host-tier tests, whose prefill is now the Gluon kernel); then
@@ -19,7 +20,7 @@ source "$(dirname "$0")/h200_lib.sh"
 kernel_call "$out"
 gpu_line >>"$log"
 export MAX_JOBS=15 FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fiws
-if [ "$MODE" = f ]; then
+if [ "$MODE" = f ] || [ "$MODE" = p ]; then
   step flashinfer warm-up, in the background
   timeout 200 python3 -m bench.kernels --warm-flashinfer --out /dev/null >"$out/fi_warm.txt" 2>&1 &
   warm=$!
@@ -31,6 +32,7 @@ if [ "$MODE" = f ]; then
   timeout 150 python3 -m bench.kernels --prefill-only --prefill-gluon 3p,3p@132 --commit "${PAGESIM_GIT_COMMIT:-unknown}" \
       --out "$out/kernels.json" --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
   echo "bench rc $?" >>"$log"
+  [ "$MODE" = p ] && { step done; exit 0; }
   MODE=l
 fi
 if [ "$MODE" = l ]; then
