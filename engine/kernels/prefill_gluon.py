@@ -2,16 +2,21 @@
 paged-prefill target: at or above FlashInfer's FA3 paged prefill).
 
 The same contract as engine.kernels.prefill.paged_prefill_attention (bf16 or fp16 cache, head_dim 128, cache
-blocks of 8-128 tokens), one program per 128 query rows of one head, longest first. What Triton's own language
-could not express (bench/NOTES.md, "Paged prefill against FlashInfer"), written out here:
+blocks of 8-128 tokens). A work item is 128 query rows of one head; items run longest first, one program each, or
+with a persistent grid N programs walking them. What Triton's own language could not express on sm_90
+(bench/NOTES.md, "Paged prefill against FlashInfer" and "Paged prefill in Gluon"), written out here as FA3 does it:
 
-- K/V tiles arrive by TMA, one bulk copy per cache block and half head (64 columns: one 128-byte swizzle atom), so
-  a 128-token tile of 16-token blocks is 16 copies for K and 16 for V, issued by one thread and counted on an
-  mbarrier per stage (expect-tx), not 256 threads' cp.async address arithmetic.
-- FA3's intra-warpgroup overlap: iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as asynchronous wgmma,
-  then runs S_j's softmax while the P V product is still on the tensor cores; P stays in registers as the A operand.
-- K runs one tile ahead of V through NUM_STAGES buffers of each; a stage is refilled as soon as the product that
-  read it has retired (a CTA barrier orders the two warpgroups' reads before the copy that overwrites them).
+- Three partitions: a 1-warp producer and two consumer warpgroups of 64 rows each (registers moved to the consumers
+  by setmaxnreg).
+- The producer loads K/V tiles by TMA, one bulk copy per cache block and half head (64 columns: one 128-byte swizzle
+  atom), so a 128-token tile of 16-token blocks is 16 copies for K and 16 for V, counted on an expect-tx mbarrier per
+  stage (NUM_STAGES buffers each for K and V); it refills a stage once both consumers have arrived on its `empty`
+  barrier, i.e. the product that read it has retired in both.
+- Each consumer issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as asynchronous wgmma, then runs S_j's softmax while
+  the P V product is still on the tensor cores (FA3's intra-warpgroup overlap); P stays in registers as the A
+  operand. With ping-pong the two warpgroups take turns issuing their products (an mbarrier hand-off).
+- The pipeline's stage and phase counters carry from one work item to the next, so with a persistent grid the
+  producer loads the next item's first tiles while the consumers finish the current one.
 
 Stale slots past the context (the last block's tail) are zeroed in the last V tile before P V reads it, as the
 Triton kernel's masked loads do, so a NaN left in a never-written slot cannot reach the output.
@@ -46,7 +51,7 @@ HALF = gl.constexpr(64)  # columns per TMA copy and per shared-memory tile: one 
 
 @dataclass(frozen=True, slots=True)
 class GluonPrefillConfig:
-    block_m: int = 128  # query rows per program (8 warps: two warpgroups of 64 rows)
+    block_m: int = 128  # query rows per work item (two consumer warpgroups of 64 rows)
     block_n: int = 128  # keys per tile
     num_stages: int = 2  # K and V buffers each (3 fits 224 KiB of shared memory at head_dim 128)
     producer_regs: int = 40  # registers per thread of the one TMA-issuing warp (setmaxnreg)
@@ -94,6 +99,8 @@ def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonPrefillConfig | 
         return f"needs cache blocks of 8..{cfg.block_n} tokens dividing block_n"
     if q.stride(2) != 1 or q.stride(1) != head_dim:
         return "needs each token's heads packed (stride over heads = head_dim)"
+    if q.data_ptr() % 16 or q.stride(0) * q.element_size() % 16:
+        return "needs q's rows 16-byte aligned (a TMA descriptor's)"
     return None
 
 
