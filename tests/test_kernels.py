@@ -289,3 +289,43 @@ def test_launch_keys_at_least_as_fine_as_tritons_specialisation():
     with pytest.raises(TypeError, match="num_splits"):
         Launch(_merge_splits_kernel, (1,), dict(o_part=x, lse=x, out=x, stride_ob=1, stride_oh=1,
                                                 SPLITS_PAD=2, HEAD_DIM=16), {})
+
+
+def test_launch_adapt_maps_what_the_caller_swaps_in():
+    """Launch.adapt: a step's launch is re-issued per layer with the layer's (k_cache, v_cache, k_scale, v_scale);
+    a kernel that takes other arguments for them (the Gluon prefill: TMA descriptors) maps them first."""
+    import triton
+    import triton.language as tl
+
+    from engine.kernels.launch import Launch
+
+    @triton.jit
+    def _copy(src, dst, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(dst + i, tl.load(src + i))
+
+    a, b, out = torch.arange(4.0), torch.arange(4.0) + 10, torch.zeros(4)
+    launch = Launch(_copy, (1,), dict(src=a, dst=out, N=4), {}, swap=("src",), adapt=lambda x, *_: (x * 2,))
+    launch.run()
+    assert torch.equal(out, a)  # run() issues the launch as built
+    launch(b, "v_cache", "k_scale", "v_scale")
+    assert torch.equal(out, b * 2)  # the swapped value went through adapt; extra values are dropped by it
+
+
+def test_gluon_prefill_descriptors_are_made_once_per_cache_and_keyed_like_triton():
+    """The Gluon prefill's per-layer descriptors (built on the CPU; the kernel itself needs an sm_90 GPU): one per
+    cache tensor, [block_size, 64] boxes over [blocks * block_size, Hkv * 128], and a launch key that tells boxes,
+    dtypes and alignment apart but not addresses; supported() says why a call falls back to the Triton kernel."""
+    from engine.kernels import prefill_gluon as G
+    from engine.kernels.launch import _spec
+
+    k16, v16 = (torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16) for _ in range(2))
+    dk, dv = G._layer_descriptors(k16, v16, None, None)
+    assert dk is G._cache_descriptor(k16) and dv is not dk
+    assert list(dk.block_shape) == [16, 64] and list(dk.shape) == [64, 256]
+    assert _spec(dk, False) == _spec(dv, False)  # another address, the same compiled variant
+    k32 = torch.zeros(2, 32, 2, 128, dtype=torch.bfloat16)
+    assert _spec(G._cache_descriptor(k32), False) != _spec(dk, False)  # another box
+    assert _spec(G._cache_descriptor(k16.half()), False) != _spec(dk, False)  # another dtype
+    q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
+    assert "sm_90" in G.supported(q, k16)  # a CPU tensor (the dispatch itself: tests/gpu/test_prefill_gluon_gpu.py)
