@@ -28,9 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels import prefill_gluon
 from engine.kernels.cache import _round_to_e4m3
 from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
-from engine.kernels import prefill_gluon
 from engine.kernels.launch import INTERPRET, LAYER_ARGS, Launch
 
 
