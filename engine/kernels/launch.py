@@ -48,8 +48,8 @@ def _spec(value, constexpr: bool):
 
 
 class Launch:
-    """One launch of a @triton.jit (or @gluon.jit) kernel: `run()` launches it through Triton; calls re-issue it cheaply, with the
-    `swap` arguments replaced (module docstring)."""
+    """One launch of a @triton.jit (or @gluon.jit) kernel: `run()` launches it through Triton; calls re-issue it
+    cheaply, with the `swap` arguments replaced (module docstring)."""
 
     __slots__ = ("fn", "grid", "args", "options", "swap_at", "adapt", "runners", "stream")
 
