@@ -39,6 +39,15 @@ def new_app() -> AppTest:
     return at
 
 
+def replay_upload(name: str, content: bytes) -> AppTest:
+    """The Replay page with `content` uploaded as file `name` and chosen as the source."""
+    at = new_app()
+    at.session_state["replay.injected_upload"] = (name, content)
+    at.run()
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    return at
+
+
 def app(page: str | None = None) -> AppTest:
     at = new_app().run()
     if page is not None:
@@ -213,10 +222,7 @@ def test_replay_rejection_banner_counts_the_trace_requests_not_their_parallel_sa
     header = '{"pagesim_trace": 1, "name": "parallel", "hash_block_size": 16}\n'
     rows = "".join(f'{{"request_id": "r{i}", "arrival_time_s": {i * 0.5}, "prompt_len": {900 if i in (1, 3) else 100}, '
                    f'"output_len": 50, "n": 3}}\n' for i in range(6))
-    at = new_app()
-    at.session_state["replay.injected_upload"] = ("parallel.jsonl", (header + rows).encode())
-    at.run()
-    at.radio(key="replay.source").set_value("Upload a file").run()
+    at = replay_upload("parallel.jsonl", (header + rows).encode())
     at.number_input(key="replay.max_model_len").set_value(600).run()
     assert not at.exception and not at.error
     (banner,) = [w for w in at.warning if "rejected" in w.value]
@@ -254,10 +260,7 @@ LONG_PROMPTS = ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
 
 
 def test_replay_long_prompt_upload_shows_the_rejection_banner():
-    at = new_app()
-    at.session_state["replay.injected_upload"] = ("long.csv", LONG_PROMPTS)
-    at.run()
-    at.radio(key="replay.source").set_value("Upload a file").run()
+    at = replay_upload("long.csv", LONG_PROMPTS)
     assert not at.exception and not at.error
     (banner,) = at.warning
     assert "20 of 40 requests rejected" in banner.value and "max_model_len 8,192" in banner.value
@@ -497,10 +500,7 @@ MALFORMED = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68059
 
 
 def test_replay_malformed_upload_shows_the_validation_message_without_a_traceback():
-    at = new_app()
-    at.session_state["replay.injected_upload"] = ("conv.csv", MALFORMED)
-    at.run()
-    at.radio(key="replay.source").set_value("Upload a file").run()
+    at = replay_upload("conv.csv", MALFORMED)
     assert not at.exception
     (error,) = at.error
     assert error.value.startswith("conv.csv, line 3, field 'ContextTokens': expected "), error.value
@@ -509,10 +509,7 @@ def test_replay_malformed_upload_shows_the_validation_message_without_a_tracebac
 
 
 def test_replay_valid_upload_is_replayed():
-    at = new_app()
-    at.session_state["replay.injected_upload"] = ("conv.csv", MALFORMED.replace(b"-5", b"500"))
-    at.run()
-    at.radio(key="replay.source").set_value("Upload a file").run()
+    at = replay_upload("conv.csv", MALFORMED.replace(b"-5", b"500"))
     assert not at.exception and not at.error
     assert "conv" in " ".join(e.label for e in at.expander)
     assert len(charts(at)) == 3
@@ -522,10 +519,7 @@ def test_replay_upload_arriving_beyond_what_a_double_resolves_is_refused_as_repl
     """Was: an upload whose last request arrives 200 years after the first replayed on the page with its latencies read
     as 0 (the CLI refuses it since round 27)."""
     far = MALFORMED.replace(b"-5", b"500").replace(b"2023-11-16 18:15:50", b"2223-11-16 18:15:50")
-    at = new_app()
-    at.session_state["replay.injected_upload"] = ("conv.csv", far)
-    at.run()
-    at.radio(key="replay.source").set_value("Upload a file").run()
+    at = replay_upload("conv.csv", far)
     assert not at.exception
     (error,) = at.error
     assert error.value.startswith("conv.csv, line 3, field 'TIMESTAMP': expected an arrival at most 1e+09 s after"), \

@@ -314,8 +314,9 @@ def test_launch_adapt_maps_what_the_caller_swaps_in():
 
 def test_gluon_prefill_descriptors_are_made_once_per_cache_and_keyed_like_triton():
     """The Gluon prefill's per-layer descriptors (built on the CPU; the kernel itself needs an sm_90 GPU): one per
-    cache tensor, [block_size, 64] boxes over [blocks * block_size, Hkv * 128], and a launch key that tells boxes,
-    dtypes and alignment apart but not addresses; supported() says why a call falls back to the Triton kernel."""
+    cache tensor and gone with it, [block_size, 64] boxes over [blocks * block_size, Hkv * 128], and a launch key that
+    tells boxes, dtypes and alignment apart but not addresses; supported() says why a call falls back to the Triton
+    kernel."""
     from engine.kernels import prefill_gluon as G
     from engine.kernels.launch import _spec
 
@@ -327,5 +328,12 @@ def test_gluon_prefill_descriptors_are_made_once_per_cache_and_keyed_like_triton
     k32 = torch.zeros(2, 32, 2, 128, dtype=torch.bfloat16)
     assert _spec(G._cache_descriptor(k32), False) != _spec(dk, False)  # another box
     assert _spec(G._cache_descriptor(k16.half()), False) != _spec(dk, False)  # another dtype
+    import gc
+    import weakref
+
+    gone = weakref.ref(k32)
+    del k32
+    gc.collect()
+    assert gone() is None, "a cache's descriptor must not keep the cache (an engine's whole KV memory) alive"
     q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
     assert "sm_90" in G.supported(q, k16)  # a CPU tensor (the dispatch itself: tests/gpu/test_prefill_gluon_gpu.py)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +82,11 @@ def default_config(device: torch.device, max_seqlen_q: int) -> GluonPrefillConfi
 
 
 @functools.cache
+def _capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)  # asked once per device, not at every step's launch
+
+
+@functools.cache
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
@@ -89,7 +95,7 @@ def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonPrefillConfig | 
     """Why this kernel cannot take the call (None: it can)."""
     cfg = cfg or GluonPrefillConfig()
     _, block_size, num_kv_heads, head_dim = k_cache.shape
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+    if not q.is_cuda or _capability(q.device)[0] != 9:
         return "needs an sm_90 GPU"
     if k_cache.dtype not in (torch.bfloat16, torch.float16) or q.dtype != k_cache.dtype:
         return "needs a 16-bit cache of the query's dtype"
@@ -323,20 +329,32 @@ def _gluon_prefill_kernel(q_desc, k_desc, v_desc, o, cu_seqlens_q, context_lens,
 
 def _cache_descriptor(cache: torch.Tensor) -> TensorDescriptor:
     """A layer's K or V cache [blocks, block_size, Hkv, 128] as [blocks * block_size, Hkv * 128] with [block_size, 64]
-    boxes (one cache block's half head), made once per cache tensor."""
+    boxes (one cache block's half head), made once per cache tensor (a step's launch re-issues per layer: 0.6 us a
+    lookup against 3.5 to make one). Kept while the cache tensor lives and no longer: the descriptor's base is a view of
+    a detached alias, which holds the storage but not the tensor it is keyed by (a view of the tensor itself would
+    keep it, and every KV cache an engine ever had, alive)."""
+    entry = _CACHE_DESCRIPTORS.get(id(cache))
+    if entry is not None and entry[0]() is cache:
+        return entry[1]
     num_blocks, block_size, num_kv_heads, head_dim = cache.shape
-    key = (cache.data_ptr(), tuple(cache.shape), cache.dtype)
-    desc = _CACHE_DESCRIPTORS.get(key)
-    if desc is None:
-        gdt = gl.bfloat16 if cache.dtype == torch.bfloat16 else gl.float16
-        shape = [num_blocks * block_size, num_kv_heads * head_dim]
-        desc = _CACHE_DESCRIPTORS[key] = TensorDescriptor(
-            cache.view(shape), shape, [shape[1], 1], [block_size, HALF.value],
-            gl.NVMMASharedLayout.get_default_for([block_size, HALF.value], gdt))
+    shape = [num_blocks * block_size, num_kv_heads * head_dim]
+    desc = TensorDescriptor(cache.detach().view(shape), shape, [shape[1], 1], [block_size, HALF.value],
+                            _smem_layout(block_size, cache.dtype))
+    _CACHE_DESCRIPTORS[id(cache)] = (weakref.ref(cache), desc)
+    weakref.finalize(cache, _CACHE_DESCRIPTORS.pop, id(cache), None)
     return desc
 
 
-_CACHE_DESCRIPTORS: dict = {}  # (data pointer, shape, dtype) -> descriptor: the same bytes, the same descriptor
+# id(cache tensor) -> (a weak reference to it, its descriptor); the entry goes when the tensor does (a dict keyed by
+# the tensor itself would compare tensors with ==, and a WeakKeyDictionary does, on every lookup)
+_CACHE_DESCRIPTORS: dict[int, tuple[weakref.ref, TensorDescriptor]] = {}
+
+
+@functools.cache
+def _smem_layout(rows: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """The shared-memory layout of a [rows, 64] TMA box of a 16-bit dtype (128-byte swizzle)."""
+    gdt = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+    return gl.NVMMASharedLayout.get_default_for([rows, HALF.value], gdt)
 
 
 def _layer_descriptors(k_cache, v_cache, *_scales):
@@ -355,10 +373,8 @@ def gluon_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     num_tiles = triton.cdiv(max_seqlen_q, cfg.block_m)
     items = batch * num_tiles * num_heads
     box = [cfg.block_m // 2, HALF.value]  # one consumer warpgroup's rows, half a head
-    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     q_desc = TensorDescriptor(q.as_strided((total, num_heads * head_dim), (q.stride(0), 1)),
-                              [total, num_heads * head_dim], [q.stride(0), 1], box,
-                              gl.NVMMASharedLayout.get_default_for(box, gdt))
+                              [total, num_heads * head_dim], [q.stride(0), 1], box, _smem_layout(box[0], q.dtype))
     args = dict(q_desc=q_desc, k_desc=_cache_descriptor(k_cache), v_desc=_cache_descriptor(v_cache), o=out,
                 cu_seqlens_q=cu_seqlens_q, context_lens=context_lens, block_tables=block_tables,
                 qk_scale=scale * LOG2E, stride_ot=out.stride(0), stride_oh=out.stride(1),
