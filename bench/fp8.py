@@ -1,17 +1,18 @@
 """FP8 KV-cache benchmark (GPU): our paged decode and prefill kernels reading an fp8 (e4m3) cache against
 the same kernels reading the bf16 cache, on the same data.
 
-    python -m bench.fp8 --out bench/results/fp8-h200-DATE.json [--tune]
+    python -m bench.fp8 --out bench/results/fp8-h200-DATE.json [--tune] [--prefill-only]
 
 Shapes as bench.kernels: Llama-3-8B attention (32 query heads, 8 KV heads, head dim 128), block size 16,
-shuffled block tables; decode at (batch, context) in DECODE_SHAPES, prefill of PREFILL_TOKENS tokens of
-one sequence (no cached prefix) and of 512 new tokens after a 3584-token cached prefix. The fp8 cache
-holds the bf16 cache quantised by the store kernel with per-tensor scales (amax / 448), as the engine
-writes it. Timing as bench.kernels (do_bench median, L2 cleared before each repetition); decode's
+shuffled block tables; decode at (batch, context) in DECODE_SHAPES, prefill at (query tokens, context) in
+PREFILL_SHAPES (one 4096-token prompt, 512 new tokens after a 3584-token cached prefix, one 16384-token prompt).
+The fp8 cache holds the bf16 cache quantised by the store kernel with per-tensor scales (amax / 448), as the
+engine writes it. Timing as bench.kernels (do_bench median, L2 cleared before each repetition); decode's
 primary time is a CUDA-graph replay. Reported per decode shape: tokens/s (batch / step time) for
 both, the fp8 speed-up (target >= 1.8x), K/V bytes/s (fp8 reads half the bytes), and the largest
-|fp8 - bf16| output difference. Prefill: the fp8/bf16 time ratio (target <= 1), for the fp8 default and for the
-prefill with both products in e4m3 (PrefillConfig.pv_fp8) in the launches of E4M3_PREFILL.
+|fp8 - bf16| output difference. Prefill: the fp8/bf16 time ratio of the two defaults (target <= 1; on sm_90 both
+are Gluon kernels, engine.kernels.prefill_gluon and prefill_gluon_fp8), the Triton kernels' times for both
+dtypes beside them, and the Triton kernel with both products in e4m3 in the launches of E4M3_PREFILL.
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ import torch
 import triton
 
 import engine.kernels as K
+from engine.kernels.prefill import FP8_PREFILL_CONFIG
 from bench.kernels import BF16, BS, D, DECODE_CONFIGS, DECODE_SHAPES, DEV, HKV, HQ, seconds, timed
 
 FP8 = torch.float8_e4m3fn
 SPEEDUP_TARGET = 1.8
 PREFILL_TOKENS = 4096  # one 4096-token prompt (no cached prefix), and 512 new tokens after 3584 cached
+# (query tokens, context): those two, and one 16384-token prompt (bench.kernels' longest prefill shape)
+PREFILL_SHAPES = ((PREFILL_TOKENS, PREFILL_TOKENS), (512, PREFILL_TOKENS), (16384, 16384))
 # the prefill with both products in e4m3 (PrefillConfig.pv_fp8, the default at 2 stages), timed in these launches too
 E4M3_PREFILL = {f"stages_{s}": K.PrefillConfig(num_stages=s, fp8_widen="fp16", qk_fp8=True, pv_fp8=True)
                 for s in (2, 3)}
@@ -110,10 +114,14 @@ def prefill_case(q_len: int, ctx: int) -> dict:
                                                               config=K.PrefillConfig()))
     t_fp8 = seconds(lambda: K.paged_prefill_attention(q, k8, v8, cu, lens, tables, scale, max_seqlen_q=q_len,
                                                       out=out_fp8, k_scale=ks, v_scale=vs))
+    # the fp8 cache's Triton kernel (the fp8 default before round 29 made the Gluon kernel the default on sm_90)
+    t_fp8_triton = seconds(lambda: K.paged_prefill_attention(q, k8, v8, cu, lens, tables, scale, max_seqlen_q=q_len,
+                                                             out=out_bf16.clone(), k_scale=ks, v_scale=vs,
+                                                             config=FP8_PREFILL_CONFIG))
     torch.cuda.synchronize()
     row = {"q_len": q_len, "context": ctx, "bf16_s": t_bf16, "bf16_triton_s": t_bf16_triton, "fp8_s": t_fp8,
-           "fp8_over_bf16": t_fp8 / t_bf16, "fp8_over_bf16_triton": t_fp8 / t_bf16_triton,
-           "meets_target": t_fp8 <= t_bf16,
+           "fp8_triton_s": t_fp8_triton, "fp8_over_bf16": t_fp8 / t_bf16, "fp8_over_bf16_triton": t_fp8 / t_bf16_triton,
+           "fp8_triton_over_bf16": t_fp8_triton / t_bf16, "meets_target": t_fp8 <= t_bf16,
            "max_abs_diff_fp8_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item(),
            "fp8_e4m3_products": {}}
     for name, cfg in E4M3_PREFILL.items():  # both products in e4m3 (PrefillConfig.pv_fp8), whatever the default is
@@ -133,6 +141,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
     p.add_argument("--tune", action="store_true", help="also sweep decode launch configs for both dtypes")
+    p.add_argument("--prefill-only", action="store_true", help="the prefill cases only (no decode)")
     args = p.parse_args(argv)
     check_output_file(p, args.out, args.force)  # before any work: committed results are never replaced by default
     if not torch.cuda.is_available():
@@ -141,7 +150,7 @@ def main(argv=None) -> int:
     result = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "python": platform.python_version(), "speedup_target": SPEEDUP_TARGET, "decode": [], "prefill": []}
-    for batch, ctx in DECODE_SHAPES:
+    for batch, ctx in () if args.prefill_only else DECODE_SHAPES:
         row = decode_case(batch, ctx, args.tune)
         result["decode"].append(row)
         print(f"decode B={batch:4d} ctx={ctx:6d}: bf16 {row['bf16_tokens_per_s']:10.0f} tok/s "
@@ -149,10 +158,11 @@ def main(argv=None) -> int:
               f"({row['fp8_kv_tb_per_s']:.2f} TB/s)  x{row['fp8_speedup']:.2f} "
               f"{'meets' if row['meets_target'] else 'MISSES'} {SPEEDUP_TARGET}x  max|diff| {row['max_abs_diff_fp8_vs_bf16']:.3g}",
               flush=True)
-    for q_len, ctx in ((PREFILL_TOKENS, PREFILL_TOKENS), (512, PREFILL_TOKENS)):
+    for q_len, ctx in PREFILL_SHAPES:
         row = prefill_case(q_len, ctx)
         result["prefill"].append(row)
         print(f"prefill q={q_len} ctx={ctx}: bf16 {row['bf16_s'] * 1e3:.3f} ms  fp8 {row['fp8_s'] * 1e3:.3f} ms  "
+              f"(bf16 Triton {row['bf16_triton_s'] * 1e3:.3f}, fp8 Triton {row['fp8_triton_s'] * 1e3:.3f})  "
               f"fp8/bf16 {row['fp8_over_bf16']:.2f} {'meets' if row['meets_target'] else 'MISSES'} <= 1; e4m3 products "
               + ", ".join(f"{k} {v['over_bf16']:.2f}" for k, v in row["fp8_e4m3_products"].items()), flush=True)
     with open(args.out, "w") as f:

@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# Round 29 (issue #13): the engine on its round-28 default (the Gluon paged prefill, persistent grid up to 2,048
-# query tokens) through every GPU test and two recorded windows, in one call on an H200.
-#   bash bench/h200_round29.sh OUT_DIR      # the GPU tests (the Gluon kernel's, kernels, executor with its graphs,
-#                                           # host tier: OUT/gpu_tests.txt), `bench.kernels --prefill-only` beside
-#                                           # FlashInfer (OUT/kernels.json), then longdoc-b with its own
-#                                           # `live --calibrate` and longdoc-a with that profile (OUT/results.tgz)
-#   SKIP_LIVE=1 ...                         # the tests and the bench only (any sm_90 GPU)
+# Round 29: the engine's Gluon prefills on an H200 (bf16: engine/kernels/prefill_gluon.py, the default since round
+# 28; e4m3: engine/kernels/prefill_gluon_fp8.py, the fp8 default on sm_90 since this round).
+#   bash bench/h200_round29.sh OUT_DIR k    # kernels: every GPU test of the kernels, the executor (its graphs), the
+#                                           # host tier and the fp8 cache (OUT/gpu_tests.txt); `bench.kernels
+#                                           # --prefill-only` beside FlashInfer (OUT/kernels.json); `bench.fp8
+#                                           # --prefill-only` (OUT/fp8.json); any sm_90 GPU
+#   bash bench/h200_round29.sh OUT_DIR l    # live (H200 only): longdoc-b with its own `live --calibrate`
+#                                           # (Llama-3.1-8B at 32k), then longdoc-a with that profile (OUT/results.tgz)
 # Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force. Log: OUT/log.txt.
 set -u
-out=${1:?usage: h200_round29.sh OUT_DIR}
+out=${1:?usage: h200_round29.sh OUT_DIR k|l}
+MODE=${2:?usage: h200_round29.sh OUT_DIR k|l}
 source "$(dirname "$0")/h200_lib.sh"
 kernel_call "$out"
 gpu_line >>"$log"
-export MAX_JOBS=15 FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fiws
-step flashinfer warm-up, in the background
-timeout 200 python3 -m bench.kernels --warm-flashinfer --out /dev/null >"$out/fi_warm.txt" 2>&1 &
-warm=$!
-step gpu tests
-timeout 170 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_prefill_gluon_gpu.py \
-    tests/gpu/test_kernels_gpu.py tests/gpu/test_executor_gpu.py tests/gpu/test_host_tier_gpu.py >"$out/gpu_tests.txt" 2>&1
-echo "pytest rc $?" >>"$out/gpu_tests.txt"; tail -5 "$out/gpu_tests.txt" >>"$log"
-wait $warm; echo "flashinfer warm-up rc $?" >>"$log"
-step bench
-timeout 120 python3 -m bench.kernels --prefill-only --commit "${PAGESIM_GIT_COMMIT:-unknown}" \
-    --out "$out/kernels.json" --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
-echo "bench rc $?" >>"$log"
-[ -n "${SKIP_LIVE:-}" ] && { step done; exit 0; }
+if [ "$MODE" = k ]; then
+  export MAX_JOBS=15 FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/fiws
+  step flashinfer warm-up, in the background
+  timeout 200 python3 -m bench.kernels --warm-flashinfer --out /dev/null >"$out/fi_warm.txt" 2>&1 &
+  warm=$!
+  step gpu tests
+  timeout ${TEST_BUDGET:-280} python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_prefill_gluon_gpu.py \
+      tests/gpu/test_fp8_gpu.py tests/gpu/test_kernels_gpu.py tests/gpu/test_executor_gpu.py \
+      tests/gpu/test_host_tier_gpu.py >"$out/gpu_tests.txt" 2>&1
+  echo "pytest rc $?" >>"$out/gpu_tests.txt"; grep -E "passed|failed|Error" "$out/gpu_tests.txt" | tail -8 >>"$log"
+  step fp8 bench
+  timeout 120 python3 -m bench.fp8 --prefill-only --out "$out/fp8.json" --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
+  echo "fp8 bench rc $?" >>"$log"
+  wait $warm; echo "flashinfer warm-up rc $?" >>"$log"
+  step kernels bench
+  timeout 120 python3 -m bench.kernels --prefill-only --commit "${PAGESIM_GIT_COMMIT:-unknown}" \
+      --out "$out/kernels.json" --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
+  echo "kernels bench rc $?" >>"$log"
+  step done
+  exit 0
+fi
 OUT=$out; S=r29; D=$(date -u +%F)
 live_call >>"$log"
 gpu_line | grep -q H200 || { echo "not an H200: $(gpu_line); nothing recorded" >>"$log"; exit 3; }

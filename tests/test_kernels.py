@@ -322,12 +322,12 @@ def test_gluon_prefill_descriptors_are_made_once_per_cache_and_keyed_like_triton
 
     k16, v16 = (torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16) for _ in range(2))
     dk, dv = G._layer_descriptors(k16, v16, None, None)
-    assert dk is G._cache_descriptor(k16) and dv is not dk
+    assert dk is G.cache_descriptor(k16) and dv is not dk
     assert list(dk.block_shape) == [16, 64] and list(dk.shape) == [64, 256]
     assert _spec(dk, False) == _spec(dv, False)  # another address, the same compiled variant
     k32 = torch.zeros(2, 32, 2, 128, dtype=torch.bfloat16)
-    assert _spec(G._cache_descriptor(k32), False) != _spec(dk, False)  # another box
-    assert _spec(G._cache_descriptor(k16.half()), False) != _spec(dk, False)  # another dtype
+    assert _spec(G.cache_descriptor(k32), False) != _spec(dk, False)  # another box
+    assert _spec(G.cache_descriptor(k16.half()), False) != _spec(dk, False)  # another dtype
     import gc
     import weakref
 
@@ -337,3 +337,27 @@ def test_gluon_prefill_descriptors_are_made_once_per_cache_and_keyed_like_triton
     assert gone() is None, "a cache's descriptor must not keep the cache (an engine's whole KV memory) alive"
     q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
     assert "sm_90" in G.supported(q, k16)  # a CPU tensor (the dispatch itself: tests/gpu/test_prefill_gluon_gpu.py)
+
+
+def test_gluon_fp8_prefill_descriptors_read_k_by_token_and_v_transposed():
+    """The e4m3 prefill's descriptors: K as the 16-bit kernel's with whole 128-byte head rows ([block_size, 128]
+    boxes), V by its stored order (each block [Hkv, 128, block_size]: engine.kernels.cache) as [blocks * Hkv * 128,
+    block_size] with a box of one block's V^T of one head; the box at a block and head holds exactly that V^T."""
+    from engine.kernels import prefill_gluon as G
+    from engine.kernels import prefill_gluon_fp8 as G8
+    from engine.kernels import reference as R
+    from engine.kernels.launch import _spec
+
+    x = torch.randn(3, 16, 2, 128)
+    k8 = R.fp8_cache_of(x, torch.ones(1), v=False)
+    v8 = R.fp8_cache_of(x, torch.ones(1), v=True)
+    dk, dv, ks, vs = G8._layer_args(k8, v8, "ks", "vs")
+    assert (ks, vs) == ("ks", "vs") and dk is G.cache_descriptor(k8) and dv is G.cache_descriptor(v8, v_transposed=True)
+    assert list(dk.block_shape) == [16, 128] and list(dk.shape) == [48, 256]
+    assert list(dv.block_shape) == [128, 16] and list(dv.shape) == [3 * 2 * 128, 16]
+    assert _spec(dv, False) != _spec(dk, False)
+    blk, head = 2, 1  # the box the producer copies for this block and KV head: rows (blk * Hkv + head) * 128 ..
+    box = dv.base[(blk * 2 + head) * 128:(blk * 2 + head + 1) * 128]
+    assert torch.equal(box.float(), R.quantize_fp8(x[blk, :, head], torch.ones(1)).float().T)
+    q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
+    assert "sm_90" in G8.supported(q, k8)

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels import prefill_gluon
+from engine.kernels import prefill_gluon, prefill_gluon_fp8
 from engine.kernels.cache import _round_to_e4m3
 from engine.kernels.decode import LOG2E, _load_kv, _widen, dot_dtype
 from engine.kernels.launch import INTERPRET, LAYER_ARGS, Launch
@@ -366,17 +366,23 @@ def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> list[Launch]:
     """paged_prefill_attention's kernel launch into `out`, not yet issued (none: nothing to compute), as
     decode_launches gives the decode's; its cache and scales can be swapped per call (engine.kernels.launch).
-    With no `config`, a call the Gluon kernel takes (engine.kernels.prefill_gluon.supported: an sm_90 GPU, a 16-bit
-    cache, head_dim 128) runs that kernel; any PrefillConfig, and everything else, this file's Triton kernel."""
-    if config is None and not INTERPRET and prefill_gluon.supported(q, k_cache) is None:
+    With no `config`, a call a Gluon kernel takes (an sm_90 GPU, head_dim 128: engine.kernels.prefill_gluon for a
+    16-bit cache, engine.kernels.prefill_gluon_fp8 for an e4m3 one) runs that kernel; any PrefillConfig, and everything
+    else, this file's Triton kernel."""
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    gluon = None if config is not None or INTERPRET else prefill_gluon_fp8 if fp8 else prefill_gluon
+    if gluon is not None and gluon.supported(q, k_cache) is None:
         if cu_seqlens_q.shape[0] < 2 or q.shape[0] == 0:
             return []
         if max_seqlen_q is None:
             max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
-        return [prefill_gluon.gluon_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
-                                           max_seqlen_q=max_seqlen_q,
-                                           config=prefill_gluon.default_config(q.device, max_seqlen_q))]
-    fp8 = k_cache.dtype == torch.float8_e4m3fn
+        cfg = gluon.default_config(q.device, max_seqlen_q)
+        if fp8:
+            assert k_scale is not None and v_scale is not None, "an fp8 cache needs k_scale and v_scale"
+            return [gluon.gluon_fp8_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
+                                           k_scale, v_scale, max_seqlen_q=max_seqlen_q, config=cfg)]
+        return [gluon.gluon_launch(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_tables, scale, out,
+                                   max_seqlen_q=max_seqlen_q, config=cfg)]
     total, num_heads, head_dim = q.shape
     cfg = config or (PrefillConfig() if not fp8 else FP8_PREFILL_CONFIG if head_dim >= 32
                      else FP8_WIDENED_PREFILL_CONFIG)

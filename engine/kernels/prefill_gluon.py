@@ -327,39 +327,46 @@ def _gluon_prefill_kernel(q_desc, k_desc, v_desc, o, cu_seqlens_q, context_lens,
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-def _cache_descriptor(cache: torch.Tensor) -> TensorDescriptor:
-    """A layer's K or V cache [blocks, block_size, Hkv, 128] as [blocks * block_size, Hkv * 128] with [block_size, 64]
-    boxes (one cache block's half head), made once per cache tensor (a step's launch re-issues per layer: 0.6 us a
-    lookup against 3.5 to make one). Kept while the cache tensor lives and no longer: the descriptor's base is a view of
-    a detached alias, which holds the storage but not the tensor it is keyed by (a view of the tensor itself would
-    keep it, and every KV cache an engine ever had, alive)."""
-    entry = _CACHE_DESCRIPTORS.get(id(cache))
+def cache_descriptor(cache: torch.Tensor, *, v_transposed: bool = False) -> TensorDescriptor:
+    """A layer's K or V cache [blocks, block_size, Hkv, 128] as [blocks * block_size, Hkv * 128] with boxes of one
+    cache block's 128 bytes of a head ([block_size, 64] of a 16-bit cache, one half head; [block_size, 128] of an
+    e4m3 cache); v_transposed: an e4m3 V cache, whose blocks hold [Hkv, 128, block_size] (engine.kernels.cache), as
+    [blocks * Hkv * 128, block_size] with [128, block_size] boxes (one block's V^T of a head). Made once per cache
+    tensor (a step's launch re-issues per layer: 0.6 us a lookup against 3.5 to make one). Kept while the cache
+    tensor lives and no longer: the descriptor's base is a view of a detached alias, which holds the storage but not
+    the tensor it is keyed by (a view of the tensor itself would keep it, and every KV cache an engine ever had,
+    alive)."""
+    key = (id(cache), v_transposed)
+    entry = _CACHE_DESCRIPTORS.get(key)
     if entry is not None and entry[0]() is cache:
         return entry[1]
     num_blocks, block_size, num_kv_heads, head_dim = cache.shape
-    shape = [num_blocks * block_size, num_kv_heads * head_dim]
-    desc = TensorDescriptor(cache.detach().view(shape), shape, [shape[1], 1], [block_size, HALF.value],
-                            _smem_layout(block_size, cache.dtype))
-    _CACHE_DESCRIPTORS[id(cache)] = (weakref.ref(cache), desc)
-    weakref.finalize(cache, _CACHE_DESCRIPTORS.pop, id(cache), None)
+    if v_transposed:
+        shape, box = [num_blocks * num_kv_heads * head_dim, block_size], [head_dim, block_size]
+    else:
+        shape, box = [num_blocks * block_size, num_kv_heads * head_dim], [block_size, 128 // cache.element_size()]
+    desc = TensorDescriptor(cache.detach().view(shape), shape, [shape[1], 1], box, _smem_layout(*box, cache.dtype))
+    _CACHE_DESCRIPTORS[key] = (weakref.ref(cache), desc)
+    weakref.finalize(cache, _CACHE_DESCRIPTORS.pop, key, None)
     return desc
 
 
-# id(cache tensor) -> (a weak reference to it, its descriptor); the entry goes when the tensor does (a dict keyed by
-# the tensor itself would compare tensors with ==, and a WeakKeyDictionary does, on every lookup)
+# (id(cache tensor), v_transposed) -> (a weak reference to it, its descriptor); the entry goes when the tensor does (a
+# dict keyed by the tensor itself would compare tensors with ==, and a WeakKeyDictionary does, on every lookup)
 _CACHE_DESCRIPTORS: dict[int, tuple[weakref.ref, TensorDescriptor]] = {}
 
 
 @functools.cache
-def _smem_layout(rows: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
-    """The shared-memory layout of a [rows, 64] TMA box of a 16-bit dtype (128-byte swizzle)."""
-    gdt = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
-    return gl.NVMMASharedLayout.get_default_for([rows, HALF.value], gdt)
+def _smem_layout(rows: int, cols: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """The shared-memory layout of a [rows, cols] TMA box (the widest swizzle its rows allow: 128 bytes for a row of
+    64 16-bit or 128 e4m3 values)."""
+    gdt = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}[dtype]
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gdt)
 
 
 def _layer_descriptors(k_cache, v_cache, *_scales):
     """Launch.adapt: a layer's (k_cache, v_cache, k_scale, v_scale) as the kernel's (k_desc, v_desc)."""
-    return _cache_descriptor(k_cache), _cache_descriptor(v_cache)
+    return cache_descriptor(k_cache), cache_descriptor(v_cache)
 
 
 def gluon_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -374,8 +381,8 @@ def gluon_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     items = batch * num_tiles * num_heads
     box = [cfg.block_m // 2, HALF.value]  # one consumer warpgroup's rows, half a head
     q_desc = TensorDescriptor(q.as_strided((total, num_heads * head_dim), (q.stride(0), 1)),
-                              [total, num_heads * head_dim], [q.stride(0), 1], box, _smem_layout(box[0], q.dtype))
-    args = dict(q_desc=q_desc, k_desc=_cache_descriptor(k_cache), v_desc=_cache_descriptor(v_cache), o=out,
+                              [total, num_heads * head_dim], [q.stride(0), 1], box, _smem_layout(*box, q.dtype))
+    args = dict(q_desc=q_desc, k_desc=cache_descriptor(k_cache), v_desc=cache_descriptor(v_cache), o=out,
                 cu_seqlens_q=cu_seqlens_q, context_lens=context_lens, block_tables=block_tables,
                 qk_scale=scale * LOG2E, stride_ot=out.stride(0), stride_oh=out.stride(1),
                 stride_bt=block_tables.stride(0), batch=batch, num_tiles=num_tiles,

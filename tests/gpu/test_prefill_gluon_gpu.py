@@ -1,6 +1,7 @@
-"""The Gluon paged prefill (engine.kernels.prefill_gluon, sm_90 only) against the reference and the Triton kernel at
-Llama-3-8B heads: cached prefixes, chunks shorter than a tile, contexts ending mid-block, block sizes 8-128, and a
-cache whose slots past every context hold NaN. Skipped without CUDA; Gluon does not run under TRITON_INTERPRET."""
+"""The Gluon paged prefills (engine.kernels.prefill_gluon and, over an e4m3 cache, prefill_gluon_fp8; sm_90 only)
+against the reference and the Triton kernel at Llama-3-8B heads: cached prefixes, chunks shorter than a tile, contexts
+ending mid-block, block sizes 8-128 (16-128 for e4m3), and a cache whose slots past every context hold NaN. Skipped
+without CUDA; Gluon does not run under TRITON_INTERPRET."""
 
 from __future__ import annotations
 
@@ -97,3 +98,84 @@ def test_gluon_prefill_refuses_what_it_cannot_run():
     assert "16-bit" in supported(q, k_cache.to(torch.float8_e4m3fn))
     with pytest.raises(ValueError, match="gluon prefill"):
         gluon_paged_prefill(q.float(), k_cache, v_cache, cu, lens, tables, D**-0.5, max_seqlen_q=max_q)
+
+
+def fp8_case(block_size: int, seqs=SEQS, poison: bool = False):
+    """case() with its cache stored as the engine stores an e4m3 cache (per-tensor scales amax / 448, V's blocks
+    transposed); poison: the slots past each context in its last block hold NaN bits (0x7F) in K and V."""
+    q, k_cache, v_cache, cu, lens, tables, max_q = case(block_size, seqs)
+    ks, vs = ((c.abs().amax().float() / 448.0).reshape(1) for c in (k_cache, v_cache))
+    k8, v8 = R.fp8_cache_of(k_cache, ks, v=False), R.fp8_cache_of(v_cache, vs, v=True)
+    if poison:
+        from engine.kernels.cache import v_token_major
+
+        for b, n in enumerate(lens.tolist()):
+            if n % block_size:
+                last = int(tables[b, (n - 1) // block_size])
+                for view in (k8, v_token_major(v8)):
+                    view.view(torch.uint8)[last, n % block_size:] = 0x7F
+    return q, k8, v8, ks, vs, cu, lens, tables, max_q
+
+
+@pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
+@pytest.mark.parametrize("block_size, stages, pingpong, persistent", [
+    (16, 3, True, 0), (16, 2, False, 0), (32, 3, True, 0), (64, 2, True, 0), (128, 3, False, 0), (16, 3, True, 132),
+    (16, 2, False, 5), (32, 3, True, 7)])
+def test_gluon_fp8_prefill_matches_the_triton_fp8_kernel_and_the_reference(block_size, stages, pingpong, persistent):
+    """The same numerics as the Triton kernel's fp8 default (q and P rounded to e4m3): against the fp32 reference on
+    the dequantised cache with q rounded per row, within P's rounding bound (tests/gpu/test_fp8_gpu.py), and
+    against the Triton kernel's output."""
+    from engine.kernels.prefill import FP8_PREFILL_CONFIG
+    from engine.kernels.prefill_gluon_fp8 import GluonFp8PrefillConfig, gluon_fp8_paged_prefill
+    from tests.gpu.test_fp8_gpu import assert_prefill_close
+    from tests.test_fp8_kv import rowwise_e4m3
+
+    q, k8, v8, ks, vs, cu, lens, tables, max_q = fp8_case(block_size)
+    out = torch.full_like(q, float("nan"))
+    cfg = GluonFp8PrefillConfig(num_stages=stages, pingpong=pingpong, persistent=persistent)
+    gluon_fp8_paged_prefill(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs, max_seqlen_q=max_q, out=out, config=cfg)
+    what = f"gluon fp8 prefill bs={block_size} {cfg}"
+    ref = R.paged_prefill_attention(rowwise_e4m3(q), k8, v8, cu, lens, tables, D**-0.5, ks, vs)
+    assert_prefill_close(out, ref, FP8_PREFILL_CONFIG, q, k8, v8, cu, lens, tables, ks, vs, what)
+    triton_out = K.paged_prefill_attention(q, k8, v8, cu, lens, tables, D**-0.5, max_seqlen_q=max_q,
+                                           k_scale=ks, v_scale=vs, config=FP8_PREFILL_CONFIG)
+    diff = (out.float() - triton_out.float()).abs()
+    print(f"\n{what}: vs the Triton fp8 kernel max |diff| {diff.max().item():.3g}, mean {diff.mean().item():.3g}")
+    assert_prefill_close(out, triton_out.float(), FP8_PREFILL_CONFIG, q, k8, v8, cu, lens, tables, ks, vs,
+                         f"{what} vs the Triton fp8 kernel")
+
+
+@pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
+@pytest.mark.parametrize("block_size, persistent", [(16, 0), (32, 0), (16, 5)])
+def test_gluon_fp8_prefill_ignores_nan_in_slots_past_the_context(block_size, persistent):
+    from engine.kernels.prefill import FP8_PREFILL_CONFIG
+    from engine.kernels.prefill_gluon_fp8 import DEFAULT_CONFIG, gluon_fp8_paged_prefill
+    from tests.gpu.test_fp8_gpu import assert_prefill_close
+    from tests.test_fp8_kv import rowwise_e4m3
+
+    q, k8, v8, ks, vs, cu, lens, tables, max_q = fp8_case(block_size, poison=True)
+    cfg = dataclasses.replace(DEFAULT_CONFIG, persistent=persistent)
+    out = gluon_fp8_paged_prefill(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs, max_seqlen_q=max_q, config=cfg)
+    clean_k, clean_v = (c.view(torch.uint8).masked_fill(c.view(torch.uint8) == 0x7F, 0).view(c.dtype)
+                        for c in (k8, v8))
+    ref = R.paged_prefill_attention(rowwise_e4m3(q), clean_k, clean_v, cu, lens, tables, D**-0.5, ks, vs)
+    assert_prefill_close(out, ref, FP8_PREFILL_CONFIG, q, clean_k, clean_v, cu, lens, tables, ks, vs,
+                         f"gluon fp8 prefill over NaN-poisoned stale slots bs={block_size} {cfg}")
+
+
+@pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
+def test_gluon_fp8_prefill_is_the_fp8_default_and_refuses_what_it_cannot_run():
+    from engine.kernels.prefill_gluon_fp8 import gluon_fp8_paged_prefill, supported
+
+    q, k8, v8, ks, vs, cu, lens, tables, max_q = fp8_case(16, seqs=[(16, 16)])
+    assert supported(q, k8) is None
+    launch = prefill_launches(q, k8, v8, cu, lens, tables, D**-0.5, torch.empty_like(q), max_seqlen_q=max_q,
+                              k_scale=ks, v_scale=vs)
+    assert launch[0].fn.__name__ == "_gluon_fp8_prefill_kernel", "the default fp8 prefill on sm_90 is Gluon's"
+    explicit = prefill_launches(q, k8, v8, cu, lens, tables, D**-0.5, torch.empty_like(q), max_seqlen_q=max_q,
+                                k_scale=ks, v_scale=vs, config=K.PrefillConfig(qk_fp8=True, pv_fp8=True))
+    assert explicit[0].fn.__name__ == "_prefill_kernel", "an explicit PrefillConfig runs the Triton kernel"
+    assert "16..128" in supported(q, fp8_case(8, seqs=[(16, 16)])[1])
+    assert "e4m3" in supported(q, k8.to(BF16))
+    with pytest.raises(ValueError, match="gluon fp8 prefill"):
+        gluon_fp8_paged_prefill(q, k8.to(BF16), v8, cu, lens, tables, D**-0.5, ks, vs, max_seqlen_q=max_q)
