@@ -159,8 +159,12 @@ def test_features_from_plan_keep_the_prefill_programs_walks():
 def test_prefill_tile_is_the_engines():
     from engine.kernels.prefill import FP8_PREFILL_CONFIG, PrefillConfig
 
+    from engine.kernels import prefill_gluon, prefill_gluon_fp8
+
     for cfg in (PrefillConfig(), FP8_PREFILL_CONFIG):
         assert (cfg.block_m, cfg.block_n, cfg.pack_gqa) == (PREFILL_TILE, PREFILL_TILE, False)
+    for cfg in (prefill_gluon.DEFAULT_CONFIG, prefill_gluon_fp8.DEFAULT_CONFIG):  # the sm_90 defaults: a head a row
+        assert (cfg.block_m, cfg.block_n) == (PREFILL_TILE, PREFILL_TILE)
 
 
 @pytest.mark.parametrize("caching", [True, False])
