@@ -93,7 +93,21 @@ def decode_case(batch: int, ctx: int, tune: bool) -> dict:
     return row
 
 
-def prefill_case(q_len: int, ctx: int) -> dict:
+def gluon_fp8_config(spec: str):
+    """A --gluon launch of the e4m3 Gluon prefill: STAGES, then 'p' for ping-pong, 'w4' for a producer warpgroup
+    (4 warps, at 48 registers a thread), '@N' for a persistent grid of N programs (e.g. 3p@132, 3pw4;
+    bench.kernels.gluon_config's form)."""
+    from engine.kernels.prefill_gluon_fp8 import GluonFp8PrefillConfig
+
+    head, _, persistent = spec.partition("@")
+    wide = head.endswith("w4")
+    head = head.removesuffix("w4")
+    return GluonFp8PrefillConfig(num_stages=int(head.rstrip("p")), pingpong=head.endswith("p"),
+                                 persistent=int(persistent or 0), producer_warps=4 if wide else 1,
+                                 producer_regs=48 if wide else 40)
+
+
+def prefill_case(q_len: int, ctx: int, gluon: list[str] = ()) -> dict:
     g = torch.Generator(device=DEV).manual_seed(q_len + ctx)
     num_blocks = triton.cdiv(ctx, BS)
     k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
@@ -124,6 +138,15 @@ def prefill_case(q_len: int, ctx: int) -> dict:
            "fp8_triton_over_bf16": t_fp8_triton / t_bf16, "meets_target": t_fp8 <= t_bf16,
            "max_abs_diff_fp8_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item(),
            "fp8_e4m3_products": {}}
+    for spec in gluon:  # launches of the Gluon e4m3 kernel (--gluon)
+        from engine.kernels.prefill_gluon_fp8 import gluon_fp8_paged_prefill
+
+        cfg = gluon_fp8_config(spec)
+        t = seconds(lambda: gluon_fp8_paged_prefill(q, k8, v8, cu, lens, tables, scale, ks, vs, max_seqlen_q=q_len,
+                                                    out=out_fp8, config=cfg))
+        torch.cuda.synchronize()
+        row.setdefault("fp8_gluon", {})[spec] = {"s": t, "over_bf16": t / t_bf16, "config": str(cfg),
+                                                 "max_abs_diff_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item()}
     for name, cfg in E4M3_PREFILL.items():  # both products in e4m3 (PrefillConfig.pv_fp8), whatever the default is
         t = seconds(lambda: K.paged_prefill_attention(q, k8, v8, cu, lens, tables, scale, max_seqlen_q=q_len,
                                                       out=out_fp8, k_scale=ks, v_scale=vs, config=cfg))
@@ -142,6 +165,9 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
     p.add_argument("--tune", action="store_true", help="also sweep decode launch configs for both dtypes")
     p.add_argument("--prefill-only", action="store_true", help="the prefill cases only (no decode)")
+    p.add_argument("--gluon", default="", help="also time these launches of the e4m3 Gluon prefill, comma-separated "
+                   "STAGES[p][w4][@N] (p: ping-pong, w4: a 4-warp producer, @N: persistent grid of N programs), "
+                   "e.g. 3p,2p,3pw4,3p@132")
     args = p.parse_args(argv)
     check_output_file(p, args.out, args.force)  # before any work: committed results are never replaced by default
     if not torch.cuda.is_available():
@@ -159,12 +185,13 @@ def main(argv=None) -> int:
               f"{'meets' if row['meets_target'] else 'MISSES'} {SPEEDUP_TARGET}x  max|diff| {row['max_abs_diff_fp8_vs_bf16']:.3g}",
               flush=True)
     for q_len, ctx in PREFILL_SHAPES:
-        row = prefill_case(q_len, ctx)
+        row = prefill_case(q_len, ctx, [g for g in args.gluon.split(",") if g])
         result["prefill"].append(row)
         print(f"prefill q={q_len} ctx={ctx}: bf16 {row['bf16_s'] * 1e3:.3f} ms  fp8 {row['fp8_s'] * 1e3:.3f} ms  "
               f"(bf16 Triton {row['bf16_triton_s'] * 1e3:.3f}, fp8 Triton {row['fp8_triton_s'] * 1e3:.3f})  "
               f"fp8/bf16 {row['fp8_over_bf16']:.2f} {'meets' if row['meets_target'] else 'MISSES'} <= 1; e4m3 products "
-              + ", ".join(f"{k} {v['over_bf16']:.2f}" for k, v in row["fp8_e4m3_products"].items()), flush=True)
+              + ", ".join(f"{k} {v['over_bf16']:.2f}" for k, v in row["fp8_e4m3_products"].items())
+              + "".join(f"; gluon {k} {v['over_bf16']:.3f}" for k, v in row.get("fp8_gluon", {}).items()), flush=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {args.out}")
