@@ -6,6 +6,7 @@
 #   pack                   OUT/results.tgz from OUT/results (the device returns files at most two levels under $OUT;
 #                          rewritten after every step, so a call cut short still returns what was recorded)
 #   fp8_and_longdoc_b_windows SUFFIX  the fp8 `calibrate` and fp8 window, then longdoc-b with `live --calibrate`
+#   longdoc_windows SUFFIX longdoc-b with its own `live --calibrate`, then longdoc-a with its profile (H200 only)
 #   gpu_line               the GPU's name, driver and memory, one line
 #   live_call              the live scripts' set-up: R=$OUT/results with live/ and profiles/, unbuffered Python, gpu_line
 #   kernel_call OUT        the kernel scripts' set-up: the carried wheels installed, PYTHONPATH, OUT/log.txt begun
@@ -110,6 +111,18 @@ window_longdoc_a() {  # $2: a Llama-3.1-8B profile (longdoc-b's own)
   mark "longdoc-a-$1" start
   BUDGET=90 run live traces/longdoc-a.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
       --watermark 0.01 --profile "$2" --out "$R/live/longdoc-a-$1"; mark "longdoc-a-$1" end; pack
+}
+# The two long-document windows on the Gluon prefill (rounds 28-29): on an H200 only (exit 3 otherwise), with clocks,
+# longdoc-b with its own `live --calibrate`, then longdoc-a with that profile; $1: the runs' suffix (needs OUT and log)
+longdoc_windows() {
+  D=$(date -u +%F)
+  live_call >>"$log"
+  gpu_line | grep -q H200 || { echo "not an H200: $(gpu_line); nothing recorded" >>"$log"; exit 3; }
+  clocks_start 50
+  window_longdoc_b_calibrated "$1" >>"$log" 2>&1
+  window_longdoc_a "$1" "$R/live/longdoc-b-$1/profile.json" >>"$log" 2>&1
+  clocks_stop
+  runs_summary "$R" >>"$log"; pack
 }
 calibrate_fp8_marked() {  # $1: the fp8 profile to write
   mark calibrate-fp8 start; BUDGET=${CAL_BUDGET:-150} run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$1"

@@ -38,14 +38,7 @@ if [ "$MODE" = f ] || [ "$MODE" = p ]; then
   MODE=l
 fi
 if [ "$MODE" = l ]; then
-  OUT=$out; S=r28l; D=$(date -u +%F)
-  live_call >>"$log"
-  gpu_line | grep -q H200 || { echo "not an H200: $(gpu_line); nothing recorded" >>"$log"; exit 3; }
-  clocks_start 50
-  window_longdoc_b_calibrated "$S" >>"$log" 2>&1
-  window_longdoc_a "$S" "$R/live/longdoc-b-$S/profile.json" >>"$log" 2>&1
-  clocks_stop
-  runs_summary "$R" >>"$log"; pack
+  OUT=$out; longdoc_windows r28l
   step done
   exit 0
 fi

@@ -285,6 +285,23 @@ def _consumer(q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_
             gl.store(ptrs + HALF, (o_hi * inv).to(dtype), mask=ok)
 
 
+@gluon.jit
+def barriers(N: gl.constexpr, COUNT: gl.constexpr):
+    """N mbarriers in shared memory, each completing a phase after COUNT arrivals."""
+    bars = gl.allocate_shared_memory(gl.int64, [N, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(N):
+        mbarrier.init(bars.index(i), count=COUNT)
+    return bars
+
+
+@gluon.jit
+def pipeline_barriers(NUM_STAGES: gl.constexpr):
+    """The key-tile pipeline's barriers, NUM_STAGES of each: K's and V's ready (the producer's, one arrival or TMA
+    transaction count) and empty (one arrival per consumer warpgroup); and the two ping-pong turns."""
+    return (barriers(NUM_STAGES, 1), barriers(NUM_STAGES, 1), barriers(NUM_STAGES, 2), barriers(NUM_STAGES, 2),
+            barriers(2, 1))
+
+
 @gluon.jit(do_not_specialize=["batch", "num_tiles"])  # shape counts that vary per step: one compiled variant
 def _gluon_prefill_kernel(q_desc, k_desc, v_desc, o, cu_seqlens_q, context_lens, block_tables, qk_scale,
                           stride_ot, stride_oh, stride_bt, batch, num_tiles,
@@ -297,20 +314,8 @@ def _gluon_prefill_kernel(q_desc, k_desc, v_desc, o, cu_seqlens_q, context_lens,
     q_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_M // 2, HALF], q_desc.layout)
     kbuf = gl.allocate_shared_memory(dtype, [2 * NUM_STAGES, BLOCK_N, HALF], k_desc.layout)
     vbuf = gl.allocate_shared_memory(dtype, [2 * NUM_STAGES, BLOCK_N, HALF], v_desc.layout)
-    qbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # PINGPONG: whose products next
-    for i in gl.static_range(2):
-        mbarrier.init(qbar.index(i), count=1)
-        mbarrier.init(turn.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer warpgroup
-        mbarrier.init(v_empty.index(i), count=2)
+    qbar = barriers(2, 1)
+    k_ready, v_ready, k_empty, v_empty, turn = pipeline_barriers(NUM_STAGES)
     fence_async_shared()
     WG0: gl.constexpr = 0
     WG1: gl.constexpr = 1

@@ -38,7 +38,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from engine.kernels.decode import LOG2E
 from engine.kernels.launch import Launch
-from engine.kernels.prefill_gluon import _capability, _cta_barrier, _sm_count, _work, cache_descriptor
+from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _sm_count, _work, barriers, cache_descriptor,
+                                          pipeline_barriers)
 
 HEAD: gl.constexpr = gl.constexpr(128)  # head_dim: one 128-byte swizzle atom of e4m3
 P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] stored as e4m3 times this (a power of two)
@@ -278,21 +279,8 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
     kbuf = gl.allocate_shared_memory(fp8, [NUM_STAGES, BLOCK_N, HEAD], k_desc.layout)
     vstage = gl.allocate_shared_memory(fp8, [NUM_STAGING * (BLOCK_N // BLOCK_SIZE), HEAD, BLOCK_SIZE], v_desc.layout)
     vt = gl.allocate_shared_memory(fp8, [NUM_STAGES, HEAD, BLOCK_N], vt_layout)
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    vt_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    vt_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    staged = gl.allocate_shared_memory(gl.int64, [NUM_STAGING, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # PINGPONG: whose products next
-    for i in gl.static_range(2):
-        mbarrier.init(turn.index(i), count=1)
-    for i in gl.static_range(NUM_STAGING):
-        mbarrier.init(staged.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(vt_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer warpgroup
-        mbarrier.init(vt_empty.index(i), count=2)
+    k_ready, vt_ready, k_empty, vt_empty, turn = pipeline_barriers(NUM_STAGES)
+    staged = barriers(NUM_STAGING, 1)
     fence_async_shared()
     WG0: gl.constexpr = 0
     WG1: gl.constexpr = 1
