@@ -157,9 +157,8 @@ def test_features_from_plan_keep_the_prefill_programs_walks():
 
 
 def test_prefill_tile_is_the_engines():
-    from engine.kernels.prefill import FP8_PREFILL_CONFIG, PrefillConfig
-
     from engine.kernels import prefill_gluon, prefill_gluon_fp8
+    from engine.kernels.prefill import FP8_PREFILL_CONFIG, PrefillConfig
 
     for cfg in (PrefillConfig(), FP8_PREFILL_CONFIG):
         assert (cfg.block_m, cfg.block_n, cfg.pack_gqa) == (PREFILL_TILE, PREFILL_TILE, False)

@@ -358,7 +358,7 @@ def cache_descriptor(cache: torch.Tensor, *, v_transposed: bool = False) -> Tens
 
 # (id(cache tensor), v_transposed) -> (a weak reference to it, its descriptor); the entry goes when the tensor does (a
 # dict keyed by the tensor itself would compare tensors with ==, and a WeakKeyDictionary does, on every lookup)
-_CACHE_DESCRIPTORS: dict[int, tuple[weakref.ref, TensorDescriptor]] = {}
+_CACHE_DESCRIPTORS: dict[tuple[int, bool], tuple[weakref.ref, TensorDescriptor]] = {}
 
 
 @functools.cache
