@@ -10,7 +10,8 @@
 #                                           # --prefill-only --gluon ${GLUON:-3p,2p,3,4p,3p@132}` (OUT/fp8.json)
 #   bash bench/h200_round29.sh OUT_DIR l    # live (H200 only): longdoc-b with its own `live --calibrate`
 #                                           # (Llama-3.1-8B at 32k), then longdoc-a with that profile (OUT/results.tgz)
-# Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force. Log: OUT/log.txt.
+# Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force. Log: OUT/log.txt. Commit OUT/kernels.json (a
+# --prefill-only result) as bench/results/prefill-gluon-GPU-DATE-SUFFIX.json, never kernels-*.json.
 set -u
 out=${1:?usage: h200_round29.sh OUT_DIR k|f|l}
 MODE=${2:?usage: h200_round29.sh OUT_DIR k|f|l}

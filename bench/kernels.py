@@ -40,6 +40,7 @@ import json
 import platform
 import sys
 import traceback
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -460,6 +461,11 @@ def main() -> None:
         warm_flashinfer()
         return
     check_output_file(parser, args.out, args.force)
+    if args.prefill_only and Path(args.out).name.startswith("kernels-"):
+        parser.error(f"--out {args.out}: a --prefill-only result has no decode table, and the dashboard lists "
+                     "kernels-*.json as full kernel results; name it prefill-gluon-*.json (as bench/results does)")
+    if not torch.cuda.is_available():
+        sys.exit("error: bench.kernels needs a CUDA GPU (none is visible to torch)")
     gluon_configs = []
     if args.prefill_gluon:
         from engine.kernels.prefill_gluon import GluonPrefillConfig

@@ -1,0 +1,35 @@
+"""The GPU benchmarks' option checks, which run before any GPU work: on a machine without CUDA they end with a
+one-line error (no traceback), and bench.kernels refuses a prefill-only result named as a full one before it starts
+(the dashboard lists kernels-*.json as decode results; round 29's first such file broke its page)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_bench(module: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=120)
+
+
+def test_a_prefill_only_kernels_result_cannot_take_a_full_results_name(tmp_path):
+    done = run_bench("bench.kernels", "--prefill-only", "--out", str(tmp_path / "kernels-h100-today.json"))
+    assert done.returncode == 2 and "prefill-gluon-*.json" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "kernels-h100-today.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
+@pytest.mark.parametrize("module, extra", [("bench.kernels", ["--prefill-only"]), ("bench.fp8", ["--prefill-only"])])
+def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path, module, extra):
+    done = run_bench(module, *extra, "--out", str(tmp_path / "result.json"))
+    assert done.returncode != 0 and "needs a CUDA GPU" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "result.json").exists()
