@@ -477,7 +477,8 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         t2 = time.perf_counter()
         swap = measure_swap_bandwidth(executor.kv_cache)
         phases.update(warmup_s=t1 - t0, workloads_s=t2 - t1, swap_bandwidth_s=time.perf_counter() - t2)
-        fit_and_write(rows, cal, target, {"environment": environment(), "config": cal.to_dict(),
+        fit_and_write(rows, cal, target, {"environment": environment(), "prefill_kernel": executor.prefill_kernel,
+                                          "config": cal.to_dict(),
                                           "workloads": [w for w, _ in workloads], "swap_bandwidth": swap},
                       "live --calibrate", mixed_graph_token_sizes=tuple(sorted(executor.mixed_graphs)), phases=phases)
         return {"path": target.name, "source": "live --calibrate", "calibration_s": time.perf_counter() - t0,
@@ -507,8 +508,9 @@ def companion_profile(rows_path: Path) -> Path | None:
 
 def timing_records(path: Path | None) -> dict:
     """What of a profile JSON's measurement shapes a refit besides its labels: the engine's mixed-step token buckets
-    (`mixed_graph_token_sizes`), its `max_num_seqs` (the decode graph sizes) and the measured `swap_bandwidth` (the
-    profile's swap_s_per_byte); {} when `path` is None or not a readable profile JSON."""
+    (`mixed_graph_token_sizes`), its `max_num_seqs` (the decode graph sizes), the measured `swap_bandwidth` (the
+    profile's swap_s_per_byte) and the `prefill_kernel` the rows ran; {} when `path` is None or not a readable
+    profile JSON."""
     try:
         d = json.loads(path.read_text()) if path is not None else None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
@@ -523,6 +525,8 @@ def timing_records(path: Path | None) -> dict:
         records["max_num_seqs"] = measured["max_num_seqs"]
     if isinstance(d.get("swap_bandwidth"), dict):
         records["swap_bandwidth"] = d["swap_bandwidth"]
+    if isinstance(d.get("prefill_kernel"), str):  # the attention kernel the rows' prefills ran (validate checks it)
+        records["prefill_kernel"] = d["prefill_kernel"]
     return records
 
 
@@ -629,8 +633,9 @@ def calibrate(args) -> int:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 previous = None
             if isinstance(previous, dict):
-                extras = {k: previous[k] for k in ("environment", "config", "workloads", "swap_bandwidth", "calibration_s",
-                                                   "calibration_rest") if k in previous}
+                extras = {k: previous[k] for k in ("environment", "prefill_kernel", "config", "workloads",
+                                                   "swap_bandwidth", "calibration_s", "calibration_rest")
+                          if k in previous}
                 mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
         measured = extras.get("config") or {}
         if not extras:  # a new --out: how the rows were timed (the engine's mixed-step buckets, its batch ceiling,
@@ -639,8 +644,7 @@ def calibrate(args) -> int:
             own = timing_records(companion_profile(rows_path))
             mixed_sizes = tuple(own.get("mixed_graph_token_sizes", ()))
             max_num_seqs = own.get("max_num_seqs", max_num_seqs)
-            if "swap_bandwidth" in own:
-                extras["swap_bandwidth"] = own["swap_bandwidth"]
+            extras.update({k: own[k] for k in ("swap_bandwidth", "prefill_kernel") if k in own})
         # An omitted flag that the rows' profile did not settle: --out's records for the dtype (which carry over
         # with them), else the default.
         if labels["kv_cache_dtype"] is None and measured.get("kv_cache_dtype"):
@@ -709,7 +713,8 @@ def calibrate(args) -> int:
                   swap_bandwidth_s=time.perf_counter() - t_fit)
     # calibration_s: the executor, warm-up and workloads (as recorded since round 3); calibration_wall_s (written
     # with the profile): the whole command, start-up, swap measurement and fit included
-    write(rows, config, {"environment": environment(), "config": config.to_dict(),
+    write(rows, config, {"environment": environment(), "prefill_kernel": executor.prefill_kernel,
+                         "config": config.to_dict(),
                          "workloads": [w for w, _ in workloads], "swap_bandwidth": swap,
                          "calibration_s": t_fit - t_start, "calibration_rest": args.rest},
           tuple(sorted(executor.mixed_graphs)), phases)

@@ -59,6 +59,7 @@ import torch
 
 from engine.host_tier import HostTier
 from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention
+from engine.kernels.prefill import default_prefill_kernel
 from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 from engine.sm_clock import cuda_sm_clock
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
@@ -208,6 +209,8 @@ class GPUExecutor:
         self.vocab_size = model.spec.vocab_size
 
         self.kv_cache = model.allocate_kv_cache(self.num_gpu_blocks, self.block_size, config.kv_cache_dtype)
+        # the attention kernel a prefill runs (summary.json and profiles record it: validate compares the two)
+        self.prefill_kernel = default_prefill_kernel(self.kv_cache, config.model_spec.num_heads, model.dtype)
         self.cpu_cache: torch.Tensor | None = None
         if config.preemption_mode == "swap" and config.num_cpu_blocks > 0:
             shape = cpu_cache_shape(tuple(self.kv_cache.shape), config.num_cpu_blocks)  # block-major, pinned
@@ -266,6 +269,7 @@ class GPUExecutor:
         return {
             "device": str(self.device),
             "dtype": str(self.model.dtype).removeprefix("torch."),
+            "prefill_kernel": self.prefill_kernel,
             "num_gpu_blocks": self.num_gpu_blocks,
             "num_cpu_blocks": 0 if self.cpu_cache is None else int(self.cpu_cache.shape[2]),
             "cuda_graph_batch_sizes": sorted(self.graphs),

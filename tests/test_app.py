@@ -930,6 +930,17 @@ def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
     assert "TTFT per request" in charts(at)[-1].layout.title.text
 
 
+def test_live_page_shows_the_validations_warnings(tmp_path, monkeypatch):
+    """validate's warnings (a profile timed on another prefill kernel than the run's) shown above its figures."""
+    run = write_live_run(tmp_path / "fixture-run")
+    validation = json.loads((run / "validation.json").read_text())
+    text = "profile P.json was calibrated with prefill kernel _prefill_kernel, and this run's prefills ran another"
+    (run / "validation.json").write_text(json.dumps(validation | {"warnings": [text]}))
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error and [w.value for w in at.warning] == [text]
+
+
 def test_live_page_shows_the_ensemble_band_of_a_validation_that_has_one(tmp_path, monkeypatch):
     """A committed round-19 run validated with --ensemble 16: the request-level table carries the ensemble's median
     and band (in ms, as live's) and whether live lies in it, and a caption says what the ensemble is."""

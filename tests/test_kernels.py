@@ -361,3 +361,22 @@ def test_gluon_fp8_prefill_descriptors_read_k_by_token_and_v_transposed():
     assert torch.equal(box.float(), R.quantize_fp8(x[blk, :, head], torch.ones(1)).float().T)
     q = torch.zeros(8, 4, 128, dtype=torch.bfloat16)
     assert "sm_90" in G8.supported(q, k8)
+
+
+def test_the_recorded_prefill_kernel_is_the_dispatchs_choice(monkeypatch):
+    """default_prefill_kernel names the kernel prefill_launches picks for an engine's cache (runs and profiles record
+    it): here the Triton kernel (the interpreter), and with the Gluon kernels' checks passing (an sm_90 GPU, made up
+    here) the Gluon kernel of the cache's dtype."""
+    import engine.kernels.prefill as P
+    from engine.kernels import prefill_gluon, prefill_gluon_fp8
+
+    bf16 = torch.zeros(2, 2, 4, 16, 2, 128, dtype=torch.bfloat16)
+    fp8 = torch.zeros(2, 2, 4, 16, 2, 128, dtype=torch.float8_e4m3fn)
+    assert P.default_prefill_kernel(bf16, 8, torch.bfloat16) == "_prefill_kernel"
+    monkeypatch.setattr(P, "INTERPRET", False)
+    monkeypatch.setattr(prefill_gluon, "supported", lambda q, k, cfg=None: None)
+    monkeypatch.setattr(prefill_gluon_fp8, "supported", lambda q, k, cfg=None: None)
+    assert P.default_prefill_kernel(bf16, 8, torch.bfloat16) == "_gluon_prefill_kernel"
+    assert P.default_prefill_kernel(fp8, 8, torch.bfloat16) == "_gluon_fp8_prefill_kernel"
+    monkeypatch.setattr(prefill_gluon_fp8, "supported", lambda q, k, cfg=None: "needs cache blocks of 16..128 tokens")
+    assert P.default_prefill_kernel(fp8, 8, torch.bfloat16) == "_prefill_kernel"

@@ -118,3 +118,17 @@ def test_a_refit_to_a_new_out_is_timed_as_the_rows_profile_records(tmp_path, mon
     assert main(["calibrate", "--refit", str(lone), "--out", str(tmp_path / "lone.json")]) == 0
     assert seen[-1] == ((), 256, None)
     capsys.readouterr()
+
+
+def test_a_refit_keeps_the_prefill_kernel_its_rows_were_timed_on(tmp_path):
+    """The rows' profile says which prefill kernel they timed (calibrations record it since round 29; validate warns
+    when a run's differs): a refit into a new --out keeps that record, and so does a refit over that profile."""
+    rows = calibration(tmp_path)
+    own = json.loads((tmp_path / "cal.json").read_text())
+    own["prefill_kernel"] = "_gluon_prefill_kernel"
+    (tmp_path / "cal.json").write_text(json.dumps(own))
+    out = tmp_path / "refit.json"
+    assert main(["calibrate", "--refit", str(rows), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["prefill_kernel"] == "_gluon_prefill_kernel"
+    assert main(["calibrate", "--refit", str(rows), "--out", str(out), "--force"]) == 0  # over a profile: its records
+    assert json.loads(out.read_text())["prefill_kernel"] == "_gluon_prefill_kernel"

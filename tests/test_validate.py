@@ -202,6 +202,7 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
     assert {"environment", "model_spec", "config"} <= set(summary) and summary["warnings"] == []
+    assert summary["executor"]["prefill_kernel"] == "_prefill_kernel"  # the Triton kernel (no sm_90 GPU here)
     assert "max_decode_context" in read_steps(out / "steps.parquet")
     assert main(["validate", str(out)]) == 2  # no profile recorded: never a silent roofline
     assert main(["validate", str(out), "--cost-model", "roofline"]) == 0
@@ -437,3 +438,38 @@ def test_ensemble_options_are_checked_before_any_work(tmp_path, capsys, flags, s
     assert code == 2
     assert says in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("timed, says", [
+    ("_gluon_prefill_kernel", None),
+    ("_prefill_kernel", "was calibrated with prefill kernel _prefill_kernel, and this run's prefills ran "
+                        "_gluon_prefill_kernel"),
+    (None, "does not record which prefill kernel it timed"),
+])
+def test_validate_says_when_the_profile_timed_another_prefill_kernel(tmp_path, capsys, timed, says):
+    """Runs and profiles record the prefill kernel since round 29 (the engine's prefill became a Gluon kernel on sm_90
+    in rounds 28-29): a profile timed on another prices prefill and mixed steps for that one, which validate says
+    once (stderr and validation.json's warnings). A run that records none (before round 29) is not judged."""
+    d = tmp_path / RUN
+    shutil.copytree(LIVE / RUN, d)
+    shutil.rmtree(d / "validation", ignore_errors=True)
+    summary = json.loads((d / "summary.json").read_text())
+    summary.setdefault("executor", {})["prefill_kernel"] = "_gluon_prefill_kernel"
+    (d / "summary.json").write_text(json.dumps(summary))
+    profile = json.loads(PROFILE.read_text())
+    if timed is not None:
+        profile["prefill_kernel"] = timed
+    (d / "profile.json").write_text(json.dumps(profile))
+    assert main(["validate", str(d)]) == 0
+    err = capsys.readouterr().err
+    warnings = json.loads((d / "validation" / "validation.json").read_text())["warnings"]
+    if says is None:
+        assert warnings == [] and "warning:" not in err
+    else:
+        (text,) = warnings
+        assert says in text and "calibrate" in text and err.count(f"warning: {text}") == 1
+    from pagesim.validate import load_run, prefill_kernel_warnings
+
+    unrecorded = load_run(LIVE / RUN)  # the committed run itself records no kernel: nothing to compare
+    assert prefill_kernel_warnings(unrecorded, str(d / "profile.json")) == []
+    assert prefill_kernel_warnings({"summary": summary}, "roofline") == []  # not a profile

@@ -360,6 +360,28 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     return out
 
 
+def _gluon_module(q: torch.Tensor, k_cache: torch.Tensor, config: PrefillConfig | None):
+    """The Gluon prefill module (engine.kernels.prefill_gluon, or prefill_gluon_fp8 for an e4m3 cache) that runs a
+    call with this query, cache and config; None: this file's Triton kernel runs it."""
+    if config is not None or INTERPRET:
+        return None
+    gluon = prefill_gluon_fp8 if k_cache.dtype == torch.float8_e4m3fn else prefill_gluon
+    return gluon if gluon.supported(q, k_cache) is None else None
+
+
+def default_prefill_kernel(kv_cache: torch.Tensor, num_heads: int, dtype: torch.dtype) -> str:
+    """The name of the kernel paged_prefill_attention runs with no config over an engine's cache
+    [num_layers, 2, num_blocks, block_size, Hkv, head_dim] for `num_heads` query heads of `dtype` (prefill_launches'
+    own choice). A run's summary and a profile record it: a profile timed on one prefill kernel mispredicts the steps
+    of another (`pagesim validate` warns)."""
+    k_cache = kv_cache[0, 0]
+    q = torch.empty((1, num_heads, k_cache.shape[-1]), dtype=dtype, device=kv_cache.device)
+    gluon = _gluon_module(q, k_cache, None)
+    kernel = (_prefill_kernel if gluon is None else prefill_gluon._gluon_prefill_kernel if gluon is prefill_gluon
+              else prefill_gluon_fp8._gluon_fp8_prefill_kernel)
+    return kernel.__name__
+
+
 def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      context_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, out: torch.Tensor, *,
                      max_seqlen_q: int | None = None, config: PrefillConfig | None = None,
@@ -370,8 +392,8 @@ def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     16-bit cache, engine.kernels.prefill_gluon_fp8 for an e4m3 one) runs that kernel; any PrefillConfig, and everything
     else, this file's Triton kernel."""
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    gluon = None if config is not None or INTERPRET else prefill_gluon_fp8 if fp8 else prefill_gluon
-    if gluon is not None and gluon.supported(q, k_cache) is None:
+    gluon = _gluon_module(q, k_cache, config)
+    if gluon is not None:
         if cu_seqlens_q.shape[0] < 2 or q.shape[0] == 0:
             return []
         if max_seqlen_q is None:

@@ -136,6 +136,8 @@ def describe(run: LiveRun) -> None:
 def show_validation(run: LiveRun) -> None:
     st.subheader("Validation")
     v = run.validation
+    for text in v.get("warnings", []):  # e.g. a profile timed on another prefill kernel than the run's
+        st.warning(text)
     cols = st.columns(2)
     with cols[0]:
         st.markdown("Step level and decisions (lockstep)")
