@@ -493,30 +493,26 @@ def default_cost_model(run: dict) -> str:
                     "`--profile`); pass --cost-model PROFILE.json, or --cost-model roofline to use the analytic model")
 
 
-TRITON_PREFILL = "_prefill_kernel"  # engine.kernels.prefill's own kernel (engine.kernels.prefill.default_prefill_kernel)
-
-
-def prefill_kernel_warnings(run: dict, spec: str) -> list[str]:
-    """The prefill kernel the profile `spec` was calibrated with against the one the run's prefills ran (executors
-    and profiles record it since round 29): a profile timed on another kernel prices the run's prefill and mixed steps
-    for that kernel. Nothing to say for a run without the record, or for a cost model that is not a profile file."""
+def prefill_kernel_warnings(run: dict, cost) -> list[str]:
+    """The prefill kernel the profile was calibrated with (its describe()'s `prefill_kernel`) against the one the run's
+    prefills ran (executors and profiles record it since round 29): a profile timed on another kernel prices the run's
+    prefill and mixed steps for that kernel. Nothing to say for a run without the record, or for a cost model that is
+    not a measured profile."""
     ran = (run["summary"].get("executor") or {}).get("prefill_kernel")
-    if ran is None or not str(spec).endswith(".json"):
+    described = cost.describe()
+    if ran is None or described.get("kind") != "profile":
         return []
-    try:
-        timed = json.loads(Path(spec).read_text()).get("prefill_kernel")
-    except (OSError, ValueError, AttributeError):
-        return []  # make_cost_model has read it already; one that is not a JSON object says so there
-    recalibrate = ("calibrate on this engine (`python -m pagesim calibrate`, or record with `live --calibrate`) for "
-                   "step times of its own kernels")
+    timed, source = described.get("prefill_kernel"), described.get("source")
     if timed == ran:
         return []
+    recalibrate = ("calibrate on this engine (`python -m pagesim calibrate`, or record with `live --calibrate`) for "
+                   "step times of its own kernels")
     if timed is None:
-        return [f"profile {spec} does not record which prefill kernel it timed (calibrated before round 29; rounds "
-                f"before 28 ran {TRITON_PREFILL} on every GPU), and this run's prefills ran {ran}: if they differ, its "
-                f"prefill and mixed steps are priced for the other kernel; {recalibrate}"]
-    return [f"profile {spec} was calibrated with prefill kernel {timed}, and this run's prefills ran {ran}: its prefill "
-            f"and mixed steps are priced for the other kernel; {recalibrate}"]
+        return [f"profile {source} does not record which prefill kernel it timed (calibrated before round 29; rounds "
+                f"before 28 ran the Triton kernel, _prefill_kernel, on every GPU), and this run's prefills ran {ran}: if "
+                f"they differ, its prefill and mixed steps are priced for the other kernel; {recalibrate}"]
+    return [f"profile {source} was calibrated with prefill kernel {timed}, and this run's prefills ran {ran}: its "
+            f"prefill and mixed steps are priced for the other kernel; {recalibrate}"]
 
 
 def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str | Path | None = None,
@@ -562,7 +558,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "run": str(run_dir),
         "cost_model": cost.describe(),
         "cost_model_path": spec,
-        "warnings": prefill_kernel_warnings(run, spec),
+        "warnings": prefill_kernel_warnings(run, cost),
         "step_level": steps_report,
         "decisions": decisions,
         "request_level": requests_report,

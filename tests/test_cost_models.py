@@ -749,6 +749,24 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
         ProfileCostModel.from_json(tmp_path / "bad.json")
 
 
+def test_a_profiles_prefill_kernel_is_read_written_and_described(profile, tmp_path):
+    """The prefill kernel a calibration timed (recorded since round 29; validate compares it with a run's) survives a
+    JSON round trip and shows in describe(); a profile without it reads as None; a non-string is refused, named."""
+    import dataclasses
+
+    timed = dataclasses.replace(profile, prefill_kernel="_gluon_prefill_kernel")
+    timed.to_json(tmp_path / "p.json")
+    back = ProfileCostModel.from_json(tmp_path / "p.json")
+    assert back.prefill_kernel == "_gluon_prefill_kernel" == back.describe()["prefill_kernel"]
+    profile.to_json(tmp_path / "old.json")
+    assert "prefill_kernel" not in json.loads((tmp_path / "old.json").read_text())
+    assert ProfileCostModel.from_json(tmp_path / "old.json").prefill_kernel is None
+    d = json.loads((tmp_path / "p.json").read_text()) | {"prefill_kernel": 3}
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(UserError, match=r"bad.json: 'prefill_kernel' is 3, expected"):
+        ProfileCostModel.from_json(tmp_path / "bad.json")
+
+
 def test_graph_mixed_steps_price_the_kv_their_prefill_chunks_read_and_older_profiles_do_not():
     """A graph mixed step pays mixed_graph_prefill_context per K/V token its prefill chunks read (each chunk's cached
     context plus its own tokens, summed over the chunks), beside the walk of the longest program (waves): four chunks

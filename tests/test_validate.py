@@ -471,5 +471,8 @@ def test_validate_says_when_the_profile_timed_another_prefill_kernel(tmp_path, c
     from pagesim.validate import load_run, prefill_kernel_warnings
 
     unrecorded = load_run(LIVE / RUN)  # the committed run itself records no kernel: nothing to compare
-    assert prefill_kernel_warnings(unrecorded, str(d / "profile.json")) == []
-    assert prefill_kernel_warnings({"summary": summary}, "roofline") == []  # not a profile
+    profile = make_cost_model(str(d / "profile.json"), unrecorded["config"])
+    assert profile.describe().get("prefill_kernel") == timed  # read with the profile, reported with it
+    assert prefill_kernel_warnings(unrecorded, profile) == []
+    roofline = make_cost_model("roofline", unrecorded["config"])
+    assert prefill_kernel_warnings({"summary": summary}, roofline) == []  # not a measured profile

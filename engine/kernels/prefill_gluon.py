@@ -74,11 +74,17 @@ DEFAULT_CONFIG = GluonPrefillConfig(num_stages=3, pingpong=True)
 PERSISTENT_MAX_Q = 2048
 
 
+def persistent_for_short_chunks(cfg, device: torch.device, max_seqlen_q: int):
+    """cfg (either Gluon prefill's config) with a persistent grid of one program per SM when no sequence has more than
+    PERSISTENT_MAX_Q query tokens; cfg itself otherwise."""
+    if max_seqlen_q <= PERSISTENT_MAX_Q:
+        return dataclasses.replace(cfg, persistent=_sm_count(device))
+    return cfg
+
+
 def default_config(device: torch.device, max_seqlen_q: int) -> GluonPrefillConfig:
     """The launch paged_prefill_attention uses with no config: DEFAULT_CONFIG, persistent for short chunks."""
-    if max_seqlen_q <= PERSISTENT_MAX_Q:
-        return dataclasses.replace(DEFAULT_CONFIG, persistent=_sm_count(device))
-    return DEFAULT_CONFIG
+    return persistent_for_short_chunks(DEFAULT_CONFIG, device, max_seqlen_q)
 
 
 @functools.cache

@@ -26,7 +26,6 @@ against the Triton kernel's fp8 path and a dequantised reference; `bench.fp8` ti
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -38,8 +37,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from engine.kernels.decode import LOG2E
 from engine.kernels.launch import Launch
-from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _sm_count, _work, barriers, cache_descriptor,
-                                          pipeline_barriers)
+from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _work, barriers, cache_descriptor,
+                                          persistent_for_short_chunks, pipeline_barriers)
 
 HEAD: gl.constexpr = gl.constexpr(128)  # head_dim: one 128-byte swizzle atom of e4m3
 P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] stored as e4m3 times this (a power of two)
@@ -58,15 +57,12 @@ class GluonFp8PrefillConfig:
 
 
 DEFAULT_CONFIG = GluonFp8PrefillConfig()
-PERSISTENT_MAX_Q = 2048  # as prefill_gluon.PERSISTENT_MAX_Q
 
 
 def default_config(device: torch.device, max_seqlen_q: int) -> GluonFp8PrefillConfig:
     """The launch paged_prefill_attention uses with no config on an fp8 cache: DEFAULT_CONFIG, persistent for short
-    chunks (prefill_gluon.default_config's rule)."""
-    if max_seqlen_q <= PERSISTENT_MAX_Q:
-        return dataclasses.replace(DEFAULT_CONFIG, persistent=_sm_count(device))
-    return DEFAULT_CONFIG
+    chunks (the bf16 kernel's rule)."""
+    return persistent_for_short_chunks(DEFAULT_CONFIG, device, max_seqlen_q)
 
 
 def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonFp8PrefillConfig | None = None) -> str | None:

@@ -305,6 +305,8 @@ class ProfileCostModel:
     # factors on decode-only steps by bucket of steps_since_prefill (AFTER_PREFILL_EDGES), after a small and after a
     # large prefill (AFTER_PREFILL_LARGE): two tuples; () for none
     after_prefill: tuple[tuple[float, ...], ...] = ()
+    # the engine's prefill attention kernel when the timings were taken (calibrations record it since round 29)
+    prefill_kernel: str | None = None
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -520,6 +522,8 @@ class ProfileCostModel:
             d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         if self.after_prefill:
             d["after_prefill"] = after_prefill_json(self.after_prefill)
+        if self.prefill_kernel:
+            d["prefill_kernel"] = self.prefill_kernel
         return d
 
     # ---- files ---------------------------------------------------------------------
@@ -535,6 +539,8 @@ class ProfileCostModel:
             d["kv_cache_dtype"] = self.kv_cache_dtype
         if self.after_prefill:
             d["after_prefill"] = after_prefill_json(self.after_prefill)
+        if self.prefill_kernel:
+            d["prefill_kernel"] = self.prefill_kernel
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
@@ -604,11 +610,15 @@ class ProfileCostModel:
                             f"\"large_prefill_tokens\": {AFTER_PREFILL_LARGE}, \"factors\": [two lists of "
                             f"{len(AFTER_PREFILL_EDGES) - 1} numbers >= 1]}}")
         factors = after["factors"] if after else ()
+        kernel = d.get("prefill_kernel")
+        if kernel is not None and not isinstance(kernel, str):
+            raise UserError(f"profile {p}: 'prefill_kernel' is {kernel!r}, expected the name of the engine's prefill "
+                            "kernel it timed (a string)")
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)))
+                       lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)), kernel)
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
