@@ -94,19 +94,22 @@ def decode_case(batch: int, ctx: int, tune: bool) -> dict:
 
 
 def gluon_fp8_config(spec: str):
-    """A --gluon launch of the e4m3 Gluon prefill: STAGES, then 'p' for ping-pong, 'w4' for a producer warpgroup
-    (4 warps, at 48 registers a thread), 'sN' for N staging buffers of V^T (a tile gathered N - 1 tiles after its
-    copies), '@N' for a persistent grid of N programs (e.g. 3p@132, 3pw4s2; bench.kernels.gluon_config's form)."""
+    """A --gluon launch of the e4m3 Gluon prefill: STAGES, then 'p' for ping-pong, 'wN' for an N-warp producer (1, 2,
+    4 or 8; the default's otherwise), 'sN' for N staging buffers of V^T (a tile gathered N - 1 tiles after its
+    copies), '@N' for a persistent grid of N programs (e.g. 3p@132, 3pw8s2; bench.kernels.gluon_config's form). The
+    registers a thread: the producer's 40 (1 warp), 48 (2, 4) or 32 (8, whose consumers take 216)."""
     import re
 
     from engine.kernels.prefill_gluon_fp8 import DEFAULT_CONFIG, GluonFp8PrefillConfig
 
-    m = re.fullmatch(r"(\d+)(p?)(w4)?(?:s(\d+))?(?:@(\d+))?", spec)
+    m = re.fullmatch(r"(\d+)(p?)(?:w([1248]))?(?:s(\d+))?(?:@(\d+))?", spec)
     if m is None:
-        raise SystemExit(f"--gluon: {spec!r} is not STAGES[p][w4][sN][@N]")
-    stages, pp, wide, staging, persistent = m.groups()
+        raise SystemExit(f"--gluon: {spec!r} is not STAGES[p][w1|w2|w4|w8][sN][@N]")
+    stages, pp, warps, staging, persistent = m.groups()
+    warps = int(warps or DEFAULT_CONFIG.producer_warps)
     return GluonFp8PrefillConfig(num_stages=int(stages), pingpong=bool(pp), persistent=int(persistent or 0),
-                                 producer_warps=4 if wide else 1, producer_regs=48 if wide else 40,
+                                 producer_warps=warps, producer_regs={1: 40, 2: 48, 4: 48, 8: 32}[warps],
+                                 consumer_regs=216 if warps == 8 else DEFAULT_CONFIG.consumer_regs,
                                  num_staging=int(staging or DEFAULT_CONFIG.num_staging))
 
 
@@ -169,8 +172,8 @@ def main(argv=None) -> int:
     p.add_argument("--tune", action="store_true", help="also sweep decode launch configs for both dtypes")
     p.add_argument("--prefill-only", action="store_true", help="the prefill cases only (no decode)")
     p.add_argument("--gluon", default="", help="also time these launches of the e4m3 Gluon prefill, comma-separated "
-                   "STAGES[p][w4][sN][@N] (p: ping-pong, w4: a 4-warp producer, sN: N V^T staging buffers, @N: "
-                   "persistent grid of N programs), e.g. 3p,3ps2,3pw4,3p@132")
+                   "STAGES[p][wN][sN][@N] (p: ping-pong, wN: an N-warp producer, sN: N V^T staging buffers, @N: "
+                   "persistent grid of N programs), e.g. 3p,3pw8,3pw1s3,3p@132")
     args = p.parse_args(argv)
     check_output_file(p, args.out, args.force)  # before any work: committed results are never replaced by default
     if not torch.cuda.is_available():

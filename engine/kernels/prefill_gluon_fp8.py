@@ -13,7 +13,7 @@ What fp8 changes:
 - e4m3 wgmma takes both operands K-major. Q K^T is (Q: head dim contiguous; K as stored: head dim contiguous), and
   so is P V, because an fp8 cache stores each block's V transposed ([Hkv, 128, block_size], engine.kernels.cache).
   But one TMA copy brings one block's V^T [128, block_size], whose rows of block_size bytes are narrower than the
-  128-byte swizzled rows the tensor cores read a 128-key tile from. So the producer (one warp, or a warpgroup) TMA
+  128-byte swizzled rows the tensor cores read a 128-key tile from. So the producer (a warpgroup by default) TMA
   copies each block's V^T into a staging buffer and gathers a tile's blocks into one swizzled V^T tile, 16 bytes a
   move, num_staging - 1 tiles after issuing its copies (their latency hidden behind as many tiles), zeroing the keys
   past the context on the way (a never-written slot may hold NaN; P is 0 there, but 0 x NaN is not). Cache blocks of
@@ -67,12 +67,11 @@ class GluonFp8PrefillConfig:
     block_n: int = 128  # keys per tile
     num_stages: int = 3  # K and V^T buffers each (16 KiB a buffer)
     # V^T tiles as copied, before the gather: a tile is gathered num_staging - 1 tiles after its copies were issued
-    # (round 29's first version gathered the previous tile, so each of its producer's turns waited out one copy's
-    # latency)
-    num_staging: int = 3
-    producer_warps: int = 1  # the producer's warps: TMA issue and the V^T gather (4: a warpgroup, whose waits take
-    # issue slots on every SM sub-partition from the consumers)
-    producer_regs: int = 40  # per thread of the producer (setmaxnreg)
+    # (H100, round 30: 2, the previous tile, is 4-8% faster than 3; bench/NOTES.md)
+    num_staging: int = 2
+    producer_warps: int = 4  # the producer's warps: TMA issue and the V^T gather (one warp's gather is 2.1-2.4x
+    # slower over the whole kernel: bench/NOTES.md)
+    producer_regs: int = 48  # per thread of the producer (setmaxnreg)
     consumer_regs: int = 232  # of the second consumer warpgroup (the first takes the rest)
     pingpong: bool = True  # as GluonPrefillConfig.pingpong
     persistent: int = 0  # as GluonPrefillConfig.persistent
