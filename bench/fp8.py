@@ -94,13 +94,23 @@ def decode_case(batch: int, ctx: int, tune: bool) -> dict:
 
 
 def gluon_fp8_config(spec: str):
-    """A --gluon launch of the e4m3 Gluon prefill: STAGES, then 'p' for ping-pong, '@N' for a persistent grid of N
-    programs (e.g. 3p@132; bench.kernels.gluon_config's form)."""
-    from engine.kernels.prefill_gluon_fp8 import GluonFp8PrefillConfig
+    """A --gluon launch of the e4m3 Gluon prefill: STAGES, then 'p' for ping-pong, 'wN' for an N-warp producer (1, 2,
+    4 or 8; the default's otherwise), 'sN' for N staging buffers of V^T (a tile gathered N - 1 tiles after its
+    copies), '@N' for a persistent grid of N programs (e.g. 3p@132, 3pw8s2; bench.kernels.gluon_config's form). The
+    registers a thread: the producer's 40 (1 warp), 48 (2, 4) or 32 (8, whose consumers take 216)."""
+    import re
 
-    head, _, persistent = spec.partition("@")
-    return GluonFp8PrefillConfig(num_stages=int(head.rstrip("p")), pingpong=head.endswith("p"),
-                                 persistent=int(persistent or 0))
+    from engine.kernels.prefill_gluon_fp8 import DEFAULT_CONFIG, GluonFp8PrefillConfig
+
+    m = re.fullmatch(r"(\d+)(p?)(?:w([1248]))?(?:s(\d+))?(?:@(\d+))?", spec)
+    if m is None:
+        raise SystemExit(f"--gluon: {spec!r} is not STAGES[p][w1|w2|w4|w8][sN][@N]")
+    stages, pp, warps, staging, persistent = m.groups()
+    warps = int(warps or DEFAULT_CONFIG.producer_warps)
+    return GluonFp8PrefillConfig(num_stages=int(stages), pingpong=bool(pp), persistent=int(persistent or 0),
+                                 producer_warps=warps, producer_regs={1: 40, 2: 48, 4: 48, 8: 32}[warps],
+                                 consumer_regs=216 if warps == 8 else DEFAULT_CONFIG.consumer_regs,
+                                 num_staging=int(staging or DEFAULT_CONFIG.num_staging))
 
 
 def prefill_case(q_len: int, ctx: int, gluon: list[str] = ()) -> dict:
@@ -162,7 +172,8 @@ def main(argv=None) -> int:
     p.add_argument("--tune", action="store_true", help="also sweep decode launch configs for both dtypes")
     p.add_argument("--prefill-only", action="store_true", help="the prefill cases only (no decode)")
     p.add_argument("--gluon", default="", help="also time these launches of the e4m3 Gluon prefill, comma-separated "
-                   "STAGES[p][@N] (p: ping-pong, @N: persistent grid of N programs), e.g. 3p,2p,3p@132")
+                   "STAGES[p][wN][sN][@N] (p: ping-pong, wN: an N-warp producer, sN: N V^T staging buffers, @N: "
+                   "persistent grid of N programs), e.g. 3p,3pw8,3pw1s3,3p@132")
     args = p.parse_args(argv)
     check_output_file(p, args.out, args.force)  # before any work: committed results are never replaced by default
     if not torch.cuda.is_available():

@@ -28,8 +28,26 @@ def test_a_prefill_only_kernels_result_cannot_take_a_full_results_name(tmp_path)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
-@pytest.mark.parametrize("module, extra", [("bench.kernels", ["--prefill-only"]), ("bench.fp8", ["--prefill-only"])])
+@pytest.mark.parametrize("module, extra", [("bench.kernels", ["--prefill-only"]), ("bench.fp8", ["--prefill-only"]),
+                                           ("bench.prefill_ncu", ["--cache", "fp8"])])
 def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path, module, extra):
-    done = run_bench(module, *extra, "--out", str(tmp_path / "result.json"))
+    out = ["--out", str(tmp_path / "result.json")] if module != "bench.prefill_ncu" else []
+    done = run_bench(module, *extra, *out)
     assert done.returncode != 0 and "needs a CUDA GPU" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "result.json").exists()
+
+
+def test_a_gluon_launch_spec_reads_as_the_config_it_names():
+    """bench.fp8 --gluon: STAGES[p][wN][sN][@N]; the producer's registers follow its warps; a bad spec is refused
+    with the form expected."""
+    from bench.fp8 import gluon_fp8_config
+    from engine.kernels.prefill_gluon_fp8 import DEFAULT_CONFIG
+
+    cfg = gluon_fp8_config("2pw8s3@132")
+    assert (cfg.num_stages, cfg.pingpong, cfg.producer_warps, cfg.num_staging, cfg.persistent) == (2, True, 8, 3, 132)
+    assert (cfg.producer_regs, cfg.consumer_regs) == (32, 216)
+    plain = gluon_fp8_config("3")
+    assert (plain.pingpong, plain.producer_warps, plain.num_staging) == (False, DEFAULT_CONFIG.producer_warps,
+                                                                         DEFAULT_CONFIG.num_staging)
+    with pytest.raises(SystemExit, match=r"STAGES\[p\]"):
+        gluon_fp8_config("3pw3")

@@ -13,12 +13,17 @@ What fp8 changes:
 - e4m3 wgmma takes both operands K-major. Q K^T is (Q: head dim contiguous; K as stored: head dim contiguous), and
   so is P V, because an fp8 cache stores each block's V transposed ([Hkv, 128, block_size], engine.kernels.cache).
   But one TMA copy brings one block's V^T [128, block_size], whose rows of block_size bytes are narrower than the
-  128-byte swizzled rows the tensor cores read a 128-key tile from. So the producer is a whole warpgroup: TMA copies
-  each block's V^T into a staging buffer, and its four warps gather a tile's blocks into one swizzled V^T tile, 16
-  bytes a move, zeroing the keys past the context on the way (a never-written slot may hold NaN; P is 0 there, but
-  0 x NaN is not). Cache blocks of at least 16 tokens (a TMA row is at least 16 bytes).
+  128-byte swizzled rows the tensor cores read a 128-key tile from. So the producer (a warpgroup by default) TMA
+  copies each block's V^T into a staging buffer and gathers a tile's blocks into one swizzled V^T tile, 16 bytes a
+  move, num_staging - 1 tiles after issuing its copies (their latency hidden behind as many tiles), zeroing the keys
+  past the context on the way (a never-written slot may hold NaN; P is 0 there, but 0 x NaN is not). Cache blocks of
+  at least 16 tokens (a TMA row is at least 16 bytes).
+- P goes to the tensor cores as each thread holds it: the e4m3 A operand wants 4 adjacent keys of every 16 where the
+  accumulator gives a thread 2 adjacent of every 8, so the 16 keys of each group are reordered (_operand_order) in P
+  and, the same way, in V^T's gather; the product's sum over keys does not see the order, and no value crosses lanes.
 - Each consumer rounds its 64 query rows to e4m3 itself (loaded from global memory, one scale per row, into shared
-  memory for the products), so no pass over q precedes the kernel.
+  memory for the products), so no pass over q precedes the kernel; the scales ride in the exponent's FMA (P x 256 as
+  exp2(x + 8), the factor cancelling in the row sum).
 
 Gluon kernels compile for a GPU only (no TRITON_INTERPRET): tests/gpu/test_prefill_gluon_gpu.py checks this kernel
 against the Triton kernel's fp8 path and a dequantised reference; `bench.fp8` times it beside the bf16 default.
@@ -42,6 +47,18 @@ from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _work, barr
 
 HEAD: gl.constexpr = gl.constexpr(128)  # head_dim: one 128-byte swizzle atom of e4m3
 P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] stored as e4m3 times this (a power of two)
+LOG2_P_SCALE = gl.constexpr(8.0)  # P * P_SCALE computed as exp2(x + 8); the sum l carries the factor too, so it cancels
+
+
+@gluon.jit
+def _operand_order(x, N: gl.constexpr):
+    """x [R, N] with its last axis reordered within each 16-element group: position 4q + 2g + c takes element
+    8g + 2q + c (q < 4, g < 2, c < 2). A thread of a wgmma accumulator holds, of each 16 columns, the ones an e4m3
+    A operand wants at 4q..4q+3 (its lane's q = lane % 4) in this order, so P reordered so goes to the tensor cores
+    with no exchange between lanes; V^T's keys are reordered the same way (the product's sum does not care)."""
+    R: gl.constexpr = x.shape[0]
+    y = gl.reshape(x, [R, N // 16, 2, 4, 2])
+    return gl.reshape(gl.permute(y, (0, 1, 3, 2, 4)), [R, N])
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +66,12 @@ class GluonFp8PrefillConfig:
     block_m: int = 128  # query rows per work item (two consumer warpgroups of 64 rows)
     block_n: int = 128  # keys per tile
     num_stages: int = 3  # K and V^T buffers each (16 KiB a buffer)
-    num_staging: int = 2  # V^T tiles as copied, before the gather
-    producer_regs: int = 48  # per thread of the producer warpgroup (setmaxnreg): TMA issue and the V^T gather
+    # V^T tiles as copied, before the gather: a tile is gathered num_staging - 1 tiles after its copies were issued
+    # (H100, round 30: 2, the previous tile, is 4-8% faster than 3; bench/NOTES.md)
+    num_staging: int = 2
+    producer_warps: int = 4  # the producer's warps: TMA issue and the V^T gather (one warp's gather is 2.1-2.4x
+    # slower over the whole kernel: bench/NOTES.md)
+    producer_regs: int = 48  # per thread of the producer (setmaxnreg)
     consumer_regs: int = 232  # of the second consumer warpgroup (the first takes the rest)
     pingpong: bool = True  # as GluonPrefillConfig.pingpong
     persistent: int = 0  # as GluonPrefillConfig.persistent
@@ -84,7 +105,7 @@ def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonFp8PrefillConfig
 
 @gluon.jit
 def _gather_v(vstage, vt, staged, vt_ready, vt_empty, c, key0, ctx, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr):
+              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
     """Key tile c (keys key0 ..): its cache blocks' V^T as copied ([128, block_size] each, staging buffers of slot
     c % NUM_STAGING) into one swizzled V^T tile [128, BLOCK_N] (buffer c % NUM_STAGES) once both consumers have
     released it, keys at or past the context as 0; then V^T's ready barrier. 16-byte rows of keys per thread, moved as
@@ -92,21 +113,24 @@ def _gather_v(vstage, vt, staged, vt_ready, vt_empty, c, key0, ctx, BLOCK_N: gl.
     the staging buffers."""
     NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
     LANES_K: gl.constexpr = BLOCK_SIZE // 16
-    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // LANES_K, LANES_K], [4, 1], [1, 0])
+    BASE: gl.constexpr = 32 * WARPS // LANES_K  # rows one pass of 16 bytes a thread covers
+    SPT: gl.constexpr = (8 + BASE - 1) // BASE  # rows a thread takes, so a pass covers whole swizzle atoms (8 rows)
+    layout: gl.constexpr = gl.BlockedLayout([SPT, 16], [32 // LANES_K, LANES_K], [WARPS, 1], [1, 0])
     s = c % NUM_STAGES
     r = c % NUM_STAGING
     mbarrier.wait(staged.index(r), c // NUM_STAGING & 1)
     mbarrier.wait(vt_empty.index(s), (c // NUM_STAGES & 1) ^ 1)
     dst = vt.index(s)._reinterpret(gl.int8, [HEAD, BLOCK_N], vt.layout)
-    ROWS: gl.constexpr = 128 // LANES_K  # rows of a block's V^T moved at once: 16 bytes a thread
+    ROWS: gl.constexpr = BASE * SPT  # rows of a block's V^T moved at once
     offs = gl.arange(0, BLOCK_SIZE, layout=gl.SliceLayout(0, layout))
     for i in gl.static_range(NB):
         src = vstage.index(r * NB + i)._reinterpret(gl.int8, [HEAD, BLOCK_SIZE], vstage.layout)
         valid = ctx - key0 - i * BLOCK_SIZE  # keys of this block before the context's end
-        for h in gl.static_range(LANES_K):
+        for h in gl.static_range(HEAD // ROWS):
             part = src.slice(h * ROWS, ROWS).load(layout)
             if valid < BLOCK_SIZE:  # a never-written slot may hold NaN: P is 0 there, but 0 x NaN is not
                 part = gl.where((offs < valid)[None, :], part, gl.zeros_like(part))
+            part = gl.convert_layout(_operand_order(part, BLOCK_SIZE), layout)  # keys in P's operand order
             dst.slice(h * ROWS, ROWS).slice(i * BLOCK_SIZE, BLOCK_SIZE, dim=1).store(part)
     fence_async_shared()
     mbarrier.arrive(vt_ready.index(s), count=1)
@@ -116,13 +140,18 @@ def _gather_v(vstage, vt, staged, vt_ready, vt_empty, c, key0, ctx, BLOCK_N: gl.
 def _producer(k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_ready, vt_empty, cu_seqlens_q,
               context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
               NUM_KV_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr):
-    """One warpgroup: for each work item of this program and each of its key tiles, K's and V^T's TMA copies (one per
-    cache block each), then the previous tile's V^T gathered into one tile while these copies are in flight. `c`
+              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
+    """The producer (WARPS warps): for each work item of this program and each of its key tiles, K's and V^T's TMA
+    copies (one per cache block each), then the V^T of the tile LAG before gathered into one tile while these copies
+    are in flight; an item's last LAG tiles gathered at its end. `c`
     counts the key tiles across work items, as the consumers count them. Block-table entries past the sequence's
     blocks read block 0 (finite or not: those keys are masked and V's slots zeroed)."""
     NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
     nbytes: gl.constexpr = BLOCK_N * HEAD
+    # A tile's V^T is gathered LAG tiles after its copies were issued (its staging buffers are the oldest in use then;
+    # LAG <= NUM_STAGES keeps the consumers' needs ahead of the producer's waits: no deadlock)
+    LAG: gl.constexpr = NUM_STAGING - 1
+    gl.static_assert(LAG >= 1 and LAG <= NUM_STAGES)
     c = 0
     for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
         tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
@@ -143,13 +172,14 @@ def _producer(k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_rea
                                                 kbuf.index(stage).slice(i * BLOCK_SIZE, BLOCK_SIZE))
                 tma.async_copy_global_to_shared(v_desc, [(blk * NUM_KV_HEADS + kvh) * HEAD, 0], staged.index(r),
                                                 vstage.index(r * NB + i))
-            if j > 0:
-                _gather_v(vstage, vt, staged, vt_ready, vt_empty, c - 1, (j - 1) * BLOCK_N, ctx, BLOCK_N, BLOCK_SIZE,
-                          NUM_STAGES, NUM_STAGING)
+            if j >= LAG:  # the tile LAG back: its copies have had LAG tiles' time to land
+                _gather_v(vstage, vt, staged, vt_ready, vt_empty, c - LAG, (j - LAG) * BLOCK_N, ctx, BLOCK_N,
+                          BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS)
             c += 1
-        if n_kv > 0:
-            _gather_v(vstage, vt, staged, vt_ready, vt_empty, c - 1, (n_kv - 1) * BLOCK_N, ctx, BLOCK_N, BLOCK_SIZE,
-                      NUM_STAGES, NUM_STAGING)
+        left = gl.minimum(n_kv, LAG)  # the item's last tiles, not gathered yet
+        for d in range(left):
+            _gather_v(vstage, vt, staged, vt_ready, vt_empty, c - left + d, (n_kv - left + d) * BLOCK_N, ctx, BLOCK_N,
+                      BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS)
 
 
 @gluon.jit
@@ -176,7 +206,7 @@ def _consumer(q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn
     cols = gl.arange(0, BLOCK_N, layout=col_s)
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     base_scale = qk_scale * gl.load(k_scale)
-    out_scale = gl.load(v_scale) / P_SCALE
+    out_scale = gl.load(v_scale)
     c = 0
     for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
         tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
@@ -209,10 +239,10 @@ def _consumer(q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn
             mbarrier.arrive(k_empty.index(sk), count=1)
             if n_unmasked == 0:
                 s = gl.where((cols[None, :] <= rows[:, None]) & (cols[None, :] < ctx), s, float("-inf"))
-            m_i = gl.max(s * row_scale[:, None], 1)
-            p = gl.exp2(s * row_scale[:, None] - m_i[:, None])
+            m_i = gl.max(s, 1) * row_scale  # the running max of the scaled scores (row_scale > 0)
+            p = gl.exp2(s * row_scale[:, None] + (LOG2_P_SCALE - m_i)[:, None])  # P * P_SCALE
             l_i = gl.sum(p, 1)
-            p_op = gl.convert_layout((p * P_SCALE).to(fp8), p_layout)
+            p_op = gl.convert_layout(_operand_order(p.to(fp8), BLOCK_N), p_layout)
 
             for j in range(1, n_kv):
                 sk = (c + j) % NUM_STAGES
@@ -230,9 +260,8 @@ def _consumer(q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn
                 if j >= n_unmasked:
                     key = j * BLOCK_N + cols[None, :]
                     s = gl.where((key <= rows[:, None]) & (key < ctx), s, float("-inf"))
-                s = s * row_scale[:, None]
-                m_new = gl.maximum(m_i, gl.max(s, 1))
-                p = gl.exp2(s - m_new[:, None])
+                m_new = gl.maximum(m_i, gl.max(s, 1) * row_scale)
+                p = gl.exp2(s * row_scale[:, None] + (LOG2_P_SCALE - m_new)[:, None])
                 alpha = gl.exp2(m_i - m_new)
                 l_i = l_i * alpha + gl.sum(p, 1)
                 m_i = m_new
@@ -241,7 +270,7 @@ def _consumer(q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 mbarrier.arrive(vt_empty.index(sv), count=1)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-                p_op = gl.convert_layout((p * P_SCALE).to(fp8), p_layout)
+                p_op = gl.convert_layout(_operand_order(p.to(fp8), BLOCK_N), p_layout)
 
             last = n_kv - 1
             sv = (c + last) % NUM_STAGES
@@ -264,7 +293,8 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
                               NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, NUM_KV_HEADS: gl.constexpr,
                               BLOCK_SIZE: gl.constexpr,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                              NUM_STAGING: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                              NUM_STAGING: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                              CONSUMER_REGS: gl.constexpr,
                               PINGPONG: gl.constexpr):
     """Work items (query tile, sequence, head) pid, pid + programs, ...: one each with the default grid (one program
     per work item), several with a persistent grid."""
@@ -289,8 +319,8 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
                      NUM_HEADS, WG1, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
         (_producer, (k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_ready, vt_empty, cu_seqlens_q,
                      context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, NUM_KV_HEADS, BLOCK_M,
-                     BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING)),
-    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+                     BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING, PRODUCER_WARPS)),
+    ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 def _layer_args(k_cache, v_cache, k_scale, v_scale):
@@ -317,7 +347,7 @@ def gluon_fp8_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 NUM_HEADS=num_heads, GROUP=num_heads // k_cache.shape[2], NUM_KV_HEADS=k_cache.shape[2],
                 BLOCK_SIZE=k_cache.shape[1],
                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, NUM_STAGING=cfg.num_staging,
-                PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, PINGPONG=cfg.pingpong)
+                PRODUCER_WARPS=cfg.producer_warps, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, PINGPONG=cfg.pingpong)
     grid = (min(items, cfg.persistent) if cfg.persistent else items,)
     return Launch(_gluon_fp8_prefill_kernel, grid, args, {"num_warps": 4},
                   swap=("k_desc", "v_desc", "k_scale", "v_scale"), adapt=_layer_args)

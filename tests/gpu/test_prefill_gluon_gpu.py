@@ -118,10 +118,12 @@ def fp8_case(block_size: int, seqs=SEQS, poison: bool = False):
 
 
 @pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
-@pytest.mark.parametrize("block_size, stages, pingpong, persistent", [
-    (16, 3, True, 0), (16, 2, False, 0), (32, 3, True, 0), (64, 2, True, 0), (128, 3, False, 0), (16, 3, True, 132),
-    (16, 2, False, 5), (32, 3, True, 7)])
-def test_gluon_fp8_prefill_matches_the_triton_fp8_kernel_and_the_reference(block_size, stages, pingpong, persistent):
+@pytest.mark.parametrize("block_size, stages, pingpong, persistent, warps, staging", [
+    (16, 3, True, 0, 1, 3), (16, 2, False, 0, 1, 3), (32, 3, True, 0, 1, 2), (64, 2, True, 0, 1, 3),
+    (128, 3, False, 0, 1, 4), (16, 3, True, 132, 1, 3), (16, 2, False, 5, 1, 2), (32, 3, True, 7, 1, 4),
+    (16, 3, True, 0, 4, 3), (128, 2, True, 5, 4, 2), (16, 3, True, 0, 4, 2), (32, 3, True, 132, 8, 2)])
+def test_gluon_fp8_prefill_matches_the_triton_fp8_kernel_and_the_reference(block_size, stages, pingpong, persistent,
+                                                                           warps, staging):
     """The same numerics as the Triton kernel's fp8 default (q and P rounded to e4m3): against the fp32 reference on
     the dequantised cache with q rounded per row, within P's rounding bound (tests/gpu/test_fp8_gpu.py), and
     against the Triton kernel's output."""
@@ -132,7 +134,9 @@ def test_gluon_fp8_prefill_matches_the_triton_fp8_kernel_and_the_reference(block
 
     q, k8, v8, ks, vs, cu, lens, tables, max_q = fp8_case(block_size)
     out = torch.full_like(q, float("nan"))
-    cfg = GluonFp8PrefillConfig(num_stages=stages, pingpong=pingpong, persistent=persistent)
+    cfg = GluonFp8PrefillConfig(num_stages=stages, pingpong=pingpong, persistent=persistent, producer_warps=warps,
+                                producer_regs={1: 40, 4: 48, 8: 32}[warps], consumer_regs=216 if warps == 8 else 232,
+                                num_staging=staging)
     gluon_fp8_paged_prefill(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs, max_seqlen_q=max_q, out=out, config=cfg)
     what = f"gluon fp8 prefill bs={block_size} {cfg}"
     ref = R.paged_prefill_attention(rowwise_e4m3(q), k8, v8, cu, lens, tables, D**-0.5, ks, vs)
