@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Round 30: the e4m3 Gluon prefill (engine/kernels/prefill_gluon_fp8.py) on any sm_90 GPU.
-#   bash bench/h200_round30.sh OUT_DIR p   # its GPU tests and the fp8 cache's (OUT/gpu_tests.txt), `bench.fp8 --prefill-only --gluon
-#                                          # ${GLUON:-...}` (OUT/fp8.json), then Nsight Compute's full set on one
-#                                          # launch of the bf16 and the e4m3 Gluon kernels at 4096 causal
-#                                          # (OUT/ncu-*.txt: details and per-SASS-line stall samples)
+#   bash bench/h200_round30.sh OUT_DIR p   # its GPU tests (OUT/gpu_tests.txt), `bench.fp8 --prefill-only --gluon
+#                                          # ${GLUON:-...}` (OUT/fp8.json), Nsight Compute's full set on one
+#                                          # launch of the e4m3 Gluon kernel at 4096 causal (OUT/ncu-fp8*: the
+#                                          # report, its details, per-SASS-line stall samples), then the fp8
+#                                          # cache's GPU tests (OUT/gpu_tests2.txt)
 # Log: OUT/log.txt.
 set -u
 out=${1:?usage: h200_round30.sh OUT_DIR p}
@@ -13,11 +14,11 @@ kernel_call "$out"
 gpu_line >>"$log"
 [ "$MODE" = p ] || { echo "h200_round30.sh: unknown mode $MODE (p)"; exit 2; }
 step gpu tests of the e4m3 Gluon prefill
-timeout ${TEST_BUDGET:-200} python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_prefill_gluon_gpu.py \
-    tests/gpu/test_fp8_gpu.py -k "fp8 or engine" >"$out/gpu_tests.txt" 2>&1
+timeout ${TEST_BUDGET:-160} python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_prefill_gluon_gpu.py \
+    -k fp8 >"$out/gpu_tests.txt" 2>&1
 echo "pytest rc $?" >>"$out/gpu_tests.txt"; grep -E "passed|failed|Error" "$out/gpu_tests.txt" | tail -8 >>"$log"
 step fp8 bench
-timeout ${BENCH_BUDGET:-200} python3 -m bench.fp8 --prefill-only --gluon "${GLUON:-3p,3pw8,3pw2,3pw1s3,2p,4p,3,3p@132}" \
+timeout ${BENCH_BUDGET:-200} python3 -m bench.fp8 --prefill-only --gluon "${GLUON:-3p,3ps3,2p,4p,3,3pf,3ps3f,3p@132}" \
     --out "$out/fp8.json" --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
 echo "fp8 bench rc $?" >>"$log"
 ncu_one() {  # NAME ARGS...: one launch (the third) of a Gluon prefill under ncu's full set
@@ -31,5 +32,8 @@ ncu_one() {  # NAME ARGS...: one launch (the third) of a Gluon prefill under ncu
   gzip -f "$out/ncu-$name-sass.csv"
 }
 ncu_one fp8 --cache fp8
-ncu_one bf16 --cache bf16
+step gpu tests of the fp8 cache
+timeout ${TEST_BUDGET2:-120} python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_fp8_gpu.py \
+    >"$out/gpu_tests2.txt" 2>&1
+echo "pytest rc $?" >>"$out/gpu_tests2.txt"; grep -E "passed|failed|Error" "$out/gpu_tests2.txt" | tail -8 >>"$log"
 step done

@@ -43,11 +43,12 @@ def test_a_gluon_launch_spec_reads_as_the_config_it_names():
     from bench.fp8 import gluon_fp8_config
     from engine.kernels.prefill_gluon_fp8 import DEFAULT_CONFIG
 
-    cfg = gluon_fp8_config("2pw8s3@132")
+    cfg = gluon_fp8_config("2pw8s3f@132")
     assert (cfg.num_stages, cfg.pingpong, cfg.producer_warps, cfg.num_staging, cfg.persistent) == (2, True, 8, 3, 132)
-    assert (cfg.producer_regs, cfg.consumer_regs) == (32, 216)
+    assert (cfg.producer_regs, cfg.consumer_regs, cfg.split_producer) == (32, 216, False)
     plain = gluon_fp8_config("3")
-    assert (plain.pingpong, plain.producer_warps, plain.num_staging) == (False, DEFAULT_CONFIG.producer_warps,
-                                                                         DEFAULT_CONFIG.num_staging)
+    assert (plain.pingpong, plain.producer_warps, plain.num_staging, plain.split_producer) == (
+        False, DEFAULT_CONFIG.producer_warps, DEFAULT_CONFIG.num_staging, DEFAULT_CONFIG.split_producer)
+    assert (plain.producer_regs, plain.consumer_regs) == (DEFAULT_CONFIG.producer_regs, DEFAULT_CONFIG.consumer_regs)
     with pytest.raises(SystemExit, match=r"STAGES\[p\]"):
         gluon_fp8_config("3pw3")

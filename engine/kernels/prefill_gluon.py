@@ -342,7 +342,7 @@ def cache_descriptor(cache: torch.Tensor, *, v_transposed: bool = False) -> Tens
     """A layer's K or V cache [blocks, block_size, Hkv, 128] as [blocks * block_size, Hkv * 128] with boxes of one
     cache block's 128 bytes of a head ([block_size, 64] of a 16-bit cache, one half head; [block_size, 128] of an
     e4m3 cache); v_transposed: an e4m3 V cache, whose blocks hold [Hkv, 128, block_size] (engine.kernels.cache), as
-    [blocks * Hkv * 128, block_size] with [128, block_size] boxes (one block's V^T of a head). Made once per cache
+    [blocks * Hkv * 128, block_size] with [128, block_size] boxes (one block's V^T of a head), unswizzled. Made once per cache
     tensor (a step's launch re-issues per layer: 0.6 us a lookup against 3.5 to make one). Kept while the cache
     tensor lives and no longer: the descriptor's base is a view of a detached alias, which holds the storage but not
     the tensor it is keyed by (a view of the tensor itself would keep it, and every KV cache an engine ever had,
@@ -352,11 +352,13 @@ def cache_descriptor(cache: torch.Tensor, *, v_transposed: bool = False) -> Tens
     if entry is not None and entry[0]() is cache:
         return entry[1]
     num_blocks, block_size, num_kv_heads, head_dim = cache.shape
-    if v_transposed:
+    if v_transposed:  # unswizzled: the fp8 kernel's producer reads these copies, not the tensor cores
         shape, box = [num_blocks * num_kv_heads * head_dim, block_size], [head_dim, block_size]
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8)
     else:
         shape, box = [num_blocks * block_size, num_kv_heads * head_dim], [block_size, 128 // cache.element_size()]
-    desc = TensorDescriptor(cache.detach().view(shape), shape, [shape[1], 1], box, _smem_layout(*box, cache.dtype))
+        layout = _smem_layout(*box, cache.dtype)
+    desc = TensorDescriptor(cache.detach().view(shape), shape, [shape[1], 1], box, layout)
     _CACHE_DESCRIPTORS[key] = (weakref.ref(cache), desc)
     weakref.finalize(cache, _CACHE_DESCRIPTORS.pop, key, None)
     return desc

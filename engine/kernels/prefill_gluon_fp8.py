@@ -45,7 +45,8 @@ from engine.kernels.launch import Launch
 from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _work, barriers, cache_descriptor,
                                           persistent_for_short_chunks, pipeline_barriers)
 
-HEAD: gl.constexpr = gl.constexpr(128)  # head_dim: one 128-byte swizzle atom of e4m3
+HEAD_DIM = 128  # one 128-byte swizzle atom of e4m3
+HEAD: gl.constexpr = gl.constexpr(HEAD_DIM)
 P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] stored as e4m3 times this (a power of two)
 LOG2_P_SCALE = gl.constexpr(8.0)  # P * P_SCALE computed as exp2(x + 8); the sum l carries the factor too, so it cancels
 
@@ -69,10 +70,13 @@ class GluonFp8PrefillConfig:
     # V^T tiles as copied, before the gather: a tile is gathered num_staging - 1 tiles after its copies were issued
     # (H100, round 30: 2, the previous tile, is 4-8% faster than 3; bench/NOTES.md)
     num_staging: int = 2
-    producer_warps: int = 4  # the producer's warps: TMA issue and the V^T gather (one warp's gather is 2.1-2.4x
-    # slower over the whole kernel: bench/NOTES.md)
-    producer_regs: int = 48  # per thread of the producer (setmaxnreg)
-    consumer_regs: int = 232  # of the second consumer warpgroup (the first takes the rest)
+    producer_warps: int = 4  # the gather's warps (a warpgroup; one warp's gather is 2.1-2.4x slower over the whole
+    # kernel: bench/NOTES.md)
+    producer_regs: int = 56  # per thread of the gathering warps (setmaxnreg; a key tile's V^T is 32 of them)
+    consumer_regs: int = 216  # of the second consumer warpgroup (the first takes the rest)
+    split_producer: bool = True  # TMA copies from a loader warp of their own, the producer warps gathering only (one
+    # producer issuing both: the compiler puts a barrier of its warps before each copy)
+    loader_regs: int = 24  # per thread of the loader warp
     pingpong: bool = True  # as GluonPrefillConfig.pingpong
     persistent: int = 0  # as GluonPrefillConfig.persistent
 
@@ -100,38 +104,60 @@ def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonFp8PrefillConfig
         return f"needs cache blocks of 16..{cfg.block_n} tokens dividing block_n"
     if q.stride(2) != 1:
         return "needs each head's dims contiguous"
+    if cfg.split_producer and cfg.producer_warps != 4:
+        return "a split producer gathers with one warpgroup (producer_warps 4)"
     return None
 
 
+@gluon.constexpr_function
+def _staged_tile_layout(BLOCK_N, BLOCK_SIZE):
+    """The staging buffers of one key tile ([BLOCK_N // BLOCK_SIZE blocks, HEAD, BLOCK_SIZE] bytes as the TMA copies
+    left them, unswizzled) read as the tile's V^T [HEAD, BLOCK_N]: offset bits take a block row's keys, then the
+    head-dim row, then the block."""
+    bases = []
+    for extent, unit in ((BLOCK_SIZE, [0, 1]), (HEAD_DIM, [1, 0]), (BLOCK_N // BLOCK_SIZE, [0, BLOCK_SIZE])):
+        step = 1
+        while step < extent:  # one offset bit per power of two of this extent
+            bases.append([unit[0] * step, unit[1] * step])
+            step *= 2
+    return gl.SharedLinearLayout(bases)
+
+
+@gluon.constexpr_function
+def _gather_layout(BLOCK_N, BLOCK_SIZE, WARPS):
+    """16 bytes (keys of one block) a thread, a block row's 16-byte pieces on adjacent lanes, then rows: a warp reads
+    512 contiguous bytes of the staging buffers; warps along rows while rows last, then along columns."""
+    lanes_k = BLOCK_SIZE // 16
+    warp_rows = min(WARPS, HEAD_DIM // (32 // lanes_k))
+    return gl.BlockedLayout([1, 16], [32 // lanes_k, lanes_k], [warp_rows, WARPS // warp_rows], [1, 0])
+
+
 @gluon.jit
-def _gather_v(vstage, vt, staged, vt_ready, vt_empty, c, key0, ctx, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
-    """Key tile c (keys key0 ..): its cache blocks' V^T as copied ([128, block_size] each, staging buffers of slot
-    c % NUM_STAGING) into one swizzled V^T tile [128, BLOCK_N] (buffer c % NUM_STAGES) once both consumers have
-    released it, keys at or past the context as 0; then V^T's ready barrier. 16-byte rows of keys per thread, moved as
-    bytes. The fence orders these generic accesses before the tensor cores' reads of V^T and the next TMA copy into
-    the staging buffers."""
+def _gather_v(vstage, vt, staged, staging_free, vt_ready, vt_empty, c, key0, ctx, BLOCK_N: gl.constexpr,
+              BLOCK_SIZE: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr,
+              SPLIT: gl.constexpr):
+    """Key tile c (keys key0 ..): its cache blocks' V^T as copied (staging slot c % NUM_STAGING) into one swizzled
+    V^T tile [128, BLOCK_N] (buffer c % NUM_STAGES) once both consumers have released it, keys in P's operand order,
+    keys at or past the context as 0; then V^T's ready barrier. One load of the whole tile, then one store (per block
+    a load and a store made the compiler put a barrier between each: it cannot tell the staging buffers from the
+    tile), the bytes moved as int8. The fence orders these generic accesses before the tensor cores' reads of V^T and
+    the next TMA copy into the staging buffers."""
     NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
-    LANES_K: gl.constexpr = BLOCK_SIZE // 16
-    BASE: gl.constexpr = 32 * WARPS // LANES_K  # rows one pass of 16 bytes a thread covers
-    SPT: gl.constexpr = (8 + BASE - 1) // BASE  # rows a thread takes, so a pass covers whole swizzle atoms (8 rows)
-    layout: gl.constexpr = gl.BlockedLayout([SPT, 16], [32 // LANES_K, LANES_K], [WARPS, 1], [1, 0])
+    layout: gl.constexpr = _gather_layout(BLOCK_N, BLOCK_SIZE, WARPS)
     s = c % NUM_STAGES
     r = c % NUM_STAGING
     mbarrier.wait(staged.index(r), c // NUM_STAGING & 1)
+    src = vstage.index(r)._reinterpret(gl.int8, [HEAD, BLOCK_N], _staged_tile_layout(BLOCK_N, BLOCK_SIZE))
+    tile = src.load(layout)
+    if SPLIT:  # the staging slot back to the loader warp
+        mbarrier.arrive(staging_free.index(r), count=1)
+    valid = ctx - key0  # keys of this tile before the context's end
+    if valid < BLOCK_N:  # a never-written slot may hold NaN: P is 0 there, but 0 x NaN is not
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+        tile = gl.where((cols < valid)[None, :], tile, gl.zeros_like(tile))
+    tile = gl.convert_layout(_operand_order(tile, BLOCK_N), layout)  # keys in P's operand order, within each thread
     mbarrier.wait(vt_empty.index(s), (c // NUM_STAGES & 1) ^ 1)
-    dst = vt.index(s)._reinterpret(gl.int8, [HEAD, BLOCK_N], vt.layout)
-    ROWS: gl.constexpr = BASE * SPT  # rows of a block's V^T moved at once
-    offs = gl.arange(0, BLOCK_SIZE, layout=gl.SliceLayout(0, layout))
-    for i in gl.static_range(NB):
-        src = vstage.index(r * NB + i)._reinterpret(gl.int8, [HEAD, BLOCK_SIZE], vstage.layout)
-        valid = ctx - key0 - i * BLOCK_SIZE  # keys of this block before the context's end
-        for h in gl.static_range(HEAD // ROWS):
-            part = src.slice(h * ROWS, ROWS).load(layout)
-            if valid < BLOCK_SIZE:  # a never-written slot may hold NaN: P is 0 there, but 0 x NaN is not
-                part = gl.where((offs < valid)[None, :], part, gl.zeros_like(part))
-            part = gl.convert_layout(_operand_order(part, BLOCK_SIZE), layout)  # keys in P's operand order
-            dst.slice(h * ROWS, ROWS).slice(i * BLOCK_SIZE, BLOCK_SIZE, dim=1).store(part)
+    vt.index(s)._reinterpret(gl.int8, [HEAD, BLOCK_N], vt.layout).store(tile)
     fence_async_shared()
     mbarrier.arrive(vt_ready.index(s), count=1)
 
@@ -171,15 +197,63 @@ def _producer(k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_rea
                 tma.async_copy_global_to_shared(k_desc, [blk * BLOCK_SIZE, kvh * HEAD], k_ready.index(stage),
                                                 kbuf.index(stage).slice(i * BLOCK_SIZE, BLOCK_SIZE))
                 tma.async_copy_global_to_shared(v_desc, [(blk * NUM_KV_HEADS + kvh) * HEAD, 0], staged.index(r),
-                                                vstage.index(r * NB + i))
+                                                vstage.index(r).slice(i * HEAD, HEAD))
             if j >= LAG:  # the tile LAG back: its copies have had LAG tiles' time to land
-                _gather_v(vstage, vt, staged, vt_ready, vt_empty, c - LAG, (j - LAG) * BLOCK_N, ctx, BLOCK_N,
-                          BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS)
+                _gather_v(vstage, vt, staged, staged, vt_ready, vt_empty, c - LAG, (j - LAG) * BLOCK_N, ctx, BLOCK_N,
+                          BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS, False)
             c += 1
         left = gl.minimum(n_kv, LAG)  # the item's last tiles, not gathered yet
         for d in range(left):
-            _gather_v(vstage, vt, staged, vt_ready, vt_empty, c - left + d, (n_kv - left + d) * BLOCK_N, ctx, BLOCK_N,
-                      BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS)
+            _gather_v(vstage, vt, staged, staged, vt_ready, vt_empty, c - left + d, (n_kv - left + d) * BLOCK_N, ctx,
+                      BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS, False)
+
+
+@gluon.jit
+def _loader(k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free, cu_seqlens_q, context_lens,
+            block_tables, stride_bt, batch, num_tiles, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
+            NUM_KV_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+            NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr):
+    """The loader warp (split producer): each key tile's K and V^T TMA copies, one per cache block each, once the
+    consumers have released K's buffer and the gatherer the staging slot."""
+    NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
+    nbytes: gl.constexpr = BLOCK_N * HEAD
+    c = 0
+    for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
+        tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
+                                                                NUM_HEADS, BLOCK_M, BLOCK_N)
+        bt_row = block_tables + b * stride_bt
+        n_blocks = gl.cdiv(ctx, BLOCK_SIZE)
+        kvh = head // GROUP
+        for j in range(n_kv):
+            stage = c % NUM_STAGES
+            r = c % NUM_STAGING
+            mbarrier.wait(staging_free.index(r), (c // NUM_STAGING & 1) ^ 1)
+            mbarrier.expect(staged.index(r), nbytes)
+            mbarrier.wait(k_empty.index(stage), (c // NUM_STAGES & 1) ^ 1)
+            mbarrier.expect(k_ready.index(stage), nbytes)
+            for i in gl.static_range(NB):
+                idx = j * NB + i
+                blk = gl.load(bt_row + idx, mask=idx < n_blocks, other=0)
+                tma.async_copy_global_to_shared(v_desc, [(blk * NUM_KV_HEADS + kvh) * HEAD, 0], staged.index(r),
+                                                vstage.index(r).slice(i * HEAD, HEAD))
+                tma.async_copy_global_to_shared(k_desc, [blk * BLOCK_SIZE, kvh * HEAD], k_ready.index(stage),
+                                                kbuf.index(stage).slice(i * BLOCK_SIZE, BLOCK_SIZE))
+            c += 1
+
+
+@gluon.jit
+def _gatherer(vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q, context_lens, batch, num_tiles,
+              NUM_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
+    """The gatherer warpgroup (split producer): each key tile's V^T from the staging slot into a V^T tile."""
+    c = 0
+    for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
+        tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
+                                                                NUM_HEADS, BLOCK_M, BLOCK_N)
+        for j in range(n_kv):
+            _gather_v(vstage, vt, staged, staging_free, vt_ready, vt_empty, c, j * BLOCK_N, ctx, BLOCK_N, BLOCK_SIZE,
+                      NUM_STAGES, NUM_STAGING, WARPS, True)
+            c += 1
 
 
 @gluon.jit
@@ -294,8 +368,8 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
                               BLOCK_SIZE: gl.constexpr,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                               NUM_STAGING: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                              CONSUMER_REGS: gl.constexpr,
-                              PINGPONG: gl.constexpr):
+                              CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, SPLIT: gl.constexpr,
+                              LOADER_REGS: gl.constexpr):
     """Work items (query tile, sequence, head) pid, pid + programs, ...: one each with the default grid (one program
     per work item), several with a persistent grid."""
     fp8: gl.constexpr = gl.float8e4nv
@@ -303,24 +377,41 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
     vt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEAD, BLOCK_N], fp8)
     q_smem = gl.allocate_shared_memory(fp8, [2, BLOCK_M // 2, HEAD], q_layout)
     kbuf = gl.allocate_shared_memory(fp8, [NUM_STAGES, BLOCK_N, HEAD], k_desc.layout)
-    vstage = gl.allocate_shared_memory(fp8, [NUM_STAGING * (BLOCK_N // BLOCK_SIZE), HEAD, BLOCK_SIZE], v_desc.layout)
+    vstage = gl.allocate_shared_memory(fp8, [NUM_STAGING, BLOCK_N // BLOCK_SIZE * HEAD, BLOCK_SIZE], v_desc.layout)
     vt = gl.allocate_shared_memory(fp8, [NUM_STAGES, HEAD, BLOCK_N], vt_layout)
     k_ready, vt_ready, k_empty, vt_empty, turn = pipeline_barriers(NUM_STAGES)
     staged = barriers(NUM_STAGING, 1)
+    staging_free = barriers(NUM_STAGING, 1)
     fence_async_shared()
     WG0: gl.constexpr = 0
     WG1: gl.constexpr = 1
-    gl.warp_specialize([
-        (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q, context_lens,
-                     qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch, num_tiles,
-                     NUM_HEADS, WG0, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
-        (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q, context_lens,
-                     qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch, num_tiles,
-                     NUM_HEADS, WG1, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
-        (_producer, (k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_ready, vt_empty, cu_seqlens_q,
-                     context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, NUM_KV_HEADS, BLOCK_M,
-                     BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING, PRODUCER_WARPS)),
-    ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    if SPLIT:
+        gl.warp_specialize([
+            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
+                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
+                       num_tiles, NUM_HEADS, WG0, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
+            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
+                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
+                       num_tiles, NUM_HEADS, WG1, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
+            (_loader, (k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free, cu_seqlens_q,
+                       context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, NUM_KV_HEADS,
+                       BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING)),
+            (_gatherer, (vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q, context_lens, batch,
+                         num_tiles, NUM_HEADS, BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING,
+                         PRODUCER_WARPS)),
+        ], [4, 1, PRODUCER_WARPS], [CONSUMER_REGS, LOADER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
+                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
+                       num_tiles, NUM_HEADS, WG0, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
+            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
+                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
+                       num_tiles, NUM_HEADS, WG1, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
+            (_producer, (k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_ready, vt_empty,
+                         cu_seqlens_q, context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP,
+                         NUM_KV_HEADS, BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING, PRODUCER_WARPS)),
+        ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 def _layer_args(k_cache, v_cache, k_scale, v_scale):
@@ -347,7 +438,8 @@ def gluon_fp8_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 NUM_HEADS=num_heads, GROUP=num_heads // k_cache.shape[2], NUM_KV_HEADS=k_cache.shape[2],
                 BLOCK_SIZE=k_cache.shape[1],
                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, NUM_STAGING=cfg.num_staging,
-                PRODUCER_WARPS=cfg.producer_warps, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, PINGPONG=cfg.pingpong)
+                PRODUCER_WARPS=cfg.producer_warps, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
+                PINGPONG=cfg.pingpong, SPLIT=cfg.split_producer, LOADER_REGS=cfg.loader_regs)
     grid = (min(items, cfg.persistent) if cfg.persistent else items,)
     return Launch(_gluon_fp8_prefill_kernel, grid, args, {"num_warps": 4},
                   swap=("k_desc", "v_desc", "k_scale", "v_scale"), adapt=_layer_args)

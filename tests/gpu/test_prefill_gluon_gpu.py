@@ -118,25 +118,22 @@ def fp8_case(block_size: int, seqs=SEQS, poison: bool = False):
 
 
 @pytest.mark.skipif(not hopper(), reason="the Gluon prefill is sm_90 only")
-@pytest.mark.parametrize("block_size, stages, pingpong, persistent, warps, staging", [
-    (16, 3, True, 0, 1, 3), (16, 2, False, 0, 1, 3), (32, 3, True, 0, 1, 2), (64, 2, True, 0, 1, 3),
-    (128, 3, False, 0, 1, 4), (16, 3, True, 132, 1, 3), (16, 2, False, 5, 1, 2), (32, 3, True, 7, 1, 4),
-    (16, 3, True, 0, 4, 3), (128, 2, True, 5, 4, 2), (16, 3, True, 0, 4, 2), (32, 3, True, 132, 8, 2)])
-def test_gluon_fp8_prefill_matches_the_triton_fp8_kernel_and_the_reference(block_size, stages, pingpong, persistent,
-                                                                           warps, staging):
+@pytest.mark.parametrize("block_size, spec", [
+    (16, "3p"), (16, "2s3"), (32, "3ps3"), (64, "2ps3"), (128, "3s4"), (16, "3p@132"), (16, "2@5"), (32, "3ps4@7"),
+    (16, "3pf"), (16, "3ps3f"), (128, "2pf@5"), (32, "3pw8f@132"), (64, "3ps2f")])
+def test_gluon_fp8_prefill_matches_the_triton_fp8_kernel_and_the_reference(block_size, spec):
     """The same numerics as the Triton kernel's fp8 default (q and P rounded to e4m3): against the fp32 reference on
     the dequantised cache with q rounded per row, within P's rounding bound (tests/gpu/test_fp8_gpu.py), and
-    against the Triton kernel's output."""
+    against the Triton kernel's output. Launches as bench.fp8 --gluon names them (split and fused producers)."""
+    from bench.fp8 import gluon_fp8_config
     from engine.kernels.prefill import FP8_PREFILL_CONFIG
-    from engine.kernels.prefill_gluon_fp8 import GluonFp8PrefillConfig, gluon_fp8_paged_prefill
+    from engine.kernels.prefill_gluon_fp8 import gluon_fp8_paged_prefill
     from tests.gpu.test_fp8_gpu import assert_prefill_close
     from tests.test_fp8_kv import rowwise_e4m3
 
     q, k8, v8, ks, vs, cu, lens, tables, max_q = fp8_case(block_size)
     out = torch.full_like(q, float("nan"))
-    cfg = GluonFp8PrefillConfig(num_stages=stages, pingpong=pingpong, persistent=persistent, producer_warps=warps,
-                                producer_regs={1: 40, 4: 48, 8: 32}[warps], consumer_regs=216 if warps == 8 else 232,
-                                num_staging=staging)
+    cfg = gluon_fp8_config(spec)
     gluon_fp8_paged_prefill(q, k8, v8, cu, lens, tables, D**-0.5, ks, vs, max_seqlen_q=max_q, out=out, config=cfg)
     what = f"gluon fp8 prefill bs={block_size} {cfg}"
     ref = R.paged_prefill_attention(rowwise_e4m3(q), k8, v8, cu, lens, tables, D**-0.5, ks, vs)
