@@ -67,9 +67,9 @@ class GluonFp8PrefillConfig:
     block_m: int = 128  # query rows per work item (two consumer warpgroups of 64 rows)
     block_n: int = 128  # keys per tile
     num_stages: int = 3  # K and V^T buffers each (16 KiB a buffer)
-    # V^T tiles as copied, before the gather: a tile is gathered num_staging - 1 tiles after its copies were issued
-    # (H100, round 30: 2, the previous tile, is 4-8% faster than 3; bench/NOTES.md)
-    num_staging: int = 2
+    # staging slots of V^T as copied: the loader runs up to num_staging tiles ahead of the gather (fused producer: a
+    # tile is gathered num_staging - 1 tiles after its copies were issued); H100, round 30: 3 is 0.3-5% faster than 2
+    num_staging: int = 3
     producer_warps: int = 4  # the gather's warps (a warpgroup; one warp's gather is 2.1-2.4x slower over the whole
     # kernel: bench/NOTES.md)
     producer_regs: int = 56  # per thread of the gathering warps (setmaxnreg; a key tile's V^T is 32 of them)
