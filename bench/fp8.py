@@ -167,6 +167,17 @@ def prefill_case(q_len: int, ctx: int, gluon: list[str] = ()) -> dict:
 
 
 
+def prefill_shape(parser: argparse.ArgumentParser, value: str) -> tuple[int, int]:
+    """--prefill-shape Q:CONTEXT as (query tokens, context tokens), context >= query >= 1."""
+    try:
+        q_len, ctx = (int(x) for x in value.split(":"))
+    except ValueError:
+        parser.error(f"--prefill-shape {value!r}: expected QUERY_TOKENS:CONTEXT_TOKENS, e.g. 512:4096")
+    if not 1 <= q_len <= ctx:
+        parser.error(f"--prefill-shape {value!r}: expected 1 <= query tokens <= context tokens")
+    return q_len, ctx
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -176,8 +187,15 @@ def main(argv=None) -> int:
     p.add_argument("--gluon", default="", help="also time these launches of the e4m3 Gluon prefill, comma-separated "
                    "STAGES[p][wN][sN][f][@N] (p: ping-pong, wN: an N-warp producer, sN: N V^T staging buffers, f: one "
                    "producer issuing copies and gathering, @N: persistent grid of N programs), e.g. 3p,3ps3,3pf,3p@132")
+    p.add_argument("--prefill-shape", action="append", default=[], metavar="Q:CONTEXT",
+                   help="time this prefill shape (query tokens : context tokens, repeatable) instead of the three "
+                   "default ones")
+    p.add_argument("--repeat", type=int, default=1, help="time each prefill shape this many times (a row each)")
     args = p.parse_args(argv)
     check_output_file(p, args.out, args.force)  # before any work: committed results are never replaced by default
+    shapes = [prefill_shape(p, v) for v in args.prefill_shape] or list(PREFILL_SHAPES)
+    if args.repeat < 1:
+        p.error(f"--repeat {args.repeat}: expected a positive count")
     if not torch.cuda.is_available():
         print("error: bench.fp8 needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -192,7 +210,7 @@ def main(argv=None) -> int:
               f"({row['fp8_kv_tb_per_s']:.2f} TB/s)  x{row['fp8_speedup']:.2f} "
               f"{'meets' if row['meets_target'] else 'MISSES'} {SPEEDUP_TARGET}x  max|diff| {row['max_abs_diff_fp8_vs_bf16']:.3g}",
               flush=True)
-    for q_len, ctx in PREFILL_SHAPES:
+    for q_len, ctx in [shape for shape in shapes for _ in range(args.repeat)]:
         row = prefill_case(q_len, ctx, [g for g in args.gluon.split(",") if g])
         result["prefill"].append(row)
         print(f"prefill q={q_len} ctx={ctx}: bf16 {row['bf16_s'] * 1e3:.3f} ms  fp8 {row['fp8_s'] * 1e3:.3f} ms  "

@@ -52,3 +52,10 @@ def test_a_gluon_launch_spec_reads_as_the_config_it_names():
     assert (plain.producer_regs, plain.consumer_regs) == (DEFAULT_CONFIG.producer_regs, DEFAULT_CONFIG.consumer_regs)
     with pytest.raises(SystemExit, match=r"STAGES\[p\]"):
         gluon_fp8_config("3pw3")
+
+
+@pytest.mark.parametrize("value", ["512", "512:x", "4096:512", "0:16"])
+def test_a_bad_prefill_shape_is_refused_before_any_work(tmp_path, value):
+    done = run_bench("bench.fp8", "--prefill-only", "--prefill-shape", value, "--out", str(tmp_path / "r.json"))
+    assert done.returncode == 2 and "--prefill-shape" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "r.json").exists()
