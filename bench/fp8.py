@@ -94,25 +94,18 @@ def decode_case(batch: int, ctx: int, tune: bool) -> dict:
 
 
 def gluon_fp8_config(spec: str):
-    """A --gluon launch of the e4m3 Gluon prefill: STAGES, then 'p' for ping-pong, 'wN' for an N-warp producer (4 or
-    8, fused only; the default's otherwise), 'sN' for N staging buffers of V^T, 'f' for one producer issuing the copies and
-    gathering (fused; the default splits them: a loader warp and a gathering warpgroup), '@N' for a persistent grid
-    of N programs (e.g. 3p@132, 3ps3f; bench.kernels.gluon_config's form). Registers a thread, split: the default's;
-    fused: the producer's 64 (4 warps) or 32 (8; its consumers 216), the consumers' 224."""
+    """A --gluon launch of the e4m3 Gluon prefill: STAGES, then 'p' for ping-pong, 'sN' for N staging slots of V^T,
+    '@N' for a persistent grid of N programs (e.g. 3p@132, 3ps2; bench.kernels.gluon_config's form)."""
     import re
 
     from engine.kernels.prefill_gluon_fp8 import DEFAULT_CONFIG, GluonFp8PrefillConfig
 
-    m = re.fullmatch(r"(\d+)(p?)(?:w([48]))?(?:s(\d+))?(f?)(?:@(\d+))?", spec)
+    m = re.fullmatch(r"(\d+)(p?)(?:s(\d+))?(?:@(\d+))?", spec)
     if m is None:
-        raise SystemExit(f"--gluon: {spec!r} is not STAGES[p][w4|w8][sN][f][@N]")
-    stages, pp, warps, staging, fused, persistent = m.groups()
-    warps = int(warps or DEFAULT_CONFIG.producer_warps)
-    regs = ({} if not fused else
-            dict(producer_regs={4: 64, 8: 32}[warps], consumer_regs=216 if warps == 8 else 224))
+        raise SystemExit(f"--gluon: {spec!r} is not STAGES[p][sN][@N]")
+    stages, pp, staging, persistent = m.groups()
     return GluonFp8PrefillConfig(num_stages=int(stages), pingpong=bool(pp), persistent=int(persistent or 0),
-                                 producer_warps=warps, split_producer=not fused,
-                                 num_staging=int(staging or DEFAULT_CONFIG.num_staging), **regs)
+                                 num_staging=int(staging or DEFAULT_CONFIG.num_staging))
 
 
 def prefill_case(q_len: int, ctx: int, gluon: list[str] = ()) -> dict:
@@ -185,8 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--tune", action="store_true", help="also sweep decode launch configs for both dtypes")
     p.add_argument("--prefill-only", action="store_true", help="the prefill cases only (no decode)")
     p.add_argument("--gluon", default="", help="also time these launches of the e4m3 Gluon prefill, comma-separated "
-                   "STAGES[p][wN][sN][f][@N] (p: ping-pong, wN: an N-warp producer, sN: N V^T staging buffers, f: one "
-                   "producer issuing copies and gathering, @N: persistent grid of N programs), e.g. 3p,3ps3,3pf,3p@132")
+                   "STAGES[p][sN][@N] (p: ping-pong, sN: N V^T staging slots, @N: persistent grid of N programs), e.g. "
+                   "3p,3ps2,3p@132")
     p.add_argument("--prefill-shape", action="append", default=[], metavar="Q:CONTEXT",
                    help="time this prefill shape (query tokens : context tokens, repeatable) instead of the three "
                    "default ones")

@@ -38,20 +38,19 @@ def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path, module, extra):
 
 
 def test_a_gluon_launch_spec_reads_as_the_config_it_names():
-    """bench.fp8 --gluon: STAGES[p][wN][sN][@N]; the producer's registers follow its warps; a bad spec is refused
-    with the form expected."""
+    """bench.fp8 --gluon: STAGES[p][sN][@N]; what a spec leaves out is the default's; a bad spec is refused with the
+    form expected."""
     from bench.fp8 import gluon_fp8_config
     from engine.kernels.prefill_gluon_fp8 import DEFAULT_CONFIG
 
-    cfg = gluon_fp8_config("2pw8s3f@132")
-    assert (cfg.num_stages, cfg.pingpong, cfg.producer_warps, cfg.num_staging, cfg.persistent) == (2, True, 8, 3, 132)
-    assert (cfg.producer_regs, cfg.consumer_regs, cfg.split_producer) == (32, 216, False)
+    cfg = gluon_fp8_config("2ps4@132")
+    assert (cfg.num_stages, cfg.pingpong, cfg.num_staging, cfg.persistent) == (2, True, 4, 132)
     plain = gluon_fp8_config("3")
-    assert (plain.pingpong, plain.producer_warps, plain.num_staging, plain.split_producer) == (
-        False, DEFAULT_CONFIG.producer_warps, DEFAULT_CONFIG.num_staging, DEFAULT_CONFIG.split_producer)
-    assert (plain.producer_regs, plain.consumer_regs) == (DEFAULT_CONFIG.producer_regs, DEFAULT_CONFIG.consumer_regs)
-    with pytest.raises(SystemExit, match=r"STAGES\[p\]"):
-        gluon_fp8_config("3pw3")
+    assert (plain.pingpong, plain.num_staging, plain.persistent) == (False, DEFAULT_CONFIG.num_staging, 0)
+    assert (plain.gather_regs, plain.loader_regs, plain.consumer_regs) == (
+        DEFAULT_CONFIG.gather_regs, DEFAULT_CONFIG.loader_regs, DEFAULT_CONFIG.consumer_regs)
+    with pytest.raises(SystemExit, match=r"STAGES\[p\]\[sN\]"):
+        gluon_fp8_config("3pw4")
 
 
 @pytest.mark.parametrize("value", ["512", "512:x", "4096:512", "0:16"])

@@ -5,7 +5,8 @@ The same contract and numerics as the Triton kernel's fp8 default (engine.kernel
 products in e4m3, q rounded to e4m3 with one scale per row, P * P_SCALE rounded to e4m3, K's scale folded into the
 score scale and V's into the output), with prefill_gluon's structure: work items of 128 query rows of one head,
 longest first, optionally a persistent grid; two consumer warpgroups of 64 rows (S_j = Q K_j^T and O += P_{j-1}
-V_{j-1} as asynchronous wgmma in flight together, S_j's softmax under P V, optional ping-pong); and a producer.
+V_{j-1} as asynchronous wgmma in flight together, S_j's softmax under P V, optional ping-pong); a loader warp issuing
+the TMA copies; and a gathering warpgroup (below).
 
 What fp8 changes:
 - A cache row of one head is 128 bytes, one swizzle atom: one TMA copy per cache block for K and one for V (the
@@ -13,11 +14,13 @@ What fp8 changes:
 - e4m3 wgmma takes both operands K-major. Q K^T is (Q: head dim contiguous; K as stored: head dim contiguous), and
   so is P V, because an fp8 cache stores each block's V transposed ([Hkv, 128, block_size], engine.kernels.cache).
   But one TMA copy brings one block's V^T [128, block_size], whose rows of block_size bytes are narrower than the
-  128-byte swizzled rows the tensor cores read a 128-key tile from. So the producer (a warpgroup by default) TMA
-  copies each block's V^T into a staging buffer and gathers a tile's blocks into one swizzled V^T tile, 16 bytes a
-  move, num_staging - 1 tiles after issuing its copies (their latency hidden behind as many tiles), zeroing the keys
-  past the context on the way (a never-written slot may hold NaN; P is 0 there, but 0 x NaN is not). Cache blocks of
-  at least 16 tokens (a TMA row is at least 16 bytes).
+  128-byte swizzled rows the tensor cores read a 128-key tile from. So the loader copies each block's V^T into an
+  unswizzled staging slot (num_staging tiles deep), and the gathering warpgroup reads a tile's staged blocks as one
+  [128, BLOCK_N] tensor (a linear shared layout: 16 bytes a thread and block) and stores it into one swizzled V^T
+  tile, zeroing the keys past the context (a never-written slot may hold NaN; P is 0 there, but 0 x NaN is not).
+  Copies and gather in partitions of their own: in one, the compiler, unable to tell the buffers apart, put a
+  barrier of all its warps before every TMA copy (bench/NOTES.md, round 30). Cache blocks of at least 16 tokens (a
+  TMA row is at least 16 bytes).
 - P goes to the tensor cores as each thread holds it: the e4m3 A operand wants 4 adjacent keys of every 16 where the
   accumulator gives a thread 2 adjacent of every 8, so the 16 keys of each group are reordered (_operand_order) in P
   and, the same way, in V^T's gather; the product's sum over keys does not see the order, and no value crosses lanes.
@@ -47,6 +50,7 @@ from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _work, barr
 
 HEAD_DIM = 128  # one 128-byte swizzle atom of e4m3
 HEAD: gl.constexpr = gl.constexpr(HEAD_DIM)
+GATHER_WARPS: gl.constexpr = gl.constexpr(4)  # the gathering warpgroup (one warp gathered 2.1-2.4x slower: round 30)
 P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] stored as e4m3 times this (a power of two)
 LOG2_P_SCALE = gl.constexpr(8.0)  # P * P_SCALE computed as exp2(x + 8); the sum l carries the factor too, so it cancels
 
@@ -67,16 +71,12 @@ class GluonFp8PrefillConfig:
     block_m: int = 128  # query rows per work item (two consumer warpgroups of 64 rows)
     block_n: int = 128  # keys per tile
     num_stages: int = 3  # K and V^T buffers each (16 KiB a buffer)
-    # staging slots of V^T as copied: the loader runs up to num_staging tiles ahead of the gather (fused producer: a
-    # tile is gathered num_staging - 1 tiles after its copies were issued); H100, round 30: 3 is 0.3-5% faster than 2
+    # staging slots of V^T as copied: the loader runs up to num_staging tiles ahead of the gather (H100, round 30: 3
+    # is 0.3-5% faster than 2)
     num_staging: int = 3
-    producer_warps: int = 4  # the gather's warps (a warpgroup; one warp's gather is 2.1-2.4x slower over the whole
-    # kernel: bench/NOTES.md)
-    producer_regs: int = 56  # per thread of the gathering warps (setmaxnreg; a key tile's V^T is 32 of them)
-    consumer_regs: int = 216  # of the second consumer warpgroup (the first takes the rest)
-    split_producer: bool = True  # TMA copies from a loader warp of their own, the producer warps gathering only (one
-    # producer issuing both: the compiler puts a barrier of its warps before each copy)
+    gather_regs: int = 56  # per thread of the gathering warpgroup (setmaxnreg; a key tile's V^T is 32 of them)
     loader_regs: int = 24  # per thread of the loader warp
+    consumer_regs: int = 216  # of the second consumer warpgroup (the first takes the rest)
     pingpong: bool = True  # as GluonPrefillConfig.pingpong
     persistent: int = 0  # as GluonPrefillConfig.persistent
 
@@ -104,8 +104,6 @@ def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonFp8PrefillConfig
         return f"needs cache blocks of 16..{cfg.block_n} tokens dividing block_n"
     if q.stride(2) != 1:
         return "needs each head's dims contiguous"
-    if cfg.split_producer and cfg.producer_warps != 4:
-        return "a split producer gathers with one warpgroup (producer_warps 4)"
     return None
 
 
@@ -134,23 +132,20 @@ def _gather_layout(BLOCK_N, BLOCK_SIZE, WARPS):
 
 @gluon.jit
 def _gather_v(vstage, vt, staged, staging_free, vt_ready, vt_empty, c, key0, ctx, BLOCK_N: gl.constexpr,
-              BLOCK_SIZE: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr,
-              SPLIT: gl.constexpr):
+              BLOCK_SIZE: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
     """Key tile c (keys key0 ..): its cache blocks' V^T as copied (staging slot c % NUM_STAGING) into one swizzled
     V^T tile [128, BLOCK_N] (buffer c % NUM_STAGES) once both consumers have released it, keys in P's operand order,
-    keys at or past the context as 0; then V^T's ready barrier. One load of the whole tile, then one store (per block
-    a load and a store made the compiler put a barrier between each: it cannot tell the staging buffers from the
-    tile), the bytes moved as int8. The fence orders these generic accesses before the tensor cores' reads of V^T and
-    the next TMA copy into the staging buffers."""
-    NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
+    keys at or past the context as 0; then V^T's ready barrier. The staging slot goes back to the loader once read.
+    One load of the whole tile, then one store (per block a load and a store made the compiler put a barrier between
+    each: it cannot tell the staging buffers from the tile), the bytes moved as int8. The fence orders these generic
+    accesses before the tensor cores' reads of V^T."""
     layout: gl.constexpr = _gather_layout(BLOCK_N, BLOCK_SIZE, WARPS)
     s = c % NUM_STAGES
     r = c % NUM_STAGING
     mbarrier.wait(staged.index(r), c // NUM_STAGING & 1)
     src = vstage.index(r)._reinterpret(gl.int8, [HEAD, BLOCK_N], _staged_tile_layout(BLOCK_N, BLOCK_SIZE))
     tile = src.load(layout)
-    if SPLIT:  # the staging slot back to the loader warp
-        mbarrier.arrive(staging_free.index(r), count=1)
+    mbarrier.arrive(staging_free.index(r), count=1)  # the staging slot back to the loader warp
     valid = ctx - key0  # keys of this tile before the context's end
     if valid < BLOCK_N:  # a never-written slot may hold NaN: P is 0 there, but 0 x NaN is not
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
@@ -163,57 +158,11 @@ def _gather_v(vstage, vt, staged, staging_free, vt_ready, vt_empty, c, key0, ctx
 
 
 @gluon.jit
-def _producer(k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_ready, vt_empty, cu_seqlens_q,
-              context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
-              NUM_KV_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
-    """The producer (WARPS warps): for each work item of this program and each of its key tiles, K's and V^T's TMA
-    copies (one per cache block each), then the V^T of the tile LAG before gathered into one tile while these copies
-    are in flight; an item's last LAG tiles gathered at its end. `c`
-    counts the key tiles across work items, as the consumers count them. Block-table entries past the sequence's
-    blocks read block 0 (finite or not: those keys are masked and V's slots zeroed)."""
-    NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
-    nbytes: gl.constexpr = BLOCK_N * HEAD
-    # A tile's V^T is gathered LAG tiles after its copies were issued (its staging buffers are the oldest in use then;
-    # LAG <= NUM_STAGES keeps the consumers' needs ahead of the producer's waits: no deadlock)
-    LAG: gl.constexpr = NUM_STAGING - 1
-    gl.static_assert(LAG >= 1 and LAG <= NUM_STAGES)
-    c = 0
-    for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
-        tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
-                                                                NUM_HEADS, BLOCK_M, BLOCK_N)
-        bt_row = block_tables + b * stride_bt
-        n_blocks = gl.cdiv(ctx, BLOCK_SIZE)
-        kvh = head // GROUP
-        for j in range(n_kv):
-            stage = c % NUM_STAGES
-            r = c % NUM_STAGING
-            mbarrier.wait(k_empty.index(stage), (c // NUM_STAGES & 1) ^ 1)
-            mbarrier.expect(k_ready.index(stage), nbytes)
-            mbarrier.expect(staged.index(r), nbytes)  # the staging buffers: freed by this warpgroup's own gather
-            for i in gl.static_range(NB):
-                idx = j * NB + i
-                blk = gl.load(bt_row + idx, mask=idx < n_blocks, other=0)
-                tma.async_copy_global_to_shared(k_desc, [blk * BLOCK_SIZE, kvh * HEAD], k_ready.index(stage),
-                                                kbuf.index(stage).slice(i * BLOCK_SIZE, BLOCK_SIZE))
-                tma.async_copy_global_to_shared(v_desc, [(blk * NUM_KV_HEADS + kvh) * HEAD, 0], staged.index(r),
-                                                vstage.index(r).slice(i * HEAD, HEAD))
-            if j >= LAG:  # the tile LAG back: its copies have had LAG tiles' time to land
-                _gather_v(vstage, vt, staged, staged, vt_ready, vt_empty, c - LAG, (j - LAG) * BLOCK_N, ctx, BLOCK_N,
-                          BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS, False)
-            c += 1
-        left = gl.minimum(n_kv, LAG)  # the item's last tiles, not gathered yet
-        for d in range(left):
-            _gather_v(vstage, vt, staged, staged, vt_ready, vt_empty, c - left + d, (n_kv - left + d) * BLOCK_N, ctx,
-                      BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING, WARPS, False)
-
-
-@gluon.jit
 def _loader(k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free, cu_seqlens_q, context_lens,
             block_tables, stride_bt, batch, num_tiles, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
             NUM_KV_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
             NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr):
-    """The loader warp (split producer): each key tile's K and V^T TMA copies, one per cache block each, once the
+    """The loader warp: each key tile's K and V^T TMA copies, one per cache block each, once the
     consumers have released K's buffer and the gatherer the staging slot."""
     NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
     nbytes: gl.constexpr = BLOCK_N * HEAD
@@ -245,14 +194,14 @@ def _loader(k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free
 def _gatherer(vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q, context_lens, batch, num_tiles,
               NUM_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
               NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
-    """The gatherer warpgroup (split producer): each key tile's V^T from the staging slot into a V^T tile."""
+    """The gathering warpgroup: each key tile's V^T from the staging slot into a V^T tile."""
     c = 0
     for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
         tile, b, head, q_start, q_len, ctx, first, n_kv = _work(t, cu_seqlens_q, context_lens, batch, num_tiles,
                                                                 NUM_HEADS, BLOCK_M, BLOCK_N)
         for j in range(n_kv):
             _gather_v(vstage, vt, staged, staging_free, vt_ready, vt_empty, c, j * BLOCK_N, ctx, BLOCK_N, BLOCK_SIZE,
-                      NUM_STAGES, NUM_STAGING, WARPS, True)
+                      NUM_STAGES, NUM_STAGING, WARPS)
             c += 1
 
 
@@ -263,7 +212,7 @@ def _consumer(q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn
               NUM_STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """One warpgroup: rows WG * BLOCK_M // 2 .. of each work item's tile, as prefill_gluon._consumer with e4m3
     products: its q rows rounded to e4m3 (a scale per row, folded with K's into the row's score scale), P * P_SCALE
-    rounded to e4m3 as the A operand, V^T from the producer's gather."""
+    rounded to e4m3 as the A operand, V^T from the gathering warpgroup."""
     ROWS: gl.constexpr = BLOCK_M // 2
     fp8: gl.constexpr = gl.float8e4nv
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -367,9 +316,8 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
                               NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, NUM_KV_HEADS: gl.constexpr,
                               BLOCK_SIZE: gl.constexpr,
                               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                              NUM_STAGING: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                              CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, SPLIT: gl.constexpr,
-                              LOADER_REGS: gl.constexpr):
+                              NUM_STAGING: gl.constexpr, GATHER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                              PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr):
     """Work items (query tile, sequence, head) pid, pid + programs, ...: one each with the default grid (one program
     per work item), several with a persistent grid."""
     fp8: gl.constexpr = gl.float8e4nv
@@ -385,33 +333,20 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
     fence_async_shared()
     WG0: gl.constexpr = 0
     WG1: gl.constexpr = 1
-    if SPLIT:
-        gl.warp_specialize([
-            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
-                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
-                       num_tiles, NUM_HEADS, WG0, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
-            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
-                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
-                       num_tiles, NUM_HEADS, WG1, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
-            (_loader, (k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free, cu_seqlens_q,
-                       context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, NUM_KV_HEADS,
-                       BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING)),
-            (_gatherer, (vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q, context_lens, batch,
-                         num_tiles, NUM_HEADS, BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING,
-                         PRODUCER_WARPS)),
-        ], [4, 1, PRODUCER_WARPS], [CONSUMER_REGS, LOADER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
-                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
-                       num_tiles, NUM_HEADS, WG0, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
-            (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
-                       context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
-                       num_tiles, NUM_HEADS, WG1, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
-            (_producer, (k_desc, v_desc, kbuf, vstage, vt, k_ready, k_empty, staged, vt_ready, vt_empty,
-                         cu_seqlens_q, context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP,
-                         NUM_KV_HEADS, BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING, PRODUCER_WARPS)),
-        ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    gl.warp_specialize([
+        (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
+                     context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
+                     num_tiles, NUM_HEADS, WG0, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
+        (_consumer, (q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn, cu_seqlens_q,
+                     context_lens, qk_scale, k_scale, v_scale, stride_qt, stride_qh, stride_ot, stride_oh, batch,
+                     num_tiles, NUM_HEADS, WG1, BLOCK_M, BLOCK_N, NUM_STAGES, PINGPONG)),
+        (_loader, (k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free, cu_seqlens_q,
+                   context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, NUM_KV_HEADS,
+                   BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING)),
+        (_gatherer, (vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q, context_lens, batch,
+                     num_tiles, NUM_HEADS, BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING,
+                     GATHER_WARPS)),
+    ], [4, 1, GATHER_WARPS], [CONSUMER_REGS, LOADER_REGS, GATHER_REGS])
 
 
 def _layer_args(k_cache, v_cache, k_scale, v_scale):
@@ -438,8 +373,8 @@ def gluon_fp8_launch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 NUM_HEADS=num_heads, GROUP=num_heads // k_cache.shape[2], NUM_KV_HEADS=k_cache.shape[2],
                 BLOCK_SIZE=k_cache.shape[1],
                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_STAGES=cfg.num_stages, NUM_STAGING=cfg.num_staging,
-                PRODUCER_WARPS=cfg.producer_warps, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
-                PINGPONG=cfg.pingpong, SPLIT=cfg.split_producer, LOADER_REGS=cfg.loader_regs)
+                GATHER_REGS=cfg.gather_regs, CONSUMER_REGS=cfg.consumer_regs, PINGPONG=cfg.pingpong,
+                LOADER_REGS=cfg.loader_regs)
     grid = (min(items, cfg.persistent) if cfg.persistent else items,)
     return Launch(_gluon_fp8_prefill_kernel, grid, args, {"num_warps": 4},
                   swap=("k_desc", "v_desc", "k_scale", "v_scale"), adapt=_layer_args)
