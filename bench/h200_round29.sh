@@ -7,7 +7,7 @@
 #                                           # (OUT/gpu_tests2.txt), `bench.kernels --prefill-only` beside
 #                                           # FlashInfer (OUT/kernels.json); any sm_90 GPU
 #   bash bench/h200_round29.sh OUT_DIR f    # the e4m3 Gluon prefill alone: its GPU tests, then `bench.fp8
-#                                           # --prefill-only --gluon ${GLUON:-3p,3pw1s3,2p,3p@132}` (OUT/fp8.json)
+#                                           # --prefill-only --gluon ${GLUON:-3p,3ps2,2p,3p@132}` (OUT/fp8.json)
 #   bash bench/h200_round29.sh OUT_DIR l    # live (H200 only): longdoc-b with its own `live --calibrate`
 #                                           # (Llama-3.1-8B at 32k), then longdoc-a with that profile (OUT/results.tgz)
 # Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force. Log: OUT/log.txt. Commit OUT/kernels.json (a
@@ -24,7 +24,7 @@ if [ "$MODE" = f ]; then  # f: the e4m3 Gluon prefill alone: its GPU tests, then
       >"$out/gpu_tests.txt" 2>&1
   echo "pytest rc $?" >>"$out/gpu_tests.txt"; grep -E "passed|failed|Error" "$out/gpu_tests.txt" | tail -8 >>"$log"
   step fp8 bench
-  timeout 200 python3 -m bench.fp8 --prefill-only --gluon "${GLUON:-3p,3pw1s3,2p,3p@132}" --out "$out/fp8.json" \
+  timeout 200 python3 -m bench.fp8 --prefill-only --gluon "${GLUON:-3p,3ps2,2p,3p@132}" --out "$out/fp8.json" \
       --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
   echo "fp8 bench rc $?" >>"$log"
   step done

@@ -18,7 +18,7 @@ timeout ${TEST_BUDGET:-160} python3 -m pytest -q -s -p no:cacheprovider -m gpu t
     -k fp8 >"$out/gpu_tests.txt" 2>&1
 echo "pytest rc $?" >>"$out/gpu_tests.txt"; grep -E "passed|failed|Error" "$out/gpu_tests.txt" | tail -8 >>"$log"
 step fp8 bench
-timeout ${BENCH_BUDGET:-200} python3 -m bench.fp8 --prefill-only --gluon "${GLUON:-3p,3ps3,2p,4p,3,3pf,3ps3f,3p@132}" \
+timeout ${BENCH_BUDGET:-200} python3 -m bench.fp8 --prefill-only --gluon "${GLUON:-3p,3ps2,2p,4p,3,3p@132}" \
     --out "$out/fp8.json" --force 2>&1 | grep -v "UserWarning\|return F.scaled" >>"$log"
 echo "fp8 bench rc $?" >>"$log"
 ncu_one() {  # NAME ARGS...: one launch (the third) of a Gluon prefill under ncu's full set
