@@ -24,7 +24,7 @@ from bench.kernels import BF16, BS, D, DEV, HKV, HQ
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cache", choices=("bf16", "fp8"), required=True)
-    p.add_argument("--gluon", default="", help="the e4m3 Gluon launch (--cache fp8), e.g. 3p, 3pw8s2")
+    p.add_argument("--gluon", default="", help="the e4m3 Gluon launch (--cache fp8), e.g. 3p, 3ps2")
     p.add_argument("--q-len", type=int, default=4096)
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--launches", type=int, default=4)
