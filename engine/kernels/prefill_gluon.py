@@ -342,17 +342,17 @@ def cache_descriptor(cache: torch.Tensor, *, v_transposed: bool = False) -> Tens
     """A layer's K or V cache [blocks, block_size, Hkv, 128] as [blocks * block_size, Hkv * 128] with boxes of one
     cache block's 128 bytes of a head ([block_size, 64] of a 16-bit cache, one half head; [block_size, 128] of an
     e4m3 cache); v_transposed: an e4m3 V cache, whose blocks hold [Hkv, 128, block_size] (engine.kernels.cache), as
-    [blocks * Hkv * 128, block_size] with [128, block_size] boxes (one block's V^T of a head), unswizzled. Made once per cache
-    tensor (a step's launch re-issues per layer: 0.6 us a lookup against 3.5 to make one). Kept while the cache
-    tensor lives and no longer: the descriptor's base is a view of a detached alias, which holds the storage but not
-    the tensor it is keyed by (a view of the tensor itself would keep it, and every KV cache an engine ever had,
+    [blocks * Hkv * 128, block_size] with [128, block_size] boxes (one block's V^T of a head), unswizzled. Made once
+    per cache tensor (a step's launch re-issues per layer: 0.6 us a lookup against 3.5 to make one). Kept while the
+    cache tensor lives and no longer: the descriptor's base is a view of a detached alias, which holds the storage but
+    not the tensor it is keyed by (a view of the tensor itself would keep it, and every KV cache an engine ever had,
     alive)."""
     key = (id(cache), v_transposed)
     entry = _CACHE_DESCRIPTORS.get(key)
     if entry is not None and entry[0]() is cache:
         return entry[1]
     num_blocks, block_size, num_kv_heads, head_dim = cache.shape
-    if v_transposed:  # unswizzled: the fp8 kernel's producer reads these copies, not the tensor cores
+    if v_transposed:  # unswizzled: the fp8 kernel's gathering warps read these copies, not the tensor cores
         shape, box = [num_blocks * num_kv_heads * head_dim, block_size], [head_dim, block_size]
         layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8)
     else:

@@ -50,7 +50,7 @@ from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _work, barr
 
 HEAD_DIM = 128  # one 128-byte swizzle atom of e4m3
 HEAD: gl.constexpr = gl.constexpr(HEAD_DIM)
-GATHER_WARPS: gl.constexpr = gl.constexpr(4)  # the gathering warpgroup (one warp gathered 2.1-2.4x slower: round 30)
+GATHER_WARPS: gl.constexpr = gl.constexpr(4)  # the gathering warpgroup (one warp's gather: 2.1-2.4x slower)
 P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] stored as e4m3 times this (a power of two)
 LOG2_P_SCALE = gl.constexpr(8.0)  # P * P_SCALE computed as exp2(x + 8); the sum l carries the factor too, so it cancels
 
@@ -162,8 +162,10 @@ def _loader(k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free
             block_tables, stride_bt, batch, num_tiles, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
             NUM_KV_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
             NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr):
-    """The loader warp: each key tile's K and V^T TMA copies, one per cache block each, once the
-    consumers have released K's buffer and the gatherer the staging slot."""
+    """The loader warp: each key tile's K and V^T TMA copies, one per cache block each, once the consumers have
+    released K's buffer and the gathering warps the staging slot. `c` counts the key tiles across work items, as the
+    other partitions count them. Block-table entries past the sequence's blocks read block 0 (finite or not: those
+    keys are masked and V's slots zeroed)."""
     NB: gl.constexpr = BLOCK_N // BLOCK_SIZE
     nbytes: gl.constexpr = BLOCK_N * HEAD
     c = 0
