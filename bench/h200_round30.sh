@@ -33,7 +33,7 @@ ncu_one() {  # NAME ARGS...: one launch (the third) of a Gluon prefill under ncu
 }
 ncu_one fp8 --cache fp8
 step gpu tests of the fp8 cache
-timeout ${TEST_BUDGET2:-120} python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_fp8_gpu.py \
+timeout ${TEST_BUDGET2:-240} python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_fp8_gpu.py \
     >"$out/gpu_tests2.txt" 2>&1
 echo "pytest rc $?" >>"$out/gpu_tests2.txt"; grep -E "passed|failed|Error" "$out/gpu_tests2.txt" | tail -8 >>"$log"
 step done
