@@ -102,13 +102,16 @@ def gluon_fp8_config(spec: str):
 
     m = re.fullmatch(r"(\d+)(p?)(?:s(\d+))?(?:@(\d+))?", spec)
     if m is None:
-        raise SystemExit(f"--gluon: {spec!r} is not STAGES[p][sN][@N]")
+        raise ValueError(f"{spec!r} is not STAGES[p][sN][@N]")
     stages, pp, staging, persistent = m.groups()
     return GluonFp8PrefillConfig(num_stages=int(stages), pingpong=bool(pp), persistent=int(persistent or 0),
                                  num_staging=int(staging or DEFAULT_CONFIG.num_staging))
 
 
-def prefill_case(q_len: int, ctx: int, gluon: list[str] = ()) -> dict:
+def prefill_inputs(q_len: int, ctx: int):
+    """One sequence's prefill of q_len query tokens over ctx context tokens (the last q_len of them its own): q, the
+    bf16 caches, their fp8 copies with scales, cu_seqlens, context lengths and a shuffled block table (seeded by the
+    shape: the same inputs in every process)."""
     g = torch.Generator(device=DEV).manual_seed(q_len + ctx)
     num_blocks = triton.cdiv(ctx, BS)
     k_cache = torch.randn((num_blocks, BS, HKV, D), generator=g, device=DEV, dtype=BF16)
@@ -118,6 +121,12 @@ def prefill_case(q_len: int, ctx: int, gluon: list[str] = ()) -> dict:
     cu = torch.tensor([0, q_len], dtype=torch.int32, device=DEV)
     lens = torch.tensor([ctx], dtype=torch.int32, device=DEV)
     q = torch.randn((q_len, HQ, D), generator=g, device=DEV, dtype=BF16)
+    return q, k_cache, v_cache, k8, ks, v8, vs, cu, lens, tables
+
+
+def prefill_case(q_len: int, ctx: int, gluon: dict | None = None) -> dict:
+    """bench.fp8's prefill row for one shape; `gluon`: the --gluon launches to time too, spec -> config."""
+    q, k_cache, v_cache, k8, ks, v8, vs, cu, lens, tables = prefill_inputs(q_len, ctx)
     scale = D**-0.5
     out_bf16, out_fp8 = torch.empty_like(q), torch.empty_like(q)
     t_bf16 = seconds(lambda: K.paged_prefill_attention(q, k_cache, v_cache, cu, lens, tables, scale,
@@ -139,10 +148,9 @@ def prefill_case(q_len: int, ctx: int, gluon: list[str] = ()) -> dict:
            "fp8_triton_over_bf16": t_fp8_triton / t_bf16, "meets_target": t_fp8 <= t_bf16,
            "max_abs_diff_fp8_vs_bf16": (out_fp8.float() - out_bf16.float()).abs().max().item(),
            "fp8_e4m3_products": {}}
-    for spec in gluon:  # launches of the Gluon e4m3 kernel (--gluon)
+    for spec, cfg in (gluon or {}).items():  # launches of the Gluon e4m3 kernel (--gluon)
         from engine.kernels.prefill_gluon_fp8 import gluon_fp8_paged_prefill
 
-        cfg = gluon_fp8_config(spec)
         t = seconds(lambda: gluon_fp8_paged_prefill(q, k8, v8, cu, lens, tables, scale, ks, vs, max_seqlen_q=q_len,
                                                     out=out_fp8, config=cfg))
         torch.cuda.synchronize()
@@ -189,6 +197,10 @@ def main(argv=None) -> int:
     shapes = [prefill_shape(p, v) for v in args.prefill_shape] or list(PREFILL_SHAPES)
     if args.repeat < 1:
         p.error(f"--repeat {args.repeat}: expected a positive count")
+    try:
+        gluon = {spec: gluon_fp8_config(spec) for spec in args.gluon.split(",") if spec}
+    except ValueError as e:
+        p.error(f"--gluon: {e}")
     if not torch.cuda.is_available():
         print("error: bench.fp8 needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -204,7 +216,7 @@ def main(argv=None) -> int:
               f"{'meets' if row['meets_target'] else 'MISSES'} {SPEEDUP_TARGET}x  max|diff| {row['max_abs_diff_fp8_vs_bf16']:.3g}",
               flush=True)
     for q_len, ctx in [shape for shape in shapes for _ in range(args.repeat)]:
-        row = prefill_case(q_len, ctx, [g for g in args.gluon.split(",") if g])
+        row = prefill_case(q_len, ctx, gluon)
         result["prefill"].append(row)
         print(f"prefill q={q_len} ctx={ctx}: bf16 {row['bf16_s'] * 1e3:.3f} ms  fp8 {row['fp8_s'] * 1e3:.3f} ms  "
               f"(bf16 Triton {row['bf16_triton_s'] * 1e3:.3f}, fp8 Triton {row['fp8_triton_s'] * 1e3:.3f})  "

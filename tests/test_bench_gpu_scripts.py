@@ -49,7 +49,7 @@ def test_a_gluon_launch_spec_reads_as_the_config_it_names():
     assert (plain.pingpong, plain.num_staging, plain.persistent) == (False, DEFAULT_CONFIG.num_staging, 0)
     assert (plain.gather_regs, plain.loader_regs, plain.consumer_regs) == (
         DEFAULT_CONFIG.gather_regs, DEFAULT_CONFIG.loader_regs, DEFAULT_CONFIG.consumer_regs)
-    with pytest.raises(SystemExit, match=r"STAGES\[p\]\[sN\]"):
+    with pytest.raises(ValueError, match=r"STAGES\[p\]\[sN\]"):
         gluon_fp8_config("3pw4")
 
 
@@ -57,4 +57,15 @@ def test_a_gluon_launch_spec_reads_as_the_config_it_names():
 def test_a_bad_prefill_shape_is_refused_before_any_work(tmp_path, value):
     done = run_bench("bench.fp8", "--prefill-only", "--prefill-shape", value, "--out", str(tmp_path / "r.json"))
     assert done.returncode == 2 and "--prefill-shape" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("module, extra, flag", [
+    ("bench.prefill_ncu", ["--cache", "fp8", "--shape", "4096:512"], "--shape"),
+    ("bench.prefill_ncu", ["--cache", "fp8", "--gluon", "3pw4"], "--gluon: '3pw4' is not STAGES[p][sN][@N]"),
+    ("bench.fp8", ["--prefill-only", "--gluon", "3p,3pf"], "--gluon: '3pf' is not STAGES[p][sN][@N]")])
+def test_bad_options_are_refused_before_any_work(tmp_path, module, extra, flag):
+    out = ["--out", str(tmp_path / "r.json")] if module == "bench.fp8" else []
+    done = run_bench(module, *extra, *out)
+    assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r.json").exists()

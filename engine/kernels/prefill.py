@@ -377,9 +377,7 @@ def default_prefill_kernel(kv_cache: torch.Tensor, num_heads: int, dtype: torch.
     k_cache = kv_cache[0, 0]
     q = torch.empty((1, num_heads, k_cache.shape[-1]), dtype=dtype, device=kv_cache.device)
     gluon = _gluon_module(q, k_cache, None)
-    kernel = (_prefill_kernel if gluon is None else prefill_gluon._gluon_prefill_kernel if gluon is prefill_gluon
-              else prefill_gluon_fp8._gluon_fp8_prefill_kernel)
-    return kernel.__name__
+    return (_prefill_kernel if gluon is None else gluon.KERNEL).__name__
 
 
 def prefill_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,

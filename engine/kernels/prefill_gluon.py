@@ -117,6 +117,14 @@ def supported(q: torch.Tensor, k_cache: torch.Tensor, cfg: GluonPrefillConfig | 
 
 
 @gluon.jit
+def _causal_mask(s, key0, cols, rows, ctx):
+    """Scores s of the key tile starting at key0 with the keys a row may not see as -inf: those after its position
+    (`rows`) and those at or past the context's end (both Gluon prefills' consumers, on the tiles that need it)."""
+    key = key0 + cols[None, :]
+    return gl.where((key <= rows[:, None]) & (key < ctx), s, float("-inf"))
+
+
+@gluon.jit
 def _work(t, cu_seqlens_q, context_lens, batch, num_tiles, NUM_HEADS: gl.constexpr, BLOCK_M: gl.constexpr,
           BLOCK_N: gl.constexpr):
     """Work item t: its (query tile, sequence, head), longest first (tile index descending, then sequence, then
@@ -226,7 +234,7 @@ def _consumer(q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
             mbarrier.arrive(k_empty.index(sk), count=1)
             if n_unmasked == 0:
-                s = gl.where((cols[None, :] <= rows[:, None]) & (cols[None, :] < ctx), s, float("-inf"))
+                s = _causal_mask(s, 0, cols, rows, ctx)
             m_i = gl.max(s, 1) * qk_scale
             p = gl.exp2(s * qk_scale - m_i[:, None])
             l_i = gl.sum(p, 1)
@@ -249,8 +257,7 @@ def _consumer(q_desc, o, q_smem, qbar, kbuf, vbuf, k_ready, v_ready, k_empty, v_
                 s = warpgroup_mma_wait(num_outstanding=2, deps=(s,))
                 mbarrier.arrive(k_empty.index(sk), count=1)
                 if j >= n_unmasked:
-                    key = j * BLOCK_N + cols[None, :]
-                    s = gl.where((key <= rows[:, None]) & (key < ctx), s, float("-inf"))
+                    s = _causal_mask(s, j * BLOCK_N, cols, rows, ctx)
                 m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
                 p = gl.exp2(s * qk_scale - m_new[:, None])
                 alpha = gl.exp2(m_i - m_new)
@@ -336,6 +343,9 @@ def _gluon_prefill_kernel(q_desc, k_desc, v_desc, o, cu_seqlens_q, context_lens,
                      block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, BLOCK_M, BLOCK_N, BLOCK_SIZE,
                      NUM_STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+KERNEL = _gluon_prefill_kernel  # what this module launches (default_prefill_kernel names it)
 
 
 def cache_descriptor(cache: torch.Tensor, *, v_transposed: bool = False) -> TensorDescriptor:

@@ -45,13 +45,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from engine.kernels.decode import LOG2E
 from engine.kernels.launch import Launch
-from engine.kernels.prefill_gluon import (_capability, _cta_barrier, _work, barriers, cache_descriptor,
-                                          persistent_for_short_chunks, pipeline_barriers)
+from engine.kernels.prefill_gluon import (_capability, _causal_mask, _cta_barrier, _work, barriers,
+                                          cache_descriptor, persistent_for_short_chunks, pipeline_barriers)
 
 HEAD_DIM = 128  # one 128-byte swizzle atom of e4m3
 HEAD: gl.constexpr = gl.constexpr(HEAD_DIM)
 GATHER_WARPS: gl.constexpr = gl.constexpr(4)  # the gathering warpgroup (one warp's gather: 2.1-2.4x slower)
-P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] stored as e4m3 times this (a power of two)
+P_SCALE = gl.constexpr(256.0)  # as engine.kernels.prefill.P_SCALE: P in [0, 1] as e4m3 times this (a power of 2)
 LOG2_P_SCALE = gl.constexpr(8.0)  # P * P_SCALE computed as exp2(x + 8); the sum l carries the factor too, so it cancels
 
 
@@ -122,24 +122,23 @@ def _staged_tile_layout(BLOCK_N, BLOCK_SIZE):
 
 
 @gluon.constexpr_function
-def _gather_layout(BLOCK_N, BLOCK_SIZE, WARPS):
-    """16 bytes (keys of one block) a thread, a block row's 16-byte pieces on adjacent lanes, then rows: a warp reads
-    512 contiguous bytes of the staging buffers; warps along rows while rows last, then along columns."""
+def _gather_layout(BLOCK_SIZE):
+    """16 bytes (keys of one block) a thread, a block row's 16-byte pieces on adjacent lanes, then rows, the four
+    warps along rows: a warp reads 512 contiguous bytes of the staging buffers."""
     lanes_k = BLOCK_SIZE // 16
-    warp_rows = min(WARPS, HEAD_DIM // (32 // lanes_k))
-    return gl.BlockedLayout([1, 16], [32 // lanes_k, lanes_k], [warp_rows, WARPS // warp_rows], [1, 0])
+    return gl.BlockedLayout([1, 16], [32 // lanes_k, lanes_k], [GATHER_WARPS.value, 1], [1, 0])
 
 
 @gluon.jit
 def _gather_v(vstage, vt, staged, staging_free, vt_ready, vt_empty, c, key0, ctx, BLOCK_N: gl.constexpr,
-              BLOCK_SIZE: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
+              BLOCK_SIZE: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr):
     """Key tile c (keys key0 ..): its cache blocks' V^T as copied (staging slot c % NUM_STAGING) into one swizzled
     V^T tile [128, BLOCK_N] (buffer c % NUM_STAGES) once both consumers have released it, keys in P's operand order,
     keys at or past the context as 0; then V^T's ready barrier. The staging slot goes back to the loader once read.
     One load of the whole tile, then one store (per block a load and a store made the compiler put a barrier between
     each: it cannot tell the staging buffers from the tile), the bytes moved as int8. The fence orders these generic
     accesses before the tensor cores' reads of V^T."""
-    layout: gl.constexpr = _gather_layout(BLOCK_N, BLOCK_SIZE, WARPS)
+    layout: gl.constexpr = _gather_layout(BLOCK_SIZE)
     s = c % NUM_STAGES
     r = c % NUM_STAGING
     mbarrier.wait(staged.index(r), c // NUM_STAGING & 1)
@@ -195,7 +194,7 @@ def _loader(k_desc, v_desc, kbuf, vstage, k_ready, k_empty, staged, staging_free
 @gluon.jit
 def _gatherer(vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q, context_lens, batch, num_tiles,
               NUM_HEADS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr, WARPS: gl.constexpr):
+              NUM_STAGES: gl.constexpr, NUM_STAGING: gl.constexpr):
     """The gathering warpgroup: each key tile's V^T from the staging slot into a V^T tile."""
     c = 0
     for t in range(gl.program_id(0), batch * num_tiles * NUM_HEADS, gl.num_programs(0)):
@@ -203,7 +202,7 @@ def _gatherer(vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q
                                                                 NUM_HEADS, BLOCK_M, BLOCK_N)
         for j in range(n_kv):
             _gather_v(vstage, vt, staged, staging_free, vt_ready, vt_empty, c, j * BLOCK_N, ctx, BLOCK_N, BLOCK_SIZE,
-                      NUM_STAGES, NUM_STAGING, WARPS)
+                      NUM_STAGES, NUM_STAGING)
             c += 1
 
 
@@ -263,7 +262,7 @@ def _consumer(q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
             mbarrier.arrive(k_empty.index(sk), count=1)
             if n_unmasked == 0:
-                s = gl.where((cols[None, :] <= rows[:, None]) & (cols[None, :] < ctx), s, float("-inf"))
+                s = _causal_mask(s, 0, cols, rows, ctx)
             m_i = gl.max(s, 1) * row_scale  # the running max of the scaled scores (row_scale > 0)
             p = gl.exp2(s * row_scale[:, None] + (LOG2_P_SCALE - m_i)[:, None])  # P * P_SCALE
             l_i = gl.sum(p, 1)
@@ -283,8 +282,7 @@ def _consumer(q, o, q_smem, kbuf, vt, k_ready, k_empty, vt_ready, vt_empty, turn
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
                 mbarrier.arrive(k_empty.index(sk), count=1)
                 if j >= n_unmasked:
-                    key = j * BLOCK_N + cols[None, :]
-                    s = gl.where((key <= rows[:, None]) & (key < ctx), s, float("-inf"))
+                    s = _causal_mask(s, j * BLOCK_N, cols, rows, ctx)
                 m_new = gl.maximum(m_i, gl.max(s, 1) * row_scale)
                 p = gl.exp2(s * row_scale[:, None] + (LOG2_P_SCALE - m_new)[:, None])
                 alpha = gl.exp2(m_i - m_new)
@@ -346,9 +344,11 @@ def _gluon_fp8_prefill_kernel(q, k_desc, v_desc, o, cu_seqlens_q, context_lens, 
                    context_lens, block_tables, stride_bt, batch, num_tiles, NUM_HEADS, GROUP, NUM_KV_HEADS,
                    BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING)),
         (_gatherer, (vstage, vt, staged, staging_free, vt_ready, vt_empty, cu_seqlens_q, context_lens, batch,
-                     num_tiles, NUM_HEADS, BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING,
-                     GATHER_WARPS)),
+                     num_tiles, NUM_HEADS, BLOCK_M, BLOCK_N, BLOCK_SIZE, NUM_STAGES, NUM_STAGING)),
     ], [4, 1, GATHER_WARPS], [CONSUMER_REGS, LOADER_REGS, GATHER_REGS])
+
+
+KERNEL = _gluon_fp8_prefill_kernel  # what this module launches (default_prefill_kernel names it)
 
 
 def _layer_args(k_cache, v_cache, k_scale, v_scale):
