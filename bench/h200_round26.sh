@@ -14,7 +14,7 @@ set -uo pipefail
 OUT=$1
 MODE=${2:-}
 D=$(date -u +%F)
-S=r26
+S=${S:-r26}  # the runs' suffix (S=r31 bash ... for a later round's re-recording)
 source "$(dirname "$0")/h200_lib.sh"
 live_call
 # The windows' --num-gpu-blocks and the multiturn window's memory are the H200's: refuse another card at once
