@@ -168,8 +168,10 @@ def main(argv=None) -> int:
     for dtype in (torch.bfloat16, torch.float8_e4m3fn):
         result["caches"].append(measure(dtype, layers, batches, args.repeats, gpu_blocks))
         torch.cuda.empty_cache() if DEV == "cuda" else None
-    if DEV == "cuda":  # the swap path on caches of the H200's KV budget (Config: 111.4 GiB for Llama-3-8B)
-        result["swap"] = [swap_figures(dtype, 100 << 30) for dtype in (torch.bfloat16, torch.float8_e4m3fn)]
+    if DEV == "cuda":  # the swap path on caches of the H200's KV budget (Config: 111.4 GiB for Llama-3-8B), or of
+        # 85% of a smaller card's free memory (an H100's 80 GB; the far blocks still lie past 2**31 words)
+        budget = min(100 << 30, int(torch.cuda.mem_get_info()[0] * 0.85))
+        result["swap"] = [swap_figures(dtype, budget) for dtype in (torch.bfloat16, torch.float8_e4m3fn)]
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {args.out}; round trips bit-exact: {[c['round_trip_bit_exact'] for c in result['caches']]}")
