@@ -373,18 +373,20 @@ class Recorder:
             runs = self._runs_columns()
             total = len(cols["step"]) + len(runs["step"])
             first = self.first_step
-            if _is_permutation(cols["step"] - first, runs["step"] - first, total):
+            rows_at, runs_at = cols["step"] - first, runs["step"] - first
+            in_runs = _run_rows_mask(rows_at, runs_at, total)
+            if in_runs is not None:
                 # Steps are numbered first..first+total-1, each once: every row goes straight to its place
-                # (one pass and one array per column, where concatenating then sorting makes two).
+                # (one pass and one array per column, where concatenating then sorting makes two); the run rows,
+                # in step order, by a mask (fewer instructions than a scatter by their steps, the same values).
                 merged = {}
-                rows_at, runs_at = cols["step"] - first, runs["step"] - first
                 for c in STEP_COLUMNS:
                     at_runs, at_rows = runs.get(c), cols.get(c)  # None: 0 in every run row, in every other row
                     if at_rows is None and (at_runs is None or not at_runs.any()):
                         continue
                     dtype = np.result_type(*[v for v in (at_rows, at_runs) if v is not None])
                     out = np.empty(total, dtype=dtype) if scratch is None else scratch.array(c, total, dtype)
-                    out[runs_at] = 0 if at_runs is None else at_runs
+                    out[in_runs] = 0 if at_runs is None else at_runs
                     out[rows_at] = 0 if at_rows is None else at_rows
                     merged[c] = out
                 cols = merged
@@ -583,6 +585,18 @@ def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
     if steps.min() < 0 or steps.max() >= total:
         return False
     return bool((np.bincount(steps, minlength=total) == 1).all())
+
+
+
+def _run_rows_mask(rows_at: np.ndarray, runs_at: np.ndarray, total: int) -> np.ndarray | None:
+    """The places of the run rows among 0..total-1, as a boolean mask, when the rows' and the run rows' places
+    together are exactly 0..total-1, each once, and the run rows come in order (as they are recorded, step after
+    step): assigning them through the mask then puts each where a scatter by its place would. Else None."""
+    if not _is_permutation(rows_at, runs_at, total) or not (runs_at[1:] > runs_at[:-1]).all():
+        return None
+    in_runs = np.ones(total, dtype=bool)
+    in_runs[rows_at] = False
+    return in_runs
 
 
 def _nan(v):
