@@ -66,7 +66,7 @@ CHUNK_STEPS = 1 << 16  # steps per chunk handed to a sink (one Parquet row group
 KEPT_CHUNK_STEPS = 1 << 14
 NO_PREFIX_DELTAS = (0, 0, 0)
 RUN_FIELDS = 7 + 9 + 9 + 3 + 3  # values kept per decode run (Recorder._runs_columns)
-# What the flat arrays get, packed by struct: array.extend/fromlist parse each item as a function argument, ~5x dearer.
+# The records, packed by struct: array.extend/fromlist parse each item as a function argument, ~5x dearer.
 _ROW = Struct(f"{len(ROW_COLUMNS)}d").pack
 _RUN = Struct(f"{RUN_FIELDS}q").pack
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
@@ -144,14 +144,16 @@ class Recorder:
         self.scratch = _Scratch() if sink is None else None  # a chunk's columns on their way into the table
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
-        # Kept in flat typed arrays, not lists of Python objects: a chunk's values are converted while they
-        # are fresh, and the chunk is turned into columns without chasing (and then freeing) ~10^6 objects.
-        self.rows = array("d")  # ROW_COLUMNS' values of each recorded step (integers are exact: all < 2**53)
-        self.runs = array("q")  # RUN_FIELDS values of each decode run (see _runs_columns), kept compact (record_decode_run)
+        # Kept packed, not as lists of Python numbers: a chunk's values are converted while they are fresh, and
+        # the chunk is turned into columns without chasing (and then freeing) ~10^6 objects. Each record's packed
+        # bytes are kept as they are and joined once at the flush (_joined): appending them to typed arrays grew
+        # and copied each array's buffer ~90 times a chunk (1.6% of a replay's instructions in realloc's copies).
+        self.rows: list[bytes] = []  # ROW_COLUMNS' values of each recorded step (doubles; integers exact: all < 2**53)
+        self.runs: list[bytes] = []  # RUN_FIELDS values of each decode run (_runs_columns), kept compact (record_decode_run)
         # The runs' steps' start times and durations, and their block allocations (DecodeBlocks' four lists), run after run.
-        self.run_starts = array("d")
-        self.run_durations = array("d")
-        self.run_blocks = _block_arrays()
+        self.run_starts: list[bytes] = []
+        self.run_durations: list[bytes] = []
+        self.run_blocks = _block_lists()
         self._memory_cache: tuple | None = None
         self.snapshots: list[BlockSnapshot] = []
         self._queries = 0
@@ -203,8 +205,8 @@ class Recorder:
         else:
             deltas = NO_PREFIX_DELTAS
         step = plan.step_id
-        self.rows.frombytes(_ROW(step, start, duration, num_running, len(s.waiting), len(s.swapped), *features,
-                                 len(plan.preempted), *memory, *deltas))  # in ROW_COLUMNS' order
+        self.rows.append(_ROW(step, start, duration, num_running, len(s.waiting), len(s.swapped), *features,
+                              len(plan.preempted), *memory, *deltas))  # in ROW_COLUMNS' order
         self.num_steps = step + 1
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -238,18 +240,18 @@ class Recorder:
             deltas = self._prefix_deltas()
         else:
             deltas = NO_PREFIX_DELTAS
-        self.runs.frombytes(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
-                                 *before, *after, *deltas, num_blocks, num_evicted, num_internal))
-        self.run_starts.frombytes(_doubles(starts))
-        self.run_durations.frombytes(_doubles(durations))
+        self.runs.append(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
+                              *before, *after, *deltas, num_blocks, num_evicted, num_internal))
+        self.run_starts.append(_doubles(starts))
+        self.run_durations.append(_doubles(durations))
         if num_blocks:
-            arrays = self.run_blocks
-            arrays[0].frombytes(_ints(block_steps))
+            lists = self.run_blocks
+            lists[0].append(_ints(block_steps))
             if num_evicted:
-                arrays[1].frombytes(_ints(evicted_steps))
+                lists[1].append(_ints(evicted_steps))
             if num_internal:
-                arrays[2].frombytes(_ints(internal_steps))
-                arrays[3].frombytes(_ints(b.internal_slots))
+                lists[2].append(_ints(internal_steps))
+                lists[3].append(_ints(b.internal_slots))
         self.num_steps = first_step + k
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -273,7 +275,7 @@ class Recorder:
         # first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values before the run and
         # after its last step; the last step's prefix-cache deltas; then how many blocks, evicted blocks and
         # internal-fragmentation entries the run has in run_blocks
-        meta = np.frombuffer(self.runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
+        meta = _joined(self.runs, np.int64).reshape(-1, RUN_FIELDS)
         K = meta[:, 1]
         rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
         offsets = np.cumsum(K) - K
@@ -284,8 +286,8 @@ class Recorder:
 
         def per_row(steps, count_col, weights=None):
             """Per run row: the entries of run_blocks' `steps` (run-local steps) made in its step (summing `weights`)."""
-            in_chunk = np.frombuffer(steps, dtype=np.int64) + np.repeat(meta[:, 0] - self.first_step, meta[:, count_col])
-            w = None if weights is None else np.frombuffer(weights, dtype=np.int64).astype(np.float64)
+            in_chunk = _joined(steps, np.int64) + np.repeat(meta[:, 0] - self.first_step, meta[:, count_col])
+            w = None if weights is None else _joined(weights, np.int64).astype(np.float64)
             return np.bincount(in_chunk, w, minlength=span).astype(np.int64)[at]  # float sums of ints: exact
 
         def segment_cumsum(values):
@@ -303,8 +305,8 @@ class Recorder:
         external = rep(13)
         cols = {
             "step": step,
-            "time_s": np.array(self.run_starts, dtype=np.float64),  # copies: the buffers are reused
-            "duration_s": np.array(self.run_durations, dtype=np.float64),
+            "time_s": _joined(self.run_starts, np.float64),  # read-only: read into the merged columns
+            "duration_s": _joined(self.run_durations, np.float64),
             "num_running": n,
             "num_waiting": rep(4),
             "num_swapped": rep(5),
@@ -337,8 +339,8 @@ class Recorder:
         cols = self._columns(self.scratch)
         if self.table is not None:
             self.table.append(cols)
-        self.rows, self.runs, self.run_starts, self.run_durations = array("d"), array("q"), array("d"), array("d")
-        self.run_blocks = _block_arrays()
+        self.rows, self.runs, self.run_starts, self.run_durations = [], [], [], []
+        self.run_blocks = _block_lists()
         self.first_step = self.num_steps
         if self.sink is not None:
             count = len(cols["step"])
@@ -364,7 +366,7 @@ class Recorder:
         arrays of `scratch` (reused from flush to flush: valid until the next flush). A column that is 0 in every
         one of these steps is left out (`step` is always there): not written, nor its memory touched."""
         if self.rows:
-            rows = np.frombuffer(self.rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
+            rows = _joined(self.rows, np.float64).reshape(-1, len(ROW_COLUMNS))
             cols = {c: rows[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
                     for c in STEP_COLUMNS if c == "step" or rows[:, ROW_INDEX[c]].any()}
         else:
@@ -555,7 +557,7 @@ class _Scratch:
 
 def _packer(kind: str):
     """values -> bytes, as an array of `kind` ("d" or "q") holds them, by a struct made once per length (for
-    array.frombytes: a copy, where array.fromlist parses each item)."""
+    the records kept: a copy, where array.fromlist parses each item)."""
     packs = {}
 
     def packed(values: list) -> bytes:
@@ -572,9 +574,15 @@ def _packer(kind: str):
 _doubles, _ints = _packer("d"), _packer("q")
 
 
-def _block_arrays() -> tuple[array, array, array, array]:
-    """Where decode runs' DecodeBlocks go, list by list (block_steps, evicted_steps, internal_steps, internal_slots)."""
-    return array("q"), array("q"), array("q"), array("q")
+def _block_lists() -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
+    """Where decode runs' DecodeBlocks go, packed, list by list (block_steps, evicted_steps, internal_steps,
+    internal_slots)."""
+    return [], [], [], []
+
+
+def _joined(parts: list[bytes], dtype) -> np.ndarray:
+    """Packed records, one after the other, as one read-only array of `dtype`."""
+    return np.frombuffer(b"".join(parts), dtype=dtype)
 
 
 def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
