@@ -10,7 +10,6 @@ released their blocks); `num_running` is the batch the step ran.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
 from operator import attrgetter
 from struct import Struct
@@ -242,16 +241,18 @@ class Recorder:
             deltas = NO_PREFIX_DELTAS
         self.runs.append(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
                               *before, *after, *deltas, num_blocks, num_evicted, num_internal))
-        self.run_starts.append(_doubles(starts))
-        self.run_durations.append(_doubles(durations))
+        pack_doubles = _DOUBLES[k]
+        self.run_starts.append(pack_doubles(*starts))
+        self.run_durations.append(pack_doubles(*durations))
         if num_blocks:
             lists = self.run_blocks
-            lists[0].append(_ints(block_steps))
+            lists[0].append(_INTS[num_blocks](*block_steps))
             if num_evicted:
-                lists[1].append(_ints(evicted_steps))
+                lists[1].append(_INTS[num_evicted](*evicted_steps))
             if num_internal:
-                lists[2].append(_ints(internal_steps))
-                lists[3].append(_ints(b.internal_slots))
+                pack_ints = _INTS[num_internal]
+                lists[2].append(pack_ints(*internal_steps))
+                lists[3].append(pack_ints(*b.internal_slots))
         self.num_steps = first_step + k
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -555,23 +556,22 @@ class _Scratch:
         return a[:count]
 
 
-def _packer(kind: str):
-    """values -> bytes, as an array of `kind` ("d" or "q") holds them, by a struct made once per length (for
-    the records kept: a copy, where array.fromlist parses each item)."""
-    packs = {}
+class _Packers(dict):
+    """{count: pack(*values) -> bytes of `count` values, as an array of `kind` ("d" or "q") holds them}: a struct made
+    once per count, found by a C-level lookup per record (a copy, where array.fromlist parses each item)."""
 
-    def packed(values: list) -> bytes:
-        pack = packs.get(len(values))
-        if pack is None:
-            if len(values) > 1024:  # long runs are rare: no struct kept for each length
-                return array(kind, values).tobytes()
-            pack = packs[len(values)] = Struct(f"{len(values)}{kind}").pack
-        return pack(*values)
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
 
-    return packed
+    def __missing__(self, count: int):
+        pack = Struct(f"{count}{self.kind}").pack
+        if count <= 1024:  # long runs are rare: no struct kept for each length
+            self[count] = pack
+        return pack
 
 
-_doubles, _ints = _packer("d"), _packer("q")
+_DOUBLES, _INTS = _Packers("d"), _Packers("q")
 
 
 def _block_lists() -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
