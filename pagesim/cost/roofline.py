@@ -46,7 +46,7 @@ and 0.99-1.02x from 1024 to 8192 tokens. A profile fitted on the real engine clo
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, count, islice
 
 import numpy as np
 
@@ -77,6 +77,16 @@ STEP_OVERHEAD_S = 200e-6
 SEQ_OVERHEAD_S = 0.0
 # decode_run_times evaluates runs up to this many steps on Python floats (bit for bit numpy's result).
 SMALL_RUN = 48
+EXACT_INTS = 2**53  # every integer below it is a float, exactly
+
+
+def _bytes_read(first: int, step: int, num: int):
+    """first, first + step, ... (num of them), as floats when all are below EXACT_INTS (a float count adds them
+    exactly: the same numbers), else as ints. A float divides by a float at once, where an int that does not fit
+    a machine digit is converted first (~100 instructions a step of a decode run)."""
+    if first + step * num < EXACT_INTS:
+        return islice(count(float(first), float(step)), num)
+    return range(first, first + step * num, step)
 
 
 class RooflineCostModel:
@@ -193,16 +203,16 @@ class RooflineCostModel:
         # Every step lasts at least the first, so at most `most` start before cut (+2: rounding); their durations
         # in one comprehension, their starts by a sequential sum (accumulate, as a step-by-step clock adds them).
         # The comprehension runs over the bytes c * kvb themselves (kv_bytes is an int: the same integers, so the
-        # same floats), one multiplication a step fewer.
+        # same floats), one multiplication a step fewer (_bytes_read).
         w = k if k < window else window
         span = (cut - now) / first  # inf without a cut
         most = w if span >= w else int(span) + 2
         b2, db = c2 * kvb, n * kvb
-        durations = [dense + b / mem_rate + overhead for b in range(b2, b2 + db * (w if w <= most else most), db)]
+        durations = [dense + b / mem_rate + overhead for b in _bytes_read(b2, db, w if w <= most else most)]
         times = list(accumulate(durations, initial=now))
         m = bisect_left(times, cut, 1)  # the first step ending at or after cut is the last
         if m == len(times) and len(durations) < w:  # (rounding beyond the margin: time all the window's steps)
-            durations = [dense + b / mem_rate + overhead for b in range(b2, b2 + db * w, db)]
+            durations = [dense + b / mem_rate + overhead for b in _bytes_read(b2, db, w)]
             times = list(accumulate(durations, initial=now))
             m = bisect_left(times, cut, 1)
         if m < len(times):
