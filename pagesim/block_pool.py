@@ -69,6 +69,8 @@ class BlockPool:
         self._free_cached: OrderedDict[int, None] = OrderedDict()  # LRU first
         # len(_free_uncached) + len(_free_cached), kept as the queue changes (asked ~3 times a simulated step)
         self.num_free_blocks = len(self._free_uncached)
+        # len(_free_cached): blocks in the free queue that still hold a hash, kept likewise (asked twice a decode run)
+        self.num_free_cached = 0
         self._extra_refs: dict[int, int] = {}  # block id -> ref_cnt - 1, for shared blocks only
         self._num_hashed = 0  # blocks holding a hash
         self._version = 0  # bumped when the uncached part of the queue changes (for _free_set)
@@ -87,11 +89,6 @@ class BlockPool:
             with paused_gc():
                 self._blocks = list(map(Block, range(self.num_blocks), repeat(self, self.num_blocks)))
         return self._blocks
-
-    @property
-    def num_free_cached(self) -> int:
-        """Blocks in the free queue that still hold a hash."""
-        return len(self._free_cached)
 
     @property
     def num_usable_blocks(self) -> int:
@@ -178,6 +175,7 @@ class BlockPool:
         if events is not None:
             events.extend([(ALLOCATED, b) for b in out])
         popitem = self._free_cached.popitem
+        self.num_free_cached -= n - m
         for _ in range(n - m):
             b, _ = popitem(last=False)
             if evicted is not None:
@@ -211,6 +209,7 @@ class BlockPool:
             if b in cached:
                 del cached[b]
                 self.num_free_blocks -= 1
+                self.num_free_cached -= 1
             else:
                 extra[b] = extra.get(b, 0) + 1
                 self.num_extra_refs += 1
@@ -264,7 +263,8 @@ class BlockPool:
                 events.append((FREED, b))
         to_front.reverse()
         self._free_uncached.extend(to_front)
-        self.num_free_blocks = len(self._free_uncached) + len(cached)
+        self.num_free_cached = len(cached)
+        self.num_free_blocks = len(self._free_uncached) + self.num_free_cached
 
     def cache_block(self, block: Block, block_hash: bytes) -> bool:
         """Register a full block's content hash; False if the block has one already. Two blocks may hold
