@@ -116,7 +116,7 @@ class PagedKVCacheManager:
             if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
                 return False
         pool = self.pool
-        before = internal_slots(request, self.block_size)
+        before = internal_slots(request, self.block_size) if request.block_ids else 0  # (none without a table)
         num_host = num_computed_from_cache // self.block_size - len(computed_blocks)  # host-tier hits
         if admission and self.enable_caching:
             self.prefix_cache_stats.record(request, num_computed_from_cache, num_host * self.block_size)
@@ -132,8 +132,9 @@ class PagedKVCacheManager:
             self._load_host_hits(request, len(computed_blocks), num_host)
         # Like vLLM, blocks this step fills are cached when allocated (the step computes them), so a
         # request admitted later in the same step already hits them.
-        self._cache_blocks(request, request.num_computed_tokens // self.block_size,
-                           min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // self.block_size)
+        if self.enable_caching:
+            self._cache_blocks(request, request.num_computed_tokens // self.block_size,
+                               min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // self.block_size)
         return True
 
     def _load_host_hits(self, request: Request, first: int, num_host: int) -> None:

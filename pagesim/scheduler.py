@@ -486,8 +486,8 @@ class Scheduler:
             return None
         kv = self.kv
         hits, num_hit = ([], 0) if swapped else kv.get_computed_blocks(req)
-        num_new = clip_to_budget(req.num_tokens - req.num_computed_tokens - num_hit, budget,
-                                 self.config.enable_chunked_prefill)
+        left = req.num_tokens - req.num_computed_tokens - num_hit
+        num_new = left if left <= budget else clip_to_budget(left, budget, self.config.enable_chunked_prefill)
         if not num_new:
             return None
         if swapped:
