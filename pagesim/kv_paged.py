@@ -152,7 +152,8 @@ class PagedKVCacheManager:
     def _num_blocks_to_admit(self, request: Request, computed_blocks=()) -> int:
         """vLLM admits a waiting request only if its whole sequence fits, not just this step's chunk
         (SchedulerConfig.scheduler_reserve_full_isl, on by default; KVCacheManager.allocate_slots)."""
-        return max(cdiv(request.num_tokens, self.block_size) - len(request.block_ids) - len(computed_blocks), 0)
+        num_tokens = request.prompt_len + request.num_output_tokens  # (Request.num_tokens: a property is a dear call)
+        return max(cdiv(num_tokens, self.block_size) - len(request.block_ids) - len(computed_blocks), 0)
 
     def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
                      admission: bool = False, num_running: int = 1) -> bool:

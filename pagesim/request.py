@@ -25,6 +25,11 @@ class RequestStatus(enum.IntEnum):
     REJECTED = 4
 
 
+# The same members as module constants, for the per-request paths: a member looked up on its Enum class is a dear
+# attribute lookup (~1k instructions on Python 3.11), three per simulated request.
+WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = RequestStatus
+
+
 @dataclass(slots=True, eq=False)
 class Request:
     request_id: str

@@ -41,7 +41,7 @@ from pagesim.config import Config
 from pagesim.kv_contiguous import ContiguousKVCacheManager
 from pagesim.kv_manager import KVCacheManager
 from pagesim.kv_paged import PagedKVCacheManager
-from pagesim.request import Request, RequestStatus
+from pagesim.request import FINISHED, REJECTED, RUNNING, SWAPPED, WAITING, Request
 from pagesim.request_queue import create_request_queue, priority_key
 
 
@@ -298,11 +298,11 @@ class Scheduler:
         """Queue a request, or reject it at once if it can never run; returns False when rejected."""
         reason = self.rejection_reason(request)
         if reason is not None:
-            request.status = RequestStatus.REJECTED
+            request.status = REJECTED
             request.reject_reason = reason
             self.rejected.append(request)
             return False
-        request.status = RequestStatus.WAITING
+        request.status = WAITING
         self.waiting.add_request(request)
         return True
 
@@ -401,7 +401,7 @@ class Scheduler:
                 plan.blocks_to_swap_in.extend(mapping)
                 plan.swapped_in.append(req.request_id)
                 self.preemption_log.append((req, now, 2))
-                req.status = RequestStatus.RUNNING
+                req.status = RUNNING
                 running.append(req)
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
@@ -416,7 +416,7 @@ class Scheduler:
                 kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running), checked=True)
                 self.waiting.pop_request()
                 self.reserved_seats += self._seats(req) - 1
-                req.status = RequestStatus.RUNNING
+                req.status = RUNNING
                 running.append(req)
                 plan.admitted.append(req.request_id)
                 if req.num_preemptions:
@@ -486,7 +486,8 @@ class Scheduler:
             return None
         kv = self.kv
         hits, num_hit = ([], 0) if swapped else kv.get_computed_blocks(req)
-        left = req.num_tokens - req.num_computed_tokens - num_hit
+        # num_tokens - num_computed_tokens - the hits' tokens (num_tokens written out: a property is a dear call)
+        left = req.prompt_len + req.num_output_tokens - req.num_computed_tokens - num_hit
         num_new = left if left <= budget else clip_to_budget(left, budget, self.config.enable_chunked_prefill)
         if not num_new:
             return None
@@ -515,14 +516,14 @@ class Scheduler:
             mapping = self.kv.swap_out(req)
             if mapping is not None:
                 plan.blocks_to_swap_out.extend(mapping)
-                req.status = RequestStatus.SWAPPED
+                req.status = SWAPPED
                 self.swapped.append(req)
                 self.preemption_log.append((req, now, 1))
                 return
         self.preemption_log.append((req, now, 0))
         self.kv.free(req)
         req.num_computed_tokens = 0
-        req.status = RequestStatus.WAITING
+        req.status = WAITING
         self.waiting.prepend_request(req)
 
     @staticmethod
@@ -636,7 +637,7 @@ class Scheduler:
         return outcome
 
     def finish_request(self, req: Request, now: float, outcome: StepOutcome) -> None:
-        req.status = RequestStatus.FINISHED
+        req.status = FINISHED
         req.finish_time = now
         self.kv.free(req)
         self.finished.append(req)
@@ -675,9 +676,9 @@ class Scheduler:
                 continue
             if copies is None:  # no block for the copy: the sample recomputes its prompt later
                 child.num_computed_tokens = 0
-                child.status = RequestStatus.WAITING
+                child.status = WAITING
                 self.waiting.prepend_request(child)
                 continue
             self.pending_copies.extend(copies)
-            child.status = RequestStatus.RUNNING
+            child.status = RUNNING
             self.running.append(child)
