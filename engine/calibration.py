@@ -674,13 +674,14 @@ def calibrate(args) -> int:
                            kv_cache_dtype=kv_dtype), extras, mixed_sizes)
         return 0
 
-    for key, default in LABEL_DEFAULTS.items():  # a calibration labels its profile with what it times
-        if getattr(args, key, None) is None:
+    for key, default in LABEL_DEFAULTS.items():  # a calibration labels its profile with what it times (the GPU:
+        if key != "gpu" and getattr(args, key, None) is None:  # the device's spec, below)
             setattr(args, key, default)
 
     import torch
     from tqdm import tqdm
 
+    from engine.device_gpu import device_gpu
     from engine.kernels.swap import measure_swap_bandwidth
 
     t_start = time.perf_counter()
@@ -688,6 +689,9 @@ def calibrate(args) -> int:
     if not torch.cuda.is_available():
         raise UserError("calibration needs a CUDA GPU (torch.cuda.is_available() is False); "
                         "--refit ROWS.csv refits saved calibration steps without one")
+    args.gpu, device_warnings = device_gpu(args.gpu, "calibrate")
+    for warning in device_warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     config = Config(model=args.model, gpu=args.gpu, block_size=args.block_size,
                     num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=args.max_num_batched_tokens, kv_cache_dtype=args.kv_cache_dtype)
@@ -716,7 +720,8 @@ def calibrate(args) -> int:
     write(rows, config, {"environment": environment(), "prefill_kernel": executor.prefill_kernel,
                          "config": config.to_dict(),
                          "workloads": [w for w, _ in workloads], "swap_bandwidth": swap,
-                         "calibration_s": t_fit - t_start, "calibration_rest": args.rest},
+                         "calibration_s": t_fit - t_start, "calibration_rest": args.rest,
+                         **({"warnings": device_warnings} if device_warnings else {})},
           tuple(sorted(executor.mixed_graphs)), phases)
     return 0
 
@@ -726,7 +731,8 @@ def register(sub) -> None:
     c.add_argument("--model", default=None,
                    help=f"the model to time (default: {LABEL_DEFAULTS['model']}; with --refit, the rows' own profile's)")
     c.add_argument("--gpu", default=None,
-                   help=f"the GPU it runs on (default: {LABEL_DEFAULTS['gpu']}; with --refit, the rows' own profile's)")
+                   help="the GPU it runs on (default: the device's spec, engine.device_gpu; with --refit, the rows' "
+                        f"own profile's, else {LABEL_DEFAULTS['gpu']})")
     c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"])
     c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"])
     c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"])

@@ -239,6 +239,14 @@ def live(args) -> int:
 
     if not torch.cuda.is_available() and not args.allow_cpu:
         raise UserError("live mode needs a CUDA GPU (torch.cuda.is_available() is False)")
+    warnings: list[str] = []  # printed once each, recorded in summary.json
+    if torch.cuda.is_available():  # --gpu left out: the device's spec; given, it must be the device's
+        from engine.device_gpu import device_gpu
+
+        args.gpu, device_warnings = device_gpu(args.gpu, "live")
+        emit(device_warnings, warnings)
+    elif args.gpu is None:
+        args.gpu = "h200"  # the CPU tests' toy engine: the simulation's default card
     config = config_from_args(args)
     if len(set(args.baseline)) > 1:
         raise UserError(f"live runs one engine: pass at most one --baseline, got {', '.join(dict.fromkeys(args.baseline))}")
@@ -256,7 +264,6 @@ def live(args) -> int:
         ProfileCostModel.from_json(args.profile)
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
-    warnings: list[str] = []  # printed once each, recorded in summary.json
     emit(config_warnings(config, trace), warnings)
     if args.calibrate and config.num_gpu_blocks is not None:
         # refuses a cache too small to calibrate in, before any work; warns when it leaves workloads out
@@ -303,6 +310,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("live", help="run a trace live on a CUDA GPU through the shared scheduler")
     add_run_options(p)
+    p.set_defaults(gpu=None)  # the device's spec (engine.device_gpu); replay's default is h200
     prof = p.add_mutually_exclusive_group()
     prof.add_argument("--calibrate", action="store_true",
                       help="fit the profile cost model on this GPU before the run (recorded as DIR/profile.json)")

@@ -119,6 +119,19 @@ GPUS: dict[str, GPUSpec] = {
 }
 
 
+def gpu_for_device(device_name: str, memory_bytes: int) -> str | None:
+    """The GPUS entry a CUDA device is (torch.cuda.get_device_name and its total memory), None for a device that is
+    none of them: "NVIDIA H200" -> h200, "NVIDIA H100 80GB HBM3" -> h100, an A100 of 80 GB -> a100-80gb."""
+    name = device_name.upper()
+    if "H200" in name:
+        return "h200"
+    if "H100" in name:
+        return "h100"
+    if "A100" in name and memory_bytes >= 70 * 1024**3:
+        return "a100-80gb"
+    return None
+
+
 def _lookup(table: dict, name: str, what: str):
     key = name.lower()
     if key not in table:
