@@ -233,6 +233,7 @@ def live(args) -> int:
     from tqdm import tqdm
 
     from engine.calibration import calibration_warnings, calibration_workloads_that_fit, run_profile
+    from engine.device_gpu import DEFAULT_GPU, device_gpu
     from pagesim.errors import UserError, not_a_file
     from pagesim.replay import config_from_args, trace_from_args, write_run_dir
     from pagesim.traces import trace_from_frame, write_trace
@@ -241,12 +242,10 @@ def live(args) -> int:
         raise UserError("live mode needs a CUDA GPU (torch.cuda.is_available() is False)")
     warnings: list[str] = []  # printed once each, recorded in summary.json
     if torch.cuda.is_available():  # --gpu left out: the device's spec; given, it must be the device's
-        from engine.device_gpu import device_gpu
-
         args.gpu, device_warnings = device_gpu(args.gpu, "live")
         emit(device_warnings, warnings)
-    elif args.gpu is None:
-        args.gpu = "h200"  # the CPU tests' toy engine: the simulation's default card
+    else:  # the CPU tests' toy engine
+        args.gpu = args.gpu or DEFAULT_GPU
     config = config_from_args(args)
     if len(set(args.baseline)) > 1:
         raise UserError(f"live runs one engine: pass at most one --baseline, got {', '.join(dict.fromkeys(args.baseline))}")

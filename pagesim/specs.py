@@ -121,13 +121,16 @@ GPUS: dict[str, GPUSpec] = {
 
 def gpu_for_device(device_name: str, memory_bytes: int) -> str | None:
     """The GPUS entry a CUDA device is (torch.cuda.get_device_name and its total memory), None for a device that is
-    none of them: "NVIDIA H200" -> h200, "NVIDIA H100 80GB HBM3" -> h100, an A100 of 80 GB -> a100-80gb."""
+    none of them. The specs are the SXM boards: "NVIDIA H200" -> h200, "NVIDIA H100 80GB HBM3" -> h100,
+    "NVIDIA A100-SXM4-80GB" -> a100-80gb; the PCIe and NVL boards (other bandwidths, SM counts or power) are none."""
     name = device_name.upper()
+    if "NVL" in name or "PCIE" in name:
+        return None
     if "H200" in name:
         return "h200"
-    if "H100" in name:
+    if "H100" in name and ("HBM3" in name or "SXM" in name):
         return "h100"
-    if "A100" in name and memory_bytes >= 70 * 1024**3:
+    if "A100" in name and "SXM" in name and memory_bytes >= 70 * 1024**3:
         return "a100-80gb"
     return None
 

@@ -17,9 +17,12 @@ GIB = 1024**3
 @pytest.mark.parametrize("name, memory, spec", [
     ("NVIDIA H200", 141 * GIB, "h200"),
     ("NVIDIA H100 80GB HBM3", 80 * GIB, "h100"),
-    ("NVIDIA H100 PCIe", 80 * GIB, "h100"),
+    ("NVIDIA H100 PCIe", 80 * GIB, None),  # 114 SMs and 2 TB/s: not the SXM board's spec
+    ("NVIDIA H100 NVL", 94 * GIB, None),
+    ("NVIDIA H200 NVL", 141 * GIB, None),
     ("NVIDIA A100-SXM4-80GB", 80 * GIB, "a100-80gb"),
     ("NVIDIA A100-SXM4-40GB", 40 * GIB, None),  # no 40 GB spec: not an 80 GB card's figures
+    ("NVIDIA A100 80GB PCIe", 80 * GIB, None),
     ("NVIDIA L40S", 48 * GIB, None),
 ])
 def test_device_names_map_to_their_spec(name, memory, spec):
