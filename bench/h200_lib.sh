@@ -17,7 +17,9 @@
 #   calibrate_marked P     bf16 `calibrate` of Llama-3-8B into P, its phase marked, its fit summarised
 #   window_preempt / window_kshot / window_swap / window_offload / window_azure_conv / window_azure_code / window_fp8 / window_longdoc_a
 #                          SUFFIX PROFILE [TRACES]: a committed window, one home each; window_longdoc_b_calibrated
-#                          SUFFIX: longdoc-b with its own `live --calibrate` (GPU=h100: simulated as that card); calibrate_fp8_marked P: the fp8 `calibrate`
+#                          SUFFIX: longdoc-b with its own `live --calibrate`; calibrate_fp8_marked P: the fp8 `calibrate`
+#                          (live labels a run with the card it runs on, engine/device_gpu.py; calibrate_marked and
+#                          calibrate_fp8_marked pass --gpu h200, refused on another card)
 run() {
   echo "== $(date +%T) $*"
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
@@ -104,13 +106,13 @@ window_fp8() {  # $2: an fp8 profile (calibrate --kv-cache-dtype fp8)
 window_longdoc_b_calibrated() {  # longdoc-b with its own `live --calibrate` (Llama-3.1-8B at 32k): RUN/profile.json
   mark "longdoc-b-$1" start
   BUDGET=200 run live traces/longdoc-b.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
-      --watermark 0.01 --calibrate ${GPU:+--gpu $GPU} --out "$R/live/longdoc-b-$1"; mark "longdoc-b-$1" end
+      --watermark 0.01 --calibrate --out "$R/live/longdoc-b-$1"; mark "longdoc-b-$1" end
   profile_summary "$R/live/longdoc-b-$1/profile.json"; pack
 }
 window_longdoc_a() {  # $2: a Llama-3.1-8B profile (longdoc-b's own)
   mark "longdoc-a-$1" start
   BUDGET=90 run live traces/longdoc-a.jsonl --model llama-3.1-8b --max-model-len 32768 --enable-prefix-caching \
-      --watermark 0.01 --profile "$2" ${GPU:+--gpu $GPU} --out "$R/live/longdoc-a-$1"; mark "longdoc-a-$1" end; pack
+      --watermark 0.01 --profile "$2" --out "$R/live/longdoc-a-$1"; mark "longdoc-a-$1" end; pack
 }
 # The two long-document windows on the Gluon prefill (rounds 28-29): on an H200 only (exit 3 otherwise), with clocks,
 # longdoc-b with its own `live --calibrate`, then longdoc-a with that profile; $1: the runs' suffix (needs OUT and log)
