@@ -595,7 +595,6 @@ def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
     return bool((np.bincount(steps, minlength=total) == 1).all())
 
 
-
 def _run_rows_mask(rows_at: np.ndarray, runs_at: np.ndarray, total: int) -> np.ndarray | None:
     """The places of the run rows among 0..total-1, as a boolean mask, when the rows' and the run rows' places
     together are exactly 0..total-1, each once, and the run rows come in order (as they are recorded, step after
