@@ -8,13 +8,8 @@ the flag (default h200) with a warning.
 
 from __future__ import annotations
 
-import dataclasses
-
-from pagesim.config import Config
 from pagesim.errors import UserError
-from pagesim.specs import gpu_for_device
-
-DEFAULT_GPU = next(f.default for f in dataclasses.fields(Config) if f.name == "gpu")  # the simulation's default card
+from pagesim.specs import DEFAULT_GPU, gpu_for_device
 
 
 def device_gpu(given: str | None, command: str) -> tuple[str, list[str]]:

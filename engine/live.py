@@ -233,9 +233,10 @@ def live(args) -> int:
     from tqdm import tqdm
 
     from engine.calibration import calibration_warnings, calibration_workloads_that_fit, run_profile
-    from engine.device_gpu import DEFAULT_GPU, device_gpu
+    from engine.device_gpu import device_gpu
     from pagesim.errors import UserError, not_a_file
     from pagesim.replay import config_from_args, trace_from_args, write_run_dir
+    from pagesim.specs import DEFAULT_GPU
     from pagesim.traces import trace_from_frame, write_trace
 
     if not torch.cuda.is_available() and not args.allow_cpu:

@@ -16,7 +16,7 @@ import numpy as np
 
 from pagesim.errors import OptionError
 from pagesim.options import readable
-from pagesim.specs import GIB, GPUSpec, ModelSpec, get_gpu, get_model
+from pagesim.specs import DEFAULT_GPU, GIB, GPUSpec, ModelSpec, get_gpu, get_model
 
 PREEMPTION_MODES = ("recompute", "swap")
 POLICIES = ("fcfs", "priority")  # vLLM's SchedulerConfig.policy
@@ -29,7 +29,7 @@ KV_CACHE_DTYPE_BYTES = {"auto": None, "fp8": 1}
 @dataclass(slots=True)
 class Config:
     model: str = "llama-3-8b"
-    gpu: str = "h200"
+    gpu: str = DEFAULT_GPU
     block_size: int = 16
     num_gpu_blocks: int | None = None  # None: derived from gpu_memory_utilization
     gpu_memory_utilization: float = 0.9

@@ -65,7 +65,8 @@ CHUNK_STEPS = 1 << 16  # steps per chunk handed to a sink (one Parquet row group
 KEPT_CHUNK_STEPS = 1 << 14
 NO_PREFIX_DELTAS = (0, 0, 0)
 RUN_FIELDS = 7 + 9 + 9 + 3 + 3  # values kept per decode run (Recorder._runs_columns)
-# The records, packed by struct: array.extend/fromlist parse each item as a function argument, ~5x dearer.
+# The records, packed by struct (one call a record; array.extend/fromlist parse each item as a function argument,
+# ~5x dearer), kept as bytes and joined at the flush (Recorder.rows).
 _ROW = Struct(f"{len(ROW_COLUMNS)}d").pack
 _RUN = Struct(f"{RUN_FIELDS}q").pack
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run

@@ -22,7 +22,7 @@ from pagesim.options import (MAX_REPLICAS, fraction, fraction_below_one, non_neg
                              readable, replica_count)
 from pagesim.outputs import prepare_output_dir, provenance
 from pagesim.run_warnings import baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings
-from pagesim.specs import GPUS, MODELS
+from pagesim.specs import DEFAULT_GPU, GPUS, MODELS
 from pagesim.traces.load import FORMATS
 
 
@@ -36,7 +36,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-scale", type=positive_float, default=1.0, help="replay at this multiple of the recorded rate")
     p.add_argument("--rate", type=positive_float, default=None, help="rescale arrivals to this mean rate (req/s)")
     p.add_argument("--model", default="llama-3-8b", choices=sorted(MODELS), help="model whose KV cache is simulated")
-    p.add_argument("--gpu", default="h200", choices=sorted(GPUS), help="GPU whose memory and speed are simulated")
+    p.add_argument("--gpu", default=DEFAULT_GPU, choices=sorted(GPUS), help="GPU whose memory and speed are simulated")
     p.add_argument("--block-size", type=positive_int, default=16, help="tokens per KV-cache block")
     mem = p.add_mutually_exclusive_group()
     mem.add_argument("--num-gpu-blocks", type=positive_int, default=None,

@@ -118,6 +118,8 @@ GPUS: dict[str, GPUSpec] = {
     ]
 }
 
+DEFAULT_GPU = "h200"  # the card a run is simulated as unless told (Config.gpu, --gpu)
+
 
 def gpu_for_device(device_name: str, memory_bytes: int) -> str | None:
     """The GPUS entry a CUDA device is (torch.cuda.get_device_name and its total memory), None for a device that is

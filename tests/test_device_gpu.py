@@ -9,7 +9,7 @@ import pytest
 
 from engine import device_gpu as dg
 from pagesim.errors import UserError
-from pagesim.specs import GPUS, gpu_for_device
+from pagesim.specs import DEFAULT_GPU, GPUS, gpu_for_device
 
 GIB = 1024**3
 
@@ -54,7 +54,7 @@ def test_a_gpu_flag_that_is_not_the_device_is_refused_naming_the_flag(monkeypatc
 def test_an_unknown_device_keeps_the_flag_with_one_warning(monkeypatch):
     fake_device(monkeypatch, "NVIDIA L40S", 48 * GIB)
     gpu, warnings = dg.device_gpu(None, "live")
-    assert gpu == dg.DEFAULT_GPU and len(warnings) == 1 and "NVIDIA L40S" in warnings[0]
+    assert gpu == DEFAULT_GPU and len(warnings) == 1 and "NVIDIA L40S" in warnings[0]
     gpu, warnings = dg.device_gpu("a100-80gb", "live")
     assert gpu == "a100-80gb" and "--gpu a100-80gb" in warnings[0]
 
