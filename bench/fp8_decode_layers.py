@@ -18,7 +18,6 @@ engine's defaults (engine.kernels.decode.fp8_decode_launch); `--splits` adds fp8
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import platform
@@ -90,7 +89,7 @@ def make_layers(batch: int, ctx: int, layers: int, seed: int):
     return out, tables, lens
 
 
-def decode_calls(layer_data, tables, lens, fp8: bool, num_splits: int | None = None, config=None) -> list:
+def decode_calls(layer_data, tables, lens, fp8: bool, num_splits: int | None = None) -> list:
     """One zero-argument call per layer: that layer's decode attention into its own output (call.out)."""
     calls = []
     for q, k, v, k8, ks, v8, vs in layer_data:
@@ -98,11 +97,10 @@ def decode_calls(layer_data, tables, lens, fp8: bool, num_splits: int | None = N
         if fp8:
             def call(q=q, k8=k8, v8=v8, ks=ks, vs=vs, out=out):
                 K.paged_decode_attention(q, k8, v8, tables, lens, D**-0.5, out=out, k_scale=ks, v_scale=vs,
-                                         num_splits=num_splits, config=config)
+                                         num_splits=num_splits)
         else:
             def call(q=q, k=k, v=v, out=out):
-                K.paged_decode_attention(q, k, v, tables, lens, D**-0.5, out=out, num_splits=num_splits,
-                                         config=config)
+                K.paged_decode_attention(q, k, v, tables, lens, D**-0.5, out=out, num_splits=num_splits)
         call.out = out
         calls.append(call)
     return calls
@@ -123,7 +121,7 @@ def times(calls: list, flush: torch.Tensor) -> dict:
     return {"dirty": seconds(one), "clean": clean_seconds(one, flush), "layers": layer_seconds(whole, len(calls))}
 
 
-def case(batch: int, ctx: int, layers: int, flush: torch.Tensor, extra_splits: list[int], pdl: bool) -> dict:
+def case(batch: int, ctx: int, layers: int, flush: torch.Tensor, extra_splits: list[int]) -> dict:
     layer_data, tables, lens = make_layers(batch, ctx, layers, seed=batch * 7 + ctx)
     splits = default_num_splits(batch, HKV, ctx, torch.device(DEV))
     fp8_cfg, fp8_splits = fp8_decode_launch(batch, HKV, ctx, torch.device(DEV))
@@ -138,12 +136,6 @@ def case(batch: int, ctx: int, layers: int, flush: torch.Tensor, extra_splits: l
     for s in extra_splits:
         if s != fp8_splits:
             variant(row, f"splits {s}", decode_calls(layer_data, tables, lens, True, num_splits=s), fp8_calls, flush)
-    if pdl and fp8_splits > 1:
-        variant(row, "pdl merge", decode_calls(layer_data, tables, lens, True, num_splits=fp8_splits,
-                                               config=dataclasses.replace(fp8_cfg, pdl=True)), fp8_calls, flush)
-    if pdl and splits > 1:  # bf16 with the same launch change, for comparison
-        t = times(decode_calls(layer_data, tables, lens, False, config=K.DecodeConfig(pdl=True)), flush)
-        row["bf16_pdl_merge_seconds"] = t
     del layer_data
     torch.cuda.empty_cache()
     return row
@@ -154,8 +146,6 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--layers", type=int, default=8, help="layers in the back-to-back graph (default 8)")
-    p.add_argument("--pdl", action="store_true", help="also time the split shapes with the merge kernel launched as "
-                   "a programmatic dependent (DecodeConfig.pdl), fp8 and bf16")
     p.add_argument("--splits", default="", help="also time fp8 at these split counts where the shape splits, "
                    "comma-separated multiples of its default (e.g. 0.5,2)")
     args = p.parse_args(argv)
@@ -182,7 +172,7 @@ def main(argv=None) -> int:
     for batch, ctx in DECODE_SHAPES:
         _, default = fp8_decode_launch(batch, HKV, ctx, torch.device(DEV))
         extra = sorted({max(1, round(default * f)) for f in factors}) if default > 1 else []
-        row = case(batch, ctx, args.layers, flush, extra, args.pdl)
+        row = case(batch, ctx, args.layers, flush, extra)
         result["decode"].append(row)
         s = row["fp8_speedup"]
         print(f"decode B={batch:4d} ctx={ctx:6d} splits bf16 {row['bf16_splits']} fp8 {row['fp8_splits']}: "

@@ -58,8 +58,7 @@ def ptx(kernel: str, cache: str, widen: str | None, stages: int, prefetch: bool)
                "stride_qb": "i32", "stride_qh": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
                "stride_os": "i32"}
         const = dict(NUM_KV_HEADS=8, HEAD_DIM=128, BLOCK_SIZE=16, GROUP=4, GROUP_PAD=16, BLOCK_N=128,
-                     STORE_LSE=False, DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PREFETCH=prefetch, I32=False,
-                     GDC=False)
+                     STORE_LSE=False, DOT_DTYPE=DOT[widen], FP8=cache == "fp8", PREFETCH=prefetch, I32=False)
         pointers = 10
     else:
         fn, warps = _prefill_kernel, 8

@@ -60,9 +60,6 @@ class DecodeConfig:
     # fp8 cache only (the bf16 decode keeps int64 offsets): K/V element offsets in int32 where the cache has fewer
     # than 2**31 elements (an 8B model's fp8 layer at the H200's whole budget: 1.87e9)
     int32_offsets: bool = True
-    # Split launches only: the merge kernel launched as a programmatic dependent of the split kernel (sm_90's PDL:
-    # its programs are placed while the split kernel's last ones run, and wait for its results in the kernel).
-    pdl: bool = False
 
 
 # The default launches for an fp8 cache (V stored transposed per block, its tile read one block-table entry per
@@ -167,14 +164,12 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
                          NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                          STORE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, FP8: tl.constexpr,
-                         PREFETCH: tl.constexpr, I32: tl.constexpr, GDC: tl.constexpr):
+                         PREFETCH: tl.constexpr, I32: tl.constexpr):
     """DOT_DTYPE: the products' input type (None: q's dtype, K/V read as they are).
 
     An fp8 cache (not PREFETCH) runs the split's whole tiles unmasked and its last, partial tile masked; a
     model-dtype cache runs every tile masked (one loop, as before the fp8 layout)."""
     b, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    if GDC:  # the merge (a programmatic dependent) may be placed now; it waits for this grid's results itself
-        tl.extra.cuda.gdc_launch_dependents()
     num_splits = tl.num_programs(2)
     ctx = tl.load(context_lens + b)
     chunk = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
@@ -228,10 +223,8 @@ def _decode_split_kernel(q, k_cache, v_cache, block_tables, context_lens, o, lse
 
 @triton.jit
 def _merge_splits_kernel(o_part, lse, out, stride_ob, stride_oh, num_splits,
-                         SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, GDC: tl.constexpr):
+                         SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
     b, h = tl.program_id(0), tl.program_id(1)
-    if GDC:  # launched as a programmatic dependent: wait until the split kernel's partials are written
-        tl.extra.cuda.gdc_wait()
     row = b * tl.num_programs(1) + h  # o_part [B, Hq, S, D] and lse [B, Hq, S] are contiguous
     s = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, HEAD_DIM)
@@ -329,7 +322,6 @@ def decode_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=q.device)
         sob, soh, sos = o.stride()[:3]
     block_n = cfg.block_n or (128 if num_splits > 1 else 64)
-    pdl = cfg.pdl and num_splits > 1 and not INTERPRET
     split = dict(q=q, k_cache=k_cache, v_cache=v_cache, block_tables=block_tables, context_lens=context_lens, o=o,
                  lse=lse, qk_scale=scale * LOG2E, k_scale=k_scale, v_scale=v_scale,
                  stride_qb=q.stride(0), stride_qh=q.stride(1), stride_bt=block_tables.stride(0),
@@ -337,13 +329,11 @@ def decode_launches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                  NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, GROUP=group,
                  GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, STORE_LSE=num_splits > 1,
                  DOT_DTYPE=dot_dtype(q.dtype, fp8, cfg.fp8_widen), FP8=fp8, PREFETCH=cfg.prefetch,
-                 I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31, GDC=pdl)
+                 I32=fp8 and cfg.int32_offsets and k_cache.numel() < 2**31)
     launches = [Launch(_decode_split_kernel, (batch, num_kv_heads, num_splits), split,
                        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, swap=LAYER_ARGS)]
     if num_splits > 1:
         merge = dict(o_part=o, lse=lse, out=out, stride_ob=out.stride(0), stride_oh=out.stride(1),
-                     num_splits=num_splits, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)), HEAD_DIM=head_dim,
-                     GDC=pdl)
-        launches.append(Launch(_merge_splits_kernel, (batch, num_heads), merge,
-                               {"num_warps": 4, **({"launch_pdl": True} if pdl else {})}))
+                     num_splits=num_splits, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)), HEAD_DIM=head_dim)
+        launches.append(Launch(_merge_splits_kernel, (batch, num_heads), merge, {"num_warps": 4}))
     return launches
