@@ -29,7 +29,7 @@ def test_a_prefill_only_kernels_result_cannot_take_a_full_results_name(tmp_path)
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
 @pytest.mark.parametrize("module, extra", [("bench.kernels", ["--prefill-only"]), ("bench.fp8", ["--prefill-only"]),
-                                           ("bench.prefill_ncu", ["--cache", "fp8"])])
+                                           ("bench.prefill_ncu", ["--cache", "fp8"]), ("bench.fp8_decode_layers", [])])
 def test_the_gpu_benchmarks_say_they_need_a_gpu(tmp_path, module, extra):
     out = ["--out", str(tmp_path / "result.json")] if module != "bench.prefill_ncu" else []
     done = run_bench(module, *extra, *out)
@@ -63,9 +63,11 @@ def test_a_bad_prefill_shape_is_refused_before_any_work(tmp_path, value):
 @pytest.mark.parametrize("module, extra, flag", [
     ("bench.prefill_ncu", ["--cache", "fp8", "--shape", "4096:512"], "--shape"),
     ("bench.prefill_ncu", ["--cache", "fp8", "--gluon", "3pw4"], "--gluon: '3pw4' is not STAGES[p][sN][@N]"),
-    ("bench.fp8", ["--prefill-only", "--gluon", "3p,3pf"], "--gluon: '3pf' is not STAGES[p][sN][@N]")])
+    ("bench.fp8", ["--prefill-only", "--gluon", "3p,3pf"], "--gluon: '3pf' is not STAGES[p][sN][@N]"),
+    ("bench.fp8_decode_layers", ["--layers", "1"], "--layers 1: expected at least 2"),
+    ("bench.fp8_decode_layers", ["--splits", "0.5,x"], "--splits '0.5,x': expected comma-separated numbers")])
 def test_bad_options_are_refused_before_any_work(tmp_path, module, extra, flag):
-    out = ["--out", str(tmp_path / "r.json")] if module == "bench.fp8" else []
+    out = ["--out", str(tmp_path / "r.json")] if module != "bench.prefill_ncu" else []
     done = run_bench(module, *extra, *out)
     assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r.json").exists()
