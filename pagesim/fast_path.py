@@ -104,7 +104,7 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     n = len(running)
     needs = summary_block_needs(summary, running, first, kv) if summary is not None else None
     needy = take_block_needs(needs, first, k, kv.block_size) if needs is not None else None
-    blocks = kv.allocate_decode_steps(running, k, needy)
+    blocks = kv.allocate_decode_steps(running, k, needy, summary.fewest_left if summary is not None else 0)
     sched.step_id = step_id = first + k
     if summary is not None and not kv.caches_full_blocks and (summary.fewest_left > k or n >= DEADLINES_MIN):
         # No block needs registering: each request only counts its k tokens, the ones due in the last step

@@ -199,7 +199,7 @@ class ContiguousKVCacheManager:
     def max_decode_steps(self, running: list[Request], limit: int) -> int:
         return limit  # decode steps grow inside the reserved runs
 
-    def allocate_decode_steps(self, running: list[Request], k: int, needy=None) -> DecodeBlocks:
+    def allocate_decode_steps(self, running: list[Request], k: int, needy=None, fewest_left: int = 0) -> DecodeBlocks:
         return NO_DECODE_BLOCKS  # decode steps grow inside the reserved runs
 
     def allocate_decode_step(self, running: list[Request], needy=None) -> bool:

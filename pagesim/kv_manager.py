@@ -64,15 +64,29 @@ class PrefixCacheStats:
 
 @dataclass(slots=True)
 class DecodeBlocks:
-    """The block allocations of a run of decode steps, by the step (0-based in the run) that made each."""
+    """The block allocations of a run of decode steps, by the step (0-based in the run) that made each.
 
-    block_steps: list[int]  # one per block allocated, in allocation order (non-decreasing)
+    A decoding request takes a block every block_size steps, so the run's blocks are given by the step of each
+    request's first one: it takes the next ones block_size, 2 * block_size, ... steps later while the run lasts
+    (`block_steps`)."""
+
+    first_steps: list[int]  # one per request that takes blocks in the run: the step of its first (non-decreasing)
+    num_blocks: int  # blocks allocated in all
     evicted_steps: list[int]  # one per allocated block that held a cached prefix (evicted to be reused)
     internal_steps: list[int]  # one per request's last block allocated (it reaches past the final length) ...
     internal_slots: list[int]  # ... and the internal fragmentation that block adds
 
 
-NO_DECODE_BLOCKS = DecodeBlocks([], [], [], [])  # read-only
+NO_DECODE_BLOCKS = DecodeBlocks([], 0, [], [], [])  # read-only
+
+
+def block_steps(first_steps: list[int], k: int, block_size: int) -> list[int]:
+    """The step of each block of a run of k steps whose requests take their first in `first_steps`
+    (DecodeBlocks), in allocation order: by step, the requests in first_steps' order within a step."""
+    steps = list(first_steps)
+    for period in range(block_size, k, block_size):
+        steps += [j + period for j in first_steps if j + period < k]
+    return steps
 
 
 class KVCacheManager(Protocol):
@@ -137,11 +151,11 @@ class KVCacheManager(Protocol):
         """Largest k <= limit such that k decode steps of every running request find their blocks."""
 
     def allocate_decode_steps(self, running: list[Request], k: int,
-                              needy: tuple[list[int], list[Request]] | None = None) -> DecodeBlocks:
+                              needy: tuple[list[int], list[Request]] | None = None, fewest_left: int = 0) -> DecodeBlocks:
         """Allocate k decode steps' blocks exactly as k single steps would (requires k <= max_decode_steps).
         `needy`, when the caller knows it (no prefix caching; the scheduler's block-need index): (the step within
         the run, the request) of every block a manager that grows tables by block takes, as two lists, in the
-        step-by-step order."""
+        step-by-step order. `fewest_left`: the fewest output tokens any of `running` has left (0: not known)."""
 
     def allocate_decode_step(self, running: list[Request], needy: list[Request] | None = None) -> bool:
         """Room for the next token of each of `running` (all decoding), in their order, as allocate_slots(r, 1)

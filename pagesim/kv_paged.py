@@ -12,11 +12,13 @@ fork), so shared blocks never need a copy later.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from pagesim.accounting import MemoryAccounting, internal_slots, num_computed
 from pagesim.block_hash import request_block_hashes
 from pagesim.block_pool import Block, BlockPool
 from pagesim.config import Config
-from pagesim.kv_manager import NO_DECODE_BLOCKS, DecodeBlocks, PrefixCacheStats
+from pagesim.kv_manager import NO_DECODE_BLOCKS, DecodeBlocks, PrefixCacheStats, block_steps
 from pagesim.kv_offload import HostKVCache
 from pagesim.request import Request
 from pagesim.utils import cdiv
@@ -295,54 +297,65 @@ class PagedKVCacheManager:
         return lo
 
     def allocate_decode_steps(self, running: list[Request], k: int,
-                              needy: tuple[list[int], list[Request]] | None = None) -> DecodeBlocks:
-        """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step."""
+                              needy: tuple[list[int], list[Request]] | None = None, fewest_left: int = 0) -> DecodeBlocks:
+        """Blocks are taken in the order the step-by-step path takes them: step by step, running order within a step.
+        `fewest_left`: the fewest output tokens any of `running` has left (0: not known)."""
         bs = self.block_size
         if needy is not None:
             return self._allocate_in_order(*needy)
         # (room left in its table, index) of each request that takes a block within the k steps: it takes one in
-        # the step its table ends (its room), then every block_size steps
-        rooms = [(room, idx, r) for idx, r in enumerate(running)
-                 if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
+        # the step its table ends (its room), then every block_size steps. Every table ends within block_size
+        # steps (checked below), so from k = block_size on every request takes one.
+        if k >= bs:
+            rooms = [(len(r.block_ids) * bs - r.num_computed_tokens, idx, r) for idx, r in enumerate(running)]
+        else:
+            rooms = [(room, idx, r) for idx, r in enumerate(running)
+                     if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
         if not rooms:
             return NO_DECODE_BLOCKS
         rooms.sort()  # by (room, index): the indexes differ
         if rooms[-1][0] >= bs:  # allocate_slots, swap_in and fork give a table at most the step's tokens ahead
             raise AssertionError(f"a decoding request's block table ends {rooms[-1][0]} slots past its next token")
-        # Every table ends within block_size steps, so each block_size steps of the run take the blocks of the
-        # same requests in the same (room, index) order, the last such period those of a prefix of them: the
-        # i-th of the m requests takes blocks i, i + m, i + 2m, ... of those taken.
-        m = len(rooms)
-        steps = [room for room, _, _ in rooms]
-        if k > bs:
-            for period in range(bs, k, bs):
-                steps += [j for room, _, _ in rooms if (j := room + period) < k]
+        # Each block_size steps of the run take the blocks of the same requests in the same (room, index) order,
+        # the last such period those of a prefix of them (the rooms are sorted): the i-th of the m requests takes
+        # blocks i, i + m, i + 2m, ... of those taken.
+        first_steps = [room for room, _, _ in rooms]
+        m = num_blocks = len(first_steps)
+        for period in range(bs, k, bs):
+            num_blocks += bisect_left(first_steps, k - period)  # those with room + period < k
         pool = self.pool
         evicted = [] if pool.num_free_cached else None  # which blocks held a cached prefix (none can without)
-        taken = pool.take(len(steps), evicted)
+        taken = pool.take(num_blocks, evicted)
         internal_steps, slots = [], []
+        # A table reaches past its request's final length only if fewer than block_size - 1 tokens are left after
+        # the run: its room after the run (< block_size) then exceeds them (the excess is the `over` below).
+        check = fewest_left - k < bs - 1
         for i, (room, _, r) in enumerate(rooms):
             ids = r.block_ids
-            held = len(ids)
             if k > room + bs:
                 ids += taken[i::m]
             else:
                 ids.append(taken[i])
-            # slots past the final length (internal_slots, inlined: a call per request and run was ~1.5% of a
-            # replay): only the request's last block reaches past it, and the table reached no further than the
-            # final length before it grew (allocate_slots)
-            over = len(ids) * bs - r.prompt_len - r.output_len + 1
-            if over > 0:  # its last block, index len(ids) - 1, taken in the step its room reached it
-                internal_steps.append(room + (len(ids) - 1 - held) * bs)
-                slots.append(over)
+            if check:
+                # slots past the final length (internal_slots, inlined: a call per request and run was ~1.5% of a
+                # replay): only the request's last block reaches past it, and the table reached no further than the
+                # final length before it grew (allocate_slots)
+                over = len(ids) * bs - r.prompt_len - r.output_len + 1
+                if over > 0:  # its last block, taken in the last step of the run its room reaches
+                    internal_steps.append(room + (k - 1 - room) // bs * bs)
+                    slots.append(over)
         if slots:
             self.num_internal_slots += sum(slots)
-        evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if evicted and True in evicted else []
-        return DecodeBlocks(steps, evicted_steps, internal_steps, slots)
+        if evicted and True in evicted:
+            evicted_steps = [j for j, was_cached in zip(block_steps(first_steps, k, bs), evicted) if was_cached]
+        else:
+            evicted_steps = []
+        return DecodeBlocks(first_steps, num_blocks, evicted_steps, internal_steps, slots)
 
     def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:
         """One block for each request of `requests`, in its order (the step-by-step order), in the run's step of
-        `steps` alongside."""
+        `steps` alongside: each request's first in the first block_size steps, its next ones block_size steps apart
+        (scheduler.take_block_needs)."""
         if not requests:  # nothing allocated, so no internal fragmentation added either
             return NO_DECODE_BLOCKS
         bs = self.block_size
@@ -358,7 +371,7 @@ class PagedKVCacheManager:
         if slots:
             self.num_internal_slots += sum(slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
-        return DecodeBlocks(steps, evicted_steps, internal_steps, slots)
+        return DecodeBlocks(steps[:bisect_left(steps, bs)], len(steps), evicted_steps, internal_steps, slots)
 
     def allocate_decode_step(self, running: list[Request], needy: list[Request] | None = None) -> bool:
         bs = self.block_size

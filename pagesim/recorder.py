@@ -226,8 +226,8 @@ class Recorder:
         """
         k = len(starts)
         s = self.sched
-        block_steps, evicted_steps, internal_steps = b.block_steps, b.evicted_steps, b.internal_steps
-        num_blocks, num_evicted, num_internal = len(block_steps), len(evicted_steps), len(internal_steps)
+        first_steps, evicted_steps, internal_steps = b.first_steps, b.evicted_steps, b.internal_steps
+        num_blocks, num_evicted, num_internal = b.num_blocks, len(evicted_steps), len(internal_steps)
         if finished:
             self._memory_cache = None
             after = self.memory_state()
@@ -241,13 +241,13 @@ class Recorder:
         else:
             deltas = NO_PREFIX_DELTAS
         self.runs.append(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
-                              *before, *after, *deltas, num_blocks, num_evicted, num_internal))
+                              *before, *after, *deltas, len(first_steps), num_evicted, num_internal))
         pack_doubles = _DOUBLES[k]
         self.run_starts.append(pack_doubles(*starts))
         self.run_durations.append(pack_doubles(*durations))
         if num_blocks:
             lists = self.run_blocks
-            lists[0].append(_INTS[num_blocks](*block_steps))
+            lists[0].append(_INTS[len(first_steps)](*first_steps))
             if num_evicted:
                 lists[1].append(_INTS[num_evicted](*evicted_steps))
             if num_internal:
@@ -275,8 +275,8 @@ class Recorder:
         kv = self.sched.kv
         bs = kv.block_size
         # first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values before the run and
-        # after its last step; the last step's prefix-cache deltas; then how many blocks, evicted blocks and
-        # internal-fragmentation entries the run has in run_blocks
+        # after its last step; the last step's prefix-cache deltas; then how many first block steps, evicted blocks
+        # and internal-fragmentation entries the run has in run_blocks
         meta = _joined(self.runs, np.int64).reshape(-1, RUN_FIELDS)
         K = meta[:, 1]
         rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
@@ -289,6 +289,10 @@ class Recorder:
         def per_row(steps, count_col, weights=None):
             """Per run row: the entries of run_blocks' `steps` (run-local steps) made in its step (summing `weights`)."""
             in_chunk = _joined(steps, np.int64) + np.repeat(meta[:, 0] - self.first_step, meta[:, count_col])
+            return per_step(in_chunk, weights)
+
+        def per_step(in_chunk, weights=None):
+            """Per run row: the entries of `in_chunk` (steps from the chunk's first) made in its step (summing `weights`)."""
             w = None if weights is None else _joined(weights, np.int64).astype(np.float64)
             return np.bincount(in_chunk, w, minlength=span).astype(np.int64)[at]  # float sums of ints: exact
 
@@ -297,9 +301,14 @@ class Recorder:
             prior = np.concatenate([[0], cs])[offsets]
             return cs - np.repeat(prior, K)
 
-        block_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
+        first_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
         n = rep(2)
-        blocks_used = rep(7) + segment_cumsum(per_row(block_steps, 28))
+        # each request's block steps in a run from its first (DecodeBlocks): j, j + block_size, ... < k
+        firsts = _joined(first_steps, np.int64) + np.repeat(meta[:, 0] - self.first_step, meta[:, 28])  # in the chunk
+        counts = (np.repeat(meta[:, 0] - self.first_step + K, meta[:, 28]) - firsts + bs - 1) // bs  # >= 1 each
+        ends = np.cumsum(counts)
+        nth = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)  # 0, 1, ... each
+        blocks_used = rep(7) + segment_cumsum(per_step(np.repeat(firsts, counts) + nth * bs))
         cached_blocks = rep(8) - segment_cumsum(per_row(evicted_steps, 29)) if evicted_steps else rep(8)
         internal = rep(12) + segment_cumsum(per_row(internal_steps, 30, internal_slots))
         used = rep(10) + n * j
@@ -576,9 +585,10 @@ _DOUBLES, _INTS = _Packers("d"), _Packers("q")
 
 
 def _block_lists() -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
-    """Where decode runs' DecodeBlocks go, packed, list by list (block_steps, evicted_steps, internal_steps,
+    """Where decode runs' DecodeBlocks go, packed, list by list (first_steps, evicted_steps, internal_steps,
     internal_slots)."""
     return [], [], [], []
+
 
 
 def _joined(parts: list[bytes], dtype) -> np.ndarray:
