@@ -168,10 +168,6 @@ class Recorder:
         self._queries, self._hits, self._host_hits = stats.queries, stats.hits, stats.host_hits
         return dq, dh, dhost
 
-    def _head(self) -> Request | None:
-        s = self.sched
-        return s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None)
-
     def memory_state(self) -> tuple:
         """(blocks used, blocks cached, blocks free) + the accounting categories, now.
 
@@ -180,7 +176,7 @@ class Recorder:
         state recorded with the last step is reused when the head is the same.
         """
         s = self.sched
-        head = self._head()
+        head = s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None)  # the queue head (or None)
         cache = self._memory_cache
         if cache is not None and cache[0] is head:
             return cache[1]
@@ -234,14 +230,11 @@ class Recorder:
         else:
             after = self._memory_after(before, n * k, num_blocks, num_evicted,
                                        sum(b.internal_slots) if num_internal else 0)
-            self._memory_cache = (self._head(), after)
-        stats = s.kv.prefix_cache_stats
-        if stats.queries != self._queries or stats.hits != self._hits or stats.host_hits != self._host_hits:
-            deltas = self._prefix_deltas()
-        else:
-            deltas = NO_PREFIX_DELTAS
+            self._memory_cache = (s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None), after)  # head
+        # No prefix-cache deltas: only admissions count (allocate_slots), a run admits nobody, and the step before it
+        # took the deltas so far.
         self.runs.append(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
-                              *before, *after, *deltas, len(first_steps), num_evicted, num_internal))
+                              *before, *after, *NO_PREFIX_DELTAS, len(first_steps), num_evicted, num_internal))
         pack_doubles = _DOUBLES[k]
         self.run_starts.append(pack_doubles(*starts))
         self.run_durations.append(pack_doubles(*durations))
