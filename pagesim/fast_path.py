@@ -66,7 +66,7 @@ def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
         head = sched.swapped[0] if sched.swapped else sched.waiting[0]
         if budget > 0 and sched.admission(head, budget, n, swapped=bool(sched.swapped)) is not None:
             return NO_RUN
-    summary = sched.decode_summary_now()
+    summary = sched.decode_summary  # None when stale (Scheduler.decode_summary)
     if summary is not None:  # learnt as the last step or run advanced them
         limit, total, longest = summary.fewest_left, summary.total_computed, summary.max_computed
     else:
@@ -99,7 +99,7 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     if context is None:
         computed = [r.num_computed_tokens for r in running]
         context = (sum(computed), max(computed, default=0))
-    summary = sched.decode_summary_now()
+    summary = sched.decode_summary  # None when stale (Scheduler.decode_summary)
     first = sched.step_id
     n = len(running)
     needs = summary_block_needs(summary, running, first, kv) if summary is not None else None

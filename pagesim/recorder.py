@@ -181,7 +181,7 @@ class Recorder:
         if cache is not None and cache[0] is head:
             return cache[1]
         kv = s.kv
-        summary = s.decode_summary_now()  # with the running requests' num_computed_tokens summed
+        summary = s.decode_summary  # with the running requests' num_computed_tokens summed (None when stale)
         values = kv.accounting_values(s.running, head, None if summary is None else summary.total_computed)
         used, reserved, internal, _, _, cached = values  # CATEGORIES
         bs = kv.block_size

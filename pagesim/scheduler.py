@@ -290,7 +290,9 @@ class Scheduler:
         # executors and comparisons read every ScheduledRequest.
         self.group_decodes = False
         # Also the fast path's: what the last finish_step (or decode run) learnt of the running requests as it
-        # advanced them, valid until the next step or change to `running` (decode_summary_now).
+        # advanced them, valid until the next step or change to `running`: None once stale (schedule() drops it,
+        # as the step it schedules changes both; finish_step and decode runs set it anew), so the hot paths read it
+        # as it is (decode_summary_now checks it).
         self.decode_summary: DecodeSummary | None = None
 
     # ---- requests in ---------------------------------------------------------------
@@ -340,7 +342,8 @@ class Scheduler:
     def schedule(self, now: float | None = None) -> StepPlan:
         cfg = self.config
         kv = self.kv
-        summary = self.decode_summary_now() if self.group_decodes else None
+        summary = self.decode_summary if self.group_decodes else None
+        self.decode_summary = None  # stale from here: this step changes the step id and may change `running`
         plan = StepPlan(self.step_id)
         self.step_id += 1
         if self.pending_copies:
