@@ -141,7 +141,6 @@ class Recorder:
             chunk_steps = CHUNK_STEPS if sink is not None else KEPT_CHUNK_STEPS
         self.chunk_steps = chunk_steps
         self.table = _StepTable() if sink is None else None  # the steps so far, when they are kept
-        self.scratch = _Scratch() if sink is None else None  # a chunk's columns on their way into the table
         self.first_step = 0  # of the rows and runs not yet in a chunk
         self.num_steps = 0  # recorded so far
         # Kept packed, not as lists of Python numbers: a chunk's values are converted while they are fresh, and
@@ -262,85 +261,118 @@ class Recorder:
         return (blocks_used, cached_blocks, total - blocks_used - cached_blocks, used, allocated - used - internal,
                 internal, external, total * bs - allocated - external - cached, cached)
 
-    def _runs_columns(self) -> dict[str, np.ndarray]:
+    def _runs_columns(self, meta: np.ndarray, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs (the columns that are 0 in
-        every row of a decode run, the prefill and transfer features among them, are left out)."""
+        every row of a decode run, the prefill and transfer features among them, are left out): in run order, or,
+        with `rows` (recorded single steps: ROW_COLUMNS' values, in step order), the rows too, each as a run of one
+        step, all in step order; the caller checks that the runs and rows tile the chunk's steps."""
         kv = self.sched.kv
         bs = kv.block_size
-        # first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values before the run and
-        # after its last step; the last step's prefix-cache deltas; then how many first block steps, evicted blocks
-        # and internal-fragmentation entries the run has in run_blocks
-        meta = _joined(self.runs, np.int64).reshape(-1, RUN_FIELDS)
-        K = meta[:, 1]
-        rep = lambda col: np.repeat(meta[:, col], K)  # noqa: E731
-        offsets = np.cumsum(K) - K
-        j = np.arange(int(K.sum())) - np.repeat(offsets, K) + 1  # 1-based step within its run
-        step = rep(0) + j - 1
-        at = step - self.first_step  # each row's step, from the chunk's first
-        span = self.num_steps - self.first_step
+        # meta, a row per run: first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values
+        # before the run and after its last step; the last step's prefix-cache deltas; then how many first block
+        # steps, evicted blocks and internal-fragmentation entries the run has in run_blocks
+        num_runs, K = len(meta), meta[:, 1]
+        if rows is None:
+            seg_len, is_run = K, np.ones(num_runs, dtype=np.int64)
+        else:  # segments: the runs and the rows (one step each), in step order
+            order = np.argsort(np.concatenate([meta[:, 0], rows[:, ROW_INDEX["step"]].astype(np.int64)]), kind="stable")
+            seg_len = np.concatenate([K, np.ones(len(rows), dtype=np.int64)])[order]
+            is_run = (order < num_runs).astype(np.int64)
 
-        def per_row(steps, count_col, weights=None):
-            """Per run row: the entries of run_blocks' `steps` (run-local steps) made in its step (summing `weights`)."""
-            in_chunk = _joined(steps, np.int64) + np.repeat(meta[:, 0] - self.first_step, meta[:, count_col])
-            return per_step(in_chunk, weights)
+        def seg(field, column=None):
+            """Each segment's value: the run's `field` (None: 0), the row's `column` (None: 0)."""
+            at_runs = meta[:, field] if field is not None else np.zeros(num_runs, dtype=np.int64)
+            if rows is None:
+                return at_runs
+            at_rows = (rows[:, ROW_INDEX[column]].astype(np.int64) if column is not None
+                       else np.zeros(len(rows), dtype=np.int64))
+            return np.concatenate([at_runs, at_rows])[order]
 
-        def per_step(in_chunk, weights=None):
-            """Per run row: the entries of `in_chunk` (steps from the chunk's first) made in its step (summing `weights`)."""
-            w = None if weights is None else _joined(weights, np.int64).astype(np.float64)
-            return np.bincount(in_chunk, w, minlength=span).astype(np.int64)[at]  # float sums of ints: exact
+        rep = lambda v: np.repeat(v, seg_len)  # noqa: E731
+        seg_start = np.cumsum(seg_len) - seg_len  # each segment's first row
+        total = int(seg_len.sum())
+        j = np.arange(total) - rep(seg_start - is_run)  # 1-based step within its run; 0 for a row
+        run_start = seg_start[is_run.astype(bool)] if rows is not None else seg_start  # the runs' first rows, in order
+
+        def per_row(places):
+            """Per row: how many of `places` (rows) it holds."""
+            return np.bincount(places, minlength=total)
+
+        def weighted(steps, count_col, weights):
+            """Per row: the sum of run_blocks' `weights` at run_blocks' `steps` (run-local steps) that fall in it."""
+            places = _joined(steps, np.int64) + np.repeat(run_start, meta[:, count_col])
+            return np.bincount(places, _joined(weights, np.int64).astype(np.float64), minlength=total).astype(np.int64)
 
         def segment_cumsum(values):
             cs = np.cumsum(values)
-            prior = np.concatenate([[0], cs])[offsets]
-            return cs - np.repeat(prior, K)
+            prior = np.concatenate([[0], cs])[seg_start]
+            return cs - rep(prior)
 
         first_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
-        n = rep(2)
+        n = rep(seg(2, "num_running"))
         # each request's block steps in a run from its first (DecodeBlocks): j, j + block_size, ... < k
-        firsts = _joined(first_steps, np.int64) + np.repeat(meta[:, 0] - self.first_step, meta[:, 28])  # in the chunk
-        counts = (np.repeat(meta[:, 0] - self.first_step + K, meta[:, 28]) - firsts + bs - 1) // bs  # >= 1 each
+        firsts = _joined(first_steps, np.int64) + np.repeat(run_start, meta[:, 28])  # rows
+        counts = (np.repeat(run_start + K, meta[:, 28]) - firsts + bs - 1) // bs  # >= 1 each
         ends = np.cumsum(counts)
         nth = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)  # 0, 1, ... each
-        blocks_used = rep(7) + segment_cumsum(per_step(np.repeat(firsts, counts) + nth * bs))
-        cached_blocks = rep(8) - segment_cumsum(per_row(evicted_steps, 29)) if evicted_steps else rep(8)
-        internal = rep(12) + segment_cumsum(per_row(internal_steps, 30, internal_slots))
-        used = rep(10) + n * j
+        blocks_used = rep(seg(7, "blocks_used")) + segment_cumsum(per_row(np.repeat(firsts, counts) + nth * bs))
+        cached_before = seg(8, "blocks_cached")
+        if evicted_steps:
+            evicted = _joined(evicted_steps, np.int64) + np.repeat(run_start, meta[:, 29])
+            cached_blocks = rep(cached_before) - segment_cumsum(per_row(evicted))
+        else:
+            cached_blocks = rep(cached_before) if cached_before.any() else None  # None: 0 in every row
+        internal = rep(seg(12, "internal_fragmentation")) + segment_cumsum(weighted(internal_steps, 30, internal_slots))
+        used = rep(seg(10, "used")) + n * j
         allocated = blocks_used * bs
-        external = rep(13)
-        cols = {
-            "step": step,
-            "time_s": _joined(self.run_starts, np.float64),  # read-only: read into the merged columns
-            "duration_s": _joined(self.run_durations, np.float64),
+        cols = {"step": rep(seg(0, "step") - is_run) + j}
+        if rows is None:
+            cols["time_s"] = _joined(self.run_starts, np.float64)  # read-only: copied where they are kept
+            cols["duration_s"] = _joined(self.run_durations, np.float64)
+        else:  # the runs' steps' times among the rows'
+            in_runs = rep(is_run.astype(bool))
+            for c, parts in (("time_s", self.run_starts), ("duration_s", self.run_durations)):
+                out = cols[c] = np.empty(total, dtype=np.float64)
+                out[in_runs] = _joined(parts, np.float64)
+                out[~in_runs] = rows[:, ROW_INDEX[c]]
+        # the columns that hold their segment's value in each of its rows: the row's own, the run's field (None: 0)
+        constant = {"num_waiting": 4, "num_swapped": 5, "external_fragmentation": 13} | {
+            c: None for c in FEATURE_COLUMNS[:4] + FEATURE_COLUMNS[7:] + ("num_preemptions",) + PREFIX_COLUMNS}
+        for c, field in constant.items():
+            values = seg(field, c)
+            if values.any():
+                cols[c] = rep(values)
+        cols.update({
             "num_running": n,
-            "num_waiting": rep(4),
-            "num_swapped": rep(5),
-            "num_decode_seqs": n,
-            "decode_context_tokens": rep(3) + n * j,
-            "max_decode_context": rep(6) + j,
+            "num_decode_seqs": rep(seg(2, "num_decode_seqs")),
+            "decode_context_tokens": rep(seg(3, "decode_context_tokens")) + n * j,
+            "max_decode_context": rep(seg(6, "max_decode_context")) + j,
             "blocks_used": blocks_used,
-            "blocks_cached": cached_blocks,
-            "blocks_free": kv.num_gpu_blocks - blocks_used - cached_blocks,
+            "blocks_free": kv.num_gpu_blocks - blocks_used - (0 if cached_blocks is None else cached_blocks),
             "used": used,
             "reserved": allocated - used - internal,
             "internal_fragmentation": internal,
-            "external_fragmentation": external,
-            "cached": cached_blocks * bs,
-            "free": kv.num_gpu_blocks * bs - allocated - external - cached_blocks * bs,
-        }
-        last = offsets + K - 1  # each run's last row: its memory and prefix-cache deltas as kept
+        })
+        external = cols.get("external_fragmentation", 0)
+        cached = 0
+        if cached_blocks is not None:
+            cols["blocks_cached"] = cached_blocks
+            cols["cached"] = cached = cached_blocks * bs
+        cols["free"] = kv.num_gpu_blocks * bs - allocated - external - cached
+        last = run_start + K - 1  # each run's last row: its memory and prefix-cache deltas as kept
         for field, c in enumerate(MEMORY_COLUMNS + PREFIX_COLUMNS, 16):
-            if c not in cols:  # a prefix-cache column: 0 in every run row unless a last one has deltas
+            if c not in cols:  # 0 in every row unless a run's last one is not
                 if not meta[:, field].any():
                     continue
-                cols[c] = np.zeros(len(j), dtype=np.int64)
+                cols[c] = np.zeros(total, dtype=np.int64)
             cols[c][last] = meta[:, field]
-        return cols
+        return {c: cols[c] for c in STEP_COLUMNS if c in cols}
 
     def flush(self) -> None:
         """Turn the rows and runs recorded since the last flush (steps first_step.. num_steps-1) into a chunk."""
         if self.num_steps == self.first_step:
             return
-        cols = self._columns(self.scratch)
+        cols = self._columns()
         if self.table is not None:
             self.table.append(cols)
         self.rows, self.runs, self.run_starts, self.run_durations = [], [], [], []
@@ -365,45 +397,24 @@ class Recorder:
         # column set on a frame costs ~0.1 ms).
         return pd.DataFrame(cols, copy=False)
 
-    def _columns(self, scratch: "_Scratch | None" = None) -> dict[str, np.ndarray]:
-        """The rows and expanded decode runs since the last flush, as columns in step order: fresh arrays, or
-        arrays of `scratch` (reused from flush to flush: valid until the next flush). A column that is 0 in every
-        one of these steps is left out (`step` is always there): not written, nor its memory touched."""
-        if self.rows:
-            rows = _joined(self.rows, np.float64).reshape(-1, len(ROW_COLUMNS))
-            cols = {c: rows[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
-                    for c in STEP_COLUMNS if c == "step" or rows[:, ROW_INDEX[c]].any()}
-        else:
-            cols = {"step": np.zeros(0, dtype=np.int64)}
-        if self.runs:
-            runs = self._runs_columns()
-            total = len(cols["step"]) + len(runs["step"])
-            first = self.first_step
-            rows_at, runs_at = cols["step"] - first, runs["step"] - first
-            in_runs = _run_rows_mask(rows_at, runs_at, total)
-            if in_runs is not None:
-                # Steps are numbered first..first+total-1, each once: every row goes straight to its place
-                # (one pass and one array per column, where concatenating then sorting makes two); the run rows,
-                # in step order, by a mask (fewer instructions than a scatter by their steps, the same values).
-                merged = {}
-                for c in STEP_COLUMNS:
-                    at_runs, at_rows = runs.get(c), cols.get(c)  # None: 0 in every run row, in every other row
-                    if at_rows is None and (at_runs is None or not at_runs.any()):
-                        continue
-                    dtype = np.result_type(*[v for v in (at_rows, at_runs) if v is not None])
-                    out = np.empty(total, dtype=dtype) if scratch is None else scratch.array(c, total, dtype)
-                    out[in_runs] = 0 if at_runs is None else at_runs
-                    out[rows_at] = 0 if at_rows is None else at_rows
-                    merged[c] = out
-                cols = merged
-            else:
-                num_rows, num_run_rows = len(cols["step"]), len(runs["step"])
-                cols = {c: np.concatenate([cols[c] if c in cols else np.zeros(num_rows, dtype=np.int64),
-                                           runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
-                        for c in STEP_COLUMNS if c in cols or c in runs}
-                order = np.argsort(cols["step"], kind="stable")
-                cols = {c: v[order] for c, v in cols.items()}
-        return cols
+    def _columns(self) -> dict[str, np.ndarray]:
+        """The rows and expanded decode runs since the last flush, as columns in step order. A column that is 0 in
+        every one of these steps is left out (`step` is always there): not written, nor its memory touched."""
+        rows = _joined(self.rows, np.float64).reshape(-1, len(ROW_COLUMNS)) if self.rows else None
+        if not self.runs:
+            return _row_columns(rows) if rows is not None else {"step": np.zeros(0, dtype=np.int64)}
+        meta = _joined(self.runs, np.int64).reshape(-1, RUN_FIELDS)
+        if rows is None or _tiles(meta[:, 0], meta[:, 1], rows[:, ROW_INDEX["step"]], self.first_step, self.num_steps):
+            # Steps are numbered first_step..num_steps-1, each once, the runs in order: each row goes straight to
+            # its place, the runs expanded around the rows (no merge)
+            return self._runs_columns(meta, rows)
+        cols, runs = _row_columns(rows), self._runs_columns(meta)
+        num_rows, num_run_rows = len(cols["step"]), len(runs["step"])
+        cols = {c: np.concatenate([cols[c] if c in cols else np.zeros(num_rows, dtype=np.int64),
+                                   runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])
+                for c in STEP_COLUMNS if c in cols or c in runs}
+        order = np.argsort(cols["step"], kind="stable")
+        return {c: v[order] for c, v in cols.items()}
 
     # ---- snapshots ---------------------------------------------------------------
     def snapshot(self, time_s: float) -> None:
@@ -546,19 +557,6 @@ class _StepTable:
         return {c: self.cols[c][:n] if c in self.cols else np.zeros(n, dtype=NARROW[c]) for c in STEP_COLUMNS}
 
 
-class _Scratch:
-    """Arrays reused from chunk to chunk (memory already touched: no page faults for each chunk's columns)."""
-
-    def __init__(self):
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def array(self, name: str, count: int, dtype) -> np.ndarray:
-        a = self.arrays.get(name)
-        if a is None or len(a) < count or a.dtype != dtype:
-            self.arrays[name] = a = np.empty(max(count, 0 if a is None else len(a)), dtype=dtype)
-        return a[:count]
-
-
 class _Packers(dict):
     """{count: pack(*values) -> bytes of `count` values, as an array of `kind` ("d" or "q") holds them}: a struct made
     once per count, found by a C-level lookup per record (a copy, where array.fromlist parses each item)."""
@@ -589,25 +587,22 @@ def _joined(parts: list[bytes], dtype) -> np.ndarray:
     return np.frombuffer(b"".join(parts), dtype=dtype)
 
 
-def _is_permutation(a: np.ndarray, b: np.ndarray, total: int) -> bool:
-    """Whether the step numbers in a and b together are exactly 0..total-1, each once."""
-    steps = np.concatenate([a, b])
-    if not len(steps):
-        return True
-    if steps.min() < 0 or steps.max() >= total:
+def _row_columns(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Recorded single steps (ROW_COLUMNS' values) as columns, those 0 in every row left out (`step` is always there)."""
+    return {c: rows[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
+            for c in STEP_COLUMNS if c == "step" or rows[:, ROW_INDEX[c]].any()}
+
+
+def _tiles(starts: np.ndarray, lengths: np.ndarray, row_steps: np.ndarray, start: int, end: int) -> bool:
+    """Whether runs (first steps, lengths; in recorded order) and rows (steps) cover the steps start..end - 1 exactly
+    once, the runs in order."""
+    if len(starts) > 1 and not (starts[1:] > starts[:-1]).all():
         return False
-    return bool((np.bincount(steps, minlength=total) == 1).all())
-
-
-def _run_rows_mask(rows_at: np.ndarray, runs_at: np.ndarray, total: int) -> np.ndarray | None:
-    """The places of the run rows among 0..total-1, as a boolean mask, when the rows' and the run rows' places
-    together are exactly 0..total-1, each once, and the run rows come in order (as they are recorded, step after
-    step): assigning them through the mask then puts each where a scatter by its place would. Else None."""
-    if not _is_permutation(rows_at, runs_at, total) or not (runs_at[1:] > runs_at[:-1]).all():
-        return None
-    in_runs = np.ones(total, dtype=bool)
-    in_runs[rows_at] = False
-    return in_runs
+    firsts = np.concatenate([starts, row_steps.astype(np.int64)])
+    lengths = np.concatenate([lengths, np.ones(len(row_steps), dtype=np.int64)])
+    order = np.argsort(firsts, kind="stable")
+    firsts, ends = firsts[order], firsts[order] + lengths[order]
+    return bool(firsts[0] == start and ends[-1] == end and (firsts[1:] == ends[:-1]).all())
 
 
 def _nan(v):
