@@ -252,10 +252,14 @@ def finish_deadline(sched, deadlines: dict, step: int, summary_total: int, summa
     return total, had_max
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StepOutcome:
-    finished: list[Request] = field(default_factory=list)
-    forked: list[Request] = field(default_factory=list)
+    finished: list[Request]
+    forked: list[Request]
+
+    def __init__(self):  # written out: the generated one calls a default factory per list (each step and run part)
+        self.finished = []
+        self.forked = []
 
 
 def make_kv_manager(config: Config, record_events: bool = False) -> KVCacheManager:
