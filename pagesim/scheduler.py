@@ -68,16 +68,17 @@ class StepPlan:
     scheduled: list[ScheduledRequest] = field(default_factory=list)
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
-    preempted: list[str] = field(default_factory=list)
-    swapped_in: list[str] = field(default_factory=list)
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu)
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
-    # The lists schedule() sets whole, when there are any, default to an empty tuple (no list made per step).
+    # The lists schedule() sets, when there are any, default to an empty tuple (no list made per step); those it
+    # adds to one by one are made anew with each addition (a step preempts, swaps in or admits a few requests).
+    preempted: Sequence[str] = ()
+    swapped_in: Sequence[str] = ()
+    blocks_to_swap_out: Sequence[tuple[int, int]] = ()  # (gpu, cpu)
+    blocks_to_swap_in: Sequence[tuple[int, int]] = ()  # (cpu, gpu)
     blocks_to_copy: Sequence[tuple[int, int]] = ()  # (src, dst), before the forward pass
     # Host (offload) tier: loads before the forward pass; stores of blocks filled by earlier steps, overlapped with it.
     blocks_to_load: Sequence[tuple[int, int]] = ()  # (host, gpu)
     blocks_to_store: Sequence[tuple[int, int]] = ()  # (gpu, host)
-    admitted: list[str] = field(default_factory=list)
+    admitted: Sequence[str] = ()
     # The fast path's decode group (Scheduler.group_decodes): running requests, before those of `scheduled`,
     # each decoding its next token this step, with no ScheduledRequest of their own; with the sum and the
     # largest of their num_computed_tokens at the start of the step.
@@ -405,8 +406,8 @@ class Scheduler:
                 mapping = kv.swap_in(req, num_new, len(running))
                 self.swapped.popleft()
                 self.reserved_seats += self._seats(req) - 1
-                plan.blocks_to_swap_in.extend(mapping)
-                plan.swapped_in.append(req.request_id)
+                plan.blocks_to_swap_in = [*plan.blocks_to_swap_in, *mapping]
+                plan.swapped_in = [*plan.swapped_in, req.request_id]
                 self.preemption_log.append((req, now, 2))
                 req.status = RUNNING
                 running.append(req)
@@ -425,7 +426,7 @@ class Scheduler:
                 self.reserved_seats += self._seats(req) - 1
                 req.status = RUNNING
                 running.append(req)
-                plan.admitted.append(req.request_id)
+                plan.admitted = [*plan.admitted, req.request_id]
                 if req.num_preemptions:
                     self.preemption_log.append((req, now, 2))
                 scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
@@ -520,11 +521,11 @@ class Scheduler:
         self.reserved_seats -= self._seats(req) - 1
         self.num_preemptions += 1
         req.num_preemptions += 1
-        plan.preempted.append(req.request_id)
+        plan.preempted = [*plan.preempted, req.request_id]
         if self.config.preemption_mode == "swap":
             mapping = self.kv.swap_out(req)
             if mapping is not None:
-                plan.blocks_to_swap_out.extend(mapping)
+                plan.blocks_to_swap_out = [*plan.blocks_to_swap_out, *mapping]
                 req.status = SWAPPED
                 self.swapped.append(req)
                 self.preemption_log.append((req, now, 1))

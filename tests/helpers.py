@@ -228,7 +228,7 @@ def check_plan(s: Scheduler, plan: StepPlan, running_before: list[str]) -> None:
             )
         assert x.is_decode == (x.num_new_tokens == 1 and r.num_output_tokens > 0 and x.num_computed_tokens == r.num_tokens - 1)
     # Victims: the most recently admitted running requests, newest first.
-    assert plan.preempted == running_before[::-1][: len(plan.preempted)], (
+    assert list(plan.preempted) == running_before[::-1][: len(plan.preempted)], (
         f"step {plan.step_id} preempted {plan.preempted}, not the newest of {running_before}"
     )
     for cpu, gpu in plan.blocks_to_swap_in:
