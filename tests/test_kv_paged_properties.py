@@ -482,6 +482,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         plan = s.schedule(self.now)
         check_plan(s, plan, running_before)
         check_scheduler(s)
+        # the recorder reads the decode summary unchecked during the step: the one before it is stale by now
+        assert s.decode_summary is s.decode_summary_now(), "a stale decode summary read during the step"
         if plan.preempted:
             self.saw.add("preempted")
         if plan.blocks_to_swap_out:
@@ -494,6 +496,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         s.finish_step(plan, self.now)
         check_scheduler(s)
         summary = s.decode_summary_now()  # what the fast path reads instead of a pass over the running requests
+        # the hot paths read the attribute unchecked: between steps it is the checked one or None, never stale
+        assert s.decode_summary is summary, "a stale decode summary left for the fast path and the recorder"
         if summary is not None:
             assert s.group_decodes and all(r.is_decoding for r in s.running)
             if s.running:
