@@ -13,6 +13,7 @@ fork), so shared blocks never need a copy later.
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import itemgetter
 
 from pagesim.accounting import MemoryAccounting, internal_slots, num_computed
 from pagesim.block_hash import request_block_hashes
@@ -22,6 +23,8 @@ from pagesim.kv_manager import NO_DECODE_BLOCKS, DecodeBlocks, PrefixCacheStats,
 from pagesim.kv_offload import HostKVCache
 from pagesim.request import Request
 from pagesim.utils import cdiv
+
+_ROOM = itemgetter(0)  # allocate_decode_steps' sort key: a (room, request) pair's room
 
 
 class PagedKVCacheManager:
@@ -303,23 +306,22 @@ class PagedKVCacheManager:
         bs = self.block_size
         if needy is not None:
             return self._allocate_in_order(*needy)
-        # (room left in its table, index) of each request that takes a block within the k steps: it takes one in
+        # (room left in its table, request) of each request that takes a block within the k steps: it takes one in
         # the step its table ends (its room), then every block_size steps. Every table ends within block_size
         # steps (checked below), so from k = block_size on every request takes one.
         if k >= bs:
-            rooms = [(len(r.block_ids) * bs - r.num_computed_tokens, idx, r) for idx, r in enumerate(running)]
+            rooms = [(len(r.block_ids) * bs - r.num_computed_tokens, r) for r in running]
         else:
-            rooms = [(room, idx, r) for idx, r in enumerate(running)
-                     if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
+            rooms = [(room, r) for r in running if (room := len(r.block_ids) * bs - r.num_computed_tokens) < k]
         if not rooms:
             return NO_DECODE_BLOCKS
-        rooms.sort()  # by (room, index): the indexes differ
+        rooms.sort(key=_ROOM)  # by room, then running order (a stable sort): ints compared, not tuples
         if rooms[-1][0] >= bs:  # allocate_slots, swap_in and fork give a table at most the step's tokens ahead
             raise AssertionError(f"a decoding request's block table ends {rooms[-1][0]} slots past its next token")
         # Each block_size steps of the run take the blocks of the same requests in the same (room, index) order,
         # the last such period those of a prefix of them (the rooms are sorted): the i-th of the m requests takes
         # blocks i, i + m, i + 2m, ... of those taken.
-        first_steps = [room for room, _, _ in rooms]
+        first_steps = [room for room, _ in rooms]
         m = num_blocks = len(first_steps)
         for period in range(bs, k, bs):
             num_blocks += bisect_left(first_steps, k - period)  # those with room + period < k
@@ -330,7 +332,7 @@ class PagedKVCacheManager:
         # A table reaches past its request's final length only if fewer than block_size - 1 tokens are left after
         # the run: its room after the run (< block_size) then exceeds them (the excess is the `over` below).
         check = fewest_left - k < bs - 1
-        for i, (room, _, r) in enumerate(rooms):
+        for i, (room, r) in enumerate(rooms):
             ids = r.block_ids
             if k > room + bs:
                 ids += taken[i::m]
