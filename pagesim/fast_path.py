@@ -120,8 +120,8 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
         for r in running:
             r.num_computed_tokens += k
             r.num_output_tokens += k
-        if fewest > 0:
-            sched.decode_summary = DecodeSummary(step_id, running, fewest, total, longest, deadlines, needs)
+        if fewest > 0:  # the summary brought up to date in place (the same running list and indexes; none else holds it)
+            summary.step_id, summary.fewest_left, summary.total_computed, summary.max_computed = step_id, fewest, total, longest
             return blocks, NOBODY
         # == 0: the run stops at the first step in which a request finishes
         outcome = StepOutcome()
