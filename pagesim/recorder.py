@@ -71,6 +71,15 @@ _ROW = Struct(f"{len(ROW_COLUMNS)}d").pack
 _RUN = Struct(f"{RUN_FIELDS}q").pack
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
+# How Recorder._runs_columns expands a chunk's decode runs and rows, segment by segment (a run or a row): the step
+# columns made from a run's field (Recorder.runs' values) and a row's own value, and those 0 in every run's steps.
+SEGMENT_FIELDS = {"step": 0, "num_running": 2, "num_decode_seqs": 2, "decode_context_tokens": 3, "max_decode_context": 6,
+                  "blocks_used": 7, "blocks_cached": 8, "used": 10, "internal_fragmentation": 12, "num_waiting": 4,
+                  "num_swapped": 5, "external_fragmentation": 13}
+ROW_ONLY_COLUMNS = FEATURE_COLUMNS[:4] + FEATURE_COLUMNS[7:] + ("num_preemptions",) + PREFIX_COLUMNS
+SEGMENT_INDEX = {c: i for i, c in enumerate(SEGMENT_FIELDS)}
+_SEGMENT_RUN_FIELDS = np.array(list(SEGMENT_FIELDS.values()))
+_SEGMENT_ROW_COLUMNS = np.array([ROW_INDEX[c] for c in SEGMENT_FIELDS])
 REQUEST_COLUMNS = (
     "request_id",
     "parent_id",
@@ -280,14 +289,16 @@ class Recorder:
             seg_len = np.concatenate([K, np.ones(len(rows), dtype=np.int64)])[order]
             is_run = (order < num_runs).astype(np.int64)
 
-        def seg(field, column=None):
-            """Each segment's value: the run's `field` (None: 0), the row's `column` (None: 0)."""
-            at_runs = meta[:, field] if field is not None else np.zeros(num_runs, dtype=np.int64)
-            if rows is None:
-                return at_runs
-            at_rows = (rows[:, ROW_INDEX[column]].astype(np.int64) if column is not None
-                       else np.zeros(len(rows), dtype=np.int64))
-            return np.concatenate([at_runs, at_rows])[order]
+        if rows is None:
+            def seg(column):
+                """Each run's value of `column` (SEGMENT_FIELDS)."""
+                return meta[:, SEGMENT_FIELDS[column]]
+        else:  # every column's segment values at once, put in step order by one gather
+            segments = np.concatenate([meta[:, _SEGMENT_RUN_FIELDS], rows[:, _SEGMENT_ROW_COLUMNS].astype(np.int64)])[order]
+
+            def seg(column):
+                """Each segment's value of `column`: the run's (SEGMENT_FIELDS), the row's own."""
+                return segments[:, SEGMENT_INDEX[column]]
 
         rep = lambda v: np.repeat(v, seg_len)  # noqa: E731
         seg_start = np.cumsum(seg_len) - seg_len  # each segment's first row
@@ -304,29 +315,35 @@ class Recorder:
             places = _joined(steps, np.int64) + np.repeat(run_start, meta[:, count_col])
             return np.bincount(places, _joined(weights, np.int64).astype(np.float64), minlength=total).astype(np.int64)
 
-        def segment_cumsum(values):
+        def running_sums(values):
+            """The sum of `values` (per row) over the rows so far, and before each segment's first row: a segment's
+            rows' running sums from its first row are the first minus the second (rep)."""
             cs = np.cumsum(values)
-            prior = np.concatenate([[0], cs])[seg_start]
-            return cs - rep(prior)
+            return cs, np.concatenate([[0], cs])[seg_start]
 
         first_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
-        n = rep(seg(2, "num_running"))
+        n = rep(seg("num_running"))
         # each request's block steps in a run from its first (DecodeBlocks): j, j + block_size, ... < k
         firsts = _joined(first_steps, np.int64) + np.repeat(run_start, meta[:, 28])  # rows
         counts = (np.repeat(run_start + K, meta[:, 28]) - firsts + bs - 1) // bs  # >= 1 each
         ends = np.cumsum(counts)
         nth = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)  # 0, 1, ... each
-        blocks_used = rep(seg(7, "blocks_used")) + segment_cumsum(per_row(np.repeat(firsts, counts) + nth * bs))
-        cached_before = seg(8, "blocks_cached")
+        # each column from its segment's value and a running sum within the segment: the base less the sum before
+        # the segment repeated, the running sum added (one repeat)
+        sums, before = running_sums(per_row(np.repeat(firsts, counts) + nth * bs))
+        blocks_used = rep(seg("blocks_used") - before) + sums
+        cached_before = seg("blocks_cached")
         if evicted_steps:
             evicted = _joined(evicted_steps, np.int64) + np.repeat(run_start, meta[:, 29])
-            cached_blocks = rep(cached_before) - segment_cumsum(per_row(evicted))
+            sums, before = running_sums(per_row(evicted))
+            cached_blocks = rep(cached_before + before) - sums
         else:
             cached_blocks = rep(cached_before) if cached_before.any() else None  # None: 0 in every row
-        internal = rep(seg(12, "internal_fragmentation")) + segment_cumsum(weighted(internal_steps, 30, internal_slots))
-        used = rep(seg(10, "used")) + n * j
+        sums, before = running_sums(weighted(internal_steps, 30, internal_slots))
+        internal = rep(seg("internal_fragmentation") - before) + sums
+        used = rep(seg("used")) + n * j
         allocated = blocks_used * bs
-        cols = {"step": rep(seg(0, "step") - is_run) + j}
+        cols = {"step": rep(seg("step") - is_run) + j}
         if rows is None:
             cols["time_s"] = _joined(self.run_starts, np.float64)  # read-only: copied where they are kept
             cols["duration_s"] = _joined(self.run_durations, np.float64)
@@ -336,18 +353,23 @@ class Recorder:
                 out = cols[c] = np.empty(total, dtype=np.float64)
                 out[in_runs] = _joined(parts, np.float64)
                 out[~in_runs] = rows[:, ROW_INDEX[c]]
-        # the columns that hold their segment's value in each of its rows: the row's own, the run's field (None: 0)
-        constant = {"num_waiting": 4, "num_swapped": 5, "external_fragmentation": 13} | {
-            c: None for c in FEATURE_COLUMNS[:4] + FEATURE_COLUMNS[7:] + ("num_preemptions",) + PREFIX_COLUMNS}
-        for c, field in constant.items():
-            values = seg(field, c)
+        # the columns that hold their segment's value in each of its rows: the row's own, the run's field ...
+        for c in ("num_waiting", "num_swapped", "external_fragmentation"):
+            values = seg(c)
             if values.any():
                 cols[c] = rep(values)
+        if rows is not None:  # ... or 0: the rows' values put in the rows' places (rows are recorded in step order)
+            row_places = seg_start[is_run == 0]
+            for c in ROW_ONLY_COLUMNS:
+                values = rows[:, ROW_INDEX[c]]
+                if values.any():
+                    cols[c] = np.zeros(total, dtype=np.int64)
+                    cols[c][row_places] = values
         cols.update({
             "num_running": n,
-            "num_decode_seqs": rep(seg(2, "num_decode_seqs")),
-            "decode_context_tokens": rep(seg(3, "decode_context_tokens")) + n * j,
-            "max_decode_context": rep(seg(6, "max_decode_context")) + j,
+            "num_decode_seqs": rep(seg("num_decode_seqs")),
+            "decode_context_tokens": rep(seg("decode_context_tokens")) + n * j,
+            "max_decode_context": rep(seg("max_decode_context")) + j,
             "blocks_used": blocks_used,
             "blocks_free": kv.num_gpu_blocks - blocks_used - (0 if cached_blocks is None else cached_blocks),
             "used": used,
