@@ -29,8 +29,8 @@ import triton
 
 import engine.kernels as K
 from bench.fp8 import SPEEDUP_TARGET, quantised
-from engine.kernels.decode import default_num_splits, fp8_decode_launch
 from bench.kernels import BF16, BS, D, DECODE_SHAPES, DEV, HKV, HQ, graph_of, seconds
+from engine.kernels.decode import default_num_splits, fp8_decode_launch
 from pagesim.outputs import check_output_file
 
 FLUSH_BYTES = 256 * 2**20
