@@ -26,8 +26,8 @@ import numpy as np
 from pagesim.cost.features import shared_tokens
 from pagesim.kv_manager import DecodeBlocks
 from pagesim.request import Request
-from pagesim.scheduler import (BLOCK_NEEDS_MIN, DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome,
-                               decode_deadlines, finish_deadline, summary_block_needs, take_block_needs, without)
+from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, decode_deadlines,
+                               finish_deadline, summary_block_needs, take_block_needs, without)
 
 NO_RUN = (0, 0, 0)
 NOBODY: list[Request] = []  # read-only: a run that finished nobody
@@ -102,10 +102,7 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
     summary = sched.decode_summary  # None when stale (Scheduler.decode_summary)
     first = sched.step_id
     n = len(running)
-    if summary is not None and (n >= BLOCK_NEEDS_MIN or summary.block_needs is not None):
-        needs = summary_block_needs(summary, running, first, kv)
-    else:  # summary_block_needs' answer below BLOCK_NEEDS_MIN with no index to drop, without the call
-        needs = None
+    needs = summary_block_needs(summary, running, first, kv) if summary is not None else None
     needy = take_block_needs(needs, first, k, kv.block_size) if needs is not None else None
     blocks = kv.allocate_decode_steps(running, k, needy, summary.fewest_left if summary is not None else 0)
     sched.step_id = step_id = first + k

@@ -476,9 +476,7 @@ class Scheduler:
             return 0
         group = running[:n]
         needy = None
-        # the group is all of the running requests (the summary's): their block needs from the index, if one applies
-        # (summary_block_needs; not called below BLOCK_NEEDS_MIN with no index to drop: its answer is None)
-        if fewest and (n >= BLOCK_NEEDS_MIN or summary.block_needs is not None):
+        if fewest:  # the group is all of the running requests (the summary's): their block needs from the index
             needs = summary_block_needs(summary, running, plan.step_id, self.kv)
             if needs is not None:
                 needy = take_block_needs(needs, plan.step_id, 1, self.kv.block_size)[1]
