@@ -121,19 +121,20 @@ def times(calls: list, flush: torch.Tensor) -> dict:
     return {"dirty": seconds(one), "clean": clean_seconds(one, flush), "layers": layer_seconds(whole, len(calls))}
 
 
-def case(batch: int, ctx: int, layers: int, flush: torch.Tensor, extra_splits: list[int]) -> dict:
+def case(batch: int, ctx: int, layers: int, flush: torch.Tensor, split_factors: list[float]) -> dict:
+    """One shape's timings; `split_factors`: fp8 also at these multiples of its split count, where it splits."""
     layer_data, tables, lens = make_layers(batch, ctx, layers, seed=batch * 7 + ctx)
     splits = default_num_splits(batch, HKV, ctx, torch.device(DEV))
     fp8_cfg, fp8_splits = fp8_decode_launch(batch, HKV, ctx, torch.device(DEV))
     row = {"batch": batch, "context": ctx, "layers": layers, "bf16_splits": splits, "fp8_splits": fp8_splits,
-           "fp8_config": [fp8_cfg.block_n, fp8_cfg.num_warps, fp8_cfg.num_stages],
-           "seconds": {}, "fp8_variants": {}}
+           "fp8_config": [fp8_cfg.block_n, fp8_cfg.num_warps, fp8_cfg.num_stages], "fp8_variants": {}}
     bf16_calls, fp8_calls = decode_calls(layer_data, tables, lens, False), decode_calls(layer_data, tables, lens, True)
     row["seconds"] = {"bf16": times(bf16_calls, flush), "fp8": times(fp8_calls, flush)}
     row["fp8_speedup"] = {m: row["seconds"]["bf16"][m] / row["seconds"]["fp8"][m] for m in row["seconds"]["bf16"]}
     row["kv_tb_per_s"] = {dt: {m: 2 * batch * ctx * HKV * D * elem / t / 1e12 for m, t in row["seconds"][dt].items()}
                           for dt, elem in (("bf16", 2), ("fp8", 1))}
-    for s in extra_splits:
+    extra = sorted({max(1, round(fp8_splits * f)) for f in split_factors}) if fp8_splits > 1 else []
+    for s in extra:
         if s != fp8_splits:
             variant(row, f"splits {s}", decode_calls(layer_data, tables, lens, True, num_splits=s), fp8_calls, flush)
     del layer_data
@@ -170,9 +171,7 @@ def main(argv=None) -> int:
               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "python": platform.python_version(), "speedup_target": SPEEDUP_TARGET, "decode": []}
     for batch, ctx in DECODE_SHAPES:
-        _, default = fp8_decode_launch(batch, HKV, ctx, torch.device(DEV))
-        extra = sorted({max(1, round(default * f)) for f in factors}) if default > 1 else []
-        row = case(batch, ctx, args.layers, flush, extra)
+        row = case(batch, ctx, args.layers, flush, factors)
         result["decode"].append(row)
         s = row["fp8_speedup"]
         print(f"decode B={batch:4d} ctx={ctx:6d} splits bf16 {row['bf16_splits']} fp8 {row['fp8_splits']}: "
