@@ -134,3 +134,16 @@ calibrate_marked() {  # $1: the profile to write (bf16 Llama-3-8B), its phase ma
   mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$1"; mark calibrate end
   profile_summary "$1"; pack
 }
+window_multiturn() {
+  mark "multiturn-$1" start
+  BUDGET=90 run live traces/multiturn-300.jsonl --limit 200 --enable-prefix-caching --profile "$2" \
+      --out "$R/live/multiturn-200-$1"; mark "multiturn-$1" end; pack
+}
+window_pair() {  # the paper's claim: Azure conv from 600 s, 200 requests, arrivals 20x compressed, 4096 blocks, paged
+  # then contiguous `max`; $3: the folder with the Azure 2023 CSVs
+  mark "pair-$1" start
+  BUDGET=90 run live "$3/AzureLLMInferenceTrace_conv.csv" --start-s 600 --limit 200 --time-scale 20 --num-gpu-blocks 4096 \
+      --watermark 0.01 --profile "$2" --out "$R/live/pair-conv-paged-$1"
+  BUDGET=120 run live "$3/AzureLLMInferenceTrace_conv.csv" --start-s 600 --limit 200 --time-scale 20 --num-gpu-blocks 4096 \
+      --watermark 0.01 --baseline max --profile "$2" --out "$R/live/pair-conv-contiguous-max-$1"; mark "pair-$1" end; pack
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Every committed live window of issue 13 (and the fp8 / offload windows of issue 14) recorded again on one H200, in
+# three device calls on one warm machine (each under 10 minutes; a part that finds no profile from an earlier part
+# calibrates its own). Run from the repository root with the Azure 2023 CSVs in TRACES (never committed):
+#   bash bench/h200_windows.sh OUT SUFFIX long          # longdoc-b with its own `live --calibrate`, longdoc-a with
+#                                                       # that profile; the bf16 `calibrate`; k-shot, preemption
+#   bash bench/h200_windows.sh OUT SUFFIX short TRACES  # swap, Azure conv and code, multiturn, the conv pair
+#   bash bench/h200_windows.sh OUT SUFFIX tiers         # host-tier bandwidth and the offload window; the fp8
+#                                                       # `calibrate` and the fp8 window
+# On another card it records nothing (exit 3). Profiles are kept in /tmp/prof on the machine between calls and
+# copied under OUT. Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force
+set -uo pipefail
+OUT=$1 S=$2 PART=$3 TRACES=${4:-.gpuwt/traces}
+D=$(date -u +%F)
+source "$(dirname "$0")/h200_lib.sh"
+live_call
+gpu_line | grep -q H200 || { echo "not an H200: $(gpu_line); nothing recorded"; exit 3; }
+mkdir -p /tmp/prof
+P=/tmp/prof/h200-llama-3-8b-$D-$S.json
+bf16_profile() {
+  [ -f "$P" ] || calibrate_marked "$P"
+  cp "$P" "$R/profiles/"
+}
+clocks_start 50
+case $PART in
+  long)
+    window_longdoc_b_calibrated "$S"
+    window_longdoc_a "$S" "$R/live/longdoc-b-$S/profile.json"
+    bf16_profile; window_kshot "$S" "$P"; window_preempt "$S" "$P" ;;
+  short)
+    bf16_profile; window_swap "$S" "$P"
+    window_azure_conv "$S" "$P" "$TRACES"; window_azure_code "$S" "$P" "$TRACES"
+    window_multiturn "$S" "$P"; window_pair "$S" "$P" "$TRACES" ;;
+  tiers)
+    bf16_profile
+    H=$R/profiles/h200-llama-3-8b-$D-$S-host-tier.json
+    timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-h200-$D-$S.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+    window_offload "$S" "$H"
+    PF=$R/profiles/h200-llama-3-8b-fp8-$D-$S.json
+    calibrate_fp8_marked "$PF"; window_fp8 "$S" "$PF" ;;
+  *) echo "part: long, short or tiers"; exit 2 ;;
+esac
+clocks_stop
+runs_summary "$R"; pack
