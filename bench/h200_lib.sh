@@ -19,7 +19,7 @@
 #                          SUFFIX PROFILE [TRACES]: a committed window, one home each; window_longdoc_b_calibrated
 #                          SUFFIX: longdoc-b with its own `live --calibrate`; calibrate_fp8_marked P: the fp8 `calibrate`
 #                          (live labels a run with the card it runs on, engine/device_gpu.py; calibrate_marked and
-#                          calibrate_fp8_marked pass --gpu h200, refused on another card)
+#                          calibrate_fp8_marked pass --gpu ${GPU:-h200}, refused on another card)
 run() {
   echo "== $(date +%T) $*"
   timeout "${BUDGET:-200}" python3 -m pagesim "$@" ${FORCE:+--force} 2>&1 | grep -v "req/s\]\|it/s\]\|workload/s\]"
@@ -127,11 +127,11 @@ longdoc_windows() {
   runs_summary "$R" >>"$log"; pack
 }
 calibrate_fp8_marked() {  # $1: the fp8 profile to write
-  mark calibrate-fp8 start; BUDGET=${CAL_BUDGET:-150} run calibrate --model llama-3-8b --gpu h200 --kv-cache-dtype fp8 --out "$1"
+  mark calibrate-fp8 start; BUDGET=${CAL_BUDGET:-150} run calibrate --model llama-3-8b --gpu ${GPU:-h200} --kv-cache-dtype fp8 --out "$1"
   mark calibrate-fp8 end; profile_summary "$1"; pack
 }
 calibrate_marked() {  # $1: the profile to write (bf16 Llama-3-8B), its phase marked and its fit summarised
-  mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu h200 --out "$1"; mark calibrate end
+  mark calibrate start; BUDGET=150 run calibrate --model llama-3-8b --gpu ${GPU:-h200} --out "$1"; mark calibrate end
   profile_summary "$1"; pack
 }
 window_multiturn() {

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# Every committed live window of issue 13 (and the fp8 / offload windows of issue 14) recorded again on one H200, in
-# three device calls on one warm machine (each under 10 minutes; a part that finds no profile from an earlier part
+# Every committed live window of issue 13 (and the fp8 / offload windows of issue 14) recorded again on one H200 (or
+# an H100: profiles, runs and labels then say h100), in three device calls on one warm machine (each under 10 minutes; a part that finds no profile from an earlier part
 # calibrates its own). Run from the repository root with the Azure 2023 CSVs in TRACES (never committed):
 #   bash bench/h200_windows.sh OUT SUFFIX long          # longdoc-b with its own `live --calibrate`, longdoc-a with
 #                                                       # that profile; the bf16 `calibrate`; k-shot, preemption
 #   bash bench/h200_windows.sh OUT SUFFIX short TRACES  # swap, Azure conv and code, multiturn, the conv pair
 #   bash bench/h200_windows.sh OUT SUFFIX tiers         # host-tier bandwidth and the offload window; the fp8
 #                                                       # `calibrate` and the fp8 window
-# On another card it records nothing (exit 3). Profiles are kept in /tmp/prof on the machine between calls and
+#   bash bench/h200_windows.sh OUT SUFFIX tests         # the GPU test suite (tests/gpu) into OUT/results
+# On a card other than an H200 or H100 it records nothing (exit 3). Profiles are kept in /tmp/prof on the machine between calls and
 # copied under OUT. Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force
 set -uo pipefail
 OUT=$1 S=$2 PART=$3 TRACES=${4:-.gpuwt/traces}
 D=$(date -u +%F)
 source "$(dirname "$0")/h200_lib.sh"
 live_call
-gpu_line | grep -q H200 || { echo "not an H200: $(gpu_line); nothing recorded"; exit 3; }
+case $(gpu_line) in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) echo "not an H200 or H100: $(gpu_line)"; exit 3 ;; esac
 mkdir -p /tmp/prof
-P=/tmp/prof/h200-llama-3-8b-$D-$S.json
+P=/tmp/prof/$GPU-llama-3-8b-$D-$S.json
 bf16_profile() {
   [ -f "$P" ] || calibrate_marked "$P"
   cp "$P" "$R/profiles/"
@@ -33,12 +34,15 @@ case $PART in
     window_multiturn "$S" "$P"; window_pair "$S" "$P" "$TRACES" ;;
   tiers)
     bf16_profile
-    H=$R/profiles/h200-llama-3-8b-$D-$S-host-tier.json
-    timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-h200-$D-$S.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
+    H=$R/profiles/$GPU-llama-3-8b-$D-$S-host-tier.json
+    timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-$GPU-$D-$S.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
     window_offload "$S" "$H"
-    PF=$R/profiles/h200-llama-3-8b-fp8-$D-$S.json
+    PF=$R/profiles/$GPU-llama-3-8b-fp8-$D-$S.json
     calibrate_fp8_marked "$PF"; window_fp8 "$S" "$PF" ;;
-  *) echo "part: long, short or tiers"; exit 2 ;;
+  tests)
+    { timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rf 2>&1 | tail -15; echo "pytest rc $?"; } \
+        | tee "$R/gpu-tests-$GPU-$D-$S.txt"; pack ;;
+  *) echo "part: long, short, tiers or tests"; exit 2 ;;
 esac
 clocks_stop
 runs_summary "$R"; pack
