@@ -2,8 +2,9 @@
 # Every committed live window of issue 13 (and the fp8 / offload windows of issue 14) recorded again on one H200 (or
 # an H100: profiles, runs and labels then say h100), in three device calls on one warm machine (each under 10 minutes; a part that finds no profile from an earlier part
 # calibrates its own). Run from the repository root with the Azure 2023 CSVs in TRACES (never committed):
-#   bash bench/h200_windows.sh OUT SUFFIX long          # longdoc-b with its own `live --calibrate`, longdoc-a with
-#                                                       # that profile; the bf16 `calibrate`; k-shot, preemption
+#   bash bench/h200_windows.sh OUT SUFFIX longdoc       # longdoc-b with its own `live --calibrate`, longdoc-a with
+#                                                       # that profile
+#   bash bench/h200_windows.sh OUT SUFFIX kshot         # the bf16 `calibrate`; k-shot, preemption
 #   bash bench/h200_windows.sh OUT SUFFIX short TRACES  # swap, Azure conv and code, multiturn, the conv pair
 #   bash bench/h200_windows.sh OUT SUFFIX tiers         # host-tier bandwidth and the offload window; the fp8
 #                                                       # `calibrate` and the fp8 window
@@ -24,9 +25,10 @@ bf16_profile() {
 }
 clocks_start 50
 case $PART in
-  long)
+  longdoc)
     window_longdoc_b_calibrated "$S"
-    window_longdoc_a "$S" "$R/live/longdoc-b-$S/profile.json"
+    window_longdoc_a "$S" "$R/live/longdoc-b-$S/profile.json" ;;
+  kshot)
     bf16_profile; window_kshot "$S" "$P"; window_preempt "$S" "$P" ;;
   short)
     bf16_profile; window_swap "$S" "$P"
@@ -42,7 +44,7 @@ case $PART in
   tests)
     { timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rf 2>&1 | tail -15; echo "pytest rc $?"; } \
         | tee "$R/gpu-tests-$GPU-$D-$S.txt"; pack ;;
-  *) echo "part: long, short, tiers or tests"; exit 2 ;;
+  *) echo "part: longdoc, kshot, short, tiers or tests"; exit 2 ;;
 esac
 clocks_stop
 runs_summary "$R"; pack
