@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every committed live window of issue 13 (and the fp8 / offload windows of issue 14) recorded again on one H200 (or
-# an H100: profiles, runs and labels then say h100), in three device calls on one warm machine (each under 10 minutes; a part that finds no profile from an earlier part
-# calibrates its own). Run from the repository root with the Azure 2023 CSVs in TRACES (never committed):
+# an H100: profiles, runs and labels then say h100), part by part in device calls on one warm machine (two parts to a
+# 10-minute call; a part that finds no bf16 profile from an earlier part on the machine calibrates its own). Run from the repository root with the Azure 2023 CSVs in TRACES (never committed):
 #   bash bench/h200_windows.sh OUT SUFFIX longdoc       # longdoc-b with its own `live --calibrate`, longdoc-a with
 #                                                       # that profile
 #   bash bench/h200_windows.sh OUT SUFFIX kshot         # the bf16 `calibrate`; k-shot, preemption
@@ -9,8 +9,8 @@
 #   bash bench/h200_windows.sh OUT SUFFIX tiers         # host-tier bandwidth and the offload window; the fp8
 #                                                       # `calibrate` and the fp8 window
 #   bash bench/h200_windows.sh OUT SUFFIX tests         # the GPU test suite (tests/gpu) into OUT/results
-# On a card other than an H200 or H100 it records nothing (exit 3). Profiles are kept in /tmp/prof on the machine between calls and
-# copied under OUT. Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force
+# On a card other than an H200 or H100 it records nothing (exit 3). Profiles are kept in /tmp/prof on the machine
+# between calls and copied under OUT. Then on any CPU: python -m pagesim validate RUN --ensemble 16 --force
 set -uo pipefail
 OUT=$1 S=$2 PART=$3 TRACES=${4:-.gpuwt/traces}
 D=$(date -u +%F)
