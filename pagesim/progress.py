@@ -37,13 +37,15 @@ def sim_progress(span_s: float, desc: str, file=None):
         yield progress
 
 
-def counted(iterable, total: int, desc: str, unit: str, file=None):
-    """`iterable` behind a bar of `total` items, redrawn as sim_progress's is (TQDM_DISABLE=1 turns it off)."""
+def counted(iterable, total: int, desc: str, unit: str, file=None, initial: int = 0, enabled: bool = True):
+    """`iterable` (None: call the bar's update yourself) behind a bar of `total` items, `initial` done already,
+    redrawn as sim_progress's is. TQDM_DISABLE=1 turns it off, and so does `enabled=False`: tqdm reads the variable
+    as its `disable` default, so the bar passes `disable` only to turn it off."""
     from tqdm import tqdm
 
     file = sys.stderr if file is None else file
-    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=not _is_terminal(file), file=file,
-                mininterval=redraw_interval(file))
+    return tqdm(iterable, total=total, initial=initial, desc=desc, unit=unit, leave=not _is_terminal(file), file=file,
+                mininterval=redraw_interval(file), **({} if enabled else {"disable": True}))
 
 
 def redraw_interval(file) -> float:

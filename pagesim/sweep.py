@@ -168,14 +168,11 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
     finished = set(old["config_id"])
     todo = [p for p in points if config_id(p) not in finished]
     writer = _Writer(results, old)
-    from tqdm import tqdm
-
-    from pagesim.progress import redraw_interval
+    from pagesim.progress import counted
 
     run = _run_ray if backend == "ray" else _run_local
     rows = run(trace, base, todo, address=address, num_cpus=num_cpus)
-    with tqdm(total=len(points), initial=len(points) - len(todo), desc="sweep", unit="config",
-              disable=not progress, mininterval=redraw_interval(sys.stderr)) as bar:  # a log gets a few hundred lines
+    with counted(None, len(points), "sweep", "config", initial=len(points) - len(todo), enabled=progress) as bar:
         done = len(points) - len(todo)
         try:
             for row in rows:

@@ -65,3 +65,16 @@ def test_replay_runs_with_tqdm_disabled(tmp_path):
     assert "Traceback" not in done.stderr
     assert _redraws(done.stderr) == 0, done.stderr
     assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_sweep_and_plan_run_with_tqdm_disabled(tmp_path):
+    """Was: sweep and plan passed tqdm an explicit disable=False, which overrides TQDM_DISABLE, so their bar was drawn."""
+    env = dict(os.environ, TQDM_DISABLE="1")
+    common = [str(TRACE), "--limit", "20", "--backend", "local", "--num-cpus", "1"]
+    for command in (["sweep", *common, "--grid", "block_size=16,32"],
+                    ["plan", *common, "--slo", "ttft_p99=1", "--max-gpus", "1", "--grid", "max_num_seqs=8",
+                     "--grid", "max_num_batched_tokens=2048", "--grid", "block_size=16", "--grid", "router=round-robin"]):
+        done = subprocess.run([sys.executable, "-m", "pagesim", *command, "--out", str(tmp_path / command[0])],
+                              capture_output=True, text=True, env=env, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        assert "config/s" not in done.stderr and "%|" not in done.stderr, done.stderr
