@@ -31,7 +31,7 @@ from pagesim.errors import UserError
 
 def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
     """Create `path` as an (empty, or with `force` existing) writable directory; return it as a Path."""
-    out = _non_empty(path, flag)
+    out = output_path(path, flag)
     where = f"{flag} {path}"
     if out.exists() and not out.is_dir():
         raise UserError(f"{where}: is a file, not a directory; choose a directory path for {flag}")
@@ -57,7 +57,7 @@ def check_output_file(parser, path: str | Path, force: bool = False) -> Path:
 
 def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
     """Check that `path` can be written as a new file (or replaced, with `force`); create its parent; return it."""
-    out = _non_empty(path, flag)
+    out = output_path(path, flag)
     where = f"{flag} {path}"
     if str(path).endswith(os.sep) or out.is_dir():
         raise UserError(f"{where}: is a directory; {flag} takes a file path here")
@@ -75,7 +75,8 @@ def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--ou
     return out
 
 
-def _non_empty(path: str | Path, flag: str) -> Path:
+def output_path(path: str | Path, flag: str = "--out") -> Path:
+    """`path` as a Path; an empty one is refused (Path("") would be the working directory)."""
     if not str(path).strip():  # Path("") is the working directory
         raise UserError(f"{flag} is empty; expected a path")
     return Path(path)

@@ -191,11 +191,10 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
 
 def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
     """--out before any work: a directory holding a sweep (sweep.json) resumes; any other must be new or empty."""
-    from pagesim.outputs import prepare_output_dir
+    from pagesim.outputs import output_path, prepare_output_dir
 
-    out = Path(out)
-    if (out / "sweep.json").is_file():
-        return out
+    if (output_path(out) / "sweep.json").is_file():
+        return Path(out)
     return prepare_output_dir(out, force)
 
 

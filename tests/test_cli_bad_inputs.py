@@ -195,6 +195,10 @@ def test_an_empty_out_is_refused(tmp_path):
     assert one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", "")) == "error: --out is empty; expected a path"
     line = one_error(pagesim("trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1, "--out", " "))
     assert line == "error: --out is empty; expected a path"
+    # sweep and plan: were "--out .: directory exists and is not empty", and from an empty directory they wrote there
+    trace = azure_csv(tmp_path / "t.csv")
+    for command in (["sweep", trace, "--grid", "block_size=16"], ["plan", trace, "--slo", "ttft_p99=1"]):
+        assert one_error(pagesim(*command, "--backend", "local", "--out", "")) == "error: --out is empty; expected a path"
 
 
 def test_a_csv_whose_first_row_has_more_fields_than_the_header_is_ragged(tmp_path):
