@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -186,7 +187,7 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
              on_row=None) -> dict:
     """Evaluate every candidate (a resumable sweep in `out`), choose, write plan.json and pareto.csv; the report."""
     from pagesim.cluster import ROUTERS
-    from pagesim.sweep import config_id, run_sweep
+    from pagesim.sweep import config_id, run_sweep, warning_lines
 
     search = dict(SEARCH if search is None else search)
     routers = list(ROUTERS if routers is None else routers)
@@ -208,7 +209,7 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
         "slos": [str(s) for s in slos], "trace": trace.name, "model": base["model"], "gpu": base["gpu"],
         "max_gpus": max_gpus, "search": search | {"router": routers},
         "recommendation": rec, "runner_up": runner, "evaluated": int(len(df)),
-        "failed": int((df["status"] != "ok").sum()), "skipped": skipped,
+        "failed": int((df["status"] != "ok").sum()), "skipped": skipped, "warnings": warning_lines(df),
         "pareto": front.to_dict("records"), "candidates": df.to_dict("records"),
     }
     text = json_text(report)  # NaN and infinity as null
@@ -256,6 +257,8 @@ def plan(args, parser) -> int:
     emit(trace.summary.warnings, [])  # the load's (stderr); each row records its configuration's own
     report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, backend=args.backend,
                       address=args.address, num_cpus=args.num_cpus)
+    for line in report["warnings"]:
+        print(f"warning {line}", file=sys.stderr)
     print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"
           + "".join(f"\n  skipped {s}" for s in report["skipped"]))
     print(pareto_table(report))

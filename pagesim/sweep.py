@@ -427,14 +427,21 @@ def sweep(args, parser) -> int:
         print(f"interrupted: {done} of {len(points)} configurations in {out / 'results.parquet'}; "
               "run the same command again to resume")
         return 130
-    if "warnings" in df:
-        for k, text in summarize_warnings(df["warnings"]):
-            print(f"warning ({k} of {len(df)} configurations): {text}", file=sys.stderr)
+    for line in warning_lines(df):
+        print(f"warning {line}", file=sys.stderr)
     errors = int((df["status"] == "error").sum()) if "status" in df else 0
     print(f"{len(df)} configurations in {out / 'results.parquet'} ({errors} errors)")
     if errors:
         print("first error:", df.loc[df["status"] == "error", "error"].iloc[0])
     return 0
+
+
+def warning_lines(df: pd.DataFrame) -> list[str]:
+    """The rows' warnings as sweep and plan print them (after "warning "): each kind once, "(K of N configurations):
+    TEXT"."""
+    if "warnings" not in df:
+        return []
+    return [f"({k} of {len(df)} configurations): {text}" for k, text in summarize_warnings(df["warnings"])]
 
 
 def summarize_warnings(column: pd.Series) -> list[tuple[int, str]]:

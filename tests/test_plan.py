@@ -115,6 +115,26 @@ def test_plan_cli_writes_plan_json_with_every_candidate(tmp_path, capsys):
     assert ("recommendation:" in out) or ("no candidate meets" in out)
 
 
+def test_plan_prints_and_records_its_candidates_warnings_once(tmp_path, capsys):
+    """Was: plan printed none of the warnings replay and sweep print (here: --policy priority on a trace without
+    priorities runs as fcfs), and plan.json had them only inside each candidate's row."""
+    import json
+    from pathlib import Path
+
+    from pagesim.cli import main
+
+    trace = Path(__file__).resolve().parent.parent / "traces" / "multiturn-300.jsonl"
+    rc = main(["plan", str(trace), "--limit", "20", "--slo", "ttft_p99=0.5", "--max-gpus", "1", "--policy", "priority",
+               "--grid", "max_num_seqs=4,8", "--grid", "max_num_batched_tokens=2048", "--grid", "block_size=16",
+               "--grid", "router=round-robin", "--backend", "local", "--num-cpus", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("warning")]
+    assert len(lines) == 1 and lines[0].startswith("warning (2 of 2 configurations): --policy priority, but"), err
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["warnings"] == [lines[0].removeprefix("warning ")]
+
+
 def test_plan_without_slo_is_a_one_line_error(tmp_path, capsys):
     from pagesim.cli import main
 
