@@ -185,3 +185,17 @@ def test_options_the_trace_makes_pointless_are_warned_and_recorded(tmp_path, cap
     assert not any("requests.parquet" in w for w in warnings), "parity writes no requests.parquet"
     err = capsys.readouterr().err
     assert all(f"warning: {w}" in err for w in warnings)
+
+
+def test_options_vllm_lacks_are_refused_before_the_trace_is_read(tmp_path):
+    """Was: parity read (and summarised) the whole trace, and made --out, before saying --preemption-mode swap or a
+    cache vLLM would not start with cannot be compared."""
+    from tests.test_cli_hygiene import one_error, pagesim
+
+    broken = tmp_path / "broken.csv"  # never read: the options are refused first
+    broken.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,x,1\n")
+    for options, message in ((["--preemption-mode", "swap"], "parity needs --preemption-mode recompute"),
+                             (["--num-gpu-blocks", "1"], "max_model_len 8192 needs 512 blocks")):
+        line = one_error(pagesim("parity", broken, *options, "--out", tmp_path / "out"))
+        assert line.startswith(f"error: {message}"), line
+    assert not (tmp_path / "out").exists()

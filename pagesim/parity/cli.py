@@ -41,7 +41,7 @@ def parity(args) -> int:
     import pandas as pd
 
     from pagesim.outputs import prepare_output_dir
-    from pagesim.parity.compare import release_steps, run_parity
+    from pagesim.parity.compare import check_parity_config, release_steps, run_parity
     from pagesim.replay import config_from_args, trace_from_args
     from pagesim.request import requests_from_trace
     from pagesim.run_warnings import REJECTED_SHARE, config_warnings, emit
@@ -51,6 +51,7 @@ def parity(args) -> int:
     if args.cost_model != "roofline":
         raise UserError("--cost-model does not apply to parity (it compares the schedules step by step, not their times)")
     config = config_from_args(args)
+    check_parity_config(config)  # before the trace is read (run_parity checks it too, for callers of the API)
     _oracle_available()
     out = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
