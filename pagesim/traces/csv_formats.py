@@ -51,7 +51,9 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
     time_col, *count_cols = HEADERS[fmt]
     time_types = [pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")] if fmt == "azure" else [pa.float64()]
     for time_type in time_types:
-        types = {time_col: time_type} | {c: pa.int64() for c in count_cols}
+        # counts as doubles, made int64 below: pyarrow's integer parser also reads hexadecimal ('0x10'), which the
+        # careful path (pandas' to_numeric) refuses, and its double parser does not
+        types = {time_col: time_type} | {c: pa.float64() for c in count_cols}
         options = pacsv.ConvertOptions(column_types=types, include_columns=list(HEADERS[fmt]))
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in HEADERS[fmt]}
         source = open_trace(path) if is_gzip(path) else path  # a gzip file decompressed as read, within the ceiling
@@ -63,7 +65,12 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
                         column = batch.column(name)
                         if column.null_count:
                             return None
-                        chunks[name].append(np.array(column.to_numpy()))  # a copy: the batch's buffers go back
+                        values = column.to_numpy()
+                        count = name in count_cols  # whole numbers, made int64 (their range is checked below)
+                        if count and not ((values == np.floor(values)) & (np.abs(values) <= MAX_INT)).all():
+                            return None
+                        chunks[name].append(np.array(values, dtype=np.int64 if count else None))  # a copy: the
+                        # batch's buffers go back
                     del batch, column
                     pa.default_memory_pool().release_unused()  # arrow's allocator keeps freed blocks otherwise
             break
