@@ -430,6 +430,13 @@ def test_a_trace_whose_lines_end_in_a_lone_cr_reads_as_its_lf_twin(tmp_path):
     cr.write_bytes("\r".join(rows + [""]).encode())
     assert one_error(pagesim("trace", "info", cr)) == (f"error: {cr}, line 3, field 'ContextTokens': expected a positive "
                                                        "integer, got 'x'")
+    # blank lines before the header: a ragged row or an open quote was named with the blank lines counted twice
+    blank = tmp_path / "blank.csv"
+    blank.write_text("\n\n" + "\n".join(rows + ["2023-11-16 18:15:48.1,30,7,9"]) + "\n")
+    assert one_error(pagesim("trace", "info", blank)) == (f"error: {blank}, line 6: expected as many comma-separated "
+                                                          "fields as the header has")
+    blank.write_text("\n\n" + "\n".join(rows[:2] + ['2023-11-16 18:15:47.1,"20,6'] + rows[2:]) + "\n")
+    assert one_error(pagesim("trace", "info", blank)) == f"error: {blank}, line 5: expected CSV with balanced quotes"
     cr.write_bytes("\r".join(rows[:2] + ["2023-11-16 18:15:47.1,20,6\xff", ""]).encode("latin-1"))  # not UTF-8 on line 3
     assert one_error(pagesim("trace", "info", cr)).startswith(f"error: {cr}, line 3: expected UTF-8 text")
 
@@ -458,3 +465,27 @@ def test_validate_of_a_damaged_run_directory_names_the_file(tmp_path):
         assert not (tmp_path / f"v{i}").exists()
     line = one_error(pagesim("validate", source, "--replicate", run, "--out", tmp_path / "v"))
     assert line.startswith(f"error: --replicate {run}: releases.csv lacks the column release_step")
+
+
+def test_a_lone_cr_in_a_csv_with_lf_line_endings_is_no_traceback(tmp_path):
+    """Was: a CR before the header of an LF file (a stray Mac line ending) ended trace info in a traceback from the csv
+    module ('new-line character seen in unquoted field'); now it is whitespace before the header, skipped as blank
+    lines before a header are, and lines are counted at LF as before. Blank lines before the header were counted twice
+    in the line of a ragged row or an open quote."""
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46.1,10,5", "2023-11-16 18:15:47.1,20,6"]
+    lf, cr = tmp_path / "lf.csv", tmp_path / "cr.csv"
+    lf.write_text("\n".join(rows) + "\n")
+    cr.write_text("\r" + "\n".join(rows) + "\n")
+    done = pagesim("trace", "info", cr)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.replace("trace cr", "trace lf") == pagesim("trace", "info", lf).stdout
+    cr.write_text("\r" + "\n".join(rows[:2] + ["2023-11-16 18:15:47.1,x,6"]) + "\n")
+    assert one_error(pagesim("trace", "info", cr)) == (f"error: {cr}, line 3, field 'ContextTokens': expected a positive "
+                                                       "integer, got 'x'")
+    # blank lines before the header: a ragged row or an open quote was named with the blank lines counted twice
+    blank = tmp_path / "blank.csv"
+    blank.write_text("\n\n" + "\n".join(rows + ["2023-11-16 18:15:48.1,30,7,9"]) + "\n")
+    assert one_error(pagesim("trace", "info", blank)) == (f"error: {blank}, line 6: expected as many comma-separated "
+                                                          "fields as the header has")
+    blank.write_text("\n\n" + "\n".join(rows[:2] + ['2023-11-16 18:15:47.1,"20,6'] + rows[2:]) + "\n")
+    assert one_error(pagesim("trace", "info", blank)) == f"error: {blank}, line 5: expected CSV with balanced quotes"

@@ -46,7 +46,7 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
     import pyarrow.csv as pacsv
 
     head = read_head(path)
-    if head is None or _repeated(next(csv.reader([head.split("\n", 1)[0]]), []), fmt):
+    if head is None or _repeated(next(_csv_rows(head), []), fmt):
         return None  # pyarrow would read the first of two same-named columns: the careful path says which
     time_col, *count_cols = HEADERS[fmt]
     time_types = [pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")] if fmt == "azure" else [pa.float64()]
@@ -122,17 +122,18 @@ def read_fast(path: str, fmt: str) -> Parsed | None:
 
 def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, dict[str, int]]:
     """All cells as strings (empty cells NaN), the rows' line numbers, rows read, and blank lines dropped."""
-    skip = text.count("\n", 0, len(text) - len(text.lstrip()))  # blank lines before the header
+    body = text.lstrip()  # from the header: pandas would count a stray CR before it as a line, or as none
+    skip = text.count("\n", 0, len(text) - len(body))  # blank lines before the header
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", pd.errors.ParserWarning)
             df = pd.read_csv(
-                io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""],
-                skip_blank_lines=False, index_col=False, skiprows=skip,
+                io.StringIO(body), dtype=str, keep_default_na=False, na_values=[""],
+                skip_blank_lines=False, index_col=False,
             )
         for w in caught:
             if issubclass(w.category, pd.errors.ParserWarning):  # the first row has more fields than the header:
-                _check_extra_fields(text, file, skip)  # pandas drops them (a later such row is a ParserError)
+                _check_extra_fields(body, file, skip)  # pandas drops them (a later such row is a ParserError)
             else:
                 warnings.warn(w.message, w.category, stacklevel=2)
     except pd.errors.ParserError as exc:
@@ -143,7 +144,7 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
         raise TraceError(file, int(found[1]) + 1 + skip if found else None, None, "CSV with balanced quotes") from None
     except (pd.errors.EmptyDataError, ValueError) as exc:
         raise TraceError(file, None, None, f"CSV text ({fmt} format)", str(exc)[:60]) from None
-    header = next(itertools.islice(csv.reader(io.StringIO(text)), skip, None), [])
+    header = next(_csv_rows(body), [])
     repeated = _repeated(header, fmt)  # pandas renames a repeated name (X, X.1): the header's own names tell
     if repeated:
         at = [str(i + 1) for i, name in enumerate(header) if name.strip() == repeated]
@@ -163,16 +164,22 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     return df.where(df.notna(), None), rows, len(blank), dropped  # an empty cell is None: NaN is a value ('nan')
 
 
+def _csv_rows(text: str):
+    """The csv module's rows of `text`, its lines broken as pandas and pyarrow break them: at LF, CRLF and a lone CR
+    (which the csv module refuses inside a line: 'new-line character seen in unquoted field')."""
+    return csv.reader(io.StringIO(text, newline=""))
+
+
 def _repeated(header: list[str], fmt: str) -> str | None:
     """The first of the format's columns that the header names more than once (which of them is meant?), or None."""
     names = [name.strip() for name in header]
     return next((c for c in HEADERS[fmt] if names.count(c) > 1), None)
 
 
-def _check_extra_fields(text: str, file: str, skip: int) -> None:
+def _check_extra_fields(body: str, file: str, skip: int) -> None:
     """The first data row's fields beyond the header's must be empty (a trailing comma), as the careful path reads
-    every other row: a value there is a ragged row, not data to drop."""
-    header, first = (list(itertools.islice(csv.reader(io.StringIO(text)), skip, skip + 2)) + [[], []])[:2]
+    every other row: a value there is a ragged row, not data to drop. `body` starts at the header, line skip + 1."""
+    header, first = (list(itertools.islice(_csv_rows(body), 2)) + [[], []])[:2]
     if any(field.strip() for field in first[len(header):]):
         raise TraceError(file, skip + 2, None, "as many comma-separated fields as the header has")
 
