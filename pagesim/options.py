@@ -50,10 +50,16 @@ fraction = _checked(_number, lambda v: 0 < v <= 1, "a fraction in (0, 1]", "frac
 fraction_below_one = _checked(_number, lambda v: 0 <= v < 1, "a fraction in [0, 1)", "fraction_below_one",
                               "In [0, 1): watermark.")
 name_text = _checked(str, lambda v: bool(v.strip()), "a non-empty name", "name_text")
+
+
+def bounded_int(most: int, why: str, name: str = "bounded_int", doc: str | None = None):
+    """A positive integer of at most `most`; the error says `why` there is a most."""
+    return _checked(_integer, lambda v: 1 <= v <= most, f"a positive integer of at most {most:,} ({why})", name, doc)
+
+
 MAX_REPLICAS = 1_000  # each replica is a whole simulated engine: ~240 KB before its blocks (24 GB at 100,000)
-replica_count = _checked(_integer, lambda v: 1 <= v <= MAX_REPLICAS,
-                         f"a positive integer of at most {MAX_REPLICAS:,} (each replica is a whole simulated engine)",
-                         "replica_count", "--replicas: 1 to MAX_REPLICAS.")
+replica_count = bounded_int(MAX_REPLICAS, "each replica is a whole simulated engine", "replica_count",
+                            "--replicas: 1 to MAX_REPLICAS.")
 
 
 def readable(value) -> str:

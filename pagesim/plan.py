@@ -24,9 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.errors import FlagError, OptionError, UserError
+from pagesim.options import MAX_REPLICAS
 from pagesim.outputs import json_text
 
 TP_DEGREES = (1, 2, 4, 8)
+MAX_GPUS = TP_DEGREES[-1] * MAX_REPLICAS  # the largest deployment plan proposes
 SEARCH = {"max_num_seqs": [128, 256], "max_num_batched_tokens": [2048, 8192], "block_size": [16, 32]}
 SHOWN = ("num_gpus", "tensor_parallel_size", "replicas", "router", "max_num_seqs", "max_num_batched_tokens",
          "block_size")
@@ -57,7 +59,7 @@ def deployments(base: dict, max_gpus: int, routers) -> tuple[list[dict], list[tu
         except UserError as exc:
             refused.append((tp, exc))
             continue
-        for replicas in range(1, max_gpus // tp + 1):
+        for replicas in range(1, min(max_gpus // tp, MAX_REPLICAS) + 1):  # more would be error rows (--replicas)
             for router in (routers if replicas > 1 else ["round-robin"]):
                 out.append({"tensor_parallel_size": tp, "replicas": replicas, "router": router})
     return out, refused
@@ -286,14 +288,16 @@ def check_searched_options(args, parser, search: dict) -> None:
 
 
 def register(sub) -> None:
-    from pagesim.options import positive_int
+    from pagesim.options import bounded_int, positive_int
     from pagesim.replay import add_run_options
 
     p = sub.add_parser("plan", help="find the deployment that meets latency SLOs with the fewest GPUs")
     add_run_options(p)
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_PCT=SECONDS",
                    help="latency SLO to meet, e.g. ttft_p99=1 (repeatable; at least one)")
-    p.add_argument("--max-gpus", type=positive_int, default=8, help="largest deployment to consider (GPUs)")
+    p.add_argument("--max-gpus", type=bounded_int(MAX_GPUS, f"tensor parallelism of up to {TP_DEGREES[-1]} GPUs "
+                                                  f"times at most {MAX_REPLICAS:,} replicas"),
+                   default=8, help=f"largest deployment to consider (GPUs; at most {MAX_GPUS:,})")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help=f"replace one axis of the search (default: {SEARCH}, every router)")
     p.add_argument("--backend", choices=["ray", "local"], default="ray")

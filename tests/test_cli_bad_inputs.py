@@ -113,7 +113,8 @@ def test_plan_refuses_to_rewrite_a_finished_plan_without_force(tmp_path):
 def test_plan_and_sweep_counts_must_be_positive(tmp_path):
     trace = own_trace(tmp_path / "t.jsonl", [10, 20])
     assert one_error(pagesim("plan", trace, "--slo", "ttft_p99=1", "--max-gpus", 0, "--out", tmp_path / "p")).endswith(
-        "argument --max-gpus: expected a positive integer, got '0'")
+        "argument --max-gpus: expected a positive integer of at most 8,000 (tensor parallelism of up to 8 GPUs times "
+        "at most 1,000 replicas), got '0'")
     assert one_error(pagesim("sweep", trace, "--grid", "block_size=16", "--num-cpus", -1, "--out", tmp_path / "s")).endswith(
         "argument --num-cpus: expected a positive integer, got '-1'")
 

@@ -114,3 +114,24 @@ def test_tied_candidates_are_broken_by_the_search_order_whatever_order_they_fini
     assert (plan["runner_up"]["max_num_seqs"], plan["runner_up"]["block_size"]) == (8, 32)
     assert [(c["max_num_seqs"], c["block_size"]) for c in plan["candidates"]] == [(8, 16), (8, 32), (16, 16), (16, 32)]
     capsys.readouterr()
+
+
+def test_max_gpus_is_bounded_by_the_largest_deployment_plan_proposes(tmp_path):
+    """Was: --max-gpus 1000000 built ~45 million candidates (replica counts up to a million x routers x knobs) in memory
+    before any output, and candidates with more replicas than a replay may run (1,000) became error rows."""
+    import argparse
+
+    from pagesim.cli import build_parser
+    from pagesim.options import MAX_REPLICAS
+    from pagesim.plan import TP_DEGREES, deployments
+    from tests.test_cli_hygiene import one_error, pagesim
+
+    most = TP_DEGREES[-1] * MAX_REPLICAS
+    line = one_error(pagesim("plan", TRACE, "--slo", "ttft_p99=1", "--max-gpus", 1_000_000, "--out", tmp_path / "p"))
+    assert line.endswith(f"argument --max-gpus: expected a positive integer of at most {most:,} (tensor parallelism "
+                         f"of up to {TP_DEGREES[-1]} GPUs times at most {MAX_REPLICAS:,} replicas), got '1000000'")
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    args = sub.choices["plan"].parse_args([str(TRACE), "--slo", "ttft_p99=1", "--max-gpus", str(most), "--out", "x"])
+    deps, refused = deployments(vars(args), args.max_gpus, ["round-robin"])
+    assert not refused and max(d["replicas"] for d in deps) == MAX_REPLICAS
+    assert max(d["tensor_parallel_size"] * d["replicas"] for d in deps) == most
