@@ -189,6 +189,9 @@ def test_trace_synth_options_out_of_range_are_one_line(tmp_path):
                          "error: --hash-block-size 32: only presets with prefix hash ids (kshot, multiturn) use it, "
                          "and sharegpt traces carry none; drop it")):
         assert says in one_error(pagesim(*synth, *flags, "--out", tmp_path / "s.jsonl"))
+    # was: "kshot-5, field 'prefix_hash_ids': expected a positive hash_block_size ...", naming no flag
+    line = one_error(pagesim(*synth[:3], "kshot", *synth[4:], "--hash-block-size", 99999999999, "--out", tmp_path / "s.jsonl"))
+    assert line == "error: --hash-block-size must be a positive integer up to 2,147,483,647, got 99,999,999,999"
     assert not (tmp_path / "s.jsonl").exists()
 
 

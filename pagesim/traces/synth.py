@@ -178,6 +178,8 @@ def synthesize(
         raise OptionError(f"{{arrival}} must be 'poisson' (with {{cv}} 1) or 'gamma' with a {{cv}}, got {arrival!r} with {{cv}} {cv}")
     if num_requests < 1 or not rate > 0 or not cv > 0 or hash_block_size < 1:
         raise OptionError("{num_requests}, {rate}, {cv} and {hash_block_size} must be positive")
+    if hash_block_size > MAX_INT:  # the schema's bound on a trace's hash_block_size
+        raise OptionError(f"{{hash_block_size}} must be a positive integer up to {MAX_INT:,}, got {hash_block_size:,}")
     if not 0 <= priority_levels <= MAX_INT + 1:
         raise OptionError(f"{{priority_levels}} must be 0 (no priority column) or positive up to {MAX_INT + 1:,} "
                           f"(priorities 0..{MAX_INT:,}), got {priority_levels:,}")
