@@ -150,6 +150,13 @@ def test_an_integer_beyond_the_limit_is_named_as_such(tmp_path):
     assert str(err).endswith("field 'ContextTokens': expected a positive integer up to 2,147,483,647, got '2147483648'")
 
 
+def test_a_sharegpt_num_tokens_beyond_the_limit_is_named_as_such(tmp_path):
+    """Was: "expected a non-negative integer, got 1000000000000.0", which it is: the bound went unsaid."""
+    text = '[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo", "num_tokens": 1e12}]}]'
+    assert str(load_error(tmp_path, text, name="s.json")).endswith(
+        "conversations[1].num_tokens': expected a non-negative integer up to 2,147,483,647, got 1000000000000.0")
+
+
 def test_json_lines_field_errors_name_the_key(tmp_path):
     text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n\n{"timestamp": 1, "input_length": "ten", "output_length": 5}\n'
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 3, "input_length", "a positive integer")

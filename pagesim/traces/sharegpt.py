@@ -23,7 +23,7 @@ import pandas as pd
 
 from pagesim.traces.blocks import BlockIds
 from pagesim.traces.errors import EMPTY, Described, TraceError
-from pagesim.traces.schema import Parsed, Rows
+from pagesim.traces.schema import MAX_INT, Parsed, Rows
 from pagesim.traces.synth import THINK_TIME_S, arrival_times
 from pagesim.traces.text import json_lines, json_list
 
@@ -105,7 +105,7 @@ def _turns(item: object, file: str, line: int, name: str = "") -> list[tuple[str
             raise TraceError(file, line, f"{where}.value", "a string", value)
         if n_tokens is None:
             n_tokens = math.ceil(len(value) / 4)
-        elif not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or not 0 <= n_tokens <= 2**31 - 1:
-            raise TraceError(file, line, f"{where}.num_tokens", "a non-negative integer", n_tokens)
+        elif not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or not 0 <= n_tokens <= MAX_INT:
+            raise TraceError(file, line, f"{where}.num_tokens", f"a non-negative integer up to {MAX_INT:,}", n_tokens)
         out.append((ROLES[role.lower()], value, n_tokens))
     return out
