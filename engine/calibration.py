@@ -243,6 +243,15 @@ def run_calibration(executor, config: Config, progress=None, workloads=None, on_
     return pd.concat(frames, ignore_index=True)
 
 
+def run_calibration_with_bar(executor, config: Config, workloads, **options) -> pd.DataFrame:
+    """run_calibration behind calibrate's progress bar, a workload a tick: pagesim.progress.counted, as replay's and
+    live's bars (redrawn at most every 0.5 s, rarely to a log; TQDM_DISABLE=1 turns it off)."""
+    from pagesim.progress import counted
+
+    with counted(None, len(workloads), "calibrate", "workload") as bar:
+        return run_calibration(executor, config, progress=bar.update, workloads=workloads, **options)
+
+
 def _workload_requests(w: int, groups, first_seq: int, bs: int) -> list[tuple[int, Request]]:
     """Workload w's requests as (release step, request), in release order, numbered on from first_seq."""
     pending, seq = [], first_seq
@@ -679,7 +688,6 @@ def calibrate(args) -> int:
             setattr(args, key, default)
 
     import torch
-    from tqdm import tqdm
 
     from engine.device_gpu import device_gpu
     from engine.kernels.swap import measure_swap_bandwidth
@@ -707,9 +715,7 @@ def calibrate(args) -> int:
     def save(rows_so_far: pd.DataFrame) -> None:  # every SAVE_EVERY_S, so an interrupted calibration can be refitted
         rows_so_far.to_csv(rows_path, index=False)
 
-    with tqdm(total=len(workloads), desc="calibrate", unit="workload") as bar:
-        rows = run_calibration(executor, config, progress=bar.update, workloads=workloads, on_workload=save,
-                               rest=args.rest)
+    rows = run_calibration_with_bar(executor, config, workloads, on_workload=save, rest=args.rest)
     # rows_path now holds every row (on_workload's last call), before the fit, so a failed fit can be refitted
     t_fit = time.perf_counter()
     swap = measure_swap_bandwidth(executor.kv_cache)

@@ -230,11 +230,11 @@ def make_executor(config: Config):
 def live(args) -> int:
     """`python -m pagesim live TRACE ...`: see README, Live mode."""
     import torch
-    from tqdm import tqdm
 
     from engine.calibration import calibration_warnings, calibration_workloads_that_fit, run_profile
     from engine.device_gpu import device_gpu
     from pagesim.errors import UserError, not_a_file
+    from pagesim.progress import counted
     from pagesim.replay import config_from_args, trace_from_args, write_run_dir
     from pagesim.specs import DEFAULT_GPU
     from pagesim.traces import trace_from_frame, write_trace
@@ -275,7 +275,7 @@ def live(args) -> int:
     profile = run_profile(args, executor, config, out_dir)
     warm = warm_up(executor, config)  # after a calibration too: the run starts from the same warm state
     requests = requests_from_trace(trace)
-    with tqdm(total=len(requests), desc=f"live {config.run_name}", unit="req") as bar:
+    with counted(None, len(requests), f"live {config.run_name}", "req") as bar:
         run = LiveReplay(requests, config, executor, progress=bar.update)
         out = run.run()
     name = "live"

@@ -1,4 +1,4 @@
-"""The replay progress bar redraws on a timer, not on every simulator event (issue #10 item 8)."""
+"""The progress bars redraw on a timer, not on every simulator event (issue #10 item 8); live's and calibrate's too."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from pagesim.progress import NON_TTY_INTERVAL_S, TTY_INTERVAL_S, sim_progress
 
@@ -78,3 +80,47 @@ def test_sweep_and_plan_run_with_tqdm_disabled(tmp_path):
                               capture_output=True, text=True, env=env, cwd=ROOT)
         assert done.returncode == 0, done.stderr
         assert "config/s" not in done.stderr and "%|" not in done.stderr, done.stderr
+
+
+# ---- the GPU commands' bars (live, calibrate): the same helper, checked on the CPU --------------------------------
+@pytest.fixture
+def bars(monkeypatch):
+    """The keyword arguments of every tqdm bar made while the test runs."""
+    import tqdm
+
+    made = []
+
+    class Recorded(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", Recorded)
+    return made
+
+
+def test_live_bar_to_a_non_terminal_redraws_rarely(tmp_path, capsys, bars):
+    """Was: live drew a plain tqdm bar, redrawn every 0.1 s to a log file too (~1,000 lines for a 100 s run)."""
+    from pagesim.cli import main
+
+    rc = main(["live", str(ROOT / "traces" / "kshot-shared-prefix-500.jsonl"), "--allow-cpu", "--model", "toy",
+               "--limit", "2", "--num-gpu-blocks", "64", "--out", str(tmp_path / "run")])
+    assert rc == 0, capsys.readouterr().err
+    live = [kw for kw in bars if str(kw.get("desc", "")).startswith("live")]
+    assert len(live) == 1 and live[0].get("mininterval") == NON_TTY_INTERVAL_S, bars  # capsys: stderr is no terminal
+    assert live[0].get("unit") == "req" and live[0].get("total") == 2
+
+
+def test_calibrate_bar_to_a_non_terminal_redraws_rarely(capsys, bars):
+    """Was: calibrate drew a plain tqdm bar, redrawn every 0.1 s to a log file too. Its bar (run_calibration_with_bar,
+    the seam calibrate calls after the GPU's set-up) is the shared one."""
+    from engine.calibration import NoTime, calibration_workloads, run_calibration_with_bar
+    from pagesim.config import Config
+
+    pick = [w for w in calibration_workloads(8192) if w[0] in ("prefill-16", "prefill-64")]
+    config = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=4096)
+    rows = run_calibration_with_bar(NoTime(), config, pick)
+    assert set(rows["workload"]) == {"prefill-16", "prefill-64"}
+    assert [(kw.get("desc"), kw.get("unit"), kw.get("total"), kw.get("mininterval")) for kw in bars] == [
+        ("calibrate", "workload", 2, NON_TTY_INTERVAL_S)]
+    assert "calibrate: 100%" in capsys.readouterr().err  # a non-terminal keeps the bar's last state
