@@ -418,6 +418,24 @@ def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, c
     return report
 
 
+def fit_summary(report: dict, out: Path) -> str:
+    """What calibrate prints of its fit (fit_and_write's report, kept whole in the profile under `report`): the
+    held-out error overall and by step kind, the knee, the longest walk's lanes, the clock share, and the file."""
+    def pct(v) -> str:
+        return f"{100 * v:.1f}%"
+
+    kinds = ", ".join(f"{kind} {pct(k['mape'])} ({k['n']:,} steps)" for kind, k in report["by_kind"].items() if k)
+    clock = report.get("sm_clock")
+    lanes = report["max_context_lanes"]
+    return "\n".join([
+        f"held-out MAPE {pct(report['mape'])} (whole workloads, {report['folds']} folds of {report['n_workloads']}): "
+        + kinds,
+        f"knee {report['knee_tokens']} tokens, " + (f"{lanes} context lanes" if lanes else "no longest-walk term")
+        + ", " + (f"clock share {clock['sensitivity']:g} (steps priced at {clock['reference_mhz']:.0f} MHz)" if clock
+                  else "no clock share (the rows have no SM clocks)"),
+        f"wrote {out} (the full fit report under 'report')"])
+
+
 @functools.lru_cache(maxsize=8)
 def calibration_peak_blocks(model: str, block_size: int, max_model_len: int, max_num_seqs: int,
                             max_num_batched_tokens: int, allow_long_max_model_len: bool = False) -> dict[str, int]:
@@ -612,7 +630,7 @@ def calibrate(args) -> int:
         prepare_output_file(out.with_suffix(CALIBRATION_ROWS_SUFFIX), args.force)
 
     def write(rows, config, extras: dict, mixed_sizes=(), phases=None) -> None:
-        print(json.dumps(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), indent=2))
+        print(fit_summary(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), out))
 
     if args.refit:
         timing = [f for f in ("block_size", "num_gpu_blocks", "max_num_batched_tokens", "rest")

@@ -613,7 +613,21 @@ def test_refit_cli_writes_a_loadable_profile_without_a_gpu(tmp_path, capsys):
     loaded = make_cost_model(str(out), CONFIG)
     for f in calibration_grid()[::5]:
         assert loaded.step_time(f) == pytest.approx(known.step_time(f), rel=1e-3)
-    assert json.loads(capsys.readouterr().out)["holdout"] == "workload"
+    # Was: the whole fit report printed as JSON (~223 lines for a calibration) and no "wrote" line. Now a summary;
+    # the report is the profile's.
+    printed = capsys.readouterr().out.splitlines()
+    by_kind = d["report"]["by_kind"]
+    assert len(printed) == 3 and printed[-1] == f"wrote {out} (the full fit report under 'report')"
+    assert printed[0].startswith(f"held-out MAPE {100 * d['report']['mape']:.1f}% (whole workloads, "
+                                 f"{d['report']['folds']} folds of {d['report']['n_workloads']}): "
+                                 f"graph {100 * by_kind['graph']['mape']:.1f}% ({by_kind['graph']['n']:,} steps)")
+    assert printed[1].startswith(f"knee {d['knee_tokens']} tokens, ")
+    from engine.calibration import fit_summary
+
+    r22c = json.loads((REPO / "results" / "profiles" / "h200-llama-3-8b-2026-12-04-r22c.json").read_text())
+    assert fit_summary(r22c["report"], Path("p.json")).splitlines()[:2] == [
+        "held-out MAPE 3.0% (whole workloads, 5 folds of 78): graph 3.0% (2,905 steps), eager 1.5% (200 steps), "
+        "graph mixed 3.3% (419 steps)", "knee 32 tokens, 64 context lanes, clock share 0.15 (steps priced at 1980 MHz)"]
     # A new profile from rows timed with an fp8 cache: --kv-cache-dtype says so (nothing at --out to read it from).
     fp8_out = tmp_path / "profiles" / "cal-fp8.json"
     assert cli_main(["calibrate", "--refit", str(csv), "--out", str(fp8_out), "--kv-cache-dtype", "fp8"]) == 0

@@ -107,7 +107,7 @@ def test_a_refit_to_a_new_out_is_timed_as_the_rows_profile_records(tmp_path, mon
 
     def fake_fit_and_write(rows, config, out, extras, command, mixed_graph_token_sizes=(), phases=None):
         seen.append((tuple(mixed_graph_token_sizes), config.max_num_seqs, extras.get("swap_bandwidth")))
-        return {}
+        return json.loads(PROFILE.read_text())["report"]  # a fit's report, for the summary calibrate prints
 
     monkeypatch.setattr(calibration_module, "fit_and_write", fake_fit_and_write)
     assert main(["calibrate", "--refit", str(rows), "--out", str(tmp_path / "new.json")]) == 0
