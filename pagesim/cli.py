@@ -3,7 +3,8 @@
 Each subsystem registers its own subcommands through a `register(subparsers)`
 function, so this module stays a table of contents. Here, for every command:
 help shows defaults; an unknown flag is reported under the command's own usage;
-a UserError prints one `error: ...` line and exits 2, never a traceback.
+a UserError prints one `error: ...` line and exits 2, never a traceback; a command that fails leaves no
+empty output directory it made behind (outputs.removed_if_left_empty).
 """
 
 from __future__ import annotations
@@ -63,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # under the command's usage, not the top level's
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    from pagesim.outputs import removed_if_left_empty
+
     try:
-        return int(args.func(args) or 0)
+        with removed_if_left_empty():  # a command that fails leaves no empty --out behind
+            return int(args.func(args) or 0)
     except OptionError as exc:
         print(f"error: {exc.as_flags()}", file=sys.stderr)
         return 2

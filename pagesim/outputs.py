@@ -6,6 +6,8 @@ is never thrown away because its --out cannot be written:
     prepare_output_dir(path, force, flag="--out") -> Path    a directory of results (replay, live, sweep, ...)
     prepare_output_file(path, force, flag="--out") -> Path   one file (trace synth, trace convert, calibrate)
     provenance(argv) -> dict                                  what summary.json records about how it was made
+    removed_if_left_empty()                                   around a command (cli.main): what these created, still
+                                                              empty when the command fails, is removed
     json_text(obj) -> str                                     strict JSON of a result (summary.json, plan.json)
 
 Both create missing parent directories and raise UserError with one line that
@@ -13,6 +15,9 @@ names the flag and the path. An existing non-empty directory, or an existing
 file, is refused unless `force` (the command's --force): results are never
 mixed with an earlier run's by accident. With force the command writes into
 the directory, replacing files of the same name; nothing else is deleted.
+A command that fails before writing (a missing trace, Ctrl-C) leaves no empty
+directory behind: removed_if_left_empty removes the directories these created
+for it that are still empty, never one that existed before.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from pagesim.errors import UserError
@@ -82,9 +88,34 @@ def output_path(path: str | Path, flag: str = "--out") -> Path:
     return Path(path)
 
 
+_created: list[Path] | None = None  # inside removed_if_left_empty: the directories _make_dir created, parents first
+
+
+@contextmanager
+def removed_if_left_empty():
+    """Around a command: when it raises, each directory that prepare_output_dir/prepare_output_file created during it
+    (the --out directory, missing parents) and that is still empty is removed, deepest first."""
+    global _created
+    outer, _created = _created, []
+    try:
+        yield
+    except BaseException:
+        for directory in reversed(_created):
+            try:
+                directory.rmdir()  # an empty directory only
+            except OSError:
+                pass
+        raise
+    finally:
+        _created = outer
+
+
 def _make_dir(directory: Path, where: str) -> None:
+    missing = [d for d in (directory, *directory.parents) if not d.exists()][::-1]
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        if _created is not None:
+            _created.extend(missing)
     except (FileExistsError, NotADirectoryError):
         raise UserError(f"{where}: a parent path is a file, not a directory") from None
     except PermissionError:

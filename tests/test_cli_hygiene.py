@@ -58,6 +58,18 @@ def test_existing_output_dir_is_refused_before_the_trace_is_even_read(tmp_path):
     assert (out / "summary.json").read_text() == "{}"
 
 
+def test_a_command_that_fails_before_writing_leaves_no_empty_out_behind(tmp_path):
+    """Was: replay created --out (and its missing parents) before reading the trace, so a missing trace left an
+    empty directory behind. Now the directories it created and left empty go when it fails; one that was there stays."""
+    missing = tmp_path / "nope.csv"
+    line = one_error(pagesim("replay", missing, "--out", tmp_path / "a" / "run"))
+    assert line.startswith(f"error: {missing}: expected a readable file")
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "kept").mkdir()
+    one_error(pagesim("replay", missing, "--out", tmp_path / "kept"))
+    assert (tmp_path / "kept").is_dir()
+
+
 def test_output_under_a_file_is_refused_at_once(tmp_path):
     (tmp_path / "f").write_text("x")
     line = one_error(pagesim("replay", azure_csv(tmp_path / "t.csv"), "--out", tmp_path / "f" / "run"))

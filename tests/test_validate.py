@@ -476,3 +476,20 @@ def test_validate_says_when_the_profile_timed_another_prefill_kernel(tmp_path, c
     assert prefill_kernel_warnings(unrecorded, profile) == []
     roofline = make_cost_model("roofline", unrecorded["config"])
     assert prefill_kernel_warnings({"summary": summary}, roofline) == []  # not a measured profile
+
+
+def test_a_validation_that_fails_before_writing_leaves_no_empty_out_behind(tmp_path, monkeypatch, capsys):
+    """Was: validate created --out (and its missing parents) before its replays, so a failure or Ctrl-C there left an
+    empty directory behind. Now the directories it created and left empty go; one that was there stays."""
+    import pagesim.validate as validate_module
+
+    def interrupted(run):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validate_module, "lockstep", interrupted)
+    assert main(["validate", str(LIVE / RUN), "--out", str(tmp_path / "a" / "validation")]) == 130
+    assert "interrupted: validate stopped before it finished" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "kept").mkdir()
+    assert main(["validate", str(LIVE / RUN), "--out", str(tmp_path / "kept")]) == 130
+    assert (tmp_path / "kept").is_dir()
