@@ -64,3 +64,11 @@ def not_a_file(path: str | Path) -> str | None:
     if p.is_file():
         return None
     return "a directory" if p.is_dir() else "a device or pipe" if p.exists() else "no such file"
+
+
+def given_path(path: str | Path, name: str) -> Path:
+    """`path` as a Path; an empty (or blank) one is a UserError naming it, `NAME is empty; expected a path`: Path("")
+    would be the working directory."""
+    if not str(path).strip():
+        raise UserError(f"{name} is empty; expected a path")
+    return Path(path)

@@ -32,7 +32,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from pagesim.errors import UserError
+from pagesim.errors import UserError, given_path
 
 
 def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
@@ -83,9 +83,7 @@ def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--ou
 
 def output_path(path: str | Path, flag: str = "--out") -> Path:
     """`path` as a Path; an empty one is refused (Path("") would be the working directory)."""
-    if not str(path).strip():  # Path("") is the working directory
-        raise UserError(f"{flag} is empty; expected a path")
-    return Path(path)
+    return given_path(path, flag)
 
 
 _created: list[Path] | None = None  # inside removed_if_left_empty: the directories _make_dir created, parents first

@@ -143,6 +143,12 @@ def test_config_checks_integer_options_as_integers():
 
 
 # ---- 3. trace reading: size ceiling, devices -------------------------------------------------------
+def test_an_empty_trace_path_is_named_as_such():
+    """Was: `error: : expected a readable file, got 'No such file or directory'` (the empty name shown as nothing)."""
+    assert one_error(pagesim("trace", "info", "")) == "error: trace path is empty; expected a path"
+    assert one_error(pagesim("replay", " ", "--out", "x")) == "error: trace path is empty; expected a path"
+
+
 def test_dev_zero_is_refused_at_once():
     line = one_error(pagesim("trace", "info", "/dev/zero", timeout=60))
     assert line == "error: /dev/zero: expected a regular file (save a device's or a pipe's output to a file first), got a device or pipe"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pagesim.errors import given_path
 from pagesim.traces.errors import Described, TraceError
 
 _DECODER = json.JSONDecoder()
@@ -45,7 +46,9 @@ def max_trace_bytes() -> int:
 
 
 def check_trace_file(path: str | Path) -> int:
-    """Size in bytes of a readable regular file within the ceiling; devices, pipes and oversize files are refused."""
+    """Size in bytes of a readable regular file within the ceiling; an empty path, devices, pipes and oversize files
+    are refused."""
+    given_path(path, "trace path")
     file = str(path)
     try:
         info = os.stat(path)
