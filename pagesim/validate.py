@@ -102,12 +102,16 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
     files = {"steps": "steps.parquet", "requests": requests_path(d).name, "releases": "releases.csv",
              "batches": "batches.parquet"}
     for name, columns in RUN_COLUMNS.items():
-        lacks = [c for c in columns if c not in run[name]]
-        if lacks:
-            file = files[name]
-            raise UserError(f"{where}: {file} lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks)}; "
-                            "expected the files `python -m pagesim live` writes")
+        check_columns(where, files[name], run[name], columns)
     return run
+
+
+def check_columns(where: str, file: str, frame: pd.DataFrame, columns) -> None:
+    """A UserError naming the run and the file when `frame` (read from `file`) lacks some of `columns`."""
+    lacks = [c for c in columns if c not in frame]
+    if lacks:
+        raise UserError(f"{where}: {file} lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks)}; "
+                        "expected the files `python -m pagesim live` writes")
 
 
 # The columns validate reads of each run file (the step features a run lacks are filled in from the lockstep replay).

@@ -1053,6 +1053,20 @@ def test_live_page_reports_a_broken_run_directory(tmp_path, monkeypatch):
     assert "not a live run directory; missing steps.parquet" in at.error[0].value
 
 
+@pytest.mark.parametrize("file, content", [("summary.json", "[]"), ("validation.json", "[]"),
+                                           ("sim_requests.csv", "a,b\n1,2\n")])
+def test_live_page_names_a_run_file_of_the_wrong_shape(tmp_path, monkeypatch, file, content):
+    """A run directory whose JSON file is not an object, or whose table lacks the columns the page reads (a hand-made
+    zip, a file from another tool). Was: a bare AttributeError or KeyError traceback from the figures."""
+    run = write_live_run(tmp_path / "odd-run")
+    (run / file).write_text(content)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    (error,) = [e.value for e in at.error]
+    assert error.startswith(f"{run}: {file} ") and "expected" in error, error
+    assert not at.get("plotly_chart")
+
+
 def test_live_page_describes_a_run_whose_summary_lacks_config_and_trace(tmp_path, monkeypatch):
     """A run directory (an uploaded zip, an older run) whose summary.json has only its runs: the page says what it
     does not know ("?") instead of a traceback from formatting a missing block count."""

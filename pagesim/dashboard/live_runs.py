@@ -27,7 +27,7 @@ import pandas as pd
 
 from pagesim import results
 from pagesim.errors import UserError
-from pagesim.validate import read_validation_steps
+from pagesim.validate import RUN_COLUMNS, check_columns, read_validation_steps
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE_DIR = REPO / "results" / "live"
@@ -35,6 +35,10 @@ LIVE_DIR_ENV = "PAGESIM_LIVE_RUNS"  # another folder of run directories (tests, 
 RUN_FILES = ("summary.json", "steps.parquet", "requests.parquet")  # written by `python -m pagesim live`
 VALIDATION_FILES = ("validation.json", "validation_steps.parquet", "sim_steps.parquet", "sim_requests.csv")  # by validate
 FILES = RUN_FILES + VALIDATION_FILES
+# The columns the page reads of each table, beyond those validate reads of a live run (RUN_COLUMNS)
+STEP_COLUMNS = (*RUN_COLUMNS["steps"], "kv_cache_usage", "num_waiting", "num_swapped")
+REQUEST_COLUMNS = (*RUN_COLUMNS["requests"], "ttft_s", "tpot_s", "e2e_s")
+VALIDATION_STEP_COLUMNS = ("step", "measured_s", "predicted_s")
 _STRING_COLUMNS = {"request_id": str, "parent_id": str, "state": str, "reason": str, "run": str}
 
 
@@ -108,9 +112,25 @@ def load_live_run(path: Path) -> LiveRun:
             run.validation_steps = read_validation_steps(v / "validation_steps.parquet", run.steps)
             run.sim_steps = results.read_steps(v / "sim_steps.parquet")  # compact since round 13; older: as stored
             run.sim_requests = read_requests(v / "sim_requests.csv")
-        return run
     except (OSError, ValueError, KeyError) as exc:  # JSON, parquet and CSV parse errors are ValueErrors
         raise UserError(f"{path}: cannot read the live run ({type(exc).__name__}: {exc})") from None
+    _check_shape(run)
+    return run
+
+
+def _check_shape(run: LiveRun) -> None:
+    """A UserError naming the file when a JSON file is not an object or a table lacks a column the page reads."""
+    for file, value in (("summary.json", run.summary), ("validation.json", run.validation)):
+        if value is not None and not isinstance(value, dict):
+            raise UserError(f"{run.path}: {file} holds a JSON {type(value).__name__}; expected an object, as "
+                            "`python -m pagesim live` and `validate` write it")
+    tables = [("steps.parquet", run.steps, STEP_COLUMNS),
+              (results.requests_path(run.path).name, run.requests, REQUEST_COLUMNS)]
+    if run.validated:
+        tables += [("validation_steps.parquet", run.validation_steps, VALIDATION_STEP_COLUMNS),
+                   ("sim_steps.parquet", run.sim_steps, STEP_COLUMNS), ("sim_requests.csv", run.sim_requests, REQUEST_COLUMNS)]
+    for file, frame, columns in tables:
+        check_columns(str(run.path), file, frame, columns)
 
 
 def extract_run_zip(content: bytes, dest: Path) -> Path:
