@@ -425,6 +425,20 @@ def test_replay_serving_view_controls():
     assert not at.exception
 
 
+def test_replay_timeline_says_when_it_shows_only_part_of_the_window():
+    """The timeline draws at most 200 requests. Was: a window holding all 500 arrivals was titled "(200 shown)", with
+    nothing to say that 300 more arrived in it."""
+    at = new_app()
+    at.query_params["replay.view"] = "Serving (vLLM metrics)"
+    at.run()
+    window = at.slider(key="replay.gantt_window")
+    window.set_value((0.0, window.max)).run()
+    assert not at.exception
+    gantt = charts(at)[-1]
+    assert len(gantt.data[0].y) == 200
+    assert "the first 200 of 500 shown" in gantt.layout.title.text, gantt.layout.title.text
+
+
 def test_replay_serving_view_does_not_recompute_the_slo_table_on_other_widgets(monkeypatch):
     """The SLO attainment table (every request's TTFT/TPOT and every decode token's ITL, per run: ~0.5 s on the
     Azure conversation trace) is computed once per runs and thresholds, not again when the timeline's window or

@@ -146,6 +146,7 @@ def gantt(requests: pd.DataFrame, start_s: float, end_s: float, max_requests: in
     that preempted the request to the one that took it back (swapped out: hatched). Run files written
     before the intervals were recorded show a preempted request by its count and a black outline."""
     r = requests[(requests["arrival_time_s"] >= start_s) & (requests["arrival_time_s"] < end_s)]
+    arrived = len(r)
     r = r.sort_values("arrival_time_s").head(max_requests)
     labels = [f"{rid} ({n}× preempted)" if n else str(rid) for rid, n in zip(r["request_id"], r["num_preemptions"])]
     finish = r["finish_s"].fillna(r["arrival_time_s"])
@@ -177,7 +178,9 @@ def gantt(requests: pd.DataFrame, start_s: float, end_s: float, max_requests: in
                                  x=rejected["arrival_time_s"], mode="markers", name="rejected",
                                  marker=dict(symbol="x", color="#d32f2f", size=8), customdata=rejected["reason"],
                                  hovertemplate="rejected: %{customdata}<extra></extra>"))
-    header(fig, f"Requests arriving in {start_s:.1f}–{end_s:.1f} s ({len(r)} shown): queued, prefill, decode, "
+    shown = (f"{len(r)} shown" if len(r) == arrived else
+             f"the first {len(r):,} of {arrived:,} shown; narrow the window for the rest")
+    header(fig, f"Requests arriving in {start_s:.1f}–{end_s:.1f} s ({shown}): queued, prefill, decode, "
                 f"preempted", min(160 + 14 * max(len(r), 5), 2400), top=90)
     fig.update_layout(barmode="overlay", xaxis_title="time (s)", bargap=0.25,
                       yaxis=dict(autorange="reversed", title="request", type="category"))
