@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.errors import UserError
+from pagesim.errors import OptionError, UserError
 
 FLUSH_S = 2.0
 LAYOUTS = ("paged", "max", "pow2", "oracle")
@@ -134,8 +135,10 @@ def blocks_for_gib(config, gib: float) -> int:
 
     blocks = int(gib * GIB // config.block_bytes)
     if blocks < 1:
-        raise UserError(f"{gib:g} GiB holds no KV block of {config.block_size} tokens for {config.model} "
-                        f"({config.block_bytes / 2**20:g} MiB each)")
+        least = math.ceil(config.block_bytes / GIB * 100) / 100
+        raise OptionError(f"{{kv_cache_gib}} {gib:g} GiB holds no KV block of {config.block_size} tokens for "
+                          f"{config.model} ({config.block_bytes / 2**20:g} MiB each)",
+                          advice=f": expected at least {least:g} GiB (one block) at this block_size")
     return blocks
 
 

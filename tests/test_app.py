@@ -575,6 +575,9 @@ def test_replay_config_errors_name_the_sidebar_controls_and_the_values_expected(
     host = error({"replay.prefix_caching": "true", "replay.kv_offloading_size": "1000000"})
     assert host.startswith("**kv_offloading_size** 1,000,000 GiB is 512,000,000 host blocks"), host
     assert host.endswith("expected at most 7,812.5 GiB at this block_size and kv_cache_dtype"), host
+    small = error({"replay.block_size": "256", "replay.kv_cache_gib": "0.01"})  # was: "0.01 GiB holds no KV block ..."
+    assert small.startswith("**KV-cache GiB** 0.01 GiB holds no KV block of 256 tokens for llama-3-8b"), small
+    assert small.endswith("expected at least 0.04 GiB (one block) at this block_size"), small
     window = error({"replay.max_model_len": "20000"})
     assert window.endswith("expected at most 8,192 (0: the model's own), a **Model** with a longer window (e.g. "
                            "llama-3.1-8b), or tick **allow max_model_len beyond llama-3-8b's window** below it"), window
