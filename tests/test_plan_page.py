@@ -71,3 +71,20 @@ def test_plan_page_names_what_an_incomplete_plan_json_lacks():
     at.run()
     assert not at.exception and not at.error
     assert "Recommendation: num_gpus=2" in at.success[0].value
+
+
+def test_plan_page_names_a_plan_json_whose_slos_or_frontier_are_malformed():
+    """Was: an SLO the page cannot read ("x") raised the --slo UserError as a traceback, and a frontier of numbers a
+    KeyError from the figure."""
+    import json
+
+    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
+    at.session_state["plan.mode"] = "Open plan.json"
+    for name, change, words in [("slos.json", {"slos": ["x"]}, "slos: "),
+                                ("pareto.json", {"pareto": [1, 2]}, "pareto: expected a list of objects with num_gpus, goodput")]:
+        at.session_state["plan.injected_upload"] = (name, json.dumps(report() | change).encode())
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        (error,) = at.error
+        assert error.value.startswith(f"{name}: not a plan.json") and words in error.value, error.value
+        assert not at.get("plotly_chart")

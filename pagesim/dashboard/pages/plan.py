@@ -38,6 +38,7 @@ def render() -> None:
 REPORT_KEYS = ("slos", "model", "gpu", "max_gpus", "evaluated", "recommendation", "runner_up", "candidates", "pareto")
 CANDIDATE_COLUMNS = ("config_id", "status", "num_gpus", "tensor_parallel_size", "replicas", "router", "goodput",
                      "slo_met", "slo_attainment")  # what show() and the figure read from each candidate
+PARETO_COLUMNS = ("num_gpus", "goodput")  # ... and from each point of the frontier
 
 
 def open_report() -> dict | None:
@@ -62,7 +63,8 @@ def open_report() -> dict | None:
 
 
 def _report_problem(report) -> str | None:
-    """What keeps `report` from being shown (missing keys or candidate fields), or None."""
+    """What keeps `report` from being shown (missing keys, candidate or frontier fields, an SLO it cannot read), or
+    None."""
     if not isinstance(report, dict):
         return f"expected a JSON object with keys {', '.join(REPORT_KEYS)}, got a {type(report).__name__}"
     missing = [k for k in REPORT_KEYS if k not in report]
@@ -75,6 +77,19 @@ def _report_problem(report) -> str | None:
         lacking = [c for c in CANDIDATE_COLUMNS if c not in row]
         if lacking:
             return f"candidates[{i}] lacks {', '.join(lacking)}"
+    pareto = report["pareto"]
+    if not isinstance(pareto, list) or not all(isinstance(r, dict) for r in pareto):
+        return f"pareto: expected a list of objects with {', '.join(PARETO_COLUMNS)}"
+    for i, row in enumerate(pareto):
+        lacking = [c for c in PARETO_COLUMNS if c not in row]
+        if lacking:
+            return f"pareto[{i}] lacks {', '.join(lacking)}"
+    if not isinstance(report["slos"], list):
+        return "slos: expected a list such as [\"ttft_p99=1\"]"
+    try:
+        parse_slos(report["slos"])
+    except UserError as exc:
+        return f"slos: {str(exc).removeprefix('--slo ')}"
     return None
 
 
