@@ -774,6 +774,23 @@ def test_sweep_finished_results_draw_a_line_per_combination_of_the_other_swept_c
     assert [t.name for t in fig.data if t.showlegend] == ["every configuration"], "not 'paged' for a mix of layouts"
 
 
+def test_sweep_finished_results_without_the_figures_are_named(tmp_path):
+    """Was: a parquet with config_id and status but not the figures the chart draws (another tool's table) raised a
+    KeyError traceback from the chart."""
+    import pandas as pd
+
+    path = tmp_path / "results.parquet"
+    pd.DataFrame({"block_size": [16, 32], "config_id": ["a", "b"], "status": ["ok", "ok"]}).to_parquet(path)
+    at = new_app()
+    at.session_state["sweep.injected_results"] = ("other.parquet", path.read_bytes())
+    at.run()
+    at.switch_page(f"{PAGES}/sweep.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value for e in at.error]
+    assert error.startswith("other.parquet: not a results.parquet of `python -m pagesim sweep`"), error
+    assert "token_state_fraction" in error, error
+
+
 def test_sweep_ray_address_typed_after_ray_started_is_not_silently_ignored(monkeypatch):
     """Was: once the page had started Ray (a local instance), a cluster address typed afterwards did nothing: Ray was
     up, so the next sweeps ran on the local instance without a word. Ray itself is faked here (no processes)."""

@@ -178,6 +178,10 @@ def show_finished(name: str, content: bytes) -> None:
     except (ValueError, OSError, KeyError):
         st.error(f"{name}: not a results.parquet of `python -m pagesim sweep` (no config_id and status columns)")
         return
+    lacking = [c for c in figures.SWEEP_PANELS if c not in ok] if len(ok) else []
+    if lacking:
+        st.error(f"{name}: not a results.parquet of `python -m pagesim sweep`: its rows lack {', '.join(lacking)}")
+        return
     st.markdown(f"**{len(results):,}** configurations, {len(results) - len(ok):,} failed")
     varied = [c for c in params if ok[c].nunique() > 1] or params
     if len(ok) and varied:
