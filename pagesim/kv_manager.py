@@ -17,6 +17,7 @@ Conventions shared by both:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
@@ -87,6 +88,14 @@ def block_steps(first_steps: list[int], k: int, block_size: int) -> list[int]:
     for period in range(block_size, k, block_size):
         steps += [j + period for j in first_steps if j + period < k]
     return steps
+
+
+def num_block_steps(first_steps: list[int], k: int, block_size: int) -> int:
+    """len(block_steps(first_steps, k, block_size)) without the list (first_steps is non-decreasing)."""
+    n = len(first_steps)
+    for period in range(block_size, k, block_size):
+        n += bisect_left(first_steps, k - period)  # those with j + period < k
+    return n
 
 
 class KVCacheManager(Protocol):

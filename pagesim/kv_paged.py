@@ -19,7 +19,7 @@ from pagesim.accounting import MemoryAccounting, internal_slots, num_computed
 from pagesim.block_hash import request_block_hashes
 from pagesim.block_pool import Block, BlockPool
 from pagesim.config import Config
-from pagesim.kv_manager import NO_DECODE_BLOCKS, DecodeBlocks, PrefixCacheStats, block_steps
+from pagesim.kv_manager import NO_DECODE_BLOCKS, DecodeBlocks, PrefixCacheStats, block_steps, num_block_steps
 from pagesim.kv_offload import HostKVCache
 from pagesim.request import Request
 from pagesim.utils import cdiv
@@ -322,9 +322,7 @@ class PagedKVCacheManager:
         # the last such period those of a prefix of them (the rooms are sorted): the i-th of the m requests takes
         # blocks i, i + m, i + 2m, ... of those taken.
         first_steps = [room for room, _ in rooms]
-        m = num_blocks = len(first_steps)
-        for period in range(bs, k, bs):
-            num_blocks += bisect_left(first_steps, k - period)  # those with room + period < k
+        m, num_blocks = len(first_steps), num_block_steps(first_steps, k, bs)
         pool = self.pool
         evicted = [] if pool.num_free_cached else None  # which blocks held a cached prefix (none can without)
         taken = pool.take(num_blocks, evicted)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -539,3 +539,15 @@ def test_scheduler_machine_reaches_the_interesting_paths():
     if not SEEN:
         pytest.skip("the state machine did not run in this session")
     assert {"rejected", "preempted", "swapped", "copied", "decode group", "decode summary"} <= SEEN, f"only saw {sorted(SEEN)}"
+
+
+@given(st.lists(st.integers(0, 15), max_size=40), st.integers(1, 200))
+def test_a_runs_block_count_is_its_block_steps(firsts, k):
+    """num_block_steps (allocate_decode_steps' count) and block_steps (the steps the recorder and evictions read) say
+    the same rule: each request takes a block at its first step, then every block_size steps while the run lasts."""
+    from pagesim.kv_manager import block_steps, num_block_steps
+
+    firsts = sorted(j for j in firsts if j < k)
+    steps = block_steps(firsts, k, 16)
+    assert num_block_steps(firsts, k, 16) == len(steps)
+    assert sorted(steps) == sorted(j + p for j in firsts for p in range(0, k, 16) if j + p < k)
