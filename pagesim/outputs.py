@@ -37,7 +37,7 @@ from pagesim.errors import UserError, given_path
 
 def prepare_output_dir(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
     """Create `path` as an (empty, or with `force` existing) writable directory; return it as a Path."""
-    out = output_path(path, flag)
+    out = given_path(path, flag)
     where = f"{flag} {path}"
     if out.exists() and not out.is_dir():
         raise UserError(f"{where}: is a file, not a directory; choose a directory path for {flag}")
@@ -63,7 +63,7 @@ def check_output_file(parser, path: str | Path, force: bool = False) -> Path:
 
 def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--out") -> Path:
     """Check that `path` can be written as a new file (or replaced, with `force`); create its parent; return it."""
-    out = output_path(path, flag)
+    out = given_path(path, flag)
     where = f"{flag} {path}"
     if str(path).endswith(os.sep) or out.is_dir():
         raise UserError(f"{where}: is a directory; {flag} takes a file path here")
@@ -79,11 +79,6 @@ def prepare_output_file(path: str | Path, force: bool = False, flag: str = "--ou
             raise UserError(f"{where}: cannot create the file ({exc.strerror})") from None
         out.unlink()
     return out
-
-
-def output_path(path: str | Path, flag: str = "--out") -> Path:
-    """`path` as a Path; an empty one is refused (Path("") would be the working directory)."""
-    return given_path(path, flag)
 
 
 _created: list[Path] | None = None  # inside removed_if_left_empty: the directories _make_dir created, parents first

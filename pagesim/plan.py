@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.errors import FlagError, OptionError, UserError
+from pagesim.errors import FlagError, OptionError, UserError, given_path
 from pagesim.options import MAX_REPLICAS
 from pagesim.outputs import json_text
 
@@ -221,7 +221,6 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
 
 def plan(args, parser) -> int:
     from pagesim.cluster import ROUTERS
-    from pagesim.outputs import output_path
     from pagesim.replay import trace_from_args
     from pagesim.run_warnings import emit
     from pagesim.slo import parse_slos
@@ -248,7 +247,7 @@ def plan(args, parser) -> int:
     check_fixed_options(args, search, "plan")
     check_searched_options(args, parser, search)
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
-    out = output_path(args.out)
+    out = given_path(args.out, "--out")
     if (out / "plan.json").is_file() and not args.force:  # a finished plan: its resume would rewrite plan.json
         raise UserError(f"--out {args.out}: holds a finished plan (plan.json); pass --force to plan again into it, "
                         "or choose another --out")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.errors import OptionError, UserError
+from pagesim.errors import OptionError, UserError, given_path
 
 FLUSH_S = 2.0
 LAYOUTS = ("paged", "max", "pow2", "oracle")
@@ -194,11 +194,12 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
 
 def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
     """--out before any work: a directory holding a sweep (sweep.json) resumes; any other must be new or empty."""
-    from pagesim.outputs import output_path, prepare_output_dir
+    from pagesim.outputs import prepare_output_dir
 
-    if (output_path(out) / "sweep.json").is_file():
-        return Path(out)
-    return prepare_output_dir(out, force)
+    path = given_path(out, "--out")
+    if (path / "sweep.json").is_file():
+        return path
+    return prepare_output_dir(path, force)
 
 
 NOT_FIXED = ("func", "argv", "command", "command_parser", "grid", "out", "force")  # not what the rows share
