@@ -106,12 +106,13 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
     return run
 
 
-def check_columns(where: str, file: str, frame: pd.DataFrame, columns) -> None:
-    """A UserError naming the run and the file when `frame` (read from `file`) lacks some of `columns`."""
+def check_columns(where: str, file: str, frame: pd.DataFrame, columns, writer: str = "live") -> None:
+    """A UserError naming the run and the file when `frame` (read from `file`, which `python -m pagesim WRITER`
+    writes) lacks some of `columns`."""
     lacks = [c for c in columns if c not in frame]
     if lacks:
         raise UserError(f"{where}: {file} lacks the column{'s' if len(lacks) > 1 else ''} {', '.join(lacks)}; "
-                        "expected the files `python -m pagesim live` writes")
+                        f"expected the files `python -m pagesim {writer}` writes")
 
 
 # The columns validate reads of each run file (the step features a run lacks are filled in from the lockstep replay).

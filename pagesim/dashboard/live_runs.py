@@ -124,13 +124,14 @@ def _check_shape(run: LiveRun) -> None:
         if value is not None and not isinstance(value, dict):
             raise UserError(f"{run.path}: {file} holds a JSON {type(value).__name__}; expected an object, as "
                             "`python -m pagesim live` and `validate` write it")
-    tables = [("steps.parquet", run.steps, STEP_COLUMNS),
-              (results.requests_path(run.path).name, run.requests, REQUEST_COLUMNS)]
+    tables = [("steps.parquet", run.steps, STEP_COLUMNS, "live"),
+              (results.requests_path(run.path).name, run.requests, REQUEST_COLUMNS, "live")]
     if run.validated:
-        tables += [("validation_steps.parquet", run.validation_steps, VALIDATION_STEP_COLUMNS),
-                   ("sim_steps.parquet", run.sim_steps, STEP_COLUMNS), ("sim_requests.csv", run.sim_requests, REQUEST_COLUMNS)]
-    for file, frame, columns in tables:
-        check_columns(str(run.path), file, frame, columns)
+        tables += [("validation_steps.parquet", run.validation_steps, VALIDATION_STEP_COLUMNS, "validate"),
+                   ("sim_steps.parquet", run.sim_steps, STEP_COLUMNS, "validate"),
+                   ("sim_requests.csv", run.sim_requests, REQUEST_COLUMNS, "validate")]
+    for file, frame, columns, writer in tables:
+        check_columns(str(run.path), file, frame, columns, writer)
 
 
 def extract_run_zip(content: bytes, dest: Path) -> Path:
