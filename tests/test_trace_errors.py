@@ -260,3 +260,26 @@ def test_errors_never_leak_other_exception_types_for_json_extremes(tmp_path):
     surrogate = '{"pagesim_trace": 1}\n{"request_id": "\\ud800", "arrival_time_s": 0, "prompt_len": 1, "output_len": 1}\n'
     assert_error(load_error(tmp_path, surrogate, name="p.jsonl"), 2, "request_id", "valid Unicode")
     assert json.loads(surrogate.splitlines()[1])["request_id"] == "\ud800"
+
+
+def test_a_lone_cr_inside_a_row_of_an_lf_file_names_its_line_and_field(tmp_path):
+    """Was: pandas broke the row at the CR, so the error named the next line and a field of the row's tail
+    (`line 4, field 'TIMESTAMP': expected a timestamp ..., got '4'`), or the wrong field of the right line; a CR
+    between two whole rows was read as a line break by the fast path, and every later line number was one too many."""
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,37\r4,44\n" + OK_ROW)
+    assert_error(err, 3, "ContextTokens", "no carriage return (CR) inside a row")
+    assert str(err).endswith("got '37\\r4'")
+    burst = "Timestamp,Request tokens,Response tokens\n1.0,374,44\n"
+    err = load_error(tmp_path, burst + "2.0,374,4\r4\n3.0,374,44\n")
+    assert_error(err, 3, "Response tokens", "no carriage return (CR) inside a row")
+    err = load_error(tmp_path, burst + "2.0,374,44\r3.0,374,44\n4.0,374,44\n")  # valid otherwise: the fast path's file
+    assert_error(err, 3, "Response tokens", "no carriage return (CR) inside a row")
+    assert str(err).endswith("got '44\\r3.0'")
+
+
+def test_crs_that_break_no_row_still_load(tmp_path):
+    """CR LF line ends, a CR inside a quoted cell and a CR after the last row are read as before."""
+    burst = "Timestamp,Request tokens,Response tokens,Model\r\n1.0,374,44,\"a\rb\"\r\n2.0,374,44,x\n3.0,374,44,y\r"
+    path = tmp_path / "b.csv"
+    path.write_bytes(burst.encode())
+    assert load_trace(path).df["prompt_len"].tolist() == [374, 374, 374]

@@ -56,9 +56,10 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
         types = {time_col: time_type} | {c: pa.float64() for c in count_cols}
         options = pacsv.ConvertOptions(column_types=types, include_columns=list(HEADERS[fmt]))
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in HEADERS[fmt]}
-        source = open_trace(path) if is_gzip(path) else path  # a gzip file decompressed as read, within the ceiling
+        source = open_trace(path)  # a gzip file decompressed as read, within the ceiling
+        ends = _LineEnds(source)
         try:
-            with pacsv.open_csv(source, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
+            with pacsv.open_csv(ends, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
                                 parse_options=pacsv.ParseOptions(ignore_empty_lines=False), convert_options=options) as reader:
                 for batch in reader:
                     for name in HEADERS[fmt]:
@@ -73,14 +74,15 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
                         # batch's buffers go back
                     del batch, column
                     pa.default_memory_pool().release_unused()  # arrow's allocator keeps freed blocks otherwise
+            if ends.lone_cr and ends.lf:  # pyarrow broke a row at the CR: the careful path names its line
+                return None
             break
         except (pa.ArrowException, OSError, ValueError):
             if getattr(source, "error", None):  # corrupt, or past the ceiling once decompressed
                 raise source.error from None
             continue
         finally:
-            if source is not path:
-                source.close()
+            source.close()
     else:
         return None
     if not chunks[time_col]:
@@ -101,6 +103,35 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
     elif not (np.abs(out[time_col]) < MAX_TIME).all() or (fmt == "vidur" and out[time_col].min() < 0):
         return None
     return out
+
+
+class _LineEnds(io.RawIOBase):
+    """A file's bytes as pyarrow reads them, noting whether they hold an LF, and a CR alone (not before an LF) short of
+    the end: in a file of LF lines such a CR is refused by the careful path (_check_lone_cr), where pyarrow would
+    break the line there."""
+
+    def __init__(self, raw: io.RawIOBase):
+        self.raw, self.lf, self.lone_cr, self._cr_at_end = raw, False, False, False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:  # what pyarrow calls: the raw file's bytes, not copied
+        data = self.raw.read(size) if size >= 0 else self.raw.readall()
+        if data:
+            if self._cr_at_end and data[0] != 0x0A:
+                self.lone_cr = True
+            self._cr_at_end = data[-1] == 0x0D
+            self.lf = self.lf or b"\n" in data
+            crs = data.count(b"\r")
+            if crs and crs - data.count(b"\r\n") - self._cr_at_end:
+                self.lone_cr = True
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
 
 
 def read_fast(path: str, fmt: str) -> Parsed | None:
@@ -124,6 +155,7 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     """All cells as strings (empty cells NaN), the rows' line numbers, rows read, and blank lines dropped."""
     body = text.lstrip()  # from the header: pandas would count a stray CR before it as a line, or as none
     skip = text.count("\n", 0, len(text) - len(body))  # blank lines before the header
+    _check_lone_cr(body, file, skip)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", pd.errors.ParserWarning)
@@ -168,6 +200,32 @@ def _csv_rows(text: str):
     """The csv module's rows of `text`, its lines broken as pandas and pyarrow break them: at LF, CRLF and a lone CR
     (which the csv module refuses inside a line: 'new-line character seen in unquoted field')."""
     return csv.reader(io.StringIO(text, newline=""))
+
+
+def _check_lone_cr(body: str, file: str, skip: int) -> None:
+    """In a file whose lines end in LF (or CR LF), a carriage return (CR) alone, outside quotes, is refused at its
+    line and column: pandas and pyarrow would break the row there, reporting the wrong line and field (or none).
+    A file whose lines all end in a lone CR has none left (read_text made them LF). `body` starts at line skip + 1."""
+    if "\r" not in body or "\n" not in body:
+        return
+    end = len(body.rstrip())  # a CR after the last row ends it: harmless
+    for found in _LONE_CR.finditer(body, 0, end):
+        at = found.start()
+        start = body.rfind("\n", 0, at) + 1
+        if body.count('"', start, at) % 2:  # inside a quoted cell: pandas keeps it in the cell
+            continue
+        stop = body.find("\n", at)
+        line = body[start:at] + "\x00" + body[at + 1 : stop if stop >= 0 else len(body)]  # no NUL in the text
+        cells = next(csv.reader([line.replace("\r", "")]), [])  # (read_text refused it)
+        header = next(csv.reader([body[: body.find("\n")].replace("\r", "")]), [])
+        column = next(i for i, cell in enumerate(cells) if "\x00" in cell)
+        raise TraceError(file, skip + body.count("\n", 0, at) + 1,
+                         header[column].strip() if column < len(header) and start > 0 else None,
+                         "no carriage return (CR) inside a row: the file's lines end in LF, and a CR would break the "
+                         "row in two", cells[column].replace("\x00", "\r"))
+
+
+_LONE_CR = re.compile("\r(?!\n)")
 
 
 def _repeated(header: list[str], fmt: str) -> str | None:
