@@ -116,8 +116,25 @@ def test_unknown_format_lists_the_known_ones(tmp_path):
 
 def test_file_of_another_format_names_the_missing_column(tmp_path):
     mooncake = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
-    assert_error(load_error(tmp_path, mooncake, format="vidur"), 1, "arrived_at", "a column named 'arrived_at'")
+    assert_error(load_error(tmp_path, mooncake, format="vidur"), 1, None, "a CSV header with arrived_at")
+    other = "time,num_prefill_tokens,num_decode_tokens\n0,10,5\n"
+    assert_error(load_error(tmp_path, other, format="vidur"), 1, "arrived_at", "a column named 'arrived_at'")
     assert_error(load_error(tmp_path, AZURE_HEADER + OK_ROW, format="mooncake"), 1, None, "valid JSON")
+
+
+def test_a_json_trace_read_as_csv_names_its_header_line_and_what_was_expected(tmp_path):
+    """Was: mooncake or pagesim JSON lines under --format azure (burstgpt, vidur) whose lines hold different numbers of
+    commas (hash_ids of other lengths) were refused at line 2 as 'expected as many comma-separated fields as the
+    header has': a ragged row, not another format."""
+    mooncake = ('\n{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1, 2]}\n'
+                '{"timestamp": 5, "input_length": 1500, "output_length": 5, "hash_ids": [1, 2, 3]}\n')
+    for fmt, columns in (("azure", "TIMESTAMP, ContextTokens, GeneratedTokens"), ("vidur", "arrived_at,")):
+        err = load_error(tmp_path, mooncake, name="m.jsonl", format=fmt)
+        assert_error(err, 2, None, f"a CSV header with {columns}")
+        assert err.expected.endswith("a JSON trace is mooncake, pagesim or sharegpt: pass its format, or auto)")
+        assert str(err).endswith("got JSON")
+    own = '{"pagesim_trace": 1, "name": "x", "hash_block_size": null}\n{"request_id": "a", "arrival_time_s": 0, "prompt_len": 3, "output_len": 4}\n'
+    assert_error(load_error(tmp_path, own, name="p.jsonl", format="burstgpt"), 1, None, "a CSV header with Timestamp")
 
 
 def test_unknown_json_keys_are_not_a_format(tmp_path):

@@ -156,6 +156,8 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     body = text.lstrip()  # from the header: pandas would count a stray CR before it as a line, or as none
     skip = text.count("\n", 0, len(text) - len(body))  # blank lines before the header
     _check_lone_cr(body, file, skip)
+    header = next(_csv_rows(body), [])
+    _check_header(header, file, skip + 1, fmt)  # before the rows: a file of another format is no ragged row
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", pd.errors.ParserWarning)
@@ -176,24 +178,32 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
         raise TraceError(file, int(found[1]) + 1 + skip if found else None, None, "CSV with balanced quotes") from None
     except (pd.errors.EmptyDataError, ValueError) as exc:
         raise TraceError(file, None, None, f"CSV text ({fmt} format)", str(exc)[:60]) from None
-    header = next(_csv_rows(body), [])
-    repeated = _repeated(header, fmt)  # pandas renames a repeated name (X, X.1): the header's own names tell
-    if repeated:
-        at = [str(i + 1) for i, name in enumerate(header) if name.strip() == repeated]
-        raise TraceError(file, skip + 1, repeated, "each column named once in the header",
-                         Described(f"it in columns {', '.join(at[:-1])} and {at[-1]}"))
     df.columns = [str(c).strip() for c in df.columns]
     if df.columns.duplicated().any():
         raise TraceError(file, skip + 1, df.columns[df.columns.duplicated()][0], "each column named once in the header")
-    for column in HEADERS[fmt]:
-        if column not in df.columns:
-            raise TraceError(file, skip + 1, column, f"a column named {column!r} in the header ({fmt} format: {', '.join(HEADERS[fmt])})")
+    _check_header(list(df.columns), file, skip + 1, fmt)  # (as pandas read it)
     blank = df.isna().all(axis=1).to_numpy()
     dropped = {"blank line": int(blank.sum())} if blank.any() else {}
     rows = Rows(file, np.arange(skip + 2, skip + len(df) + 2)[~blank])
     df = df[~blank].reset_index(drop=True).astype(object)
     # rows read counts the blank lines it drops, so that read = kept + dropped in the load summary
     return df.where(df.notna(), None), rows, len(blank), dropped  # an empty cell is None: NaN is a value ('nan')
+
+
+def _check_header(header: list[str], file: str, line: int, fmt: str) -> None:
+    """The format's columns, each once, in the header at `line`; a JSON trace is named as such."""
+    if header and header[0].lstrip().startswith(("{", "[")):
+        raise TraceError(file, line, None, f"a CSV header with {', '.join(HEADERS[fmt])} ({fmt} format; a JSON trace is "
+                         "mooncake, pagesim or sharegpt: pass its format, or auto)", Described("JSON"))
+    repeated = _repeated(header, fmt)  # pandas renames a repeated name (X, X.1): the header's own names tell
+    if repeated:
+        at = [str(i + 1) for i, name in enumerate(header) if name.strip() == repeated]
+        raise TraceError(file, line, repeated, "each column named once in the header",
+                         Described(f"it in columns {', '.join(at[:-1])} and {at[-1]}"))
+    names = {name.strip() for name in header}
+    for column in HEADERS[fmt]:
+        if column not in names:
+            raise TraceError(file, line, column, f"a column named {column!r} in the header ({fmt} format: {', '.join(HEADERS[fmt])})")
 
 
 def _csv_rows(text: str):
