@@ -300,3 +300,15 @@ def test_crs_that_break_no_row_still_load(tmp_path):
     path = tmp_path / "b.csv"
     path.write_bytes(burst.encode())
     assert load_trace(path).df["prompt_len"].tolist() == [374, 374, 374]
+
+
+def test_a_csv_field_beyond_the_csv_modules_limit_names_its_line(tmp_path):
+    """Was: a header or first row with a field of over 131,072 characters ended in a traceback from the csv module
+    ('_csv.Error: field larger than field limit (131072)')."""
+    expected = "CSV fields of at most 131,072 characters (the csv module's limit)"
+    assert_error(load_error(tmp_path, "x" * 200_000 + "\n1,2,3\n", format="azure"), 1, None, expected)
+    err = load_error(tmp_path, AZURE_HEADER + "2023-11-16 18:15:46.1,10,5" + "y" * 200_000 + ",3,4\n")
+    assert_error(err, 2, None, expected)
+    assert str(err).endswith("got a longer one")
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,1\r0," + "5" * 200_000 + "\n")
+    assert_error(err, 3, None, expected)

@@ -46,7 +46,11 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
     import pyarrow.csv as pacsv
 
     head = read_head(path)
-    if head is None or _repeated(next(_csv_rows(head), []), fmt):
+    try:
+        header = next(_csv_rows(head, path), []) if head is not None else None
+    except TraceError:  # a field beyond the csv module's limit: the careful path names it
+        return None
+    if header is None or _repeated(header, fmt):
         return None  # pyarrow would read the first of two same-named columns: the careful path says which
     time_col, *count_cols = HEADERS[fmt]
     time_types = [pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")] if fmt == "azure" else [pa.float64()]
@@ -156,7 +160,7 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
     body = text.lstrip()  # from the header: pandas would count a stray CR before it as a line, or as none
     skip = text.count("\n", 0, len(text) - len(body))  # blank lines before the header
     _check_lone_cr(body, file, skip)
-    header = next(_csv_rows(body), [])
+    header = next(_csv_rows(body, file, skip + 1), [])
     _check_header(header, file, skip + 1, fmt)  # before the rows: a file of another format is no ragged row
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -206,10 +210,17 @@ def _check_header(header: list[str], file: str, line: int, fmt: str) -> None:
             raise TraceError(file, line, column, f"a column named {column!r} in the header ({fmt} format: {', '.join(HEADERS[fmt])})")
 
 
-def _csv_rows(text: str):
+def _csv_rows(text: str, file: str, line: int = 1):
     """The csv module's rows of `text`, its lines broken as pandas and pyarrow break them: at LF, CRLF and a lone CR
-    (which the csv module refuses inside a line: 'new-line character seen in unquoted field')."""
-    return csv.reader(io.StringIO(text, newline=""))
+    (which the csv module refuses inside a line: 'new-line character seen in unquoted field'). A field beyond the
+    module's size limit is a TraceError naming its line (`text` starts at `line`)."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        yield from reader
+    except csv.Error as exc:  # 'field larger than field limit (131072)'
+        raise TraceError(file, line + max(reader.line_num - 1, 0), None,
+                         f"CSV fields of at most {csv.field_size_limit():,} characters (the csv module's limit)",
+                         Described("a longer one")) from None
 
 
 def _check_lone_cr(body: str, file: str, skip: int) -> None:
@@ -226,11 +237,11 @@ def _check_lone_cr(body: str, file: str, skip: int) -> None:
             continue
         stop = body.find("\n", at)
         line = body[start:at] + "\x00" + body[at + 1 : stop if stop >= 0 else len(body)]  # no NUL in the text
-        cells = next(csv.reader([line.replace("\r", "")]), [])  # (read_text refused it)
-        header = next(csv.reader([body[: body.find("\n")].replace("\r", "")]), [])
+        number = skip + body.count("\n", 0, at) + 1
+        cells = next(_csv_rows(line.replace("\r", ""), file, number), [])  # (read_text refused it)
+        header = next(_csv_rows(body[: body.find("\n")].replace("\r", ""), file, skip + 1), [])
         column = next(i for i, cell in enumerate(cells) if "\x00" in cell)
-        raise TraceError(file, skip + body.count("\n", 0, at) + 1,
-                         header[column].strip() if column < len(header) and start > 0 else None,
+        raise TraceError(file, number, header[column].strip() if column < len(header) and start > 0 else None,
                          "no carriage return (CR) inside a row: the file's lines end in LF, and a CR would break the "
                          "row in two", cells[column].replace("\x00", "\r"))
 
@@ -247,7 +258,7 @@ def _repeated(header: list[str], fmt: str) -> str | None:
 def _check_extra_fields(body: str, file: str, skip: int) -> None:
     """The first data row's fields beyond the header's must be empty (a trailing comma), as the careful path reads
     every other row: a value there is a ragged row, not data to drop. `body` starts at the header, line skip + 1."""
-    header, first = (list(itertools.islice(_csv_rows(body), 2)) + [[], []])[:2]
+    header, first = (list(itertools.islice(_csv_rows(body, file, skip + 1), 2)) + [[], []])[:2]
     if any(field.strip() for field in first[len(header):]):
         raise TraceError(file, skip + 2, None, "as many comma-separated fields as the header has")
 
