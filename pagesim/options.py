@@ -18,7 +18,7 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+    return value + 0.0  # "-0" is 0, not -0.0 in summary.json and messages
 
 
 def _integer(text: str) -> int:

@@ -266,6 +266,28 @@ def test_negative_offsets_are_errors_naming_the_line(tmp_path):
     assert line == f"error: {own}, line 2, field 'arrival_time_s': expected a non-negative offset in seconds from the trace start, got -1"
 
 
+def test_an_arrival_of_minus_zero_reads_zero(tmp_path):
+    """Was: a Vidur "-0" or a pagesim -0.0 arrival, which the rule (>= 0) accepts, stayed -0.0: trace info printed
+    "span -0.000 s" and trace convert wrote "arrival_time_s":-0.0; a typed option of -0 (--swap-space -0) was -0.0 in
+    summary.json."""
+    import math
+
+    from pagesim.options import non_negative_float
+
+    vidur = tmp_path / "v.csv"
+    vidur.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n-0,374,44\n-0.0,396,109\n")
+    done = pagesim("trace", "info", vidur)
+    assert done.returncode == 0 and "span 0.000 s" in done.stdout and "-0" not in done.stdout, done.stdout
+    out = tmp_path / "v.jsonl"
+    assert pagesim("trace", "convert", vidur, "--out", out).returncode == 0
+    assert '"arrival_time_s":0.0' in out.read_text() and "-0" not in out.read_text()
+    own = tmp_path / "o.jsonl"
+    own.write_text('{"pagesim_trace": 1}\n{"request_id": "a", "arrival_time_s": -0.0, "prompt_len": 3, "output_len": 2}\n')
+    done = pagesim("trace", "info", own)
+    assert done.returncode == 0 and "span 0.000 s" in done.stdout, done.stdout
+    assert math.copysign(1, non_negative_float("-0")) == 1
+
+
 def test_trace_messages_say_nan_and_name_minified_sharegpt_items(tmp_path):
     from pagesim.traces import TraceError, load_trace
 

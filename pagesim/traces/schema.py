@@ -196,7 +196,8 @@ def to_frame(p: Parsed) -> pd.DataFrame:
 
 
 def _times(seconds: np.ndarray, unit_s: float) -> np.ndarray:
-    return seconds if unit_s == 1.0 else seconds * unit_s
+    """Arrival times in seconds; a -0 (a file's "-0" or -0.0) reads 0, not -0.0 (adding 0.0 makes it +0.0)."""
+    return (seconds if unit_s == 1.0 else seconds * unit_s) + 0.0
 
 
 def _request_ids(values: pd.Series, rows: Rows, field: str) -> list[str]:
