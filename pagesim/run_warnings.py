@@ -6,6 +6,7 @@ Each is printed once (stderr, `warning: ...`) and recorded in summary.json under
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pandas as pd
@@ -15,10 +16,13 @@ from pagesim.options import readable
 from pagesim.specs import GIB
 
 REJECTED_SHARE = 0.10  # warn when more than this share of requests is rejected
+SWAP_SPACE = next(f.default for f in dataclasses.fields(Config) if f.name == "swap_space")  # a value other than this
+# one was given (as sweep.typed_options tells a typed option)
 
 
-def config_warnings(config: Config, trace) -> list[str]:
-    """Before the run: options the trace or the model make pointless."""
+def config_warnings(config: Config, trace, swept=()) -> list[str]:
+    """Before the run: options the trace or the model make pointless. `swept`: the options a sweep varies (a sweep over
+    preemption modes gives its recompute runs the swap space of its swap runs)."""
     out = []
     if config.enable_prefix_caching and not {"prefix_hash_ids", "prompt_token_ids"} & set(trace.df.columns):
         out.append("--enable-prefix-caching is on, but the trace has neither prefix_hash_ids nor prompt_token_ids: "
@@ -27,6 +31,10 @@ def config_warnings(config: Config, trace) -> list[str]:
     if config.preemption_mode == "swap" and config.num_cpu_blocks == 0:
         out.append(f"--preemption-mode swap with --swap-space {readable(config.swap_space)} GiB holds no host block "
                    f"({readable(config.block_bytes)} bytes each): nothing can be swapped out")
+    if config.preemption_mode != "swap" and config.swap_space not in (0, SWAP_SPACE) and "preemption_mode" not in swept:
+        out.append(f"--swap-space {readable(config.swap_space)} GiB has no effect with --preemption-mode "
+                   f"{config.preemption_mode}: a preempted request's blocks are freed and recomputed, never swapped "
+                   "(--preemption-mode swap uses it)")
     if config.policy == "priority" and "priority" not in trace.df.columns:
         out.append("--policy priority, but the trace has no priority field: every request has priority 0, so it "
                    "schedules as fcfs (trace synth --priority-levels K adds one)")

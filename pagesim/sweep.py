@@ -116,7 +116,7 @@ def _simulate(trace, base: dict, params: dict) -> dict:
         opts["num_gpu_blocks"] = blocks_for_gib(probe, params["kv_cache_gib"])
     config = config_from_args(argparse.Namespace(**opts))
     layout = params.get("layout", "paged")
-    warnings = (config_warnings(config, trace) + baseline_warnings(config, [layout] if layout != "paged" else [])
+    warnings = (config_warnings(config, trace, swept=params) + baseline_warnings(config, [layout] if layout != "paged" else [])
                 + cluster_warnings(config, opts["replicas"], opts["router"]))
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)

@@ -181,6 +181,16 @@ def test_config_warnings_are_printed_once_and_recorded(tmp_path):
         assert done.stderr.count(f"warning: {w}") == 1
 
 
+def test_swap_space_without_swap_mode_is_a_warning_printed_once_and_recorded(tmp_path):
+    out = tmp_path / "run"
+    done = pagesim("replay", azure_csv(tmp_path / "t.csv"), "--swap-space", "8", "--baseline", "max", "--out", out)
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    assert warnings == ["--swap-space 8 GiB has no effect with --preemption-mode recompute: a preempted request's "
+                        "blocks are freed and recomputed, never swapped (--preemption-mode swap uses it)"]
+    assert done.stderr.count("warning: --swap-space 8 GiB") == 1
+
+
 def test_a_host_tier_smaller_than_a_block_and_one_the_baselines_lack_are_warnings(tmp_path):
     out = tmp_path / "run"
     done = pagesim("replay", own_trace(tmp_path / "t.jsonl", [100] * 4), "--enable-prefix-caching",

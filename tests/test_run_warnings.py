@@ -83,6 +83,18 @@ def test_swap_space_that_holds_no_block_warns_only_in_swap_mode():
     assert w.startswith("--preemption-mode swap with --swap-space 0 GiB holds no host block")
 
 
+def test_swap_space_given_without_swap_mode_warns_that_it_has_no_effect():
+    """Was: --swap-space 8 without --preemption-mode swap was silently ignored."""
+    (w,) = config_warnings(toy(swap_space=8.0), trace([(10, 10)]))
+    assert w == ("--swap-space 8 GiB has no effect with --preemption-mode recompute: a preempted request's blocks are "
+                 "freed and recomputed, never swapped (--preemption-mode swap uses it)")
+    assert config_warnings(toy(), trace([(10, 10)])) == []  # the default (4 GiB), not given
+    assert config_warnings(toy(swap_space=0.0), trace([(10, 10)])) == []  # none: nothing to ignore
+    assert config_warnings(toy(swap_space=0.001, preemption_mode="swap"), trace([(10, 10)])) == []
+    # a sweep over preemption modes: its recompute runs share the swap runs' --swap-space
+    assert config_warnings(toy(swap_space=8.0), trace([(10, 10)]), swept={"preemption_mode": "recompute"}) == []
+
+
 def test_a_given_cache_warns_when_it_and_the_weights_exceed_the_gpu():
     config = Config(model="llama-3-8b", gpu="h100", num_gpu_blocks=1)
     memory, weights = config.gpu_spec.memory_bytes, config.weight_bytes_per_gpu
