@@ -190,6 +190,27 @@ def test_json_lines_field_errors_name_the_key(tmp_path):
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 2, None, "a JSON object on every line")
 
 
+@pytest.mark.parametrize("name, header, record, line, field, kind", [
+    ("m.jsonl", "", '{"timestamp": "5", "input_length": 10, "output_length": 5}', 2, "timestamp", "an arrival time"),
+    ("m.jsonl", "", '{"timestamp": 5, "input_length": "10", "output_length": 5}', 2, "input_length", "a positive integer"),
+    ("p.jsonl", '{"pagesim_trace": 1}\n', '{"request_id": "b", "arrival_time_s": "1", "prompt_len": 3, "output_len": 2}',
+     3, "arrival_time_s", "an arrival time"),
+    ("p.jsonl", '{"pagesim_trace": 1}\n', '{"request_id": "b", "arrival_time_s": 1, "prompt_len": 3, "output_len": "2"}',
+     3, "output_len", "a positive integer"),
+    ("p.jsonl", '{"pagesim_trace": 1}\n', '{"request_id": "b", "arrival_time_s": 1, "prompt_len": 3, "output_len": 2, '
+     '"n": 1, "priority": "-1"}', 3, "priority", "an integer"),
+])
+def test_json_numbers_given_as_strings_name_line_and_field(tmp_path, name, header, record, line, field, kind):
+    """Was: "123" in a JSON number's place loaded as 123 (pandas' to_numeric read it), where a string request id or a
+    string in hash_ids is refused: JSON says what a value is."""
+    first = {"m.jsonl": '{"timestamp": 0, "input_length": 10, "output_length": 5}',
+             "p.jsonl": '{"request_id": "a", "arrival_time_s": 0, "prompt_len": 3, "output_len": 2'
+                        + (', "n": 1, "priority": 0}' if "priority" in record else "}")}[name]
+    err = load_error(tmp_path, header + first + "\n" + record + "\n", name=name)
+    assert_error(err, line, field, f"{kind} as a JSON number, not a string")
+    assert str(err).endswith(f"got {json.loads(record)[field]!r}")
+
+
 def test_mooncake_hash_ids_must_match_the_prompt_length(tmp_path):
     text = '{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1]}\n'
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 1, "hash_ids", "2 or 3 ids, one per full 512-token block")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.traces.schema import Parsed, Rows
+from pagesim.traces.schema import Parsed, Rows, json_numbers
 from pagesim.traces.text import columns_of, json_objects
 
 MOONCAKE_BLOCK = 512
@@ -20,7 +20,9 @@ KEYS = {"arrival_time_s": "timestamp", "prompt_len": "input_length", "output_len
 def read_mooncake(text: str, file: str) -> Parsed:
     lines, objects = json_objects(text, file)
     columns = columns_of(objects, KEYS, required=("arrival_time_s", "prompt_len", "output_len"), lines=lines, file=file)
+    rows = Rows(file, np.array(lines))
+    json_numbers(columns, rows, KEYS)
     return Parsed(
-        columns, Rows(file, np.array(lines)), len(objects), fields=KEYS, time_unit_s=1e-3,
+        columns, rows, len(objects), fields=KEYS, time_unit_s=1e-3,
         hash_block_size=MOONCAKE_BLOCK, partial_last_hash=True,
     )

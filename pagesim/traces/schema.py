@@ -98,6 +98,23 @@ def numbers(values: pd.Series) -> pd.Series:
     return pd.to_numeric(values, errors="coerce").astype("float64")
 
 
+NUMBER_KINDS = {"arrival_time_s": "an arrival time", "prompt_len": "a positive integer", "output_len": "a positive integer",
+                "n": "a positive integer", "priority": "an integer"}
+
+
+def json_numbers(columns: dict[str, pd.Series], rows: Rows, fields: dict[str, str] | None = None) -> None:
+    """A JSON reader's numeric columns hold JSON numbers: a string ("123") is refused at its line, as a string id or a
+    string in a hash-id list is (a CSV cell is text, a JSON value says what it is). `fields`: schema name -> key."""
+    for name, kind in NUMBER_KINDS.items():
+        values = columns.get(name)
+        if values is None:
+            continue
+        strings = np.fromiter((type(v) is str for v in values), bool, len(values))
+        if strings.any():
+            i = int(np.flatnonzero(strings)[0])
+            raise rows.error(i, (fields or {}).get(name, name), f"{kind} as a JSON number, not a string", values.iloc[i])
+
+
 def _got(values: pd.Series, i: int) -> object:
     value = values.iloc[i]
     return EMPTY if value is None else value  # a NaN is shown as nan: an empty cell or JSON null is None
