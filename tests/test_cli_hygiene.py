@@ -274,6 +274,12 @@ def test_negative_offsets_are_errors_naming_the_line(tmp_path):
     own.write_text('{"pagesim_trace": 1}\n{"request_id": "a", "arrival_time_s": -1, "prompt_len": 3, "output_len": 2}\n')
     line = one_error(pagesim("trace", "info", own))
     assert line == f"error: {own}, line 2, field 'arrival_time_s': expected a non-negative offset in seconds from the trace start, got -1"
+    # Mooncake's timestamps are offsets too (in ms): a negative one was sorted to the front and the trace re-based on it
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                        '{"timestamp": -5, "input_length": 10, "output_length": 5}\n')
+    line = one_error(pagesim("trace", "info", mooncake))
+    assert line == f"error: {mooncake}, line 2, field 'timestamp': expected a non-negative offset in milliseconds from the trace start, got -5"
 
 
 def test_an_arrival_of_minus_zero_reads_zero(tmp_path):

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from pagesim.traces.errors import EMPTY, Described, TraceError
-from pagesim.traces.schema import MAX_INT, MAX_TIME, Parsed, Rows, numbers
-from pagesim.traces.text import is_gzip, open_trace, read_head
+from pagesim.traces.schema import MAX_INT, MAX_TIME, Parsed, Rows, numbers, offsets
+from pagesim.traces.text import open_trace, read_head
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -296,9 +296,6 @@ def read_burstgpt(text: str, file: str) -> Parsed:
 def read_vidur(text: str, file: str) -> Parsed:
     """Vidur's processed traces (e.g. splitwise_conv.csv): `arrived_at` in seconds, prefill and decode token counts."""
     df, rows, read, dropped = read_csv(text, file, "vidur")
-    negative = (numbers(df["arrived_at"]) < 0).to_numpy()
-    if negative.any():  # offsets from the trace's start: a negative one is a broken file, not a shift to undo
-        i = int(np.flatnonzero(negative)[0])
-        raise rows.error(i, "arrived_at", "a non-negative offset in seconds from the trace start", df["arrived_at"].iloc[i])
+    offsets(df["arrived_at"], rows, "arrived_at")
     columns = {"arrival_time_s": df["arrived_at"], "prompt_len": df["num_prefill_tokens"], "output_len": df["num_decode_tokens"]}
     return Parsed(columns, rows, read, fields=dict(zip(("arrival_time_s", "prompt_len", "output_len"), VIDUR)), dropped=dropped)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.traces.schema import Parsed, Rows, json_numbers
+from pagesim.traces.schema import Parsed, Rows, json_numbers, offsets
 from pagesim.traces.text import columns_of, json_objects
 
 MOONCAKE_BLOCK = 512
@@ -22,6 +22,7 @@ def read_mooncake(text: str, file: str) -> Parsed:
     columns = columns_of(objects, KEYS, required=("arrival_time_s", "prompt_len", "output_len"), lines=lines, file=file)
     rows = Rows(file, np.array(lines))
     json_numbers(columns, rows, KEYS)
+    offsets(columns["arrival_time_s"], rows, KEYS["arrival_time_s"], "milliseconds")
     return Parsed(
         columns, rows, len(objects), fields=KEYS, time_unit_s=1e-3,
         hash_block_size=MOONCAKE_BLOCK, partial_last_hash=True,

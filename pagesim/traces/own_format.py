@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pagesim.traces.errors import EMPTY, TraceError
-from pagesim.traces.schema import COLUMNS, MAX_INT, REQUIRED, Parsed, Rows, Trace, json_numbers, numbers
+from pagesim.traces.schema import COLUMNS, MAX_INT, REQUIRED, Parsed, Rows, Trace, json_numbers, offsets
 from pagesim.traces.text import columns_of, json_objects
 
 VERSION = 1
@@ -42,10 +42,7 @@ def read_pagesim(text: str, file: str) -> Parsed:
     columns = columns_of(objects, {k: k for k in COLUMNS}, required=REQUIRED, lines=lines, file=file)
     rows = Rows(file, np.array(lines, dtype=int))
     json_numbers(columns, rows)
-    negative = (numbers(columns["arrival_time_s"]) < 0).to_numpy()
-    if negative.any():  # offsets from the trace's start: a negative one is a broken file, not a shift to undo
-        i = int(np.flatnonzero(negative)[0])
-        raise TraceError(file, lines[i], "arrival_time_s", "a non-negative offset in seconds from the trace start", columns["arrival_time_s"].iloc[i])
+    offsets(columns["arrival_time_s"], rows, "arrival_time_s")
     return Parsed(columns, rows, len(objects), hash_block_size=block, name=name)
 
 

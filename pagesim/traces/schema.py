@@ -115,6 +115,15 @@ def json_numbers(columns: dict[str, pd.Series], rows: Rows, fields: dict[str, st
             raise rows.error(i, (fields or {}).get(name, name), f"{kind} as a JSON number, not a string", values.iloc[i])
 
 
+def offsets(values: pd.Series, rows: Rows, field: str, unit: str = "seconds") -> None:
+    """Arrivals recorded as offsets from the trace's start (Vidur, Mooncake, pagesim): a negative one is a broken file,
+    not a shift to undo, refused at its line (-0 is 0)."""
+    negative = (numbers(values) < 0).to_numpy()
+    if negative.any():
+        i = int(np.flatnonzero(negative)[0])
+        raise rows.error(i, field, f"a non-negative offset in {unit} from the trace start", values.iloc[i])
+
+
 def _got(values: pd.Series, i: int) -> object:
     value = values.iloc[i]
     return EMPTY if value is None else value  # a NaN is shown as nan: an empty cell or JSON null is None
