@@ -200,7 +200,7 @@ class Config:
         """The simulator holds a Python object per block: counts beyond MAX_SIMULATED_BLOCKS would exhaust memory."""
         limit = f"at most {MAX_SIMULATED_BLOCKS:,} blocks (~{MAX_SIMULATED_BLOCKS * BYTES_PER_SIMULATED_BLOCK / 1e9:.1f} GB of simulator memory)"
         if self.num_gpu_blocks is not None and self.num_gpu_blocks > MAX_SIMULATED_BLOCKS:
-            _fail(f"{{num_gpu_blocks}} {self.num_gpu_blocks:,}: the simulator holds {limit}")
+            _fail(f"{{num_gpu_blocks}} {readable(self.num_gpu_blocks)}: the simulator holds {limit}")
         if self.num_gpu_blocks is None:
             blocks = self.resolved_num_gpu_blocks
             if blocks < 1:

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.errors import OptionError, UserError, given_path
+from pagesim.config import MAX_SIMULATED_BLOCKS
+from pagesim.errors import FlagError, OptionError, UserError, given_path
+from pagesim.specs import GIB
 
 FLUSH_S = 2.0
 LAYOUTS = ("paged", "max", "pow2", "oracle")
@@ -114,7 +116,16 @@ def _simulate(trace, base: dict, params: dict) -> dict:
         # weights leave at --gpu-memory-utilization (a stand-in count while the block's bytes are learnt)
         probe = config_from_args(argparse.Namespace(**{**opts, "num_gpu_blocks": 1}))
         opts["num_gpu_blocks"] = blocks_for_gib(probe, params["kv_cache_gib"])
-    config = config_from_args(argparse.Namespace(**opts))
+    try:
+        config = config_from_args(argparse.Namespace(**opts))
+    except FlagError as exc:  # too many blocks: in the grid's words, not a --num-gpu-blocks no one typed
+        if "kv_cache_gib" not in params or exc.option_error.option != "num_gpu_blocks":
+            raise
+        gib, block = params["kv_cache_gib"], probe.block_bytes
+        most = math.floor(MAX_SIMULATED_BLOCKS * block / GIB * 100) / 100
+        raise UserError(exc.option_error.in_words(
+            lambda o: f"kv_cache_gib {gib:,g} makes, at block_size {probe.block_size}, num_gpu_blocks" if o == "num_gpu_blocks"
+            else o, advice=f"expected at most {most:,g} GiB at this block_size, or a larger block_size")) from None
     layout = params.get("layout", "paged")
     warnings = (config_warnings(config, trace, swept=params) + baseline_warnings(config, [layout] if layout != "paged" else [])
                 + cluster_warnings(config, opts["replicas"], opts["router"]))
@@ -131,9 +142,9 @@ def _simulate(trace, base: dict, params: dict) -> dict:
 
 def blocks_for_gib(config, gib: float) -> int:
     """How many of the config's KV blocks fit in `gib` GiB of K/V (at least one, or a UserError)."""
-    from pagesim.specs import GIB
+    from pagesim.config import host_blocks
 
-    blocks = int(gib * GIB // config.block_bytes)
+    blocks = host_blocks(gib, config.block_bytes)  # (beyond a double's bytes, counted from whole GiB: not int(NaN))
     if blocks < 1:
         least = math.ceil(config.block_bytes / GIB * 100) / 100
         raise OptionError(f"{{kv_cache_gib}} {gib:g} GiB holds no KV block of {config.block_size} tokens for "
