@@ -62,6 +62,19 @@ def test_refit_rows_are_checked_naming_the_line_and_column(tmp_path):
     assert not (tmp_path / "p.json").exists()
 
 
+def test_refit_rows_too_few_to_fit_name_the_rows_file(tmp_path):
+    """Was: 'error: calibration rows: 6 usable decode-only (CUDA-graph) steps to fit, need at least 26', naming no file."""
+    rows = pd.read_csv(STEPS)
+    few, one = tmp_path / "few.csv", tmp_path / "one.csv"
+    rows.head(30).to_csv(few, index=False)
+    rows.assign(workload="w").to_csv(one, index=False)
+    line = one_error(pagesim("calibrate", "--refit", few, "--out", tmp_path / "p.json"))
+    assert line == f"error: --refit {few}: 6 usable decode-only (CUDA-graph) steps to fit, need at least 26"
+    line = one_error(pagesim("calibrate", "--refit", one, "--out", tmp_path / "p.json"))
+    assert line == f"error: --refit {one}: 1 workload(s); holding out whole workloads needs at least 2"
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_calibrate_integer_options_must_be_positive(tmp_path):
     line = one_error(pagesim("calibrate", "--block-size", "0", "--out", tmp_path / "p.json"))
     assert line.endswith("argument --block-size: expected a positive integer, got '0'")
