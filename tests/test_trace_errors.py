@@ -119,7 +119,8 @@ def test_file_of_another_format_names_the_missing_column(tmp_path):
     assert_error(load_error(tmp_path, mooncake, format="vidur"), 1, None, "a CSV header with arrived_at")
     other = "time,num_prefill_tokens,num_decode_tokens\n0,10,5\n"
     assert_error(load_error(tmp_path, other, format="vidur"), 1, "arrived_at", "a column named 'arrived_at'")
-    assert_error(load_error(tmp_path, AZURE_HEADER + OK_ROW, format="mooncake"), 1, None, "valid JSON")
+    assert_error(load_error(tmp_path, AZURE_HEADER + OK_ROW, format="mooncake"), 1, None, "JSON (mooncake format")
+    assert_error(load_error(tmp_path, "time,x\n1,2\n", format="mooncake"), 1, None, "valid JSON")  # no known CSV
 
 
 def test_a_json_trace_read_as_csv_names_its_header_line_and_what_was_expected(tmp_path):
@@ -135,6 +136,15 @@ def test_a_json_trace_read_as_csv_names_its_header_line_and_what_was_expected(tm
         assert str(err).endswith("got JSON")
     own = '{"pagesim_trace": 1, "name": "x", "hash_block_size": null}\n{"request_id": "a", "arrival_time_s": 0, "prompt_len": 3, "output_len": 4}\n'
     assert_error(load_error(tmp_path, own, name="p.jsonl", format="burstgpt"), 1, None, "a CSV header with Timestamp")
+
+
+def test_a_csv_trace_read_as_json_names_its_header_and_its_format(tmp_path):
+    """Was: an Azure (BurstGPT, Vidur) CSV under --format mooncake (pagesim, sharegpt) was refused as 'line 1: expected
+    valid JSON (Expecting value at column 1)', which said neither what it was nor what to pass."""
+    for fmt in ("mooncake", "pagesim", "sharegpt"):
+        err = load_error(tmp_path, "\n" + AZURE_HEADER + OK_ROW, format=fmt)
+        assert_error(err, 2, None, f"JSON ({fmt} format; a CSV trace is azure, burstgpt or vidur: pass its format, or auto)")
+        assert str(err).endswith("got a CSV header of the azure format")
 
 
 def test_unknown_json_keys_are_not_a_format(tmp_path):

@@ -55,7 +55,7 @@ def load_trace(
     _check_options(format, limit, start_s, end_s, time_scale, rate)
     file = str(path)
     check_trace_file(path)  # before any read: devices, pipes and oversize files are refused
-    fmt = _format(path, file) if format == "auto" else format
+    fmt = _format(path, file) if format == "auto" else _named_format(path, file, format)
     parsed = read_fast(file, fmt) if fmt in HEADERS else None
     if parsed is None:
         text = read_text(path)
@@ -125,6 +125,22 @@ def _format(path: str | Path, file: str) -> str:
         except TraceError:
             pass
     return detect(read_text(path), file)
+
+
+def _named_format(path: str | Path, file: str, fmt: str) -> str:
+    """`fmt` as given; a JSON format given a CSV trace of a known format is refused at its header, as a CSV format given
+    a JSON trace is (csv_formats), not as invalid JSON at column 1."""
+    head = read_head(path) if fmt not in HEADERS else None
+    if head is not None and not head.lstrip().startswith(("{", "[")):
+        try:
+            found = detect(head, file)
+        except TraceError:
+            return fmt
+        if found in HEADERS:
+            line = head.count("\n", 0, len(head) - len(head.lstrip())) + 1
+            raise TraceError(file, line, None, f"JSON ({fmt} format; a CSV trace is azure, burstgpt or vidur: pass its "
+                             "format, or auto)", Described(f"a CSV header of the {found} format"))
+    return fmt
 
 
 def _window(df: pd.DataFrame, start_s, end_s, limit, dropped: dict[str, int], file: str) -> pd.DataFrame:
