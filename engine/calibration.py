@@ -26,7 +26,7 @@ from engine.live import (DeviceReadings, environment, make_executor, process_age
                          without_prefix_caching)
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures, shared_tokens
-from pagesim.cost.profile import FIT_ROWS, GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS
+from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS, FitRowsError
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.options import non_negative_float, positive_int
 from pagesim.outputs import prepare_output_file
@@ -700,10 +700,8 @@ def calibrate(args) -> int:
         try:
             write(rows, Config(model=model, gpu=gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
                                kv_cache_dtype=kv_dtype), extras, mixed_sizes)
-        except UserError as exc:  # the fit's "calibration rows: too few ... to fit": which rows, the file's
-            if not str(exc).startswith(FIT_ROWS):
-                raise
-            raise UserError(f"--refit {rows_path}: {str(exc).removeprefix(FIT_ROWS)}") from None
+        except FitRowsError as exc:  # the fit's "calibration rows: too few ... to fit": which rows, the file's
+            raise UserError(f"--refit {rows_path}: {exc.args[0]}") from None
         return 0
 
     for key, default in LABEL_DEFAULTS.items():  # a calibration labels its profile with what it times (the GPU:

@@ -169,7 +169,6 @@ WALK_COLUMNS = ("prefill_tile_walks", "prefill_longest_walk")  # the prefill pro
 PREFILL_CONTEXT = "prefill_context_tokens"
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
-FIT_ROWS = "calibration rows: "  # how the fit's errors begin; `calibrate --refit` names its rows file there instead
 PARALLEL_FIT_ROWS = 1000  # rows from which fit_profile fits the clock shares in parallel processes by default
 CLOCK_SENSITIVITIES = tuple(i / 20 for i in range(7))  # 0 .. 0.3: the share of a step's time that scales with the clock
 # Decode steps soon after a prefill (StepFeatures.steps_since_prefill) cost a factor more, one per bucket of
@@ -180,6 +179,14 @@ AFTER_PREFILL_LARGE = 1024
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
 # The padded decode batch sizes the engine captures CUDA graphs at; engine.executor imports this rule.
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class FitRowsError(UserError):
+    """Calibration rows the fit cannot use (too few of a kind, a bad duration); `args[0]` says why, and `calibrate
+    --refit` names its rows file in front of it instead of "calibration rows"."""
+
+    def __str__(self) -> str:
+        return f"calibration rows: {self.args[0]}"
 
 
 def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
@@ -742,7 +749,7 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
     abs_err = []
     gnames = graph_features(sizes, sharing)
     if len(graph_rows) < 2 * len(gnames):
-        raise UserError(f"{FIT_ROWS}{len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
+        raise FitRowsError(f"{len(graph_rows)} usable decode-only (CUDA-graph) steps to fit, need at "
                         f"least {2 * len(gnames)}")
     graph_fits = []
     for k in lanes_grid:
@@ -750,7 +757,7 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
                                   y[graph_rows])
         graph_fits.append((err, k, x))
     if len(eager_rows) < 2 * len(names):
-        raise UserError(f"{FIT_ROWS}{len(eager_rows)} usable eager (prefill or mixed) "
+        raise FitRowsError(f"{len(eager_rows)} usable eager (prefill or mixed) "
                         f"training rows, need at least {2 * len(names)}")
     # lanes: the best fit of graph steps; lanes that fit them within 1% of it (a grid that the graph rows cannot tell
     # apart) are told apart by the eager steps, which use the same lanes
@@ -801,7 +808,7 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
     if mixed_sizes:
         mnames = mixed_features(mixed_sizes)
         if len(mixed_rows) < 2 * len(mnames):
-            raise UserError(f"{FIT_ROWS}{len(mixed_rows)} usable graph mixed steps (prefill tokens, at most "
+            raise FitRowsError(f"{len(mixed_rows)} usable graph mixed steps (prefill tokens, at most "
                             f"{mixed_sizes[-1]} tokens) to fit, need at least {2 * len(mnames)}")
         design = _mixed_design(cols, mixed_rows, mixed_sizes, lanes, split, heads_sms, shared_read_discount(coefficients))
         x, err = _fit_relative_l1(design, y[mixed_rows])
@@ -994,7 +1001,7 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
     y = np.asarray(rows["duration_s"], dtype=np.float64)
     bad = idx[~(y[idx] > 0) | ~np.isfinite(y[idx])]
     if len(bad):
-        raise UserError(f"{FIT_ROWS}duration_s must be a positive number of seconds; row {bad[0]} has {y[bad[0]]!r}")
+        raise FitRowsError(f"duration_s must be a positive number of seconds; row {bad[0]} has {y[bad[0]]!r}")
     transfers = {"swap_s_per_byte": 1 / (g.pcie_bandwidth * PCIE_EFFICIENCY),
                  "copy_s_per_byte": 2 / (g.hbm_bandwidth * MEM_EFFICIENCY)}
 
@@ -1024,7 +1031,7 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
         n_workloads = len(workloads)
         folds = min(n_workloads, max(2, int(round(1 / test_fraction)))) if test_fraction else 0
         if folds and n_workloads < 2:
-            raise UserError(f"{FIT_ROWS}{n_workloads} workload(s); holding out whole workloads needs at least 2")
+            raise FitRowsError(f"{n_workloads} workload(s); holding out whole workloads needs at least 2")
         order = np.random.default_rng(seed).permutation(workloads)
         fold_workloads = [sorted(order[f::folds].tolist()) for f in range(folds)]
         for held_out in fold_workloads:
