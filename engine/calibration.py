@@ -94,9 +94,7 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     steps above the largest bucket, up to the budget); prefix: the buckets' steps
     with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits); multi: 2, 4 or 8 prompts released
     together into a small decode batch, from scratch and after a cached prefix (graph mixed steps with several
-    prefill sequences, as recomputes after preemption make); longmix (a window of 32k tokens or more): chunks of
-    64-1920 tokens after a cached prefix of 8k or 16k tokens, one a step or two on two prefixes, beside 4-6 decodes
-    of 16k-24k tokens (graph mixed steps of long-document serving).
+    prefill sequences, as recomputes after preemption make).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -169,20 +167,6 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     for b, c in ((4, 16384), (16, 12288)):
         if c + 24 <= max_model_len:
             out.append((f"decode-b{b}-c{c}", [(b, c, 24)]))
-    # Chunks after a long cached prefix (8k or 16k tokens; one prompt a step, or two, one on each of two prefixes)
-    # beside a few long decodes: graph mixed steps as long-document serving makes them (the prefix-* and multi-*
-    # workloads' prefixes are 2k-4k tokens, their decodes 512-1024)
-    for b, c, pre in ((6, 16384, 8192), (4, 24576, 16384)):
-        totals = [t for t in MIXED_GRAPH_TOKEN_SIZES[2::2] if t <= 2048]
-        first = -(-(b * c + 2 * pre) // budget) + 2
-        length = first + 3 * 2 * len(totals) + 12  # the decodes' outputs: past the last release
-        if max(c + length, pre + totals[-1]) + 2 > max_model_len:
-            continue
-        releases = [(k, (t - b - 2) // k) for k in (1, 2) for t in totals]
-        groups = [(b, c, length)] + [(1, pre + 16, 2, 0, pre, j) for j in (0, 1)]
-        for i, (k, p) in enumerate(releases):
-            groups += [(1, pre + p, 2, first + 3 * i, pre, j) for j in range(k)]
-        out.append((f"longmix-b{b}-c{c}-p{pre}", groups))
     if 24576 + 24 <= max_model_len:
         out.append(("skew-b31-s1024-l24576", [(1, 24576, 24), (31, 1024, 24)]))
     for b, lo, hi in ((8, 256, 4096), (16, 256, 4096), (32, 256, 4096), (8, 1024, 8192), (16, 1024, 8192),

@@ -386,25 +386,3 @@ def test_rows_so_far_are_handed_on_at_most_every_save_interval_and_after_the_las
     seen.clear()
     rows = run_calibration(NoTime(), CONFIG, workloads=pick, on_workload=lambda r: seen.append(len(r)), save_every_s=1e9)
     assert seen == [len(rows)] and len(rows) == len(every)
-
-
-def test_a_long_window_calibrates_chunks_after_long_cached_prefixes_beside_long_decodes():
-    """At 32k, the longmix workloads time graph mixed steps of one and of two prefill chunks (64-2048 token buckets)
-    after 8k-34k tokens of cached context beside 4-7 decodes of 16k tokens or more, as long-document serving makes
-    them; an 8k window has none."""
-    from pagesim.cost.profile import MIXED_GRAPH_TOKEN_SIZES
-
-    assert not [n for n, _ in calibration_workloads(8192) if n.startswith("longmix")]
-    config = Config(model="llama-3.1-8b", gpu="h100", max_model_len=32768, enable_prefix_caching=True,
-                    num_gpu_blocks=30000, max_num_batched_tokens=8192)
-    longmix = [w for w in calibration_workloads(32768) if w[0].startswith("longmix")]
-    assert len(longmix) == 2
-    rows = run_calibration(NoTime(), config, workloads=longmix)
-    mixed = rows[(rows["num_prefill_tokens"] > 0) & (rows["num_prefill_tokens"] <= 2048)]
-    after_prefix = mixed[mixed["prefix_cache_hits"] > 0]
-    assert set(after_prefix["num_prefill_seqs"]) == {1, 2}
-    assert (after_prefix["num_prefill_tokens"] + after_prefix["num_decode_seqs"] <= 2048).all()  # in the buckets
-    assert after_prefix["num_decode_seqs"].min() >= 4 and after_prefix["max_decode_context"].min() >= 16384
-    two = after_prefix[after_prefix["num_prefill_seqs"] == 2]
-    assert two["prefill_context_tokens"].min() >= 2 * 8192 and two["prefill_context_tokens"].max() >= 32768
-    assert len(after_prefix) == 2 * 2 * len([t for t in MIXED_GRAPH_TOKEN_SIZES[2::2] if t <= 2048])  # each release
