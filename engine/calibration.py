@@ -499,7 +499,7 @@ def run_profile(args, executor, config: Config, out_dir: Path) -> dict | None:
         warm_up(executor, config)
         cal = without_prefix_caching(config).replace(preemption_mode="recompute")
         t1 = time.perf_counter()
-        rows = run_calibration(executor, cal, workloads=workloads)
+        rows = run_calibration_with_bar(executor, cal, workloads)  # calibrate's bar, a workload a tick
         rows.to_csv(out_dir / f"profile{CALIBRATION_ROWS_SUFFIX}", index=False)
         t2 = time.perf_counter()
         swap = measure_swap_bandwidth(executor.kv_cache)

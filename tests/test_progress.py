@@ -124,3 +124,34 @@ def test_calibrate_bar_to_a_non_terminal_redraws_rarely(capsys, bars):
     assert [(kw.get("desc"), kw.get("unit"), kw.get("total"), kw.get("mininterval")) for kw in bars] == [
         ("calibrate", "workload", 2, NON_TTY_INTERVAL_S)]
     assert "calibrate: 100%" in capsys.readouterr().err  # a non-terminal keeps the bar's last state
+
+
+def test_live_calibrate_draws_calibrate_s_bar(tmp_path, monkeypatch):
+    """Was: `live --calibrate` ran its ~100 s of calibration without a bar (run_calibration directly); now through
+    run_calibration_with_bar, as `calibrate` does. The calibration itself is stopped at that seam (the toy model on the
+    CPU would take minutes)."""
+    import engine.calibration as calibration
+    from pagesim.cli import main
+
+    class Reached(Exception):
+        pass
+
+    seen = []
+
+    def stop(executor, config, workloads, **options):
+        seen.append(len(workloads))
+        raise Reached
+
+    real = calibration.run_calibration
+
+    def unbarred(executor, *args, **kwargs):  # NoTime: the workloads' peak blocks, simulated before the model loads
+        if not isinstance(executor, calibration.NoTime):
+            raise AssertionError("live --calibrate ran run_calibration without the bar")
+        return real(executor, *args, **kwargs)
+
+    monkeypatch.setattr(calibration, "run_calibration_with_bar", stop)
+    monkeypatch.setattr(calibration, "run_calibration", unbarred)
+    with pytest.raises(Reached):
+        main(["live", str(ROOT / "traces" / "kshot-shared-prefix-500.jsonl"), "--allow-cpu", "--model", "toy",
+              "--limit", "2", "--num-gpu-blocks", "40000", "--calibrate", "--out", str(tmp_path / "run")])
+    assert seen and seen[0] > 0
