@@ -735,3 +735,18 @@ def test_slo_attainment_and_goodput_count_requests_as_replay_slo_does():
     makespan = float(requests["finish_s"].max())
     cli = evaluate(requests, parse_slos(["ttft_p99=0.5", "tpot_p99=0.05"]), makespan)
     assert a["all"] == pytest.approx(cli["slo_attainment"]) and a["num_met"] == cli["slo_num_met"]
+
+
+def test_live_targets_missing_from_a_validation_are_not_judged_met():
+    """An older validation.json without makespan or the by-kind MAPEs: those targets are left out or shown as not
+    judged, never counted as met."""
+    from pagesim.dashboard import live_targets
+
+    table = live_targets.target_table({"step_level": {"mape": 0.04}, "decisions": {"n_steps_differing": 0},
+                                       "request_level": {"ttft_s_p99": {"live": 1.0, "sim": 1.08, "rel_error": 0.08}}})
+    verdict = dict(zip(table["target"], table["verdict"]))
+    assert verdict == {"steps with different decisions (lockstep) = 0": "met", "step duration MAPE <= 3%": "missed",
+                       "makespan within 1% (free simulation)": "not judged", "TTFT p99 within 10% (free simulation)": "met"}
+    line = live_targets.verdict_line(table)
+    assert line.startswith("**2 of 3 targets met**; missed: step duration MAPE <= 3% (4.00%)")
+    assert "not judged (not in validation.json): makespan within 1% (free simulation)" in line

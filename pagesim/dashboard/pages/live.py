@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import cached, figures, tables, widgets
+from pagesim.dashboard import cached, figures, live_targets, tables, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.dashboard.live_runs import RUN_FILES, VALIDATION_FILES, LiveRun, find_live_runs, is_validated, live_root
 from pagesim.errors import UserError
@@ -138,6 +138,9 @@ def show_validation(run: LiveRun) -> None:
     v = run.validation
     for text in v.get("warnings", []):  # e.g. a profile timed on another prefill kernel than the run's
         st.warning(text)
+    targets = live_targets.target_table(v)
+    st.markdown("Targets of live mode: " + live_targets.verdict_line(targets))
+    st.dataframe(targets, hide_index=True, height="content")
     cols = st.columns(2)
     with cols[0]:
         st.markdown("Step level and decisions (lockstep)")
