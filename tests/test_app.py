@@ -1056,6 +1056,41 @@ def test_live_page_pairs_a_run_with_the_partner_of_its_own_round(tmp_path, monke
         assert at.selectbox(key="live.partner").value == partner, run
 
 
+def _recorded_on(run, gpu: str) -> None:
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(summary | {"environment": {"gpu": gpu}}))
+
+
+def test_live_page_tells_the_card_of_each_run_and_of_a_pair_recorded_on_two(tmp_path, monkeypatch):
+    """results/live/ holds H100 runs (rounds 31 and 34) among H200 ones, their names alike: the runs can be narrowed
+    to one card, the chosen run's card is said under it, and a pair whose runs were recorded on different cards says
+    so (its latencies differ by the GPU too). Was: the card only in the description line, and a cross-card pair shown
+    as any other."""
+    import shutil
+
+    write_live_run(tmp_path / "pair-x-paged-r2h")
+    _recorded_on(tmp_path / "pair-x-paged-r2h", "NVIDIA H100 80GB HBM3")
+    shutil.copytree(tmp_path / "pair-x-paged-r2h", tmp_path / "pair-x-contiguous-max-r2h")
+    shutil.copytree(tmp_path / "pair-x-paged-r2h", tmp_path / "pair-x-contiguous-max")
+    _recorded_on(tmp_path / "pair-x-contiguous-max", "NVIDIA H200")
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = new_app()
+    at.query_params["live.run"] = "pair-x-paged-r2h"
+    at.run()
+    at.switch_page(f"{PAGES}/live.py").run()
+    assert not at.exception and not at.error
+    assert at.radio(key="live.card").options == ["any GPU", "H100", "H200"]
+    assert any(c.value == "pair-x-paged-r2h: recorded on an H100" for c in at.sidebar.caption)
+    assert any("pair-x-paged-r2h (H100) and pair-x-contiguous-max-r2h (H100)" in h.value for h in at.subheader)
+    assert not [w for w in at.warning if "recorded on" in w.value]
+    at.selectbox(key="live.partner").set_value("pair-x-contiguous-max").run()
+    (warning,) = [w.value for w in at.warning if "recorded on" in w.value]
+    assert "pair-x-paged-r2h was recorded on an H100 and pair-x-contiguous-max on an H200" in warning
+    at.radio(key="live.card").set_value("H200").run()
+    assert not at.exception
+    assert at.selectbox(key="live.run").options == ["pair-x-contiguous-max"]
+
+
 def test_live_page_partner_follows_the_run_chosen_in_the_session(tmp_path, monkeypatch):
     """Choosing another run in the sidebar shows that run's own partner (a pair-* run beside its pair, another
     run alone), not the partner left over from the run shown before."""

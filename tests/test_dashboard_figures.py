@@ -750,3 +750,11 @@ def test_live_targets_missing_from_a_validation_are_not_judged_met():
     line = live_targets.verdict_line(table)
     assert line.startswith("**2 of 3 targets met**; missed: step duration MAPE <= 3% (4.00%)")
     assert "not judged (not in validation.json): makespan within 1% (free simulation)" in line
+
+
+@pytest.mark.parametrize("summary, expected", [
+    ({"environment": {"gpu": "NVIDIA H100 80GB HBM3"}}, "H100"), ({"environment": {"gpu": "NVIDIA H200"}}, "H200"),
+    ({"hardware": {"gpu": "NVIDIA A100-SXM4-80GB"}}, "A100"), ({"hardware": {"gpu": "fixture (no GPU)"}, "config": {"gpu": "h200"}}, "H200"),
+    ({}, "?"), ([], "?")])
+def test_live_run_card_is_the_gpu_it_was_recorded_on(summary, expected):
+    assert live_runs.card(summary) == expected

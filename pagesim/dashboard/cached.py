@@ -28,7 +28,7 @@ import streamlit as st
 from pagesim.config import Config
 from pagesim.dashboard import data
 from pagesim.dashboard.kernel_results import load_kernel_result
-from pagesim.dashboard.live_runs import LiveRun, extract_run_zip, load_live_run
+from pagesim.dashboard.live_runs import LiveRun, extract_run_zip, load_live_run, run_card
 from pagesim.traces import Trace, load_trace
 from pagesim.traces.load import MAX_ARRIVAL_S
 from pagesim.traces.synth import synthesize
@@ -77,6 +77,12 @@ def once(name: str, key: str, _build):
 @st.cache_data(show_spinner=False, max_entries=8)
 def live_run(path: str, mtime: float) -> LiveRun:
     return load_live_run(Path(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def live_run_card(path: str, mtime: float) -> str:
+    """The GPU a committed run was recorded on (live_runs.run_card), read once per summary.json."""
+    return run_card(Path(path))
 
 
 @st.cache_data(show_spinner=False, max_entries=4)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,27 @@ def validation_dir(path: Path) -> Path:
 
 def is_validated(path: Path) -> bool:
     return all((validation_dir(path) / f).is_file() for f in VALIDATION_FILES)
+
+
+def card(summary: dict) -> str:
+    """The GPU a run was recorded on, short: "H100" of "NVIDIA H100 80GB HBM3" (summary.json's environment, or
+    hardware in older runs), else the config's gpu ("h200" -> "H200"), else "?"."""
+    hardware = summary.get("environment", summary.get("hardware")) if isinstance(summary, dict) else None
+    name = hardware.get("gpu") if isinstance(hardware, dict) else None
+    found = re.search(r"\b([A-Z]+\d+[A-Z]*)\b", str(name or "").replace("NVIDIA", ""))
+    if found:
+        return found.group(1)
+    config = summary.get("config") if isinstance(summary, dict) else None
+    gpu = config.get("gpu") if isinstance(config, dict) else None
+    return str(gpu).upper() if gpu else "?"
+
+
+def run_card(path: Path) -> str:
+    """card() of the run directory's summary.json ("?" when it cannot be read: the page reports that run's error)."""
+    try:
+        return card(json.loads((Path(path) / "summary.json").read_text()))
+    except (OSError, ValueError):
+        return "?"
 
 
 def read_requests(path: Path) -> pd.DataFrame:

@@ -7,7 +7,8 @@ import streamlit as st
 
 from pagesim.dashboard import cached, figures, live_targets, tables, widgets
 from pagesim.dashboard.widgets import URL
-from pagesim.dashboard.live_runs import RUN_FILES, VALIDATION_FILES, LiveRun, find_live_runs, is_validated, live_root
+from pagesim.dashboard.live_runs import (RUN_FILES, VALIDATION_FILES, LiveRun, card, find_live_runs, is_validated,
+                                        live_root)
 from pagesim.errors import UserError
 from pagesim.metrics import summarize
 
@@ -40,6 +41,7 @@ def render_page() -> None:
 
 
 NONE = "(none)"
+ANY_CARD = "any GPU"
 PARTNER_FOR = f"{PREFIX}.partner_for"  # the run the partner was last chosen for
 
 
@@ -83,7 +85,12 @@ def _pair_of(name: str, names: list[str]) -> str:
 
 
 def side_by_side(run: LiveRun, other: LiveRun) -> None:
-    st.subheader(f"Side by side: {run.name} and {other.name} (both live)")
+    cards = card(run.summary), card(other.summary)
+    st.subheader(f"Side by side: {run.name} ({cards[0]}) and {other.name} ({cards[1]}), both live")
+    if cards[0] != cards[1]:
+        st.warning(f"{run.name} was recorded on an {cards[0]} and {other.name} on an {cards[1]}: their step times and "
+                   "latencies differ by the GPU as well as by the runs' settings. The same round's partner (same card) "
+                   "is chosen by default.", icon=":material/memory:")
     steps = {run.name: run.steps, other.name: other.steps}
     requests = {run.name: run.requests, other.name: other.requests}
     cols = st.columns(2)
@@ -107,8 +114,15 @@ def choose_run() -> LiveRun | None:
                     f"({', '.join(RUN_FILES)}), then `python -m pagesim validate results/live/NAME` "
                     f"({', '.join(VALIDATION_FILES)}). You can also upload one as a zip in the sidebar.")
             return None
+        cards = {p.name: cached.live_run_card(str(p), (p / "summary.json").stat().st_mtime) for p in runs}
+        shown = sb.radio("Recorded on", [ANY_CARD, *sorted(set(cards.values()))], horizontal=True, bind=URL,
+                         key=f"{PREFIX}.card", help="the GPU of each run's summary.json (rounds 31 and 34's -rNNh runs "
+                                                    "on an H100, the others on an H200)")
+        runs = [p for p in runs if shown in (ANY_CARD, cards[p.name])]
         labels = {p.name: p.name + ("" if is_validated(p) else " (not validated)") for p in runs}
-        name = sb.selectbox("Run (results/live/)", list(labels), format_func=labels.get, bind=URL, key=f"{PREFIX}.run")
+        name = sb.selectbox(f"Run (results/live/, {len(runs)})", list(labels), format_func=labels.get, bind=URL,
+                            key=f"{PREFIX}.run")
+        sb.caption(f"{name}: recorded on an {cards[name]}")
         path = next(p for p in runs if p.name == name)
         return cached.live_run(str(path), max(f.stat().st_mtime for f in path.iterdir()))
     except UserError as exc:
