@@ -976,6 +976,20 @@ def test_live_page_shows_the_validations_warnings(tmp_path, monkeypatch):
     assert not at.error and [w.value for w in at.warning] == [text]
 
 
+def test_live_page_shows_the_warnings_the_live_run_printed(tmp_path, monkeypatch):
+    """summary.json's warnings (what `python -m pagesim live` printed: rejected requests, a device that is none of
+    pagesim's GPU specs, outputs cut at max_model_len) are on the page. Was: dropped; only validate's were shown."""
+    run = write_live_run(tmp_path / "fixture-run")
+    summary = json.loads((run / "summary.json").read_text())
+    texts = ["live: 12 of 40 requests (30.0%) were rejected; most often (12): prompt reaches max_model_len",
+             "live runs on NVIDIA L4, which is none of pagesim's GPU specs; the run is labelled --gpu h100"]
+    (run / "summary.json").write_text(json.dumps(summary | {"warnings": texts}))
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    assert [w.value for w in at.warning] == [f"The live run warned: {t}" for t in texts]
+
+
 def test_live_page_shows_the_ensemble_band_of_a_validation_that_has_one(tmp_path, monkeypatch):
     """A committed round-19 run validated with --ensemble 16: the request-level table carries the ensemble's median
     and band (in ms, as live's) and whether live lies in it, and a caption says what the ensemble is."""

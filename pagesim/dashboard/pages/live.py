@@ -143,6 +143,8 @@ def describe(run: LiveRun) -> None:
                 f"{hardware.get('gpu', config.get('gpu', '?'))} · block_size {config.get('block_size', '?')} · "
                 f"{blocks} GPU blocks · "
                 f"{s.get('run_name', config.get('kv_layout', ''))}")
+    for text in s.get("warnings") or []:  # what `python -m pagesim live` printed as it ran (summary.json's warnings)
+        st.warning(f"The live run warned: {text}", icon=":material/warning:")
     with st.expander("Config, trace, hardware and software"):
         st.json({k: v for k, v in s.items() if k != "runs"}, expanded=False)
 
