@@ -88,3 +88,20 @@ def test_plan_page_names_a_plan_json_whose_slos_or_frontier_are_malformed():
         (error,) = at.error
         assert error.value.startswith(f"{name}: not a plan.json") and words in error.value, error.value
         assert not at.get("plotly_chart")
+
+
+def test_plan_page_shows_the_warnings_skipped_degrees_and_failures_plan_printed():
+    """plan.json's warnings (each kind once, with how many candidates it concerns), the tensor-parallel degrees the
+    search skipped and the count of failed candidates, as `python -m pagesim plan` prints them. Was: all three dropped,
+    so a plan whose candidates rejected most requests, or that never tried tp 1, looked like a clean search."""
+    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
+    at.session_state["plan.report"] = report() | {
+        "failed": 1, "skipped": ["tensor_parallel_size=1: llama-3-70b's weights leave no KV memory on an h200"],
+        "warnings": ["(2 of 3 configurations): replica0: 30 of 100 requests (30.0%) were rejected (--max-model-len)"]}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "**1** failed" in at.markdown[0].value
+    assert [i.value for i in at.info if i.value.startswith("Not searched")] == [
+        "Not searched: tensor_parallel_size=1: llama-3-70b's weights leave no KV memory on an h200"]
+    assert [w.value for w in at.warning] == [
+        "In 2 of 3 configurations: replica0: 30 of 100 requests (30.0%) were rejected"]

@@ -179,7 +179,12 @@ def show(report: dict, opened: bool = False) -> None:
     rec, runner = report["recommendation"], report["runner_up"]
     st.markdown(f"**{report['evaluated']}** candidates of {report['model']} on at most {report['max_gpus']} "
                 f"{report['gpu']} GPUs, SLOs {', '.join(report['slos'])}"
-                + (f", trace **{report['trace']}**" if report.get("trace") else ""))
+                + (f", trace **{report['trace']}**" if report.get("trace") else "")
+                + (f"; **{report['failed']}** failed (the table's error column says why)" if report.get("failed") else ""))
+    for line in report.get("skipped") or []:  # what `plan` prints as "skipped ..." and plan.json keeps
+        st.info(f"Not searched: {line}", icon=":material/block:")
+    for line in report.get("warnings") or []:  # "(K of N configurations): TEXT", as `plan` prints them
+        st.warning("In " + widgets.in_page_words(line.lstrip("(").replace("):", ":", 1)), icon=":material/warning:")
     if rec is not None:
         st.success("Recommendation: " + describe(rec, slos).replace("\n    ", " · "))
     else:
