@@ -1036,6 +1036,24 @@ def test_live_page_judges_each_live_mode_target_as_met_or_missed(tmp_path, monke
     assert any("15 of 17 targets met" in m.value for m in at.markdown)
 
 
+def test_live_page_request_table_shows_the_ensemble_band_without_scrolling(tmp_path, monkeypatch):
+    """A round-34 run validated with the timed lockstep replay and the ensemble: the request-level table has the page's
+    whole width and its ensemble band and "live in band" follow the simulation's error, before the lockstep replay's
+    columns. Was: 12 columns in half the page, the band and its verdict beyond the table's right edge (Chromium at
+    1440 px showed up to "ensemble median")."""
+    import shutil
+
+    name = "longdoc-b-r34h"
+    shutil.copytree(REPO / "results" / "live" / name, tmp_path / name)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    in_columns = [d.value for col in at.columns for d in col.dataframe]
+    assert not [t for t in in_columns if "ensemble median" in t.columns], "the request-level table in a half column"
+    (table,) = [d.value for d in at.dataframe if "ensemble median" in d.value.columns]
+    assert list(table.columns[:8]) == ["metric", "live", "simulated", "relative error", "ensemble median", "band low",
+                                       "band high", "live in band"]
+
+
 def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch):
     write_live_run(tmp_path / "pair-x-paged")
     write_live_run(tmp_path / "pair-x-contiguous-max", num_requests=30)

@@ -156,36 +156,38 @@ def show_validation(run: LiveRun) -> None:
         st.warning(text)
     targets = live_targets.target_table(v)
     st.markdown("Targets of live mode: " + live_targets.verdict_line(targets))
-    st.dataframe(targets, hide_index=True, height="content")
     cols = st.columns(2)
     with cols[0]:
+        st.dataframe(targets, hide_index=True, height="content")
+    with cols[1]:
         st.markdown("Step level and decisions (lockstep)")
         st.dataframe(tables.step_level_table(v), hide_index=True, height="content")
         kind = v.get("cost_model", {}).get("kind")
         if kind:
             st.caption(f"cost model: {kind}" + (f" ({v['cost_model']['source']})" if v["cost_model"].get("source") else ""))
-    with cols[1]:
-        st.markdown("Request level (free-running simulation)")
-        st.dataframe(tables.request_level_table(v), hide_index=True, height="content",
-                     column_config={"relative error": st.column_config.NumberColumn(format="percent"),
-                                    "live": st.column_config.NumberColumn(format="%.4g"),
-                                    "simulated": st.column_config.NumberColumn(format="%.4g"),
-                                    tables.LOCKSTEP_COLUMNS[0]: st.column_config.NumberColumn(format="%.4g"),
-                                    tables.LOCKSTEP_COLUMNS[1]: st.column_config.NumberColumn(format="percent"),
-                                    "ensemble median": st.column_config.NumberColumn(format="%.4g"),
-                                    "ensemble error": st.column_config.NumberColumn(format="percent"),
-                                    "band low": st.column_config.NumberColumn(format="%.4g"),
-                                    "band high": st.column_config.NumberColumn(format="%.4g"),
-                                    "replicate live": st.column_config.NumberColumn(format="%.4g"),
-                                    "live vs live": st.column_config.NumberColumn(format="percent")})
-        ens = v.get("request_level_ensemble")
-        if ens:
-            st.caption(f"ensemble: the median of {ens['n']} free simulations whose step times vary as the GPU's do "
-                       f"(log-normal sigma {ens['step_sigma']:g} per step, {ens['level_sigma']:g} per run); band: "
-                       f"their p{ens['band_percentiles'][0]:g}-p{ens['band_percentiles'][1]:g}")
-        if v.get("live_repeatability"):
-            st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
-                       "an error within 'live vs live' cannot be told from the engine's own run-to-run spread)")
+    # the whole width: with the lockstep, ensemble and replicate columns it is 12-15 columns wide, and in half the
+    # page the ensemble's band and "live in band" sat beyond its right edge
+    st.markdown("Request level (free-running simulation)")
+    st.dataframe(tables.request_level_table(v), hide_index=True, height="content",
+                 column_config={"relative error": st.column_config.NumberColumn(format="percent"),
+                                "live": st.column_config.NumberColumn(format="%.4g"),
+                                "simulated": st.column_config.NumberColumn(format="%.4g"),
+                                tables.LOCKSTEP_COLUMNS[0]: st.column_config.NumberColumn(format="%.4g"),
+                                tables.LOCKSTEP_COLUMNS[1]: st.column_config.NumberColumn(format="percent"),
+                                "ensemble median": st.column_config.NumberColumn(format="%.4g"),
+                                "ensemble error": st.column_config.NumberColumn(format="percent"),
+                                "band low": st.column_config.NumberColumn(format="%.4g"),
+                                "band high": st.column_config.NumberColumn(format="%.4g"),
+                                "replicate live": st.column_config.NumberColumn(format="%.4g"),
+                                "live vs live": st.column_config.NumberColumn(format="percent")})
+    ens = v.get("request_level_ensemble")
+    if ens:
+        st.caption(f"ensemble: the median of {ens['n']} free simulations whose step times vary as the GPU's do "
+                   f"(log-normal sigma {ens['step_sigma']:g} per step, {ens['level_sigma']:g} per run); band: "
+                   f"their p{ens['band_percentiles'][0]:g}-p{ens['band_percentiles'][1]:g}")
+    if v.get("live_repeatability"):
+        st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
+                   "an error within 'live vs live' cannot be told from the engine's own run-to-run spread)")
 
     st.subheader("Step durations")
     cols = st.columns(2)
