@@ -1054,6 +1054,25 @@ def test_live_page_request_table_shows_the_ensemble_band_without_scrolling(tmp_p
                                        "band high", "live in band"]
 
 
+def test_live_page_worst_steps_lead_with_their_error_in_percent_and_times_in_ms(tmp_path, monkeypatch):
+    """The ten worst steps: step, kind, APE (shown as a percentage), measured and predicted in ms, then the features.
+    Was: validate's columns as stored, step and time first and 16 features before measured_s, predicted_s and ape (a
+    fraction, 0.178, under a heading that says "absolute percentage error") beyond the table's right edge."""
+    import shutil
+
+    name = "longdoc-b-r34h"
+    shutil.copytree(REPO / "results" / "live" / name, tmp_path / name)
+    worst = json.loads((tmp_path / name / "validation" / "validation.json").read_text())["step_level"]["worst_steps"][0]
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    (element,) = [d for d in at.dataframe if "APE" in d.value.columns]
+    table = element.value
+    assert list(table.columns[:6]) == ["step", "kind", "APE", "measured (ms)", "predicted (ms)", "time (s)"]
+    assert table["measured (ms)"].iloc[0] == pytest.approx(worst["measured_s"] * 1e3)
+    assert table["APE"].iloc[0] == pytest.approx(worst["ape"])
+    assert json.loads(element.proto.columns)["APE"]["type_config"]["format"] == "percent"
+
+
 def test_live_page_shows_a_pair_of_live_runs_side_by_side(tmp_path, monkeypatch):
     write_live_run(tmp_path / "pair-x-paged")
     write_live_run(tmp_path / "pair-x-contiguous-max", num_requests=30)

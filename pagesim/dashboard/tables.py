@@ -92,6 +92,19 @@ def step_level_table(validation: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["figure", "value"]).astype({"value": "string"})
 
 
+WORST_STEP_COLUMNS = {"step": "step", "kind": "kind", "ape": "APE", "measured_s": "measured (ms)",
+                      "predicted_s": "predicted (ms)", "time_s": "time (s)"}
+
+
+def worst_steps_table(validation: dict) -> pd.DataFrame:
+    """validation.json's worst steps: what ranks them first (step, kind, APE as a fraction, measured and predicted in
+    ms, when), then their features as validate stored them."""
+    worst = pd.DataFrame(validation.get("step_level", {}).get("worst_steps", []))
+    worst = worst.assign(**{c: worst[c] * 1e3 for c in ("measured_s", "predicted_s") if c in worst})
+    first = [c for c in WORST_STEP_COLUMNS if c in worst]
+    return worst[first + [c for c in worst if c not in first]].rename(columns=WORST_STEP_COLUMNS)
+
+
 def _pct(v) -> str | None:
     return None if v is None else f"{v * 100:.1f}%"
 

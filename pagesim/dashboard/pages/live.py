@@ -198,7 +198,10 @@ def show_validation(run: LiveRun) -> None:
 
     if v.get("step_level", {}).get("worst_steps"):
         st.markdown("The ten worst steps (absolute percentage error) and their features")
-        st.dataframe(pd.DataFrame(v["step_level"]["worst_steps"]), hide_index=True)
+        st.dataframe(tables.worst_steps_table(v), hide_index=True,
+                     column_config={"APE": st.column_config.NumberColumn(format="percent"),
+                                    "measured (ms)": st.column_config.NumberColumn(format="%.3f"),
+                                    "predicted (ms)": st.column_config.NumberColumn(format="%.3f")})
 
     st.subheader("Memory and running requests")
     st.plotly_chart(figures.live_vs_sim_over_time(run.steps, run.sim_steps), key=f"{PREFIX}.time")
