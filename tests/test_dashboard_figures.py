@@ -740,7 +740,7 @@ def test_slo_attainment_and_goodput_count_requests_as_replay_slo_does():
 def test_live_targets_missing_from_a_validation_are_not_judged_met():
     """An older validation.json without makespan or the by-kind MAPEs: those targets are left out or shown as not
     judged, never counted as met."""
-    from pagesim.dashboard import live_targets
+    from pagesim import live_targets
 
     table = live_targets.target_table({"step_level": {"mape": 0.04}, "decisions": {"n_steps_differing": 0},
                                        "request_level": {"ttft_s_p99": {"live": 1.0, "sim": 1.08, "rel_error": 0.08}}})

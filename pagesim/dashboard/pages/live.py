@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import cached, figures, live_targets, tables, widgets
+from pagesim import live_targets
+from pagesim.dashboard import cached, figures, tables, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.dashboard.live_runs import (RUN_FILES, VALIDATION_FILES, LiveRun, card, find_live_runs, is_validated,
                                         live_root)

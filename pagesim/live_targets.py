@@ -1,4 +1,6 @@
-"""The live-mode targets (README, Simulator accuracy) judged on one run's validation.json: met or missed.
+"""The live-mode targets (README, Simulator accuracy) judged on one run's validation.json: met or missed. Their
+thresholds' one home: the Sim vs Live page and the accuracy benches (bench/ensemble_windows.py,
+bench/decode_clock_share.py) read them here.
 
 The simulator makes live's decisions (0 differing lockstep steps); no step over 2x its prediction; step MAPE <= 3%
 and each step kind's <= 5%; makespan within 1%; TTFT, TPOT and E2E p50 / p90 within 5% and p99 within 10% in the
