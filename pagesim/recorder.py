@@ -216,8 +216,8 @@ class Recorder:
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
 
-    def record_decode_run(self, first_step: int, starts: list[float], durations: list[float], n: int,
-                          context_start: int, max_context_start: int, b: DecodeBlocks, finished: list,
+    def record_decode_run(self, first_step: int, starts: list[float] | np.ndarray, durations: list[float] | np.ndarray,
+                          n: int, context_start: int, max_context_start: int, b: DecodeBlocks, finished: list,
                           before: tuple) -> tuple:
         """Rows for a run of k = len(starts) decode steps of n requests, kept compactly and expanded in bulk by
         steps_frame(): `context_start` and `max_context_start` are the sum and the max of their
@@ -244,9 +244,13 @@ class Recorder:
         # took the deltas so far.
         self.runs.append(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
                               *before, *after, *NO_PREFIX_DELTAS, len(first_steps), num_evicted, num_internal))
-        pack_doubles = _DOUBLES[k]
-        self.run_starts.append(pack_doubles(*starts))
-        self.run_durations.append(pack_doubles(*durations))
+        if type(starts) is list:
+            pack_doubles = _DOUBLES[k]
+            self.run_starts.append(pack_doubles(*starts))
+            self.run_durations.append(pack_doubles(*durations))
+        else:  # float64 arrays (a long run's times, on arrays)
+            self.run_starts.append(starts.tobytes())
+            self.run_durations.append(durations.tobytes())
         if num_blocks:
             lists = self.run_blocks
             lists[0].append(_INTS[len(first_steps)](*first_steps))

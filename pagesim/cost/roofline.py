@@ -78,6 +78,8 @@ SEQ_OVERHEAD_S = 0.0
 # decode_run_times evaluates runs up to this many steps on Python floats (bit for bit numpy's result).
 SMALL_RUN = 48
 EXACT_INTS = 2**53  # every integer below it is a float, exactly
+# decode_run_until times this many steps or more on arrays (numpy's per-call cost is then below the floats' per-step one)
+NUMPY_RUN = 48
 
 
 def _bytes_read(first: int, step: int, num: int):
@@ -185,9 +187,10 @@ class RooflineCostModel:
                          window: int) -> tuple[list[float], list[float], float] | None:
         """The steps of a decode run (decode_run_times' durations) that start before `cut`, the first always,
         at most k, timed from `now`: (start times, durations, end of the last); each start is the previous
-        plus its duration, as a step-by-step clock adds them. One pass on Python floats up to the cut, the same
-        floats as decode_run_times'; None when more than `window` steps may start before cut (durations grow, so
-        the first bounds how many) or when the durations need the max() (the caller then uses decode_run_times)."""
+        plus its duration, as a step-by-step clock adds them. One pass up to the cut on Python floats (lists), or on
+        arrays from NUMPY_RUN steps on, the same floats as decode_run_times'; None when more than `window` steps may
+        start before cut (durations grow, so the first bounds how many) or when the durations need the max() (the
+        caller then uses decode_run_times)."""
         n = num_seqs
         dense = self._run_dense.get(n)
         if dense is None:
@@ -208,7 +211,21 @@ class RooflineCostModel:
         span = (cut - now) / first  # inf without a cut
         most = w if span >= w else int(span) + 2
         b2, db = c2 * kvb, n * kvb
-        durations = [dense + b / mem_rate + overhead for b in _bytes_read(b2, db, w if w <= most else most)]
+        num = w if w <= most else most
+        if num >= NUMPY_RUN and b2 + db * w < EXACT_INTS:
+            # Many steps: the same operations on arrays (each element as the float expression below; the bytes exact
+            # as floats; cumsum adds sequentially), the start times and durations handed back as arrays.
+            durations = dense + np.arange(b2, b2 + db * num, db, dtype=np.float64) / mem_rate + overhead
+            times = np.cumsum(np.concatenate(((now,), durations)))
+            m = max(int(times.searchsorted(cut)), 1)
+            if m == len(times) and num < w:  # (rounding beyond the margin: time all the window's steps)
+                durations = dense + np.arange(b2, b2 + db * w, db, dtype=np.float64) / mem_rate + overhead
+                times = np.cumsum(np.concatenate(((now,), durations)))
+                m = max(int(times.searchsorted(cut)), 1)
+            if m < len(times):
+                return times[:m], durations[:m], float(times[m])
+            return (times[:-1], durations, float(times[-1])) if w == k else None
+        durations = [dense + b / mem_rate + overhead for b in _bytes_read(b2, db, num)]
         times = list(accumulate(durations, initial=now))
         m = bisect_left(times, cut, 1)  # the first step ending at or after cut is the last
         if m == len(times) and len(durations) < w:  # (rounding beyond the margin: time all the window's steps)
