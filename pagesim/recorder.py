@@ -67,7 +67,9 @@ NO_PREFIX_DELTAS = (0, 0, 0)
 RUN_FIELDS = 7 + 9 + 9 + 3 + 3  # values kept per decode run (Recorder._runs_columns)
 # The records, packed by struct (one call a record; array.extend/fromlist parse each item as a function argument,
 # ~5x dearer), kept as bytes and joined at the flush (Recorder.rows).
-_ROW = Struct(f"{len(ROW_COLUMNS)}d").pack
+# A row's integers as int64 (a double costs a conversion per int), its two times as doubles (read back by _row_values).
+assert ROW_COLUMNS[:3] == ("step",) + FLOAT_COLUMNS
+_ROW = Struct(f"q2d{len(ROW_COLUMNS) - 3}q").pack
 _RUN = Struct(f"{RUN_FIELDS}q").pack
 assert FEATURE_COLUMNS[4:7] == ("num_decode_seqs", "decode_context_tokens", "max_decode_context")  # record_decode_run
 _features_tuple = attrgetter(*FEATURE_COLUMNS)
@@ -156,7 +158,7 @@ class Recorder:
         # the chunk is turned into columns without chasing (and then freeing) ~10^6 objects. Each record's packed
         # bytes are kept as they are and joined once at the flush (_joined): appending them to typed arrays grew
         # and copied each array's buffer ~90 times a chunk (1.6% of a replay's instructions in realloc's copies).
-        self.rows: list[bytes] = []  # ROW_COLUMNS' values of each recorded step (doubles; integers exact: all < 2**53)
+        self.rows: list[bytes] = []  # ROW_COLUMNS' values of each recorded step (_ROW: int64 but the two times)
         self.runs: list[bytes] = []  # RUN_FIELDS values of each decode run (_runs_columns), kept compact (record_decode_run)
         # The runs' steps' start times and durations, and their block allocations (DecodeBlocks' four lists), run after run.
         self.run_starts: list[bytes] = []
@@ -289,7 +291,7 @@ class Recorder:
         if rows is None:
             seg_len, is_run = K, np.ones(num_runs, dtype=np.int64)
         else:  # segments: the runs and the rows (one step each), in step order
-            order = np.argsort(np.concatenate([meta[:, 0], rows[:, ROW_INDEX["step"]].astype(np.int64)]), kind="stable")
+            order = np.argsort(np.concatenate([meta[:, 0], rows[:, ROW_INDEX["step"]]]), kind="stable")
             seg_len = np.concatenate([K, np.ones(len(rows), dtype=np.int64)])[order]
             is_run = (order < num_runs).astype(np.int64)
 
@@ -298,7 +300,7 @@ class Recorder:
                 """Each run's value of `column` (SEGMENT_FIELDS)."""
                 return meta[:, SEGMENT_FIELDS[column]]
         else:  # every column's segment values at once, put in step order by one gather
-            segments = np.concatenate([meta[:, _SEGMENT_RUN_FIELDS], rows[:, _SEGMENT_ROW_COLUMNS].astype(np.int64)])[order]
+            segments = np.concatenate([meta[:, _SEGMENT_RUN_FIELDS], rows[:, _SEGMENT_ROW_COLUMNS]])[order]
 
             def seg(column):
                 """Each segment's value of `column`: the run's (SEGMENT_FIELDS), the row's own."""
@@ -356,7 +358,7 @@ class Recorder:
             for c, parts in (("time_s", self.run_starts), ("duration_s", self.run_durations)):
                 out = cols[c] = np.empty(total, dtype=np.float64)
                 out[in_runs] = _joined(parts, np.float64)
-                out[~in_runs] = rows[:, ROW_INDEX[c]]
+                out[~in_runs] = _row_values(rows, c)
         # the columns that hold their segment's value in each of its rows: the row's own, the run's field ...
         for c in ("num_waiting", "num_swapped", "external_fragmentation"):
             values = seg(c)
@@ -430,7 +432,7 @@ class Recorder:
     def _columns(self) -> dict[str, np.ndarray]:
         """The rows and expanded decode runs since the last flush, as columns in step order. A column that is 0 in
         every one of these steps is left out (`step` is always there): not written, nor its memory touched."""
-        rows = _joined(self.rows, np.float64).reshape(-1, len(ROW_COLUMNS)) if self.rows else None
+        rows = _joined(self.rows, np.int64).reshape(-1, len(ROW_COLUMNS)) if self.rows else None
         if not self.runs:
             return _row_columns(rows) if rows is not None else {"step": np.zeros(0, dtype=np.int64)}
         meta = _joined(self.runs, np.int64).reshape(-1, RUN_FIELDS)
@@ -617,10 +619,15 @@ def _joined(parts: list[bytes], dtype) -> np.ndarray:
     return np.frombuffer(b"".join(parts), dtype=dtype)
 
 
+def _row_values(rows: np.ndarray, column: str) -> np.ndarray:
+    """A column of recorded single steps (_ROW's records as int64 rows): a view, the times' bits as float64."""
+    values = rows[:, ROW_INDEX[column]]
+    return values.view(np.float64) if column in FLOAT_COLUMNS else values
+
+
 def _row_columns(rows: np.ndarray) -> dict[str, np.ndarray]:
     """Recorded single steps (ROW_COLUMNS' values) as columns, those 0 in every row left out (`step` is always there)."""
-    return {c: rows[:, ROW_INDEX[c]].astype(np.float64 if c in FLOAT_COLUMNS else np.int64)
-            for c in STEP_COLUMNS if c == "step" or rows[:, ROW_INDEX[c]].any()}
+    return {c: _row_values(rows, c).copy() for c in STEP_COLUMNS if c == "step" or rows[:, ROW_INDEX[c]].any()}
 
 
 def _tiles(starts: np.ndarray, lengths: np.ndarray, row_steps: np.ndarray, start: int, end: int) -> bool:
