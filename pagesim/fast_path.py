@@ -32,7 +32,7 @@ from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler
 NO_RUN = (0, 0, 0)
 NOBODY: list[Request] = []  # read-only: a run that finished nobody
 SHORT_RUN = 32  # runs are timed over a window of this many steps first, on Python floats
-FUSED_RUN = 100  # ... or up to this many by a cost model that times them on floats (decode_run_until)
+FUSED_RUN = 1024  # ... or up to this many by a cost model that times them itself (decode_run_until: floats, or arrays)
 
 
 def decode_run_limit(sched: Scheduler) -> int:
