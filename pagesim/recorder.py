@@ -64,7 +64,7 @@ CHUNK_STEPS = 1 << 16  # steps per chunk handed to a sink (one Parquet row group
 # for every chunk: ~40k page faults fewer on Azure conv, for ~0.5% more instructions (more, smaller numpy calls).
 KEPT_CHUNK_STEPS = 1 << 14
 NO_PREFIX_DELTAS = (0, 0, 0)
-RUN_FIELDS = 7 + 9 + 9 + 3 + 3  # values kept per decode run (Recorder._runs_columns)
+RUN_FIELDS = 7 + 9 + 9 + 3  # values kept per decode run (Recorder._runs_columns)
 # The records, packed by struct (one call a record; array.extend/fromlist parse each item as a function argument,
 # ~5x dearer), kept as bytes and joined at the flush (Recorder.rows).
 # A row's integers as int64 (a double costs a conversion per int), its two times as doubles (read back by _row_values).
@@ -242,10 +242,10 @@ class Recorder:
             after = self._memory_after(before, n * k, num_blocks, num_evicted,
                                        sum(b.internal_slots) if num_internal else 0)
             self._memory_cache = (s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None), after)  # head
-        # No prefix-cache deltas: only admissions count (allocate_slots), a run admits nobody, and the step before it
-        # took the deltas so far.
+        # No prefix-cache deltas kept: only admissions count (allocate_slots), a run admits nobody, and the step before
+        # it took the deltas so far (0 in every step of a run).
         self.runs.append(_RUN(first_step, k, n, context_start, len(s.waiting), len(s.swapped), max_context_start,
-                              *before, *after, *NO_PREFIX_DELTAS, len(first_steps), num_evicted, num_internal))
+                              *before, *after, len(first_steps), num_evicted, num_internal))
         if type(starts) is list:
             pack_doubles = _DOUBLES[k]
             self.run_starts.append(pack_doubles(*starts))
@@ -285,8 +285,8 @@ class Recorder:
         kv = self.sched.kv
         bs = kv.block_size
         # meta, a row per run: first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values
-        # before the run and after its last step; the last step's prefix-cache deltas; then how many first block
-        # steps, evicted blocks and internal-fragmentation entries the run has in run_blocks
+        # before the run and after its last step; then how many first block steps, evicted blocks and
+        # internal-fragmentation entries the run has in run_blocks
         num_runs, K = len(meta), meta[:, 1]
         if rows is None:
             seg_len, is_run = K, np.ones(num_runs, dtype=np.int64)
@@ -330,8 +330,8 @@ class Recorder:
         first_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
         n = rep(seg("num_running"))
         # each request's block steps in a run from its first (DecodeBlocks): j, j + block_size, ... < k
-        firsts = _joined(first_steps, np.int64) + np.repeat(run_start, meta[:, 28])  # rows
-        counts = (np.repeat(run_start + K, meta[:, 28]) - firsts + bs - 1) // bs  # >= 1 each
+        firsts = _joined(first_steps, np.int64) + np.repeat(run_start, meta[:, 25])  # rows
+        counts = (np.repeat(run_start + K, meta[:, 25]) - firsts + bs - 1) // bs  # >= 1 each
         ends = np.cumsum(counts)
         nth = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)  # 0, 1, ... each
         # each column from its segment's value and a running sum within the segment: the base less the sum before
@@ -340,12 +340,12 @@ class Recorder:
         blocks_used = rep(seg("blocks_used") - before) + sums
         cached_before = seg("blocks_cached")
         if evicted_steps:
-            evicted = _joined(evicted_steps, np.int64) + np.repeat(run_start, meta[:, 29])
+            evicted = _joined(evicted_steps, np.int64) + np.repeat(run_start, meta[:, 26])
             sums, before = running_sums(per_row(evicted))
             cached_blocks = rep(cached_before + before) - sums
         else:
             cached_blocks = rep(cached_before) if cached_before.any() else None  # None: 0 in every row
-        sums, before = running_sums(weighted(internal_steps, 30, internal_slots))
+        sums, before = running_sums(weighted(internal_steps, 27, internal_slots))
         internal = rep(seg("internal_fragmentation") - before) + sums
         used = rep(seg("used")) + n * j
         allocated = blocks_used * bs
@@ -388,8 +388,8 @@ class Recorder:
             cols["blocks_cached"] = cached_blocks
             cols["cached"] = cached = cached_blocks * bs
         cols["free"] = kv.num_gpu_blocks * bs - allocated - external - cached
-        last = run_start + K - 1  # each run's last row: its memory and prefix-cache deltas as kept
-        for field, c in enumerate(MEMORY_COLUMNS + PREFIX_COLUMNS, 16):
+        last = run_start + K - 1  # each run's last row: its memory as kept (its prefix-cache deltas are 0)
+        for field, c in enumerate(MEMORY_COLUMNS, 16):
             if c not in cols:  # 0 in every row unless a run's last one is not
                 if not meta[:, field].any():
                     continue
