@@ -160,7 +160,8 @@ class Recorder:
         # and copied each array's buffer ~90 times a chunk (1.6% of a replay's instructions in realloc's copies).
         self.rows: list[bytes] = []  # ROW_COLUMNS' values of each recorded step (_ROW: int64 but the two times)
         self.runs: list[bytes] = []  # RUN_FIELDS values of each decode run (_runs_columns), kept compact (record_decode_run)
-        # The runs' steps' start times and durations, and their block allocations (DecodeBlocks' four lists), run after run.
+        # The runs' steps' start times and durations (packed), and their block allocations (DecodeBlocks' four lists,
+        # a few ints a run: the ints themselves, in one list per kind), run after run.
         self.run_starts: list[bytes] = []
         self.run_durations: list[bytes] = []
         self.run_blocks = _block_lists()
@@ -253,15 +254,14 @@ class Recorder:
         else:  # float64 arrays (a long run's times, on arrays)
             self.run_starts.append(starts.tobytes())
             self.run_durations.append(durations.tobytes())
-        if num_blocks:
+        if num_blocks:  # a few ints each: extended (a pack per list costs more than converting them at the flush)
             lists = self.run_blocks
-            lists[0].append(_INTS[len(first_steps)](*first_steps))
+            lists[0].extend(first_steps)
             if num_evicted:
-                lists[1].append(_INTS[num_evicted](*evicted_steps))
+                lists[1].extend(evicted_steps)
             if num_internal:
-                pack_ints = _INTS[num_internal]
-                lists[2].append(pack_ints(*internal_steps))
-                lists[3].append(pack_ints(*b.internal_slots))
+                lists[2].extend(internal_steps)
+                lists[3].extend(b.internal_slots)
         self.num_steps = first_step + k
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
@@ -318,8 +318,8 @@ class Recorder:
 
         def weighted(steps, count_col, weights):
             """Per row: the sum of run_blocks' `weights` at run_blocks' `steps` (run-local steps) that fall in it."""
-            places = _joined(steps, np.int64) + np.repeat(run_start, meta[:, count_col])
-            return np.bincount(places, _joined(weights, np.int64).astype(np.float64), minlength=total).astype(np.int64)
+            places = _ints(steps) + np.repeat(run_start, meta[:, count_col])
+            return np.bincount(places, np.array(weights, dtype=np.float64), minlength=total).astype(np.int64)
 
         def running_sums(values):
             """The sum of `values` (per row) over the rows so far, and before each segment's first row: a segment's
@@ -330,7 +330,7 @@ class Recorder:
         first_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
         n = rep(seg("num_running"))
         # each request's block steps in a run from its first (DecodeBlocks): j, j + block_size, ... < k
-        firsts = _joined(first_steps, np.int64) + np.repeat(run_start, meta[:, 25])  # rows
+        firsts = _ints(first_steps) + np.repeat(run_start, meta[:, 25])  # rows
         counts = (np.repeat(run_start + K, meta[:, 25]) - firsts + bs - 1) // bs  # >= 1 each
         ends = np.cumsum(counts)
         nth = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)  # 0, 1, ... each
@@ -340,7 +340,7 @@ class Recorder:
         blocks_used = rep(seg("blocks_used") - before) + sums
         cached_before = seg("blocks_cached")
         if evicted_steps:
-            evicted = _joined(evicted_steps, np.int64) + np.repeat(run_start, meta[:, 26])
+            evicted = _ints(evicted_steps) + np.repeat(run_start, meta[:, 26])
             sums, before = running_sums(per_row(evicted))
             cached_blocks = rep(cached_before + before) - sums
         else:
@@ -589,29 +589,29 @@ class _StepTable:
         return {c: self.cols[c][:n] if c in self.cols else np.zeros(n, dtype=NARROW[c]) for c in STEP_COLUMNS}
 
 
-class _Packers(dict):
-    """{count: pack(*values) -> bytes of `count` values, as an array of `kind` ("d" or "q") holds them}: a struct made
-    once per count, found by a C-level lookup per record (a copy, where array.fromlist parses each item)."""
-
-    def __init__(self, kind: str):
-        super().__init__()
-        self.kind = kind
+class _DoublePackers(dict):
+    """{count: pack(*values) -> bytes of `count` doubles}: a struct made once per count, found by a C-level lookup
+    per record (a copy, where array.fromlist parses each item)."""
 
     def __missing__(self, count: int):
-        pack = Struct(f"{count}{self.kind}").pack
+        pack = Struct(f"{count}d").pack
         if count <= 1024:  # long runs are rare: no struct kept for each length
             self[count] = pack
         return pack
 
 
-_DOUBLES, _INTS = _Packers("d"), _Packers("q")
+_DOUBLES = _DoublePackers()
 
 
-def _block_lists() -> tuple[list[bytes], list[bytes], list[bytes], list[bytes]]:
-    """Where decode runs' DecodeBlocks go, packed, list by list (first_steps, evicted_steps, internal_steps,
+def _block_lists() -> tuple[list[int], list[int], list[int], list[int]]:
+    """Where decode runs' DecodeBlocks go, list by list, run after run (first_steps, evicted_steps, internal_steps,
     internal_slots)."""
     return [], [], [], []
 
+
+def _ints(values: list[int]) -> np.ndarray:
+    """A list of ints (_block_lists') as an int64 array."""
+    return np.fromiter(values, dtype=np.int64, count=len(values))
 
 
 def _joined(parts: list[bytes], dtype) -> np.ndarray:
