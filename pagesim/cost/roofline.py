@@ -79,7 +79,7 @@ SEQ_OVERHEAD_S = 0.0
 SMALL_RUN = 48
 EXACT_INTS = 2**53  # every integer below it is a float, exactly
 # decode_run_until times this many steps or more on arrays (numpy's per-call cost is then below the floats' per-step one)
-NUMPY_RUN = 48
+NUMPY_RUN = 32
 
 
 def _bytes_read(first: int, step: int, num: int):
@@ -213,17 +213,19 @@ class RooflineCostModel:
         b2, db = c2 * kvb, n * kvb
         num = w if w <= most else most
         if num >= NUMPY_RUN and b2 + db * w < EXACT_INTS:
-            # Many steps: the same operations on arrays (each element as the float expression below; the bytes exact
-            # as floats; cumsum adds sequentially), the start times and durations handed back as arrays.
-            durations = dense + np.arange(b2, b2 + db * num, db, dtype=np.float64) / mem_rate + overhead
-            times = np.cumsum(np.concatenate(((now,), durations)))
-            m = max(int(times.searchsorted(cut)), 1)
-            if m == len(times) and num < w:  # (rounding beyond the margin: time all the window's steps)
-                durations = dense + np.arange(b2, b2 + db * w, db, dtype=np.float64) / mem_rate + overhead
-                times = np.cumsum(np.concatenate(((now,), durations)))
+            # Many steps: the same operations on arrays (each element as the float expression below, the bytes exact
+            # as floats; cumsum adds sequentially), in place after `now`; the start times and durations handed back
+            # as arrays. (The second pass: rounding beyond the margin, all the window's steps timed.)
+            for count in (num, w) if num < w else (num,):
+                times = np.empty(count + 1)
+                times[0], durations = now, times[1:]
+                np.divide(np.arange(b2, b2 + db * count, db, dtype=np.float64), mem_rate, out=durations)
+                durations += dense  # x + dense: dense + x (IEEE addition commutes)
+                durations += overhead
+                times = np.cumsum(times)
                 m = max(int(times.searchsorted(cut)), 1)
-            if m < len(times):
-                return times[:m], durations[:m], float(times[m])
+                if m < len(times):
+                    return times[:m], durations[:m], float(times[m])
             return (times[:-1], durations, float(times[-1])) if w == k else None
         durations = [dense + b / mem_rate + overhead for b in _bytes_read(b2, db, num)]
         times = list(accumulate(durations, initial=now))
