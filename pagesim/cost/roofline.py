@@ -91,6 +91,18 @@ def _bytes_read(first: int, step: int, num: int):
     return range(first, first + step * num, step)
 
 
+def _kv_read_durations(dense: float, first: int, step: int, num: int, mem_rate: float, overhead: float,
+                       out: np.ndarray | None = None) -> np.ndarray:
+    """dense + b / mem_rate + overhead for the bytes b = first, first + step, ... (num of them) on arrays: a K/V-bound
+    decode run's step durations, element for element the float expression (the bytes exact as floats below
+    EXACT_INTS, else int64 as the products are), for decode_run_times and decode_run_until alike; into `out` if given."""
+    dtype = np.float64 if first + step * num < EXACT_INTS else np.int64
+    out = np.divide(np.arange(first, first + step * num, step, dtype=dtype), mem_rate, out=out)
+    out += dense  # x + dense: dense + x (IEEE addition commutes)
+    out += overhead
+    return out
+
+
 class RooflineCostModel:
     def __init__(self, config: Config, *, mem_efficiency: float = MEM_EFFICIENCY,
                  compute_efficiency: float = COMPUTE_EFFICIENCY, pcie_efficiency: float = PCIE_EFFICIENCY,
@@ -174,7 +186,7 @@ class RooflineCostModel:
             if k <= SMALL_RUN:  # numpy's per-call cost dominates short runs: the same operations on floats
                 return np.array([dense + c2 * kvb / mem_rate + overhead
                                  for c2 in range(context_start + 2 * n, context_start + n * (k + 2), n)])
-            return dense + np.arange(context_start + 2 * n, context_start + n * (k + 2), n, dtype=np.int64) * kvb / mem_rate + overhead
+            return _kv_read_durations(dense, (context_start + 2 * n) * kvb, n * kvb, k, mem_rate, overhead)
         if k <= SMALL_RUN:
             # max(a, b) written out (a builtin call per step was a tenth of a run's cost); the same value
             return np.array([dense + (a if (a := (c + n) * kvb / mem_rate) >= (b := c * attn / flop_rate) else b)
@@ -212,16 +224,14 @@ class RooflineCostModel:
         most = w if span >= w else int(span) + 2
         b2, db = c2 * kvb, n * kvb
         num = w if w <= most else most
-        if num >= NUMPY_RUN and b2 + db * w < EXACT_INTS:
-            # Many steps: the same operations on arrays (each element as the float expression below, the bytes exact
-            # as floats; cumsum adds sequentially), in place after `now`; the start times and durations handed back
-            # as arrays. (The second pass: rounding beyond the margin, all the window's steps timed.)
+        if num >= NUMPY_RUN:
+            # Many steps: the same durations on arrays, written after `now`, and the starts by cumsum (it adds
+            # sequentially); start times and durations handed back as arrays. (The second pass: rounding beyond the
+            # margin, all the window's steps timed.)
             for count in (num, w) if num < w else (num,):
                 times = np.empty(count + 1)
                 times[0], durations = now, times[1:]
-                np.divide(np.arange(b2, b2 + db * count, db, dtype=np.float64), mem_rate, out=durations)
-                durations += dense  # x + dense: dense + x (IEEE addition commutes)
-                durations += overhead
+                _kv_read_durations(dense, b2, db, count, mem_rate, overhead, out=durations)
                 times = np.cumsum(times)
                 m = max(int(times.searchsorted(cut)), 1)
                 if m < len(times):
