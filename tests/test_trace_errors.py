@@ -323,6 +323,9 @@ def test_a_lone_cr_inside_a_row_of_an_lf_file_names_its_line_and_field(tmp_path)
     err = load_error(tmp_path, burst + "2.0,374,44\r3.0,374,44\n4.0,374,44\n")  # valid otherwise: the fast path's file
     assert_error(err, 3, "Response tokens", "no carriage return (CR) inside a row")
     assert str(err).endswith("got '44\\r3.0'")
+    # the same file gzipped: the fast path notes its line ends as it decompresses (a plain file is scanned apart)
+    err = load_error(tmp_path, gzip.compress((burst + "2.0,374,44\r3.0,374,44\n4.0,374,44\n").encode()), name="b.csv.gz")
+    assert_error(err, 3, "Response tokens", "no carriage return (CR) inside a row")
 
 
 def test_crs_that_break_no_row_still_load(tmp_path):

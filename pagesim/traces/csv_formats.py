@@ -18,6 +18,8 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import mmap
+import os
 import re
 import warnings
 
@@ -26,7 +28,7 @@ import pandas as pd
 
 from pagesim.traces.errors import EMPTY, Described, TraceError
 from pagesim.traces.schema import MAX_INT, MAX_TIME, Parsed, Rows, numbers, offsets
-from pagesim.traces.text import open_trace, read_head
+from pagesim.traces.text import is_gzip, open_trace, read_head
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -60,10 +62,14 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
         types = {time_col: time_type} | {c: pa.float64() for c in count_cols}
         options = pacsv.ConvertOptions(column_types=types, include_columns=list(HEADERS[fmt]))
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in HEADERS[fmt]}
-        source = open_trace(path)  # a gzip file decompressed as read, within the ceiling
-        ends = _LineEnds(source)
+        # a gzip file decompressed as read, within the ceiling, its line ends noted as read (_LineEnds); a plain
+        # file read by pyarrow itself and scanned for them apart (_lone_cr): read through Python, its bytes made the
+        # simulation after it run 1.8% more instructions (bench/sim_instructions.py, Azure conv; the C allocator's
+        # state after a file-sized block)
+        source = open_trace(path) if is_gzip(path) else path
+        ends = _LineEnds(source) if source is not path else None
         try:
-            with pacsv.open_csv(ends, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
+            with pacsv.open_csv(ends or source, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
                                 parse_options=pacsv.ParseOptions(ignore_empty_lines=False), convert_options=options) as reader:
                 for batch in reader:
                     for name in HEADERS[fmt]:
@@ -78,15 +84,16 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
                         # batch's buffers go back
                     del batch, column
                     pa.default_memory_pool().release_unused()  # arrow's allocator keeps freed blocks otherwise
-            if ends.lone_cr and ends.lf:  # pyarrow broke a row at the CR: the careful path names its line
-                return None
+            if (ends.lone_cr and ends.lf) if ends else _lone_cr(path):  # pyarrow broke a row at the CR: the
+                return None  # careful path names its line
             break
         except (pa.ArrowException, OSError, ValueError):
             if getattr(source, "error", None):  # corrupt, or past the ceiling once decompressed
                 raise source.error from None
             continue
         finally:
-            source.close()
+            if source is not path:
+                source.close()
     else:
         return None
     if not chunks[time_col]:
@@ -136,6 +143,19 @@ class _LineEnds(io.RawIOBase):
         data = self.read(len(buffer))
         memoryview(buffer).cast("B")[: len(data)] = data
         return len(data)
+
+
+def _lone_cr(path: str) -> bool:
+    """Whether a plain file holds an LF and a CR alone (not before an LF) short of its end, as _LineEnds notes of the
+    bytes it passes on; scanned in place (mmap), never copied into Python."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(b"\n") >= 0 and _LONE_CR_BYTES.search(m) is not None
+
+
+_LONE_CR_BYTES = re.compile(rb"\r(?!\n|\Z)")
 
 
 def read_fast(path: str, fmt: str) -> Parsed | None:
