@@ -56,6 +56,16 @@ def app(page: str | None = None) -> AppTest:
     return at
 
 
+def live_page_at(run: str) -> AppTest:
+    """A new session opened at ?live.run=RUN on the Sim vs Live page (as a shared link opens it), drawn without error."""
+    at = new_app()
+    at.query_params["live.run"] = run
+    at.run()
+    at.switch_page(f"{PAGES}/live.py").run()
+    assert not at.exception and not at.error
+    return at
+
+
 def charts(at: AppTest) -> list[go.Figure]:
     """The plotly figures on the page, rebuilt from the JSON specs sent to the browser."""
     return [go.Figure(_typed_arrays(json.loads(el.proto.spec))) for el in at.get("plotly_chart")]
@@ -1098,11 +1108,7 @@ def test_live_page_pairs_a_run_with_the_partner_of_its_own_round(tmp_path, monke
     monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
     for run, partner in [("pair-x-paged-r2", "pair-x-contiguous-max-r2"), ("pair-x-contiguous-max-r2", "pair-x-paged-r2"),
                          ("pair-x-contiguous-max", "pair-x-paged"), ("pair-x-paged", "pair-x-contiguous-max")]:
-        at = new_app()
-        at.query_params["live.run"] = run
-        at.run()
-        at.switch_page(f"{PAGES}/live.py").run()
-        assert not at.exception and not at.error
+        at = live_page_at(run)
         assert at.selectbox(key="live.run").value == run
         assert at.selectbox(key="live.partner").value == partner, run
 
@@ -1125,11 +1131,7 @@ def test_live_page_tells_the_card_of_each_run_and_of_a_pair_recorded_on_two(tmp_
     shutil.copytree(tmp_path / "pair-x-paged-r2h", tmp_path / "pair-x-contiguous-max")
     _recorded_on(tmp_path / "pair-x-contiguous-max", "NVIDIA H200")
     monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
-    at = new_app()
-    at.query_params["live.run"] = "pair-x-paged-r2h"
-    at.run()
-    at.switch_page(f"{PAGES}/live.py").run()
-    assert not at.exception and not at.error
+    at = live_page_at("pair-x-paged-r2h")
     assert at.radio(key="live.card").options == ["any GPU", "H100", "H200"]
     assert any(c.value == "pair-x-paged-r2h: recorded on an H100" for c in at.sidebar.caption)
     assert any("pair-x-paged-r2h (H100) and pair-x-contiguous-max-r2h (H100)" in h.value for h in at.subheader)
@@ -1170,11 +1172,7 @@ def test_live_page_names_a_url_run_that_does_not_exist(tmp_path, monkeypatch):
     """?live.run=NAME of a run that is not there (renamed, another checkout): the page says it shows another run."""
     write_live_run(tmp_path / "a-run")
     monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
-    at = new_app()
-    at.query_params["live.run"] = "gone-run"
-    at.run()
-    at.switch_page(f"{PAGES}/live.py").run()
-    assert not at.exception and not at.error
+    at = live_page_at("gone-run")
     (warning,) = [w.value for w in at.warning if "URL" in w.value]
     assert "live.run='gone-run' (using a-run)" in warning
 
