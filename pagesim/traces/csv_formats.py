@@ -118,8 +118,8 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
 
 class _LineEnds(io.RawIOBase):
     """A file's bytes as pyarrow reads them, noting whether they hold an LF, and a CR alone (not before an LF) short of
-    the end: in a file of LF lines such a CR is refused by the careful path (_check_lone_cr), where pyarrow would
-    break the line there."""
+    the end (_LONE_CR_BYTES, read after read): in a file of LF lines such a CR is refused by the careful path
+    (_check_lone_cr), where pyarrow would break the line there."""
 
     def __init__(self, raw: io.RawIOBase):
         self.raw, self.lf, self.lone_cr, self._cr_at_end = raw, False, False, False
@@ -132,11 +132,9 @@ class _LineEnds(io.RawIOBase):
         if data:
             if self._cr_at_end and data[0] != 0x0A:
                 self.lone_cr = True
-            self._cr_at_end = data[-1] == 0x0D
+            self._cr_at_end = data[-1] == 0x0D  # (whether an LF follows it: the next read's first byte)
             self.lf = self.lf or b"\n" in data
-            crs = data.count(b"\r")
-            if crs and crs - data.count(b"\r\n") - self._cr_at_end:
-                self.lone_cr = True
+            self.lone_cr = self.lone_cr or _LONE_CR_BYTES.search(data) is not None
         return data
 
     def readinto(self, buffer) -> int:
