@@ -70,26 +70,30 @@ def _report_problem(report) -> str | None:
     missing = [k for k in REPORT_KEYS if k not in report]
     if missing:
         return f"missing {', '.join(missing)} (expected keys {', '.join(REPORT_KEYS)})"
-    rows = report["candidates"]
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        return "candidates: expected a non-empty list of candidate objects"
-    for i, row in enumerate(rows):
-        lacking = [c for c in CANDIDATE_COLUMNS if c not in row]
-        if lacking:
-            return f"candidates[{i}] lacks {', '.join(lacking)}"
-    pareto = report["pareto"]
-    if not isinstance(pareto, list) or not all(isinstance(r, dict) for r in pareto):
-        return f"pareto: expected a list of objects with {', '.join(PARETO_COLUMNS)}"
-    for i, row in enumerate(pareto):
-        lacking = [c for c in PARETO_COLUMNS if c not in row]
-        if lacking:
-            return f"pareto[{i}] lacks {', '.join(lacking)}"
+    problem = (_rows_problem(report, "candidates", CANDIDATE_COLUMNS, "a non-empty list of candidate objects")
+               or _rows_problem(report, "pareto", PARETO_COLUMNS,
+                                f"a list of objects with {', '.join(PARETO_COLUMNS)}", empty_ok=True))
+    if problem:
+        return problem
     if not isinstance(report["slos"], list):
         return "slos: expected a list such as [\"ttft_p99=1\"]"
     try:
         parse_slos(report["slos"])
     except UserError as exc:
         return f"slos: {str(exc).removeprefix('--slo ')}"
+    return None
+
+
+def _rows_problem(report: dict, key: str, columns, expected: str, empty_ok: bool = False) -> str | None:
+    """What is wrong with report[key] as a list of objects each holding `columns` (`expected` says what it should be),
+    or None."""
+    rows = report[key]
+    if not isinstance(rows, list) or not (rows or empty_ok) or not all(isinstance(r, dict) for r in rows):
+        return f"{key}: expected {expected}"
+    for i, row in enumerate(rows):
+        lacking = [c for c in columns if c not in row]
+        if lacking:
+            return f"{key}[{i}] lacks {', '.join(lacking)}"
     return None
 
 
