@@ -129,7 +129,7 @@ class ClusterSimulation:
         self.router = router
         self.fast_path = cost_model if fast_path else None
         # Each replica: its own scheduler, KV cache, executor and recorder (a Simulation's), on the shared clock.
-        self.replicas = [Simulation([], config, cost_model) for _ in range(num_replicas)]
+        self.replicas = [Simulation([], config, cost_model, clock=SimClock(self.env)) for _ in range(num_replicas)]
         self.routed: list[list[Request]] = [[] for _ in range(num_replicas)]
         self.next_index = 0  # the next request to route
         self.progress = progress  # progress(now) as each request is routed (replay's bar: sim_progress)
@@ -155,7 +155,7 @@ class ClusterSimulation:
 
     def engine(self, k: int):
         rep = self.replicas[k]
-        return (yield from drive(rep.scheduler, rep.executor, rep.recorder, _RoutedArrivals(self), SimClock(self.env),
+        return (yield from drive(rep.scheduler, rep.executor, rep.recorder, _RoutedArrivals(self), rep.clock,
                                  fast_path=self.fast_path))
 
     def run(self, name: str | None = None) -> RunResult:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures
+from pagesim.cost.governor import Throttle
 from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import Arrivals, Hooks, SchedulerStuck, VirtualClock, drive, run
 from pagesim.recorder import BlockSnapshot, Recorder
@@ -33,18 +34,30 @@ from pagesim.utils import paused_gc
 
 
 class SimExecutor:
-    """Executes a plan by asking the cost model how long it would take."""
+    """Executes a plan by asking the cost model how long it would take.
 
-    def __init__(self, cost_model, block_size: int):
+    With a cost model that has a power governor (a profile fitted to clocked calibration rows: cost/governor.py),
+    a step with prefill tokens lasts its price times the governor's factor at the load of the steps before it on
+    this engine's GPU, which `clock` (the loop's: a step starts at its now()) places in time."""
+
+    def __init__(self, cost_model, block_size: int, clock=None):
         self.cost_model = cost_model
         self.last: tuple = (None, None)  # (plan, its features): the recorder asks for them right after
         # decode_shared_tokens only for a cost model that prices it (a profile fitted to steps sharing blocks)
         self.sharing_block_size = block_size if cost_model.prices_sharing else 0
+        governor = cost_model.governor
+        self.clock = clock
+        self.throttle = Throttle(governor) if governor is not None else None
+        if self.throttle is not None and clock is None:
+            raise ValueError("a cost model with a power governor needs the loop's clock (SimExecutor(clock=...))")
 
     def execute(self, plan) -> float:
         features = StepFeatures.from_plan(plan, self.sharing_block_size)
         self.last = (plan, features)
-        return self.cost_model.step_time(features)
+        seconds = self.cost_model.step_time(features)
+        if self.throttle is not None and features.num_prefill_tokens:
+            return self.throttle.step(self.clock.now(), seconds, features)
+        return seconds
 
     def features_of(self, plan) -> StepFeatures:
         last_plan, features = self.last
@@ -67,19 +80,21 @@ class RunResult:
 
 class Simulation:
     def __init__(self, requests: list[Request], config: Config, cost_model, *, fast_path: bool = True,
-                 snapshot_times=(), progress=None, record_events: bool = False, steps_sink=None, on_release=None):
+                 snapshot_times=(), progress=None, record_events: bool = False, steps_sink=None, on_release=None,
+                 clock=None):
         """steps_sink: where the step table goes in chunks as it is recorded (results.StepsWriter.sink);
         the result's `steps` is then None. Without it the steps are kept (compactly) and returned.
-        on_release(request, now, step_id): told of each request's release (loop.Arrivals)."""
+        on_release(request, now, step_id): told of each request's release (loop.Arrivals).
+        clock: the loop's clock (default: a VirtualClock of its own; a cluster's replicas share simpy's)."""
         self.requests = in_arrival_order(requests)
         self.config = config
         self.cost_model = cost_model
         self.fast_path = fast_path
         self.snapshot_times = sorted(snapshot_times)
         self.progress = progress
-        self.clock = VirtualClock()
+        self.clock = clock if clock is not None else VirtualClock()
         self.scheduler = Scheduler(config, record_events)
-        self.executor = SimExecutor(cost_model, config.block_size)
+        self.executor = SimExecutor(cost_model, config.block_size, self.clock)
         self.recorder = Recorder(self.scheduler, self.executor.features_of, sink=steps_sink)
         self._snaps = list(self.snapshot_times)
         self.on_release = on_release

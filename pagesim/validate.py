@@ -45,6 +45,7 @@ from pagesim.accounting import CATEGORIES
 from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures, steps_since_prefill
+from pagesim.cost.governor import Throttle
 from pagesim.cost.jitter import JitteredCostModel, check_sigma
 from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
 from pagesim.errors import UserError
@@ -215,9 +216,15 @@ def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256,
     rows = steps[worked]
     # as the scheduler stamped the plans (the steps in order, as a run records them)
     since, last_tokens = (a[worked] for a in steps_since_prefill(steps["step"], steps["num_prefill_tokens"]))
-    predicted = np.array([cost_model.step_time(StepFeatures(**{c: int(v) for c, v in zip(STEP_FEATURES, vals)},
-                                                            steps_since_prefill=int(k), last_prefill_tokens=int(t)))
-                          for k, t, vals in zip(since, last_tokens, rows[list(STEP_FEATURES)].itertuples(index=False))])
+    features = [StepFeatures(**{c: int(v) for c, v in zip(STEP_FEATURES, vals)}, steps_since_prefill=int(k),
+                             last_prefill_tokens=int(t))
+                for k, t, vals in zip(since, last_tokens, rows[list(STEP_FEATURES)].itertuples(index=False))]
+    predicted = np.array([cost_model.step_time(f) for f in features])
+    if cost_model.governor is not None:  # as the simulator prices them: at the load of the steps before, in live's time
+        throttle = Throttle(cost_model.governor)
+        for i, (start, f) in enumerate(zip(rows["time_s"].tolist(), features)):
+            if f.num_prefill_tokens:
+                predicted[i] = throttle.step(start, predicted[i], f)
     measured = rows["duration_s"].to_numpy(dtype=np.float64)
     ape = np.abs(predicted / measured - 1)
     table = rows[["step", "time_s"] + list(STEP_FEATURES)].assign(measured_s=measured, predicted_s=predicted,

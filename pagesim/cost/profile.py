@@ -137,6 +137,7 @@ import numpy as np
 from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.decode_split import num_decode_splits
 from pagesim.cost.features import StepFeatures, steps_since_prefill
+from pagesim.cost.governor import ClockGovernor
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
 from pagesim.errors import UserError, not_a_file
 from pagesim.specs import get_gpu, get_model
@@ -315,6 +316,8 @@ class ProfileCostModel:
     after_prefill: tuple[tuple[float, ...], ...] = ()
     # the engine's prefill attention kernel when the timings were taken (calibrations record it since round 29)
     prefill_kernel: str | None = None
+    # the GPU's power governor fitted to the calibration's clocks (governor.py); None: steps priced at the top clock
+    governor: ClockGovernor | None = None
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -532,6 +535,8 @@ class ProfileCostModel:
             d["after_prefill"] = after_prefill_json(self.after_prefill)
         if self.prefill_kernel:
             d["prefill_kernel"] = self.prefill_kernel
+        if self.governor is not None:
+            d["clock_governor"] = self.governor.to_json()
         return d
 
     # ---- files ---------------------------------------------------------------------
@@ -549,6 +554,8 @@ class ProfileCostModel:
             d["after_prefill"] = after_prefill_json(self.after_prefill)
         if self.prefill_kernel:
             d["prefill_kernel"] = self.prefill_kernel
+        if self.governor is not None:
+            d["clock_governor"] = self.governor.to_json()
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
@@ -622,11 +629,17 @@ class ProfileCostModel:
         if kernel is not None and not isinstance(kernel, str):
             raise UserError(f"profile {p}: 'prefill_kernel' is {kernel!r}, expected the name of the engine's prefill "
                             "kernel it timed (a string)")
+        governor = d.get("clock_governor")
+        if governor is not None:
+            try:
+                governor = ClockGovernor.from_json(governor)
+            except ValueError as e:
+                raise UserError(f"profile {p}: 'clock_governor' is {e}") from None
         try:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)), kernel)
+                       lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)), kernel, governor)
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
@@ -890,7 +903,11 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
         profile = replace(profile, after_prefill=factors)
     clock = {"reference_mhz": reference, "sensitivity": best, "median_mhz": float(np.median(clocks[steady])),
              "held_out_mape_by_sensitivity": {str(s): fits[s][1]["mape"] for s in fits}}
+    governor, governed = ClockGovernor.fit(rows, get_model(model), reference, best) if best else (None, {
+        "skipped": "clock share 0: the clock moves no step time"})
+    profile = replace(profile, governor=governor)
     profile.fit["sm_clock"] = report["sm_clock"] = clock
+    profile.fit["clock_governor"] = report["clock_governor"] = governed
     profile.fit["after_prefill"] = report["after_prefill"] = {**after_prefill_json(factors), "rows": counts,
                                                               "far_rows": n_far}
     return profile, report

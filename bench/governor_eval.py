@@ -1,0 +1,112 @@
+"""The power governor's effect on every committed live run whose session's calibration rows are committed.
+
+For each run: its profile P (the one its validation used) and P with a governor fitted to the same session's
+calibration rows (cost/governor.py; P's own clock share and reference clock: only the governor differs), each
+validated on the CPU (`pagesim.validate`, the free simulation and the step level; no ensemble), into a temporary
+folder. Writes the per-run figures and the targets met with and without the governor to --out.
+
+    python bench/governor_eval.py --out bench/results/governor-eval-2026-12-06-r35.json [--runs GLOB] [--ensemble N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pagesim.cost.governor import ClockGovernor  # noqa: E402
+from pagesim.specs import get_model  # noqa: E402
+from pagesim.validate import validate  # noqa: E402
+
+REQUEST = [f"{m}_s_{p}" for m in ("ttft", "tpot", "e2e") for p in ("p50", "p90", "p99")]
+LIMIT = {"p50": 0.05, "p90": 0.05, "p99": 0.10}
+
+
+def session_rows(run: Path, profile_path: str, profile: dict) -> str | None:
+    """The calibration rows of the run's profile: beside it, in the run, or the session's in results/profiles."""
+    candidates = [profile_path.replace(".json", ".steps.csv.gz"), str(run / "profile.steps.csv.gz")]
+    suffix = run.name.rsplit("-", 1)[-1]
+    fp8 = "-fp8" if profile.get("kv_cache_dtype") == "fp8" else ""
+    model = profile["model"]
+    candidates += sorted(glob.glob(f"results/profiles/*-{model}{fp8}-20*-{suffix}.steps.csv.gz"))
+    for c in candidates:
+        if os.path.exists(c):
+            return c
+    return None
+
+
+def figures(report: dict) -> dict:
+    step = report["step_level"]
+    # the ensemble's median when there is one: a preemption-heavy window's single free simulation moves with any
+    # change of step times (validate --ensemble)
+    req = report.get("request_level_ensemble", {}).get("metrics") or report["request_level"]
+    out = {"step_mape": step["mape"], "by_kind": {k: v["mape"] for k, v in step["by_kind"].items()},
+           "kind_totals": {k: v["predicted_total_s"] / v["measured_total_s"] - 1 for k, v in step["by_kind"].items()},
+           "request": {k: req[k]["rel_error"] for k in REQUEST if k in req},
+           "makespan": req["makespan_s"]["rel_error"]}
+    out["percentiles_met"] = all(v is not None and abs(v) <= LIMIT[k.rsplit("_", 1)[1]] for k, v in out["request"].items())
+    out["kinds_met"] = all(v <= 0.05 for v in out["by_kind"].values())
+    out["makespan_met"] = abs(out["makespan"]) <= 0.01
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--runs", default="results/live/*")
+    ap.add_argument("--ensemble", type=int, default=0, help="jittered free simulations per validation (default 0)")
+    args = ap.parse_args(argv)
+    if os.path.exists(args.out):
+        sys.exit(f"--out {args.out}: exists; give a new file")
+    results, skipped = {}, {}
+    tmp = Path(tempfile.mkdtemp(prefix="governor-eval-"))
+    for v in sorted(glob.glob(f"{args.runs}/validation/validation.json")):
+        run = Path(v).parents[1]
+        val = json.load(open(v))
+        path = val.get("cost_model_path") or ""
+        if not path.endswith(".json") or not os.path.exists(path):
+            skipped[run.name] = f"profile {path!r} not here"
+            continue
+        profile = json.load(open(path))
+        clock = profile.get("fit", {}).get("sm_clock")
+        rows_path = session_rows(run, path, profile)
+        if not clock or rows_path is None:
+            skipped[run.name] = "no clocked calibration rows for its profile"
+            continue
+        rows = pd.read_csv(rows_path)
+        governor, report = ClockGovernor.fit(rows, get_model(profile["model"]), clock["reference_mhz"],
+                                             clock["sensitivity"])
+        if governor is None:
+            skipped[run.name] = report["skipped"]
+            continue
+        governed = dict(profile, clock_governor=governor.to_json())
+        gp = tmp / f"{run.name}-governed.json"
+        gp.write_text(json.dumps(governed))
+        entry = {"profile": path, "rows": rows_path, "governor": report}
+        for name, p in (("without", path), ("with", str(gp))):
+            rep = validate(str(run), p, out=str(tmp / f"{run.name}-{name}"), ensemble=args.ensemble)
+            entry[name] = figures(rep)
+        results[run.name] = entry
+        w, g = entry["without"], entry["with"]
+        print(f"{run.name:36s} step {w['step_mape']:.2%} -> {g['step_mape']:.2%}  makespan {w['makespan']:+.2%} -> "
+              f"{g['makespan']:+.2%}  percentiles {w['percentiles_met']} -> {g['percentiles_met']}  "
+              f"kinds {w['kinds_met']} -> {g['kinds_met']}", flush=True)
+    summary = {name: {k: sum(r[name][k] for r in results.values())
+                      for k in ("percentiles_met", "kinds_met", "makespan_met")} for name in ("without", "with")}
+    Path(args.out).write_text(json.dumps({"runs": results, "skipped": skipped, "met": summary, "ensemble": args.ensemble,
+                                          "n_runs": len(results)}, indent=1) + "\n")
+    print(json.dumps(summary), f"({len(results)} runs; skipped {len(skipped)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
