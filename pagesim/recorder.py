@@ -319,7 +319,7 @@ class Recorder:
         def weighted(steps, count_col, weights):
             """Per row: the sum of run_blocks' `weights` at run_blocks' `steps` (run-local steps) that fall in it."""
             places = _ints(steps) + np.repeat(run_start, meta[:, count_col])
-            return np.bincount(places, np.array(weights, dtype=np.float64), minlength=total).astype(np.int64)
+            return np.bincount(places, _ints(weights), minlength=total).astype(np.int64)  # weights: as doubles, exactly
 
         def running_sums(values):
             """The sum of `values` (per row) over the rows so far, and before each segment's first row: a segment's
@@ -610,8 +610,9 @@ def _block_lists() -> tuple[list[int], list[int], list[int], list[int]]:
 
 
 def _ints(values: list[int]) -> np.ndarray:
-    """A list of ints (_block_lists') as an int64 array."""
-    return np.fromiter(values, dtype=np.int64, count=len(values))
+    """A list of ints (_block_lists') as a read-only int64 array: packed by struct (~110 instructions an int, where
+    np.fromiter and np.array take ~230 and ~300)."""
+    return np.frombuffer(Struct(f"{len(values)}q").pack(*values), dtype=np.int64)
 
 
 def _joined(parts: list[bytes], dtype) -> np.ndarray:
