@@ -118,9 +118,11 @@ class Arrivals:
     next_index: int = 0
 
     @classmethod
-    def at_arrival_times(cls, requests: list[Request], **kw) -> "Arrivals":
-        ordered = in_arrival_order(requests)
-        return cls([(r.arrival_time, r) for r in ordered], **kw)
+    def at_arrival_times(cls, requests: list[Request], ordered: bool = False, **kw) -> "Arrivals":
+        """`ordered`: the requests are in arrival order already (in_arrival_order's), so not sorted again."""
+        if not ordered:
+            requests = in_arrival_order(requests)
+        return cls([(r.arrival_time, r) for r in requests], **kw)
 
     @property
     def exhausted(self) -> bool:
