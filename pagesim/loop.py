@@ -238,7 +238,8 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
             if k >= 2:
                 # The run goes on through the finishes that end its parts while nothing is due before the cut
                 # (fp.decode_run): what the loop's next turns would do, without their tick, release and wait.
-                k, end = fp.decode_run(scheduler, recorder, fast_path, k, now, min(arrivals.next_time(), seen_until),
+                cut = arrivals.next_time()
+                k, end = fp.decode_run(scheduler, recorder, fast_path, k, now, seen_until if seen_until < cut else cut,
                                        (total, longest))
                 stats.num_steps += k
                 stats.fast_path_steps += k
