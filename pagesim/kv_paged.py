@@ -158,7 +158,8 @@ class PagedKVCacheManager:
         """vLLM admits a waiting request only if its whole sequence fits, not just this step's chunk
         (SchedulerConfig.scheduler_reserve_full_isl, on by default; KVCacheManager.allocate_slots)."""
         num_tokens = request.prompt_len + request.num_output_tokens  # (Request.num_tokens: a property is a dear call)
-        return max(cdiv(num_tokens, self.block_size) - len(request.block_ids) - len(computed_blocks), 0)
+        need = cdiv(num_tokens, self.block_size) - len(request.block_ids) - len(computed_blocks)
+        return need if need > 0 else 0
 
     def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
                      admission: bool = False, num_running: int = 1) -> bool:

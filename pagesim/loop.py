@@ -118,9 +118,11 @@ class Arrivals:
     next_index: int = 0
 
     @classmethod
-    def at_arrival_times(cls, requests: list[Request], **kw) -> "Arrivals":
-        ordered = in_arrival_order(requests)
-        return cls([(r.arrival_time, r) for r in ordered], **kw)
+    def at_arrival_times(cls, requests: list[Request], ordered: bool = False, **kw) -> "Arrivals":
+        """`ordered`: the requests are in arrival order already (in_arrival_order's), so not sorted again."""
+        if not ordered:
+            requests = in_arrival_order(requests)
+        return cls([(r.arrival_time, r) for r in requests], **kw)
 
     @property
     def exhausted(self) -> bool:
@@ -236,7 +238,8 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
             if k >= 2:
                 # The run goes on through the finishes that end its parts while nothing is due before the cut
                 # (fp.decode_run): what the loop's next turns would do, without their tick, release and wait.
-                k, end = fp.decode_run(scheduler, recorder, fast_path, k, now, min(arrivals.next_time(), seen_until),
+                cut = arrivals.next_time()
+                k, end = fp.decode_run(scheduler, recorder, fast_path, k, now, seen_until if seen_until < cut else cut,
                                        (total, longest))
                 stats.num_steps += k
                 stats.fast_path_steps += k

@@ -105,12 +105,13 @@ class Request:
         return b"S", (self.seq_no, index, self.sample_index)
 
 
-ARRIVAL_ORDER = attrgetter("arrival_time", "seq_no")  # the sort key of arrival order: by time, then trace row
+_ARRIVAL_TIME, _TRACE_ROW = attrgetter("arrival_time"), attrgetter("seq_no")
 
 
 def in_arrival_order(requests) -> list[Request]:
-    """The requests sorted by arrival time, trace order among equal times."""
-    return sorted(requests, key=ARRIVAL_ORDER)
+    """The requests sorted by arrival time, trace order among equal times: sorted stably by trace row, then by time
+    (a key of one number each is compared without a tuple a request: half the instructions of one sort by both)."""
+    return sorted(sorted(requests, key=_TRACE_ROW), key=_ARRIVAL_TIME)
 
 
 def requests_from_trace(trace) -> list[Request]:

@@ -322,7 +322,9 @@ class Scheduler:
         if request.prompt_len >= self.max_model_len:
             return (f"prompt of {request.prompt_len} tokens leaves no room for an output token "
                     f"within max_model_len {self.max_model_len}")
-        request.output_len = min(request.output_len, self.max_model_len - request.prompt_len)
+        room = self.max_model_len - request.prompt_len
+        if room < request.output_len:
+            request.output_len = room
         return self.kv.rejection_reason(request)
 
     @property

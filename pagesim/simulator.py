@@ -114,7 +114,7 @@ class Simulation:
         turn) only when there are snapshots to take or progress to report."""
         tick = self._tick if self._snaps or self.progress is not None else None
         stats = yield from drive(self.scheduler, self.executor, self.recorder,
-                                 Arrivals.at_arrival_times(self.requests, on_release=self.on_release), self.clock,
+                                 Arrivals.at_arrival_times(self.requests, ordered=True, on_release=self.on_release), self.clock,
                                  hooks=Hooks(tick=tick), fast_path=self.cost_model if self.fast_path else None)
         while self._snaps:
             self.recorder.snapshot(self.clock.now())
