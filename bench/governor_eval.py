@@ -1,7 +1,7 @@
 """The power governor's effect on every committed live run whose session's calibration rows are committed.
 
-For each run: its profile P (the one its validation used) and P with a governor fitted to the same session's
-calibration rows (cost/governor.py; P's own clock share and reference clock: only the governor differs), each
+For each run: its profile P (the one its validation used) without a governor and with one fitted to the same
+session's calibration rows (cost/governor.py; P's own clock share and reference clock: only the governor differs), each
 validated on the CPU (`pagesim.validate`, the free simulation and the step level; no ensemble), into a temporary
 folder. Writes the per-run figures and the targets met with and without the governor to --out.
 
@@ -88,11 +88,11 @@ def main(argv=None) -> int:
         if governor is None:
             skipped[run.name] = report["skipped"]
             continue
-        governed = dict(profile, clock_governor=governor.to_json())
-        gp = tmp / f"{run.name}-governed.json"
-        gp.write_text(json.dumps(governed))
+        gp, plain = tmp / f"{run.name}-governed.json", tmp / f"{run.name}-plain.json"
+        gp.write_text(json.dumps(dict(profile, clock_governor=governor.to_json())))
+        plain.write_text(json.dumps({k: v for k, v in profile.items() if k != "clock_governor"}))
         entry = {"profile": path, "rows": rows_path, "governor": report}
-        for name, p in (("without", path), ("with", str(gp))):
+        for name, p in (("without", str(plain)), ("with", str(gp))):
             rep = validate(str(run), p, out=str(tmp / f"{run.name}-{name}"), ensemble=args.ensemble)
             entry[name] = figures(rep)
         results[run.name] = entry
