@@ -22,6 +22,8 @@ P=/tmp/prof/$GPU-llama-3-8b-$D-$S.json
 bf16_profile() {
   [ -f "$P" ] || calibrate_marked "$P"
   cp "$P" "$R/profiles/"
+  # its calibration rows too: a later formula change refits them (round 35 had none for r34h's bf16 windows)
+  [ -f "${P%.json}.steps.csv.gz" ] && cp "${P%.json}.steps.csv.gz" "$R/profiles/"
 }
 clocks_start 50
 case $PART in

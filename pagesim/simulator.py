@@ -40,15 +40,17 @@ class SimExecutor:
         self.last: tuple = (None, None)  # (plan, its features): the recorder asks for them right after
         # decode_shared_tokens only for a cost model that prices it (a profile fitted to steps sharing blocks)
         self.sharing_block_size = block_size if cost_model.prices_sharing else 0
+        # prefill_makespan only for a cost model that prices it (a profile fitted to rows with it, round 35)
+        self.prefill_grid = getattr(cost_model, "prefill_grid", None)
 
     def execute(self, plan) -> float:
-        features = StepFeatures.from_plan(plan, self.sharing_block_size)
+        features = StepFeatures.from_plan(plan, self.sharing_block_size, self.prefill_grid)
         self.last = (plan, features)
         return self.cost_model.step_time(features)
 
     def features_of(self, plan) -> StepFeatures:
         last_plan, features = self.last
-        return features if last_plan is plan else StepFeatures.from_plan(plan, self.sharing_block_size)
+        return features if last_plan is plan else StepFeatures.from_plan(plan, self.sharing_block_size, self.prefill_grid)
 
 
 @dataclass

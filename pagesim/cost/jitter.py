@@ -41,6 +41,7 @@ class JitteredCostModel:
         self.rng = np.random.default_rng(seed)
         self.level = float(np.exp(self.rng.normal(0.0, self.level_sigma))) if self.level_sigma else 1.0
         self.prices_sharing = base.prices_sharing  # SimExecutor asks: the base model's features, unchanged
+        self.prefill_grid = getattr(base, "prefill_grid", None)
 
     def step_time(self, features: StepFeatures) -> float:
         t = self.base.step_time(features) * self.level
