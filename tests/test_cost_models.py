@@ -197,6 +197,7 @@ def test_prefill_makespan_schedules_the_kernels_work_items():
     assert prefill_makespan([(17472, 360)], 32, 132, PERSISTENT_MAX_Q) == 140  # 96 items: one wave, the longest walk
     assert prefill_makespan([(17472, 545)], 32, 132, PERSISTENT_MAX_Q) == 141 + 138
     assert prefill_makespan([], 32, 132, PERSISTENT_MAX_Q) == 0
+    assert prefill_makespan(chunks, 32, 0, PERSISTENT_MAX_Q) == 0  # a GPU whose SM count is unknown
     # one program per item (the Triton kernel; the Gluon ones for a chunk over 2048 tokens): each SM takes the next
     # item when free, so the long walks start on the SMs that finished first, and the step lasts less
     greedy = prefill_makespan(chunks, 32, 132, 0)

@@ -168,8 +168,8 @@ def prefill_makespan(chunks, heads: int, slots: int, persistent_max_q: int = 0) 
     kernel runs `slots` programs, program i taking items i, i + slots, ... (the Gluon kernels' persistent grid): the
     longest such sum. Otherwise one program per item, each taken by the SM that is free first in launch order (the
     `heads` equal items of one tile and chunk go to the `heads` least loaded SMs): the most loaded SM. 0 without
-    chunks."""
-    if not chunks:
+    chunks, or without SMs (a GPU whose SM count is unknown)."""
+    if not chunks or slots <= 0:
         return 0
     t = PREFILL_TILE
     n_tiles = -(-max(q for _, q in chunks) // t)
