@@ -151,10 +151,10 @@ class _Capture:
         orig = self._orig.__func__
         capture = self
 
-        def from_plan(cls, plan, block_size=0):
+        def from_plan(cls, plan, block_size=0, prefill_grid=None):
             capture.chunks[(capture.key, plan.step_id)] = tuple(
                 (s.num_computed_tokens, s.num_new_tokens) for s in plan.scheduled if not s.is_decode)
-            return orig(cls, plan, block_size)
+            return orig(cls, plan, block_size, prefill_grid)
 
         StepFeatures.from_plan = classmethod(from_plan)
 

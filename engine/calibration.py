@@ -25,14 +25,15 @@ import pandas as pd
 from engine.live import (DeviceReadings, environment, make_executor, process_age_s, stitch_durations, warm_up,
                          without_prefix_caching)
 from pagesim.config import Config
-from pagesim.cost.features import StepFeatures, shared_tokens
-from pagesim.cost.profile import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS, FitRowsError
+from pagesim.cost.features import StepFeatures, persistent_max_q, shared_tokens
+from pagesim.cost.profile import GRAPH_BATCH_SIZES, MAKESPAN_COLUMN, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS, FitRowsError
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.options import non_negative_float, positive_int
 from pagesim.outputs import prepare_output_file
 from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request
 from pagesim.scheduler import Scheduler
+from pagesim.specs import get_gpu
 from pagesim.utils import cdiv, frozen_heap, paused_gc
 
 DECODE_STEPS_PER_SIZE = 10  # decode steps the calibration's decode grid times at each batch size
@@ -276,15 +277,18 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     bs = config.block_size
     sched = Scheduler(without_prefix_caching(config).replace(enable_prefix_caching=sharing))
     tables: dict[int, tuple] = {}  # step -> its decode rows' and prefill chunks' block tables, as planned
-    walks: dict[int, tuple[int, int]] = {}  # step -> its prefill programs' walks (not recorded columns)
+    walks: dict[int, tuple[int, int, int]] = {}  # step -> its prefill programs' walks and the kernel's makespan
+    # (not recorded columns); the makespan by the executor's prefill kernel (NoTime's: the Triton kernel's rule)
+    grid = (config.model_spec.num_heads, get_gpu(config.gpu).sm_count,
+            persistent_max_q(getattr(executor, "prefill_kernel", None)))
 
     def planned(plan):  # inside the timed step: copies only (C speed), counted after the run
         tables[plan.step_id] = ([s.request.block_ids[:] for s in plan.scheduled if s.is_decode],
                                 [s.request.block_ids[:] for s in plan.scheduled if not s.is_decode])
 
     def features_of(plan):  # the recorder's own call, keeping what it does not record
-        f = StepFeatures.from_plan(plan)
-        walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk)
+        f = StepFeatures.from_plan(plan, prefill_grid=grid)
+        walks[plan.step_id] = (f.prefill_tile_walks, f.prefill_longest_walk, f.prefill_makespan)
         return f
 
     rested: dict[int, float] = {}  # step -> the idle time after it (rest)
@@ -311,7 +315,7 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     shared = {step: shared_tokens(d, p, bs) for step, (d, p) in tables.items()}
     for i, col in enumerate(("decode_shared_tokens", "prefill_shared_tokens")):
         steps[col] = steps["step"].map({k: v[i] for k, v in shared.items()}).fillna(0).astype(np.int64)
-    for i, col in enumerate(WALK_COLUMNS):
+    for i, col in enumerate((*WALK_COLUMNS, MAKESPAN_COLUMN)):
         steps[col] = steps["step"].map({k: v[i] for k, v in walks.items()}).fillna(0).astype(np.int64)
     steps = steps.iloc[:-1]  # the last step has no successor to stitch to
     return steps[~steps["step"].isin(context.advanced)]
@@ -401,7 +405,8 @@ def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, c
 
     t_fit = time.perf_counter()
     model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs,
-                                mixed_graph_token_sizes=mixed_graph_token_sizes, workers=None)
+                                mixed_graph_token_sizes=mixed_graph_token_sizes, workers=None,
+                                prefill_kernel=extras.get("prefill_kernel"))
     out.parent.mkdir(parents=True, exist_ok=True)
     model.to_json(out)
     profile = json.loads(out.read_text())

@@ -50,9 +50,11 @@ class SimExecutor:
         self.throttle = Throttle(governor) if governor is not None else None
         if self.throttle is not None and clock is None:
             raise ValueError("a cost model with a power governor needs the loop's clock (SimExecutor(clock=...))")
+        # prefill_makespan only for a cost model that prices it (a profile fitted to rows with it, round 35)
+        self.prefill_grid = cost_model.prefill_grid
 
     def execute(self, plan) -> float:
-        features = StepFeatures.from_plan(plan, self.sharing_block_size)
+        features = StepFeatures.from_plan(plan, self.sharing_block_size, self.prefill_grid)
         self.last = (plan, features)
         seconds = self.cost_model.step_time(features)
         if self.throttle is not None and features.num_prefill_tokens:
@@ -61,7 +63,7 @@ class SimExecutor:
 
     def features_of(self, plan) -> StepFeatures:
         last_plan, features = self.last
-        return features if last_plan is plan else StepFeatures.from_plan(plan, self.sharing_block_size)
+        return features if last_plan is plan else StepFeatures.from_plan(plan, self.sharing_block_size, self.prefill_grid)
 
 
 @dataclass

@@ -271,10 +271,11 @@ def clock_report(steps: pd.DataFrame, cost_model) -> dict | None:
     return out
 
 
-def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
+def lockstep(run: dict, prefill_grid: tuple[int, int, int] | None = None) -> tuple[dict, pd.DataFrame]:
     """Re-run the scheduler with the live run's release steps; compare every step's decisions.
 
-    Returns the report and the replayed plans' features (step + STEP_FEATURES, one row per step).
+    Returns the report and the replayed plans' features (step + STEP_FEATURES, one row per step; prefill_makespan
+    with `prefill_grid`, the cost model's, else 0).
     """
     config: Config = run["config"]
     sched = Scheduler(config)
@@ -293,7 +294,7 @@ def lockstep(run: dict) -> tuple[dict, pd.DataFrame]:
 
     def planned(plan) -> None:
         nonlocal num_running
-        f = StepFeatures.from_plan(plan, config.block_size)
+        f = StepFeatures.from_plan(plan, config.block_size, prefill_grid)
         features.append((plan.step_id, *(getattr(f, c) for c in STEP_FEATURES)))
         num_running = len(sched.running)
 
@@ -554,7 +555,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     spec = cost_model_spec or default_cost_model(run)
     cost = make_cost_model(spec, run["config"])
     out_dir = prepare_output_dir(out if out is not None else run["dir"] / "validation", force)
-    decisions, replayed = lockstep(run)
+    decisions, replayed = lockstep(run, cost.prefill_grid)
     steps, filled = with_replayed_features(run["steps"], replayed)
     max_graph = max(getattr(cost, "graph_batch_sizes", ()) or (run["config"].max_num_seqs,))
     # the token buckets the live engine replayed mixed steps at (its summary's executor record; none before it had them)

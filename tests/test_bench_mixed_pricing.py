@@ -36,3 +36,18 @@ def test_candidate_columns_carry_the_makespan_in_the_longest_walk():
     assert out["prefill_tile_walks"].tolist() == [0, 0] and out["prefill_longest_walk"].tolist() == [28, 0]
     assert out["prefill_context_tokens"].tolist() == [4866, 0]
     assert candidate_columns(frame, chunks, "lpt-noctx", 32, 132)["prefill_context_tokens"].tolist() == [0, 0]
+
+
+def test_mixed_makespan_adds_the_kernels_schedule_by_the_profiles_prefill_kernel():
+    """bench/mixed_makespan.py: the rows' prefill_makespan follows the profile's kernel (the Gluon kernels' persistent
+    grid for chunks of at most 2048 tokens, else one program per item) on its GPU's SMs and model's heads."""
+    from bench.mixed_makespan import with_makespan
+    from pagesim.cost.features import prefill_makespan
+
+    rows = pd.DataFrame({"num_prefill_tokens": [1622, 0]})
+    chunks = [((4133, 1511), (17472, 111)), ()]
+    gluon = with_makespan(rows, chunks, {"model": "llama-3-8b", "gpu": "h100", "prefill_kernel": "_gluon_prefill_kernel"})
+    triton = with_makespan(rows, chunks, {"model": "llama-3-8b", "gpu": "h200"})
+    assert gluon["prefill_makespan"].tolist() == [338, 0] and triton["prefill_makespan"].tolist() == [255, 0]
+    assert triton["prefill_makespan"][0] == prefill_makespan(chunks[0], 32, 132, 0)
+    assert "prefill_makespan" not in rows

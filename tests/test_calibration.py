@@ -238,6 +238,12 @@ def test_calibration_rows_keep_the_prefill_walks_and_a_refit_replays_them(worklo
     q = one["num_prefill_tokens"]
     expected = [prefill_walks(int(ctx - n), int(n)) for ctx, n in zip(one["prefill_context_tokens"], q)]
     assert one["prefill_tile_walks"].tolist() == [w for w, _ in expected] and (one["prefill_longest_walk"] > 1).any()
+    # and the kernel's schedule (round 35), by the executor's prefill kernel: NoTime has none, the Triton kernel's rule
+    from pagesim.cost.features import prefill_makespan
+
+    assert one["prefill_makespan"].tolist() == [prefill_makespan([(int(ctx - n), int(n))], 32, 132, 0)
+                                                for ctx, n in zip(one["prefill_context_tokens"], q)]
+    assert (one["prefill_makespan"] >= one["prefill_longest_walk"]).all() and (rows["prefill_makespan"] > 0).any()
     assert (rows.loc[rows["num_prefill_tokens"] == 0, list(WALK_COLUMNS)] == 0).all().all()
     saved = rows.drop(columns=list(WALK_COLUMNS))
     replayed = with_replayed_walks(saved, CONFIG, "rows.csv")

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
-from pagesim.cost.features import PREFILL_TILE, prefill_walks
-from pagesim.cost.profile import (AFTER_PREFILL_EDGES, MIXED_FEATURES, calibration_steps_since_prefill, graph_batch_sizes,
-                                  mixed_graph_token_sizes, num_splits, prefill_waves, shared_read_discount)
+from pagesim.cost.features import PERSISTENT_MAX_Q, PREFILL_TILE, persistent_max_q, prefill_makespan, prefill_walks
+from pagesim.cost.profile import (AFTER_PREFILL_EDGES, MAKESPAN, MIXED_FEATURES, WAVES, calibration_steps_since_prefill,
+                                  graph_batch_sizes, mixed_features, mixed_graph_token_sizes, num_splits, prefill_waves,
+                                  shared_read_discount)
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, Scheduler, StepPlan
@@ -162,8 +163,60 @@ def test_prefill_tile_is_the_engines():
 
     for cfg in (PrefillConfig(), FP8_PREFILL_CONFIG):
         assert (cfg.block_m, cfg.block_n, cfg.pack_gqa) == (PREFILL_TILE, PREFILL_TILE, False)
+        assert not cfg.persistent and cfg.longest_first  # one program per tile, last query tiles first
     for cfg in (prefill_gluon.DEFAULT_CONFIG, prefill_gluon_fp8.DEFAULT_CONFIG):  # the sm_90 defaults: a head a row
-        assert (cfg.block_m, cfg.block_n) == (PREFILL_TILE, PREFILL_TILE)
+        assert (cfg.block_m, cfg.block_n) == (PREFILL_TILE, PREFILL_TILE) and not cfg.persistent
+    # the Gluon kernels' persistent grid for short chunks, as prefill_makespan schedules it
+    assert prefill_gluon.PERSISTENT_MAX_Q == PERSISTENT_MAX_Q
+    assert prefill_gluon_fp8.persistent_for_short_chunks is prefill_gluon.persistent_for_short_chunks
+    assert persistent_max_q(prefill_gluon.KERNEL.__name__) == persistent_max_q(prefill_gluon_fp8.KERNEL.__name__) == 2048
+    assert persistent_max_q("_prefill_kernel") == persistent_max_q(None) == 0
+
+
+def kernel_items(chunks, heads):
+    """The prefill kernels' work items' key tiles in launch order (engine.kernels.prefill_gluon._work, prefill._tile_of
+    longest first): query tile descending, then chunk, then head; a chunk's tiles past its rows walk nothing."""
+    t = PREFILL_TILE
+    n = -(-max(q for _, q in chunks) // t)
+    return [-(-(c + min((j + 1) * t, q)) // t) if j * t < q else 0
+            for j in range(n - 1, -1, -1) for c, q in chunks for _ in range(heads)]
+
+
+def test_prefill_makespan_schedules_the_kernels_work_items():
+    """Two chunks' items interleave tile by tile: 1511 tokens after 4133 cached (12 query tiles of 33-45 key tiles) and
+    111 after 17472 (one tile of 138) run the long walks last, on the persistent grid's programs 44-107 behind three
+    or four short items each, 338 tiles where the mean over 132 SMs says 148 (a longdoc-b step, 21% over the waves'
+    prediction live); one chunk whose items fit one wave lasts its longest walk; one of 5 query tiles (160 items)
+    takes a second round on 28 programs."""
+    chunks = [(4133, 1511), (17472, 111)]
+    walks = sum(prefill_walks(c, q)[0] for c, q in chunks)
+    assert prefill_waves(walks, 138, 32, 132) == pytest.approx(148.36, abs=0.01)
+    assert prefill_makespan(chunks, 32, 132, PERSISTENT_MAX_Q) == 338
+    items = kernel_items(chunks, 32)  # program i of 132 takes items i, i + 132, ...
+    assert max(sum(items[i::132]) for i in range(132)) == 338
+    assert prefill_makespan([(17472, 360)], 32, 132, PERSISTENT_MAX_Q) == 140  # 96 items: one wave, the longest walk
+    assert prefill_makespan([(17472, 545)], 32, 132, PERSISTENT_MAX_Q) == 141 + 138
+    assert prefill_makespan([], 32, 132, PERSISTENT_MAX_Q) == 0
+    assert prefill_makespan(chunks, 32, 0, PERSISTENT_MAX_Q) == 0  # a GPU whose SM count is unknown
+    # one program per item (the Triton kernel; the Gluon ones for a chunk over 2048 tokens): each SM takes the next
+    # item when free, so the long walks start on the SMs that finished first, and the step lasts less
+    greedy = prefill_makespan(chunks, 32, 132, 0)
+    load = [0] * 132
+    for w in items:
+        load[load.index(min(load))] += w
+    assert greedy == max(load) == 255 < 338
+    assert prefill_makespan([(8190, 2184)], 32, 132, PERSISTENT_MAX_Q) == prefill_makespan([(8190, 2184)], 32, 132, 0)
+
+
+def test_features_from_plan_give_the_prefill_makespan_when_asked():
+    def sched(c, q, decode):
+        return ScheduledRequest(Request("r", 0.0, 20000, 10), c, q, decode)
+
+    plan = StepPlan(0, scheduled=[sched(4133, 1511, False), sched(9, 1, True), sched(17472, 111, False)])
+    assert StepFeatures.from_plan(plan).prefill_makespan == 0  # not asked: a cost model that does not price it
+    assert StepFeatures.from_plan(plan, 0, (32, 132, PERSISTENT_MAX_Q)).prefill_makespan == 338
+    assert StepFeatures.from_plan(plan, 0, (32, 132, 0)).prefill_makespan == 255
+    assert StepFeatures.from_plan(StepPlan(1, scheduled=[sched(9, 1, True)]), 0, (32, 132, 2048)).prefill_makespan == 0
 
 
 @pytest.mark.parametrize("caching", [True, False])
@@ -733,8 +786,9 @@ def test_fit_recovers_graph_mixed_steps_and_old_profiles_price_them_eagerly(tmp_
     fitted, report = fit_profile(rows, "llama-3-8b", "h200", test_fraction=0.0, mixed_graph_token_sizes=MIXED_SIZES)
     assert fitted.mixed_graph_token_sizes == MIXED_SIZES and report["by_kind"]["graph mixed"]["n"] >= 2 * len(mixed_grid())
     assert report["by_kind"]["graph mixed"]["mape"] < 1e-3
-    for name in MIXED_FEATURES[1:]:
+    for name in mixed_features(MIXED_SIZES, False)[1:len(MIXED_FEATURES) - 1]:  # rows without prefill_makespan
         assert fitted.coefficients[name] == pytest.approx(TRUTH_MIXED[name], rel=0.05), name
+    assert MAKESPAN not in fitted.coefficients and fitted.prefill_grid is None
     for t in MIXED_SIZES:  # each bucket's fixed cost: a prefill-only step filling it
         f = features(prefill=[(0, t)])
         assert fitted.step_time(f) == pytest.approx(known.step_time(f), rel=0.01), f"bucket {t}"
@@ -779,6 +833,82 @@ def test_a_profiles_prefill_kernel_is_read_written_and_described(profile, tmp_pa
     (tmp_path / "bad.json").write_text(json.dumps(d))
     with pytest.raises(UserError, match=r"bad.json: 'prefill_kernel' is 3, expected"):
         ProfileCostModel.from_json(tmp_path / "bad.json")
+
+
+def with_makespan(f: StepFeatures, chunks, grid=(32, 132, PERSISTENT_MAX_Q)) -> StepFeatures:
+    return replace(f, prefill_makespan=prefill_makespan(chunks, *grid))
+
+
+def test_graph_mixed_steps_price_the_prefill_kernels_schedule_and_older_profiles_the_waves(tmp_path):
+    """A profile fitted to rows with prefill_makespan (calibrations since round 35) prices a graph mixed step's prefill
+    attention by the kernel's own schedule, mixed_graph_attn_makespan per key tile of it, in place of the waves: two
+    chunks of 1511 tokens after 4133 cached and 111 after 17472 pay for 338 tiles, not 148. It asks the features for
+    the makespan (prefill_grid: Llama-3-8B's 32 query heads, the H200's 132 SMs, the Gluon kernel's persistent rule
+    from the profile's prefill_kernel). A profile without the coefficient (every one fitted before) prices by the
+    waves, as before, and asks for nothing; a fit to rows without the column gives such a profile."""
+    truth = {**TRUTH, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
+    by_makespan = {**{k: v for k, v in truth.items() if k != WAVES}, MAKESPAN: 9e-5}
+    kw = dict(graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES)
+    known = ProfileCostModel("llama-3-8b", "h200", by_makespan, TRUTH_KNEE, prefill_kernel="_gluon_prefill_kernel", **kw)
+    old = ProfileCostModel("llama-3-8b", "h200", truth, TRUTH_KNEE, prefill_kernel="_gluon_prefill_kernel", **kw)
+    assert known.prefill_grid == (32, 132, PERSISTENT_MAX_Q) and old.prefill_grid is None
+    triton = ProfileCostModel("llama-3-8b", "h200", by_makespan, TRUTH_KNEE, **kw)  # timed before round 29: Triton
+    assert triton.prefill_grid == (32, 132, 0)
+    chunks = [(4133, 1511), (17472, 111)]
+    step = with_makespan(features(prefill=chunks, decode=[27000] * 4), chunks)
+    assert step.prefill_makespan == 338
+    no_attention = ProfileCostModel("llama-3-8b", "h200", {**by_makespan, MAKESPAN: 0.0}, TRUTH_KNEE, **kw)
+    assert known.step_time(step) - no_attention.step_time(step) == pytest.approx(338 * 9e-5, rel=1e-12)
+    # the old profile: the waves, and the makespan column changes nothing
+    waves = prefill_waves(step.prefill_tile_walks, step.prefill_longest_walk, 32, 132)
+    assert old.step_time(step) == old.step_time(replace(step, prefill_makespan=0))
+    no_waves = ProfileCostModel("llama-3-8b", "h200", {**truth, WAVES: 0.0}, TRUTH_KNEE, **kw)
+    assert old.step_time(step) - no_waves.step_time(step) == pytest.approx(waves * TRUTH_MIXED[WAVES], rel=1e-12)
+    # the vectorised path prices it as step_time does
+    grid = [with_makespan(f, []) for f in calibration_grid()] + [step]
+    np.testing.assert_allclose(known.forward_times(frame(grid, known.step_time)), [known.step_time(f) for f in grid],
+                               rtol=1e-12)
+    # a fit to rows with the column recovers the coefficient and has no waves; without the column, the waves
+    mixed = []
+    for f in mixed_grid():
+        c, q = f.prefill_context_tokens - f.num_prefill_tokens, f.num_prefill_tokens
+        mixed.append(with_makespan(f, [(c // f.num_prefill_seqs, q // f.num_prefill_seqs)] * f.num_prefill_seqs))
+    mixed += [with_makespan(features(prefill=ch, decode=[20000] * d), ch)
+              for ch in ([(4133, 1511), (17472, 111)], [(5408, 1653), (25392, 990)], [(17472, 545)], [(8384, 759), (24816, 291)])
+              for d in (2, 6)]
+    rows = frame((mixed + calibration_grid() + skewed_grid() + eager_grid()) * 2, known.step_time)
+    fitted, report = fit_profile(rows, "llama-3-8b", "h200", test_fraction=0.0, mixed_graph_token_sizes=MIXED_SIZES,
+                                 prefill_kernel="_gluon_prefill_kernel")
+    assert report["by_kind"]["graph mixed"]["mape"] < 1e-3
+    assert fitted.coefficients[MAKESPAN] == pytest.approx(9e-5, rel=0.05) and WAVES not in fitted.coefficients
+    assert fitted.prefill_grid == (32, 132, PERSISTENT_MAX_Q)
+    fitted.to_json(tmp_path / "p.json")
+    back = ProfileCostModel.from_json(tmp_path / "p.json")
+    assert back.prefill_grid == fitted.prefill_grid and back.step_time(step) == fitted.step_time(step)
+    blind, _ = fit_profile(rows.drop(columns=["prefill_makespan"]), "llama-3-8b", "h200", test_fraction=0.0,
+                           mixed_graph_token_sizes=MIXED_SIZES, prefill_kernel="_gluon_prefill_kernel")
+    assert WAVES in blind.coefficients and MAKESPAN not in blind.coefficients and blind.prefill_grid is None
+
+
+def test_the_simulator_asks_for_the_makespan_only_of_a_profile_that_prices_it():
+    from pagesim.cost.jitter import JitteredCostModel
+    from pagesim.simulator import SimExecutor
+
+    truth = {**TRUTH, **TRUTH_MIXED, "swap_s_per_byte": 0.0, "copy_s_per_byte": 0.0}
+    kw = dict(graph_batch_sizes=SIZES, max_context_lanes=TRUTH_LANES, mixed_graph_token_sizes=MIXED_SIZES,
+              prefill_kernel="_gluon_prefill_kernel")
+    known = ProfileCostModel("llama-3-8b", "h200", {**truth, MAKESPAN: 9e-5}, TRUTH_KNEE, **kw)
+    old = ProfileCostModel("llama-3-8b", "h200", truth, TRUTH_KNEE, **kw)
+
+    def sched(c, q, decode):
+        return ScheduledRequest(Request("r", 0.0, 20000, 10), c, q, decode)
+
+    plan = StepPlan(0, scheduled=[sched(4133, 1511, False), sched(17472, 111, False), sched(9, 1, True)])
+    for model, makespan in ((known, 338), (JitteredCostModel(known, 0, 0.0, 0.0), 338), (old, 0)):
+        ex = SimExecutor(model, 16)
+        t = ex.execute(plan)
+        assert ex.features_of(plan).prefill_makespan == makespan
+        assert t == model.step_time(StepFeatures.from_plan(plan, 16 if model.prices_sharing else 0, known.prefill_grid))
 
 
 def test_graph_mixed_steps_price_the_kv_their_prefill_chunks_read_and_older_profiles_do_not():

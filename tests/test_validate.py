@@ -71,9 +71,11 @@ def test_step_level_error_equals_a_direct_computation(validated):
     # The fixture drops max_decode_context, as in runs recorded before it existed: it comes from the replayed plans,
     # whose other features are the recorded ones.
     # The host tier's num_load_blocks / num_store_blocks are younger than runs recorded before it: also replayed.
-    # decode_shared_tokens and the prefill programs' walks are never recorded: always replayed.
+    # decode_shared_tokens, the prefill programs' walks and the kernel's makespan (0 but for a profile that prices
+    # it) are never recorded: always replayed.
     late = (["max_decode_context"] + [c for c in ("num_load_blocks", "num_store_blocks") if c not in steps]
-            + ["decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk", "prefill_shared_tokens"])
+            + ["decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk", "prefill_shared_tokens",
+               "prefill_makespan"])
     assert "max_decode_context" not in steps and report["step_level"]["features_from_replay"] == late
     replayed = replayed_features(d, config)
     recorded = [c for c in FEATURE_COLUMNS if c in steps]
@@ -214,7 +216,8 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     assert {"itl_s_p50", "itl_s_p90", "itl_s_p99"} <= set(report["request_level"])
     assert report["decisions"]["n_steps_differing"] == 0 and "features" in report["decisions"]["compared"]
     assert report["step_level"]["features_from_replay"] == ["decode_shared_tokens", "prefill_tile_walks",
-                                                            "prefill_longest_walk", "prefill_shared_tokens"]  # never recorded; the rest are
+                                                            "prefill_longest_walk", "prefill_shared_tokens",
+                                                            "prefill_makespan"]  # never recorded; the rest are
 
 
 def test_step_kinds_tell_graph_mixed_steps_from_eager_ones():
@@ -483,7 +486,7 @@ def test_a_validation_that_fails_before_writing_leaves_no_empty_out_behind(tmp_p
     empty directory behind. Now the directories it created and left empty go; one that was there stays."""
     import pagesim.validate as validate_module
 
-    def interrupted(run):
+    def interrupted(run, prefill_grid=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(validate_module, "lockstep", interrupted)

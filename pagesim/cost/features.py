@@ -45,6 +45,15 @@ class StepFeatures:
     as that walk however few its (query, key) pairs. Not recorded columns either
     (validation's replay and calibration fill them in from the plans).
 
+    prefill_makespan is the prefill kernel's length in key tiles as the kernel itself hands its work items to the
+    SMs (prefill_makespan below): items in launch order (query tile descending, then chunk, then head), each SM taking
+    every `slots`-th item (the Gluon kernel's persistent grid, for chunks of at most PERSISTENT_MAX_Q tokens) or the
+    next item when it is free (one program per item). Several chunks' items interleave tile by tile, so a short chunk
+    after a long context runs its long walks last, behind the other chunk's short ones: two chunks of 1511 tokens
+    after 4133 cached and 111 after 17472 last 338 tiles where the mean over the SMs says 148. It depends on the GPU
+    and the kernel, so it is computed only when asked (from_plan's prefill_grid: a cost model that prices it, its
+    query heads, SMs and persistent rule), and is not a recorded column.
+
     steps_since_prefill is how many steps the step comes after the last step with prefill
     tokens (1: right after it; 0 for a step with prefill tokens or with none before it:
     StepPlan.steps_since_prefill), last_prefill_tokens that step's prefill tokens. On the H200 a
@@ -72,13 +81,17 @@ class StepFeatures:
     steps_since_prefill: int = 0  # steps after the last step with prefill tokens (see above)
     last_prefill_tokens: int = 0  # that step's prefill tokens (see above)
     prefill_shared_tokens: int = 0  # prefill chunks' reads of full blocks another row also reads (see above)
+    prefill_makespan: int = 0  # the prefill kernel's key tiles as it schedules its work items (see above)
 
     @property
     def num_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_seqs
 
     @classmethod
-    def from_plan(cls, plan: StepPlan, block_size: int = 0) -> "StepFeatures":
+    def from_plan(cls, plan: StepPlan, block_size: int = 0, prefill_grid: tuple[int, int, int] | None = None
+                  ) -> "StepFeatures":
+        """The step's features; block_size (nonzero): with the shared reads; prefill_grid (query heads, SMs, the
+        kernel's persistent_max_q: ProfileCostModel.prefill_grid): with prefill_makespan."""
         p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = walks = longest = 0
         decodes, prefills = [], []
         group = plan.decode_group  # decode rows without a ScheduledRequest (the fast path's), first in order
@@ -109,10 +122,14 @@ class StepFeatures:
                 if block_size:
                     prefills.append(s.request.block_ids)
         shared = shared_tokens(decodes, prefills, block_size) if decodes or prefills else (0, 0)
+        makespan = 0
+        if prefill_grid is not None and p_seqs:
+            makespan = prefill_makespan([(s.num_computed_tokens, s.num_new_tokens) for s in plan.scheduled
+                                         if not s.is_decode], *prefill_grid)
         return cls(p_tokens, p_seqs, p_pairs, p_ctx, d_seqs, d_ctx, d_max,
                    len(plan.blocks_to_swap_out), len(plan.blocks_to_swap_in), len(plan.blocks_to_copy),
                    len(plan.blocks_to_load), len(plan.blocks_to_store),
-                   shared[0], walks, longest, plan.steps_since_prefill, plan.last_prefill_tokens, shared[1])
+                   shared[0], walks, longest, plan.steps_since_prefill, plan.last_prefill_tokens, shared[1], makespan)
 
 
 # The engine's prefill tile (engine.kernels.prefill.PrefillConfig: block_m query rows by block_n keys, both this
@@ -128,6 +145,50 @@ def prefill_walks(c: int, q: int) -> tuple[int, int]:
     base = -(-c // t)  # with T-row and T-key tiles, tile j < n - 1 walks base + j + 1 tiles
     longest = -(-(c + q) // t)
     return (n - 1) * base + n * (n - 1) // 2 + longest, longest
+
+
+# The Gluon prefill kernels (engine.kernels.prefill_gluon, _fp8) launch a persistent grid of one program per SM when
+# no chunk has more than this many query tokens, else one program per work item; the Triton kernel always the latter
+# (engine.kernels.prefill_gluon.PERSISTENT_MAX_Q; a test holds them equal).
+PERSISTENT_MAX_Q = 2048
+
+
+def persistent_max_q(prefill_kernel: str | None) -> int:
+    """The longest chunk (query tokens) that the named prefill kernel (a profile's or run's `prefill_kernel`) runs on
+    a persistent grid: PERSISTENT_MAX_Q for the Gluon kernels, 0 (never) for the Triton kernel, and for None (a
+    profile timed before the kernel was recorded, round 29: the Triton kernel)."""
+    return PERSISTENT_MAX_Q if prefill_kernel and "gluon" in prefill_kernel else 0
+
+
+def prefill_makespan(chunks, heads: int, slots: int, persistent_max_q: int = 0) -> int:
+    """The prefill kernel's length in key tiles for chunks of (cached c, new q) tokens, as it schedules its work items
+    (StepFeatures.prefill_makespan): one item per query tile of the longest chunk, chunk and query head (a chunk's
+    tiles past its own rows are empty: 0 tiles), in launch order, query tile descending, then chunk, then head; tile j
+    of a chunk walks cdiv(c + min((j + 1) T, q), T) key tiles. With every chunk at most persistent_max_q tokens the
+    kernel runs `slots` programs, program i taking items i, i + slots, ... (the Gluon kernels' persistent grid): the
+    longest such sum. Otherwise one program per item, each taken by the SM that is free first in launch order (the
+    `heads` equal items of one tile and chunk go to the `heads` least loaded SMs): the most loaded SM. 0 without
+    chunks, or without SMs (a GPU whose SM count is unknown)."""
+    if not chunks or slots <= 0:
+        return 0
+    t = PREFILL_TILE
+    n_tiles = -(-max(q for _, q in chunks) // t)
+    # walks[j][k]: query tile n_tiles - 1 - j of chunk k, in launch order
+    walks = np.array([[-(-(c + min((j + 1) * t, q)) // t) if j * t < q else 0 for c, q in chunks]
+                      for j in range(n_tiles - 1, -1, -1)], dtype=np.int64).ravel()
+    if persistent_max_q and max(q for _, q in chunks) <= persistent_max_q:
+        items = np.repeat(walks, heads)
+        rounds = -(-len(items) // slots)
+        items = np.concatenate([items, np.zeros(rounds * slots - len(items), dtype=np.int64)])
+        return int(items.reshape(rounds, slots).sum(axis=0).max())
+    load = np.zeros(slots, dtype=np.int64)
+    full, part = divmod(heads, slots)
+    for w in walks[walks > 0]:
+        if full:
+            load += full * w
+        if part:
+            load[np.argpartition(load, part - 1)[:part]] += w
+    return int(load.max())
 
 
 def shared_tokens(decode_tables, prefill_tables, block_size: int) -> tuple[int, int]:

@@ -42,6 +42,7 @@ class JitteredCostModel:
         self.level = float(np.exp(self.rng.normal(0.0, self.level_sigma))) if self.level_sigma else 1.0
         self.prices_sharing = base.prices_sharing  # SimExecutor asks: the base model's features, unchanged
         self.governor = base.governor  # and the base model's power governor (SimExecutor throttles the jittered time)
+        self.prefill_grid = base.prefill_grid
 
     def step_time(self, features: StepFeatures) -> float:
         t = self.base.step_time(features) * self.level

@@ -79,6 +79,29 @@ least the dearest graph regime's.
   Eager steps (more tokens than the largest bucket) fill the GPU with programs and keep prefill_attn_pairs alone
   (adding waves there moved held-out calibration error 2.6% -> 2.5%: not kept).
 
+  The prefill kernel's schedule (round 35, 2026-12-06). A profile fitted to rows with prefill_makespan (calibrations
+  since round 35) prices the prefill attention by it, mixed_graph_attn_makespan per key tile, in place of waves:
+
+    mixed = ... + prefill_makespan (instead of waves) + ...
+
+  waves spreads the work evenly over the SMs; the kernels do not. Their work items (one per query tile of the longest
+  chunk, chunk and query head; a shorter chunk's extra tiles are empty) go out in launch order, query tile
+  descending, then chunk, then head, and the Gluon kernels (the default on sm_90) run a persistent grid of one
+  program per SM for chunks of at most 2048 tokens, program i taking items i, i + SMs, ...; otherwise (the Triton
+  kernel, or a longer chunk) one program per item, each SM taking the next item when free. prefill_makespan
+  (pagesim.cost.features.prefill_makespan) is that schedule's length in key tiles. Several chunks' items interleave
+  tile by tile, so a short chunk after a long context runs its long walks last, behind the other chunk's short ones:
+  1511 tokens after 4133 cached beside 111 after 17472 take 338 key tiles, where waves says 148 (that longdoc-b step
+  ran 22% over the waves' prediction); one chunk of 4-5 query tiles (128-160 items on 132 SMs) takes two rounds. On
+  the long-document windows, each profile refitted from its own calibration rows in both forms (python -m
+  bench.mixed_makespan, bench/results/mixed-makespan-2026-12-06-r35.json): graph mixed steps 5.8-6.1% -> 3.6-3.9% on
+  longdoc-b r31h / r33 / r34h (Gluon, H100 and H200), 4.2-7.6% -> 2.4-5.0% on the Triton-kernel recordings; the
+  recordings with every kind within 5% 57 -> 62 of 67. The makespan depends on the GPU (its SMs), the model (its
+  query heads) and the kernel (the profile's prefill_kernel: persistent_max_q), so the features compute it only for
+  a cost model that asks (ProfileCostModel.prefill_grid; StepFeatures.from_plan). Rows without the column (every
+  calibration before round 35) are fitted with waves as before, and a profile without mixed_graph_attn_makespan
+  prices by waves and asks for no makespan.
+
   prefill_context_tokens (mixed_graph_prefill_context) is the K/V the prefill chunks read, each chunk's cached context
   plus its own tokens, summed over the chunks: waves follows the longest program, so four 64-token chunks after
   16k-token prefixes cost it about what one does, while they read four times the K/V. Without the term the fit left
@@ -91,8 +114,9 @@ least the dearest graph regime's.
   their measurement. Calibration rows saved before the column have it replayed (engine.calibration.with_replayed_walks).
 
   A profile without the key prices such steps as eager steps (as before the engine graphed them); one without
-  mixed_graph_attn_waves or mixed_graph_prefill_context (fitted before them) prices them without it, and one without
-  mixed_graph_prefill_shared prices shared prefill reads as the others.
+  mixed_graph_attn_waves or mixed_graph_prefill_context (fitted before them) prices them without it, one without
+  mixed_graph_prefill_shared prices shared prefill reads as the others, and one with mixed_graph_attn_makespan has no
+  mixed_graph_attn_waves (the makespan replaces it).
 
 Swap and copy time come from PCIe and HBM bandwidth as in the roofline. A step with transfers but no
 tokens pays the cheapest step's fixed cost (graph_intercept). Coefficients are non-negative, the padded
@@ -136,7 +160,7 @@ import numpy as np
 
 from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.decode_split import num_decode_splits
-from pagesim.cost.features import StepFeatures, steps_since_prefill
+from pagesim.cost.features import StepFeatures, persistent_max_q, steps_since_prefill
 from pagesim.cost.governor import ClockGovernor
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
 from pagesim.errors import UserError, not_a_file
@@ -163,8 +187,12 @@ INPUT_COLUMNS = ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "d
                  "prefill_attn_pairs", "max_decode_context")
 # 0 where calibration rows lack them (steps saved before they existed); never recorded in a run's steps
 # (validation's replay and the calibration fill them in from the plans: StepFeatures)
-OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk", "prefill_shared_tokens")
+OPTIONAL_COLUMNS = ("decode_shared_tokens", "prefill_tile_walks", "prefill_longest_walk", "prefill_shared_tokens",
+                    "prefill_makespan")
 WALK_COLUMNS = ("prefill_tile_walks", "prefill_longest_walk")  # the prefill programs' walks
+# The prefill kernel's length as it schedules its work items (StepFeatures.prefill_makespan): in calibration rows
+# recorded since round 35; graph mixed steps of a profile fitted to such rows price it (mixed_graph_attn_makespan)
+MAKESPAN_COLUMN = "prefill_makespan"
 # The K/V tokens the prefill chunks read (StepFeatures.prefill_context_tokens; every step table records it): graph
 # mixed steps price it (mixed_graph_prefill_context); 0 where rows lack it
 PREFILL_CONTEXT = "prefill_context_tokens"
@@ -269,19 +297,28 @@ def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
 # Graph mixed steps (module docstring): their own intercept, bucket increments and attention terms.
 MIXED_FEATURES = ("mixed_graph_intercept", "mixed_graph_prefill_seqs", "mixed_graph_decode_seqs",
                   "mixed_graph_context_tokens", "mixed_graph_max_context", "mixed_graph_attn_pairs",
-                  "mixed_graph_attn_waves", "mixed_graph_prefill_context", "mixed_graph_prefill_shared")
+                  "mixed_graph_attn_waves", "mixed_graph_prefill_context", "mixed_graph_prefill_shared",
+                  "mixed_graph_attn_makespan")
+# The prefill attention's length in a profile fitted to rows with MAKESPAN_COLUMN (round 35): the kernel's own schedule
+# in place of the waves' mean over the SMs (module docstring)
+MAKESPAN = MIXED_FEATURES[-1]
+WAVES = MIXED_FEATURES[6]
 
 
-def mixed_features(sizes) -> tuple[str, ...]:
-    """The graph-mixed features of a profile with these token buckets (none without buckets)."""
+def mixed_features(sizes, makespan: bool | None = None) -> tuple[str, ...]:
+    """The graph-mixed features of a profile with these token buckets (none without buckets): with makespan True the
+    ones a fit to rows with MAKESPAN_COLUMN gives (MAKESPAN, not WAVES), False the ones before it (WAVES, not
+    MAKESPAN), None every one a profile may hold."""
     if not sizes:
         return ()
-    return MIXED_FEATURES + tuple(f"mixed_graph_pad_{t}" for t in sizes[1:])
+    names = MIXED_FEATURES if makespan is None else tuple(
+        f for f in MIXED_FEATURES if f != (WAVES if makespan else MAKESPAN))
+    return names + tuple(f"mixed_graph_pad_{t}" for t in sizes[1:])
 
 
-def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx, p_shared):
+def _mixed_terms(p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx, p_shared, makespan=0):
     """The values of MIXED_FEATURES[1:], in order (the prefill chunks' K/V reads apart: not shared, shared)."""
-    return (p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx - p_shared, p_shared)
+    return (p_seqs, d_seqs, d_ctx, longest, pairs, waves, p_ctx - p_shared, p_shared, makespan)
 
 
 def shared_read_discount(coefficients: dict) -> float:
@@ -387,6 +424,10 @@ class ProfileCostModel:
         # a profile fitted before mixed_graph_prefill_shared prices shared prefill reads as the others
         coef = {"mixed_graph_prefill_shared": coef.get("mixed_graph_prefill_context", 0.0), **coef}
         self._mc = tuple(float(coef.get(name, 0.0)) for name in MIXED_FEATURES[1:])
+        # the features' prefill_makespan for a profile that prices it (StepFeatures.from_plan's prefill_grid: query
+        # heads, SMs, the timed kernel's persistent rule); None for one fitted before it (priced by its waves)
+        self.prefill_grid = ((self._heads, self._sms, persistent_max_q(self.prefill_kernel))
+                             if MAKESPAN in self.coefficients else None)
         base, self._mixed_base = float(coef.get(MIXED_FEATURES[0], 0.0)), []
         for i, t in enumerate(sizes):
             if i:
@@ -398,7 +439,7 @@ class ProfileCostModel:
         return runs_mixed_graph(p_tokens, d_seqs, self._graph_max, self._mixed_max)
 
     def _mixed_time(self, p_tokens, p_seqs, d_seqs, d_ctx, max_ctx, pairs, walks=0, longest_walk=0, maximum=max,
-                    shared=0, p_ctx=0, p_shared=0):
+                    shared=0, p_ctx=0, p_shared=0, makespan=0):
         tokens = p_tokens + d_seqs
         if isinstance(tokens, np.ndarray):
             base = np.asarray(self._mixed_base)[np.searchsorted(self.mixed_graph_token_sizes, tokens, side="left")]
@@ -409,7 +450,7 @@ class ProfileCostModel:
         longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
         waves = prefill_waves(walks, longest_walk, self._heads, self._sms, maximum)
         reads = d_ctx - self._mixed_shared_discount * shared  # repeated reads of shared blocks at their discount
-        terms = _mixed_terms(p_seqs, d_seqs, reads, longest, pairs, waves, p_ctx, p_shared)
+        terms = _mixed_terms(p_seqs, d_seqs, reads, longest, pairs, waves, p_ctx, p_shared, makespan)
         return base + sum(c * x for c, x in zip(self._mc, terms))
 
     def padded_batch(self, num_decode_seqs: int) -> int | None:
@@ -452,7 +493,8 @@ class ProfileCostModel:
                 fwd = self._mixed_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
                                        f.prefill_tile_walks, f.prefill_longest_walk, shared=shared,
-                                       p_ctx=f.prefill_context_tokens, p_shared=f.prefill_shared_tokens)
+                                       p_ctx=f.prefill_context_tokens, p_shared=f.prefill_shared_tokens,
+                                       makespan=f.prefill_makespan)
             else:
                 fwd = self._eager_time(f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs,
                                        f.decode_context_tokens, f.max_decode_context, f.prefill_attn_pairs,
@@ -511,7 +553,8 @@ class ProfileCostModel:
             out[mixed] = self._mixed_time(p[mixed], ps[mixed], n[mixed], c[mixed], mx[mixed], pairs[mixed], walks,
                                           longest_walk, np.maximum, sh[mixed],
                                           _optional_column(rows, PREFILL_CONTEXT, len(p))[mixed],
-                                          _optional_column(rows, "prefill_shared_tokens", len(p))[mixed])
+                                          _optional_column(rows, "prefill_shared_tokens", len(p))[mixed],
+                                          _optional_column(rows, MAKESPAN_COLUMN, len(p))[mixed])
         if self._after and "steps_since_prefill" in rows:
             decode = (p == 0) & (n > 0)
             tokens = _optional_column(rows, "last_prefill_tokens", len(p))[decode]
@@ -729,9 +772,11 @@ def _graph_design(cols, sel, split, longest, sharing: bool = False) -> np.ndarra
                            + [shared] * sharing + [(g >= s) * 1.0 for s in sizes[1:]])
 
 
-def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, int], discount: float = 0.0) -> np.ndarray:
-    """Columns in mixed_features(mixed_sizes) order, for graph mixed rows (heads_sms: query heads, SMs; discount:
-    shared_read_discount of the graph coefficients)."""
+def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, int], discount: float = 0.0,
+                  names: tuple[str, ...] | None = None) -> np.ndarray:
+    """Columns in `names` order (default mixed_features(mixed_sizes, False)), for graph mixed rows (heads_sms: query
+    heads, SMs; discount: shared_read_discount of the graph coefficients)."""
+    names = names or mixed_features(mixed_sizes, False)
     p, n = cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel]
     t = np.asarray(mixed_sizes)[np.searchsorted(mixed_sizes, p + n, side="left")]
     splits = num_splits(np.maximum(n.astype(np.int64), 1), split[1], split[2])
@@ -739,8 +784,10 @@ def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, in
     waves = prefill_waves(cols["prefill_tile_walks"][sel], cols["prefill_longest_walk"][sel], *heads_sms, np.maximum)
     reads = cols["decode_context_tokens"][sel] - discount * cols["decode_shared_tokens"][sel]
     terms = _mixed_terms(cols["num_prefill_seqs"][sel], n, reads, longest, cols["prefill_attn_pairs"][sel], waves,
-                         cols[PREFILL_CONTEXT][sel], cols["prefill_shared_tokens"][sel])
-    return np.column_stack([np.ones(len(n)), *terms] + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
+                         cols[PREFILL_CONTEXT][sel], cols["prefill_shared_tokens"][sel], cols[MAKESPAN_COLUMN][sel])
+    values = dict(zip(MIXED_FEATURES[1:], terms))
+    return np.column_stack([np.ones(len(n))] + [values[f] for f in names if f in values]
+                           + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
 
 
 def _is_mixed_graph(cols, sel, sizes, mixed_sizes) -> np.ndarray:
@@ -819,11 +866,14 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
     coefficients = {**eager, **coefficients}
     abs_err.append(err * len(eager_rows))
     if mixed_sizes:
-        mnames = mixed_features(mixed_sizes)
+        # rows with the kernel's schedule (MAKESPAN_COLUMN, calibrations since round 35) price the prefill attention by
+        # it; rows without it (every calibration before) by the waves, as before
+        mnames = mixed_features(mixed_sizes, bool(cols[MAKESPAN_COLUMN][mixed_rows].any()))
         if len(mixed_rows) < 2 * len(mnames):
             raise FitRowsError(f"{len(mixed_rows)} usable graph mixed steps (prefill tokens, at most "
                             f"{mixed_sizes[-1]} tokens) to fit, need at least {2 * len(mnames)}")
-        design = _mixed_design(cols, mixed_rows, mixed_sizes, lanes, split, heads_sms, shared_read_discount(coefficients))
+        design = _mixed_design(cols, mixed_rows, mixed_sizes, lanes, split, heads_sms, shared_read_discount(coefficients),
+                               mnames)
         x, err = _fit_relative_l1(design, y[mixed_rows])
         coefficients.update(zip(mnames, map(float, x)))
         dropped += [f for f, v in zip(mnames, x) if v == 0]
@@ -979,7 +1029,8 @@ def _row_clocks(rows) -> np.ndarray | None:
 def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
                       knees: tuple[int, ...] = KNEES, holdout: str = "rows",
                       max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES,
-                      mixed_graph_token_sizes: tuple[int, ...] = ()) -> tuple[ProfileCostModel, dict]:
+                      mixed_graph_token_sizes: tuple[int, ...] = (), prefill_kernel: str | None = None
+                      ) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
     `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
@@ -988,7 +1039,9 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
     relative error; the knee is the one in `knees` with the least training error, and max_context_lanes
     the one in `lanes` with the least training error of graph steps. The graph sizes are the executor's
     for `max_num_seqs` (the calibrated engine's). With `mixed_graph_token_sizes` (the calibrated engine's
-    token buckets, when it graphed its mixed steps) graph mixed steps get their own coefficients.
+    token buckets, when it graphed its mixed steps) graph mixed steps get their own coefficients; rows with
+    prefill_makespan (MAKESPAN_COLUMN: calibrations since round 35, computed with the timed engine's prefill kernel,
+    `prefill_kernel`, which the profile records) price their prefill attention by it (mixed_graph_attn_makespan).
 
     holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
     fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
@@ -1026,7 +1079,7 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
         return ProfileCostModel(m.name, g.name, {**fitted["coefficients"], **transfers}, fitted["knee"], fit=fit or {},
                                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 graph_batch_sizes=sizes, max_context_lanes=fitted["lanes"],
-                                mixed_graph_token_sizes=mixed_sizes)
+                                mixed_graph_token_sizes=mixed_sizes, prefill_kernel=prefill_kernel)
 
     mixed_sizes = tuple(int(t) for t in mixed_graph_token_sizes)
 

@@ -169,6 +169,7 @@ class RooflineCostModel:
 
     prices_sharing = False  # repeated reads of shared blocks cost their bytes (StepFeatures.decode_shared_tokens)
     governor = None  # steps at the datasheet's rates, whatever the clock (cost/governor.py is a fitted profile's)
+    prefill_grid = None  # nor the prefill kernel's schedule (StepFeatures.prefill_makespan)
 
     def decode_run_times(self, num_seqs: int, context_start: int, k: int, max_context_start: int,
                          shared: int = 0, since: int = 0, prefill_tokens: int = 0) -> np.ndarray:
