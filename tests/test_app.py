@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import numpy as np
 import plotly.graph_objects as go
@@ -1166,6 +1167,36 @@ def test_live_page_partner_follows_the_run_chosen_in_the_session(tmp_path, monke
     assert not at.exception
     assert at.selectbox(key="live.partner").value == "(none)"
     assert not any("Side by side" in h.value for h in at.subheader)
+
+
+def test_live_page_opens_on_the_newest_run(tmp_path, monkeypatch):
+    """The page opens on the run recorded at the latest commit (summary.json's git_commit, dated by the runs' own
+    checkout), not on the list's first, the oldest by name; a run whose commit is unknown counts as the oldest.
+    Was: results/live/'s alphabetically first run, azure-code-600-660 of round 8."""
+    import shutil
+    import subprocess
+
+    def git(*args, date="2026-01-01T00:00:00"):
+        env = {"GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date, "HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, env=env,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    commits = {}
+    for name, date in (("a-first", "2025-01-01T00:00:00"), ("b-second", "2026-06-01T00:00:00")):
+        git("commit", "-q", "--allow-empty", "-m", name, date=date)
+        commits[name] = git("rev-parse", "--short", "HEAD")
+    write_live_run(tmp_path / "a-first")
+    for name in ("b-second", "c-unknown"):
+        shutil.copytree(tmp_path / "a-first", tmp_path / name)
+    for name, commit in commits.items():
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary | {"git_commit": commit}))
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert at.selectbox(key="live.run").options == ["a-first", "b-second", "c-unknown"]
+    assert at.selectbox(key="live.run").value == "b-second"
+    assert live_page_at("a-first").selectbox(key="live.run").value == "a-first", "a shared link still opens its run"
 
 
 def test_live_page_names_a_url_run_that_does_not_exist(tmp_path, monkeypatch):
