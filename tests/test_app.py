@@ -976,6 +976,27 @@ def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
     assert "TTFT per request" in charts(at)[-1].layout.title.text
 
 
+def test_headline_tables_round_their_figures_for_reading(tmp_path, monkeypatch, replay):
+    """Every headline table (Replay's; Sim vs Live's live against simulated, and a pair's side by side) shows latencies
+    to 0.1 ms, fractions to 0.001 and counts whole, while its data (what a download or a copy takes) keeps every
+    digit. Was: Sim vs Live's showed 12.345678-style milliseconds."""
+    import shutil
+
+    write_live_run(tmp_path / "pair-x-paged")
+    shutil.copytree(tmp_path / "pair-x-paged", tmp_path / "pair-x-contiguous-max")
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = live_page_at("pair-x-paged")
+    tables_shown = [replay.dataframe[0], *(d for d in at.dataframe if "TTFT p50 (ms)" in d.value.columns)]
+    assert len(tables_shown) == 3, "Replay's, the pair's and live against simulated"
+    for element in tables_shown:
+        formats = {c: v.get("type_config", {}).get("format") for c, v in json.loads(element.proto.columns).items()}
+        assert formats["TTFT p50 (ms)"] == formats["E2E p99 (ms)"] == "%.1f", formats
+        assert formats["token-state fraction"] == "%.3f" and formats["preemptions"] == "%d", formats
+        assert formats["throughput (req/s)"] == "%.2f", formats
+    ttft = tables_shown[-1].value["TTFT p50 (ms)"].iloc[0]
+    assert ttft != round(ttft, 1), "the data keeps every digit; only the display rounds"
+
+
 def test_live_page_shows_the_validations_warnings(tmp_path, monkeypatch):
     """validate's warnings (a profile timed on another prefill kernel than the run's) shown above its figures."""
     run = write_live_run(tmp_path / "fixture-run")

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import streamlit as st
 
 from pagesim.config import MAX_SIMULATED_BLOCKS, Config
-from pagesim.dashboard import cached, data
+from pagesim.dashboard import cached, data, tables
 from pagesim.dashboard.sweep import blocks_for_gib
 from pagesim.errors import OptionError, UserError
 from pagesim.specs import GIB, GPUS, MODELS
@@ -106,6 +106,13 @@ def _url_same(text: str, item) -> bool:
         except ValueError:
             return False
     return text == str(item)
+
+
+def headline_dataframe(table, where=st) -> None:
+    """tables.headline_table shown with each column rounded for reading (tables.headline_format): one home for the
+    Replay and Sim vs Live pages' headline tables."""
+    where.dataframe(table, column_config={c: st.column_config.NumberColumn(format=tables.headline_format(c))
+                                          for c in table.columns})
 
 
 def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tuple[Trace, str] | None:

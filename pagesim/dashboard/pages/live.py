@@ -98,7 +98,7 @@ def side_by_side(run: LiveRun, other: LiveRun) -> None:
     for col, (name, s) in zip(cols, steps.items()):
         col.plotly_chart(figures.memory_over_time({name: s}), key=f"{PREFIX}.pair_memory_{name}")
     st.plotly_chart(figures.latency_cdfs(requests), key=f"{PREFIX}.pair_cdf")
-    st.dataframe(tables.headline_table({r.name: r.summary.get("runs", {}).get("live", {}) for r in (run, other)}))
+    widgets.headline_dataframe(tables.headline_table({r.name: r.summary.get("runs", {}).get("live", {}) for r in (run, other)}))
 
 
 def choose_run() -> LiveRun | None:
@@ -221,14 +221,14 @@ def show_validation(run: LiveRun) -> None:
                       index=2, bind=URL, key=f"{PREFIX}.metric")
     st.plotly_chart(figures.request_latency_scatter(run.requests, run.sim_requests, metric), key=f"{PREFIX}.per_request")
     summaries = {"live": run.summary.get("runs", {}).get("live", {}), "simulated": simulated_summary(run)}
-    st.dataframe(tables.headline_table(summaries))
+    widgets.headline_dataframe(tables.headline_table(summaries))
 
 
 def show_live_only(run: LiveRun) -> None:
     st.plotly_chart(figures.memory_over_time({"live": run.steps}), key=f"{PREFIX}.memory")
     st.plotly_chart(figures.requests_over_time({"live": run.steps}), key=f"{PREFIX}.requests")
     st.plotly_chart(figures.latency_cdfs({"live": run.requests}), key=f"{PREFIX}.cdf")
-    st.dataframe(tables.headline_table({"live": run.summary.get("runs", {}).get("live", {})}))
+    widgets.headline_dataframe(tables.headline_table({"live": run.summary.get("runs", {}).get("live", {})}))
 
 
 def simulated_summary(run: LiveRun) -> dict:
