@@ -129,6 +129,36 @@ def test_time_buckets_are_duration_weighted_means_and_short_tables_pass_through(
     assert b["num_preemptions"].tolist() == [1, 2]
 
 
+def test_time_series_break_their_lines_where_the_engine_sat_idle(runs):
+    """An idle period (no step from one step's end to the next step's start, longer than a bucket's time) is a gap in
+    every time-series chart: NaN rows at its start and end, so plotly breaks the line (connectgaps off) and a stacked
+    area drops out, instead of a straight line across the idle time. Back-to-back steps draw unbroken. Was: the
+    points on either side of an idle minute joined by a line."""
+    from pagesim.dashboard import serving
+
+    steps = steps_of(runs)["paged"].iloc[:40].copy()
+    shift = np.where(np.arange(len(steps)) >= 20, 60.0, 0.0)  # a minute idle after the 20th step
+    steps["time_s"] = steps["time_s"] + shift
+    gap_start = float(steps["time_s"].iloc[19] + steps["duration_s"].iloc[19])
+    gap_end = float(steps["time_s"].iloc[20])
+    for max_points in (1000, 10):  # the table itself and its time buckets
+        b = figures.time_buckets(steps, ["num_running"], max_points, sums=["num_preemptions"])
+        nan = b[b["num_running"].isna()]
+        assert nan["time_s"].tolist() == [gap_start, gap_end] and nan["num_preemptions"].isna().all(), max_points
+        after = b.index[b["time_s"] == gap_end]
+        assert b.loc[after, "num_running"].isna().tolist() == [True, False], "the gap's end comes before its step"
+    built = [figures.memory_over_time({"paged": steps}), figures.requests_over_time({"paged": steps}),
+             serving.kv_cache_usage({"paged": steps}), serving.queues({"paged": steps}),
+             figures.live_vs_sim_over_time(steps, steps)]
+    for fig in built:
+        for trace in fig.data:
+            x, y = np.asarray(trace.x, dtype=float), np.asarray(trace.y, dtype=float)
+            assert np.isnan(y[(x == gap_start)]).all() and np.isnan(y[x > gap_start][0]), (fig.layout.title.text, trace.name)
+            assert not trace.connectgaps
+    back_to_back = steps_of(runs)["paged"].iloc[:20]
+    assert not figures.time_buckets(back_to_back, ["num_running"])["num_running"].isna().any()
+
+
 def test_requests_figure_marks_the_steps_that_preempted(runs):
     steps = steps_of(runs)
     assert steps["paged"]["num_preemptions"].sum() > 0, "the fixture should preempt"

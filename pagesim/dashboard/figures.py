@@ -27,8 +27,34 @@ LATENCIES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 # ---- step tables over time -------------------------------------------------------------------------
 def time_buckets(steps: pd.DataFrame, columns, max_points: int = MAX_POINTS, sums=()) -> pd.DataFrame:
     """Steps reduced to at most max_points equal time buckets: `columns` as duration-weighted means,
-    `sums` as sums, `time_s` as the bucket's first step time. Short tables come back unchanged."""
+    `sums` as sums, `time_s` as the bucket's first step time. Short tables come back unchanged but for the gaps: where
+    the engine sat idle longer than a bucket's time (gaps), a row of NaN at the idle period's start and one at its
+    end (before the next step's row), so a line drawn through the table breaks there (plotly's connectgaps is off)
+    and a stacked area drops to nothing for the gap (its NaN count as 0), rather than join the steps on either side."""
     columns, sums = list(columns), list(sums)
+    out = _buckets(steps, columns, max_points, sums)
+    starts, ends = gaps(steps, max_points)
+    if not len(starts):
+        return out
+    breaks = pd.DataFrame({"time_s": np.concatenate([starts, ends]), **{c: np.nan for c in [*columns, *sums]}})
+    # at one instant: a gap's end before the step that ends it, a gap's start after the step it follows
+    order = np.concatenate([np.ones(len(out)), np.full(len(starts), 2.0), np.zeros(len(ends))])
+    both = pd.concat([out, breaks], ignore_index=True)
+    return both.iloc[np.lexsort((order, both["time_s"].to_numpy()))].reset_index(drop=True)
+
+
+def gaps(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the step table's idle periods longer than its span / max_points (a bucket's time: about a
+    pixel of a wide chart): from a step's end to the next step's start, times with no step to draw."""
+    if len(steps) < 2 or "duration_s" not in steps:
+        return np.empty(0), np.empty(0)
+    t = steps["time_s"].to_numpy(dtype="float64")
+    end = t + steps["duration_s"].to_numpy(dtype="float64")
+    idle = t[1:] - end[:-1] > (end[-1] - t[0]) / max_points
+    return end[:-1][idle], t[1:][idle]
+
+
+def _buckets(steps: pd.DataFrame, columns: list, max_points: int, sums: list) -> pd.DataFrame:
     if len(steps) <= max_points:
         return steps[["time_s", *columns, *sums]].reset_index(drop=True)
     t = steps["time_s"].to_numpy()
