@@ -363,11 +363,11 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
 
 
 def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
-    """--refit's rows before the fit: the columns it reads present, their counts whole numbers >= 0 and every
+    """--refit's rows before the fit: the columns it reads present, their counts whole numbers from 0 to MAX_INT and every
     duration_s a positive number of seconds; else a TraceError naming the file's line and column (line 1: header)."""
     from pagesim.cost.profile import INPUT_COLUMNS, OPTIONAL_COLUMNS, PREFILL_CONTEXT
     from pagesim.traces.errors import EMPTY, Described, TraceError
-    from pagesim.traces.schema import numbers
+    from pagesim.traces.schema import MAX_INT, numbers
 
     missing = [c for c in (*INPUT_COLUMNS, "duration_s") if c not in rows]
     if missing:
@@ -379,14 +379,16 @@ def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
     for c in (*counts, "duration_s"):
         num = numbers(rows[c]).to_numpy()
         with np.errstate(invalid="ignore"):
-            ok = (num > 0) if c == "duration_s" else (num >= 0) & (num == np.floor(num))
+            whole = (num >= 0) & (num == np.floor(num))
+            ok = (num > 0) if c == "duration_s" else whole & (num <= MAX_INT)  # a step's count fits the engine's int32
             ok &= np.isfinite(num)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             value = rows[c].iloc[i]
             value = value.item() if hasattr(value, "item") else value
-            raise TraceError(file, i + 2, c, "a positive number of seconds" if c == "duration_s" else
-                             "a whole number of at least 0", EMPTY if pd.isna(value) else value)
+            expected = ("a positive number of seconds" if c == "duration_s" else
+                        f"a whole number from 0 to {MAX_INT:,}" if whole[i] else "a whole number of at least 0")
+            raise TraceError(file, i + 2, c, expected, EMPTY if pd.isna(value) else value)
 
 
 def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str,
