@@ -255,7 +255,7 @@ def replay(args) -> int:
     trace = trace_from_args(args)
     print(trace.summary.report())
     warnings: list[str] = []
-    emit(trace.summary.warnings + config_warnings(config, trace) + baseline_warnings(config, args.baseline)
+    emit(trace.summary.warnings + config_warnings(config, trace, typed=getattr(args, "typed", None)) + baseline_warnings(config, args.baseline)
          + cluster_warnings(config, args.replicas, args.router), warnings)
     results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
                                        router=args.router, slos=slos, progress=True)

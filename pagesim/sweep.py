@@ -127,7 +127,7 @@ def _simulate(trace, base: dict, params: dict) -> dict:
             lambda o: f"kv_cache_gib {gib:,g} makes, at block_size {probe.block_size}, num_gpu_blocks" if o == "num_gpu_blocks"
             else o, advice=f"expected at most {most:,g} GiB at this block_size, or a larger block_size")) from None
     layout = params.get("layout", "paged")
-    warnings = (config_warnings(config, trace, swept=params) + baseline_warnings(config, [layout] if layout != "paged" else [])
+    warnings = (config_warnings(config, trace, swept=params, typed=opts.get("typed")) + baseline_warnings(config, [layout] if layout != "paged" else [])
                 + cluster_warnings(config, opts["replicas"], opts["router"]))
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
@@ -213,7 +213,7 @@ def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
     return prepare_output_dir(path, force)
 
 
-NOT_FIXED = ("func", "argv", "command", "command_parser", "grid", "out", "force")  # not what the rows share
+NOT_FIXED = ("func", "argv", "typed", "command", "command_parser", "grid", "out", "force")  # not what the rows share
 
 
 def check_or_write_manifest(out: Path, trace, base: dict) -> None:
@@ -382,12 +382,14 @@ KV_MEMORY = ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_gib")  # thre
 
 
 def typed_options(args, parser, keys) -> dict[str, str]:
-    """Of `keys`, the options the user set to other than their default: key -> the flag as typed ("--block-size 32")."""
+    """Of `keys`, the options the user typed (args.typed, cli.typed_dests: at their default value too; without it, those
+    set to other than their default): key -> the flag as typed ("--block-size 32")."""
     actions = {a.dest: a for a in parser._actions}
+    typed = getattr(args, "typed", None)
     out = {}
     for key in keys:
         action = actions.get(key)
-        if action is None or getattr(args, key, None) == action.default:
+        if action is None or (key not in typed if typed is not None else getattr(args, key, None) == action.default):
             continue
         value = getattr(args, key)
         if action.nargs == 0:  # a switch: --enable-prefix-caching, or --no-enable-chunked-prefill

@@ -191,6 +191,30 @@ def test_swap_space_without_swap_mode_is_a_warning_printed_once_and_recorded(tmp
     assert done.stderr.count("warning: --swap-space 8 GiB") == 1
 
 
+def test_swap_space_typed_at_its_default_without_swap_mode_warns_too(tmp_path):
+    """`--swap-space 4` is typed though 4 GiB is the default: as argparse tells it (cli.typed_dests, every default
+    suppressed), it warns like any other value, once and in summary.json; an abbreviated flag too; not typed, no
+    warning. Was: told by comparing with the dataclass's default, so a typed 4 was silently ignored."""
+    text = ("--swap-space 4 GiB has no effect with --preemption-mode recompute: a preempted request's blocks are freed "
+            "and recomputed, never swapped (--preemption-mode swap uses it)")
+    trace = azure_csv(tmp_path / "t.csv")
+    for name, flags in (("typed", ["--swap-space", "4"]), ("abbreviated", ["--swap-sp=4"]), ("not-typed", [])):
+        done = pagesim("replay", trace, *flags, "--out", tmp_path / name)
+        assert done.returncode == 0, done.stderr
+        warnings = json.loads((tmp_path / name / "summary.json").read_text())["warnings"]
+        assert warnings == ([] if name == "not-typed" else [text]), name
+        assert done.stderr.count("warning: --swap-space") == (0 if name == "not-typed" else 1), name
+
+
+def test_an_option_typed_at_its_default_counts_as_typed_against_a_grid(tmp_path):
+    """The same rule (cli.typed_dests) for sweep: `--block-size 16` is typed though 16 is the default, so a grid over
+    block_size would replace it without a word: refused like `--block-size 32` is. Was: let through."""
+    line = one_error(pagesim("sweep", azure_csv(tmp_path / "t.csv"), "--block-size", "16", "--grid", "block_size=32,64",
+                             "--backend", "local", "--out", tmp_path / "s"))
+    assert line.startswith("error: --block-size 16 and --grid block_size=32,64 both set block_size"), line
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_host_tier_smaller_than_a_block_and_one_the_baselines_lack_are_warnings(tmp_path):
     out = tmp_path / "run"
     done = pagesim("replay", own_trace(tmp_path / "t.jsonl", [100] * 4), "--enable-prefix-caching",
