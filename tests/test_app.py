@@ -580,8 +580,8 @@ def test_replay_config_errors_name_the_sidebar_controls_and_the_values_expected(
     low = error({"replay.memory_mode": "gpu_memory_utilization", "replay.gpu_memory_utilization": "0.1"})
     assert "expected **gpu_memory_utilization** from 0.11 to 1.00 for llama-3-8b on h200 at block_size 16" in low, low
     gib = error({"replay.block_size": "1", "replay.kv_cache_gib": "4096"})
-    assert gib.startswith("**KV-cache GiB** 4,096 makes, at **block_size** 1, num_gpu_blocks 33,554,432: the simulator "
-                          "holds at most 4,000,000 blocks"), gib
+    assert gib.startswith("**KV-cache GiB** 4,096 GiB is 33,554,432 blocks of 1 tokens for llama-3-8b (0.125 MiB each); "
+                          "the simulator holds at most 4,000,000 blocks"), gib  # sweep.blocks_for_gib's words
     assert gib.endswith("expected at most 488.28 GiB at this block_size, or a larger block_size"), gib
     host = error({"replay.prefix_caching": "true", "replay.kv_offloading_size": "1000000"})
     assert host.startswith("**kv_offloading_size** 1,000,000 GiB is 512,000,000 host blocks"), host
