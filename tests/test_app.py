@@ -85,6 +85,11 @@ def _typed_arrays(value):
     return value
 
 
+def title_of(fig: go.Figure) -> str:
+    """A chart's title as written, its lines joined (figures.wrap_title breaks a long one with <br> at spaces)."""
+    return (fig.layout.title.text or "").replace("<br>", " ")
+
+
 def vega_titles(at: AppTest) -> list[str]:
     """The titles of the Vega-Lite charts on the page (the trace overview's panels)."""
     return [json.loads(el.proto.spec)["title"] for el in at.get("vega_lite_chart")]
@@ -294,9 +299,9 @@ def test_replay_settings_come_from_the_url():
     assert at.selectbox(key="replay.block_size").value == 32
     assert "512 blocks × 32 tokens" in " ".join(c.value for c in at.sidebar.caption)
     assert at.multiselect(key="replay.baselines").value == ["max", "oracle"]
-    titles = [f.layout.title.text or "" for f in charts(at)]
+    titles = [title_of(f) or "" for f in charts(at)]
     assert any("kv_cache_usage_perc" in t for t in titles), titles
-    (hist,) = [f for f in charts(at) if "histograms" in (f.layout.title.text or "")]
+    (hist,) = [f for f in charts(at) if "histograms" in (title_of(f) or "")]
     assert 0.25 in [sh.x0 for sh in hist.layout.shapes]
 
 
@@ -338,7 +343,7 @@ def test_replay_snapshot_from_the_url_is_applied_and_kept():
     at.run()
     slider = at.select_slider(key="replay.snapshot")
     assert slider.value == 5 and at.query_params["replay.snapshot"] == "5"
-    title = charts(at)[2].layout.title.text
+    title = title_of(charts(at)[2])
     assert f"{slider.options[5]}" in title.replace("t = ", ""), title  # the block map is drawn at snapshot 5
     slider.set_value(7).run()
     assert at.query_params["replay.snapshot"] == "7"
@@ -404,7 +409,7 @@ def test_replay_host_tier_views_follow_kv_offloading_size():
     at.run()
     assert at.number_input(key="replay.kv_offloading_size").disabled, "no host tier without prefix caching"
     at.checkbox(key="replay.prefix_caching").check().run()
-    titles = lambda: [f.layout.title.text or "" for f in charts(at)]  # noqa: E731
+    titles = lambda: [title_of(f) or "" for f in charts(at)]  # noqa: E731
     assert not any("Host tier" in t for t in titles())
     at.number_input(key="replay.kv_offloading_size").set_value(4.0).run()
     assert not at.exception and not at.error
@@ -447,7 +452,7 @@ def test_replay_timeline_says_when_it_shows_only_part_of_the_window():
     assert not at.exception
     gantt = charts(at)[-1]
     assert len(gantt.data[0].y) == 200
-    assert "the first 200 of 500 shown" in gantt.layout.title.text, gantt.layout.title.text
+    assert "the first 200 of 500 shown" in title_of(gantt), title_of(gantt)
 
 
 def test_replay_serving_view_does_not_recompute_the_slo_table_on_other_widgets(monkeypatch):
@@ -506,7 +511,7 @@ def test_replay_time_slider_scrubs_the_block_map(replay):
     slider.set_value(0).run()
     assert not replay.exception
     early = charts(replay)[2]
-    assert early.layout.title.text != first.layout.title.text  # "at t = ... s"
+    assert title_of(early) != title_of(first)  # "at t = ... s"
     assert not np.array_equal(np.asarray(early.data[0].z, dtype=float), np.asarray(first.data[0].z, dtype=float),
                               equal_nan=True)
 
@@ -681,7 +686,7 @@ def test_replay_time_slider_tells_apart_the_instants_of_a_sub_second_trace():
     options = at.select_slider(key="replay.snapshot").options
     assert len(set(options[:40])) > 10, options[:40]
     at.select_slider(key="replay.snapshot").set_value(12).run()
-    assert f"Physical KV blocks at t = {options[12]} " in charts(at)[2].layout.title.text
+    assert f"Physical KV blocks at t = {options[12]} " in title_of(charts(at)[2])
 
 
 # ---- Sweep ----------------------------------------------------------------------------------------------
@@ -973,7 +978,7 @@ def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
     assert request_table["metric"].tolist() == ["TTFT p50 (ms)", "TTFT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)"]
     assert list(headline.index) == ["live", "simulated"]
     at.radio(key="live.metric").set_value("ttft_s").run()
-    assert "TTFT per request" in charts(at)[-1].layout.title.text
+    assert "TTFT per request" in title_of(charts(at)[-1])
 
 
 def test_headline_tables_round_their_figures_for_reading(tmp_path, monkeypatch, replay):

@@ -24,6 +24,7 @@ from pagesim.specs import GIB
 from pagesim.traces import TraceError, load_trace
 from pagesim.traces.synth import synthesize
 from tests.dashboard_fixtures import kernel_result, write_kernel_result, write_live_run
+from tests.test_app import title_of
 
 BLOCKS = 600  # above max_model_len / block_size = 512, so the max baseline admits one request at a time
 CATEGORY_LABELS = ["used", "reserved", "internal fragmentation", "external fragmentation", "cached",
@@ -153,7 +154,7 @@ def test_time_series_break_their_lines_where_the_engine_sat_idle(runs):
     for fig in built:
         for trace in fig.data:
             x, y = np.asarray(trace.x, dtype=float), np.asarray(trace.y, dtype=float)
-            assert np.isnan(y[(x == gap_start)]).all() and np.isnan(y[x > gap_start][0]), (fig.layout.title.text, trace.name)
+            assert np.isnan(y[(x == gap_start)]).all() and np.isnan(y[x > gap_start][0]), (title_of(fig), trace.name)
             assert not trace.connectgaps
     back_to_back = steps_of(runs)["paged"].iloc[:20]
     assert not figures.time_buckets(back_to_back, ["num_running"])["num_running"].isna().any()
@@ -471,7 +472,7 @@ def test_kernel_frames_and_bars_follow_the_bench_schema(tmp_path):
                                           "gather + SDPA (naive paged)", "SDPA on contiguous K/V (ceiling)"]
     assert all(list(t.x) == list(dict.fromkeys(decode["shape"])) for t in fig.data)
     assert list(fig.data[-1].y) == pytest.approx([4.3] * 4)  # the ceiling bars, graph timings
-    assert fig.layout.barmode == "group" and fig.layout.shapes[0].y0 == 4.3 and "graph" in fig.layout.title.text
+    assert fig.layout.barmode == "group" and fig.layout.shapes[0].y0 == 4.3 and "graph" in title_of(fig)
     prefill = kernel_results.prefill_frame(result)
     pfig = figures.prefill_flops_bars(prefill, 780.0)
     assert list(pfig.data[0].x) == ["paged (ours)", "SDPA on contiguous K/V (ceiling)"]
