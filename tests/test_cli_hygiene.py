@@ -277,6 +277,22 @@ def test_help_shows_defaults_and_one_format_list():
     assert "convert" in pagesim("trace", "--help").stdout
 
 
+def test_trace_convert_and_synth_refuse_an_out_named_for_another_format(tmp_path):
+    """`--out t.csv` would get JSON lines under a CSV name (a spreadsheet opens garbage, a later `--format azure`
+    refuses it): refused before any work, naming what is written. .jsonl, .jsonl.gz, .gz and no suffix are written.
+    Was: t.csv written as pagesim JSON lines without a word."""
+    trace = azure_csv(tmp_path / "t.csv")
+    for name in ("out.csv", "out.json", "out.CSV.gz", "out.parquet"):
+        for args in (["trace", "convert", trace], ["trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1]):
+            line = one_error(pagesim(*args, "--out", tmp_path / "new" / name))
+            suffix = name.split(".")[1].lower()
+            assert line == (f"error: --out {tmp_path / 'new' / name}: expected a FILE.jsonl (or FILE.jsonl.gz) name: the "
+                            f"trace is written in pagesim's own format, JSON lines, not .{suffix}"), line
+    assert not (tmp_path / "new").exists()
+    for name in ("a.jsonl", "b.JSONL.gz", "c.gz", "d"):
+        assert pagesim("trace", "convert", trace, "--out", tmp_path / name).returncode == 0, name
+
+
 def test_trace_convert_writes_the_own_format(tmp_path):
     out = tmp_path / "t.jsonl"
     done = pagesim("trace", "convert", azure_csv(tmp_path / "t.csv"), "--out", out)

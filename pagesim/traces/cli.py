@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from pagesim.errors import UserError
 from pagesim.options import name_text, non_negative_int, positive_float, positive_int
 from pagesim.outputs import prepare_output_file
 from pagesim.traces.load import FORMATS, load_trace
@@ -53,8 +55,21 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def own_format_out(path: str, force: bool) -> Path:
+    """--out of `trace convert` and `trace synth`, checked before any work (prepare_output_file) and refused when its
+    name says another format (t.csv, t.json, t.parquet): the file is pagesim's own, JSON lines, whatever its name
+    (.gz after .jsonl, or alone, compresses it)."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    if suffixes and suffixes[-1] != ".jsonl":
+        raise UserError(f"--out {path}: expected a FILE.jsonl (or FILE.jsonl.gz) name: the trace is written in "
+                        f"pagesim's own format, JSON lines, not {suffixes[-1]}")
+    return prepare_output_file(path, force)
+
+
 def _convert(args: argparse.Namespace) -> int:
-    out = prepare_output_file(args.out, args.force)
+    out = own_format_out(args.out, args.force)
     trace = load_trace(args.file, args.format)
     write_trace(trace, out)
     print(f"wrote {out}: {trace.summary}")
@@ -75,7 +90,7 @@ def format_ideal_hit_rate(trace) -> str:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    out = prepare_output_file(args.out, args.force)
+    out = own_format_out(args.out, args.force)
     trace = synthesize(
         args.preset, num_requests=args.num_requests, rate=args.rate, arrival=args.arrival, cv=args.cv,
         seed=args.seed, hash_block_size=args.hash_block_size, name=args.name,
