@@ -762,9 +762,12 @@ def register(sub) -> None:
     c.add_argument("--gpu", default=None,
                    help="the GPU it runs on (default: the device's spec, engine.device_gpu; with --refit, the rows' "
                         f"own profile's, else {LABEL_DEFAULTS['gpu']})")
-    c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"])
-    c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"])
-    c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
+    c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"],
+                   help="tokens per KV-cache block while timing")
+    c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"],
+                   help="GPU KV-cache blocks while timing (default: what 0.9 of the GPU's memory leaves beside the weights)")
+    c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"],
+                   help="most tokens per timed step")
     c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default=None,
                    help="the engine's KV cache dtype while timing (the profile records it; runs must match; default: "
                         f"{LABEL_DEFAULTS['kv_cache_dtype']}; with --refit, the rows' own profile's)")

@@ -310,7 +310,7 @@ def register(sub) -> None:
                    default=8, help=f"largest deployment to consider (GPUs; at most {MAX_GPUS:,})")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help=f"replace one axis of the search (default: {SEARCH}, every router; prefix-aware with prefix caching)")
-    p.add_argument("--backend", choices=["ray", "local"], default="ray")
+    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray or local processes")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
     p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
     p.set_defaults(func=lambda args: plan(args, p))

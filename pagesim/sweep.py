@@ -485,7 +485,7 @@ def register(sub) -> None:
     add_cluster_options(p)
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="a swept option and its values (repeatable: the cross product is run)")
-    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray (default) or local processes")
+    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray or local processes")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
     p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
     p.set_defaults(func=lambda args: sweep(args, p))

@@ -277,6 +277,21 @@ def test_help_shows_defaults_and_one_format_list():
     assert "convert" in pagesim("trace", "--help").stdout
 
 
+def test_every_option_of_every_command_says_what_it_is():
+    """`--help` lists every option with what it does (and its default, where it has one). Was: calibrate's
+    --block-size, --num-gpu-blocks and --max-num-batched-tokens, plan's --backend, and trace info/convert's FILE listed
+    bare, with no help and so no default."""
+    import argparse
+
+    from pagesim.cli import _commands, build_parser
+
+    bare = [f"{command.prog} {action.option_strings or action.dest}" for command in _commands(build_parser())
+            for action in command._actions if not action.help and action.help is not argparse.SUPPRESS]
+    assert bare == []
+    calibrate = pagesim("calibrate", "--help").stdout
+    assert "(default: 16)" in calibrate and "(default: 8192)" in calibrate
+
+
 def test_trace_convert_and_synth_refuse_an_out_named_for_another_format(tmp_path):
     """`--out t.csv` would get JSON lines under a CSV name (a spreadsheet opens garbage, a later `--format azure`
     refuses it): refused before any work, naming what is written. .jsonl, .jsonl.gz, .gz and no suffix are written.

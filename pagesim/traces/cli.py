@@ -8,7 +8,7 @@ from pathlib import Path
 from pagesim.errors import UserError
 from pagesim.options import name_text, non_negative_int, positive_float, positive_int
 from pagesim.outputs import prepare_output_file
-from pagesim.traces.load import FORMATS, load_trace
+from pagesim.traces.load import FORMATS, TRACE_FILE_HELP, load_trace
 from pagesim.traces.own_format import write_trace
 from pagesim.traces.stats import trace_stats
 from pagesim.traces.synth import DEFAULT_HASH_BLOCK_SIZE, PRESETS, synthesize
@@ -16,15 +16,15 @@ from pagesim.traces.synth import DEFAULT_HASH_BLOCK_SIZE, PRESETS, synthesize
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     trace = subparsers.add_parser("trace", help="inspect, convert and synthesize request traces")
-    sub = trace.add_subparsers(dest="trace_command", required=True)
+    sub = trace.add_subparsers(dest="trace_command", required=True, help="what to do with a trace")
 
     info = sub.add_parser("info", help="statistics and load summary of a trace file")
-    info.add_argument("file")
+    info.add_argument("file", help=TRACE_FILE_HELP)
     info.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
     info.set_defaults(func=_info)
 
     convert = sub.add_parser("convert", help="rewrite a trace in pagesim's own format (JSON lines)")
-    convert.add_argument("file")
+    convert.add_argument("file", help=TRACE_FILE_HELP)
     convert.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
     convert.add_argument("--out", required=True, help="the pagesim-format file to write (FILE.jsonl)")
     convert.add_argument("--force", action="store_true", help="replace --out if it exists")
