@@ -367,11 +367,11 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
 
 
 def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
-    """--refit's rows before the fit: the columns it reads present, their counts whole numbers >= 0 and every
+    """--refit's rows before the fit: the columns it reads present, their counts whole numbers from 0 to MAX_INT and every
     duration_s a positive number of seconds; else a TraceError naming the file's line and column (line 1: header)."""
     from pagesim.cost.profile import INPUT_COLUMNS, OPTIONAL_COLUMNS, PREFILL_CONTEXT
     from pagesim.traces.errors import EMPTY, Described, TraceError
-    from pagesim.traces.schema import numbers
+    from pagesim.traces.schema import MAX_INT, numbers
 
     missing = [c for c in (*INPUT_COLUMNS, "duration_s") if c not in rows]
     if missing:
@@ -383,14 +383,16 @@ def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
     for c in (*counts, "duration_s"):
         num = numbers(rows[c]).to_numpy()
         with np.errstate(invalid="ignore"):
-            ok = (num > 0) if c == "duration_s" else (num >= 0) & (num == np.floor(num))
+            whole = (num >= 0) & (num == np.floor(num))
+            ok = (num > 0) if c == "duration_s" else whole & (num <= MAX_INT)  # a step's count fits the engine's int32
             ok &= np.isfinite(num)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             value = rows[c].iloc[i]
             value = value.item() if hasattr(value, "item") else value
-            raise TraceError(file, i + 2, c, "a positive number of seconds" if c == "duration_s" else
-                             "a whole number of at least 0", EMPTY if pd.isna(value) else value)
+            expected = ("a positive number of seconds" if c == "duration_s" else
+                        f"a whole number from 0 to {MAX_INT:,}" if whole[i] else "a whole number of at least 0")
+            raise TraceError(file, i + 2, c, expected, EMPTY if pd.isna(value) else value)
 
 
 def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str,
@@ -765,9 +767,12 @@ def register(sub) -> None:
     c.add_argument("--gpu", default=None,
                    help="the GPU it runs on (default: the device's spec, engine.device_gpu; with --refit, the rows' "
                         f"own profile's, else {LABEL_DEFAULTS['gpu']})")
-    c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"])
-    c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"])
-    c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
+    c.add_argument("--block-size", type=positive_int, default=CALIBRATE_DEFAULTS["block_size"],
+                   help="tokens per KV-cache block while timing")
+    c.add_argument("--num-gpu-blocks", type=positive_int, default=CALIBRATE_DEFAULTS["num_gpu_blocks"],
+                   help="GPU KV-cache blocks while timing (default: what 0.9 of the GPU's memory leaves beside the weights)")
+    c.add_argument("--max-num-batched-tokens", type=positive_int, default=CALIBRATE_DEFAULTS["max_num_batched_tokens"],
+                   help="most tokens per timed step")
     c.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default=None,
                    help="the engine's KV cache dtype while timing (the profile records it; runs must match; default: "
                         f"{LABEL_DEFAULTS['kv_cache_dtype']}; with --refit, the rows' own profile's)")

@@ -264,7 +264,7 @@ def live(args) -> int:
         ProfileCostModel.from_json(args.profile)
     out_dir = prepare_output_dir(args.out, args.force)  # before any work
     trace = trace_from_args(args)
-    emit(config_warnings(config, trace), warnings)
+    emit(config_warnings(config, trace, typed=getattr(args, "typed", None)), warnings)
     if args.calibrate and config.num_gpu_blocks is not None:
         # refuses a cache too small to calibrate in, before any work; warns when it leaves workloads out
         emit(calibration_warnings(config, calibration_workloads_that_fit(config)), warnings)

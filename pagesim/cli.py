@@ -58,12 +58,26 @@ def _commands(parser: argparse.ArgumentParser):
                 yield from _commands(command)
 
 
+def typed_dests(argv: list[str]) -> list[str]:
+    """The options (their dests) given on the command line, whatever their value: argv parsed again by a parser whose
+    every default is suppressed, so argparse itself tells a typed flag from a default (`--swap-space 4` is typed though
+    4 is its default; `--swap` abbreviates it). Sorted, for sweep.json and the workers."""
+    parser = build_parser()
+    for command in (parser, *_commands(parser)):
+        command._defaults.clear()  # set_defaults: func, command_parser
+        for action in command._actions:
+            action.default = argparse.SUPPRESS
+    args, _ = parser.parse_known_args(argv)
+    return sorted(k for k in vars(args) if k != "command")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # under the command's usage, not the top level's
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.typed = typed_dests(args.argv)
     from pagesim.outputs import removed_if_left_empty
 
     try:

@@ -198,7 +198,7 @@ class Config:
 
     def _check_block_counts(self) -> None:
         """The simulator holds a Python object per block: counts beyond MAX_SIMULATED_BLOCKS would exhaust memory."""
-        limit = f"at most {MAX_SIMULATED_BLOCKS:,} blocks (~{MAX_SIMULATED_BLOCKS * BYTES_PER_SIMULATED_BLOCK / 1e9:.1f} GB of simulator memory)"
+        limit = SIMULATED_BLOCKS_LIMIT
         if self.num_gpu_blocks is not None and self.num_gpu_blocks > MAX_SIMULATED_BLOCKS:
             _fail(f"{{num_gpu_blocks}} {readable(self.num_gpu_blocks)}: the simulator holds {limit}")
         if self.num_gpu_blocks is None:
@@ -227,6 +227,8 @@ FLOAT_FIELDS = ("gpu_memory_utilization", "swap_space", "watermark", "kv_offload
 BOOL_FIELDS = ("enable_chunked_prefill", "enable_prefix_caching")
 MAX_SIMULATED_BLOCKS = 4_000_000
 BYTES_PER_SIMULATED_BLOCK = 190  # a Block (slots dataclass) plus its free-queue entry, measured with tracemalloc
+SIMULATED_BLOCKS_LIMIT = (f"at most {MAX_SIMULATED_BLOCKS:,} blocks "  # what every block-count bound says (Config, sweep's
+                          f"(~{MAX_SIMULATED_BLOCKS * BYTES_PER_SIMULATED_BLOCK / 1e9:.1f} GB of simulator memory)")  # kv_cache_gib)
 
 
 def host_blocks(gib: float, block_bytes: int) -> int:

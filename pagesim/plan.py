@@ -173,8 +173,20 @@ def pareto_table(report: dict) -> str:
     return front.to_string(index=False, na_rep="n/a", float_format=lambda v: f"{v:.3g}")
 
 
-def plan_candidates(base: dict, slos, max_gpus: int, search: dict, routers) -> tuple[dict, list[dict], list[str]]:
-    """The sweep's fixed options, the candidates and the skipped tp; a UserError when no deployment is left."""
+def default_routers(base: dict, search: dict) -> list[str]:
+    """The routers plan searches unless --grid router=... names them: every one, but prefix-aware only where the
+    candidates cache prefixes (base's enable_prefix_caching, or a search over it); without a prefix cache it routes as
+    least-outstanding-tokens, so its candidates were duplicates, each warning of a --router no one typed."""
+    from pagesim.cluster import ROUTERS
+
+    caching = search.get("enable_prefix_caching", [base.get("enable_prefix_caching", False)])
+    return [r for r in ROUTERS if r != "prefix-aware" or any(caching)]
+
+
+def plan_candidates(base: dict, slos, max_gpus: int, search: dict, routers=None) -> tuple[dict, list[dict], list[str]]:
+    """The sweep's fixed options, the candidates and the skipped tp; a UserError when no deployment is left. `routers`:
+    those given (--grid router=...), else default_routers."""
+    routers = default_routers(base, search) if routers is None else routers
     base = {**base, "slo": [str(s) for s in slos], "replicas": 1, "router": "round-robin"}
     points, refused = candidates(base, max_gpus, search, routers)
     skipped = skip_lines(refused)
@@ -188,11 +200,10 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
              backend: str = "ray", address: str | None = None, num_cpus: int | None = None, progress: bool = True,
              on_row=None) -> dict:
     """Evaluate every candidate (a resumable sweep in `out`), choose, write plan.json and pareto.csv; the report."""
-    from pagesim.cluster import ROUTERS
     from pagesim.sweep import config_id, run_sweep, warning_lines
 
     search = dict(SEARCH if search is None else search)
-    routers = list(ROUTERS if routers is None else routers)
+    routers = default_routers(base, search) if routers is None else list(routers)
     base, points, skipped = plan_candidates(base, slos, max_gpus, search, routers)
     out = Path(out)
     df = run_sweep(trace, base, points, out, backend=backend, address=address, num_cpus=num_cpus,
@@ -230,7 +241,7 @@ def plan(args, parser) -> int:
     if not slos:
         raise UserError("plan needs at least one --slo, e.g. --slo ttft_p99=1 --slo tpot_p99=0.05")
     search = dict(SEARCH)
-    routers = list(ROUTERS)
+    routers = None  # default_routers, unless --grid router=... names them
     for text in args.grid:  # each --grid replaces one axis of the search
         name, _, values = text.partition("=")
         if name.strip().lstrip("-").replace("-", "_") == "router":
@@ -298,8 +309,8 @@ def register(sub) -> None:
                                                   f"times at most {MAX_REPLICAS:,} replicas"),
                    default=8, help=f"largest deployment to consider (GPUs; at most {MAX_GPUS:,})")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
-                   help=f"replace one axis of the search (default: {SEARCH}, every router)")
-    p.add_argument("--backend", choices=["ray", "local"], default="ray")
+                   help=f"replace one axis of the search (default: {SEARCH}, every router; prefix-aware with prefix caching)")
+    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray or local processes")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
     p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
     p.set_defaults(func=lambda args: plan(args, p))

@@ -23,12 +23,12 @@ from pagesim.options import (MAX_REPLICAS, fraction, fraction_below_one, non_neg
 from pagesim.outputs import prepare_output_dir, provenance
 from pagesim.run_warnings import baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings
 from pagesim.specs import DEFAULT_GPU, GPUS, MODELS
-from pagesim.traces.load import FORMATS
+from pagesim.traces.load import FORMATS, TRACE_FILE_HELP
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """Trace and engine options shared by `replay` and `live`; each value is checked as it is parsed (options.py)."""
-    p.add_argument("trace", help="trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim format)")
+    p.add_argument("trace", help=TRACE_FILE_HELP)
     p.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
     p.add_argument("--limit", type=positive_int, default=None, help="first N requests only")
     p.add_argument("--start-s", type=non_negative_float, default=None, help="time window start (s from the first arrival)")
@@ -255,7 +255,7 @@ def replay(args) -> int:
     trace = trace_from_args(args)
     print(trace.summary.report())
     warnings: list[str] = []
-    emit(trace.summary.warnings + config_warnings(config, trace) + baseline_warnings(config, args.baseline)
+    emit(trace.summary.warnings + config_warnings(config, trace, typed=getattr(args, "typed", None)) + baseline_warnings(config, args.baseline)
          + cluster_warnings(config, args.replicas, args.router), warnings)
     results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
                                        router=args.router, slos=slos, progress=True)

@@ -16,14 +16,16 @@ from pagesim.options import readable
 from pagesim.specs import GIB
 
 REJECTED_SHARE = 0.10  # warn when more than this share of requests is rejected
-SWAP_SPACE = next(f.default for f in dataclasses.fields(Config) if f.name == "swap_space")  # a value other than this
-# one was given (as sweep.typed_options tells a typed option)
+SWAP_SPACE = next(f.default for f in dataclasses.fields(Config) if f.name == "swap_space")  # where no command line
+# says what was typed (the dashboard), a value other than this one counts as given
 
 
-def config_warnings(config: Config, trace, swept=()) -> list[str]:
+def config_warnings(config: Config, trace, swept=(), typed=None) -> list[str]:
     """Before the run: options the trace or the model make pointless. `swept`: the options a sweep varies (a sweep over
-    preemption modes gives its recompute runs the swap space of its swap runs)."""
+    preemption modes gives its recompute runs the swap space of its swap runs). `typed`: the options given on the
+    command line (cli.typed_dests: `--swap-space 4` is given though 4 is the default); None without one."""
     out = []
+    swap_given = ("swap_space" in typed or "swap_space" in swept) if typed is not None else config.swap_space != SWAP_SPACE
     if config.enable_prefix_caching and not {"prefix_hash_ids", "prompt_token_ids"} & set(trace.df.columns):
         out.append("--enable-prefix-caching is on, but the trace has neither prefix_hash_ids nor prompt_token_ids: "
                    "no request can hit another's cached prefix (prefix_cache_hit_rate stays 0; only a preempted "
@@ -31,7 +33,7 @@ def config_warnings(config: Config, trace, swept=()) -> list[str]:
     if config.preemption_mode == "swap" and config.num_cpu_blocks == 0:
         out.append(f"--preemption-mode swap with --swap-space {readable(config.swap_space)} GiB holds no host block "
                    f"({readable(config.block_bytes)} bytes each): nothing can be swapped out")
-    if config.preemption_mode != "swap" and config.swap_space not in (0, SWAP_SPACE) and "preemption_mode" not in swept:
+    if config.preemption_mode != "swap" and swap_given and config.swap_space != 0 and "preemption_mode" not in swept:
         out.append(f"--swap-space {readable(config.swap_space)} GiB has no effect with --preemption-mode "
                    f"{config.preemption_mode}: a preempted request's blocks are freed and recomputed, never swapped "
                    "(--preemption-mode swap uses it)")

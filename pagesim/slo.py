@@ -48,9 +48,10 @@ class SLO:
         return f"{self.name}={self.threshold_s:g}"
 
 
-def parse_slo(text: str) -> SLO:
-    """'ttft_p99=1' -> SLO('ttft', 'p99', 1.0); a UserError naming the flag otherwise."""
-    m = _PATTERN.match(text.strip().lower())
+def parse_slo(text: str, where: str = "--slo") -> SLO:
+    """'ttft_p99=1' -> SLO('ttft', 'p99', 1.0); a UserError naming `where` it was given (the flag, or plan.json's
+    slos) and the text as given otherwise."""
+    m = _PATTERN.match(text.strip().lower()) if isinstance(text, str) else None
     threshold = None
     if m:
         try:
@@ -58,17 +59,17 @@ def parse_slo(text: str) -> SLO:
         except ValueError:
             pass
     if threshold is None or not threshold > 0 or threshold == float("inf"):
-        raise UserError(f"--slo {text!r}: expected METRIC_PCT=SECONDS with METRIC one of {', '.join(METRICS)}, "
+        raise UserError(f"{where} {text!r}: expected METRIC_PCT=SECONDS with METRIC one of {', '.join(METRICS)}, "
                         f"PCT one of {', '.join(PERCENTILES)} and SECONDS > 0, e.g. ttft_p99=1")
     return SLO(m.group(1), m.group(2), threshold)
 
 
-def parse_slos(texts) -> list[SLO]:
-    slos = [parse_slo(t) for t in texts or ()]
+def parse_slos(texts, where: str = "--slo") -> list[SLO]:
+    slos = [parse_slo(t, where) for t in texts or ()]
     names = [s.name for s in slos]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise UserError(f"--slo {sorted(dup)[0]} given twice")
+        raise UserError(f"{where} {sorted(dup)[0]} given twice")
     return slos
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pagesim.config import MAX_SIMULATED_BLOCKS
-from pagesim.errors import FlagError, OptionError, UserError, given_path
+from pagesim.config import MAX_SIMULATED_BLOCKS, SIMULATED_BLOCKS_LIMIT, host_blocks
+from pagesim.errors import OptionError, UserError, given_path
 from pagesim.specs import GIB
 
 FLUSH_S = 2.0
@@ -116,18 +116,9 @@ def _simulate(trace, base: dict, params: dict) -> dict:
         # weights leave at --gpu-memory-utilization (a stand-in count while the block's bytes are learnt)
         probe = config_from_args(argparse.Namespace(**{**opts, "num_gpu_blocks": 1}))
         opts["num_gpu_blocks"] = blocks_for_gib(probe, params["kv_cache_gib"])
-    try:
-        config = config_from_args(argparse.Namespace(**opts))
-    except FlagError as exc:  # too many blocks: in the grid's words, not a --num-gpu-blocks no one typed
-        if "kv_cache_gib" not in params or exc.option_error.option != "num_gpu_blocks":
-            raise
-        gib, block = params["kv_cache_gib"], probe.block_bytes
-        most = math.floor(MAX_SIMULATED_BLOCKS * block / GIB * 100) / 100
-        raise UserError(exc.option_error.in_words(
-            lambda o: f"kv_cache_gib {gib:,g} makes, at block_size {probe.block_size}, num_gpu_blocks" if o == "num_gpu_blocks"
-            else o, advice=f"expected at most {most:,g} GiB at this block_size, or a larger block_size")) from None
+    config = config_from_args(argparse.Namespace(**opts))
     layout = params.get("layout", "paged")
-    warnings = (config_warnings(config, trace, swept=params) + baseline_warnings(config, [layout] if layout != "paged" else [])
+    warnings = (config_warnings(config, trace, swept=params, typed=opts.get("typed")) + baseline_warnings(config, [layout] if layout != "paged" else [])
                 + cluster_warnings(config, opts["replicas"], opts["router"]))
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
@@ -141,15 +132,23 @@ def _simulate(trace, base: dict, params: dict) -> dict:
 
 
 def blocks_for_gib(config, gib: float) -> int:
-    """How many of the config's KV blocks fit in `gib` GiB of K/V (at least one, or a UserError)."""
-    from pagesim.config import host_blocks
+    """How many of the config's KV blocks fit in `gib` GiB of K/V: the kv_cache_gib option's check, both bounds (one
+    block; the simulator's MAX_SIMULATED_BLOCKS, the bound Config puts on --num-gpu-blocks) in its own words, an
+    OptionError naming {kv_cache_gib} as sweep's other options' checks name theirs."""
+    from pagesim.options import readable
 
     blocks = host_blocks(gib, config.block_bytes)  # (beyond a double's bytes, counted from whole GiB: not int(NaN))
     if blocks < 1:
         least = math.ceil(config.block_bytes / GIB * 100) / 100
-        raise OptionError(f"{{kv_cache_gib}} {gib:g} GiB holds no KV block of {config.block_size} tokens for "
+        raise OptionError(f"{{kv_cache_gib}} {gib:,g} GiB holds no KV block of {config.block_size} tokens for "
                           f"{config.model} ({config.block_bytes / 2**20:g} MiB each)",
                           advice=f": expected at least {least:g} GiB (one block) at this block_size")
+    if blocks > MAX_SIMULATED_BLOCKS:
+        most = math.floor(MAX_SIMULATED_BLOCKS * config.block_bytes / GIB * 100) / 100
+        raise OptionError(f"{{kv_cache_gib}} {gib:,g} GiB is {readable(blocks)} blocks of {config.block_size} tokens "
+                          f"for {config.model} ({config.block_bytes / 2**20:g} MiB each); the simulator holds "
+                          f"{SIMULATED_BLOCKS_LIMIT}",
+                          advice=f": expected at most {most:,g} GiB at this block_size, or a larger block_size")
     return blocks
 
 
@@ -213,7 +212,7 @@ def prepare_sweep_dir(out: Path | str, force: bool = False) -> Path:
     return prepare_output_dir(path, force)
 
 
-NOT_FIXED = ("func", "argv", "command", "command_parser", "grid", "out", "force")  # not what the rows share
+NOT_FIXED = ("func", "argv", "typed", "command", "command_parser", "grid", "out", "force")  # not what the rows share
 
 
 def check_or_write_manifest(out: Path, trace, base: dict) -> None:
@@ -382,12 +381,14 @@ KV_MEMORY = ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_gib")  # thre
 
 
 def typed_options(args, parser, keys) -> dict[str, str]:
-    """Of `keys`, the options the user set to other than their default: key -> the flag as typed ("--block-size 32")."""
+    """Of `keys`, the options the user typed (args.typed, cli.typed_dests: at their default value too; without it, those
+    set to other than their default): key -> the flag as typed ("--block-size 32")."""
     actions = {a.dest: a for a in parser._actions}
+    typed = getattr(args, "typed", None)
     out = {}
     for key in keys:
         action = actions.get(key)
-        if action is None or getattr(args, key, None) == action.default:
+        if action is None or (key not in typed if typed is not None else getattr(args, key, None) == action.default):
             continue
         value = getattr(args, key)
         if action.nargs == 0:  # a switch: --enable-prefix-caching, or --no-enable-chunked-prefill
@@ -484,7 +485,7 @@ def register(sub) -> None:
     add_cluster_options(p)
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="a swept option and its values (repeatable: the cross product is run)")
-    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray (default) or local processes")
+    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray or local processes")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
     p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
     p.set_defaults(func=lambda args: sweep(args, p))

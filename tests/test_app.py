@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import numpy as np
 import plotly.graph_objects as go
@@ -82,6 +83,11 @@ def _typed_arrays(value):
     if isinstance(value, list):
         return [_typed_arrays(v) for v in value]
     return value
+
+
+def title_of(fig: go.Figure) -> str:
+    """A chart's title as written, its lines joined (figures.wrap_title breaks a long one with <br> at spaces)."""
+    return (fig.layout.title.text or "").replace("<br>", " ")
 
 
 def vega_titles(at: AppTest) -> list[str]:
@@ -293,9 +299,9 @@ def test_replay_settings_come_from_the_url():
     assert at.selectbox(key="replay.block_size").value == 32
     assert "512 blocks × 32 tokens" in " ".join(c.value for c in at.sidebar.caption)
     assert at.multiselect(key="replay.baselines").value == ["max", "oracle"]
-    titles = [f.layout.title.text or "" for f in charts(at)]
+    titles = [title_of(f) or "" for f in charts(at)]
     assert any("kv_cache_usage_perc" in t for t in titles), titles
-    (hist,) = [f for f in charts(at) if "histograms" in (f.layout.title.text or "")]
+    (hist,) = [f for f in charts(at) if "histograms" in (title_of(f) or "")]
     assert 0.25 in [sh.x0 for sh in hist.layout.shapes]
 
 
@@ -337,7 +343,7 @@ def test_replay_snapshot_from_the_url_is_applied_and_kept():
     at.run()
     slider = at.select_slider(key="replay.snapshot")
     assert slider.value == 5 and at.query_params["replay.snapshot"] == "5"
-    title = charts(at)[2].layout.title.text
+    title = title_of(charts(at)[2])
     assert f"{slider.options[5]}" in title.replace("t = ", ""), title  # the block map is drawn at snapshot 5
     slider.set_value(7).run()
     assert at.query_params["replay.snapshot"] == "7"
@@ -403,7 +409,7 @@ def test_replay_host_tier_views_follow_kv_offloading_size():
     at.run()
     assert at.number_input(key="replay.kv_offloading_size").disabled, "no host tier without prefix caching"
     at.checkbox(key="replay.prefix_caching").check().run()
-    titles = lambda: [f.layout.title.text or "" for f in charts(at)]  # noqa: E731
+    titles = lambda: [title_of(f) or "" for f in charts(at)]  # noqa: E731
     assert not any("Host tier" in t for t in titles())
     at.number_input(key="replay.kv_offloading_size").set_value(4.0).run()
     assert not at.exception and not at.error
@@ -446,7 +452,7 @@ def test_replay_timeline_says_when_it_shows_only_part_of_the_window():
     assert not at.exception
     gantt = charts(at)[-1]
     assert len(gantt.data[0].y) == 200
-    assert "the first 200 of 500 shown" in gantt.layout.title.text, gantt.layout.title.text
+    assert "the first 200 of 500 shown" in title_of(gantt), title_of(gantt)
 
 
 def test_replay_serving_view_does_not_recompute_the_slo_table_on_other_widgets(monkeypatch):
@@ -505,7 +511,7 @@ def test_replay_time_slider_scrubs_the_block_map(replay):
     slider.set_value(0).run()
     assert not replay.exception
     early = charts(replay)[2]
-    assert early.layout.title.text != first.layout.title.text  # "at t = ... s"
+    assert title_of(early) != title_of(first)  # "at t = ... s"
     assert not np.array_equal(np.asarray(early.data[0].z, dtype=float), np.asarray(first.data[0].z, dtype=float),
                               equal_nan=True)
 
@@ -579,8 +585,8 @@ def test_replay_config_errors_name_the_sidebar_controls_and_the_values_expected(
     low = error({"replay.memory_mode": "gpu_memory_utilization", "replay.gpu_memory_utilization": "0.1"})
     assert "expected **gpu_memory_utilization** from 0.11 to 1.00 for llama-3-8b on h200 at block_size 16" in low, low
     gib = error({"replay.block_size": "1", "replay.kv_cache_gib": "4096"})
-    assert gib.startswith("**KV-cache GiB** 4,096 makes, at **block_size** 1, num_gpu_blocks 33,554,432: the simulator "
-                          "holds at most 4,000,000 blocks"), gib
+    assert gib.startswith("**KV-cache GiB** 4,096 GiB is 33,554,432 blocks of 1 tokens for llama-3-8b (0.125 MiB each); "
+                          "the simulator holds at most 4,000,000 blocks"), gib  # sweep.blocks_for_gib's words
     assert gib.endswith("expected at most 488.28 GiB at this block_size, or a larger block_size"), gib
     host = error({"replay.prefix_caching": "true", "replay.kv_offloading_size": "1000000"})
     assert host.startswith("**kv_offloading_size** 1,000,000 GiB is 512,000,000 host blocks"), host
@@ -680,7 +686,7 @@ def test_replay_time_slider_tells_apart_the_instants_of_a_sub_second_trace():
     options = at.select_slider(key="replay.snapshot").options
     assert len(set(options[:40])) > 10, options[:40]
     at.select_slider(key="replay.snapshot").set_value(12).run()
-    assert f"Physical KV blocks at t = {options[12]} " in charts(at)[2].layout.title.text
+    assert f"Physical KV blocks at t = {options[12]} " in title_of(charts(at)[2])
 
 
 # ---- Sweep ----------------------------------------------------------------------------------------------
@@ -972,7 +978,28 @@ def test_live_page_shows_a_run_directory(tmp_path, monkeypatch):
     assert request_table["metric"].tolist() == ["TTFT p50 (ms)", "TTFT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)"]
     assert list(headline.index) == ["live", "simulated"]
     at.radio(key="live.metric").set_value("ttft_s").run()
-    assert "TTFT per request" in charts(at)[-1].layout.title.text
+    assert "TTFT per request" in title_of(charts(at)[-1])
+
+
+def test_headline_tables_round_their_figures_for_reading(tmp_path, monkeypatch, replay):
+    """Every headline table (Replay's; Sim vs Live's live against simulated, and a pair's side by side) shows latencies
+    to 0.1 ms, fractions to 0.001 and counts whole, while its data (what a download or a copy takes) keeps every
+    digit. Was: Sim vs Live's showed 12.345678-style milliseconds."""
+    import shutil
+
+    write_live_run(tmp_path / "pair-x-paged")
+    shutil.copytree(tmp_path / "pair-x-paged", tmp_path / "pair-x-contiguous-max")
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = live_page_at("pair-x-paged")
+    tables_shown = [replay.dataframe[0], *(d for d in at.dataframe if "TTFT p50 (ms)" in d.value.columns)]
+    assert len(tables_shown) == 3, "Replay's, the pair's and live against simulated"
+    for element in tables_shown:
+        formats = {c: v.get("type_config", {}).get("format") for c, v in json.loads(element.proto.columns).items()}
+        assert formats["TTFT p50 (ms)"] == formats["E2E p99 (ms)"] == "%.1f", formats
+        assert formats["token-state fraction"] == "%.3f" and formats["preemptions"] == "%d", formats
+        assert formats["throughput (req/s)"] == "%.2f", formats
+    ttft = tables_shown[-1].value["TTFT p50 (ms)"].iloc[0]
+    assert ttft != round(ttft, 1), "the data keeps every digit; only the display rounds"
 
 
 def test_live_page_shows_the_validations_warnings(tmp_path, monkeypatch):
@@ -1166,6 +1193,36 @@ def test_live_page_partner_follows_the_run_chosen_in_the_session(tmp_path, monke
     assert not at.exception
     assert at.selectbox(key="live.partner").value == "(none)"
     assert not any("Side by side" in h.value for h in at.subheader)
+
+
+def test_live_page_opens_on_the_newest_run(tmp_path, monkeypatch):
+    """The page opens on the run recorded at the latest commit (summary.json's git_commit, dated by the runs' own
+    checkout), not on the list's first, the oldest by name; a run whose commit is unknown counts as the oldest.
+    Was: results/live/'s alphabetically first run, azure-code-600-660 of round 8."""
+    import shutil
+    import subprocess
+
+    def git(*args, date="2026-01-01T00:00:00"):
+        env = {"GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date, "HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, env=env,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    commits = {}
+    for name, date in (("a-first", "2025-01-01T00:00:00"), ("b-second", "2026-06-01T00:00:00")):
+        git("commit", "-q", "--allow-empty", "-m", name, date=date)
+        commits[name] = git("rev-parse", "--short", "HEAD")
+    write_live_run(tmp_path / "a-first")
+    for name in ("b-second", "c-unknown"):
+        shutil.copytree(tmp_path / "a-first", tmp_path / name)
+    for name, commit in commits.items():
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary | {"git_commit": commit}))
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert at.selectbox(key="live.run").options == ["a-first", "b-second", "c-unknown"]
+    assert at.selectbox(key="live.run").value == "b-second"
+    assert live_page_at("a-first").selectbox(key="live.run").value == "a-first", "a shared link still opens its run"
 
 
 def test_live_page_names_a_url_run_that_does_not_exist(tmp_path, monkeypatch):

@@ -154,11 +154,11 @@ def fixture_server(tmp_path_factory):
     yield from serve({LIVE_DIR_ENV: str(root / "live"), RESULTS_DIR_ENV: str(root / "kernels")}, "streamlit-fixtures")
 
 
-def open_page(browser, url: str, charts: int, stamp: str = "__drawn", times: dict | None = None):
-    """Open url in a fresh tab (a new browser context: a new Streamlit session) and wait for `charts`
+def open_page(browser, url: str, charts: int, stamp: str = "__drawn", times: dict | None = None, width: int = WIDTH):
+    """Open url in a fresh tab (a new browser context: a new Streamlit session) `width` px wide and wait for `charts`
     plotly charts to draw; (tab, seconds from navigation start to drawn). times, if given, gets
     "first" and "all": seconds to the first chart and to all of them."""
-    tab = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+    tab = browser.new_page(viewport={"width": width, "height": 1000})
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
     outside: list[str] = []  # the dashboard runs offline: nothing may be fetched from another host
@@ -411,6 +411,29 @@ def test_result_pages_draw_their_charts_from_fixture_results(browser, fixture_se
     tab, _ = open_page(browser, f"{fixture_server.url}/{page}", FIXTURE_PAGES[page])
     assert tab.locator(CHARTS).count() == FIXTURE_PAGES[page]
     screenshot(tab, f"{page}-fixture", docs=False)
+    tab.close()
+
+
+# Each plotly chart's title: how far its text reaches beyond the chart's own SVG on the left or right (px; none > 0).
+TITLES_OVERFLOW = """
+() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(p => {
+  const svg = p.querySelector('svg.main-svg').getBoundingClientRect();
+  return [...p.querySelectorAll('.g-gtitle text')].map(t => {
+    const b = t.getBoundingClientRect();
+    return [t.textContent, Math.round(svg.left - b.left), Math.round(b.right - svg.right), Math.round(svg.top - b.top)];
+  }).filter(([, left, right, top]) => left > 0 || right > 0 || top > 0);
+})
+"""
+
+
+@pytest.mark.parametrize("page", ["replay", "live", "kernels"])
+def test_chart_titles_fit_a_phones_width(browser, fixture_server, page):
+    """At 360 px (a phone; the sidebar folds away) every chart's title lies within its chart. Was: plotly drew each
+    title on one line, cut at the chart's edge ("KV-cache memory over time (%", "Step duration: measured on the GPU vs
+    predi"); they wrap now (figures.wrap_title)."""
+    count = PAGES["replay"] if page == "replay" else FIXTURE_PAGES[page]
+    tab, _ = open_page(browser, f"{fixture_server.url}/{'' if page == 'replay' else page}", count, width=360)
+    assert tab.evaluate(TITLES_OVERFLOW) == []
     tab.close()
 
 

@@ -43,7 +43,11 @@ def test_refit_rows_are_checked_naming_the_line_and_column(tmp_path):
     cases = [("num_decode_seqs", 7, None, "expected a whole number of at least 0, got an empty value"),
              ("num_prefill_tokens", 3, "abc", "expected a whole number of at least 0, got 'abc'"),
              ("decode_context_tokens", 9, -4, "expected a whole number of at least 0, got -4"),
-             ("duration_s", 5, 0, "expected a positive number of seconds, got 0.0")]
+             ("duration_s", 5, 0, "expected a positive number of seconds, got 0.0"),
+             # absurd but finite counts: was fitted without a word (a 1e15-token step)
+             ("num_prefill_tokens", 4, 1e15, "expected a whole number from 0 to 2,147,483,647, got 1000000000000000.0"),
+             ("num_decode_seqs", 6, 1e300, "expected a whole number from 0 to 2,147,483,647, got 1e+300"),
+             ("num_decode_seqs", 10, 2.5, "expected a whole number of at least 0, got 2.5")]
     for column, i, value, expected in cases:
         bad = rows.copy()
         bad.loc[i, column] = value

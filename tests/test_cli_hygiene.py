@@ -191,6 +191,30 @@ def test_swap_space_without_swap_mode_is_a_warning_printed_once_and_recorded(tmp
     assert done.stderr.count("warning: --swap-space 8 GiB") == 1
 
 
+def test_swap_space_typed_at_its_default_without_swap_mode_warns_too(tmp_path):
+    """`--swap-space 4` is typed though 4 GiB is the default: as argparse tells it (cli.typed_dests, every default
+    suppressed), it warns like any other value, once and in summary.json; an abbreviated flag too; not typed, no
+    warning. Was: told by comparing with the dataclass's default, so a typed 4 was silently ignored."""
+    text = ("--swap-space 4 GiB has no effect with --preemption-mode recompute: a preempted request's blocks are freed "
+            "and recomputed, never swapped (--preemption-mode swap uses it)")
+    trace = azure_csv(tmp_path / "t.csv")
+    for name, flags in (("typed", ["--swap-space", "4"]), ("abbreviated", ["--swap-sp=4"]), ("not-typed", [])):
+        done = pagesim("replay", trace, *flags, "--out", tmp_path / name)
+        assert done.returncode == 0, done.stderr
+        warnings = json.loads((tmp_path / name / "summary.json").read_text())["warnings"]
+        assert warnings == ([] if name == "not-typed" else [text]), name
+        assert done.stderr.count("warning: --swap-space") == (0 if name == "not-typed" else 1), name
+
+
+def test_an_option_typed_at_its_default_counts_as_typed_against_a_grid(tmp_path):
+    """The same rule (cli.typed_dests) for sweep: `--block-size 16` is typed though 16 is the default, so a grid over
+    block_size would replace it without a word: refused like `--block-size 32` is. Was: let through."""
+    line = one_error(pagesim("sweep", azure_csv(tmp_path / "t.csv"), "--block-size", "16", "--grid", "block_size=32,64",
+                             "--backend", "local", "--out", tmp_path / "s"))
+    assert line.startswith("error: --block-size 16 and --grid block_size=32,64 both set block_size"), line
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_host_tier_smaller_than_a_block_and_one_the_baselines_lack_are_warnings(tmp_path):
     out = tmp_path / "run"
     done = pagesim("replay", own_trace(tmp_path / "t.jsonl", [100] * 4), "--enable-prefix-caching",
@@ -251,6 +275,37 @@ def test_help_shows_defaults_and_one_format_list():
     formats = "{auto,azure,burstgpt,mooncake,vidur,pagesim,sharegpt}"
     assert formats in replay and formats in pagesim("trace", "info", "--help").stdout
     assert "convert" in pagesim("trace", "--help").stdout
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    """`--help` lists every option with what it does (and its default, where it has one). Was: calibrate's
+    --block-size, --num-gpu-blocks and --max-num-batched-tokens, plan's --backend, and trace info/convert's FILE listed
+    bare, with no help and so no default."""
+    import argparse
+
+    from pagesim.cli import _commands, build_parser
+
+    bare = [f"{command.prog} {action.option_strings or action.dest}" for command in _commands(build_parser())
+            for action in command._actions if not action.help and action.help is not argparse.SUPPRESS]
+    assert bare == []
+    calibrate = pagesim("calibrate", "--help").stdout
+    assert "(default: 16)" in calibrate and "(default: 8192)" in calibrate
+
+
+def test_trace_convert_and_synth_refuse_an_out_named_for_another_format(tmp_path):
+    """`--out t.csv` would get JSON lines under a CSV name (a spreadsheet opens garbage, a later `--format azure`
+    refuses it): refused before any work, naming what is written. .jsonl, .jsonl.gz, .gz and no suffix are written.
+    Was: t.csv written as pagesim JSON lines without a word."""
+    trace = azure_csv(tmp_path / "t.csv")
+    for name in ("out.csv", "out.json", "out.CSV.gz", "out.parquet"):
+        for args in (["trace", "convert", trace], ["trace", "synth", "--preset", "sharegpt", "--num-requests", 5, "--rate", 1]):
+            line = one_error(pagesim(*args, "--out", tmp_path / "new" / name))
+            suffix = name.split(".")[1].lower()
+            assert line == (f"error: --out {tmp_path / 'new' / name}: expected a FILE.jsonl (or FILE.jsonl.gz) name: the "
+                            f"trace is written in pagesim's own format, JSON lines, not .{suffix}"), line
+    assert not (tmp_path / "new").exists()
+    for name in ("a.jsonl", "b.JSONL.gz", "c.gz", "d"):
+        assert pagesim("trace", "convert", trace, "--out", tmp_path / name).returncode == 0, name
 
 
 def test_trace_convert_writes_the_own_format(tmp_path):

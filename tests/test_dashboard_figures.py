@@ -24,6 +24,7 @@ from pagesim.specs import GIB
 from pagesim.traces import TraceError, load_trace
 from pagesim.traces.synth import synthesize
 from tests.dashboard_fixtures import kernel_result, write_kernel_result, write_live_run
+from tests.test_app import title_of
 
 BLOCKS = 600  # above max_model_len / block_size = 512, so the max baseline admits one request at a time
 CATEGORY_LABELS = ["used", "reserved", "internal fragmentation", "external fragmentation", "cached",
@@ -127,6 +128,36 @@ def test_time_buckets_are_duration_weighted_means_and_short_tables_pass_through(
     assert b["time_s"].tolist() == [0.0, 1.5]
     assert b["num_running"].tolist() == pytest.approx([(2 * 1 + 4 * 0.5) / 1.5, (8 * 1.5 + 1 * 1) / 2.5])
     assert b["num_preemptions"].tolist() == [1, 2]
+
+
+def test_time_series_break_their_lines_where_the_engine_sat_idle(runs):
+    """An idle period (no step from one step's end to the next step's start, longer than a bucket's time) is a gap in
+    every time-series chart: NaN rows at its start and end, so plotly breaks the line (connectgaps off) and a stacked
+    area drops out, instead of a straight line across the idle time. Back-to-back steps draw unbroken. Was: the
+    points on either side of an idle minute joined by a line."""
+    from pagesim.dashboard import serving
+
+    steps = steps_of(runs)["paged"].iloc[:40].copy()
+    shift = np.where(np.arange(len(steps)) >= 20, 60.0, 0.0)  # a minute idle after the 20th step
+    steps["time_s"] = steps["time_s"] + shift
+    gap_start = float(steps["time_s"].iloc[19] + steps["duration_s"].iloc[19])
+    gap_end = float(steps["time_s"].iloc[20])
+    for max_points in (1000, 10):  # the table itself and its time buckets
+        b = figures.time_buckets(steps, ["num_running"], max_points, sums=["num_preemptions"])
+        nan = b[b["num_running"].isna()]
+        assert nan["time_s"].tolist() == [gap_start, gap_end] and nan["num_preemptions"].isna().all(), max_points
+        after = b.index[b["time_s"] == gap_end]
+        assert b.loc[after, "num_running"].isna().tolist() == [True, False], "the gap's end comes before its step"
+    built = [figures.memory_over_time({"paged": steps}), figures.requests_over_time({"paged": steps}),
+             serving.kv_cache_usage({"paged": steps}), serving.queues({"paged": steps}),
+             figures.live_vs_sim_over_time(steps, steps)]
+    for fig in built:
+        for trace in fig.data:
+            x, y = np.asarray(trace.x, dtype=float), np.asarray(trace.y, dtype=float)
+            assert np.isnan(y[(x == gap_start)]).all() and np.isnan(y[x > gap_start][0]), (title_of(fig), trace.name)
+            assert not trace.connectgaps
+    back_to_back = steps_of(runs)["paged"].iloc[:20]
+    assert not figures.time_buckets(back_to_back, ["num_running"])["num_running"].isna().any()
 
 
 def test_requests_figure_marks_the_steps_that_preempted(runs):
@@ -441,7 +472,7 @@ def test_kernel_frames_and_bars_follow_the_bench_schema(tmp_path):
                                           "gather + SDPA (naive paged)", "SDPA on contiguous K/V (ceiling)"]
     assert all(list(t.x) == list(dict.fromkeys(decode["shape"])) for t in fig.data)
     assert list(fig.data[-1].y) == pytest.approx([4.3] * 4)  # the ceiling bars, graph timings
-    assert fig.layout.barmode == "group" and fig.layout.shapes[0].y0 == 4.3 and "graph" in fig.layout.title.text
+    assert fig.layout.barmode == "group" and fig.layout.shapes[0].y0 == 4.3 and "graph" in title_of(fig)
     prefill = kernel_results.prefill_frame(result)
     pfig = figures.prefill_flops_bars(prefill, 780.0)
     assert list(pfig.data[0].x) == ["paged (ours)", "SDPA on contiguous K/V (ceiling)"]

@@ -72,6 +72,32 @@ def test_deployments_fit_the_gpu_budget_and_skip_what_does_not_fit():
     assert len(skipped) == 1 and skipped[0].startswith("tensor_parallel_size=1:")
 
 
+def test_plan_searches_prefix_aware_routing_only_where_prefixes_are_cached():
+    """Without a prefix cache prefix-aware routes as least-outstanding-tokens: its candidates were duplicates (a third
+    of the multi-replica ones) and each row warned of "--router prefix-aware without --enable-prefix-caching", a flag
+    the user never typed. It is searched with prefix caching (fixed or a search axis) or when --grid router= names it."""
+    from pagesim.plan import SEARCH, default_routers, plan_candidates
+    from pagesim.slo import parse_slos
+
+    base = {"model": "llama-3-8b", "gpu": "h100", "block_size": 16, "num_gpu_blocks": None, "gpu_memory_utilization": 0.9,
+            "max_model_len": None, "max_num_seqs": 256, "tensor_parallel_size": 1, "max_num_batched_tokens": 8192,
+            "enable_chunked_prefill": True, "enable_prefix_caching": False, "preemption_mode": "recompute",
+            "swap_space": 4.0, "watermark": 0.0, "kv_cache_dtype": "auto", "kv_offloading_size": 0.0,
+            "cost_model": "roofline"}
+    slos = parse_slos(["ttft_p99=1"])
+
+    def routers(base, search=SEARCH, given=None):
+        return {p["router"] for p in plan_candidates(base, slos, 4, dict(search), given)[1]}
+
+    assert default_routers(base, SEARCH) == ["round-robin", "least-outstanding-tokens"]
+    assert routers(base) == {"round-robin", "least-outstanding-tokens"}
+    assert len(plan_candidates(base, slos, 4, dict(SEARCH))[1]) == 88, "was 120: 32 duplicates"
+    every = {"round-robin", "least-outstanding-tokens", "prefix-aware"}
+    assert routers({**base, "enable_prefix_caching": True}) == every
+    assert routers(base, {**SEARCH, "enable_prefix_caching": [False, True]}) == every
+    assert routers(base, given=["prefix-aware"]) == {"round-robin", "prefix-aware"}  # typed: searched (and warned of)
+
+
 def rows(*specs):
     return pd.DataFrame([{"status": "ok", "config_id": f"c{i}", "num_gpus": g, "goodput": gp, "slo_attainment": a,
                           "slo_met": met, "tensor_parallel_size": 1, "replicas": g, "router": "round-robin",

@@ -80,7 +80,11 @@ def test_plan_page_names_a_plan_json_whose_slos_or_frontier_are_malformed():
 
     at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
     at.session_state["plan.mode"] = "Open plan.json"
-    for name, change, words in [("slos.json", {"slos": ["x"]}, "slos: "),
+    for name, change, words in [("slos.json", {"slos": ["x"]}, "slos 'x': expected METRIC_PCT=SECONDS"),
+                                # was: "slos: 'x': ..." (the --slo error with its flag cut off) and, for a number,
+                                # an AttributeError traceback ('int' object has no attribute 'strip')
+                                ("number.json", {"slos": [7]}, "slos 7: expected METRIC_PCT=SECONDS"),
+                                ("twice.json", {"slos": ["ttft_p99=1", "TTFT_p99=2"]}, "slos ttft_p99 given twice"),
                                 ("pareto.json", {"pareto": [1, 2]}, "pareto: expected a list of objects with num_gpus, goodput")]:
         at.session_state["plan.injected_upload"] = (name, json.dumps(report() | change).encode())
         at.run()

@@ -209,14 +209,18 @@ def test_kv_cache_gib_sizes_the_cache_of_a_model_the_default_utilization_leaves_
 
 def test_a_kv_cache_gib_beyond_the_simulators_blocks_is_an_error_row_in_the_grids_words(trace, base):
     """Was: kv_cache_gib=1e308 made the row 'ValueError: cannot convert float NaN to integer' (its bytes overflow a
-    double), and kv_cache_gib=1e6 'FlagError: --num-gpu-blocks 512,000,000: ...', a flag no one typed."""
+    double), and kv_cache_gib=1e6 'FlagError: --num-gpu-blocks 512,000,000: ...', a flag no one typed. Both bounds of
+    kv_cache_gib are checked in one place (sweep.blocks_for_gib), an OptionError like the too-small one's, not by
+    catching Config's --num-gpu-blocks FlagError and rewording it (round 35)."""
     limit = "the simulator holds at most 4,000,000 blocks (~0.8 GB of simulator memory)"
     advice = "expected at most 7,812.5 GiB at this block_size, or a larger block_size"
     for gib, count in ((1e6, "512,000,000"), (1e308, "5.12e+310")):
         row = run_config(trace, {**base, "model": "llama-3-8b"}, {"kv_cache_gib": gib})
         assert row["status"] == "error"
-        assert row["error"] == (f"UserError: kv_cache_gib {gib:,g} makes, at block_size 16, num_gpu_blocks {count}: "
-                                f"{limit}: {advice}")
+        assert row["error"] == (f"OptionError: kv_cache_gib {gib:g} GiB is {count} blocks of 16 tokens for llama-3-8b "
+                                f"(2 MiB each); {limit}: {advice}")
+    small = run_config(trace, {**base, "model": "llama-3-8b"}, {"kv_cache_gib": 1e-5})["error"]
+    assert small.startswith("OptionError: kv_cache_gib 1e-05 GiB holds no KV block of 16 tokens for llama-3-8b (2 MiB each)")
 
 
 def test_grid_values_are_deduplicated_and_switches_read_in_any_case(parser):

@@ -184,6 +184,23 @@ def test_a_sharegpt_num_tokens_beyond_the_limit_is_named_as_such(tmp_path):
         "conversations[1].num_tokens': expected a non-negative integer up to 2,147,483,647, got 1000000000000.0")
 
 
+def test_a_sharegpt_num_tokens_is_checked_in_the_other_json_readers_words(tmp_path):
+    """A string count is named as one, as Mooncake's and pagesim's are ("... as a JSON number, not a string"); a
+    fraction is not an integer, without an irrelevant bound; a whole JSON number (12.0) is read, as Mooncake reads it.
+    Was: "expected a non-negative integer up to 2,147,483,647, got '12'" (which '12' is) and 12.0 refused."""
+    def turns(n_tokens: str) -> str:
+        return f'[{{"conversations": [{{"from": "human", "value": "hi", "num_tokens": {n_tokens}}}, {{"from": "gpt", "value": "yo"}}]}}]'
+
+    assert str(load_error(tmp_path, turns('"12"'), name="s.json")).endswith(
+        "conversations[0].num_tokens': expected a non-negative integer as a JSON number, not a string, got '12'")
+    assert str(load_error(tmp_path, turns("12.5"), name="s.json")).endswith(
+        "conversations[0].num_tokens': expected a non-negative integer, got 12.5")
+    assert str(load_error(tmp_path, turns("-3"), name="s.json")).endswith(
+        "conversations[0].num_tokens': expected a non-negative integer, got -3")
+    (tmp_path / "ok.json").write_text(turns("12.0"))
+    assert load_trace(tmp_path / "ok.json").df["prompt_len"].tolist() == [12]
+
+
 def test_json_lines_field_errors_name_the_key(tmp_path):
     text = '{"timestamp": 0, "input_length": 10, "output_length": 5}\n\n{"timestamp": 1, "input_length": "ten", "output_length": 5}\n'
     assert_error(load_error(tmp_path, text, name="m.jsonl"), 3, "input_length", "a positive integer")

@@ -28,7 +28,7 @@ import streamlit as st
 from pagesim.config import Config
 from pagesim.dashboard import data
 from pagesim.dashboard.kernel_results import load_kernel_result
-from pagesim.dashboard.live_runs import LiveRun, extract_run_zip, load_live_run, run_card
+from pagesim.dashboard.live_runs import LiveRun, commit_times, extract_run_zip, load_live_run, run_card, run_commit
 from pagesim.traces import Trace, load_trace
 from pagesim.traces.load import MAX_ARRIVAL_S
 from pagesim.traces.synth import synthesize
@@ -83,6 +83,18 @@ def live_run(path: str, mtime: float) -> LiveRun:
 def live_run_card(path: str, mtime: float) -> str:
     """The GPU a committed run was recorded on (live_runs.run_card), read once per summary.json."""
     return run_card(Path(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def live_run_commit(path: str, mtime: float) -> str | None:
+    """The git commit a committed run was recorded at (live_runs.run_commit), read once per summary.json."""
+    return run_commit(Path(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=4, ttl=60)
+def live_commit_times(root: str) -> dict[str, int]:
+    """live_runs.commit_times of the runs' checkout, read again after a minute (a run committed meanwhile)."""
+    return commit_times(Path(root))
 
 
 @st.cache_data(show_spinner=False, max_entries=4)

@@ -8,6 +8,8 @@ means, so a bucket shows the memory state averaged over the time it covers).
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -27,8 +29,34 @@ LATENCIES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 # ---- step tables over time -------------------------------------------------------------------------
 def time_buckets(steps: pd.DataFrame, columns, max_points: int = MAX_POINTS, sums=()) -> pd.DataFrame:
     """Steps reduced to at most max_points equal time buckets: `columns` as duration-weighted means,
-    `sums` as sums, `time_s` as the bucket's first step time. Short tables come back unchanged."""
+    `sums` as sums, `time_s` as the bucket's first step time. Short tables come back unchanged but for the gaps: where
+    the engine sat idle longer than a bucket's time (gaps), a row of NaN at the idle period's start and one at its
+    end (before the next step's row), so a line drawn through the table breaks there (plotly's connectgaps is off)
+    and a stacked area drops to nothing for the gap (its NaN count as 0), rather than join the steps on either side."""
     columns, sums = list(columns), list(sums)
+    out = _buckets(steps, columns, max_points, sums)
+    starts, ends = gaps(steps, max_points)
+    if not len(starts):
+        return out
+    breaks = pd.DataFrame({"time_s": np.concatenate([starts, ends]), **{c: np.nan for c in [*columns, *sums]}})
+    # at one instant: a gap's end before the step that ends it, a gap's start after the step it follows
+    order = np.concatenate([np.ones(len(out)), np.full(len(starts), 2.0), np.zeros(len(ends))])
+    both = pd.concat([out, breaks], ignore_index=True)
+    return both.iloc[np.lexsort((order, both["time_s"].to_numpy()))].reset_index(drop=True)
+
+
+def gaps(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the step table's idle periods longer than its span / max_points (a bucket's time: about a
+    pixel of a wide chart): from a step's end to the next step's start, times with no step to draw."""
+    if len(steps) < 2 or "duration_s" not in steps:
+        return np.empty(0), np.empty(0)
+    t = steps["time_s"].to_numpy(dtype="float64")
+    end = t + steps["duration_s"].to_numpy(dtype="float64")
+    idle = t[1:] - end[:-1] > (end[-1] - t[0]) / max_points
+    return end[:-1][idle], t[1:][idle]
+
+
+def _buckets(steps: pd.DataFrame, columns: list, max_points: int, sums: list) -> pd.DataFrame:
     if len(steps) <= max_points:
         return steps[["time_s", *columns, *sums]].reset_index(drop=True)
     t = steps["time_s"].to_numpy()
@@ -47,14 +75,40 @@ def time_buckets(steps: pd.DataFrame, columns, max_points: int = MAX_POINTS, sum
     return out.reset_index(drop=True)
 
 
+# A chart title's lines: plotly draws a title on one line, cut off at the chart's edge, so a title is wrapped here at
+# TITLE_CHARS characters (plotly's 17-px title font, ~7.3 px each: ~265 px, within the chart of a 320-px-wide phone,
+# where a title of 60 characters lost its last third) and starts at the chart's left edge; each further line takes
+# TITLE_LINE_PX more of the top margin.
+TITLE_CHARS = 36
+TITLE_LINE_PX = 22
+
+
+def wrap_title(text: str) -> str:
+    """`text`'s first line (up to a <br>: a header's <sup> lines are its own) wrapped at TITLE_CHARS on spaces."""
+    head, sep, rest = text.partition("<br>")
+    return "<br>".join(textwrap.wrap(head, TITLE_CHARS, break_long_words=False, break_on_hyphens=False) or [head]) + sep + rest
+
+
+def titled(fig: go.Figure, text: str, top: int = 60) -> int:
+    """The figure's title (wrap_title), at the top left of the chart, and `top` px of margin above the plot plus a
+    line's for each line the wrapping added; returns those added px."""
+    wrapped = wrap_title(text)
+    extra = TITLE_LINE_PX * (wrapped.count("<br>") - text.count("<br>"))
+    fig.update_layout(margin_t=top + extra,
+                      title=dict(text=wrapped, x=0.0, xanchor="left", xref="container", y=1.0, yanchor="top",
+                                 yref="container", pad=dict(t=12 + extra // 2, l=8)))  # (plotly sets a title of
+    # k lines anchored at its top k/2 lines too high: its first line was cut at the chart's top edge)
+    return extra
+
+
 def header(fig: go.Figure, title: str, height: int, top: int = 100) -> go.Figure:
-    """Title on the first line at the top left, the legend on the line below it, then the subplots
-    (whose titles need the rest of the `top` margin)."""
-    fig.update_layout(
-        height=height, margin=dict(t=top, b=40, l=60, r=20),
-        title=dict(text=title, x=0.0, xanchor="left", xref="paper", y=1.0, yanchor="top", yref="container",
-                   pad=dict(t=12)),
-        legend=dict(orientation="h", x=0.0, xanchor="left", y=1.0 - 40 / height, yanchor="top", yref="container"))
+    """Title at the top left (titled: wrapped to fit a phone's width), the legend on the line below it, then the
+    subplots (whose titles need the rest of the `top` margin)."""
+    fig.update_layout(margin=dict(b=40, l=60, r=20))
+    extra = titled(fig, title, top)
+    height += extra
+    fig.update_layout(height=height, legend=dict(orientation="h", x=0.0, xanchor="left", y=1.0 - (40 + extra) / height,
+                                                 yanchor="top", yref="container"))
     return fig
 
 
@@ -172,8 +226,9 @@ def swap_over_time(steps_by_run: dict[str, pd.DataFrame], block_bytes: int, swap
                   annotation_text=f"swap_space {swap_space_gib:g} GiB", annotation_position="top left")
     if time_s is not None:
         fig.add_vline(x=time_s, line=dict(color="#212121", width=1, dash="dot"))
-    fig.update_layout(title="CPU swap space in use (preemption_mode swap)", xaxis_title="time (s)",
-                      yaxis_title="GiB", height=300, margin=dict(t=60, b=40, l=60, r=20), yaxis_rangemode="tozero")
+    fig.update_layout(xaxis_title="time (s)", yaxis_title="GiB", height=300, margin=dict(b=40, l=60, r=20),
+                      yaxis_rangemode="tozero")
+    fig.update_layout(height=300 + titled(fig, "CPU swap space in use (preemption_mode swap)"))
     return fig
 
 
@@ -345,8 +400,8 @@ def step_time_scatter(validation_steps: pd.DataFrame, max_points: int = 20000) -
     ])
     log_time_axis(fig, both, axis="x")
     log_time_axis(fig, both, axis="y")
-    fig.update_layout(title="Step duration: measured on the GPU vs predicted by the cost model", height=420,
-                      xaxis_title="measured", yaxis_title="predicted", margin=dict(t=60, b=40, l=60, r=20))
+    fig.update_layout(xaxis_title="measured", yaxis_title="predicted", margin=dict(b=40, l=60, r=20))
+    fig.update_layout(height=420 + titled(fig, "Step duration: measured on the GPU vs predicted by the cost model"))
     return fig
 
 
@@ -356,8 +411,8 @@ def step_error_histogram(validation_steps: pd.DataFrame) -> go.Figure:
     err = (v["predicted_s"] - v["measured_s"]) / v["measured_s"] * 100
     fig = go.Figure(go.Histogram(x=err, nbinsx=60, name="steps", marker_color="#4c78a8"))
     fig.add_vline(x=0, line=dict(color="#555", dash="dash"))
-    fig.update_layout(title="Step duration error (predicted − measured) / measured", xaxis_title="%",
-                      yaxis_title="steps", height=420, margin=dict(t=60, b=40, l=60, r=20))
+    fig.update_layout(xaxis_title="%", yaxis_title="steps", margin=dict(b=40, l=60, r=20))
+    fig.update_layout(height=420 + titled(fig, "Step duration error (predicted − measured) / measured"))
     return fig
 
 
@@ -396,8 +451,8 @@ def request_latency_scatter(live: pd.DataFrame, sim: pd.DataFrame, metric: str =
     ])
     log_time_axis(fig, both, axis="x")
     log_time_axis(fig, both, axis="y")
-    fig.update_layout(title=f"{label} per request: live vs simulated", xaxis_title="live", yaxis_title="simulated",
-                      height=420, margin=dict(t=60, b=40, l=60, r=20))
+    fig.update_layout(xaxis_title="live", yaxis_title="simulated", margin=dict(b=40, l=60, r=20))
+    fig.update_layout(height=420 + titled(fig, f"{label} per request: live vs simulated"))
     return fig
 
 
@@ -433,9 +488,8 @@ def decode_bandwidth_bars(decode: pd.DataFrame, copy_tb_per_s: float | None = No
     if copy_tb_per_s:
         fig.add_hline(y=copy_tb_per_s, line=dict(color="#555", dash="dash"),
                       annotation_text=f"device-to-device copy {copy_tb_per_s:.2f} TB/s", annotation_position="top left")
-    fig.update_layout(barmode="group", title=f"Decode attention: K/V bytes read per second ({mode} timings)",
-                      yaxis_title="TB/s", xaxis_title="batch × context", height=460,
-                      margin=dict(t=60, b=40, l=60, r=20))
+    fig.update_layout(barmode="group", yaxis_title="TB/s", xaxis_title="batch × context", margin=dict(b=40, l=60, r=20))
+    fig.update_layout(height=460 + titled(fig, f"Decode attention: K/V bytes read per second ({mode} timings)"))
     return fig
 
 
@@ -451,6 +505,7 @@ def prefill_flops_bars(prefill: pd.DataFrame, matmul_tflop_per_s: float | None =
         fig.add_hline(y=matmul_tflop_per_s, line=dict(color="#555", dash="dash"),
                       annotation_text=f"bf16 matmul {matmul_tflop_per_s:.0f} TFLOP/s", annotation_position="top left")
     tokens = int(prefill["tokens"].iloc[0]) if "tokens" in prefill and len(prefill) else None
-    fig.update_layout(title=f"Prefill attention{f' ({tokens} tokens, causal)' if tokens else ''}: TFLOP/s ({mode} timings)",
-                      yaxis_title="TFLOP/s", height=420, margin=dict(t=60, b=40, l=60, r=20))
+    fig.update_layout(yaxis_title="TFLOP/s", margin=dict(b=40, l=60, r=20))
+    fig.update_layout(height=420 + titled(fig, f"Prefill attention{f' ({tokens} tokens, causal)' if tokens else ''}: "
+                                               f"TFLOP/s ({mode} timings)"))
     return fig

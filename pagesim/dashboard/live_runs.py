@@ -16,10 +16,12 @@ rest once `python -m pagesim validate DIR` has compared it with the simulator:
 
 from __future__ import annotations
 
+import bisect
 import io
 import json
 import os
 import re
+import subprocess
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +76,48 @@ def find_live_runs(root: Path | None = None) -> list[Path]:
     root = live_root() if root is None else root
     runs = sorted(p.parent for p in root.glob("*/summary.json")) if root.is_dir() else []
     return sorted(runs, key=lambda p: not is_validated(p))
+
+
+def run_commit(path: Path) -> str | None:
+    """The git commit a run was recorded at (summary.json's git_commit, as `live` writes it); None when it has none
+    or cannot be read."""
+    try:
+        summary = json.loads((Path(path) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    commit = summary.get("git_commit") if isinstance(summary, dict) else None
+    return commit if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{4,40}", commit) else None
+
+
+def commit_times(root: Path | None = None) -> dict[str, int]:
+    """{full sha: committer time (Unix s)} of every commit of the git checkout holding root (the runs' folder), in one
+    `git log`; {} outside git (an exported copy): then no run is known to be newer than another."""
+    root = live_root() if root is None else Path(root)
+    try:
+        done = subprocess.run(["git", "log", "--all", "--format=%H %ct"], cwd=root, capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if done.returncode != 0:
+        return {}
+    return {sha: int(t) for sha, t in (line.split() for line in done.stdout.splitlines() if line.count(" ") == 1)}
+
+
+def newest_run(paths: list[Path], commits: dict[str, str | None], times: dict[str, int]) -> Path:
+    """The run the Sim vs Live page opens on: the most recently recorded one, by the date of the commit it was
+    recorded at (commits: run name -> summary.json's git_commit; times: commit_times()), validated runs before
+    those not yet validated; runs whose commit is unknown (none recorded, not in this checkout's history) count as
+    the oldest; ties (one commit's runs) go by name."""
+    shas = sorted(times)
+
+    def recorded(path: Path) -> int:
+        commit = commits.get(path.name)
+        if not commit:
+            return -1
+        i = bisect.bisect_left(shas, commit)
+        return times[shas[i]] if i < len(shas) and shas[i].startswith(commit) else -1
+
+    return min(paths, key=lambda p: (not is_validated(p), -recorded(p), p.name))
 
 
 def validation_dir(path: Path) -> Path:

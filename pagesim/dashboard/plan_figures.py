@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from pagesim.dashboard.figures import titled
+
 
 def pareto_figure(candidates: pd.DataFrame, pareto: pd.DataFrame, recommendation: dict | None = None) -> go.Figure:
     """Each candidate a point (green: meets every SLO; grey: misses one); the best per GPU count joined."""
@@ -24,6 +26,6 @@ def pareto_figure(candidates: pd.DataFrame, pareto: pd.DataFrame, recommendation
     if recommendation is not None:
         fig.add_trace(go.Scatter(x=[recommendation["num_gpus"]], y=[recommendation["goodput"]], mode="markers",
                                  name="recommendation", marker={"symbol": "star", "size": 18, "color": "#f2b701"}))
-    fig.update_layout(title="GPUs against goodput (requests/s that met every SLO)", xaxis_title="GPUs",
-                      yaxis_title="goodput (req/s)", height=420, xaxis={"dtick": 1})
+    fig.update_layout(xaxis_title="GPUs", yaxis_title="goodput (req/s)", xaxis={"dtick": 1})
+    fig.update_layout(height=420 + titled(fig, "GPUs against goodput (requests/s that met every SLO)", top=100))
     return fig

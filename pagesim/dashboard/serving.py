@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pagesim.dashboard.figures import MAX_POINTS, header, duration_label, log_time_axis, time_buckets
+from pagesim.dashboard.figures import MAX_POINTS, header, duration_label, log_time_axis, time_buckets, titled
 from pagesim.dashboard.palette import PREEMPTION, QUEUES, SLO, run_color
 from pagesim.metrics import own_requests
 
@@ -34,8 +34,8 @@ def kv_cache_usage(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_
                                  hovertemplate=f"{run}<br>%{{y:.1f}}% at t=%{{x:.2f}} s<extra></extra>"))
     if time_s is not None:
         fig.add_vline(x=time_s, line=dict(color="#212121", width=1, dash="dot"))
-    fig.update_layout(title="KV-cache usage (kv_cache_usage_perc)", xaxis_title="time (s)", yaxis_title="% of blocks",
-                      yaxis_range=[0, 101], height=320, margin=dict(t=60, b=40, l=60, r=20))
+    fig.update_layout(xaxis_title="time (s)", yaxis_title="% of blocks", yaxis_range=[0, 101], margin=dict(b=40, l=60, r=20))
+    fig.update_layout(height=320 + titled(fig, "KV-cache usage (kv_cache_usage_perc)"))
     return fig
 
 
@@ -52,9 +52,9 @@ def queues(steps_by_run: dict[str, pd.DataFrame], max_points: int = MAX_POINTS, 
                                      line=dict(color=run_color(run, i), width=1.5, dash=dash)))
     if time_s is not None:
         fig.add_vline(x=time_s, line=dict(color="#212121", width=1, dash="dot"))
-    fig.update_layout(title="Requests running, waiting and swapped (num_requests_*)", xaxis_title="time (s)",
-                      yaxis_title="requests", height=340, margin=dict(t=60, b=40, l=60, r=20),
+    fig.update_layout(xaxis_title="time (s)", yaxis_title="requests", margin=dict(b=40, l=60, r=20),
                       yaxis_rangemode="tozero")
+    fig.update_layout(height=340 + titled(fig, "Requests running, waiting and swapped (num_requests_*)"))
     return fig
 
 

@@ -48,6 +48,19 @@ def headline_table(summaries: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("run")
 
 
+def headline_format(column: str) -> str:
+    """The display precision of a headline_table column (printf style, for st.column_config.NumberColumn): latencies
+    to 0.1 ms, fractions and rates to 0.001, counts whole, other figures to 0.01. Display only: the CSV download
+    (summary_frame) keeps every digit."""
+    if column.endswith("(ms)"):
+        return "%.1f"
+    if "fraction" in column or "rate" in column:
+        return "%.3f"
+    if column in ("finished", "rejected", "preemptions", "peak running"):
+        return "%d"
+    return "%.2f"
+
+
 REJECTION_KINDS = (  # (words in the scheduler's reason, what the banner says)
     ("max_model_len", "prompt reaches max_model_len {max_model_len:,} (no room for an output token)"),
     ("parallel samples", "more parallel samples than max_num_seqs"),

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import streamlit as st
 
 from pagesim.config import MAX_SIMULATED_BLOCKS, Config
-from pagesim.dashboard import cached, data
+from pagesim.dashboard import cached, data, tables
 from pagesim.dashboard.sweep import blocks_for_gib
 from pagesim.errors import OptionError, UserError
 from pagesim.specs import GIB, GPUS, MODELS
@@ -106,6 +106,13 @@ def _url_same(text: str, item) -> bool:
         except ValueError:
             return False
     return text == str(item)
+
+
+def headline_dataframe(table, where=st) -> None:
+    """tables.headline_table shown with each column rounded for reading (tables.headline_format): one home for the
+    Replay and Sim vs Live pages' headline tables."""
+    where.dataframe(table, column_config={c: st.column_config.NumberColumn(format=tables.headline_format(c))
+                                          for c in table.columns})
 
 
 def trace_source(prefix: str, *, default_limit: int = data.DEFAULT_LIMIT) -> tuple[Trace, str] | None:
@@ -295,7 +302,6 @@ def config_error(exc: OptionError, geometry: Config, gib: float | None) -> str:
     `geometry`: the sidebar's model, GPU, block size and KV dtype (their blocks' bytes); `gib`: the KV-cache GiB
     typed, in that mode (num_gpu_blocks is derived from it)."""
     name = lambda option: control(option, geometry.model)  # noqa: E731
-    names = {}
     advice = None
     if exc.option == "gpu_memory_utilization":  # no KV memory left by the weights, or more blocks than the simulator holds
         itself = f"the size set itself ({name('memory_mode')}: KV-cache GiB or num_gpu_blocks)"
@@ -305,10 +311,6 @@ def config_error(exc: OptionError, geometry: Config, gib: float | None) -> str:
                   f"{geometry.gpu} at block_size {geometry.block_size}, or {itself}" if low <= high else
                   f"expected {itself} or another {name('gpu')}: no {name('gpu_memory_utilization')} up to 1.0 leaves "
                   f"KV-cache memory beside {geometry.model}'s weights on one {geometry.gpu}")
-    elif exc.option == "num_gpu_blocks" and gib is not None:  # the blocks the GiB make
-        names["num_gpu_blocks"] = f"{name('kv_cache_gib')} {gib:,g} makes, at {name('block_size')} {geometry.block_size}, num_gpu_blocks"
-        most = MAX_SIMULATED_BLOCKS * geometry.block_bytes / GIB
-        advice = f"expected at most {math.floor(most * 100) / 100:,g} GiB at this block_size, or a larger block_size"
     elif exc.option == "kv_offloading_size":  # more host blocks than the simulator holds
         most = MAX_SIMULATED_BLOCKS * geometry.block_bytes / GIB
         advice = f"expected at most {math.floor(most * 100) / 100:,g} GiB at this block_size and kv_cache_dtype"
@@ -316,7 +318,7 @@ def config_error(exc: OptionError, geometry: Config, gib: float | None) -> str:
         window = MODELS[geometry.model].max_position_embeddings
         advice = (f"expected at most {window:,} (0: the model's own), a {name('model')} with a longer window "
                   f"(e.g. llama-3.1-8b), or tick {name('allow_long_max_model_len')} below it")
-    return exc.in_words(lambda option: names.get(option) or name(option), advice=advice)
+    return exc.in_words(name, advice=advice)
 
 
 def in_page_words(text: str) -> str:

@@ -57,7 +57,7 @@ def parity(args) -> int:
     trace = trace_from_args(args)
     print(trace.summary)
     warnings: list[str] = []
-    emit([w.split("; requests.parquet")[0] for w in config_warnings(config, trace)], warnings)  # replay's, but
+    emit([w.split("; requests.parquet")[0] for w in config_warnings(config, trace, typed=getattr(args, "typed", None))], warnings)  # replay's, but
     # parity writes no requests.parquet
     steps = release_steps(requests_from_trace(trace), args.step_s)
     result = run_parity(config, lambda: requests_from_trace(trace), steps)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from pagesim.errors import UserError
 from pagesim.options import name_text, non_negative_int, positive_float, positive_int
 from pagesim.outputs import prepare_output_file
-from pagesim.traces.load import FORMATS, load_trace
+from pagesim.traces.load import FORMATS, TRACE_FILE_HELP, load_trace
 from pagesim.traces.own_format import write_trace
 from pagesim.traces.stats import trace_stats
 from pagesim.traces.synth import DEFAULT_HASH_BLOCK_SIZE, PRESETS, synthesize
@@ -14,15 +16,15 @@ from pagesim.traces.synth import DEFAULT_HASH_BLOCK_SIZE, PRESETS, synthesize
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     trace = subparsers.add_parser("trace", help="inspect, convert and synthesize request traces")
-    sub = trace.add_subparsers(dest="trace_command", required=True)
+    sub = trace.add_subparsers(dest="trace_command", required=True, help="what to do with a trace")
 
     info = sub.add_parser("info", help="statistics and load summary of a trace file")
-    info.add_argument("file")
+    info.add_argument("file", help=TRACE_FILE_HELP)
     info.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
     info.set_defaults(func=_info)
 
     convert = sub.add_parser("convert", help="rewrite a trace in pagesim's own format (JSON lines)")
-    convert.add_argument("file")
+    convert.add_argument("file", help=TRACE_FILE_HELP)
     convert.add_argument("--format", default="auto", choices=FORMATS, help="trace format; auto detects it from the content")
     convert.add_argument("--out", required=True, help="the pagesim-format file to write (FILE.jsonl)")
     convert.add_argument("--force", action="store_true", help="replace --out if it exists")
@@ -53,8 +55,21 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def own_format_out(path: str, force: bool) -> Path:
+    """--out of `trace convert` and `trace synth`, checked before any work (prepare_output_file) and refused when its
+    name says another format (t.csv, t.json, t.parquet): the file is pagesim's own, JSON lines, whatever its name
+    (.gz after .jsonl, or alone, compresses it)."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    if suffixes and suffixes[-1] != ".jsonl":
+        raise UserError(f"--out {path}: expected a FILE.jsonl (or FILE.jsonl.gz) name: the trace is written in "
+                        f"pagesim's own format, JSON lines, not {suffixes[-1]}")
+    return prepare_output_file(path, force)
+
+
 def _convert(args: argparse.Namespace) -> int:
-    out = prepare_output_file(args.out, args.force)
+    out = own_format_out(args.out, args.force)
     trace = load_trace(args.file, args.format)
     write_trace(trace, out)
     print(f"wrote {out}: {trace.summary}")
@@ -75,7 +90,7 @@ def format_ideal_hit_rate(trace) -> str:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    out = prepare_output_file(args.out, args.force)
+    out = own_format_out(args.out, args.force)
     trace = synthesize(
         args.preset, num_requests=args.num_requests, rate=args.rate, arrival=args.arrival, cv=args.cv,
         seed=args.seed, hash_block_size=args.hash_block_size, name=args.name,

@@ -28,6 +28,7 @@ READERS = {
     "sharegpt": read_sharegpt,
 }
 FORMATS = ("auto", *READERS)
+TRACE_FILE_HELP = "trace file (Azure, BurstGPT, Mooncake, Vidur, ShareGPT or pagesim format)"  # every command's
 
 
 def load_trace(

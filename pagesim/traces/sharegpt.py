@@ -103,9 +103,18 @@ def _turns(item: object, file: str, line: int, name: str = "") -> list[tuple[str
             raise TraceError(file, line, f"{where}.from", f"one of {', '.join(ROLES)}", role)
         if not isinstance(value, str):
             raise TraceError(file, line, f"{where}.value", "a string", value)
-        if n_tokens is None:
-            n_tokens = math.ceil(len(value) / 4)
-        elif not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or not 0 <= n_tokens <= MAX_INT:
-            raise TraceError(file, line, f"{where}.num_tokens", f"a non-negative integer up to {MAX_INT:,}", n_tokens)
+        n_tokens = math.ceil(len(value) / 4) if n_tokens is None else _num_tokens(n_tokens, file, line, f"{where}.num_tokens")
         out.append((ROLES[role.lower()], value, n_tokens))
     return out
+
+
+def _num_tokens(value: object, file: str, line: int, field: str) -> int:
+    """A turn's num_tokens in the words of the other readers' counts (schema.ints, json_numbers): a JSON number, whole
+    (12.0 is 12, as Mooncake's lengths), from 0; "up to MAX_INT" said only of a whole number beyond it."""
+    kind = "a non-negative integer"
+    if isinstance(value, str):
+        raise TraceError(file, line, field, f"{kind} as a JSON number, not a string", value)
+    whole = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value == int(value)
+    if whole and 0 <= value <= MAX_INT:
+        return int(value)
+    raise TraceError(file, line, field, kind + (f" up to {MAX_INT:,}" if whole and value > MAX_INT else ""), value)

@@ -9,7 +9,7 @@ from pagesim import live_targets
 from pagesim.dashboard import cached, figures, tables, widgets
 from pagesim.dashboard.widgets import URL
 from pagesim.dashboard.live_runs import (RUN_FILES, VALIDATION_FILES, LiveRun, card, find_live_runs, is_validated,
-                                        live_root)
+                                        live_root, newest_run)
 from pagesim.errors import UserError
 from pagesim.metrics import summarize
 
@@ -98,7 +98,7 @@ def side_by_side(run: LiveRun, other: LiveRun) -> None:
     for col, (name, s) in zip(cols, steps.items()):
         col.plotly_chart(figures.memory_over_time({name: s}), key=f"{PREFIX}.pair_memory_{name}")
     st.plotly_chart(figures.latency_cdfs(requests), key=f"{PREFIX}.pair_cdf")
-    st.dataframe(tables.headline_table({r.name: r.summary.get("runs", {}).get("live", {}) for r in (run, other)}))
+    widgets.headline_dataframe(tables.headline_table({r.name: r.summary.get("runs", {}).get("live", {}) for r in (run, other)}))
 
 
 def choose_run() -> LiveRun | None:
@@ -121,8 +121,14 @@ def choose_run() -> LiveRun | None:
                                                     "on an H100, the others on an H200)")
         runs = [p for p in runs if shown in (ANY_CARD, cards[p.name])]
         labels = {p.name: p.name + ("" if is_validated(p) else " (not validated)") for p in runs}
+        key = f"{PREFIX}.run"
+        # opens on the newest run (live_runs.newest_run: by the date of the commit it was recorded at), not the list's
+        # first, which is the oldest by name; only while the session holds no choice (Streamlit warns at both)
+        default = {} if key in st.session_state else {"index": list(labels).index(newest_run(
+            runs, {p.name: cached.live_run_commit(str(p), (p / "summary.json").stat().st_mtime) for p in runs},
+            cached.live_commit_times(str(live_root()))).name)}
         name = sb.selectbox(f"Run (results/live/, {len(runs)})", list(labels), format_func=labels.get, bind=URL,
-                            key=f"{PREFIX}.run")
+                            key=key, help="opens on the newest run: the one recorded at the latest commit", **default)
         sb.caption(f"{name}: recorded on an {cards[name]}")
         path = next(p for p in runs if p.name == name)
         return cached.live_run(str(path), max(f.stat().st_mtime for f in path.iterdir()))
@@ -215,14 +221,14 @@ def show_validation(run: LiveRun) -> None:
                       index=2, bind=URL, key=f"{PREFIX}.metric")
     st.plotly_chart(figures.request_latency_scatter(run.requests, run.sim_requests, metric), key=f"{PREFIX}.per_request")
     summaries = {"live": run.summary.get("runs", {}).get("live", {}), "simulated": simulated_summary(run)}
-    st.dataframe(tables.headline_table(summaries))
+    widgets.headline_dataframe(tables.headline_table(summaries))
 
 
 def show_live_only(run: LiveRun) -> None:
     st.plotly_chart(figures.memory_over_time({"live": run.steps}), key=f"{PREFIX}.memory")
     st.plotly_chart(figures.requests_over_time({"live": run.steps}), key=f"{PREFIX}.requests")
     st.plotly_chart(figures.latency_cdfs({"live": run.requests}), key=f"{PREFIX}.cdf")
-    st.dataframe(tables.headline_table({"live": run.summary.get("runs", {}).get("live", {})}))
+    widgets.headline_dataframe(tables.headline_table({"live": run.summary.get("runs", {}).get("live", {})}))
 
 
 def simulated_summary(run: LiveRun) -> dict:

@@ -78,9 +78,9 @@ def _report_problem(report) -> str | None:
     if not isinstance(report["slos"], list):
         return "slos: expected a list such as [\"ttft_p99=1\"]"
     try:
-        parse_slos(report["slos"])
+        parse_slos(report["slos"], where="slos")
     except UserError as exc:
-        return f"slos: {str(exc).removeprefix('--slo ')}"
+        return str(exc)
     return None
 
 

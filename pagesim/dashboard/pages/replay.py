@@ -195,10 +195,7 @@ def headline(runs: dict[str, data.Run], config) -> None:
     if not expander.open:
         return  # built only when opened: a table's script bundle is not loaded before the first charts
     with expander:
-        table = tables.headline_table({name: run.summary for name, run in runs.items()})
-        st.dataframe(table, column_config={
-            c: st.column_config.NumberColumn(format="%.3f" if "fraction" in c or "rate" in c else "%.4g")
-            for c in table.columns})
+        widgets.headline_dataframe(tables.headline_table({name: run.summary for name, run in runs.items()}))
 
 
 def _peak_swap_gib(run: data.Run, config) -> float:
