@@ -446,7 +446,8 @@ def sweep(args, parser) -> int:
     for line in warning_lines(df):
         print(f"warning {line}", file=sys.stderr)
     errors = int((df["status"] == "error").sum()) if "status" in df else 0
-    print(f"{len(df)} configurations in {out / 'results.parquet'} ({errors} errors)")
+    print(f"{len(df)} configuration{'s' if len(df) != 1 else ''} in {out / 'results.parquet'} "
+          f"({errors} error{'s' if errors != 1 else ''})")
     if errors:
         print("first error:", df.loc[df["status"] == "error", "error"].iloc[0])
     return 0

@@ -146,7 +146,7 @@ def test_a_bad_cost_model_is_refused_before_the_trace_is_read(tmp_path):
     broken = broken_csv(tmp_path / "broken.csv")
     line = one_error(pagesim("replay", broken, "--cost-model", tmp_path, "--out", tmp_path / "run"))
     assert line == (f"error: cost model '{tmp_path}': a directory; expected 'roofline' or a profile JSON "
-                    "(written by ProfileCostModel.to_json)")
+                    "(written by `calibrate` or `live --calibrate`)")
     line = one_error(pagesim("replay", broken, "--cost-model", "/dev/zero", "--out", tmp_path / "run"))
     assert "cost model '/dev/zero': a device or pipe" in line  # not read forever
     for command in (["sweep", broken, "--grid", "block_size=16"], ["plan", broken, "--slo", "ttft_p99=1"]):

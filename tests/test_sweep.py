@@ -195,6 +195,15 @@ def test_sweep_refuses_a_non_empty_directory_that_holds_no_sweep(tmp_path, capsy
     assert rc == 2 and "directory exists and is not empty" in capsys.readouterr().err
 
 
+def test_a_sweep_of_one_configuration_says_so_in_the_singular(tmp_path, capsys):
+    from pagesim.cli import main
+
+    rc = main(["sweep", str(TRACES / "multiturn-300.jsonl"), "--limit", "20", "--grid", "block_size=16", "--backend",
+               "local", "--out", str(tmp_path / "one")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "1 configuration in " in out and "(0 errors)" in out, out
+
+
 def test_kv_cache_gib_sizes_the_cache_of_a_model_the_default_utilization_leaves_no_room_for(trace, base):
     # llama-3-70b's 131.4 GiB of weights on an H200 (140.4 GiB): at the default utilization 0.9 no KV memory is left,
     # but a cache of 4 GiB fits beside them, as --num-gpu-blocks would give it; 16 GiB would not, which is warned of.

@@ -608,7 +608,7 @@ class ProfileCostModel:
         found = not_a_file(p)
         if found:
             raise UserError(f"cost model {str(path)!r}: {found}; expected 'roofline' or a profile JSON "
-                            "(written by ProfileCostModel.to_json)") from None
+                            "(written by `calibrate` or `live --calibrate`)") from None
         try:
             d = json.loads(p.read_text())
         except OSError as e:

@@ -279,7 +279,7 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
         return config
     except OptionError as exc:
         st.error(config_error(exc, Config(model=model, gpu=gpu, block_size=int(bs), num_gpu_blocks=1,
-                                          kv_cache_dtype=changes["kv_cache_dtype"]), gib))
+                                          kv_cache_dtype=changes["kv_cache_dtype"])))
         return None
     except UserError as exc:
         st.error(str(exc))
@@ -296,11 +296,10 @@ def control(option: str, model: str) -> str:
     return f"**{label.split(' (')[0]}**"
 
 
-def config_error(exc: OptionError, geometry: Config, gib: float | None) -> str:
+def config_error(exc: OptionError, geometry: Config) -> str:
     """A config the sidebar's settings make, refused, in the sidebar's words: each option named by its control, and
     what to set there where the CLI's advice names its flags (`--num-gpu-blocks`) or says "raise it" at 1.0.
-    `geometry`: the sidebar's model, GPU, block size and KV dtype (their blocks' bytes); `gib`: the KV-cache GiB
-    typed, in that mode (num_gpu_blocks is derived from it)."""
+    `geometry`: the sidebar's model, GPU, block size and KV dtype (their blocks' bytes)."""
     name = lambda option: control(option, geometry.model)  # noqa: E731
     advice = None
     if exc.option == "gpu_memory_utilization":  # no KV memory left by the weights, or more blocks than the simulator holds
