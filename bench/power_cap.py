@@ -200,6 +200,8 @@ class LoadFactorCost:
     def __init__(self, base, factor: Factor, max_graph: int, max_mixed: int):
         self.base, self.factor, self.max_graph, self.max_mixed = base, factor, max_graph, max_mixed
         self.prices_sharing = base.prices_sharing
+        self.prefill_grid = base.prefill_grid
+        self.governor = None  # this bench's factor stands in for the clock (a governed base would count it twice)
         self.meter = RateMeter(factor.tau)
         self.clock = None
 

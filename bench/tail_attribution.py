@@ -67,6 +67,7 @@ class Scaled:
     def __init__(self, cost, scale: float):
         self.cost, self.scale = cost, scale
         self.prices_sharing = cost.prices_sharing
+        self.prefill_grid, self.governor = cost.prefill_grid, cost.governor  # the features and clock it prices by
 
     def step_time(self, f) -> float:
         return self.cost.step_time(f) * self.scale

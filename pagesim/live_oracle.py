@@ -21,8 +21,8 @@ class OracleExecutor(SimExecutor):
     (`take_live` False: the model's always, only watching where the plans first differ)."""
 
     def __init__(self, cost, block_size: int, live_steps: pd.DataFrame, live_batches: pd.Series,
-                 take_live: bool = True):
-        super().__init__(cost, block_size)
+                 take_live: bool = True, clock=None):
+        super().__init__(cost, block_size, clock)
         self.live = live_steps
         self.batches = live_batches
         self.take_live = take_live
@@ -60,7 +60,7 @@ def oracle_run(run: dict, cost, released_times: bool = False, take_live: bool = 
         released[req.request_id] = step_id
 
     sim = live_simulation(run, cost, fast_path=False, released_times=released_times, on_release=note)
-    ex = OracleExecutor(cost, run["config"].block_size, live_steps, batches, take_live)
+    ex = OracleExecutor(cost, run["config"].block_size, live_steps, batches, take_live, sim.clock)
     sim.executor = ex
     sim.recorder = Recorder(sim.scheduler, ex.features_of)
     return sim.run("sim"), ex.diverged or {}, released

@@ -91,7 +91,8 @@ def test_the_wrapper_reads_the_rate_left_by_the_steps_it_priced():
         def now(self):
             return self.t
 
-    base = SimpleNamespace(prices_sharing=False, step_time=lambda f: 0.1, describe=lambda: {})
+    base = SimpleNamespace(prices_sharing=False, prefill_grid=None, governor=None, step_time=lambda f: 0.1,
+                           describe=lambda: {})
     fast = np.array(RATE_EDGES[:-1]) < 20000  # factor 2 from 20k tokens/s on
     factor = Factor(0.5, {"*": (np.zeros(len(fast)), np.where(fast, 1.0, 2.0))}, smooth=False)
     cost = LoadFactorCost(base, factor, 256, 0)

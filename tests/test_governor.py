@@ -142,3 +142,24 @@ def test_validation_prices_live_steps_as_the_simulator_does(tmp_path):
         assert with_[kind]["mape"] < without[kind]["mape"] and bias[1] < bias[0], (kind, without[kind], with_[kind])
     assert with_["graph decode"] == without["graph decode"]  # decode-only steps are priced as before
     assert math.isclose(sum(k["n_steps"] for k in with_.values()), sum(k["n_steps"] for k in without.values()))
+
+
+def test_the_oracle_replay_runs_a_profile_with_a_governor():
+    """pagesim/live_oracle.py builds its own executor: with a governed profile (a round 35 recording's) it takes the
+    simulation's clock, replays the live plans to the end, and its model-priced replay (take_live False) prices the
+    steps with prefill tokens as the simulator does."""
+    from pagesim.cost import make_cost_model
+    from pagesim.live_oracle import oracle_run
+    from pagesim.validate import default_cost_model, load_run
+
+    run = load_run(REPO / "results/live/pair-conv-paged-r35bh")
+    cost = make_cost_model(default_cost_model(run), run["config"])
+    assert cost.governor is not None
+    result, diverged, _ = oracle_run(run, cost)
+    assert not diverged and result.num_steps == len(run["steps"])
+    priced, _, _ = oracle_run(run, cost, take_live=False)
+    plain, _, _ = oracle_run(run, replace(cost, governor=None), take_live=False)
+    prefill = (priced.steps["num_prefill_tokens"] > 0).to_numpy()
+    n = min(len(priced.steps), len(plain.steps))
+    ratio = priced.steps["duration_s"].to_numpy()[:n] / plain.steps["duration_s"].to_numpy()[:n]
+    assert ratio[0] == pytest.approx(cost.governor.factor(0.0)) and (ratio[prefill[:n]] >= 1).all()
