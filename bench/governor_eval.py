@@ -1,11 +1,15 @@
 """The power governor's effect on every committed live run whose session's calibration rows are committed.
 
-For each run: its profile P (the one its validation used) without a governor and with one fitted to the same
-session's calibration rows (cost/governor.py; P's own clock share and reference clock: only the governor differs), each
-validated on the CPU (`pagesim.validate`, the free simulation and the step level; no ensemble), into a temporary
-folder. Writes the per-run figures and the targets met with and without the governor to --out.
+For each recording with its profile's calibration rows (bench.mixed_pricing.recordings, the lookup
+bench.mixed_makespan uses): the profile P its validation used, without a governor and with one fitted to those rows
+(cost/governor.py; P's own clock share and reference clock: only the governor differs), each validated on the CPU
+(`pagesim.validate`: the step level and the free simulation, or with --ensemble N the median of N jittered ones),
+into a temporary folder. Writes the per-run figures and the targets met with and without the governor to --out.
+bench/results/governor-eval-2026-12-06-r35.json was written by this script's first lookup (its own search for
+rows), which found 60 of the recordings this one finds, with the same rows; the five it did not (longdoc-b-r35ch,
+recorded after it ran, and four offload windows) are in governor-eval-2026-12-06-r35-added.json.
 
-    python bench/governor_eval.py --out bench/results/governor-eval-2026-12-06-r35.json [--runs GLOB] [--ensemble N]
+    python bench/governor_eval.py --out bench/results/governor-eval-2026-12-06-r35.json [--runs GLOB,...] [--ensemble N]
 """
 
 from __future__ import annotations
@@ -14,34 +18,22 @@ import argparse
 import glob
 import json
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
+from bench.mixed_pricing import recordings  # noqa: E402
 from pagesim.cost.governor import ClockGovernor  # noqa: E402
 from pagesim.specs import get_model  # noqa: E402
 from pagesim.validate import validate  # noqa: E402
 
 REQUEST = [f"{m}_s_{p}" for m in ("ttft", "tpot", "e2e") for p in ("p50", "p90", "p99")]
 LIMIT = {"p50": 0.05, "p90": 0.05, "p99": 0.10}
-
-
-def session_rows(run: Path, profile_path: str, profile: dict) -> str | None:
-    """The calibration rows of the run's profile: beside it, in the run, or the session's in results/profiles."""
-    candidates = [profile_path.replace(".json", ".steps.csv.gz"), str(run / "profile.steps.csv.gz")]
-    suffix = run.name.rsplit("-", 1)[-1]
-    fp8 = "-fp8" if profile.get("kv_cache_dtype") == "fp8" else ""
-    model = profile["model"]
-    candidates += sorted(glob.glob(f"results/profiles/*-{model}{fp8}-20*-{suffix}.steps.csv.gz"))
-    for c in candidates:
-        if os.path.exists(c):
-            return c
-    return None
 
 
 def figures(report: dict) -> dict:
@@ -62,29 +54,20 @@ def figures(report: dict) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--runs", default="results/live/*")
+    ap.add_argument("--runs", default="results/live/*", help="run folders: globs, comma-separated (default: every run)")
     ap.add_argument("--ensemble", type=int, default=0, help="jittered free simulations per validation (default 0)")
     args = ap.parse_args(argv)
     if os.path.exists(args.out):
         sys.exit(f"--out {args.out}: exists; give a new file")
     results, skipped = {}, {}
     tmp = Path(tempfile.mkdtemp(prefix="governor-eval-"))
-    for v in sorted(glob.glob(f"{args.runs}/validation/validation.json")):
-        run = Path(v).parents[1]
-        val = json.load(open(v))
-        path = val.get("cost_model_path") or ""
-        if not path.endswith(".json") or not os.path.exists(path):
-            skipped[run.name] = f"profile {path!r} not here"
-            continue
-        profile = json.load(open(path))
-        clock = profile.get("fit", {}).get("sm_clock")
-        rows_path = session_rows(run, path, profile)
-        if not clock or rows_path is None:
-            skipped[run.name] = "no clocked calibration rows for its profile"
-            continue
-        rows = pd.read_csv(rows_path)
-        governor, report = ClockGovernor.fit(rows, get_model(profile["model"]), clock["reference_mhz"],
-                                             clock["sensitivity"])
+    names = sorted({Path(d).name for pattern in args.runs.split(",") for d in glob.glob(pattern)})
+    for rec in recordings(names):  # bench.mixed_pricing: each recording with its profile's calibration rows
+        run, path, profile = rec["dir"], rec["source"], rec["profile"]
+        clock = profile["fit"]["sm_clock"]
+        rows_path = str(rec["rows"].relative_to(ROOT))
+        governor, report = ClockGovernor.fit(pd.read_csv(rec["rows"]), get_model(profile["model"]),
+                                             clock["reference_mhz"], clock["sensitivity"])
         if governor is None:
             skipped[run.name] = report["skipped"]
             continue

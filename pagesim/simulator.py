@@ -57,9 +57,7 @@ class SimExecutor:
         features = StepFeatures.from_plan(plan, self.sharing_block_size, self.prefill_grid)
         self.last = (plan, features)
         seconds = self.cost_model.step_time(features)
-        if self.throttle is not None and features.num_prefill_tokens:
-            return self.throttle.step(self.clock.now(), seconds, features)
-        return seconds
+        return seconds if self.throttle is None else self.throttle.price(self.clock.now(), seconds, features)
 
     def features_of(self, plan) -> StepFeatures:
         last_plan, features = self.last

@@ -222,9 +222,8 @@ def step_level(steps: pd.DataFrame, cost_model, max_graph_batch: int = 256,
     predicted = np.array([cost_model.step_time(f) for f in features])
     if cost_model.governor is not None:  # as the simulator prices them: at the load of the steps before, in live's time
         throttle = Throttle(cost_model.governor)
-        for i, (start, f) in enumerate(zip(rows["time_s"].tolist(), features)):
-            if f.num_prefill_tokens:
-                predicted[i] = throttle.step(start, predicted[i], f)
+        predicted = np.array([throttle.price(start, t, f)
+                              for start, t, f in zip(rows["time_s"].tolist(), predicted.tolist(), features)])
     measured = rows["duration_s"].to_numpy(dtype=np.float64)
     ape = np.abs(predicted / measured - 1)
     table = rows[["step", "time_s"] + list(STEP_FEATURES)].assign(measured_s=measured, predicted_s=predicted,

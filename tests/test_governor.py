@@ -14,7 +14,8 @@ import pytest
 
 from pagesim.cost import ProfileCostModel
 from pagesim.cost.features import StepFeatures
-from pagesim.cost.governor import GOVERNOR_MIN_ROWS, ClockGovernor, Throttle, flops_rates, load_at_starts
+from pagesim.cost.governor import (GOVERNOR_MIN_ROWS, ClockGovernor, Throttle, flops_rates, load_at_starts,
+                                   step_flops)
 from pagesim.errors import UserError
 from pagesim.specs import get_model
 from tests.test_fast_path import fast_and_plain
@@ -47,8 +48,8 @@ def synthetic_rows(tau: float = 0.15, seed: int = 0) -> pd.DataFrame:
         w += 1
     df = pd.DataFrame(rows)
     per_token, per_pair = flops_rates(SPEC)
-    flops = per_token * (df.num_prefill_tokens + df.num_decode_seqs) + per_pair * (df.prefill_attn_pairs
-                                                                                   + df.decode_context_tokens)
+    flops = step_flops(per_token, per_pair, df.num_prefill_tokens, df.num_decode_seqs, df.prefill_attn_pairs,
+                       df.decode_context_tokens)
     rate = np.where(df.num_prefill_tokens > 0, flops / df.duration_s / 1e12, 0.0)
     load = load_at_starts(df.time_s.to_numpy(), df.duration_s.to_numpy(), rate, tau)
     return df.assign(sm_clock_mhz=np.round(1980 / (1 + true_slowdown(load))))
@@ -79,12 +80,14 @@ def test_a_burst_slows_prefill_steps_and_a_pause_restores_them():
     f = StepFeatures(num_prefill_tokens=8192, num_prefill_seqs=1, prefill_attn_pairs=8192 * 8193 // 2)
     t, times = 0.0, []
     for _ in range(12):  # back to back: the load rises, and with it each step's time
-        times.append(throttle.step(t, 0.2, f))
+        times.append(throttle.price(t, 0.2, f))
         t += times[-1]
     assert times[0] == pytest.approx(0.2 * governor.factor(0.0))
     assert all(b >= a for a, b in zip(times, times[1:])) and times[-1] > 1.02 * times[0]
     assert times[-1] <= 0.2 * governor.factor(governor.loads[-1])
-    assert throttle.step(t + 20 * governor.tau_s, 0.2, f) == pytest.approx(times[0], rel=1e-4)  # rested
+    decode = StepFeatures(num_decode_seqs=64, decode_context_tokens=64 * 2048)
+    assert throttle.price(t, 0.01, decode) == 0.01  # a decode-only step: as priced, and the load only decays over it
+    assert throttle.price(t + 20 * governor.tau_s, 0.2, f) == pytest.approx(times[0], rel=1e-4)  # rested
 
 
 def governed_profile() -> ProfileCostModel:

@@ -43,20 +43,42 @@ def flops_rates(spec: ModelSpec) -> tuple[float, float]:
     return float(spec.flops_per_token), float(4 * spec.head_dim * spec.num_heads * spec.num_layers)
 
 
+def step_flops(per_token: float, per_pair: float, prefill_tokens, decode_seqs, prefill_attn_pairs,
+               decode_context_tokens):
+    """A step's FLOPs: every token's matmuls, every (query, key) pair's attention (the decode rows' included); the two
+    rates from flops_rates. Floats or arrays."""
+    return per_token * (prefill_tokens + decode_seqs) + per_pair * (prefill_attn_pairs + decode_context_tokens)
+
+
+class Load:
+    """The load: an exponential average over time (time constant tau) of the compute rate of the steps it takes in,
+    each rate held over its step and 0 between them (and over the steps it is not given). The fit and the simulation
+    keep it alike."""
+
+    __slots__ = ("tau", "value", "until")
+
+    def __init__(self, tau: float):
+        self.tau, self.value, self.until = tau, 0.0, None
+
+    def at(self, start: float) -> float:
+        """Its value at `start` (no earlier than the last step taken in began)."""
+        if self.until is None or start <= self.until:
+            return self.value
+        return self.value * math.exp(-(start - self.until) / self.tau)
+
+    def take(self, start: float, seconds: float, rate: float, value: float) -> None:
+        """A step from `start` for `seconds` at `rate` (TFLOP/s), the load having been `value` (at(start)) as it began."""
+        self.value = rate + (value - rate) * math.exp(-seconds / self.tau)
+        self.until = start + seconds
+
+
 def load_at_starts(starts: np.ndarray, durations: np.ndarray, tflops: np.ndarray, tau: float) -> np.ndarray:
-    """The load at each step's start: the exponential average (time constant tau) of the compute rate `tflops`,
-    each step's rate held over its duration and 0 between steps and where `tflops` is 0. The steps in time order."""
-    out = np.empty(len(starts))
-    load, until = 0.0, None
+    """The load at each step's start, the steps in time order (`tflops` 0 for a step that counts as idle)."""
+    load, out = Load(tau), np.empty(len(starts))
     for i, (start, duration, rate) in enumerate(zip(starts.tolist(), durations.tolist(), tflops.tolist())):
-        if until is not None and start > until:
-            load *= math.exp(-(start - until) / tau)
-        out[i] = load
+        out[i] = value = load.at(start)
         if rate:
-            load = rate + (load - rate) * math.exp(-duration / tau)
-        else:
-            load *= math.exp(-duration / tau)
-        until = start + duration
+            load.take(start, duration, rate, value)
     return out
 
 
@@ -72,11 +94,6 @@ class ClockGovernor:
     sensitivity: float
     flops_per_token: float
     flops_per_pair: float
-
-    def step_flops(self, prefill_tokens, decode_seqs, prefill_attn_pairs, decode_context_tokens):
-        """A step's FLOPs: every token's matmuls, every (query, key) pair's attention (the decode rows' included)."""
-        return (self.flops_per_token * (prefill_tokens + decode_seqs)
-                + self.flops_per_pair * (prefill_attn_pairs + decode_context_tokens))
 
     def factor(self, load: float) -> float:
         """A step's time at that load over its time at the reference clock."""
@@ -129,9 +146,8 @@ class ClockGovernor:
         col = {c: np.asarray(rows[c], dtype=np.float64)[order] for c in
                ("num_prefill_tokens", "num_decode_seqs", "prefill_attn_pairs", "decode_context_tokens")}
         per_token, per_pair = flops_rates(spec)
-        unfitted = cls(1.0, (0.0,), (0.0,), float(sensitivity), per_token, per_pair)
-        flops = unfitted.step_flops(col["num_prefill_tokens"], col["num_decode_seqs"], col["prefill_attn_pairs"],
-                                    col["decode_context_tokens"])
+        flops = step_flops(per_token, per_pair, col["num_prefill_tokens"], col["num_decode_seqs"],
+                           col["prefill_attn_pairs"], col["decode_context_tokens"])
         tflops = np.where(prefill, flops / durations / 1e12, 0.0)
         slow = reference_mhz / np.asarray(rows["sm_clock_mhz"], dtype=np.float64)[order] - 1
         errors, fits = {}, {}
@@ -154,25 +170,23 @@ class ClockGovernor:
 
 
 class Throttle:
-    """One GPU's governor state while a simulation runs: the load at the end of the last step with prefill tokens."""
+    """One GPU's governor state while a simulation runs (or validation prices a run's steps): its Load."""
 
-    __slots__ = ("governor", "load", "until")
+    __slots__ = ("governor", "load")
 
     def __init__(self, governor: ClockGovernor):
         self.governor = governor
-        self.load = 0.0
-        self.until: float | None = None
+        self.load = Load(governor.tau_s)
 
-    def step(self, start: float, seconds: float, f) -> float:
-        """The time of a step with prefill tokens (StepFeatures f) starting at `start` that the profile prices at
-        `seconds`; the load then takes it in."""
-        g = self.governor
-        load = self.load
-        if self.until is not None and start > self.until:
-            load *= math.exp(-(start - self.until) / g.tau_s)
-        t = seconds * g.factor(load)
-        rate = g.step_flops(f.num_prefill_tokens, f.num_decode_seqs, f.prefill_attn_pairs,
-                            f.decode_context_tokens) / t / 1e12
-        self.load = rate + (load - rate) * math.exp(-t / g.tau_s)
-        self.until = start + t
+    def price(self, start: float, seconds: float, f) -> float:
+        """The time of a step (StepFeatures f) starting at `start` that the profile prices at `seconds`: a step with
+        prefill tokens at the governor's factor for the load then, which then takes it in; any other as priced."""
+        if not f.num_prefill_tokens:
+            return seconds
+        g, load = self.governor, self.load
+        value = load.at(start)
+        t = seconds * g.factor(value)
+        flops = step_flops(g.flops_per_token, g.flops_per_pair, f.num_prefill_tokens, f.num_decode_seqs,
+                           f.prefill_attn_pairs, f.decode_context_tokens)
+        load.take(start, t, flops / t / 1e12, value)
         return t
