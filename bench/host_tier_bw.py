@@ -7,8 +7,10 @@ calibration records it (measure_swap_bandwidth) on bf16 and fp8 caches of 100 Gi
     python -m bench.host_tier_bw --out /tmp/h.json --smoke          # CPU check of the script (tiny blocks)
 
 store: HostTier.store (gather on the device, copy to pinned memory on the side stream) then finish() (wait for the
-copies): the whole path a block takes until it is loadable. load: HostTier.load
-(engine.kernels.swap.swap_in: one kernel reads the pinned host blocks into the GPU blocks), synchronised. Wall time
+copies): the whole path a block takes until it is loadable. load: HostTier.load both ways (engine.kernels.swap.swap_in:
+one kernel reads the pinned host blocks into the GPU blocks; with by_copies, the copy engine into a staging buffer and
+the kernel from there), synchronised; `load_gb_per_s` is the faster, the way an executor on this machine loads
+(GPUExecutor.swap_in_by). Wall time
 (time.perf_counter around a synchronised call), median of --repeats after one warm-up call. With --profile, a copy of
 that profile cost model (results/profiles/*.json) is written to --profile-out with coefficients host_store_s_per_byte
 and host_load_s_per_byte from the largest batch measured, which pagesim.cost.profile uses for the host tier instead of
@@ -81,21 +83,30 @@ def measure(dtype: torch.dtype, layers: int, batches, repeats: int, gpu_blocks: 
             host.finish()
 
         t_store = wall(store, repeats)
-        t_load = wall(lambda: host.load(kv, loads), repeats)
+        t_load = {}
+        for by in ("kernel", "copies"):
+            host.by_copies = by == "copies"
+            t_load[by] = wall(lambda: host.load(kv, loads), repeats)
+        host.by_copies = False
         nbytes = n * block_bytes
-        rows.append({"blocks": n, "bytes": nbytes, "store_s": t_store, "load_s": t_load,
-                     "store_gb_per_s": nbytes / t_store / 1e9, "load_gb_per_s": nbytes / t_load / 1e9})
+        rows.append({"blocks": n, "bytes": nbytes, "store_s": t_store, "load_s": min(t_load.values()),
+                     "store_gb_per_s": nbytes / t_store / 1e9, "load_gb_per_s": nbytes / min(t_load.values()) / 1e9,
+                     **{f"load_{by}_gb_per_s": nbytes / t / 1e9 for by, t in t_load.items()}})
         print(f"{str(dtype)[6:]:14s} {n:4d} blocks ({nbytes / 2**20:6.1f} MiB): store {rows[-1]['store_gb_per_s']:6.2f} GB/s"
-              f"  load {rows[-1]['load_gb_per_s']:6.2f} GB/s", flush=True)
+              f"  load {rows[-1]['load_kernel_gb_per_s']:6.2f} GB/s by the kernel, "
+              f"{rows[-1]['load_copies_gb_per_s']:6.2f} by copies", flush=True)
     # round trip check: the bytes that went out come back (bit-exact), on the last batch's blocks
     before = kv.view(torch.uint8)[:, :, gpu_ids].clone()
-    host.store(kv, stores)
-    host.finish()
-    kv.view(torch.uint8)[:, :, gpu_ids] = 0
-    host.load(kv, loads)
-    sync()
-    exact = torch.equal(kv.view(torch.uint8)[:, :, gpu_ids], before)
-    return {"dtype": str(dtype), "block_bytes": block_bytes, "rows": rows, "round_trip_bit_exact": exact}
+    exact = []
+    for by_copies in (False, True):
+        host.by_copies = by_copies
+        host.store(kv, stores)
+        host.finish()
+        kv.view(torch.uint8)[:, :, gpu_ids] = 0
+        host.load(kv, loads)
+        sync()
+        exact.append(torch.equal(kv.view(torch.uint8)[:, :, gpu_ids], before))
+    return {"dtype": str(dtype), "block_bytes": block_bytes, "rows": rows, "round_trip_bit_exact": all(exact)}
 
 
 def swap_figures(dtype: torch.dtype, budget_bytes: int) -> dict:
@@ -119,7 +130,8 @@ def swap_figures(dtype: torch.dtype, budget_bytes: int) -> dict:
     del kv, raw
     torch.cuda.empty_cache()
     print(f"swap {str(dtype)[6:]:14s} (measure_swap_bandwidth, {out['num_blocks']} of {blocks} blocks): out "
-          f"{out['swap_out_bytes_per_s'] / 1e9:.2f} GB/s  in {out['swap_in_bytes_per_s'] / 1e9:.2f} GB/s; "
+          f"{out['swap_out_bytes_per_s'] / 1e9:.2f} GB/s  in {out['swap_in_kernel_bytes_per_s'] / 1e9:.2f} GB/s by the "
+          f"kernel, {out['swap_in_copies_bytes_per_s'] / 1e9:.2f} by copies; "
           f"round trip of far blocks bit-exact: {out['far_blocks_round_trip_bit_exact']}", flush=True)
     return out
 

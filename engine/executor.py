@@ -60,7 +60,7 @@ import torch
 from engine.host_tier import HostTier
 from engine.kernels import copy_blocks, default_num_splits, paged_decode_attention
 from engine.kernels.prefill import default_prefill_kernel
-from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
+from engine.kernels.swap import cpu_cache_shape, measure_swap_bandwidth, swap_in, swap_out
 from engine.sm_clock import cuda_sm_clock
 from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache_torch_dtype
 from engine.tokens import prompt_token_ids
@@ -216,7 +216,13 @@ class GPUExecutor:
             shape = cpu_cache_shape(tuple(self.kv_cache.shape), config.num_cpu_blocks)  # block-major, pinned
             self.cpu_cache = torch.empty(shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.is_cuda)
 
-        self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks) if config.num_offload_blocks else None
+        # swap-ins and host-tier loads through the copy engine where it reads this host's memory faster than the swap
+        # kernel's own reads do (engine.kernels.swap: 31-34 against 45-55 GB/s on some hosts), timed once here
+        self.swap_in_by: str | None = None
+        if self.is_cuda and (self.cpu_cache is not None or config.num_offload_blocks):
+            self.swap_in_by = measure_swap_bandwidth(self.kv_cache, num_blocks=32, repeats=3)["swap_in_by"]
+        by_copies = self.swap_in_by == "copies"
+        self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks, by_copies) if config.num_offload_blocks else None
 
         self._tokens: dict[str, _Tokens] = {}
         self._fork_prefixes: dict[str, np.ndarray] = {}  # released parents' prompt + first token, for late forks
@@ -271,7 +277,8 @@ class GPUExecutor:
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "prefill_kernel": self.prefill_kernel,
             "num_gpu_blocks": self.num_gpu_blocks,
-            "num_cpu_blocks": 0 if self.cpu_cache is None else int(self.cpu_cache.shape[2]),
+            "num_cpu_blocks": 0 if self.cpu_cache is None else int(self.cpu_cache.shape[0]),
+            "swap_in_by": self.swap_in_by,
             "cuda_graph_batch_sizes": sorted(self.graphs),
             "mixed_graph_token_sizes": sorted(self.mixed_graphs),
             "mixed_padded_token_sizes": list(self.mixed_sizes),
@@ -400,7 +407,8 @@ class GPUExecutor:
             if plan.blocks_to_swap_out:
                 swap_out(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
             if plan.blocks_to_swap_in:
-                swap_in(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64))
+                swap_in(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64),
+                        self.swap_in_by == "copies")
         return bool(plan.blocks_to_load or plan.blocks_to_store or plan.blocks_to_copy or plan.blocks_to_swap_out
                     or plan.blocks_to_swap_in)
 
@@ -493,7 +501,7 @@ class GPUExecutor:
         pair, trips = torch.tensor([[0, 0]], dtype=torch.int64), 0
         if self.cpu_cache is not None:
             swap_out(self.kv_cache, self.cpu_cache, pair)
-            swap_in(self.cpu_cache, self.kv_cache, pair)
+            swap_in(self.cpu_cache, self.kv_cache, pair, self.swap_in_by == "copies")
             trips += 1
         if self.host_tier is not None:
             self.host_tier.store(self.kv_cache, [(0, 0)])

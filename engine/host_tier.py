@@ -6,8 +6,9 @@ Stores: the step's blocks are gathered on the device on the compute stream, befo
 freed and reused by this step is read before it is overwritten), then copied straight into the pinned host cache on
 a side stream, one asynchronous copy per run of consecutive host blocks, overlapping the forward. Loads wait (on the
 device, no host sync) for the stores in flight, then read the host blocks straight into their GPU blocks, on the
-compute stream before the forward that reads them (engine.kernels.swap.swap_in, one zero-copy kernel; stores stay on
-the copy engine, where the swap kernel would take SMs beside the forward). A load never reads a host block a store
+compute stream before the forward that reads them (engine.kernels.swap.swap_in: one zero-copy kernel, or with
+`by_copies` the copy engine into a staging buffer and that kernel from it, where the host answers the GPU's own reads
+slowly; stores stay on the copy engine, where the swap kernel would take SMs beside the forward). A load never reads a host block a store
 of the same step writes (the offload manager holds loading blocks, and loads only blocks stored in an earlier step).
 No host synchronisation anywhere; `finish()` waits for the stores, for readers of the host cache on the CPU (tests,
 benchmarks). Copies move raw bytes (an fp8 cache too): a round trip is bit-exact. On the CPU everything is
@@ -19,24 +20,13 @@ from __future__ import annotations
 import torch
 
 from engine.kernels.cache import raw_view
-from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
-
-
-def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
-    """(position in the list, first id, length) of each run of consecutive ids."""
-    out, i = [], 0
-    while i < len(ids):
-        j = i + 1
-        while j < len(ids) and ids[j] == ids[j - 1] + 1:
-            j += 1
-        out.append((i, ids[i], j - i))
-        i = j
-    return out
+from engine.kernels.swap import cpu_cache_shape, runs_of, swap_in, swap_out
 
 
 class HostTier:
-    def __init__(self, like: torch.Tensor, num_blocks: int):
+    def __init__(self, like: torch.Tensor, num_blocks: int, by_copies: bool = False):
         self.on_cuda = like.device.type == "cuda"
+        self.by_copies = by_copies  # loads through the copy engine (swap_in's by_copies)
         self.cache = torch.empty(cpu_cache_shape(tuple(like.shape), num_blocks), dtype=like.dtype, device="cpu",
                                  pin_memory=self.on_cuda)  # [num_blocks, L, 2, block_size, Hkv, D]
         self.stream = torch.cuda.Stream(like.device) if self.on_cuda else None
@@ -55,7 +45,7 @@ class HostTier:
         host = raw_view(self.cache)
         self.stream.wait_stream(torch.cuda.current_stream(kv_cache.device))
         with torch.cuda.stream(self.stream):
-            for pos, first, n in _runs([p[1] for p in pairs]):
+            for pos, first, n in runs_of([p[1] for p in pairs]):
                 host[first:first + n].copy_(staged[pos:pos + n], non_blocking=True)
             staged.record_stream(self.stream)
             self._stored = torch.cuda.Event()
@@ -72,4 +62,4 @@ class HostTier:
             return
         if self._stored is not None:  # a load may read a block stored one plan earlier, possibly still in flight
             torch.cuda.current_stream(kv_cache.device).wait_event(self._stored)
-        swap_in(self.cache, kv_cache, torch.tensor(pairs, dtype=torch.int64))
+        swap_in(self.cache, kv_cache, torch.tensor(pairs, dtype=torch.int64), self.by_copies)

@@ -398,6 +398,26 @@ def test_swapped_out_blocks_come_back_bit_exact(toy_model):
     ex.execute(StepPlan(1, blocks_to_swap_in=[(2, 9), (0, 4)]))
     back = ex.kv_cache[:, :, [9, 4]]
     assert torch.equal(back.view(torch.int32), original.view(torch.int32)), "swap out + in changed the blocks' bits"
+    # summary.json's record of the swap cache: its block count (the block-major cache's first dimension), and which
+    # way swap-ins go (measured on CUDA only)
+    assert ex.describe()["num_cpu_blocks"] == cfg.num_cpu_blocks == 4
+    assert ex.describe()["swap_in_by"] is None
+
+
+def test_host_tier_loads_through_the_copy_engine_are_bit_exact(toy_model):
+    """HostTier(by_copies=True) loads through a staging buffer (engine.kernels.swap._swap_in_by_copies): a store and
+    a load bring the blocks back bit for bit, as the kernel's loads do."""
+    from engine.host_tier import HostTier
+
+    ex = GPUExecutor(base_config("toy", BS), toy_model)
+    random_cache_bits(ex.kv_cache, 3)
+    original = ex.kv_cache[:, :, [2, 5, 6]].clone()
+    tier = HostTier(ex.kv_cache, 8, by_copies=True)
+    tier.store(ex.kv_cache, [(2, 3), (5, 4), (6, 0)])
+    tier.finish()
+    ex.kv_cache[:, :, [2, 5, 6]] = 0
+    tier.load(ex.kv_cache, [(3, 1), (4, 7), (0, 8)])
+    assert torch.equal(ex.kv_cache[:, :, [1, 7, 8]].view(torch.int32), original.view(torch.int32))
 
 
 def test_fork_copies_run_before_swap_outs(toy_model):

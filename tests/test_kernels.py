@@ -157,24 +157,39 @@ def test_copy_blocks_copies_every_layer_k_and_v_exactly():
     assert torch.equal(kv, expected), "copy_blocks changed something other than the destination blocks"
 
 
-def test_swapped_out_blocks_come_back_bit_exact():
+@pytest.mark.parametrize("by_copies", [False, True], ids=["kernel", "copies"])
+def test_swapped_out_blocks_come_back_bit_exact(by_copies, monkeypatch):
+    """Swap-in both ways (the kernel reading the host cache; the copy engine into a staging buffer, here two blocks
+    at a time so four blocks take two rounds, one with a run of consecutive host blocks)."""
+    import engine.kernels.swap as swap
     from engine.kernels.swap import cpu_cache_shape, swap_in, swap_out
 
+    monkeypatch.setattr(swap, "STAGING_BLOCKS", 2)
     g = gen(4)
     dev_cache = torch.randn(2, 2, 12, 16, 2, 16, generator=g).to(DEV, torch.bfloat16)
     host_cache = torch.randn(cpu_cache_shape(tuple(dev_cache.shape), 6), generator=g).to(torch.bfloat16)
     if DEV == "cuda":
         host_cache = host_cache.pin_memory()
     original = dev_cache.clone()
-    swap_out(dev_cache, host_cache, torch.tensor([[3, 5], [8, 0], [11, 2]]))
+    swap_out(dev_cache, host_cache, torch.tensor([[3, 5], [8, 0], [11, 1], [9, 2]]))
     if DEV == "cuda":
         torch.cuda.synchronize()
-    assert torch.equal(host_cache[[5, 0, 2]], original[:, :, [3, 8, 11]].movedim(2, 0).cpu())
-    dev_cache[:, :, [3, 8, 11]] = torch.randn(2, 2, 3, 16, 2, 16, generator=g).to(DEV, torch.bfloat16)
-    swap_in(host_cache, dev_cache, torch.tensor([[5, 1], [0, 4], [2, 6]]))  # back, to other blocks
+    assert torch.equal(host_cache[[5, 0, 1, 2]], original[:, :, [3, 8, 11, 9]].movedim(2, 0).cpu())
+    dev_cache[:, :, [3, 8, 11, 9]] = torch.randn(2, 2, 4, 16, 2, 16, generator=g).to(DEV, torch.bfloat16)
+    swap_in(host_cache, dev_cache, torch.tensor([[5, 1], [0, 4], [1, 6], [2, 7]]), by_copies)  # back, elsewhere
     if DEV == "cuda":
         torch.cuda.synchronize()
-    assert torch.equal(dev_cache[:, :, [1, 4, 6]].view(torch.int16), original[:, :, [3, 8, 11]].view(torch.int16))
+    assert torch.equal(dev_cache[:, :, [1, 4, 6, 7]].view(torch.int16),
+                       original[:, :, [3, 8, 11, 9]].view(torch.int16))
+    untouched = [b for b in range(12) if b not in (1, 4, 6, 7, 3, 8, 11, 9)]
+    assert torch.equal(dev_cache[:, :, untouched], original[:, :, untouched]), "swap-in wrote other blocks"
+
+
+def test_runs_of_consecutive_ids():
+    from engine.kernels.swap import runs_of
+
+    assert runs_of([5, 0, 1, 2, 9, 8]) == [(0, 5, 1), (1, 0, 3), (4, 9, 1), (5, 8, 1)]
+    assert runs_of([]) == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -11,6 +11,14 @@ each way on the H200, 34.7 / 36.2 before (bench/NOTES.md, "Swap: one zero-copy k
 the kernel is ordered on the current stream, and no one reads the CPU cache but a later swap-in on the same stream.
 Bit-exact both ways (raw bytes). On a machine without CUDA the kernel runs under Triton's interpreter on the CPU
 tensors.
+
+Swap-in has a second path, through the copy engine (`swap_in(..., by_copies=True)`): GPU-initiated reads of host
+memory run at what the host's root complex allows them, 45-50 GB/s on most machines but 31-34 GB/s on some H100
+hosts (round 36: the swap kernel's swap-in at 31.7-33.7 GB/s where `cudaMemcpyAsync` of 2 MiB pieces reached 45 and
+larger ones 53-55 on the same machine; its swap-out, posted writes, at 49-51), while the DMA engines read at the
+link's rate everywhere. That path copies each run of consecutive host blocks into a device staging buffer (one
+asynchronous copy per run, STAGING_BLOCKS blocks at a time) and scatters them with the same kernel, device to
+device. `measure_swap_bandwidth` times both, and the executor takes the faster (GPUExecutor.swap_in_by_copies).
 """
 
 from __future__ import annotations
@@ -20,6 +28,22 @@ import triton
 import triton.language as tl
 
 from engine.kernels.cache import raw_view
+
+
+# blocks staged on the device per round of swap-in copies (64 MiB of Llama-3-8B bf16 blocks)
+STAGING_BLOCKS = 32
+
+
+def runs_of(ids: list[int]) -> list[tuple[int, int, int]]:
+    """(position in the list, first id, length) of each run of consecutive ids."""
+    out, i = [], 0
+    while i < len(ids):
+        j = i + 1
+        while j < len(ids) and ids[j] == ids[j - 1] + 1:
+            j += 1
+        out.append((i, ids[i], j - i))
+        i = j
+    return out
 
 
 def cpu_cache_shape(kv_cache_shape: tuple[int, ...], num_cpu_blocks: int) -> tuple[int, ...]:
@@ -63,7 +87,8 @@ def _words(cache: torch.Tensor) -> torch.Tensor:
 def _swap(kv_cache: torch.Tensor, cpu_cache: torch.Tensor, gpu_ids: torch.Tensor, cpu_ids: torch.Tensor,
           to_cpu: bool) -> None:
     assert kv_cache.is_contiguous() and cpu_cache.is_contiguous()
-    assert kv_cache.device.type == "cpu" or cpu_cache.is_pinned(), "the CPU cache must be pinned (zero-copy)"
+    assert kv_cache.device.type == "cpu" or cpu_cache.is_pinned() or cpu_cache.device == kv_cache.device, (
+        "the CPU cache must be pinned (zero-copy)")
     gpu, cpu = _words(kv_cache), _words(cpu_cache)
     layers, two, num_gpu_blocks = gpu.shape[:3]
     slab = gpu[0, 0, 0].numel()
@@ -79,15 +104,39 @@ def swap_out(kv_cache: torch.Tensor, cpu_cache: torch.Tensor, src_dst: torch.Ten
         _swap(kv_cache, cpu_cache, src_dst[:, 0], src_dst[:, 1], True)
 
 
-def swap_in(cpu_cache: torch.Tensor, kv_cache: torch.Tensor, src_dst: torch.Tensor) -> None:
-    """CPU block src_dst[i, 0] -> GPU block src_dst[i, 1]."""
-    if src_dst.numel():
+def swap_in(cpu_cache: torch.Tensor, kv_cache: torch.Tensor, src_dst: torch.Tensor, by_copies: bool = False) -> None:
+    """CPU block src_dst[i, 0] -> GPU block src_dst[i, 1]; by_copies: through the copy engine and a staging buffer
+    (_swap_in_by_copies), else the kernel reads the pinned host cache itself."""
+    if not src_dst.numel():
+        return
+    if by_copies:
+        _swap_in_by_copies(cpu_cache, kv_cache, src_dst[:, 1], src_dst[:, 0])
+    else:
         _swap(kv_cache, cpu_cache, src_dst[:, 1], src_dst[:, 0], False)
 
 
+def _swap_in_by_copies(cpu_cache: torch.Tensor, kv_cache: torch.Tensor, gpu_ids: torch.Tensor,
+                       cpu_ids: torch.Tensor) -> None:
+    """Host blocks cpu_ids -> GPU blocks gpu_ids: up to STAGING_BLOCKS at a time, each run of consecutive host blocks
+    one asynchronous copy into a device buffer laid out as the host cache, then the swap kernel from that buffer.
+    All on the current stream, so each round's copies wait for the previous round's kernel to have read the buffer."""
+    host = raw_view(cpu_cache)
+    n = gpu_ids.numel()
+    staging = torch.empty((min(n, STAGING_BLOCKS), *cpu_cache.shape[1:]), dtype=cpu_cache.dtype,
+                          device=kv_cache.device)
+    staged = raw_view(staging)
+    src = cpu_ids.tolist()
+    for start in range(0, n, STAGING_BLOCKS):
+        part = src[start:start + STAGING_BLOCKS]
+        for pos, first, k in runs_of(part):
+            staged[pos:pos + k].copy_(host[first:first + k], non_blocking=True)
+        _swap(kv_cache, staging[:len(part)], gpu_ids[start:start + len(part)], torch.arange(len(part)), False)
+
+
 def measure_swap_bandwidth(kv_cache: torch.Tensor, num_blocks: int = 64, repeats: int = 5) -> dict:
-    """Bytes per second of swap_out and swap_in of num_blocks scattered blocks (a pinned CPU cache of
-    2 * num_blocks blocks, the GPU blocks spread over the cache); CUDA only."""
+    """Bytes per second of swap_out and of swap_in both ways (the kernel's reads, the copy engine's) of num_blocks
+    scattered blocks (a pinned CPU cache of 2 * num_blocks blocks, the GPU blocks spread over the cache); CUDA only.
+    `swap_in_bytes_per_s` is the faster swap-in, `swap_in_by` says which ("kernel" or "copies")."""
     import time
 
     total = kv_cache.shape[2]
@@ -98,7 +147,8 @@ def measure_swap_bandwidth(kv_cache: torch.Tensor, num_blocks: int = 64, repeats
     block_bytes = kv_cache[:, :, 0].numel() * kv_cache.element_size()
     out = {}
     for name, fn in (("swap_out", lambda: swap_out(kv_cache, cpu, pairs)),
-                     ("swap_in", lambda: swap_in(cpu, kv_cache, pairs.flip(1)))):
+                     ("swap_in_kernel", lambda: swap_in(cpu, kv_cache, pairs.flip(1))),
+                     ("swap_in_copies", lambda: swap_in(cpu, kv_cache, pairs.flip(1), by_copies=True))):
         fn()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -106,5 +156,7 @@ def measure_swap_bandwidth(kv_cache: torch.Tensor, num_blocks: int = 64, repeats
             fn()
         torch.cuda.synchronize()
         out[f"{name}_bytes_per_s"] = num_blocks * block_bytes * repeats / (time.perf_counter() - t0)
-    out.update(num_blocks=num_blocks, block_bytes=block_bytes)
+    by = "copies" if out["swap_in_copies_bytes_per_s"] > out["swap_in_kernel_bytes_per_s"] else "kernel"
+    out.update(swap_in_bytes_per_s=out[f"swap_in_{by}_bytes_per_s"], swap_in_by=by, num_blocks=num_blocks,
+               block_bytes=block_bytes)
     return out
