@@ -217,10 +217,11 @@ class GPUExecutor:
             self.cpu_cache = torch.empty(shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.is_cuda)
 
         # swap-ins and host-tier loads through the copy engine where it reads this host's memory faster than the swap
-        # kernel's own reads do (engine.kernels.swap: 31-34 against 45-55 GB/s on some hosts), timed once here
+        # kernel's own reads do (engine.kernels.swap: 31-34 against 45-55 GB/s on some hosts), timed once here as a
+        # calibration times it (64 scattered blocks; ~10 ms)
         self.swap_in_by: str | None = None
         if self.is_cuda and (self.cpu_cache is not None or config.num_offload_blocks):
-            self.swap_in_by = measure_swap_bandwidth(self.kv_cache, num_blocks=32, repeats=3)["swap_in_by"]
+            self.swap_in_by = measure_swap_bandwidth(self.kv_cache, repeats=3)["swap_in_by"]
         by_copies = self.swap_in_by == "copies"
         self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks, by_copies) if config.num_offload_blocks else None
 
