@@ -239,17 +239,17 @@ def take_block_needs(needs: dict, first: int, k: int, block_size: int) -> tuple[
 
 
 def finish_deadline(sched, deadlines: dict, step: int, summary_total: int, summary_max: int, now: float,
-                    outcome) -> tuple[int, bool]:
-    """Finish the requests of `deadlines` due in `step` (their counters already advanced), in running order;
-    (the total minus their num_computed_tokens, whether one of them held the max). For the scheduler and the
-    fast path's runs."""
+                    finished: list[Request]) -> tuple[int, bool]:
+    """Finish the requests of `deadlines` due in `step` (their counters already advanced), in running order, into
+    `finished` (Scheduler.finish_request); (the total minus their num_computed_tokens, whether one of them held the
+    max). For the scheduler and the fast path's runs."""
     total, had_max = summary_total, False
     for r in deadlines.pop(step, ()):
         computed = r.num_computed_tokens
         total -= computed
         if computed == summary_max:
             had_max = True
-        sched.finish_request(r, now, outcome)
+        sched.finish_request(r, now, finished)
     return total, had_max
 
 
@@ -582,7 +582,7 @@ class Scheduler:
                 fewest = plan.decode_group_fewest_left - 1
                 deadlines = summary.deadlines
             else:
-                total, max_left = finish_deadline(self, deadlines, plan.step_id, total, longest, now, outcome)
+                total, max_left = finish_deadline(self, deadlines, plan.step_id, total, longest, now, outcome.finished)
                 fewest = min(deadlines) - self.step_id + 1 if deadlines else NO_LIMIT
             group = ()
         for req in group:  # first in the step's order; each computes and samples one token
@@ -593,7 +593,7 @@ class Scheduler:
             req.num_output_tokens = out = req.num_output_tokens + 1
             left = req.output_len - out
             if left <= 0:
-                self.finish_request(req, now, outcome)
+                self.finish_request(req, now, outcome.finished)
                 continue
             if left < fewest:
                 fewest = left
@@ -617,7 +617,7 @@ class Scheduler:
                     self._fork_samples(req, now, outcome)
             left = req.output_len - out
             if left <= 0:
-                self.finish_request(req, now, outcome)
+                self.finish_request(req, now, outcome.finished)
                 continue
             if left < fewest:
                 fewest = left
@@ -646,13 +646,15 @@ class Scheduler:
             self.decode_summary = None
         return outcome
 
-    def finish_request(self, req: Request, now: float, outcome: StepOutcome) -> None:
+    def finish_request(self, req: Request, now: float, finished: list[Request]) -> None:
+        """End a request that sampled its last token at `now`: its blocks freed, and it appended to `finished` (a
+        StepOutcome's, or a decode run's list: a plain list, no outcome object made per run)."""
         req.status = FINISHED
         req.finish_time = now
         self.kv.free(req)
         self.finished.append(req)
         self.finished_req_ids.append(req.request_id)
-        outcome.finished.append(req)
+        finished.append(req)
 
     def _fork_samples(self, parent: Request, now: float, outcome: StepOutcome) -> None:
         """Parallel sampling: n - 1 samples share the parent's prompt blocks (the last one copied).
@@ -682,7 +684,7 @@ class Scheduler:
             copies = self.kv.fork(parent, child)
             outcome.forked.append(child)
             if child.num_output_tokens >= child.output_len:
-                self.finish_request(child, now, outcome)
+                self.finish_request(child, now, outcome.finished)
                 continue
             if copies is None:  # no block for the copy: the sample recomputes its prompt later
                 child.num_computed_tokens = 0
