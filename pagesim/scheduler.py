@@ -147,6 +147,19 @@ class DecodeSummary:
     block_needs: dict | None = None
 
 
+def next_summary(previous: DecodeSummary | None, step_id: int, running: list, fewest_left: int, total_computed: int,
+                 max_computed: int, deadlines: dict | None = None, block_needs: dict | None = None) -> DecodeSummary:
+    """The decode summary a step or run leaves: `previous`, the summary it was taken by (stale now, and held by
+    nobody else once replaced), brought up to date in place, or a new one when there was none. In place because a
+    class instantiation costs ~1.9k instructions on Python 3.11 (~37k summaries a replay of Azure conv)."""
+    if previous is None:
+        return DecodeSummary(step_id, running, fewest_left, total_computed, max_computed, deadlines, block_needs)
+    previous.step_id, previous.running, previous.fewest_left = step_id, running, fewest_left
+    previous.total_computed, previous.max_computed = total_computed, max_computed
+    previous.deadlines, previous.block_needs = deadlines, block_needs
+    return previous
+
+
 DEADLINES_MIN = 16  # the deadline index pays from about this many running requests (a plain pass is cheaper below)
 BLOCK_NEEDS_MIN = 16  # ... and the block-need index
 
@@ -641,7 +654,8 @@ class Scheduler:
                 and len(plan.decode_group) + len(plan.scheduled) == num_running):
             if max_left:  # a request with the most tokens finished: the next most, by a pass
                 longest = max([r.num_computed_tokens for r in self.running], default=0)
-            self.decode_summary = DecodeSummary(self.step_id, self.running, fewest, total, longest, deadlines, needs)
+            self.decode_summary = next_summary(plan.decode_group_summary, self.step_id, self.running, fewest, total,
+                                               longest, deadlines, needs)
         else:
             self.decode_summary = None
         return outcome
