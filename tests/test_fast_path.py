@@ -357,7 +357,7 @@ def counting_parts():
     def counted_part(*args, **kwargs):
         blocks, finished = run_decode_steps(*args, **kwargs)
         counts["parts"] += 1
-        if part[0] and blocks.evicted_steps:
+        if part[0] and blocks[2]:  # evicted_steps (DecodeBlocks)
             counts["evicting"] += 1
         part[0] += 1
         return blocks, finished
