@@ -72,7 +72,7 @@ class PrefixCacheStats:
 # A decoding request takes a block every block_size steps, so the run's blocks are given by the step of each
 # request's first one: it takes the next ones block_size, 2 * block_size, ... steps later while the run lasts
 # (`block_steps`). A plain tuple, unpacked by its one reader (Recorder.record_decode_run), not a class: an instance
-# of a class costs ~1.9k instructions on Python 3.11, a tuple ~0.2k (~30k runs take blocks in a replay).
+# of a class costs ~1.9k instructions on Python 3.11, a tuple ~0.5k (~30k runs take blocks in a replay).
 DecodeBlocks = tuple[list[int], int, list[int], list[int], list[int]]
 NO_DECODE_BLOCKS: DecodeBlocks = ([], 0, [], [], [])  # read-only
 
