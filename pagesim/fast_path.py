@@ -26,8 +26,8 @@ import numpy as np
 from pagesim.cost.features import shared_tokens
 from pagesim.kv_manager import DecodeBlocks
 from pagesim.request import Request
-from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, DecodeSummary, Scheduler, StepOutcome, decode_deadlines,
-                               finish_deadline, summary_block_needs, take_block_needs, without)
+from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, Scheduler, decode_deadlines, finish_deadline, next_summary,
+                               summary_block_needs, take_block_needs, without)
 
 NO_RUN = (0, 0, 0)
 NOBODY: list[Request] = []  # read-only: a run that finished nobody
@@ -117,20 +117,20 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
         for r in running:
             r.num_computed_tokens += k
             r.num_output_tokens += k
-        if fewest > 0:  # the summary brought up to date in place (the same running list and indexes; none else holds it)
+        if fewest > 0:  # in place, as next_summary: only the counters move (the same running list and indexes)
             summary.step_id, summary.fewest_left, summary.total_computed, summary.max_computed = step_id, fewest, total, longest
             return blocks, NOBODY
         # == 0: the run stops at the first step in which a request finishes
-        outcome = StepOutcome()
-        total, max_left = finish_deadline(sched, deadlines, step_id - 1, total, longest, end, outcome)
-        sched.running = running = without(running, outcome.finished)
+        finished: list[Request] = []
+        total, max_left = finish_deadline(sched, deadlines, step_id - 1, total, longest, end, finished)
+        sched.running = running = without(running, finished)
         fewest = min(deadlines) - step_id + 1 if deadlines else NO_LIMIT
         if max_left:
             longest = max([r.num_computed_tokens for r in running], default=0)
-        sched.decode_summary = DecodeSummary(step_id, running, fewest, total, longest, deadlines, needs)
-        return blocks, outcome.finished
+        sched.decode_summary = next_summary(summary, step_id, running, fewest, total, longest, deadlines, needs)
+        return blocks, finished
     caching, cache_full_blocks, bs = kv.caches_full_blocks, kv.cache_full_blocks, kv.block_size
-    outcome = StepOutcome()
+    finished = []
     fewest, total, longest = NO_LIMIT, 0, 0  # the decode summary of those that go on running
     for r in running:
         old = r.num_computed_tokens
@@ -140,17 +140,17 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
         r.num_output_tokens = out = r.num_output_tokens + k
         left = r.output_len - out
         if left <= 0:
-            sched.finish_request(r, end, outcome)
+            sched.finish_request(r, end, finished)
             continue
         if left < fewest:
             fewest = left
         total += computed
         if computed > longest:
             longest = computed
-    if outcome.finished:
-        sched.running = without(running, outcome.finished)
-    sched.decode_summary = DecodeSummary(step_id, sched.running, fewest, total, longest, block_needs=needs)
-    return blocks, outcome.finished
+    if finished:
+        sched.running = without(running, finished)
+    sched.decode_summary = next_summary(summary, step_id, sched.running, fewest, total, longest, block_needs=needs)
+    return blocks, finished
 
 
 def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int, after: tuple[int, int], now: float,

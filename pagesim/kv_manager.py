@@ -63,22 +63,18 @@ class PrefixCacheStats:
         return self.recompute_hits / self.recompute_queries if self.recompute_queries else None
 
 
-@dataclass(slots=True)
-class DecodeBlocks:
-    """The block allocations of a run of decode steps, by the step (0-based in the run) that made each.
-
-    A decoding request takes a block every block_size steps, so the run's blocks are given by the step of each
-    request's first one: it takes the next ones block_size, 2 * block_size, ... steps later while the run lasts
-    (`block_steps`)."""
-
-    first_steps: list[int]  # one per request that takes blocks in the run: the step of its first (non-decreasing)
-    num_blocks: int  # blocks allocated in all
-    evicted_steps: list[int]  # one per allocated block that held a cached prefix (evicted to be reused)
-    internal_steps: list[int]  # one per request's last block allocated (it reaches past the final length) ...
-    internal_slots: list[int]  # ... and the internal fragmentation that block adds
-
-
-NO_DECODE_BLOCKS = DecodeBlocks([], 0, [], [], [])  # read-only
+# The block allocations of a run of decode steps, by the step (0-based in the run) that made each:
+#   (first_steps: one per request that takes blocks in the run, the step of its first (non-decreasing);
+#    num_blocks: blocks allocated in all;
+#    evicted_steps: one per allocated block that held a cached prefix (evicted to be reused);
+#    internal_steps: one per request's last block allocated (it reaches past the final length) ...
+#    internal_slots: ... and the internal fragmentation that block adds).
+# A decoding request takes a block every block_size steps, so the run's blocks are given by the step of each
+# request's first one: it takes the next ones block_size, 2 * block_size, ... steps later while the run lasts
+# (`block_steps`). A plain tuple, unpacked by its one reader (Recorder.record_decode_run), not a class: an instance
+# of a class costs ~1.9k instructions on Python 3.11, a tuple ~0.5k (~30k runs take blocks in a replay).
+DecodeBlocks = tuple[list[int], int, list[int], list[int], list[int]]
+NO_DECODE_BLOCKS: DecodeBlocks = ([], 0, [], [], [])  # read-only
 
 
 def block_steps(first_steps: list[int], k: int, block_size: int) -> list[int]:

@@ -351,7 +351,7 @@ class PagedKVCacheManager:
             evicted_steps = [j for j, was_cached in zip(block_steps(first_steps, k, bs), evicted) if was_cached]
         else:
             evicted_steps = []
-        return DecodeBlocks(first_steps, num_blocks, evicted_steps, internal_steps, slots)
+        return first_steps, num_blocks, evicted_steps, internal_steps, slots  # DecodeBlocks
 
     def _allocate_in_order(self, steps: list[int], requests: list[Request]) -> DecodeBlocks:
         """One block for each request of `requests`, in its order (the step-by-step order), in the run's step of
@@ -372,7 +372,7 @@ class PagedKVCacheManager:
         if slots:
             self.num_internal_slots += sum(slots)
         evicted_steps = [j for j, was_cached in zip(steps, evicted) if was_cached] if True in evicted else []
-        return DecodeBlocks(steps[:bisect_left(steps, bs)], len(steps), evicted_steps, internal_steps, slots)
+        return steps[:bisect_left(steps, bs)], len(steps), evicted_steps, internal_steps, slots  # DecodeBlocks
 
     def allocate_decode_step(self, running: list[Request], needy: list[Request] | None = None) -> bool:
         bs = self.block_size

@@ -236,14 +236,14 @@ class Recorder:
         """
         k = len(starts)
         s = self.sched
-        first_steps, evicted_steps, internal_steps = b.first_steps, b.evicted_steps, b.internal_steps
-        num_blocks, num_evicted, num_internal = b.num_blocks, len(evicted_steps), len(internal_steps)
+        first_steps, num_blocks, evicted_steps, internal_steps, internal_slots = b
+        num_evicted, num_internal = len(evicted_steps), len(internal_steps)
         if finished:
             self._memory_cache = None
             after = self.memory_state()
         else:
             after = self._memory_after(before, n * k, num_blocks, num_evicted,
-                                       sum(b.internal_slots) if num_internal else 0)
+                                       sum(internal_slots) if num_internal else 0)
             self._memory_cache = (s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None), after)  # head
         # No prefix-cache deltas kept: only admissions count (allocate_slots), a run admits nobody, and the step before
         # it took the deltas so far (0 in every step of a run).
@@ -263,7 +263,7 @@ class Recorder:
                 lists[1].extend(evicted_steps)
             if num_internal:
                 lists[2].extend(internal_steps)
-                lists[3].extend(b.internal_slots)
+                lists[3].extend(internal_slots)
         self.num_steps = first_step + k
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()

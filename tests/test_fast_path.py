@@ -267,9 +267,9 @@ def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
     monkeypatch.setattr(fast_path, "finish_deadline", counted)
     checked, needs_checked = [], []
     sched_block_size = [Config(model="llama-3-8b", gpu="h200", max_model_len=8192, **CONFIGS[name]).block_size]
-    new_summary = scheduler.DecodeSummary
+    next_summary = scheduler.next_summary
 
-    def checked_summary(step_id, running, fewest, total, longest, deadlines=None, block_needs=None):
+    def checked_summary(previous, step_id, running, fewest, total, longest, deadlines=None, block_needs=None):
         if running:  # what a pass over the running requests gives, as they are when the summary is left
             assert fewest == min(r.output_len - r.num_output_tokens for r in running)
             assert total == sum(r.num_computed_tokens for r in running)
@@ -288,10 +288,10 @@ def test_deadline_index_equals_step_by_step(path, name, monkeypatch):
                 assert all(key == step_id + len(r.block_ids) * bs - r.num_computed_tokens for r in rs)
                 assert [running.index(r) for r in rs] == sorted(running.index(r) for r in rs)  # running order
             needs_checked.append(len(running))
-        return new_summary(step_id, running, fewest, total, longest, deadlines, block_needs)
+        return next_summary(previous, step_id, running, fewest, total, longest, deadlines, block_needs)
 
-    monkeypatch.setattr(scheduler, "DecodeSummary", checked_summary)
-    monkeypatch.setattr(fast_path, "DecodeSummary", checked_summary)
+    monkeypatch.setattr(scheduler, "next_summary", checked_summary)
+    monkeypatch.setattr(fast_path, "next_summary", checked_summary)
     trace = load_trace(path, limit=LIMIT)
     slow, slow_events = run(trace, False, **CONFIGS[name])
     fast, fast_events = run(trace, True, **CONFIGS[name])
@@ -357,7 +357,7 @@ def counting_parts():
     def counted_part(*args, **kwargs):
         blocks, finished = run_decode_steps(*args, **kwargs)
         counts["parts"] += 1
-        if part[0] and blocks.evicted_steps:
+        if part[0] and blocks[2]:  # evicted_steps (DecodeBlocks)
             counts["evicting"] += 1
         part[0] += 1
         return blocks, finished

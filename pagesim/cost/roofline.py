@@ -142,8 +142,11 @@ class RooflineCostModel:
         # here, by ~40x): decode_run_times then skips the comparison.
         self._decode_kv_bound = self.kv_bytes * self.flop_rate > self.attn_flops * self.mem_rate * (1 + 1e-6)
         # decode_run_until's dense term by batch size, for the batches it times (those whose steps are the K/V read
-        # plus constants: no all-reduce, no per-sequence overhead)
-        self._run_dense: dict[int, float] = {}
+        # plus constants: no all-reduce, no per-sequence overhead): as a float, and as a 0-d array for its array pass
+        self._run_dense: dict[int, tuple[float, np.ndarray]] = {}
+        # ... whose other constant operands are 0-d arrays too: a ufunc converts a Python float operand anew at each
+        # call (~1.5k instructions of the ~5k a call; the same float64 operations)
+        self._run_rates = np.array(self.mem_rate), np.array(self.step_overhead_s)
 
     def _forward_time(self, tokens, seqs, kv_read, pairs, maximum=_larger):
         """Works on numbers and on numpy arrays alike (`maximum`: np.maximum for arrays), with the same operations in
@@ -217,8 +220,9 @@ class RooflineCostModel:
         if dense is None:
             if not n or not self._decode_kv_bound or self.allreduce_s + n * self.allreduce_s_per_token or n * self.seq_overhead_s:
                 return None
-            dense = self._run_dense[n] = max(self.weight_read_bytes / self.mem_rate,
-                                             (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
+            dense = max(self.weight_read_bytes / self.mem_rate, (n * self.dense_flops + n * self.lm_head_flops) / self.flop_rate)
+            dense = self._run_dense[n] = dense, np.array(dense)
+        dense, dense_array = dense
         kvb, mem_rate, overhead = self.kv_bytes, self.mem_rate, self.step_overhead_s
         c2 = context_start + 2 * n  # the keys read by the first step plus its new tokens' (decode_run_times)
         first = dense + c2 * kvb / mem_rate + overhead  # decode_run_times' expression, in its order
@@ -237,10 +241,11 @@ class RooflineCostModel:
             # Many steps: the same durations on arrays, written after `now`, and the starts by cumsum (it adds
             # sequentially); start times and durations handed back as arrays. (The second pass: rounding beyond the
             # margin, all the window's steps timed.)
+            rate, step_overhead = self._run_rates
             for count in (num, w) if num < w else (num,):
                 times = np.empty(count + 1)
                 times[0], durations = now, times[1:]
-                _kv_read_durations(dense, b2, db, count, mem_rate, overhead, out=durations)
+                _kv_read_durations(dense_array, b2, db, count, rate, step_overhead, out=durations)
                 times = times.cumsum()  # the method: np.cumsum adds ~5k instructions of Python-level dispatch
                 m = int(times.searchsorted(cut)) or 1
                 if m < len(times):
