@@ -18,7 +18,7 @@ hosts (round 36: the swap kernel's swap-in at 31.7-33.7 GB/s where `cudaMemcpyAs
 larger ones 53-55 on the same machine; its swap-out, posted writes, at 49-51), while the DMA engines read at the
 link's rate everywhere. That path copies each run of consecutive host blocks into a device staging buffer (one
 asynchronous copy per run, STAGING_BLOCKS blocks at a time) and scatters them with the same kernel, device to
-device. `measure_swap_bandwidth` times both, and the executor takes the faster (GPUExecutor.swap_in_by_copies).
+device. `measure_swap_bandwidth` times both, and the executor takes the faster (GPUExecutor.swap_in_by).
 """
 
 from __future__ import annotations
