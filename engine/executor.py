@@ -223,7 +223,8 @@ class GPUExecutor:
         if self.is_cuda and (self.cpu_cache is not None or config.num_offload_blocks):
             self.swap_in_by = measure_swap_bandwidth(self.kv_cache, repeats=3)["swap_in_by"]
         by_copies = self.swap_in_by == "copies"
-        self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks, by_copies) if config.num_offload_blocks else None
+        self.host_tier = (HostTier(self.kv_cache, config.num_offload_blocks, by_copies) if config.num_offload_blocks
+                          else None)
 
         self._tokens: dict[str, _Tokens] = {}
         self._fork_prefixes: dict[str, np.ndarray] = {}  # released parents' prompt + first token, for late forks
