@@ -10,9 +10,9 @@ compute stream before the forward that reads them (engine.kernels.swap.swap_in: 
 `by_copies` the copy engine into a staging buffer and that kernel from it, where the host answers the GPU's own
 reads slowly; stores stay on the copy engine, where the swap kernel would take SMs beside the forward). A load never
 reads a host block a store of the same step writes (the offload manager holds loading blocks, and loads only blocks
-stored in an earlier step). No host synchronisation anywhere; `finish()` waits for the stores, for readers of the host cache on the CPU (tests,
-benchmarks). Copies move raw bytes (an fp8 cache too): a round trip is bit-exact. On the CPU everything is
-synchronous.
+stored in an earlier step). No host synchronisation anywhere; `finish()` waits for the stores, for readers of the
+host cache on the CPU (tests, benchmarks). Copies move raw bytes (an fp8 cache too): a round trip is bit-exact. On
+the CPU everything is synchronous.
 """
 
 from __future__ import annotations
