@@ -55,7 +55,6 @@ def main(argv=None) -> int:
     check_output_file(ap, args.out, args.force)
     from engine.calibration import with_replayed_walks
     from pagesim.config import Config
-    from pagesim.specs import get_gpu, get_model
 
     overheads = [int(x) for x in args.overheads.split(",")]
     by_rows: dict = {}
@@ -67,8 +66,7 @@ def main(argv=None) -> int:
         config = Config.from_dict(profile["config"])
         rows = with_replayed_walks(pd.read_csv(rows_path), config, rows_path)
         chunks = calibration_chunks(rows, config)
-        grid = (get_model(profile["model"]).num_heads, get_gpu(profile["gpu"]).sm_count,
-                F.persistent_max_q(profile.get("prefill_kernel")))
+        grid = F.prefill_grid(profile["model"], profile["gpu"], profile.get("prefill_kernel"))
         for o in overheads:
             F.prefill_makespan = lambda c, h, s, p=0, o=o: makespan_with_overhead(c, h, s, p, o)
             try:

@@ -79,11 +79,9 @@ def jobs(names=None) -> list[dict]:
 
 def with_makespan(rows: pd.DataFrame, chunks: list, profile: dict) -> pd.DataFrame:
     """The rows with prefill_makespan by the profile's prefill kernel (as a calibration since round 35 records it)."""
-    from pagesim.cost.features import persistent_max_q, prefill_makespan
-    from pagesim.specs import get_gpu, get_model
+    from pagesim.cost.features import prefill_grid, prefill_makespan
 
-    grid = (get_model(profile["model"]).num_heads, get_gpu(profile["gpu"]).sm_count,
-            persistent_max_q(profile.get("prefill_kernel")))
+    grid = prefill_grid(profile["model"], profile["gpu"], profile.get("prefill_kernel"))
     return rows.assign(prefill_makespan=np.array([prefill_makespan(c, *grid) for c in chunks], dtype=np.int64))
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 from engine.live import (DeviceReadings, environment, make_executor, process_age_s, stitch_durations, warm_up,
                          without_prefix_caching)
 from pagesim.config import Config
-from pagesim.cost.features import StepFeatures, persistent_max_q, shared_tokens
+from pagesim.cost.features import StepFeatures, prefill_grid, shared_tokens
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, MAKESPAN_COLUMN, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS, FitRowsError
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.options import non_negative_float, positive_int
@@ -33,7 +33,6 @@ from pagesim.outputs import prepare_output_file
 from pagesim.recorder import FEATURE_COLUMNS, Recorder
 from pagesim.request import Request
 from pagesim.scheduler import Scheduler
-from pagesim.specs import get_gpu
 from pagesim.utils import cdiv, frozen_heap, paused_gc
 
 DECODE_STEPS_PER_SIZE = 10  # decode steps the calibration's decode grid times at each batch size
@@ -279,8 +278,7 @@ def _workload_rows(executor, config: Config, pending: list[tuple[int, Request]],
     tables: dict[int, tuple] = {}  # step -> its decode rows' and prefill chunks' block tables, as planned
     walks: dict[int, tuple[int, int, int]] = {}  # step -> its prefill programs' walks and the kernel's makespan
     # (not recorded columns); the makespan by the executor's prefill kernel (NoTime's: the Triton kernel's rule)
-    grid = (config.model_spec.num_heads, get_gpu(config.gpu).sm_count,
-            persistent_max_q(getattr(executor, "prefill_kernel", None)))
+    grid = prefill_grid(config.model, config.gpu, getattr(executor, "prefill_kernel", None))
 
     def planned(plan):  # inside the timed step: copies only (C speed), counted after the run
         tables[plan.step_id] = ([s.request.block_ids[:] for s in plan.scheduled if s.is_decode],

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from pagesim.cli import main as cli_main
 from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
-from pagesim.cost.features import PERSISTENT_MAX_Q, PREFILL_TILE, persistent_max_q, prefill_makespan, prefill_walks
+from pagesim.cost.features import (PERSISTENT_MAX_Q, PREFILL_TILE, persistent_max_q, prefill_grid, prefill_makespan,
+                                   prefill_walks)
 from pagesim.cost.profile import (AFTER_PREFILL_EDGES, MAKESPAN, MIXED_FEATURES, WAVES, calibration_steps_since_prefill,
                                   graph_batch_sizes, mixed_features, mixed_graph_token_sizes, num_splits, prefill_waves,
                                   shared_read_discount)
@@ -171,6 +172,9 @@ def test_prefill_tile_is_the_engines():
     assert prefill_gluon_fp8.persistent_for_short_chunks is prefill_gluon.persistent_for_short_chunks
     assert persistent_max_q(prefill_gluon.KERNEL.__name__) == persistent_max_q(prefill_gluon_fp8.KERNEL.__name__) == 2048
     assert persistent_max_q("_prefill_kernel") == persistent_max_q(None) == 0
+    # the grid a profile's, a calibration's and the benches' makespans share: Llama-3-8B's 32 query heads, the SMs
+    assert prefill_grid("llama-3-8b", "h200", prefill_gluon.KERNEL.__name__) == (32, 132, 2048)
+    assert prefill_grid("llama-3-8b", "h100", None) == (32, 132, 0)
 
 
 def kernel_items(chunks, heads):

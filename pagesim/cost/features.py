@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pagesim.scheduler import StepPlan
+from pagesim.specs import get_gpu, get_model
 
 
 @dataclass(slots=True)
@@ -158,6 +159,12 @@ def persistent_max_q(prefill_kernel: str | None) -> int:
     a persistent grid: PERSISTENT_MAX_Q for the Gluon kernels, 0 (never) for the Triton kernel, and for None (a
     profile timed before the kernel was recorded, round 29: the Triton kernel)."""
     return PERSISTENT_MAX_Q if prefill_kernel and "gluon" in prefill_kernel else 0
+
+
+def prefill_grid(model: str, gpu: str, prefill_kernel: str | None) -> tuple[int, int, int]:
+    """The (query heads, SMs, persistent_max_q) that prefill_makespan schedules a step's chunks on, for this model on
+    this GPU with the named prefill kernel (StepFeatures.from_plan's prefill_grid)."""
+    return get_model(model).num_heads, get_gpu(gpu).sm_count, persistent_max_q(prefill_kernel)
 
 
 def prefill_makespan(chunks, heads: int, slots: int, persistent_max_q: int = 0) -> int:

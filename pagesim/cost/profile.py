@@ -160,7 +160,7 @@ import numpy as np
 
 from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.decode_split import num_decode_splits
-from pagesim.cost.features import StepFeatures, persistent_max_q, steps_since_prefill
+from pagesim.cost.features import StepFeatures, prefill_grid, steps_since_prefill
 from pagesim.cost.governor import ClockGovernor
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
 from pagesim.errors import UserError, not_a_file
@@ -426,7 +426,7 @@ class ProfileCostModel:
         self._mc = tuple(float(coef.get(name, 0.0)) for name in MIXED_FEATURES[1:])
         # the features' prefill_makespan for a profile that prices it (StepFeatures.from_plan's prefill_grid: query
         # heads, SMs, the timed kernel's persistent rule); None for one fitted before it (priced by its waves)
-        self.prefill_grid = ((self._heads, self._sms, persistent_max_q(self.prefill_kernel))
+        self.prefill_grid = (prefill_grid(self.model, self.gpu, self.prefill_kernel)
                              if MAKESPAN in self.coefficients else None)
         base, self._mixed_base = float(coef.get(MIXED_FEATURES[0], 0.0)), []
         for i, t in enumerate(sizes):
