@@ -117,8 +117,8 @@ def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, i
         for r in running:
             r.num_computed_tokens += k
             r.num_output_tokens += k
-        if fewest > 0:  # in place, as next_summary: only the counters move (the same running list and indexes)
-            summary.step_id, summary.fewest_left, summary.total_computed, summary.max_computed = step_id, fewest, total, longest
+        if fewest > 0:  # nobody finished: the same running list and indexes, the counters moved
+            sched.decode_summary = next_summary(summary, step_id, running, fewest, total, longest, deadlines, needs)
             return blocks, NOBODY
         # == 0: the run stops at the first step in which a request finishes
         finished: list[Request] = []
