@@ -216,15 +216,18 @@ class GPUExecutor:
             shape = cpu_cache_shape(tuple(self.kv_cache.shape), config.num_cpu_blocks)  # block-major, pinned
             self.cpu_cache = torch.empty(shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.is_cuda)
 
+        self.host_tier = HostTier(self.kv_cache, config.num_offload_blocks) if config.num_offload_blocks else None
         # swap-ins and host-tier loads through the copy engine where it reads this host's memory faster than the swap
         # kernel's own reads do (engine.kernels.swap: 31-34 against 45-55 GB/s on some hosts), timed once here as a
-        # calibration times it (64 scattered blocks; ~10 ms)
+        # calibration times it (64 scattered blocks, ~10 ms), on the swap cache or host tier itself before any use
         self.swap_in_by: str | None = None
-        if self.is_cuda and (self.cpu_cache is not None or config.num_offload_blocks):
-            self.swap_in_by = measure_swap_bandwidth(self.kv_cache, repeats=3)["swap_in_by"]
-        by_copies = self.swap_in_by == "copies"
-        self.host_tier = (HostTier(self.kv_cache, config.num_offload_blocks, by_copies) if config.num_offload_blocks
-                          else None)
+        self.swap_in_by_copies = False
+        pinned = self.cpu_cache if self.cpu_cache is not None else getattr(self.host_tier, "cache", None)
+        if self.is_cuda and pinned is not None and pinned.shape[0] >= 2:
+            self.swap_in_by = measure_swap_bandwidth(self.kv_cache, repeats=3, cpu_cache=pinned)["swap_in_by"]
+            self.swap_in_by_copies = self.swap_in_by == "copies"
+            if self.host_tier is not None:
+                self.host_tier.by_copies = self.swap_in_by_copies
 
         self._tokens: dict[str, _Tokens] = {}
         self._fork_prefixes: dict[str, np.ndarray] = {}  # released parents' prompt + first token, for late forks
@@ -410,7 +413,7 @@ class GPUExecutor:
                 swap_out(self.kv_cache, self.cpu_cache, torch.tensor(plan.blocks_to_swap_out, dtype=torch.int64))
             if plan.blocks_to_swap_in:
                 swap_in(self.cpu_cache, self.kv_cache, torch.tensor(plan.blocks_to_swap_in, dtype=torch.int64),
-                        self.swap_in_by == "copies")
+                        self.swap_in_by_copies)
         return bool(plan.blocks_to_load or plan.blocks_to_store or plan.blocks_to_copy or plan.blocks_to_swap_out
                     or plan.blocks_to_swap_in)
 
@@ -503,7 +506,7 @@ class GPUExecutor:
         pair, trips = torch.tensor([[0, 0]], dtype=torch.int64), 0
         if self.cpu_cache is not None:
             swap_out(self.kv_cache, self.cpu_cache, pair)
-            swap_in(self.cpu_cache, self.kv_cache, pair, self.swap_in_by == "copies")
+            swap_in(self.cpu_cache, self.kv_cache, pair, self.swap_in_by_copies)
             trips += 1
         if self.host_tier is not None:
             self.host_tier.store(self.kv_cache, [(0, 0)])

@@ -133,15 +133,19 @@ def _swap_in_by_copies(cpu_cache: torch.Tensor, kv_cache: torch.Tensor, gpu_ids:
         _swap(kv_cache, staging[:len(part)], gpu_ids[start:start + len(part)], torch.arange(len(part)), False)
 
 
-def measure_swap_bandwidth(kv_cache: torch.Tensor, num_blocks: int = 64, repeats: int = 5) -> dict:
+def measure_swap_bandwidth(kv_cache: torch.Tensor, num_blocks: int = 64, repeats: int = 5,
+                           cpu_cache: torch.Tensor | None = None) -> dict:
     """Bytes per second of swap_out and of swap_in both ways (the kernel's reads, the copy engine's) of num_blocks
-    scattered blocks (a pinned CPU cache of 2 * num_blocks blocks, the GPU blocks spread over the cache); CUDA only.
-    `swap_in_bytes_per_s` is the faster swap-in, `swap_in_by` says which ("kernel" or "copies")."""
+    scattered blocks (every other block of a pinned CPU cache of 2 * num_blocks blocks, the GPU blocks spread over the
+    cache); CUDA only. `swap_in_bytes_per_s` is the faster swap-in, `swap_in_by` says which ("kernel" or "copies").
+    `cpu_cache`: a pinned, block-major cache to time with (its blocks and the GPU cache's are overwritten; the
+    executor's own, before any run), num_blocks then at most half its blocks; else one is made for the measurement."""
     import time
 
     total = kv_cache.shape[2]
-    num_blocks = min(num_blocks, total)
-    cpu = torch.empty(cpu_cache_shape(tuple(kv_cache.shape), 2 * num_blocks), dtype=kv_cache.dtype, pin_memory=True)
+    num_blocks = min(num_blocks, total, num_blocks if cpu_cache is None else cpu_cache.shape[0] // 2)
+    cpu = cpu_cache if cpu_cache is not None else torch.empty(
+        cpu_cache_shape(tuple(kv_cache.shape), 2 * num_blocks), dtype=kv_cache.dtype, pin_memory=True)
     gpu_ids = torch.linspace(0, total - 1, num_blocks).long()
     pairs = torch.stack([gpu_ids, torch.arange(0, 2 * num_blocks, 2)], dim=1)  # every other CPU block: no runs
     block_bytes = kv_cache[:, :, 0].numel() * kv_cache.element_size()
