@@ -169,6 +169,10 @@ class KVCacheManager(Protocol):
         the caller knows it (no prefix caching): those of them whose block tables end at their next token's slot."""
 
     # ---- state ------------------------------------------------------------------------------
+    def shares_blocks(self) -> bool:
+        """Whether some GPU block is in more than one block table now (a prefix-cache hit or a fork sharing it);
+        when not, no step reads a block twice (StepFeatures' decode_shared_tokens and prefill_shared_tokens are 0)."""
+
     def num_held_blocks(self) -> int:
         """GPU plus CPU blocks held by requests (0 once every request has ended)."""
 

@@ -212,6 +212,31 @@ def test_prefill_makespan_schedules_the_kernels_work_items():
     assert prefill_makespan([(8190, 2184)], 32, 132, PERSISTENT_MAX_Q) == prefill_makespan([(8190, 2184)], 32, 132, 0)
 
 
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(0, 30000), st.integers(1, 5000)), min_size=1, max_size=5),
+       heads=st.sampled_from([1, 3, 8, 32, 64, 140, 300]), slots=st.sampled_from([1, 5, 66, 114, 132]),
+       persistent=st.sampled_from([0, 2048, 10**6]))
+def test_prefill_makespan_equals_the_schedule_of_every_work_item(chunks, heads, slots, persistent):
+    """prefill_makespan (work items' runs on the persistent grid, the SMs' loads as a multiset) against the kernels'
+    schedule written out: program i of the persistent grid takes items i, i + slots, ...; otherwise the `heads`
+    equal items of each tile go to the `heads` least loaded SMs in launch order (each SM one, as many rounds as
+    heads cover the SMs). Any number of heads against the SMs."""
+    items = kernel_items(chunks, heads)
+    if persistent and max(q for _, q in chunks) <= persistent:
+        expected = max(sum(items[i::slots]) for i in range(slots))
+    else:
+        load = [0] * slots
+        for w in items[::heads]:  # one tile's items
+            left = heads
+            while left:
+                order = sorted(range(slots), key=load.__getitem__)[:min(left, slots)]
+                for sm in order:
+                    load[sm] += w
+                left -= len(order)
+        expected = max(load)
+    assert prefill_makespan(chunks, heads, slots, persistent) == expected
+
+
 def test_features_from_plan_give_the_prefill_makespan_when_asked():
     def sched(c, q, decode):
         return ScheduledRequest(Request("r", 0.0, 20000, 10), c, q, decode)
@@ -241,6 +266,7 @@ def test_decode_shared_tokens_count_repeated_reads_of_shared_prefix_blocks(cachi
         sched.finish_step(plan, t := t + 0.01)
     assert shared[-1] == (3, 2 * 48 if caching else 0), shared
     assert shared[1] == (1, 0)  # one decode row shares with nobody
+    assert sched.kv.shares_blocks() == caching  # the simulator skips the pass when nothing is shared (SimExecutor)
 
 
 # ---- roofline ---------------------------------------------------------------------------
