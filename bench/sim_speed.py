@@ -11,7 +11,8 @@ per-request figures (exactness), which is checked and printed.
 Cases: a loaded synthetic trace (sharegpt preset, 20k requests at 50 req/s);
 the Azure 2023 conversation trace with the default config and with Vidur's
 comparison options (llama-2-7b, a100-80gb, 128 seqs, 4,096 tokens per batch);
-Azure conv with two baselines (this tree only: steps.parquet size and read time);
+Azure conv with two baselines (this tree only: steps.parquet size and read time); Azure conv priced by a
+calibrated H100 profile (round 36's; against --old only when it is not 9708ab1);
 with --million, a 1M-request synthetic trace (50 req/s) through replay's streaming path, this tree
 only unless --million-old.
 
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from pagesim.outputs import check_output_file  # noqa: E402
 OLD_COMMIT = "9708ab1"
 AZURE_CONV = ROOT.parent / "shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+H100_PROFILE = ROOT / "results/profiles/h100-llama-3-8b-2026-12-06-r36h.json"
 VIDUR_OPTIONS = ["--model", "llama-2-7b", "--gpu", "a100-80gb", "--max-num-seqs", "128",
                  "--max-num-batched-tokens", "4096"]
 TARGETS = {"min_ratio": 4.0, "azure-conv-default_s": 1.0, "azure-conv-vidur-options_s": 1.7,
@@ -116,7 +118,11 @@ def main() -> int:
         cases += [("azure-conv-default", AZURE_CONV, [], True),
                   ("azure-conv-vidur-options", AZURE_CONV, VIDUR_OPTIONS, True),
                   ("azure-conv-two-baselines-files", AZURE_CONV, ["--baseline", "max", "--baseline", "oracle", "--stream"],
-                   False)]
+                   False),
+                  # a calibrated profile (prefill makespan, shared reads): against --old only when it is not 9708ab1,
+                  # which predates the profile's terms
+                  ("azure-conv-h100-profile", AZURE_CONV, ["--gpu", "h100", "--cost-model", str(H100_PROFILE)],
+                   args.old != OLD_COMMIT)]
     else:
         print(f"skipping the Azure cases: {AZURE_CONV} not found")
     if args.million or args.million_old:
