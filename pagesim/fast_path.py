@@ -23,7 +23,6 @@ from itertools import accumulate
 
 import numpy as np
 
-from pagesim.cost.features import shared_tokens
 from pagesim.kv_manager import DecodeBlocks
 from pagesim.request import Request
 from pagesim.scheduler import (DEADLINES_MIN, NO_LIMIT, Scheduler, decode_deadlines, finish_deadline, next_summary,
@@ -201,9 +200,8 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
             m = len(starts)
         else:
             # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new
-            # blocks are its own)
-            shared = (shared_tokens([r.block_ids for r in sched.running], (), sched.kv.block_size)[0]
-                      if cost_model.prices_sharing and sched.kv.shares_blocks() else 0)
+            # blocks are its own); every running request is a decode row, so the manager's shared refs
+            shared = sched.kv.num_shared_refs() * sched.kv.block_size if cost_model.prices_sharing else 0
             after = sched.since_prefill(sched.step_id)  # the run's first step's (StepPlan)
             m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, after, now, cut,
                                                   0 if until is not None else SHORT_RUN)

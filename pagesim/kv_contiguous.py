@@ -205,8 +205,8 @@ class ContiguousKVCacheManager:
     def allocate_decode_step(self, running: list[Request], needy=None) -> bool:
         return True  # decode steps grow inside the reserved runs
 
-    def shares_blocks(self) -> bool:
-        return False  # a fork's child gets its own run, copied (fork); no prefix cache
+    def num_shared_refs(self) -> int:
+        return 0  # a fork's child gets its own run, copied (fork); no prefix cache
 
     def num_held_blocks(self) -> int:
         return (self.num_gpu_blocks - self.allocator.num_free) + (self.cpu.size - self.cpu.num_free)

@@ -169,9 +169,11 @@ class KVCacheManager(Protocol):
         the caller knows it (no prefix caching): those of them whose block tables end at their next token's slot."""
 
     # ---- state ------------------------------------------------------------------------------
-    def shares_blocks(self) -> bool:
-        """Whether some GPU block is in more than one block table now (a prefix-cache hit or a fork sharing it);
-        when not, no step reads a block twice (StepFeatures' decode_shared_tokens and prefill_shared_tokens are 0)."""
+    def num_shared_refs(self) -> int:
+        """Block-table entries beyond the first of each GPU block, summed (0 when no block is shared; a prefix-cache
+        hit or a fork shares one). Only running requests hold GPU blocks, so a step whose rows are all the running
+        requests, all decoding, reads this many blocks a second time (StepFeatures.decode_shared_tokens), and no
+        step reads a block twice when it is 0."""
 
     def num_held_blocks(self) -> int:
         """GPU plus CPU blocks held by requests (0 once every request has ended)."""

@@ -404,8 +404,8 @@ class PagedKVCacheManager:
         return True
 
     # ---- state ------------------------------------------------------------------
-    def shares_blocks(self) -> bool:
-        return self.pool.num_extra_refs > 0
+    def num_shared_refs(self) -> int:
+        return self.pool.num_extra_refs
 
     def num_held_blocks(self) -> int:
         return self.pool.num_used_blocks + (self.num_cpu_blocks - len(self.free_cpu_blocks))

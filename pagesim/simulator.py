@@ -40,13 +40,13 @@ class SimExecutor:
     a step with prefill tokens lasts its price times the governor's factor at the load of the steps before it on
     this engine's GPU, which `clock` (the loop's: a step starts at its now()) places in time."""
 
-    def __init__(self, cost_model, block_size: int, clock=None, kv=None):
+    def __init__(self, cost_model, block_size: int, clock=None, scheduler=None):
         self.cost_model = cost_model
         self.last: tuple = (None, None)  # (plan, its features): the recorder asks for them right after
-        # decode_shared_tokens only for a cost model that prices it (a profile fitted to steps sharing blocks), and
-        # only while the KV-cache manager `kv` (when given) shares a block: else they are 0, without the pass
+        # decode_shared_tokens only for a cost model that prices it (a profile fitted to steps sharing blocks); with
+        # the `scheduler` that makes the plans, from its KV-cache manager's shared refs where they tell them
         self.sharing_block_size = block_size if cost_model.prices_sharing else 0
-        self.kv = kv
+        self.scheduler = scheduler
         governor = cost_model.governor
         self.clock = clock
         self.throttle = Throttle(governor) if governor is not None else None
@@ -56,9 +56,9 @@ class SimExecutor:
         self.prefill_grid = cost_model.prefill_grid
 
     def execute(self, plan) -> float:
-        bs = self.sharing_block_size
-        features = StepFeatures.from_plan(plan, bs if bs and (self.kv is None or self.kv.shares_blocks()) else 0,
-                                          self.prefill_grid)
+        sched = self.scheduler
+        sharing = (sched.kv.num_shared_refs(), len(sched.running)) if self.sharing_block_size and sched else None
+        features = StepFeatures.from_plan(plan, self.sharing_block_size, self.prefill_grid, sharing)
         self.last = (plan, features)
         seconds = self.cost_model.step_time(features)
         return seconds if self.throttle is None else self.throttle.price(self.clock.now(), seconds, features)
@@ -98,7 +98,7 @@ class Simulation:
         self.progress = progress
         self.clock = clock if clock is not None else VirtualClock()
         self.scheduler = Scheduler(config, record_events)
-        self.executor = SimExecutor(cost_model, config.block_size, self.clock, self.scheduler.kv)
+        self.executor = SimExecutor(cost_model, config.block_size, self.clock, self.scheduler)
         self.recorder = Recorder(self.scheduler, self.executor.features_of, sink=steps_sink)
         self._snaps = list(self.snapshot_times)
         self.on_release = on_release

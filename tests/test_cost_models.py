@@ -266,7 +266,11 @@ def test_decode_shared_tokens_count_repeated_reads_of_shared_prefix_blocks(cachi
         sched.finish_step(plan, t := t + 0.01)
     assert shared[-1] == (3, 2 * 48 if caching else 0), shared
     assert shared[1] == (1, 0)  # one decode row shares with nobody
-    assert sched.kv.shares_blocks() == caching  # the simulator skips the pass when nothing is shared (SimExecutor)
+    # the manager's shared refs tell the same when every running request decodes (SimExecutor's shortcut)
+    assert sched.kv.num_shared_refs() * cfg.block_size == shared[-1][1]
+    plan = sched.schedule(t)
+    assert StepFeatures.from_plan(plan, cfg.block_size, None, (sched.kv.num_shared_refs(), 3)) == \
+        StepFeatures.from_plan(plan, cfg.block_size)
 
 
 # ---- roofline ---------------------------------------------------------------------------

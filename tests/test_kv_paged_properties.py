@@ -383,9 +383,10 @@ class PagedManagerMachine(RuleBasedStateMachine):
                     assert self.content.get(bid) == self._prefix(r, i)
         stats = self.kv.prefix_cache_stats
         assert stats.hits <= stats.queries and stats.recompute_hits <= stats.recompute_queries
-        # shares_blocks (the simulator skips the shared-read pass on it) says whether two tables hold one block
+        # num_shared_refs (the simulator's shared reads without a pass when it is 0 or all running decode): the
+        # table entries beyond each block's first
         held = [b for r in self.running for b in r.block_ids]
-        assert self.kv.shares_blocks() == (len(held) != len(set(held)))
+        assert self.kv.num_shared_refs() == len(held) - len(set(held))
 
     def teardown(self):
         if not hasattr(self, "kv"):

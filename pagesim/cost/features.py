@@ -91,10 +91,13 @@ class StepFeatures:
         return self.num_prefill_tokens + self.num_decode_seqs
 
     @classmethod
-    def from_plan(cls, plan: StepPlan, block_size: int = 0, prefill_grid: tuple[int, int, int] | None = None
-                  ) -> "StepFeatures":
+    def from_plan(cls, plan: StepPlan, block_size: int = 0, prefill_grid: tuple[int, int, int] | None = None,
+                  sharing: tuple[int, int] | None = None) -> "StepFeatures":
         """The step's features; block_size (nonzero): with the shared reads; prefill_grid (query heads, SMs, the
-        kernel's persistent_max_q: ProfileCostModel.prefill_grid): with prefill_makespan."""
+        kernel's persistent_max_q: ProfileCostModel.prefill_grid): with prefill_makespan. `sharing`, when known: (the
+        KV-cache manager's num_shared_refs, the number of running requests) as the plan was made; the shared reads
+        are then 0 without a pass over the block tables when no block is shared, and the shared refs' blocks when
+        the step's rows are all the running requests, all decoding (only running requests hold blocks)."""
         p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = walks = longest = 0
         decodes, prefills = [], []
         group = plan.decode_group  # decode rows without a ScheduledRequest (the fast path's), first in order
@@ -124,7 +127,10 @@ class StepFeatures:
                     longest = top
                 if block_size:
                     prefills.append(s.request.block_ids)
-        shared = shared_tokens(decodes, prefills, block_size) if decodes or prefills else (0, 0)
+        if sharing is not None and (not sharing[0] or (not p_seqs and d_seqs == sharing[1])):
+            shared = (sharing[0] * block_size, 0)
+        else:
+            shared = shared_tokens(decodes, prefills, block_size) if decodes or prefills else (0, 0)
         makespan = 0
         if prefill_grid is not None and p_seqs:
             makespan = prefill_makespan([(s.num_computed_tokens, s.num_new_tokens) for s in plan.scheduled
