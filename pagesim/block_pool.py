@@ -160,9 +160,8 @@ class BlockPool:
         self.num_free_blocks -= n
         events = self.events
         if n <= m:
-            out = stack[m - n:]
+            out = stack[-1:-n - 1:-1]  # the top n, top first (one reversed slice)
             del stack[m - n:]
-            out.reverse()
             if evicted is not None:
                 evicted.extend([False] * n)
             if events is not None:

@@ -3,18 +3,17 @@
 Between events the simulator need not step: when every running request is
 decoding and the heads of the swapped and waiting queues cannot be admitted,
 the next k steps are identical decode steps of the same batch. `decode_run_limit`
-certifies k, `run_decode_steps` applies the k steps exactly as k
-schedule()/finish_step() pairs would (the KV-cache manager takes the blocks in
-the step-by-step order), and `decode_run` does both with the cost model's
-vectorised durations, stopping before the step that would start at or after
-`cut` (the next arrival or snapshot); when requests finish in a run's last step
-before the cut it asks again and goes on with the smaller batch in the same call.
-Per-request results, step tables and block decisions equal step-by-step
-simulation (tests/test_fast_path.py).
+(`plan_decode_run`) certifies k, and `decode_run` applies the steps at once with
+the cost model's vectorised durations, exactly as k schedule()/finish_step()
+pairs would (the KV-cache manager takes the blocks in the step-by-step order),
+stopping before the step that would start at or after `cut` (the next arrival
+or snapshot); when requests finish in a run's last step before the cut it asks
+again and goes on with the smaller batch in the same call. Per-request results,
+step tables and block decisions equal step-by-step simulation
+(tests/test_fast_path.py).
 
 Both read the running requests' counters from the scheduler's DecodeSummary when the last step or
-run left one (it advanced every running request and learnt them), else in one pass.
-"""
+run left one (it advanced every running request and learnt them), else in one pass."""
 
 from __future__ import annotations
 
@@ -86,72 +85,6 @@ def plan_decode_run(sched: Scheduler) -> tuple[int, int, int]:
     return sched.kv.max_decode_steps(running, limit), total, longest
 
 
-def run_decode_steps(sched: Scheduler, k: int, end: float, context: tuple[int, int] | None = None
-                     ) -> tuple[DecodeBlocks, list[Request]]:
-    """Apply k pure-decode steps at once, the last ending at `end`. Requires k <= decode_run_limit().
-    Returns the blocks the steps took, by step, and the requests that finished in the last one.
-
-    `context`: the running requests' (sum, max) of num_computed_tokens, when the caller has them.
-    """
-    kv = sched.kv
-    running = sched.running
-    if context is None:
-        computed = [r.num_computed_tokens for r in running]
-        context = (sum(computed), max(computed, default=0))
-    summary = sched.decode_summary  # None when stale (Scheduler.decode_summary)
-    first = sched.step_id
-    n = len(running)
-    needs = summary_block_needs(summary, running, first, kv) if summary is not None else None
-    needy = take_block_needs(needs, first, k, kv.block_size) if needs is not None else None
-    blocks = kv.allocate_decode_steps(running, k, needy, summary.fewest_left if summary is not None else 0)
-    sched.step_id = step_id = first + k
-    if summary is not None and not kv.caches_full_blocks and (summary.fewest_left > k or n >= DEADLINES_MIN):
-        # No block needs registering: each request only counts its k tokens, the ones due in the last step
-        # finish (found by the summary's deadline index; nobody when the fewest left is > k), and the summary
-        # follows from the last one (every running request k tokens further).
-        fewest, total, longest = summary.fewest_left - k, summary.total_computed + n * k, summary.max_computed + k
-        deadlines = summary.deadlines
-        if fewest <= 0 and deadlines is None:
-            deadlines = decode_deadlines(running, first)
-        for r in running:
-            r.num_computed_tokens += k
-            r.num_output_tokens += k
-        if fewest > 0:  # nobody finished: the same running list and indexes, the counters moved
-            sched.decode_summary = next_summary(summary, step_id, running, fewest, total, longest, deadlines, needs)
-            return blocks, NOBODY
-        # == 0: the run stops at the first step in which a request finishes
-        finished: list[Request] = []
-        total, max_left = finish_deadline(sched, deadlines, step_id - 1, total, longest, end, finished)
-        sched.running = running = without(running, finished)
-        fewest = min(deadlines) - step_id + 1 if deadlines else NO_LIMIT
-        if max_left:
-            longest = max([r.num_computed_tokens for r in running], default=0)
-        sched.decode_summary = next_summary(summary, step_id, running, fewest, total, longest, deadlines, needs)
-        return blocks, finished
-    caching, cache_full_blocks, bs = kv.caches_full_blocks, kv.cache_full_blocks, kv.block_size
-    finished = []
-    fewest, total, longest = NO_LIMIT, 0, 0  # the decode summary of those that go on running
-    for r in running:
-        old = r.num_computed_tokens
-        r.num_computed_tokens = computed = old + k
-        if caching and computed // bs != old // bs:  # a block became full (else there is nothing to register)
-            cache_full_blocks(r, old)
-        r.num_output_tokens = out = r.num_output_tokens + k
-        left = r.output_len - out
-        if left <= 0:
-            sched.finish_request(r, end, finished)
-            continue
-        if left < fewest:
-            fewest = left
-        total += computed
-        if computed > longest:
-            longest = computed
-    if finished:
-        sched.running = without(running, finished)
-    sched.decode_summary = next_summary(summary, step_id, sched.running, fewest, total, longest, block_needs=needs)
-    return blocks, finished
-
-
 def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int, after: tuple[int, int], now: float,
               cut: float, window: int) -> tuple[int, list[float], list[float], float]:
     """(steps, their start times, their durations, end) of a decode run cut before `cut`, from decode_run_times,
@@ -176,7 +109,9 @@ def _time_run(cost_model, n: int, total: int, k: int, longest: int, shared: int,
 
 def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: float,
                context: tuple[int, int] | None = None) -> tuple[int, float]:
-    """Apply and record up to k decode steps from `now`, none but the first starting at or after `cut`; then,
+    """Apply and record up to k decode steps (k <= decode_run_limit()) from `now`, none but the first starting at
+    or after `cut`, at once, exactly as that many schedule()/finish_step() pairs would (the KV-cache manager takes
+    their blocks in the step-by-step order; the requests due in the last one finish at its end); then,
     when requests finished in the last of them and the scheduler still certifies a run (plan_decode_run, asked
     after their blocks are freed: the queue heads stay blocked), go on with the smaller batch in the same call,
     up to `cut`: what the driver loop's next turns would do (nothing is due before `cut`). Each part is recorded
@@ -191,6 +126,8 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
     until = None if cost_model.prices_sharing else getattr(cost_model, "decode_run_until", None)
     before = recorder.memory_state()
     record = recorder.record_decode_run
+    kv = sched.kv
+    caching, cache_full_blocks, bs = kv.caches_full_blocks, kv.cache_full_blocks, kv.block_size
     steps = 0
     while True:
         n, (total, longest) = len(sched.running), context
@@ -205,9 +142,59 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
             after = sched.since_prefill(sched.step_id)  # the run's first step's (StepPlan)
             m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, after, now, cut,
                                                   0 if until is not None else SHORT_RUN)
-        first_step = sched.step_id
-        blocks, finished = run_decode_steps(sched, m, end, context)
-        before = record(first_step, starts, durations, n, total, longest, blocks, finished, before)
+        # The m steps applied at once, the last ending at `end`, exactly as m schedule()/finish_step() pairs would
+        # apply them: the blocks they take (by step), the requests that finish in the last one.
+        running, summary, first = sched.running, sched.decode_summary, sched.step_id  # summary: None when stale
+        needs = summary_block_needs(summary, running, first, kv) if summary is not None else None
+        needy = take_block_needs(needs, first, m, kv.block_size) if needs is not None else None
+        blocks = kv.allocate_decode_steps(running, m, needy, summary.fewest_left if summary is not None else 0)
+        sched.step_id = step_id = first + m
+        if summary is not None and not kv.caches_full_blocks and (summary.fewest_left > m or n >= DEADLINES_MIN):
+            # No block needs registering: each request only counts its m tokens, the ones due in the last step
+            # finish (found by the summary's deadline index; nobody when the fewest left is > m), and the summary
+            # follows from the last one (every running request m tokens further).
+            fewest, total_after, longest_after = summary.fewest_left - m, total + n * m, longest + m
+            deadlines = summary.deadlines
+            if fewest <= 0 and deadlines is None:
+                deadlines = decode_deadlines(running, first)
+            for r in running:
+                r.num_computed_tokens += m
+                r.num_output_tokens += m
+            if fewest > 0:  # nobody finished: the same running list and indexes, the counters moved
+                finished = NOBODY
+            else:  # == 0: the part stops at the first step in which a request finishes
+                finished = []
+                total_after, max_left = finish_deadline(sched, deadlines, step_id - 1, total_after, longest_after, end,
+                                                        finished)
+                sched.running = running = without(running, finished)
+                fewest = min(deadlines) - step_id + 1 if deadlines else NO_LIMIT
+                if max_left:
+                    longest_after = max([r.num_computed_tokens for r in running], default=0)
+            sched.decode_summary = next_summary(summary, step_id, running, fewest, total_after, longest_after,
+                                                deadlines, needs)
+        else:
+            finished = []
+            fewest, total_after, longest_after = NO_LIMIT, 0, 0  # the decode summary of those that go on running
+            for r in running:
+                old = r.num_computed_tokens
+                r.num_computed_tokens = computed = old + m
+                if caching and computed // bs != old // bs:  # a block became full (else there is nothing to register)
+                    cache_full_blocks(r, old)
+                r.num_output_tokens = out = r.num_output_tokens + m
+                left = r.output_len - out
+                if left <= 0:
+                    sched.finish_request(r, end, finished)
+                    continue
+                if left < fewest:
+                    fewest = left
+                total_after += computed
+                if computed > longest_after:
+                    longest_after = computed
+            if finished:
+                sched.running = without(running, finished)
+            sched.decode_summary = next_summary(summary, step_id, sched.running, fewest, total_after, longest_after,
+                                                block_needs=needs)
+        before = record(first, starts, durations, n, total, longest, blocks, finished, before)
         steps += m
         if not finished or end >= cut:
             return steps, end

@@ -131,7 +131,10 @@ class PagedKVCacheManager:
             request.block_ids.extend(hit_ids)
         request.num_computed_tokens += num_computed_from_cache
         if need > 0:
-            request.block_ids.extend(pool.take(need))
+            if request.block_ids:
+                request.block_ids.extend(pool.take(need))
+            else:  # a table of its own: the taken list itself (no copy)
+                request.block_ids = pool.take(need)
         self.num_internal_slots += internal_slots(request, self.block_size) - before
         if self.host is not None and num_computed_from_cache:
             self._load_host_hits(request, len(computed_blocks), num_host)

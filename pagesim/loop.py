@@ -231,7 +231,8 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
                 return stats
             if hooks.idle is not None:
                 hooks.idle(now)
-            yield clock.wait(arrivals.next_time() - now)
+            if (wait := clock.wait(arrivals.next_time() - now)) is not None:
+                yield wait
             continue
         if fast_path is not None and not (released and skip_after_release):
             k, total, longest = fp.plan_decode_run(scheduler)
@@ -244,7 +245,9 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
                 stats.num_steps += k
                 stats.fast_path_steps += k
                 empty = 0
-                yield clock.wait_until(end)
+                # A clock with nothing to hand over (virtual, wall) returns None: no yield, the next turn at once.
+                if (wait := clock.wait_until(end)) is not None:
+                    yield wait
                 continue
         plan, duration, outcome = run_step(scheduler, executor, recorder, now, measure, hooks.plan)
         stats.num_steps += 1
@@ -257,8 +260,8 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
                                      f"{scheduler.num_unfinished} unfinished requests at t={now:.6g}")
             continue
         empty = 0
-        if not clock.measures:
-            yield clock.wait(duration)
+        if not clock.measures and (wait := clock.wait(duration)) is not None:
+            yield wait
 
 
 def run(loop: Generator) -> LoopStats:

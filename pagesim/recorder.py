@@ -241,9 +241,15 @@ class Recorder:
         if finished:
             self._memory_cache = None
             after = self.memory_state()
-        else:
-            after = self._memory_after(before, n * k, num_blocks, num_evicted,
-                                       sum(internal_slots) if num_internal else 0)
+        else:  # memory_state() now, from the state before the run (as _runs_columns expands the run's rows)
+            kv = s.kv
+            bs, total = kv.block_size, kv.num_gpu_blocks
+            blocks_used, cached_blocks = before[0] + num_blocks, before[1] - num_evicted
+            used, external = before[3] + n * k, before[6]
+            internal = before[5] + sum(internal_slots) if num_internal else before[5]
+            allocated, cached = blocks_used * bs, cached_blocks * bs
+            after = (blocks_used, cached_blocks, total - blocks_used - cached_blocks, used, allocated - used - internal,
+                     internal, external, total * bs - allocated - external - cached, cached)
             self._memory_cache = (s.swapped[0] if s.swapped else (s.waiting[0] if s.waiting else None), after)  # head
         # No prefix-cache deltas kept: only admissions count (allocate_slots), a run admits nobody, and the step before
         # it took the deltas so far (0 in every step of a run).
@@ -268,16 +274,6 @@ class Recorder:
         if self.num_steps - self.first_step >= self.chunk_steps:
             self.flush()
         return after
-
-    def _memory_after(self, before: tuple, used_delta: int, blocks: int, evicted: int, internal_delta: int) -> tuple:
-        """memory_state() after a decode run that finished nobody, from the state before it (as _runs_columns)."""
-        kv = self.sched.kv
-        bs, total = kv.block_size, kv.num_gpu_blocks
-        blocks_used, cached_blocks = before[0] + blocks, before[1] - evicted
-        used, internal, external = before[3] + used_delta, before[5] + internal_delta, before[6]
-        allocated, cached = blocks_used * bs, cached_blocks * bs
-        return (blocks_used, cached_blocks, total - blocks_used - cached_blocks, used, allocated - used - internal,
-                internal, external, total * bs - allocated - external - cached, cached)
 
     def _runs_columns(self, meta: np.ndarray, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs (the columns that are 0 in

@@ -340,13 +340,14 @@ def test_decode_group_with_the_deadline_index_schedules_as_request_by_request(ov
 @contextmanager
 def counting_parts():
     """Counts, while in the block: the decode runs the driver loop asks for (`runs`), their parts (`parts`: one per
-    run_decode_steps call, so parts beyond runs went on through finishes), the parts after a finish that evicted
-    cached blocks (`evicting`: blocks a finished request's table had left cached, among others) and the requests
-    finished by a part that went on (`finished`)."""
+    recorded decode run, Recorder.record_decode_run, so parts beyond runs went on through finishes), the parts after
+    a finish that evicted cached blocks (`evicting`: blocks a finished request's table had left cached, among
+    others) and the requests finished by a part that went on (`finished`)."""
     from pagesim import fast_path
+    from pagesim.recorder import Recorder
 
     counts = Counter()
-    decode_run, run_decode_steps = fast_path.decode_run, fast_path.run_decode_steps
+    decode_run, record_decode_run = fast_path.decode_run, Recorder.record_decode_run
     part = [0]
 
     def counted_run(*args, **kwargs):
@@ -354,19 +355,20 @@ def counting_parts():
         part[0] = 0
         return decode_run(*args, **kwargs)
 
-    def counted_part(*args, **kwargs):
-        blocks, finished = run_decode_steps(*args, **kwargs)
+    def counted_part(self, first_step, starts, durations, n, context_start, max_context_start, blocks, finished,
+                     before):
         counts["parts"] += 1
         if part[0] and blocks[2]:  # evicted_steps (DecodeBlocks)
             counts["evicting"] += 1
         part[0] += 1
-        return blocks, finished
+        return record_decode_run(self, first_step, starts, durations, n, context_start, max_context_start, blocks,
+                                 finished, before)
 
-    fast_path.decode_run, fast_path.run_decode_steps = counted_run, counted_part
+    fast_path.decode_run, Recorder.record_decode_run = counted_run, counted_part
     try:
         yield counts
     finally:
-        fast_path.decode_run, fast_path.run_decode_steps = decode_run, run_decode_steps
+        fast_path.decode_run, Recorder.record_decode_run = decode_run, record_decode_run
 
 
 def assert_fast_equals_step_by_step(config: Config, make_requests, snapshot_times=()) -> Counter:
