@@ -353,6 +353,8 @@ class GPUExecutor:
             if moves and self.is_cuda:
                 self._ev_moved.record()
             sampled = self._forward(plan) if plan.scheduled else None
+            if self.host_tier is not None:
+                self.host_tier.send()  # the stores' copies, issued once the forward is queued (HostTier)
             if self.is_cuda:
                 self._ev_end.record()
                 self.last_sm_clock_mhz = self._sm_clock.read()  # while the GPU runs the step
@@ -385,6 +387,8 @@ class GPUExecutor:
             self.release(request_id)
         with torch.inference_mode():
             self._move_blocks(plan)
+            if self.host_tier is not None:
+                self.host_tier.send()
         for s in plan.scheduled:
             t = self._tokens_for(s.request)
             self._check(s, t)
@@ -401,7 +405,7 @@ class GPUExecutor:
             if self.host_tier is None:
                 raise RuntimeError("the plan moves blocks to or from the host offload tier, but the executor has "
                                    "none (kv_offloading_size is 0)")
-            self.host_tier.store(self.kv_cache, plan.blocks_to_store)  # gathered before the load can overwrite
+            self.host_tier.gather(self.kv_cache, plan.blocks_to_store)  # before the load can overwrite; sent after the forward
             self.host_tier.load(self.kv_cache, plan.blocks_to_load)
         if plan.blocks_to_copy:
             copy_blocks(self.kv_cache, torch.tensor(plan.blocks_to_copy, dtype=torch.int64))

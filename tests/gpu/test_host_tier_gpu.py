@@ -44,3 +44,25 @@ def test_host_tier_load_of_a_block_whose_store_is_in_flight_waits_for_it():
     host.load(kv, [(10, 20), (11, 21)])  # waits for them on the device, not on the host
     torch.cuda.synchronize()
     assert torch.equal(kv[:, :, [20, 21]], want)
+
+
+def test_host_tier_sends_gathered_blocks_after_the_forward_overwrote_them():
+    """The executor's order: gather before the forward, the forward overwrites the blocks, send after it; a second
+    gather before a send sends the first; finish sends what is left. The host holds the gathered bytes each time."""
+    kv = torch.empty(SHAPE, dtype=torch.bfloat16, device="cuda")
+    kv.view(torch.uint8).random_(0, 256, generator=torch.Generator(device="cuda").manual_seed(1))
+    host = HostTier(kv, 32)
+    first = kv.view(torch.uint8)[:, :, [4, 5, 6]].clone()
+    host.gather(kv, [(4, 20), (5, 21), (6, 3)])  # runs 3 and 20-21: two copies
+    kv.view(torch.uint8)[:, :, [4, 5, 6]] = 0x55  # the forward reuses them
+    host.send()
+    second = kv.view(torch.uint8)[:, :, [7, 8]].clone()
+    host.gather(kv, [(7, 8), (8, 9)])
+    kv.view(torch.uint8)[:, :, [7, 8]] = 0x66
+    third = kv.view(torch.uint8)[:, :, [9]].clone()
+    host.gather(kv, [(9, 30)])  # sends the second gather first
+    host.finish()  # sends the third
+    cache = host.cache.view(torch.uint8)
+    assert torch.equal(cache[[20, 21, 3]], first.movedim(2, 0).cpu())
+    assert torch.equal(cache[[8, 9]], second.movedim(2, 0).cpu())
+    assert torch.equal(cache[[30]], third.movedim(2, 0).cpu())
