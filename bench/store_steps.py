@@ -4,10 +4,11 @@ The cost model prices a step's stores to the host tier as overlapped with its fo
 stream). For each validated live run with stores: the graph decode steps without prefill or loads, split into those
 with stores and those without; the mean measured / predicted of each, and of the steps with stores the excess over
 the run's level without them, in ms (excess = (ratio - mean ratio without stores) x predicted), as a median overall
-and by stored blocks, with a least-squares line excess = fixed + per_block x blocks. Round 36's offload windows,
-recorded with the copies issued before the forward, give ~0.25-0.45 ms fixed and ~6 us a block; the engine since
-round 37 issues them after the forward is queued (engine.host_tier.HostTier.send), which a recording of its own
-should show as an excess near 0.
+and by stored blocks, with a least-squares line excess = fixed + per_block x blocks. Steps right after a prefill
+without stores run at the level (0.01-0.06 ms over it), so the excess is the stores'. The offload windows of rounds
+18-36, recorded with the copies issued before the forward: 0.17-0.51 ms fixed + 2.9-6.2 us a block; round 37's
+(offload-kshot-r37h), the copies issued after the forward is queued (engine.host_tier.HostTier.send): 0.30 ms + 2.3 us,
+the fixed part the gather's (~0.18 ms of device time before the forward even for one block).
 
     python bench/store_steps.py [RUN ...] --out RESULT.json [--force]
 

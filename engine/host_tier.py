@@ -5,9 +5,11 @@ run of host memory, as the swap path's CPU cache), filled and read by the plans'
 Stores: the step's blocks are gathered on the device on the compute stream, before the forward pass (so a block
 freed and reused by this step is read before it is overwritten: `gather`), then copied straight into the pinned host
 cache on a side stream, one asynchronous copy per run of consecutive host blocks, issued once the forward pass is
-queued (`send`), so that the host time of issuing them overlaps the forward rather than delays its launch (round
-36's offload windows, the copies issued before the forward: steps with stores ran 0.25-0.6 ms over their prediction,
-~6 us more a stored block, where the cost model prices stores as overlapped). Loads wait (on the
+queued (`send`), so that the host time of issuing them overlaps the forward rather than delays its launch. Steps
+with stores still run ~0.3 ms over their prediction, which prices stores as overlapped (bench/store_steps.py: every
+offload window since round 18, 0.17-0.51 ms + 2.9-6.2 us a block with the copies issued before the forward; round
+37's, after this change, 0.30 ms + 2.3 us): the gather before the forward (a pageable index copy, index_select, then a
+block-major copy) takes ~0.18 ms of device time even for one block. Loads wait (on the
 device, no host sync) for the stores in flight, then read the host blocks straight into their GPU blocks, on the
 compute stream before the forward that reads them (engine.kernels.swap.swap_in: one zero-copy kernel, or with
 `by_copies` the copy engine into a staging buffer and that kernel from it, where the host answers the GPU's own
