@@ -9,8 +9,10 @@
 `drive` runs it until every request has ended, for the simulator (simpy's
 clock, the exact fast path), live mode and calibration (the wall clock),
 lockstep validation and the tests (a virtual clock). It is a generator of
-waits: each `yield` hands over what the clock's `wait(seconds)` returned, so a
-simpy process runs it as it is (`env.process(drive(...))`) and any other
+waits: each `yield` hands over what the clock's `wait(seconds)` returned when
+that is something to wait on (simpy's timeout events; a virtual or wall clock
+has waited already and returns None, and the loop goes on without yielding), so
+a simpy process runs it as it is (`env.process(drive(...))`) and any other
 caller runs it with `run(drive(...))`.
 
 An executor is anything with `execute(plan) -> seconds`; a plan carries the
