@@ -342,7 +342,7 @@ def counting_parts():
     """Counts, while in the block: the decode runs the driver loop asks for (`runs`), their parts (`parts`: one per
     recorded decode run, Recorder.record_decode_run, so parts beyond runs went on through finishes), the parts after
     a finish that evicted cached blocks (`evicting`: blocks a finished request's table had left cached, among
-    others) and the requests finished by a part that went on (`finished`)."""
+    others)."""
     from pagesim import fast_path
     from pagesim.recorder import Recorder
 
