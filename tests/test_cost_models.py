@@ -186,6 +186,23 @@ def kernel_items(chunks, heads):
             for j in range(n - 1, -1, -1) for c, q in chunks for _ in range(heads)]
 
 
+def kernel_schedule(chunks, heads, slots, persistent_max_q):
+    """The kernels' schedule written out, its most loaded program or SM: program i of the persistent grid (every
+    chunk at most persistent_max_q tokens) takes items i, i + slots, ...; otherwise the `heads` equal items of each
+    tile go to the `heads` least loaded SMs in launch order (each SM one, as many rounds as heads cover the SMs)."""
+    items = kernel_items(chunks, heads)
+    if persistent_max_q and max(q for _, q in chunks) <= persistent_max_q:
+        return max(sum(items[i::slots]) for i in range(slots))
+    load = [0] * slots
+    for w in items[::heads]:  # one tile's items
+        left = heads
+        while left:
+            for sm in sorted(range(slots), key=load.__getitem__)[:min(left, slots)]:
+                load[sm] += w
+            left -= min(left, slots)
+    return max(load)
+
+
 def test_prefill_makespan_schedules_the_kernels_work_items():
     """Two chunks' items interleave tile by tile: 1511 tokens after 4133 cached (12 query tiles of 33-45 key tiles) and
     111 after 17472 (one tile of 138) run the long walks last, on the persistent grid's programs 44-107 behind three
@@ -196,19 +213,14 @@ def test_prefill_makespan_schedules_the_kernels_work_items():
     walks = sum(prefill_walks(c, q)[0] for c, q in chunks)
     assert prefill_waves(walks, 138, 32, 132) == pytest.approx(148.36, abs=0.01)
     assert prefill_makespan(chunks, 32, 132, PERSISTENT_MAX_Q) == 338
-    items = kernel_items(chunks, 32)  # program i of 132 takes items i, i + 132, ...
-    assert max(sum(items[i::132]) for i in range(132)) == 338
+    assert kernel_schedule(chunks, 32, 132, PERSISTENT_MAX_Q) == 338  # program i of 132 takes items i, i + 132, ...
     assert prefill_makespan([(17472, 360)], 32, 132, PERSISTENT_MAX_Q) == 140  # 96 items: one wave, the longest walk
     assert prefill_makespan([(17472, 545)], 32, 132, PERSISTENT_MAX_Q) == 141 + 138
     assert prefill_makespan([], 32, 132, PERSISTENT_MAX_Q) == 0
     assert prefill_makespan(chunks, 32, 0, PERSISTENT_MAX_Q) == 0  # a GPU whose SM count is unknown
     # one program per item (the Triton kernel; the Gluon ones for a chunk over 2048 tokens): each SM takes the next
     # item when free, so the long walks start on the SMs that finished first, and the step lasts less
-    greedy = prefill_makespan(chunks, 32, 132, 0)
-    load = [0] * 132
-    for w in items:
-        load[load.index(min(load))] += w
-    assert greedy == max(load) == 255 < 338
+    assert prefill_makespan(chunks, 32, 132, 0) == kernel_schedule(chunks, 32, 132, 0) == 255 < 338
     assert prefill_makespan([(8190, 2184)], 32, 132, PERSISTENT_MAX_Q) == prefill_makespan([(8190, 2184)], 32, 132, 0)
 
 
@@ -218,23 +230,8 @@ def test_prefill_makespan_schedules_the_kernels_work_items():
        persistent=st.sampled_from([0, 2048, 10**6]))
 def test_prefill_makespan_equals_the_schedule_of_every_work_item(chunks, heads, slots, persistent):
     """prefill_makespan (work items' runs on the persistent grid, the SMs' loads as a multiset) against the kernels'
-    schedule written out: program i of the persistent grid takes items i, i + slots, ...; otherwise the `heads`
-    equal items of each tile go to the `heads` least loaded SMs in launch order (each SM one, as many rounds as
-    heads cover the SMs). Any number of heads against the SMs."""
-    items = kernel_items(chunks, heads)
-    if persistent and max(q for _, q in chunks) <= persistent:
-        expected = max(sum(items[i::slots]) for i in range(slots))
-    else:
-        load = [0] * slots
-        for w in items[::heads]:  # one tile's items
-            left = heads
-            while left:
-                order = sorted(range(slots), key=load.__getitem__)[:min(left, slots)]
-                for sm in order:
-                    load[sm] += w
-                left -= len(order)
-        expected = max(load)
-    assert prefill_makespan(chunks, heads, slots, persistent) == expected
+    schedule written out (kernel_schedule), with any number of heads against the SMs."""
+    assert prefill_makespan(chunks, heads, slots, persistent) == kernel_schedule(chunks, heads, slots, persistent)
 
 
 def test_features_from_plan_give_the_prefill_makespan_when_asked():
