@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pagesim.block_hash import ideal_prefix_cache_hit_rate, request_block_hashes
+from pagesim.block_hash import ROOT_HASH, hash_block_tokens, ideal_prefix_cache_hit_rate, request_block_hashes
 from pagesim.config import Config
 from pagesim.request import Request, requests_from_trace
 from pagesim.scheduler import Scheduler
@@ -96,6 +96,29 @@ def test_two_blocks_share_a_key_exactly_when_their_prefixes_are_equal(specs, blo
                     f"block {i} (block_size {block_size}) of {a.request_id} and {b.request_id}: keys "
                     f"{'equal' if ha[i] == hb[i] else 'differ'} but contents {_content(a, end)} / {_content(b, end)}"
                 )
+
+
+_ids = st.one_of(st.integers(-3, 3), st.sampled_from([-2**63, 2**63 - 1, 2**64, -2**70]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(prompt_len=st.integers(1, 70), block_size=st.sampled_from([1, 2, 3, 4, 8, 16]),
+       tokens=st.none() | st.lists(_ids, max_size=70).map(tuple), hashes=st.none() | st.lists(_ids, max_size=30).map(tuple),
+       hash_block_size=st.sampled_from([1, 2, 3, 4, 5, 16, 32]), asks=st.lists(st.integers(0, 80), min_size=1, max_size=4))
+def test_keys_packed_by_runs_equal_the_block_by_block_chain(prompt_len, block_size, tokens, hashes, hash_block_size, asks):
+    """request_block_hashes packs a run of token or hash ids once (block_hash._extend_by_content_ids); asked in any
+    order of sizes, its keys are the chain of hash_block_tokens over block_content_key, block by block (token ids
+    shorter than the prompt, hash ids running out, ids beyond int64, generated-token blocks included)."""
+    r = Request("a", 0.0, prompt_len, 3, seq_no=7, prompt_token_ids=tokens, prefix_hash_ids=hashes,
+                hash_block_size=hash_block_size)
+    for n in asks:
+        got = list(request_block_hashes(r, n, block_size))
+    n = max(asks)
+    want, parent = [], ROOT_HASH
+    for i in range(n):
+        parent = hash_block_tokens(parent, *r.block_content_key(i, block_size))
+        want.append(parent)
+    assert got[:n] == want
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
