@@ -265,8 +265,8 @@ def test_decode_shared_tokens_count_repeated_reads_of_shared_prefix_blocks(cachi
     assert shared[1] == (1, 0)  # one decode row shares with nobody
     # the manager's shared refs tell the same when every running request decodes (SimExecutor's shortcut)
     assert sched.kv.num_shared_refs() * cfg.block_size == shared[-1][1]
-    plan = sched.schedule(t)
-    assert StepFeatures.from_plan(plan, cfg.block_size, None, (sched.kv.num_shared_refs(), 3)) == \
+    plan, kv = sched.schedule(t), sched.kv
+    assert StepFeatures.from_plan(plan, cfg.block_size, None, (kv.num_shared_refs(), 3, kv.shared_refs())) == \
         StepFeatures.from_plan(plan, cfg.block_size)
 
 
