@@ -108,6 +108,11 @@ class BlockPool:
         out.update((b, blocks[b]) for b in self._free_cached)
         return out
 
+    @property
+    def extra_refs(self) -> dict[int, int]:
+        """Block id -> ref_cnt - 1 of each shared block (ref_cnt > 1): the pool's own dict, to be read, not changed."""
+        return self._extra_refs
+
     def ref_cnt(self, block_id: int) -> int:
         """How many block tables hold the block (0: free, or the null block)."""
         if block_id == 0 or block_id in self._free_cached:

@@ -208,6 +208,9 @@ class ContiguousKVCacheManager:
     def num_shared_refs(self) -> int:
         return 0  # a fork's child gets its own run, copied (fork); no prefix cache
 
+    def shared_refs(self) -> dict[int, int]:
+        return {}  # (num_shared_refs)
+
     def num_held_blocks(self) -> int:
         return (self.num_gpu_blocks - self.allocator.num_free) + (self.cpu.size - self.cpu.num_free)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Mapping, Protocol
 
 from pagesim.accounting import MemoryAccounting
 from pagesim.request import Request
@@ -174,6 +174,12 @@ class KVCacheManager(Protocol):
         hit or a fork shares one). Only running requests hold GPU blocks, so a step whose rows are all the running
         requests, all decoding, reads this many blocks a second time (StepFeatures.decode_shared_tokens), and no
         step reads a block twice when it is 0."""
+
+    def shared_refs(self) -> Mapping[int, int]:
+        """The GPU blocks that more than one block table holds: block id -> its table entries beyond the first
+        (num_shared_refs is their sum). The manager's own counts, not a copy: to be read before its next change,
+        never written. With them, a step whose rows are all the running requests reads the decode rows' shared
+        blocks without a pass over their tables (StepFeatures.from_plan's `sharing`)."""
 
     def num_held_blocks(self) -> int:
         """GPU plus CPU blocks held by requests (0 once every request has ended)."""

@@ -410,6 +410,9 @@ class PagedKVCacheManager:
     def num_shared_refs(self) -> int:
         return self.pool.num_extra_refs
 
+    def shared_refs(self) -> dict[int, int]:
+        return self.pool.extra_refs
+
     def num_held_blocks(self) -> int:
         return self.pool.num_used_blocks + (self.num_cpu_blocks - len(self.free_cpu_blocks))
 

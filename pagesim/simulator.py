@@ -57,7 +57,11 @@ class SimExecutor:
 
     def execute(self, plan) -> float:
         sched = self.scheduler
-        sharing = (sched.kv.num_shared_refs(), len(sched.running)) if self.sharing_block_size and sched else None
+        if self.sharing_block_size and sched:
+            kv = sched.kv
+            sharing = (kv.num_shared_refs(), len(sched.running), kv.shared_refs())
+        else:
+            sharing = None
         features = StepFeatures.from_plan(plan, self.sharing_block_size, self.prefill_grid, sharing)
         self.last = (plan, features)
         seconds = self.cost_model.step_time(features)

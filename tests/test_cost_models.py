@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -265,9 +266,76 @@ def test_decode_shared_tokens_count_repeated_reads_of_shared_prefix_blocks(cachi
     assert shared[1] == (1, 0)  # one decode row shares with nobody
     # the manager's shared refs tell the same when every running request decodes (SimExecutor's shortcut)
     assert sched.kv.num_shared_refs() * cfg.block_size == shared[-1][1]
-    plan = sched.schedule(t)
-    assert StepFeatures.from_plan(plan, cfg.block_size, None, (sched.kv.num_shared_refs(), 3)) == \
+    plan, kv = sched.schedule(t), sched.kv
+    assert StepFeatures.from_plan(plan, cfg.block_size, None, (kv.num_shared_refs(), 3, kv.shared_refs())) == \
         StepFeatures.from_plan(plan, cfg.block_size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.lists(st.integers(1, 12), unique=True, max_size=8), st.booleans()), max_size=8),
+       group=st.integers(0, 8))
+def test_shared_reads_from_the_ref_counts_equal_the_pass_over_every_table(rows, group):
+    """When the step's rows hold every referenced block (all running requests are rows), the shared reads from the
+    blocks' reference counts and the prefill rows' tables alone (shared_tokens_by_refs) equal shared_tokens' pass
+    over every table: rows of random tables (a block at most once in each, as the pool holds them) over few blocks,
+    decode and prefill in random order, the leading decode rows as a decode group; from_plan gives the same features
+    with `sharing` as without, and with it when a running request is no row (the pass over every table)."""
+    from pagesim.cost.features import shared_tokens, shared_tokens_by_refs
+
+    # decode [1, 2], [1, 3]; prefill [1, 2, 4], [4, 5]: blocks 1 and 2 re-read by a chunk after a decode row, block 4
+    # by the second chunk after the first, block 1 by the second decode row
+    assert shared_tokens_by_refs([[1, 2, 4], [4, 5]], {1: 2, 2: 1, 4: 1}, 4, 16) == \
+        shared_tokens([[1, 2], [1, 3]], [[1, 2, 4], [4, 5]], 16) == (16, 3 * 16)
+    refs = {b: n - 1 for b, n in Counter(b for ids, _ in rows for b in ids).items() if n > 1}  # the pool's
+    decodes = [ids for ids, prefill in rows if not prefill]
+    prefills = [ids for ids, prefill in rows if prefill]
+    expected = shared_tokens(decodes, prefills, 16)
+    assert shared_tokens_by_refs(prefills, refs, sum(refs.values()), 16) == expected
+    requests = [Request(f"r{i}", 0.0, 200, 10) for i in range(len(rows))]
+    for r, (ids, _) in zip(requests, rows):
+        r.block_ids = ids
+    lead = 0  # the leading decode rows, at most `group` of them, as the fast path's decode group
+    while lead < min(group, len(rows)) and not rows[lead][1]:
+        lead += 1
+    plan = StepPlan(0, decode_group=requests[:lead], decode_group_computed=40 * lead, decode_group_max_computed=40,
+                    scheduled=[ScheduledRequest(r, 40 if prefill else 39, 1 if not prefill else 16, not prefill)
+                               for r, (_, prefill) in zip(requests[lead:], rows[lead:])])
+    plain = StepFeatures.from_plan(plan, 16)
+    assert (plain.decode_shared_tokens, plain.prefill_shared_tokens) == expected
+    for running in (len(rows), len(rows) + 1):
+        assert StepFeatures.from_plan(plan, 16, None, (sum(refs.values()), running, refs)) == plain
+
+
+@pytest.mark.parametrize("num_gpu_blocks", [None, 1200])
+def test_a_profile_priced_replay_is_the_same_with_shared_reads_from_the_ref_counts(monkeypatch, num_gpu_blocks):
+    """A replay of a k-shot trace with prefix caching, priced by a profile that prices shared reads (round 36's H100
+    profile), gives the same steps and requests with the shared reads from the pool's reference counts (SimExecutor's
+    `sharing`, on steps with prefill rows too) as with a pass over every table in every step; roomy, and under
+    memory pressure (preemptions)."""
+    import pagesim.cost.features as features_module
+    from pagesim.simulator import simulate
+    from pagesim.traces.synth import synthesize
+
+    config = Config(model="llama-3-8b", gpu="h100", enable_prefix_caching=True, num_gpu_blocks=num_gpu_blocks)
+    model = make_cost_model(str(REPO / "results/profiles/h100-llama-3-8b-2026-12-06-r36h.json"), config)
+    assert model.prices_sharing
+    trace = synthesize("kshot", num_requests=300, rate=20.0, seed=0)
+    by_refs, chunks = features_module.shared_tokens_by_refs, []
+
+    def counted(prefill_tables, *args):
+        chunks.append(len(prefill_tables))
+        return by_refs(prefill_tables, *args)
+
+    monkeypatch.setattr(features_module, "shared_tokens_by_refs", counted)
+    fast = simulate(trace, config, model)
+    assert sum(1 for n in chunks if n) > 100  # steps with prefill rows took it
+    orig = StepFeatures.__dict__["from_plan"].__func__
+    monkeypatch.setattr(StepFeatures, "from_plan", classmethod(
+        lambda cls, plan, block_size=0, prefill_grid=None, sharing=None: orig(cls, plan, block_size, prefill_grid)))
+    slow = simulate(trace, config, model)
+    assert num_gpu_blocks is None or fast.steps["num_preemptions"].sum() > 0
+    pd.testing.assert_frame_equal(fast.steps, slow.steps)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)
 
 
 # ---- roofline ---------------------------------------------------------------------------

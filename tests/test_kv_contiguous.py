@@ -152,7 +152,7 @@ def test_fork_gives_the_sample_its_own_run_and_copies_the_computed_blocks():
     assert len(child.block_ids) == len(parent.block_ids) == 4
     assert copies == list(zip(parent.block_ids[:3], child.block_ids[:3]))  # 10 tokens: 3 blocks of 4
     assert not set(parent.block_ids) & set(child.block_ids)
-    assert kv.num_shared_refs() == 0  # so no step of this layout reads a block twice
+    assert kv.num_shared_refs() == 0 and kv.shared_refs() == {}  # so no step of this layout reads a block twice
     check_contiguous(kv, [parent, child])
 
 

@@ -383,10 +383,11 @@ class PagedManagerMachine(RuleBasedStateMachine):
                     assert self.content.get(bid) == self._prefix(r, i)
         stats = self.kv.prefix_cache_stats
         assert stats.hits <= stats.queries and stats.recompute_hits <= stats.recompute_queries
-        # num_shared_refs (the simulator's shared reads without a pass when it is 0 or all running decode): the
-        # table entries beyond each block's first
+        # num_shared_refs and shared_refs (the simulator's shared reads without a pass over every table): the
+        # table entries beyond each block's first, in all and by block
         held = [b for r in self.running for b in r.block_ids]
         assert self.kv.num_shared_refs() == len(held) - len(set(held))
+        assert self.kv.shared_refs() == {b: n - 1 for b, n in Counter(held).items() if n > 1}
 
     def teardown(self):
         if not hasattr(self, "kv"):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain
 
 import numpy as np
 
@@ -92,20 +94,24 @@ class StepFeatures:
 
     @classmethod
     def from_plan(cls, plan: StepPlan, block_size: int = 0, prefill_grid: tuple[int, int, int] | None = None,
-                  sharing: tuple[int, int] | None = None) -> "StepFeatures":
+                  sharing: tuple[int, int, Mapping[int, int]] | None = None) -> "StepFeatures":
         """The step's features; block_size (nonzero): with the shared reads; prefill_grid (query heads, SMs, the
         kernel's persistent_max_q: ProfileCostModel.prefill_grid): with prefill_makespan. `sharing`, when known: (the
-        KV-cache manager's num_shared_refs, the number of running requests) as the plan was made; the shared reads
-        are then 0 without a pass over the block tables when no block is shared, and the shared refs' blocks when
-        the step's rows are all the running requests, all decoding (only running requests hold blocks)."""
+        KV-cache manager's num_shared_refs, the number of running requests, its shared_refs) as the plan was made;
+        the shared reads are then 0 without a pass over the block tables when no block is shared, and come from the
+        shared refs and the prefill rows' tables alone when the step's rows are all the running requests (only
+        running requests hold blocks: shared_tokens_by_refs)."""
         p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = walks = longest = 0
         decodes, prefills = [], []
         group = plan.decode_group  # decode rows without a ScheduledRequest (the fast path's), first in order
+        tables = block_size and (sharing is None or sharing[0])  # the shared reads need the rows' tables
+        by_refs = tables and sharing is not None and len(group) + len(plan.scheduled) == sharing[1]
+        decode_tables = tables and not by_refs
         if group:
             d_seqs = len(group)
             d_ctx = plan.decode_group_computed + d_seqs
             d_max = plan.decode_group_max_computed + 1
-            if block_size:
+            if decode_tables:
                 decodes = [r.block_ids for r in group]
         for s in plan.scheduled:
             c, q = s.num_computed_tokens, s.num_new_tokens
@@ -114,7 +120,7 @@ class StepFeatures:
                 d_ctx += c + q
                 if c + q > d_max:
                     d_max = c + q
-                if block_size:
+                if decode_tables:
                     decodes.append(s.request.block_ids)
             else:
                 p_tokens += q
@@ -125,10 +131,10 @@ class StepFeatures:
                 walks += w
                 if top > longest:
                     longest = top
-                if block_size:
+                if tables:
                     prefills.append(s.request.block_ids)
-        if sharing is not None and (not sharing[0] or (not p_seqs and d_seqs == sharing[1])):
-            shared = (sharing[0] * block_size, 0)
+        if by_refs:
+            shared = shared_tokens_by_refs(prefills, sharing[2], sharing[0], block_size)
         else:
             shared = shared_tokens(decodes, prefills, block_size) if decodes or prefills else (0, 0)
         makespan = 0
@@ -263,6 +269,22 @@ def shared_tokens(decode_tables, prefill_tables, block_size: int) -> tuple[int, 
         repeats += sum(1 for b in ids if b in seen)
         seen.update(ids)
     return decode, repeats * block_size
+
+
+def shared_tokens_by_refs(prefill_tables, shared_refs, num_shared_refs: int, block_size: int) -> tuple[int, int]:
+    """shared_tokens of a step whose tables are all the tables holding blocks (every running request a row), from
+    the prefill tables and the blocks' reference counts alone: `shared_refs`, block id -> tables holding it beyond
+    the first (KVCacheManager.shared_refs), `num_shared_refs` their sum.
+
+    A table holds a block at most once. With c tables holding block b, p of them prefill tables, shared_tokens
+    counts c - 1 repeats of it: the prefill tables' p, or p - 1 when no decode table holds it (c == p: the first
+    prefill table's entry is then its first read), and the decode tables' the rest. So the prefill part is the
+    prefill tables' entries less one per block of theirs with c == p, the decode part the rest of num_shared_refs."""
+    held = Counter(chain.from_iterable(prefill_tables))  # block -> p
+    get = shared_refs.get
+    firsts = sum(1 for b, p in held.items() if get(b, 0) + 1 == p)
+    repeats = sum(map(len, prefill_tables)) - firsts
+    return (num_shared_refs - repeats) * block_size, repeats * block_size
 
 
 def steps_since_prefill(step_ids, prefill_tokens, anchors=None, anchor_tokens: int = 0
