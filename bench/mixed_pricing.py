@@ -151,10 +151,10 @@ class _Capture:
         orig = self._orig.__func__
         capture = self
 
-        def from_plan(cls, plan, block_size=0, prefill_grid=None):
+        def from_plan(cls, plan, *args, **kwargs):  # any of from_plan's arguments (a SimExecutor passes `sharing`)
             capture.chunks[(capture.key, plan.step_id)] = tuple(
                 (s.num_computed_tokens, s.num_new_tokens) for s in plan.scheduled if not s.is_decode)
-            return orig(cls, plan, block_size, prefill_grid)
+            return orig(cls, plan, *args, **kwargs)
 
         StepFeatures.from_plan = classmethod(from_plan)
 
