@@ -8,7 +8,9 @@ timed on its own), steps, microseconds per step, peak RSS, and the ratio
 old / new of the time per step. The two trees must agree on the steps and
 per-request figures (exactness), which is checked and printed.
 
-Cases: a loaded synthetic trace (sharegpt preset, 20k requests at 50 req/s);
+Cases: a loaded synthetic trace (sharegpt preset, 20k requests at 50 req/s); a prefix-heavy synthetic
+trace (kshot preset, 10k requests at 20 req/s, prefix caching) priced by a calibrated H100 profile, with the
+default memory and with 4,000 blocks (against --old only when it is not 9708ab1);
 the Azure 2023 conversation trace with the default config and with Vidur's
 comparison options (llama-2-7b, a100-80gb, 128 seqs, 4,096 tokens per batch);
 Azure conv with two baselines (this tree only: steps.parquet size and read time); Azure conv priced by a
@@ -44,13 +46,13 @@ TARGETS = {"min_ratio": 4.0, "azure-conv-default_s": 1.0, "azure-conv-vidur-opti
            "synthetic-1m_s": 120.0, "synthetic-1m_rss_mb": 1536.0}
 
 
-def synth_trace(path: Path, num_requests: int) -> Path:
+def synth_trace(path: Path, num_requests: int, preset: str = "sharegpt", rate: float = 50.0) -> Path:
     if not path.exists():
         sys.path.insert(0, str(ROOT))
         from pagesim.traces import write_trace
         from pagesim.traces.synth import synthesize
 
-        write_trace(synthesize("sharegpt", num_requests=num_requests, rate=50.0, seed=0), path)
+        write_trace(synthesize(preset, num_requests=num_requests, rate=rate, seed=0), path)
     return path
 
 
@@ -114,6 +116,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="pagesim-bench-"))
     old = work / "old"
     cases = [("synthetic-20k", synth_trace(work / "sharegpt-20k.jsonl", 20_000), [], True)]
+    # prefix-heavy (90.6% of prompt blocks shared) and priced by the profile, roomy and under memory pressure: the
+    # block keys and the shared reads (against --old only when it is not 9708ab1, as the profile case below)
+    kshot = synth_trace(work / "kshot-10k.jsonl", 10_000, "kshot", 20.0)
+    kshot_options = ["--gpu", "h100", "--enable-prefix-caching", "--cost-model", str(H100_PROFILE)]
+    cases += [("kshot-10k-h100-profile", kshot, kshot_options, args.old != OLD_COMMIT),
+              ("kshot-10k-h100-profile-4000-blocks", kshot, kshot_options + ["--num-gpu-blocks", "4000"],
+               args.old != OLD_COMMIT)]
     if AZURE_CONV.exists():
         cases += [("azure-conv-default", AZURE_CONV, [], True),
                   ("azure-conv-vidur-options", AZURE_CONV, VIDUR_OPTIONS, True),
