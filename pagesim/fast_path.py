@@ -138,7 +138,7 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
         else:
             # reads of shared blocks, for a cost model that prices them: the same in every step (a run's new
             # blocks are its own); every running request is a decode row, so the manager's shared refs
-            shared = sched.kv.num_shared_refs() * sched.kv.block_size if cost_model.prices_sharing else 0
+            shared = kv.num_shared_refs() * bs if cost_model.prices_sharing else 0
             after = sched.since_prefill(sched.step_id)  # the run's first step's (StepPlan)
             m, starts, durations, end = _time_run(cost_model, n, total, k, longest, shared, after, now, cut,
                                                   0 if until is not None else SHORT_RUN)

@@ -90,6 +90,9 @@ class Request:
         get a key of the request (b"R": trace position, block index), shared by
         its forked samples; blocks reaching into generated tokens get a key of
         the sample (b"S"). Those hit only for the same request after a preemption.
+        `block_hash._extend_by_content_ids` applies the b"T" and b"H" rules to a run
+        of blocks at once: a change here goes there too (tests/test_prefix_cache.py
+        holds the two equal).
         """
         start, end = index * block_size, (index + 1) * block_size
         if end <= self.prompt_len:
