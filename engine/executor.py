@@ -220,12 +220,10 @@ class GPUExecutor:
         # swap-ins and host-tier loads through the copy engine where it reads this host's memory faster than the swap
         # kernel's own reads do (engine.kernels.swap: 31-34 against 45-55 GB/s on some hosts), timed once here as a
         # calibration times it (64 scattered blocks, ~10 ms), on the swap cache or host tier itself before any use
-        self.swap_in_by: str | None = None
-        self.swap_in_by_copies = False
+        self.swap_in_by: str | None = None  # "kernel" or "copies" once timed (swap_in_by_copies follows it)
         pinned = self.cpu_cache if self.cpu_cache is not None else getattr(self.host_tier, "cache", None)
         if self.is_cuda and pinned is not None and pinned.shape[0] >= 2:
             self.swap_in_by = measure_swap_bandwidth(self.kv_cache, repeats=3, cpu_cache=pinned)["swap_in_by"]
-            self.swap_in_by_copies = self.swap_in_by == "copies"
             if self.host_tier is not None:
                 self.host_tier.by_copies = self.swap_in_by_copies
 
@@ -274,6 +272,11 @@ class GPUExecutor:
             self._ev_moved = torch.cuda.Event(enable_timing=True)
             if cuda_graphs:
                 self._capture_graphs()
+
+    @property
+    def swap_in_by_copies(self) -> bool:
+        """Swap-ins through the copy engine (the path timed faster at start), else by the swap kernel."""
+        return self.swap_in_by == "copies"
 
     def describe(self) -> dict:
         """What ran the steps, for a run's summary.json."""
