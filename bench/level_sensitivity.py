@@ -1,0 +1,133 @@
+"""How far a live window's request-level figures move with the cost model's level (CPU only): the cause of the free
+simulation's percentile misses.
+
+For each live run, its free simulation (pagesim.validate.live_simulation, step by step) with the cost model its
+committed validation used (validation.json's cost_model_path), every step time multiplied by one factor: each of
+--levels, and the run's own level, sum(measured) / sum(predicted) over its lockstep steps
+(validation/validation_steps.parquet: the model's level error on that run, known only after the run). Per
+figure (TTFT / TPOT / E2E p50 / p90 / p99, makespan): its error against live at each factor, and its slope, the
+points of error per 1% of level (central difference over the two levels nearest 1 on each side). A slope of 5
+means a model right to 1% can still miss a 5% target by its level alone; the error at the run's own level says
+how much of the miss is the model's level on that run and how much is the schedule's own timing sensitivity.
+
+    python bench/level_sensitivity.py RUN_DIR ... [--levels 0.98,0.99,1.01,1.02] --out bench/results/level-sensitivity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from ensemble_windows import FIGURES, target  # noqa: E402  (bench/ is the script's own directory)
+from pagesim.outputs import check_output_file, git_commit  # noqa: E402
+
+
+class ScaledCostModel:
+    """`base`'s step times times `factor` (a level), step by step (no decode_run_times: the simulation runs
+    without the fast path, as validate's ensembles do)."""
+
+    def __init__(self, base, factor: float):
+        self.base, self.factor = base, factor
+        self.prices_sharing, self.governor, self.prefill_grid = base.prices_sharing, base.governor, base.prefill_grid
+
+    def step_time(self, features) -> float:
+        return self.base.step_time(features) * self.factor
+
+    def describe(self) -> dict:
+        return {"kind": "scaled", "factor": self.factor, "base": self.base.describe()}
+
+
+def run_level(run_dir: Path) -> float:
+    """sum(measured) / sum(predicted) over the run's lockstep steps: the factor that removes the model's level error."""
+    steps = pd.read_parquet(run_dir / "validation" / "validation_steps.parquet", columns=["measured_s", "predicted_s"])
+    return float(steps.measured_s.sum() / steps.predicted_s.sum())
+
+
+def one_run(run_dir: Path, levels: list[float]) -> dict:
+    from pagesim.cost import make_cost_model
+    from pagesim.metrics import summarize_run
+    from pagesim.validate import live_simulation, load_run, rel_error, run_metrics
+
+    committed = json.loads((run_dir / "validation" / "validation.json").read_text())
+    run = load_run(run_dir)
+    cost = make_cost_model(committed["cost_model_path"], run["config"])
+    live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
+    own = run_level(run_dir)
+    errors = {}
+    for f in sorted({1.0, own, *levels}):
+        result = live_simulation(run, ScaledCostModel(cost, f), fast_path=False).run("sim")
+        sim = run_metrics(summarize_run(result), result.steps)
+        errors[f] = {name: rel_error(sim[name], live[name]) for name in FIGURES}
+    below = max(f for f in errors if f < 1.0) if any(f < 1.0 for f in errors) else None
+    above = min(f for f in errors if f > 1.0) if any(f > 1.0 for f in errors) else None
+    figures = {}
+    for name in FIGURES:
+        slope = None
+        if below is not None and above is not None and None not in (errors[below][name], errors[above][name]):
+            slope = (errors[above][name] - errors[below][name]) / (above - below)  # points of error per 1% of level
+        figures[name] = {"errors": {f"{f:.4f}": errors[f][name] for f in errors}, "slope_per_percent": slope,
+                         "at_own_level": errors[own][name], "at_1": errors[1.0][name]}
+    return {"run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
+            "cost_model": committed["cost_model_path"], "own_level": own, "figures": figures}
+
+
+def within(run: dict, key: str) -> bool:
+    return all(f[key] is not None and abs(f[key]) <= target(name) for name, f in run["figures"].items())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", help="live run directories with a committed validation/ (validation.json and "
+                                           "validation_steps.parquet)")
+    p.add_argument("--levels", default="0.98,0.99,1.01,1.02",
+                   help="comma-separated factors on every step time (default 0.98,0.99,1.01,1.02; 1 and the run's "
+                        "own level are always added)")
+    p.add_argument("--out", default=None)
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    args = p.parse_args()
+    try:
+        levels = [float(x) for x in args.levels.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--levels {args.levels!r}: expected comma-separated numbers such as 0.98,0.99,1.01,1.02")
+    if not levels or any(not 0.5 <= f <= 2.0 for f in levels):
+        p.error(f"--levels {args.levels!r}: expected factors between 0.5 and 2 (0.99 is 1% faster steps)")
+    dirs = [Path(r) for r in args.runs]
+    for d in dirs:
+        for f in ("validation.json", "validation_steps.parquet"):
+            if not (d / "validation" / f).is_file():
+                p.error(f"{d}: no validation/{f} (validate the run first: python -m pagesim validate {d})")
+    if args.out:
+        check_output_file(p, args.out, args.force)
+    t0, runs = time.perf_counter(), []
+    for d in dirs:
+        r = one_run(d.resolve(), levels)
+        runs.append(r)
+        shown = [n for n in FIGURES if n.endswith("_p90") or n == "makespan_s"]
+        print(f"{d.name}: own level {r['own_level']:.4f}; " + "; ".join(
+            f"{n} {100 * r['figures'][n]['at_1']:+.1f}% -> {100 * r['figures'][n]['at_own_level']:+.1f}% "
+            f"(slope {r['figures'][n]['slope_per_percent']:+.1f})" for n in shown), flush=True)
+    every = {"at_1": sum(within(r, "at_1") for r in runs), "at_own_level": sum(within(r, "at_own_level") for r in runs)}
+    slopes = {n: float(np.median([abs(r["figures"][n]["slope_per_percent"]) for r in runs
+                                  if r["figures"][n]["slope_per_percent"] is not None] or [np.nan])) for n in FIGURES}
+    print(f"runs with every figure within target: {every['at_1']} of {len(runs)} as predicted, {every['at_own_level']} "
+          f"with each run's own level; median |slope| (points per 1% of level): "
+          + ", ".join(f"{n} {s:.1f}" for n, s in slopes.items()))
+    result = {"bench": "level_sensitivity", "git_commit": git_commit(), "levels": levels,
+              "seconds": time.perf_counter() - t0, "runs_every_figure_within_target": every,
+              "median_abs_slope_per_percent": slopes, "runs": runs}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
