@@ -4,11 +4,13 @@ simulation's percentile misses.
 For each live run, its free simulation (pagesim.validate.live_simulation, step by step) with the cost model its
 committed validation used (validation.json's cost_model_path), every step time multiplied by one factor: each of
 --levels, and the run's own level, sum(measured) / sum(predicted) over its lockstep steps
-(validation/validation_steps.parquet: the model's level error on that run, known only after the run). Per
+(validation/validation_steps.parquet: the model's level error on that run, known only after the run), and the
+run's own levels kind by kind (graph decode, graph mixed, ...: one factor each, from the same table). Per
 figure (TTFT / TPOT / E2E p50 / p90 / p99, makespan): its error against live at each factor, and its slope, the
 points of error per 1% of level (central difference over the two levels nearest 1 on each side). A slope of 5
 means a model right to 1% can still miss a 5% target by its level alone; the error at the run's own level says
-how much of the miss is the model's level on that run and how much is the schedule's own timing sensitivity.
+how much of the miss is the model's level on that run and how much is the schedule's own timing sensitivity. The
+run's own levels are an oracle (they need the live run): a diagnosis of the misses, not a prediction.
 
     python bench/level_sensitivity.py RUN_DIR ... [--levels 0.98,0.99,1.01,1.02] --out bench/results/level-sensitivity.json
 """
@@ -28,27 +30,41 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from ensemble_windows import FIGURES, target  # noqa: E402  (bench/ is the script's own directory)
 from pagesim.outputs import check_output_file, git_commit  # noqa: E402
+from pagesim.validate import step_kinds  # noqa: E402
 
 
 class ScaledCostModel:
-    """`base`'s step times times `factor` (a level), step by step (no decode_run_times: the simulation runs
-    without the fast path, as validate's ensembles do)."""
+    """`base`'s step times times `factor` (a level), or, with `by_kind`, times the factor of the step's kind
+    (pagesim.validate.step_kinds' names, told apart as it tells them; a kind not named keeps `factor`), step by
+    step (no decode_run_times: the simulation runs without the fast path, as validate's ensembles do)."""
 
-    def __init__(self, base, factor: float):
-        self.base, self.factor = base, factor
+    def __init__(self, base, factor: float, by_kind: dict[str, float] | None = None, max_graph_batch: int = 256,
+                 max_mixed_tokens: int = 0):
+        self.base, self.factor, self.by_kind = base, factor, by_kind or {}
+        self.max_graph_batch, self.max_mixed_tokens = max_graph_batch, max_mixed_tokens
         self.prices_sharing, self.governor, self.prefill_grid = base.prices_sharing, base.governor, base.prefill_grid
 
+    def kind(self, f) -> str:
+        frame = pd.DataFrame({c: [getattr(f, c)] for c in ("num_swap_out_blocks", "num_swap_in_blocks",
+                                                           "num_prefill_tokens", "num_decode_seqs")})
+        return str(step_kinds(frame, self.max_graph_batch, self.max_mixed_tokens)[0])
+
     def step_time(self, features) -> float:
-        return self.base.step_time(features) * self.factor
+        factor = self.by_kind.get(self.kind(features), self.factor) if self.by_kind else self.factor
+        return self.base.step_time(features) * factor
 
     def describe(self) -> dict:
-        return {"kind": "scaled", "factor": self.factor, "base": self.base.describe()}
+        return {"kind": "scaled", "factor": self.factor, "by_kind": self.by_kind, "base": self.base.describe()}
 
 
-def run_level(run_dir: Path) -> float:
-    """sum(measured) / sum(predicted) over the run's lockstep steps: the factor that removes the model's level error."""
-    steps = pd.read_parquet(run_dir / "validation" / "validation_steps.parquet", columns=["measured_s", "predicted_s"])
-    return float(steps.measured_s.sum() / steps.predicted_s.sum())
+def run_levels(run_dir: Path) -> tuple[float, dict[str, float]]:
+    """sum(measured) / sum(predicted) over the run's lockstep steps, overall and by step kind: the factors that remove
+    the model's level error on that run, as one level and kind by kind."""
+    steps = pd.read_parquet(run_dir / "validation" / "validation_steps.parquet",
+                            columns=["kind", "measured_s", "predicted_s"])
+    by_kind = steps.groupby("kind")[["measured_s", "predicted_s"]].sum()
+    return (float(steps.measured_s.sum() / steps.predicted_s.sum()),
+            {str(k): float(r.measured_s / r.predicted_s) for k, r in by_kind.iterrows() if r.predicted_s > 0})
 
 
 def one_run(run_dir: Path, levels: list[float]) -> dict:
@@ -60,12 +76,17 @@ def one_run(run_dir: Path, levels: list[float]) -> dict:
     run = load_run(run_dir)
     cost = make_cost_model(committed["cost_model_path"], run["config"])
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
-    own = run_level(run_dir)
-    errors = {}
-    for f in sorted({1.0, own, *levels}):
-        result = live_simulation(run, ScaledCostModel(cost, f), fast_path=False).run("sim")
+    own, own_by_kind = run_levels(run_dir)
+    max_graph = max(getattr(cost, "graph_batch_sizes", ()) or (run["config"].max_num_seqs,))
+    max_mixed = max((run["summary"].get("executor") or {}).get("mixed_graph_token_sizes") or [0])
+
+    def simulate(model) -> dict:
+        result = live_simulation(run, model, fast_path=False).run("sim")
         sim = run_metrics(summarize_run(result), result.steps)
-        errors[f] = {name: rel_error(sim[name], live[name]) for name in FIGURES}
+        return {name: rel_error(sim[name], live[name]) for name in FIGURES}
+
+    errors = {f: simulate(ScaledCostModel(cost, f)) for f in sorted({1.0, own, *levels})}
+    by_kind = simulate(ScaledCostModel(cost, 1.0, own_by_kind, max_graph, max_mixed))
     below = max(f for f in errors if f < 1.0) if any(f < 1.0 for f in errors) else None
     above = min(f for f in errors if f > 1.0) if any(f > 1.0 for f in errors) else None
     figures = {}
@@ -74,9 +95,11 @@ def one_run(run_dir: Path, levels: list[float]) -> dict:
         if below is not None and above is not None and None not in (errors[below][name], errors[above][name]):
             slope = (errors[above][name] - errors[below][name]) / (above - below)  # points of error per 1% of level
         figures[name] = {"errors": {f"{f:.4f}": errors[f][name] for f in errors}, "slope_per_percent": slope,
-                         "at_own_level": errors[own][name], "at_1": errors[1.0][name]}
+                         "at_own_level": errors[own][name], "at_own_levels_by_kind": by_kind[name],
+                         "at_1": errors[1.0][name]}
     return {"run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir),
-            "cost_model": committed["cost_model_path"], "own_level": own, "figures": figures}
+            "cost_model": committed["cost_model_path"], "own_level": own, "own_levels_by_kind": own_by_kind,
+            "figures": figures}
 
 
 def within(run: dict, key: str) -> bool:
@@ -112,13 +135,15 @@ def main() -> int:
         runs.append(r)
         shown = [n for n in FIGURES if n.endswith("_p90") or n == "makespan_s"]
         print(f"{d.name}: own level {r['own_level']:.4f}; " + "; ".join(
-            f"{n} {100 * r['figures'][n]['at_1']:+.1f}% -> {100 * r['figures'][n]['at_own_level']:+.1f}% "
-            f"(slope {r['figures'][n]['slope_per_percent']:+.1f})" for n in shown), flush=True)
-    every = {"at_1": sum(within(r, "at_1") for r in runs), "at_own_level": sum(within(r, "at_own_level") for r in runs)}
+            f"{n} {100 * r['figures'][n]['at_1']:+.1f}% -> {100 * r['figures'][n]['at_own_level']:+.1f}% / "
+            f"{100 * r['figures'][n]['at_own_levels_by_kind']:+.1f}% (slope {r['figures'][n]['slope_per_percent']:+.1f})"
+            for n in shown), flush=True)
+    every = {key: sum(within(r, key) for r in runs) for key in ("at_1", "at_own_level", "at_own_levels_by_kind")}
     slopes = {n: float(np.median([abs(r["figures"][n]["slope_per_percent"]) for r in runs
                                   if r["figures"][n]["slope_per_percent"] is not None] or [np.nan])) for n in FIGURES}
     print(f"runs with every figure within target: {every['at_1']} of {len(runs)} as predicted, {every['at_own_level']} "
-          f"with each run's own level; median |slope| (points per 1% of level): "
+          f"with each run's own level, {every['at_own_levels_by_kind']} with its own level kind by kind; median |slope| "
+          "(points per 1% of level): "
           + ", ".join(f"{n} {s:.1f}" for n, s in slopes.items()))
     result = {"bench": "level_sensitivity", "git_commit": git_commit(), "levels": levels,
               "seconds": time.perf_counter() - t0, "runs_every_figure_within_target": every,
