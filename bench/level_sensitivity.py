@@ -2,7 +2,8 @@
 simulation's percentile misses.
 
 For each live run, its free simulation (pagesim.validate.live_simulation, step by step) with the cost model its
-committed validation used (validation.json's cost_model_path), every step time multiplied by one factor: each of
+committed validation used (validation.json's cost_model_path), every step time multiplied by one factor
+(JitteredCostModel's scale, no jitter; `validate` reports the slopes at 0.99 and 1.01 itself): each of
 --levels, and the run's own level, sum(measured) / sum(predicted) over its lockstep steps
 (validation/validation_steps.parquet: the model's level error on that run, known only after the run), and the
 run's own levels kind by kind (graph decode, graph mixed, ...: one factor each, from the same table). Per
@@ -30,19 +31,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from ensemble_windows import FIGURES, target  # noqa: E402  (bench/ is the script's own directory)
 from pagesim.outputs import check_output_file, git_commit  # noqa: E402
+from pagesim.cost.jitter import JitteredCostModel  # noqa: E402
 from pagesim.validate import step_kinds  # noqa: E402
 
 
-class ScaledCostModel:
-    """`base`'s step times times `factor` (a level), or, with `by_kind`, times the factor of the step's kind
-    (pagesim.validate.step_kinds' names, told apart as it tells them; a kind not named keeps `factor`), step by
-    step (no decode_run_times: the simulation runs without the fast path, as validate's ensembles do)."""
+class KindScaledCostModel(JitteredCostModel):
+    """`base`'s step times times the factor of the step's kind (pagesim.validate.step_kinds' names, told apart as it
+    tells them; a kind not named keeps 1), step by step, no jitter (the run's own levels, kind by kind)."""
 
-    def __init__(self, base, factor: float, by_kind: dict[str, float] | None = None, max_graph_batch: int = 256,
-                 max_mixed_tokens: int = 0):
-        self.base, self.factor, self.by_kind = base, factor, by_kind or {}
-        self.max_graph_batch, self.max_mixed_tokens = max_graph_batch, max_mixed_tokens
-        self.prices_sharing, self.governor, self.prefill_grid = base.prices_sharing, base.governor, base.prefill_grid
+    def __init__(self, base, by_kind: dict[str, float], max_graph_batch: int, max_mixed_tokens: int):
+        super().__init__(base, 0, 0.0, 0.0)
+        self.by_kind, self.max_graph_batch, self.max_mixed_tokens = by_kind, max_graph_batch, max_mixed_tokens
 
     def kind(self, f) -> str:
         frame = pd.DataFrame({c: [getattr(f, c)] for c in ("num_swap_out_blocks", "num_swap_in_blocks",
@@ -50,11 +49,7 @@ class ScaledCostModel:
         return str(step_kinds(frame, self.max_graph_batch, self.max_mixed_tokens)[0])
 
     def step_time(self, features) -> float:
-        factor = self.by_kind.get(self.kind(features), self.factor) if self.by_kind else self.factor
-        return self.base.step_time(features) * factor
-
-    def describe(self) -> dict:
-        return {"kind": "scaled", "factor": self.factor, "by_kind": self.by_kind, "base": self.base.describe()}
+        return self.base.step_time(features) * self.by_kind.get(self.kind(features), 1.0)
 
 
 def run_levels(run_dir: Path) -> tuple[float, dict[str, float]]:
@@ -85,8 +80,8 @@ def one_run(run_dir: Path, levels: list[float]) -> dict:
         sim = run_metrics(summarize_run(result), result.steps)
         return {name: rel_error(sim[name], live[name]) for name in FIGURES}
 
-    errors = {f: simulate(ScaledCostModel(cost, f)) for f in sorted({1.0, own, *levels})}
-    by_kind = simulate(ScaledCostModel(cost, 1.0, own_by_kind, max_graph, max_mixed))
+    errors = {f: simulate(JitteredCostModel(cost, 0, 0.0, 0.0, f)) for f in sorted({1.0, own, *levels})}
+    by_kind = simulate(KindScaledCostModel(cost, own_by_kind, max_graph, max_mixed))
     below = max(f for f in errors if f < 1.0) if any(f < 1.0 for f in errors) else None
     above = min(f for f in errors if f > 1.0) if any(f > 1.0 for f in errors) else None
     figures = {}

@@ -440,6 +440,30 @@ MAX_ENSEMBLE = 1000  # validate --ensemble's ceiling (a free simulation of a com
 ENSEMBLE_BAND = (5.0, 95.0)  # the percentiles of the ensemble's figures reported as its band
 
 
+SENSITIVITY_STEP = 0.01  # the level change on each side of the model for request_level_sensitivity
+SENSITIVE_SLOPE = 5.0  # points of error per 1% of level from which a percentile is called timing-sensitive
+
+
+def request_level_sensitivity(run: dict, cost_model, step: float = SENSITIVITY_STEP) -> dict:
+    """How far the free simulation's request-level figures move with the cost model's level: two free simulations
+    with every step time times 1 - step and 1 + step (JitteredCostModel's scale, no jitter). Per figure, its slope
+    in points of error per 1% of level; `timing_sensitive` lists the percentiles whose slope is SENSITIVE_SLOPE or
+    more, where a model right to 1% can miss the 5% target by its level alone and the schedule amplifies timing
+    (preemptions, which requests wait behind them): their deterministic figure is one draw, the ensemble's band
+    (request_level_ensemble) the prediction (README, Simulator accuracy, round 39)."""
+    live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
+    sims = []
+    for scale in (1 - step, 1 + step):
+        result = live_simulation(run, JitteredCostModel(cost_model, 0, 0.0, 0.0, scale), fast_path=False).run("sim")
+        sims.append(run_metrics(summarize_run(result), result.steps))
+    slopes = {}
+    for name, value in live.items():
+        low, high = sims[0][name], sims[1][name]
+        slopes[name] = None if None in (value, low, high) or not value else (high - low) / value / (2 * step)
+    sensitive = [n for n, v in slopes.items() if v is not None and abs(v) >= SENSITIVE_SLOPE and "_p" in n]
+    return {"step": step, "slope_per_percent": slopes, "timing_sensitive": sensitive}
+
+
 def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = ENSEMBLE_STEP_SIGMA,
                            level_sigma: float = ENSEMBLE_LEVEL_SIGMA, seed: int = 0) -> dict:
     """n free simulations of the run with jittered step times (JitteredCostModel, seeds seed..seed+n-1, step by
@@ -575,6 +599,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "decisions": decisions,
         "request_level": requests_report,
         "request_level_timed_lockstep": timed,
+        "request_level_sensitivity": request_level_sensitivity(run, cost),
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
             "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
@@ -623,6 +648,12 @@ def format_report(report: dict) -> str:
         lines.append(line)
     if timed:
         lines.append("lockstep: the live run's own decisions, each step taking its predicted time (timed_lockstep)")
+    sens = report.get("request_level_sensitivity")
+    if sens:
+        moved = [f"{n} {v:+.1f}" for n, v in sens["slope_per_percent"].items() if n in sens["timing_sensitive"]]
+        lines.append(f"timing-sensitive (points of error per 1% of the model's level, >= {SENSITIVE_SLOPE:g}): "
+                     + (", ".join(moved) + ": their free-simulation figures are one draw of a schedule that timing "
+                        "moves; the ensemble's band (--ensemble N) is the prediction" if moved else "none"))
     if ens:
         inside = [v["live_in_band"] for v in ens["metrics"].values() if v["live_in_band"] is not None]
         lines.append(f"ensemble: the median of {ens['n']} free simulations with jittered step times (log-normal sigma "

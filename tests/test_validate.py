@@ -391,6 +391,59 @@ def test_jittered_cost_model_is_the_base_at_zero_sigma_and_repeats_with_its_seed
     assert np.all((ratios > 0.8) & (ratios < 1.25))  # 0.02-sigma factors: a few percent, not more
 
 
+def test_sensitivity_is_the_free_simulations_slope_against_the_models_level(tmp_path):
+    """validate reports, per request-level figure, how many points of error 1% of the cost model's level moves it:
+    the same as two free simulations with every step time scaled by 0.99 and 1.01 (scaled here by a wrapper of the
+    test's own, not JitteredCostModel's scale), with the percentiles at 5 or more named timing-sensitive and
+    printed. A step time scaled by s is the base's times s exactly."""
+    from pagesim.cost.jitter import JitteredCostModel
+    from pagesim.metrics import summarize_run
+    from pagesim.validate import format_report, live_simulation, load_run, run_metrics
+
+    base = make_cost_model("roofline", Config())
+    f = StepFeatures(num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=8, decode_context_tokens=7200,
+                     max_decode_context=1000)
+    assert JitteredCostModel(base, 0, 0.0, 0.0, 1.01).step_time(f) == pytest.approx(base.step_time(f) * 1.01, rel=1e-15)
+    with pytest.raises(ValueError, match="scale 0"):
+        JitteredCostModel(base, 0, 0.0, 0.0, 0)
+
+    out = tmp_path / "v"
+    assert main(["validate", str(LIVE / RUN), "--out", str(out), "--cost-model", str(PROFILE)]) == 0
+    report = json.loads((out / "validation.json").read_text())
+    sens = report["request_level_sensitivity"]
+    assert sens["step"] == 0.01 and set(sens["slope_per_percent"]) == set(report["request_level"])
+
+    class Scaled:
+        def __init__(self, model, s):
+            self.model, self.s = model, s
+            self.prices_sharing, self.governor = model.prices_sharing, model.governor
+            self.prefill_grid = model.prefill_grid
+
+        def step_time(self, features):
+            return self.model.step_time(features) * self.s
+
+    run = load_run(LIVE / RUN)
+    model = make_cost_model(str(PROFILE), run["config"])
+    live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
+    low, high = (run_metrics(summarize_run(r), r.steps) for r in
+                 (live_simulation(run, Scaled(model, s), fast_path=False).run("sim") for s in (0.99, 1.01)))
+    moved = 0
+    for name, slope in sens["slope_per_percent"].items():
+        if live[name] is None or low[name] is None:
+            assert slope is None, name
+            continue
+        assert slope == pytest.approx((high[name] - low[name]) / live[name] / 0.02, rel=1e-9, abs=1e-9), name
+        moved += slope != 0
+    assert moved and sens["slope_per_percent"]["makespan_s"] > 0  # slower steps, a later end
+    assert sens["timing_sensitive"] == [n for n, v in sens["slope_per_percent"].items()
+                                        if "_p" in n and v is not None and abs(v) >= 5]
+    assert "timing-sensitive (points of error per 1% of the model's level, >= 5)" in format_report(report)
+    from pagesim.dashboard import tables
+
+    table = tables.request_level_table(report).set_index("metric")
+    assert table.loc[tables.metric_label("makespan_s"), tables.SENSITIVITY_COLUMN] == sens["slope_per_percent"]["makespan_s"]
+
+
 def test_ensemble_reports_median_band_and_whether_live_is_in_it(tmp_path):
     """validate --ensemble N: per request-level figure the median of N jittered free simulations, the p5-p95 band
     around it, its error against live and whether live lies in the band; printed, stored, and on the dashboard's

@@ -32,14 +32,17 @@ def check_sigma(value: float, flag: str) -> float:
 
 class JitteredCostModel:
     """`base`'s step times times exp(N(0, level_sigma)) drawn once and exp(N(0, step_sigma)) drawn per step, from a
-    generator seeded with `seed` (so a run with the same seed, steps and base model repeats exactly)."""
+    generator seeded with `seed` (so a run with the same seed, steps and base model repeats exactly), and times
+    `scale` (1 unless given: validate's sensitivity, a level set rather than drawn)."""
 
-    def __init__(self, base, seed: int, step_sigma: float, level_sigma: float):
+    def __init__(self, base, seed: int, step_sigma: float, level_sigma: float, scale: float = 1.0):
         self.base = base
         self.step_sigma = check_sigma(step_sigma, "step_sigma")
         self.level_sigma = check_sigma(level_sigma, "level_sigma")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < 10:
+            raise ValueError(f"scale {scale!r}: expected a positive factor on the step times")
         self.rng = np.random.default_rng(seed)
-        self.level = float(np.exp(self.rng.normal(0.0, self.level_sigma))) if self.level_sigma else 1.0
+        self.level = (float(np.exp(self.rng.normal(0.0, self.level_sigma))) if self.level_sigma else 1.0) * scale
         self.prices_sharing = base.prices_sharing  # SimExecutor asks: the base model's features, unchanged
         self.governor = base.governor  # and the base model's power governor (SimExecutor throttles the jittered time)
         self.prefill_grid = base.prefill_grid

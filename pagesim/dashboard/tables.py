@@ -152,14 +152,19 @@ LOCKSTEP_COLUMNS = ["live decisions, predicted times", "its relative error"]
 ENSEMBLE_COLUMNS = ["ensemble median", "band low", "band high", "live in band", "ensemble error"]
 
 
+SENSITIVITY_COLUMN = "error per 1% of level"  # points of error per 1% of the model's level (validate's sensitivity)
+
+
 def request_level_table(validation: dict) -> pd.DataFrame:
     """validation.json's request_level: one row per metric with live, simulated (in ms for latencies) and
     the relative error; with the timed lockstep replay (request_level_timed_lockstep: the live run's own decisions,
     each step at its predicted time), its figure and error; with an ensemble of jittered simulations
     (request_level_ensemble), their median, its error and band, and whether live lies in it; with a replicate
     recording (live_repeatability), also its live figure, the two recordings' relative difference and whether the
-    simulation's error is within it."""
+    simulation's error is within it; with the level sensitivity (request_level_sensitivity), the points of error 1%
+    of the cost model's level moves the figure by."""
     again = validation.get("live_repeatability", {}).get("metrics", {})
+    slopes = validation.get("request_level_sensitivity", {}).get("slope_per_percent", {})
     timed = validation.get("request_level_timed_lockstep", {})
     ensemble = validation.get("request_level_ensemble", {}).get("metrics", {})
     rows = []
@@ -183,9 +188,11 @@ def request_level_table(validation: dict) -> pd.DataFrame:
             other = r.get("replicate_live")
             row.update({"replicate live": None if other is None else other * scale,
                         "live vs live": r.get("live_rel_diff"), "within live spread": r.get("sim_within_live_spread")})
+        if slopes:
+            row[SENSITIVITY_COLUMN] = slopes.get(name)
         rows.append(row)
     # the ensemble's band and verdict next to the simulation's error, before the lockstep replay's columns (not a
     # target: the live run's own decisions), so a page of ordinary width shows them without scrolling
     return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"]
                         + (ENSEMBLE_COLUMNS if ensemble else []) + (LOCKSTEP_COLUMNS if timed else [])
-                        + (REPLICATE_COLUMNS if again else []))
+                        + (REPLICATE_COLUMNS if again else []) + ([SENSITIVITY_COLUMN] if slopes else []))
