@@ -3,7 +3,7 @@ simulation's percentile misses.
 
 For each live run, its free simulation (pagesim.validate.live_simulation, step by step) with the cost model its
 committed validation used (validation.json's cost_model_path), every step time multiplied by one factor
-(JitteredCostModel's scale, no jitter; `validate` reports the slopes at 0.99 and 1.01 itself): each of
+(JitteredCostModel's scale, no jitter; `validate` reports the larger move at 0.99 and 1.01 itself): each of
 --levels, and the run's own level, sum(measured) / sum(predicted) over its lockstep steps
 (validation/validation_steps.parquet: the model's level error on that run, known only after the run), and the
 run's own levels kind by kind (graph decode, graph mixed, ...: one factor each, from the same table). Per

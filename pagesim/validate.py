@@ -441,27 +441,36 @@ ENSEMBLE_BAND = (5.0, 95.0)  # the percentiles of the ensemble's figures reporte
 
 
 SENSITIVITY_STEP = 0.01  # the level change on each side of the model for request_level_sensitivity
-SENSITIVE_SLOPE = 5.0  # points of error per 1% of level from which a percentile is called timing-sensitive
+SENSITIVE_SLOPE = 5.0  # points of error a 1% level change moves a percentile by, from which it is timing-sensitive
 
 
-def request_level_sensitivity(run: dict, cost_model, step: float = SENSITIVITY_STEP) -> dict:
-    """How far the free simulation's request-level figures move with the cost model's level: two free simulations
-    with every step time times 1 - step and 1 + step (JitteredCostModel's scale, no jitter). Per figure, its slope
-    in points of error per 1% of level; `timing_sensitive` lists the percentiles whose slope is SENSITIVE_SLOPE or
-    more, where a model right to 1% can miss the 5% target by its level alone and the schedule amplifies timing
-    (preemptions, which requests wait behind them): their deterministic figure is one draw, the ensemble's band
+def _is_percentile(name: str) -> bool:
+    """A request-level figure that is a percentile (ttft_s_p90, ...), not a count or a rate (num_preemptions)."""
+    head, _, tail = name.rpartition("_p")
+    return bool(head) and tail.isdigit()
+
+
+def request_level_sensitivity(run: dict, cost_model, requests_report: dict, step: float = SENSITIVITY_STEP) -> dict:
+    """How far the free simulation's request-level figures move with the cost model's level: two more free
+    simulations with every step time times 1 - step and 1 + step (JitteredCostModel's scale, no jitter), beside the
+    run's own (`requests_report`, request_level's). Per figure, the larger of its two moves from the model's level,
+    in points of error per 1% of level (the larger, not their mean: near a preemption a figure jumps back and forth,
+    and the mean of two jumps can be 0); `timing_sensitive` lists the percentiles that move SENSITIVE_SLOPE points
+    or more, where a model right to 1% can miss the 5% target by its level alone and the schedule amplifies timing
+    (which requests wait behind a preemption): their deterministic figure is one draw, the ensemble's band
     (request_level_ensemble) the prediction (README, Simulator accuracy, round 39)."""
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
     sims = []
     for scale in (1 - step, 1 + step):
         result = live_simulation(run, JitteredCostModel(cost_model, 0, 0.0, 0.0, scale), fast_path=False).run("sim")
         sims.append(run_metrics(summarize_run(result), result.steps))
-    slopes = {}
+    moves = {}
     for name, value in live.items():
-        low, high = sims[0][name], sims[1][name]
-        slopes[name] = None if None in (value, low, high) or not value else (high - low) / value / (2 * step)
-    sensitive = [n for n, v in slopes.items() if v is not None and abs(v) >= SENSITIVE_SLOPE and "_p" in n]
-    return {"step": step, "slope_per_percent": slopes, "timing_sensitive": sensitive}
+        at = (sims[0][name], requests_report[name]["sim"], sims[1][name])
+        moves[name] = (None if None in (value, *at) or not value else
+                       max(abs(at[1] - at[0]), abs(at[2] - at[1])) / abs(value) / step)
+    sensitive = [n for n, v in moves.items() if v is not None and v >= SENSITIVE_SLOPE and _is_percentile(n)]
+    return {"step": step, "points_per_percent": moves, "timing_sensitive": sensitive}
 
 
 def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = ENSEMBLE_STEP_SIGMA,
@@ -599,7 +608,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "decisions": decisions,
         "request_level": requests_report,
         "request_level_timed_lockstep": timed,
-        "request_level_sensitivity": request_level_sensitivity(run, cost),
+        "request_level_sensitivity": request_level_sensitivity(run, cost, requests_report),
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
             "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
@@ -650,7 +659,7 @@ def format_report(report: dict) -> str:
         lines.append("lockstep: the live run's own decisions, each step taking its predicted time (timed_lockstep)")
     sens = report.get("request_level_sensitivity")
     if sens:
-        moved = [f"{n} {v:+.1f}" for n, v in sens["slope_per_percent"].items() if n in sens["timing_sensitive"]]
+        moved = [f"{n} {v:.1f}" for n, v in sens["points_per_percent"].items() if n in sens["timing_sensitive"]]
         lines.append(f"timing-sensitive (points of error per 1% of the model's level, >= {SENSITIVE_SLOPE:g}): "
                      + (", ".join(moved) + ": their free-simulation figures are one draw of a schedule that timing "
                         "moves; the ensemble's band (--ensemble N) is the prediction" if moved else "none"))

@@ -187,7 +187,7 @@ def show_validation(run: LiveRun) -> None:
                                 "band high": st.column_config.NumberColumn(format="%.4g"),
                                 "replicate live": st.column_config.NumberColumn(format="%.4g"),
                                 "live vs live": st.column_config.NumberColumn(format="percent"),
-                                tables.SENSITIVITY_COLUMN: st.column_config.NumberColumn(format="%+.1f")})
+                                tables.SENSITIVITY_COLUMN: st.column_config.NumberColumn(format="%.1f")})
     ens = v.get("request_level_ensemble")
     if ens:
         st.caption(f"ensemble: the median of {ens['n']} free simulations whose step times vary as the GPU's do "
@@ -196,7 +196,7 @@ def show_validation(run: LiveRun) -> None:
     sens = v.get("request_level_sensitivity")
     if sens:
         st.caption(f"{tables.SENSITIVITY_COLUMN}: points of error a 1% change of every predicted step time moves the "
-                   f"figure by; timing-sensitive (5 or more): {', '.join(sens['timing_sensitive']) or 'none'}: there "
+                   f"figure by (the larger of two simulations, at 0.99 and 1.01); timing-sensitive (5 or more): {', '.join(sens['timing_sensitive']) or 'none'}: there "
                    "one free simulation is one draw, and the ensemble's band is the prediction")
     if v.get("live_repeatability"):
         st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
