@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pagesim.dashboard import first_chart
+from pagesim.dashboard import first_chart, tables
 from pagesim.dashboard.kernel_results import RESULTS_DIR_ENV
 from pagesim.dashboard.live_runs import LIVE_DIR_ENV, VALIDATION_FILES
 from tests.conftest import REPO
@@ -1089,6 +1089,27 @@ def test_live_page_request_table_shows_the_ensemble_band_without_scrolling(tmp_p
     (table,) = [d.value for d in at.dataframe if "ensemble median" in d.value.columns]
     assert list(table.columns[:8]) == ["metric", "live", "simulated", "relative error", "ensemble median", "band low",
                                        "band high", "live in band"]
+
+
+def test_live_page_names_the_timing_sensitive_percentiles_of_a_validation_that_has_them(tmp_path, monkeypatch):
+    """A round-38 run validated with the level sensitivity (round 39): the request-level table's last column is how
+    many points of error 1% of the model's level moves each figure, and a caption names the timing-sensitive
+    percentiles (preempt-sharegpt-bursty-r38h: its TPOT p99 moves ~95 points)."""
+    import shutil
+
+    name = "preempt-sharegpt-bursty-r38h"
+    shutil.copytree(REPO / "results" / "live" / name, tmp_path / name)
+    sens = json.loads((tmp_path / name / "validation" / "validation.json").read_text())["request_level_sensitivity"]
+    assert "tpot_s_p99" in sens["timing_sensitive"]
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = app("live")
+    assert not at.error
+    (table,) = [d.value for d in at.dataframe if tables.SENSITIVITY_COLUMN in d.value.columns]
+    assert table.columns[-1] == tables.SENSITIVITY_COLUMN
+    row = table.set_index("metric").loc[tables.metric_label("tpot_s_p99")]
+    assert row[tables.SENSITIVITY_COLUMN] == pytest.approx(sens["points_per_percent"]["tpot_s_p99"])
+    (caption,) = [c.value for c in at.caption if "timing-sensitive" in c.value]
+    assert "tpot_s_p99" in caption and "ensemble's band is the prediction" in caption
 
 
 def test_live_page_worst_steps_lead_with_their_error_in_percent_and_times_in_ms(tmp_path, monkeypatch):
