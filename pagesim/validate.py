@@ -441,7 +441,7 @@ ENSEMBLE_BAND = (5.0, 95.0)  # the percentiles of the ensemble's figures reporte
 
 
 SENSITIVITY_STEP = 0.01  # the level change on each side of the model for request_level_sensitivity
-SENSITIVE_SLOPE = 5.0  # points of error a 1% level change moves a percentile by, from which it is timing-sensitive
+SENSITIVE_POINTS = 5.0  # points of error a 1% level change moves a percentile by, from which it is timing-sensitive
 
 
 def _is_percentile(name: str) -> bool:
@@ -455,7 +455,7 @@ def request_level_sensitivity(run: dict, cost_model, requests_report: dict, step
     simulations with every step time times 1 - step and 1 + step (JitteredCostModel's scale, no jitter), beside the
     run's own (`requests_report`, request_level's). Per figure, the larger of its two moves from the model's level,
     in points of error per 1% of level (the larger, not their mean: near a preemption a figure jumps back and forth,
-    and the mean of two jumps can be 0); `timing_sensitive` lists the percentiles that move SENSITIVE_SLOPE points
+    and the mean of two jumps can be 0); `timing_sensitive` lists the percentiles that move SENSITIVE_POINTS points
     or more, where a model right to 1% can miss the 5% target by its level alone and the schedule amplifies timing
     (which requests wait behind a preemption): their deterministic figure is one draw, the ensemble's band
     (request_level_ensemble) the prediction (README, Simulator accuracy, round 39)."""
@@ -469,7 +469,7 @@ def request_level_sensitivity(run: dict, cost_model, requests_report: dict, step
         at = (sims[0][name], requests_report[name]["sim"], sims[1][name])
         moves[name] = (None if None in (value, *at) or not value else
                        max(abs(at[1] - at[0]), abs(at[2] - at[1])) / abs(value) / step)
-    sensitive = [n for n, v in moves.items() if v is not None and v >= SENSITIVE_SLOPE and _is_percentile(n)]
+    sensitive = [n for n, v in moves.items() if v is not None and v >= SENSITIVE_POINTS and _is_percentile(n)]
     return {"step": step, "points_per_percent": moves, "timing_sensitive": sensitive}
 
 
@@ -660,7 +660,7 @@ def format_report(report: dict) -> str:
     sens = report.get("request_level_sensitivity")
     if sens:
         moved = [f"{n} {v:.1f}" for n, v in sens["points_per_percent"].items() if n in sens["timing_sensitive"]]
-        lines.append(f"timing-sensitive (points of error per 1% of the model's level, >= {SENSITIVE_SLOPE:g}): "
+        lines.append(f"timing-sensitive (points of error per 1% of the model's level, >= {SENSITIVE_POINTS:g}): "
                      + (", ".join(moved) + ": their free-simulation figures are one draw of a schedule that timing "
                         "moves; the ensemble's band (--ensemble N) is the prediction" if moved else "none"))
     if ens:

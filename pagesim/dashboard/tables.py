@@ -164,7 +164,7 @@ def request_level_table(validation: dict) -> pd.DataFrame:
     simulation's error is within it; with the level sensitivity (request_level_sensitivity), the points of error a
     1% change of the cost model's level moves the figure by."""
     again = validation.get("live_repeatability", {}).get("metrics", {})
-    slopes = validation.get("request_level_sensitivity", {}).get("points_per_percent", {})
+    moves = validation.get("request_level_sensitivity", {}).get("points_per_percent", {})
     timed = validation.get("request_level_timed_lockstep", {})
     ensemble = validation.get("request_level_ensemble", {}).get("metrics", {})
     rows = []
@@ -188,11 +188,12 @@ def request_level_table(validation: dict) -> pd.DataFrame:
             other = r.get("replicate_live")
             row.update({"replicate live": None if other is None else other * scale,
                         "live vs live": r.get("live_rel_diff"), "within live spread": r.get("sim_within_live_spread")})
-        if slopes:
-            row[SENSITIVITY_COLUMN] = slopes.get(name)
+        if moves:
+            row[SENSITIVITY_COLUMN] = moves.get(name)
         rows.append(row)
     # the ensemble's band and verdict next to the simulation's error, before the lockstep replay's columns (not a
     # target: the live run's own decisions), so a page of ordinary width shows them without scrolling
+    # how far the model's level moves the free simulation's figure: beside its error and the ensemble's band
     return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"]
-                        + (ENSEMBLE_COLUMNS if ensemble else []) + (LOCKSTEP_COLUMNS if timed else [])
-                        + (REPLICATE_COLUMNS if again else []) + ([SENSITIVITY_COLUMN] if slopes else []))
+                        + (ENSEMBLE_COLUMNS if ensemble else []) + ([SENSITIVITY_COLUMN] if moves else [])
+                        + (LOCKSTEP_COLUMNS if timed else []) + (REPLICATE_COLUMNS if again else []))

@@ -195,9 +195,10 @@ def show_validation(run: LiveRun) -> None:
                    f"their p{ens['band_percentiles'][0]:g}-p{ens['band_percentiles'][1]:g}")
     sens = v.get("request_level_sensitivity")
     if sens:
+        flagged = ", ".join(sens["timing_sensitive"]) or "none"
         st.caption(f"{tables.SENSITIVITY_COLUMN}: points of error a 1% change of every predicted step time moves the "
-                   f"figure by (the larger of two simulations, at 0.99 and 1.01); timing-sensitive (5 or more): {', '.join(sens['timing_sensitive']) or 'none'}: there "
-                   "one free simulation is one draw, and the ensemble's band is the prediction")
+                   f"figure by (the larger of two simulations, at 0.99 and 1.01); timing-sensitive (5 or more): "
+                   f"{flagged}: there one free simulation is one draw, and the ensemble's band is the prediction")
     if v.get("live_repeatability"):
         st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
                    "an error within 'live vs live' cannot be told from the engine's own run-to-run spread)")
