@@ -427,10 +427,16 @@ def live_simulation(run: dict, cost_model, fast_path: bool = True, released_time
                       on_release=on_release)
 
 
+def free_figures(run: dict, cost_model, fast_path: bool = True):
+    """The free simulation of the run's requests with `cost_model`: its request-level figures (run_metrics) and its
+    result."""
+    result = live_simulation(run, cost_model, fast_path=fast_path).run("sim")
+    return run_metrics(summarize_run(result), result.steps), result
+
+
 def request_level(run: dict, cost_model) -> tuple[dict, object]:
-    sim = live_simulation(run, cost_model).run("sim")
+    simulated, sim = free_figures(run, cost_model)
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
-    simulated = run_metrics(summarize_run(sim), sim.steps)
     return {k: {"live": live[k], "sim": simulated[k], "rel_error": rel_error(simulated[k], live[k])} for k in live}, sim
 
 
@@ -444,12 +450,6 @@ SENSITIVITY_STEP = 0.01  # the level change on each side of the model for reques
 SENSITIVE_POINTS = 5.0  # points of error a 1% level change moves a percentile by, from which it is timing-sensitive
 
 
-def _is_percentile(name: str) -> bool:
-    """A request-level figure that is a percentile (ttft_s_p90, ...), not a count or a rate (num_preemptions)."""
-    head, _, tail = name.rpartition("_p")
-    return bool(head) and tail.isdigit()
-
-
 def request_level_sensitivity(run: dict, cost_model, requests_report: dict, step: float = SENSITIVITY_STEP) -> dict:
     """How far the free simulation's request-level figures move with the cost model's level: two more free
     simulations with every step time times 1 - step and 1 + step (JitteredCostModel's scale, no jitter), beside the
@@ -459,18 +459,16 @@ def request_level_sensitivity(run: dict, cost_model, requests_report: dict, step
     or more, where a model right to 1% can miss the 5% target by its level alone and the schedule amplifies timing
     (which requests wait behind a preemption): their deterministic figure is one draw, the ensemble's band
     (request_level_ensemble) the prediction (README, Simulator accuracy, round 39)."""
-    live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
-    sims = []
-    for scale in (1 - step, 1 + step):
-        result = live_simulation(run, JitteredCostModel(cost_model, 0, 0.0, 0.0, scale), fast_path=False).run("sim")
-        sims.append(run_metrics(summarize_run(result), result.steps))
+    low, high = (free_figures(run, JitteredCostModel(cost_model, 0, 0.0, 0.0, scale), fast_path=False)[0]
+                 for scale in (1 - step, 1 + step))
     moves = {}
-    for name, value in live.items():
-        at = (sims[0][name], requests_report[name]["sim"], sims[1][name])
-        moves[name] = (None if None in (value, *at) or not value else
-                       max(abs(at[1] - at[0]), abs(at[2] - at[1])) / abs(value) / step)
-    sensitive = [n for n, v in moves.items() if v is not None and v >= SENSITIVE_POINTS and _is_percentile(n)]
-    return {"step": step, "points_per_percent": moves, "timing_sensitive": sensitive}
+    for name, v in requests_report.items():  # v: live's figure and the run's own free simulation's
+        at = (low[name], v["sim"], high[name])
+        moves[name] = (None if None in (v["live"], *at) or not v["live"] else
+                       max(abs(at[1] - at[0]), abs(at[2] - at[1])) / abs(v["live"]) / step)
+    sensitive = [n for n, v in moves.items()
+                 if v is not None and v >= SENSITIVE_POINTS and n.rpartition("_")[2] in PERCENTILES]
+    return {"step": step, "points_per_percent": moves, "timing_sensitive": sensitive, "threshold": SENSITIVE_POINTS}
 
 
 def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = ENSEMBLE_STEP_SIGMA,
@@ -482,9 +480,8 @@ def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = EN
     live = run_metrics(run["summary"]["runs"]["live"], run["steps"])
     draws = []
     for i in counted(range(n), n, "ensemble", "sim"):
-        sim = live_simulation(run, JitteredCostModel(cost_model, seed + i, step_sigma, level_sigma), fast_path=False)
-        result = sim.run("sim")
-        draws.append(run_metrics(summarize_run(result), result.steps))
+        draws.append(free_figures(run, JitteredCostModel(cost_model, seed + i, step_sigma, level_sigma),
+                                  fast_path=False)[0])
     metrics = {}
     for name, value in live.items():
         values = np.array([d[name] for d in draws if d[name] is not None], dtype=np.float64)
@@ -660,7 +657,7 @@ def format_report(report: dict) -> str:
     sens = report.get("request_level_sensitivity")
     if sens:
         moved = [f"{n} {v:.1f}" for n, v in sens["points_per_percent"].items() if n in sens["timing_sensitive"]]
-        lines.append(f"timing-sensitive (points of error per 1% of the model's level, >= {SENSITIVE_POINTS:g}): "
+        lines.append(f"timing-sensitive (points of error per 1% of the model's level, >= {sens['threshold']:g}): "
                      + (", ".join(moved) + ": their free-simulation figures are one draw of a schedule that timing "
                         "moves; the ensemble's band (--ensemble N) is the prediction" if moved else "none"))
     if ens:

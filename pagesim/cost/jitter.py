@@ -39,7 +39,7 @@ class JitteredCostModel:
         self.base = base
         self.step_sigma = check_sigma(step_sigma, "step_sigma")
         self.level_sigma = check_sigma(level_sigma, "level_sigma")
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < 10:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
             raise ValueError(f"scale {scale!r}: expected a positive factor on the step times")
         self.rng = np.random.default_rng(seed)
         self.level = (float(np.exp(self.rng.normal(0.0, self.level_sigma))) if self.level_sigma else 1.0) * scale

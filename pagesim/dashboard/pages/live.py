@@ -197,7 +197,8 @@ def show_validation(run: LiveRun) -> None:
     if sens:
         flagged = ", ".join(sens["timing_sensitive"]) or "none"
         st.caption(f"{tables.SENSITIVITY_COLUMN}: points of error a 1% change of every predicted step time moves the "
-                   f"figure by (the larger of two simulations, at 0.99 and 1.01); timing-sensitive (5 or more): "
+                   f"figure by (the larger of two simulations, at 0.99 and 1.01); timing-sensitive "
+                   f"({sens.get('threshold', 5):g} or more): "
                    f"{flagged}: there one free simulation is one draw, and the ensemble's band is the prediction")
     if v.get("live_repeatability"):
         st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
