@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from pagesim.cost import make_cost_model  # noqa: E402
 from pagesim.cost.features import StepFeatures  # noqa: E402
+from pagesim.cost.jitter import ScaledCostModel as Scaled  # noqa: E402
 from pagesim.metrics import summarize_run  # noqa: E402
 from pagesim.outputs import check_output_file  # noqa: E402
 from pagesim.live_oracle import oracle_run  # noqa: E402
@@ -63,25 +64,7 @@ LOCAL_HALF_WIDTHS = (25, 250)  # local-bias windows of 51 and 501 steps
 TALLIED = ("model", "unbiased", "kinds", "local51", "oracle")  # the variants whose runs within target main() counts
 
 
-class Scaled:
-    """A cost model's times multiplied by one factor (the fast path's vectorised times too)."""
-
-    def __init__(self, cost, scale: float):
-        self.cost, self.scale = cost, scale
-        self.prices_sharing = cost.prices_sharing
-        self.prefill_grid, self.governor = cost.prefill_grid, cost.governor  # the features and clock it prices by
-
-    def step_time(self, f) -> float:
-        return self.cost.step_time(f) * self.scale
-
-    def decode_run_times(self, *args, **kw):
-        return self.cost.decode_run_times(*args, **kw) * self.scale
-
-    def describe(self) -> dict:
-        return {**self.cost.describe(), "scale": self.scale}
-
-
-class Noisy(Scaled):
+class Noisy(Scaled):  # (pagesim.cost.jitter.ScaledCostModel: base, scale)
     """Each step's time times a measured/predicted ratio drawn at random from the run's own step table: the
     model's per-step error without its order (bias included). A few seeds give the spread of outcomes that a
     model exactly as accurate per step, but wrong on other steps, would produce."""
@@ -91,14 +74,14 @@ class Noisy(Scaled):
         self.ratios, self.rng = ratios, np.random.default_rng(seed)
 
     def step_time(self, f) -> float:
-        return self.cost.step_time(f) * self.ratios[self.rng.integers(len(self.ratios))]
+        return self.base.step_time(f) * self.ratios[self.rng.integers(len(self.ratios))]
 
     def decode_run_times(self, *args, **kw):
-        times = self.cost.decode_run_times(*args, **kw)
+        times = self.base.decode_run_times(*args, **kw)
         return times * self.ratios[self.rng.integers(len(self.ratios), size=len(times))]
 
     def describe(self) -> dict:
-        return {**self.cost.describe(), "noise": "measured/predicted ratios of the run's steps"}
+        return {**self.base.describe(), "noise": "measured/predicted ratios of the run's steps"}
 
 
 class LocalBias(SimExecutor):

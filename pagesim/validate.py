@@ -46,7 +46,7 @@ from pagesim.config import Config
 from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures, steps_since_prefill
 from pagesim.cost.governor import Throttle
-from pagesim.cost.jitter import JitteredCostModel, check_sigma
+from pagesim.cost.jitter import JitteredCostModel, ScaledCostModel, check_sigma
 from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.run_warnings import emit
@@ -452,15 +452,14 @@ SENSITIVE_POINTS = 5.0  # points of error a 1% level change moves a percentile b
 
 def request_level_sensitivity(run: dict, cost_model, requests_report: dict, step: float = SENSITIVITY_STEP) -> dict:
     """How far the free simulation's request-level figures move with the cost model's level: two more free
-    simulations with every step time times 1 - step and 1 + step (JitteredCostModel's scale, no jitter), beside the
+    simulations with every step time times 1 - step and 1 + step (ScaledCostModel, on the fast path), beside the
     run's own (`requests_report`, request_level's). Per figure, the larger of its two moves from the model's level,
     in points of error per 1% of level (the larger, not their mean: near a preemption a figure jumps back and forth,
     and the mean of two jumps can be 0); `timing_sensitive` lists the percentiles that move SENSITIVE_POINTS points
     or more, where a model right to 1% can miss the 5% target by its level alone and the schedule amplifies timing
     (which requests wait behind a preemption): their deterministic figure is one draw, the ensemble's band
     (request_level_ensemble) the prediction (README, Simulator accuracy, round 39)."""
-    low, high = (free_figures(run, JitteredCostModel(cost_model, 0, 0.0, 0.0, scale), fast_path=False)[0]
-                 for scale in (1 - step, 1 + step))
+    low, high = (free_figures(run, ScaledCostModel(cost_model, scale))[0] for scale in (1 - step, 1 + step))
     moves = {}
     for name, v in requests_report.items():  # v: live's figure and the run's own free simulation's
         at = (low[name], v["sim"], high[name])

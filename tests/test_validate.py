@@ -394,10 +394,10 @@ def test_jittered_cost_model_is_the_base_at_zero_sigma_and_repeats_with_its_seed
 def test_sensitivity_is_how_far_the_models_level_moves_the_free_simulation(tmp_path):
     """validate reports, per request-level figure, how many points of error a 1% change of the cost model's level
     moves it: the larger of its moves from the run's free simulation to two free simulations with every step time
-    scaled by 0.99 and 1.01 (scaled here by a wrapper of the test's own, not JitteredCostModel's scale), with the
-    percentiles at 5 or more named timing-sensitive, printed and on the dashboard's table. A step time scaled by s
-    is the base's times s exactly."""
-    from pagesim.cost.jitter import JitteredCostModel
+    scaled by 0.99 and 1.01 (scaled here by a wrapper of the test's own, step by step; validate's ScaledCostModel
+    keeps the fast path), with the percentiles at 5 or more named timing-sensitive, printed and on the dashboard's
+    table. A step time scaled by s is the base's times s exactly."""
+    from pagesim.cost.jitter import ScaledCostModel
     from pagesim.dashboard import tables
     from pagesim.metrics import summarize_run
     from pagesim.validate import format_report, live_simulation, load_run, run_metrics
@@ -405,9 +405,12 @@ def test_sensitivity_is_how_far_the_models_level_moves_the_free_simulation(tmp_p
     base = make_cost_model("roofline", Config())
     f = StepFeatures(num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=8, decode_context_tokens=7200,
                      max_decode_context=1000)
-    assert JitteredCostModel(base, 0, 0.0, 0.0, 1.01).step_time(f) == pytest.approx(base.step_time(f) * 1.01, rel=1e-15)
-    with pytest.raises(ValueError, match="scale 0"):
-        JitteredCostModel(base, 0, 0.0, 0.0, 0)
+    assert ScaledCostModel(base, 1.01).step_time(f) == base.step_time(f) * 1.01
+    np.testing.assert_array_equal(ScaledCostModel(base, 1.01).decode_run_times(8, 7200, 5, 1000),
+                                  base.decode_run_times(8, 7200, 5, 1000) * 1.01)
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="scale"):
+            ScaledCostModel(base, bad)
 
     out = tmp_path / "v"
     assert main(["validate", str(LIVE / RUN), "--out", str(out), "--cost-model", str(PROFILE)]) == 0

@@ -32,17 +32,14 @@ def check_sigma(value: float, flag: str) -> float:
 
 class JitteredCostModel:
     """`base`'s step times times exp(N(0, level_sigma)) drawn once and exp(N(0, step_sigma)) drawn per step, from a
-    generator seeded with `seed` (so a run with the same seed, steps and base model repeats exactly), and times
-    `scale` (1 unless given: validate's sensitivity, a level set rather than drawn)."""
+    generator seeded with `seed` (so a run with the same seed, steps and base model repeats exactly)."""
 
-    def __init__(self, base, seed: int, step_sigma: float, level_sigma: float, scale: float = 1.0):
+    def __init__(self, base, seed: int, step_sigma: float, level_sigma: float):
         self.base = base
         self.step_sigma = check_sigma(step_sigma, "step_sigma")
         self.level_sigma = check_sigma(level_sigma, "level_sigma")
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale {scale!r}: expected a positive factor on the step times")
         self.rng = np.random.default_rng(seed)
-        self.level = (float(np.exp(self.rng.normal(0.0, self.level_sigma))) if self.level_sigma else 1.0) * scale
+        self.level = float(np.exp(self.rng.normal(0.0, self.level_sigma))) if self.level_sigma else 1.0
         self.prices_sharing = base.prices_sharing  # SimExecutor asks: the base model's features, unchanged
         self.governor = base.governor  # and the base model's power governor (SimExecutor throttles the jittered time)
         self.prefill_grid = base.prefill_grid
@@ -54,3 +51,24 @@ class JitteredCostModel:
     def describe(self) -> dict:
         return {"kind": "jittered", "step_sigma": self.step_sigma, "level_sigma": self.level_sigma,
                 "level": self.level, "base": self.base.describe()}
+
+
+class ScaledCostModel:
+    """`base`'s step times times one factor, `scale` (a level set rather than drawn: validate's sensitivity,
+    bench/tail_attribution.py's variants), the fast path's runs of decode steps too (`decode_run_times`), so a
+    simulation with it keeps the fast path."""
+
+    def __init__(self, base, scale: float):
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale {scale!r}: expected a positive factor on the step times")
+        self.base, self.scale = base, float(scale)
+        self.prices_sharing, self.governor, self.prefill_grid = base.prices_sharing, base.governor, base.prefill_grid
+
+    def step_time(self, features: StepFeatures) -> float:
+        return self.base.step_time(features) * self.scale
+
+    def decode_run_times(self, *args, **kwargs) -> np.ndarray:
+        return self.base.decode_run_times(*args, **kwargs) * self.scale
+
+    def describe(self) -> dict:
+        return {"kind": "scaled", "scale": self.scale, "base": self.base.describe()}
