@@ -194,11 +194,13 @@ def show_validation(run: LiveRun) -> None:
                    f"(log-normal sigma {ens['step_sigma']:g} per step, {ens['level_sigma']:g} per run); band: "
                    f"their p{ens['band_percentiles'][0]:g}-p{ens['band_percentiles'][1]:g}")
     sens = v.get("request_level_sensitivity")
-    if sens:
+    if sens and "span_points" in sens:
         flagged = ", ".join(sens["timing_sensitive"]) or "none"
-        st.caption(f"{tables.SENSITIVITY_COLUMN}: points of error a 1% change of every predicted step time moves the "
-                   f"figure by (the larger of two simulations, at 0.99 and 1.01); timing-sensitive "
-                   f"({sens.get('threshold', 5):g} or more): "
+        levels = sens["levels"]
+        st.caption(f"{tables.SENSITIVITY_COLUMN}: points of error the figure spans in {len(levels)} free simulations "
+                   f"with every predicted step time times {min(levels):g} to {max(levels):g}; timing-sensitive "
+                   f"(a span wider than the target: "
+                   f"{', '.join(f'{200 * t:g} points for {p}' for p, t in live_targets.PERCENTILES.items())}): "
                    f"{flagged}: there one free simulation is one draw, and the ensemble's band is the prediction")
     if v.get("live_repeatability"):
         st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
