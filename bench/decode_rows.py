@@ -1,0 +1,107 @@
+"""Graph decode time against the rows that are not padding, at fixed context per row (issue #13, round 40; GPU).
+
+Live windows' graph decode steps run under their prediction just above a padded graph size and over it at the size
+(docs/cost-model-history.md, round 40: 16 rows 1.012 of the prediction, 17 rows 0.986), and the calibrations' rows
+have few steps between two sizes. This times them directly: for every batch of 1 to --max-rows rows and each
+context in --contexts, one calibration workload of that many sequences with that prompt length decoding --steps
+steps (engine.calibration.run_calibration, the executor and warm-up `calibrate` uses: every step a CUDA-graph
+replay at its padded size), and writes the rows as a calibration's rows (--out, a .steps.csv.gz that `calibrate
+--refit` and bench/decode_bias.py read). Then on any CPU, with the profile of the same call:
+
+    python bench/decode_rows.py --report ROWS.steps.csv.gz --profile P.json --out RESULT.json
+
+prints, per batch, the median device time of its decode steps 10 or more steps past the prefill and the profile's
+prediction for them (at the profile's reference clock: the median SM clock of those steps is written beside). On the device:
+
+    python bench/decode_rows.py --out OUT/decode-rows.steps.csv.gz [--max-rows 64] [--contexts 512,2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FAR = 10  # decode steps past the prefill from which a step counts (a step right after a prefill runs slower)
+
+
+def workloads(max_rows: int, contexts: list[int], steps: int) -> list:
+    return [(f"rows-b{n}-c{c}", [(n, c, steps)]) for c in contexts for n in range(1, max_rows + 1)]
+
+
+def time_rows(args) -> int:
+    import pandas as pd
+
+    from engine.calibration import run_calibration_with_bar
+    from engine.live import make_executor, warm_up
+    from pagesim.config import Config
+
+    config = Config(model=args.model, gpu=args.gpu, max_num_seqs=256, max_num_batched_tokens=8192)
+    executor = make_executor(config)
+    config = executor.config
+    warm_up(executor, config)
+    rows = run_calibration_with_bar(executor, config, workloads(args.max_rows, args.contexts, args.steps))
+    rows.to_csv(args.out, index=False)
+    print(f"wrote {args.out}: {len(rows)} rows of {rows['workload'].nunique()} workloads")
+    return 0
+
+
+def report(args) -> int:
+    import numpy as np
+    import pandas as pd
+
+    from pagesim.cost.profile import ProfileCostModel, calibration_steps_since_prefill
+
+    rows = pd.read_csv(args.report)
+    model = ProfileCostModel.from_json(args.profile)
+    since, _ = calibration_steps_since_prefill(rows)
+    decode = (rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] > 0) & (since >= FAR)
+    d = rows[decode].copy()
+    d["predicted_s"] = model.forward_times(d)
+    d["context"] = d["workload"].str.extract(r"-c(\d+)$", expand=False).astype(int)
+    out = []
+    for (c, n), g in d.groupby(["context", "num_decode_seqs"]):
+        out.append({"context": int(c), "rows": int(n), "padded": model.padded_batch(int(n)), "steps": len(g),
+                    "gpu_ms": float(np.median(g["gpu_time_s"]) * 1e3), "duration_ms": float(np.median(g["duration_s"]) * 1e3),
+                    "predicted_ms": float(np.median(g["predicted_s"]) * 1e3),
+                    "sm_clock_mhz": float(np.median(g["sm_clock_mhz"])) if "sm_clock_mhz" in g else None})
+    for r in out:
+        r["measured_over_predicted"] = r["duration_ms"] / r["predicted_ms"]
+        print(f"c {r['context']:5d}  rows {r['rows']:3d} (graph {r['padded']:3d})  device {r['gpu_ms']:7.3f} ms  "
+              f"step {r['duration_ms']:7.3f} ms  predicted {r['predicted_ms']:7.3f} ms  "
+              f"{r['measured_over_predicted']:.3f}")
+    Path(args.out).write_text(json.dumps({"rows": str(args.report), "profile": str(args.profile), "far": FAR,
+                                          "batches": out}, indent=1) + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--report", help="rows written by a run of this script: report them against --profile (CPU)")
+    ap.add_argument("--profile", help="with --report: the profile to price the rows with")
+    ap.add_argument("--model", default="llama-3-8b")
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--max-rows", type=int, default=64)
+    ap.add_argument("--contexts", default="512,2048")
+    ap.add_argument("--steps", type=int, default=40, help="decode steps of each workload (default 40)")
+    args = ap.parse_args(argv)
+    if os.path.exists(args.out):
+        sys.exit(f"--out {args.out}: exists; give a new file")
+    if args.report:
+        if not args.profile:
+            sys.exit("--report needs --profile P.json")
+        return report(args)
+    args.contexts = [int(c) for c in args.contexts.split(",")]
+    if args.steps <= FAR or args.max_rows < 1:
+        sys.exit(f"--steps must be over {FAR} and --max-rows at least 1")
+    return time_rows(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
