@@ -453,16 +453,17 @@ SENSITIVITY_LEVELS = (0.99, 0.995, 0.9975, 1.0025, 1.005, 1.01)  # request_level
 def level_spans(requests_report: dict, by_level: dict[float, dict]) -> dict:
     """request_level_sensitivity's figures from the free simulation's request-level figures at each level
     (`by_level`: level -> run_metrics; the model's own, 1.0, is request_level's `sim` in `requests_report`): per
-    figure its error against live at each level and their span in points of error; `timing_sensitive` the
-    percentiles whose span is wider than their target (twice its tolerance, pagesim.live_targets: 10 points for p50
-    and p90, 20 for p99)."""
+    figure its error against live at each level and their span in points of the model's own figure (live's figure
+    is not needed for it: which figures are timing-sensitive is known before live is compared); `timing_sensitive`
+    the percentiles whose span is wider than their target (twice its tolerance, pagesim.live_targets: 10 points for
+    p50 and p90, 20 for p99)."""
     levels = sorted({*by_level, 1.0})
     errors, spans = {}, {}
     for name, v in requests_report.items():
         at = [v["sim"] if level == 1.0 else by_level[level][name] for level in levels]
         errs = [rel_error(a, v["live"]) for a in at]
         errors[name] = None if None in errs else errs
-        spans[name] = None if None in errs else 100 * (max(errs) - min(errs))
+        spans[name] = None if None in at or not v["sim"] else 100 * (max(at) - min(at)) / abs(v["sim"])
     sensitive = [n for n, span in spans.items() if span is not None
                  and span > 200 * TARGET_PERCENTILES.get(n.rpartition("_")[2], float("inf"))]
     return {"levels": levels, "errors": errors, "span_points": spans, "timing_sensitive": sensitive}
@@ -479,6 +480,24 @@ def request_level_sensitivity(run: dict, cost_model, requests_report: dict, leve
     recording: -5.5% at 0.99, +5.2% at 0.995, -8.9% at 0.9975, -1.5% at 1.01; README, Simulator accuracy, round 40)."""
     by_level = {level: free_figures(run, ScaledCostModel(cost_model, level))[0] for level in levels}
     return level_spans(requests_report, by_level)
+
+
+def request_level_prediction(requests_report: dict, sensitivity: dict, ensemble: dict) -> dict:
+    """The simulator's prediction of each request-level figure: the free simulation's figure (request_level), but for
+    the percentiles `sensitivity` names timing-sensitive the ensemble's median (request_level_ensemble): where a
+    change of every step time within 1% moves a percentile across its whole target, one deterministic simulation is one
+    draw of the schedule and the median of jittered ones is the better prediction (README, Simulator accuracy, rounds
+    19 and 40). Chosen by the simulations alone (the span is in points of the model's own figure), never by which is
+    nearer live. Per figure: live's, the prediction, its error and where it comes from."""
+    sensitive, medians = set(sensitivity["timing_sensitive"]), ensemble["metrics"]
+    out = {}
+    for name, v in requests_report.items():
+        median = medians.get(name, {}).get("median")
+        use_median = name in sensitive and median is not None
+        value = median if use_median else v["sim"]
+        out[name] = {"live": v["live"], "predicted": value, "rel_error": rel_error(value, v["live"]),
+                     "from": "ensemble median" if use_median else "free simulation"}
+    return out
 
 
 def request_level_ensemble(run: dict, cost_model, n: int, step_sigma: float = ENSEMBLE_STEP_SIGMA,
@@ -621,6 +640,8 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     }
     if ensemble:
         report["request_level_ensemble"] = request_level_ensemble(run, cost, ensemble, step_sigma, level_sigma)
+        report["request_level_prediction"] = request_level_prediction(
+            requests_report, report["request_level_sensitivity"], report["request_level_ensemble"])
     if other is not None:
         report["live_repeatability"] = live_repeatability(run, other, requests_report)
     (out_dir / "validation.json").write_text(json_text(report))
@@ -671,6 +692,15 @@ def format_report(report: dict) -> str:
                      "of the model's level, more than the target's width): "
                      + (", ".join(spread) + ": their free-simulation figures are one draw of a schedule that timing "
                         "moves; the ensemble's band (--ensemble N) is the prediction" if spread else "none"))
+    prediction = report.get("request_level_prediction")
+    if prediction:
+        medians = [f"{n} {_num(v['predicted'])} ({_pct(v['rel_error'])})" for n, v in prediction.items()
+                   if v["from"] == "ensemble median"]
+        lines.append("prediction: the free simulation's figures"
+                     + (", but the ensemble's median for the timing-sensitive " + ", ".join(medians) if medians else ""))
+    elif sens and sens["timing_sensitive"]:
+        lines.append("prediction: the free simulation's figures; for the timing-sensitive ones run with --ensemble N "
+                     "(their prediction is the ensemble's median)")
     if ens:
         inside = [v["live_in_band"] for v in ens["metrics"].values() if v["live_in_band"] is not None]
         lines.append(f"ensemble: the median of {ens['n']} free simulations with jittered step times (log-normal sigma "

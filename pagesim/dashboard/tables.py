@@ -152,7 +152,7 @@ LOCKSTEP_COLUMNS = ["live decisions, predicted times", "its relative error"]
 ENSEMBLE_COLUMNS = ["ensemble median", "band low", "band high", "live in band", "ensemble error"]
 
 
-SENSITIVITY_COLUMN = "span within 1% of level"  # points of error spanned at 0.99-1.01 of the level (validate)
+SENSITIVITY_COLUMN = "span within 1% of level"  # points of its own figure spanned at 0.99-1.01 of the level
 
 
 def request_level_table(validation: dict) -> pd.DataFrame:
@@ -161,8 +161,8 @@ def request_level_table(validation: dict) -> pd.DataFrame:
     each step at its predicted time), its figure and error; with an ensemble of jittered simulations
     (request_level_ensemble), their median, its error and band, and whether live lies in it; with a replicate
     recording (live_repeatability), also its live figure, the two recordings' relative difference and whether the
-    simulation's error is within it; with the level sensitivity (request_level_sensitivity), the points of error the
-    figure spans in free simulations at levels within 1% of the cost model's."""
+    simulation's error is within it; with the level sensitivity (request_level_sensitivity), the points of its own figure
+    the free simulation spans at levels within 1% of the cost model's."""
     again = validation.get("live_repeatability", {}).get("metrics", {})
     moves = validation.get("request_level_sensitivity", {}).get("span_points", {})
     timed = validation.get("request_level_timed_lockstep", {})

@@ -197,11 +197,12 @@ def show_validation(run: LiveRun) -> None:
     if sens and "span_points" in sens:
         flagged = ", ".join(sens["timing_sensitive"]) or "none"
         levels = sens["levels"]
-        st.caption(f"{tables.SENSITIVITY_COLUMN}: points of error the figure spans in {len(levels)} free simulations "
-                   f"with every predicted step time times {min(levels):g} to {max(levels):g}; timing-sensitive "
-                   f"(a span wider than the target: "
+        st.caption(f"{tables.SENSITIVITY_COLUMN}: how far the figure moves, in points of the model's own, over "
+                   f"{len(levels)} free simulations with every predicted step time times {min(levels):g} to "
+                   f"{max(levels):g}; timing-sensitive (a span wider than the target: "
                    f"{', '.join(f'{200 * t:g} points for {p}' for p, t in live_targets.PERCENTILES.items())}): "
-                   f"{flagged}: there one free simulation is one draw, and the ensemble's band is the prediction")
+                   f"{flagged}: there one free simulation is one draw, and the ensemble's median is the prediction "
+                   "(the targets above judge it where the validation ran an ensemble)")
     if v.get("live_repeatability"):
         st.caption(f"replicate: {v['live_repeatability']['replicate']} (another recording of this window: "
                    "an error within 'live vs live' cannot be told from the engine's own run-to-run spread)")
