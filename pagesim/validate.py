@@ -20,7 +20,11 @@ files are never overwritten without --force.
   end-to-end latency p50/p90/p99, makespan, throughput and preemptions, each
   as live, simulated and relative error; with --replicate DIR2 (another
   recording of the same window) also the second recording's figures and how
-  far the two lie apart, against which each simulation error is marked.
+  far the two lie apart, against which each simulation error is marked. Also the
+  level sensitivity (free simulations at levels within 1% of the model's: which
+  percentiles timing moves across their whole target) and, with --ensemble N,
+  jittered free simulations and the prediction the live-mode targets judge: the
+  free simulation's figures, the ensemble's median for the timing-sensitive ones.
 
 Step level is also reported by step kind (graph decode, graph mixed, mixed, prefill, swap), with the ten worst
 steps and their features. Request level adds inter-token latency (ITL) percentiles.
@@ -475,7 +479,7 @@ def request_level_sensitivity(run: dict, cost_model, requests_report: dict, leve
     run's own (`requests_report`, request_level's); per figure its error at each level and their span (level_spans).
     A timing-sensitive percentile spans more than its whole target: a model right to 1% can land anywhere in it by
     timing alone (which requests wait behind a preemption, which side of a step boundary a burst of arrivals falls),
-    so its deterministic figure is one draw and the ensemble's band (request_level_ensemble) the prediction. Levels
+    so its deterministic figure is one draw and the ensemble's median the prediction (request_level_prediction). Levels
     between 0.99 and 1.01 as well: a figure can jump and come back inside them (Azure code's TTFT p90, round 38's
     recording: -5.5% at 0.99, +5.2% at 0.995, -8.9% at 0.9975, -1.5% at 1.01; README, Simulator accuracy, round 40)."""
     by_level = {level: free_figures(run, ScaledCostModel(cost_model, level))[0] for level in levels}
@@ -688,16 +692,16 @@ def format_report(report: dict) -> str:
     sens = report.get("request_level_sensitivity")
     if sens and "span_points" in sens:
         spread = [f"{n} {sens['span_points'][n]:.1f}" for n in sens["timing_sensitive"]]
-        lines.append(f"timing-sensitive (points of error spanned at {min(sens['levels']):g}-{max(sens['levels']):g} "
-                     "of the model's level, more than the target's width): "
+        lines.append(f"timing-sensitive (points of its own figure spanned at {min(sens['levels']):g}-"
+                     f"{max(sens['levels']):g} of the model's level, more than the target's width): "
                      + (", ".join(spread) + ": their free-simulation figures are one draw of a schedule that timing "
-                        "moves; the ensemble's band (--ensemble N) is the prediction" if spread else "none"))
+                        "moves" if spread else "none"))
     prediction = report.get("request_level_prediction")
     if prediction:
         medians = [f"{n} {_num(v['predicted'])} ({_pct(v['rel_error'])})" for n, v in prediction.items()
                    if v["from"] == "ensemble median"]
-        lines.append("prediction: the free simulation's figures"
-                     + (", but the ensemble's median for the timing-sensitive " + ", ".join(medians) if medians else ""))
+        but = ", but the ensemble's median for the timing-sensitive " + ", ".join(medians) if medians else ""
+        lines.append("prediction: the free simulation's figures" + but)
     elif sens and sens["timing_sensitive"]:
         lines.append("prediction: the free simulation's figures; for the timing-sensitive ones run with --ensemble N "
                      "(their prediction is the ensemble's median)")

@@ -449,7 +449,7 @@ def test_sensitivity_is_the_span_of_the_free_simulations_error_within_1pct_of_th
     limits = {"p50": 10, "p90": 10, "p99": 20}
     assert sens["timing_sensitive"] == [n for n, v in sens["span_points"].items()
                                         if n.split("_")[-1] in limits and v is not None and v > limits[n.split("_")[-1]]]
-    assert "timing-sensitive (points of error spanned at 0.99-1.01 of the model's level" in format_report(report)
+    assert "timing-sensitive (points of its own figure spanned at 0.99-1.01 of the model's level" in format_report(report)
     table = tables.request_level_table(report).set_index("metric")
     assert table.loc[tables.metric_label("makespan_s"), tables.SENSITIVITY_COLUMN] == sens["span_points"]["makespan_s"]
 
