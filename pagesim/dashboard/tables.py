@@ -161,10 +161,10 @@ def request_level_table(validation: dict) -> pd.DataFrame:
     each step at its predicted time), its figure and error; with an ensemble of jittered simulations
     (request_level_ensemble), their median, its error and band, and whether live lies in it; with a replicate
     recording (live_repeatability), also its live figure, the two recordings' relative difference and whether the
-    simulation's error is within it; with the level sensitivity (request_level_sensitivity), the points of its own figure
-    the free simulation spans at levels within 1% of the cost model's."""
+    simulation's error is within it; with the level sensitivity (request_level_sensitivity), the points of its own
+    figure the free simulation spans at levels within 1% of the cost model's."""
     again = validation.get("live_repeatability", {}).get("metrics", {})
-    moves = validation.get("request_level_sensitivity", {}).get("span_points", {})
+    spans = validation.get("request_level_sensitivity", {}).get("span_points", {})
     timed = validation.get("request_level_timed_lockstep", {})
     ensemble = validation.get("request_level_ensemble", {}).get("metrics", {})
     rows = []
@@ -188,12 +188,12 @@ def request_level_table(validation: dict) -> pd.DataFrame:
             other = r.get("replicate_live")
             row.update({"replicate live": None if other is None else other * scale,
                         "live vs live": r.get("live_rel_diff"), "within live spread": r.get("sim_within_live_spread")})
-        if moves:
-            row[SENSITIVITY_COLUMN] = moves.get(name)
+        if spans:
+            row[SENSITIVITY_COLUMN] = spans.get(name)
         rows.append(row)
     # the ensemble's band and verdict next to the simulation's error, before the lockstep replay's columns (not a
     # target: the live run's own decisions), so a page of ordinary width shows them without scrolling
     # how far the model's level moves the free simulation's figure: beside its error and the ensemble's band
     return pd.DataFrame(rows, columns=["metric", "live", "simulated", "relative error"]
-                        + (ENSEMBLE_COLUMNS if ensemble else []) + ([SENSITIVITY_COLUMN] if moves else [])
+                        + (ENSEMBLE_COLUMNS if ensemble else []) + ([SENSITIVITY_COLUMN] if spans else [])
                         + (LOCKSTEP_COLUMNS if timed else []) + (REPLICATE_COLUMNS if again else []))
