@@ -1052,8 +1052,9 @@ def test_live_page_shows_the_ensemble_band_of_a_validation_that_has_one(tmp_path
 def test_live_page_judges_each_live_mode_target_as_met_or_missed(tmp_path, monkeypatch):
     """The round-34 longdoc-b recording on the H100: the page names each live-mode target (step MAPE <= 3%, each kind
     <= 5%, p50 / p90 within 5%, p99 within 10%, makespan within 1%, 0 differing lockstep steps) with the run's figure
-    and met or missed, as the README's table counts them (graph mixed 5.9% and TTFT p90 -11.5% missed). Was: the
-    figures without their targets, for the reader to compare with the README."""
+    and met or missed, as the README's table counts them (graph mixed 5.9% and TTFT p90 -11.5% missed; since round
+    40 also its TTFT p50, timing-sensitive on this recording, judged on the ensemble's median, -6.0%, where the free
+    simulation's -3.5% met it). Was: the figures without their targets, for the reader to compare with the README."""
     import shutil
 
     name = "longdoc-b-r34h"
@@ -1069,8 +1070,8 @@ def test_live_page_judges_each_live_mode_target_as_met_or_missed(tmp_path, monke
     assert verdict["TTFT p90 within 5% (free simulation)"] == "missed"
     assert verdict["TTFT p99 within 10% (free simulation)"] == "met"
     assert sorted(t for t, v in verdict.items() if v == "missed") == [
-        "TTFT p90 within 5% (free simulation)", "step MAPE, graph mixed <= 5%"]
-    assert any("15 of 17 targets met" in m.value for m in at.markdown)
+        "TTFT p50 within 5% (ensemble median)", "TTFT p90 within 5% (free simulation)", "step MAPE, graph mixed <= 5%"]
+    assert any("14 of 17 targets met" in m.value for m in at.markdown)
 
 
 def test_live_page_request_table_shows_the_ensemble_band_without_scrolling(tmp_path, monkeypatch):
