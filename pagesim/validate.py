@@ -763,7 +763,8 @@ def register(sub) -> None:
     p.add_argument("--ensemble", type=non_negative_int, default=0, metavar="N",
                    help="also run N (2 to 1,000) free simulations with jittered step times (step by step) and report "
                         "their median and p5-p95 band for each request-level figure (validation.json's "
-                        "request_level_ensemble); default 0: none")
+                        "request_level_ensemble); the median is then the prediction of the timing-sensitive "
+                        "percentiles, which the live-mode targets judge (request_level_prediction); default 0: none")
     p.add_argument("--step-jitter", type=float, default=None, metavar="SIGMA",
                    help=f"log-normal sigma of each step's time factor in the ensemble (default {ENSEMBLE_STEP_SIGMA})")
     p.add_argument("--level-jitter", type=float, default=None, metavar="SIGMA",
