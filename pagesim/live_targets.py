@@ -5,8 +5,8 @@ bench/decode_clock_share.py) read them here.
 The simulator makes live's decisions (0 differing lockstep steps); no step over 2x its prediction; step MAPE <= 3%
 and each step kind's <= 5%; makespan within 1%; TTFT, TPOT and E2E p50 / p90 within 5% and p99 within 10% in the
 free-running simulation: its prediction, which for a timing-sensitive percentile is the median of an ensemble of
-jittered free simulations where the validation ran one (validate --ensemble N: request_level_prediction), else the
-deterministic simulation's figure. A figure the validation lacks (an older validate) is shown as not judged, never as
+jittered free simulations where the validation ran one (validate runs one by itself where a percentile is
+timing-sensitive: request_level_prediction), else the deterministic simulation's figure. A figure the validation lacks (an older validate) is shown as not judged, never as
 met.
 """
 

@@ -448,6 +448,7 @@ def request_level(run: dict, cost_model) -> tuple[dict, object]:
 ENSEMBLE_STEP_SIGMA = 0.015  # validate --step-jitter's default (pagesim.cost.jitter; README, round 19)
 ENSEMBLE_LEVEL_SIGMA = 0.015  # validate --level-jitter's default
 MAX_ENSEMBLE = 1000  # validate --ensemble's ceiling (a free simulation of a committed window takes ~0.5 s)
+AUTO_ENSEMBLE = 16  # validate's ensemble when --ensemble is not given and a percentile is timing-sensitive
 ENSEMBLE_BAND = (5.0, 95.0)  # the percentiles of the ensemble's figures reported as its band
 
 
@@ -591,20 +592,23 @@ def prefill_kernel_warnings(run: dict, cost) -> list[str]:
 
 
 def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str | Path | None = None,
-             force: bool = False, replicate: str | Path | None = None, ensemble: int = 0,
+             force: bool = False, replicate: str | Path | None = None, ensemble: int | None = None,
              step_sigma: float | None = None, level_sigma: float | None = None) -> dict:
     """Validate a live run; files go to `out` (default DIR/validation/), which must not already hold a
     validation unless `force`. `replicate`: another live recording of the same window, whose request-level
     figures are reported beside the run's (live_repeatability). `ensemble`: that many jittered free simulations
-    (request_level_ensemble, with `step_sigma` and `level_sigma`, ENSEMBLE_*_SIGMA when None); 0 for none."""
-    if (isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble == 1 or ensemble < 0
-            or ensemble > MAX_ENSEMBLE):
+    (request_level_ensemble, with `step_sigma` and `level_sigma`, ENSEMBLE_*_SIGMA when None); 0 for none; None
+    (the default) for AUTO_ENSEMBLE of them when a percentile is timing-sensitive or a sigma is given, else none: the
+    prediction the live-mode targets judge needs the ensemble's median for the timing-sensitive percentiles."""
+    if ensemble is not None and (isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble == 1
+                                 or ensemble < 0 or ensemble > MAX_ENSEMBLE):
         raise UserError(f"--ensemble {ensemble!r}: expected 0 (none) or a whole number of simulations from 2 (a band "
                         f"needs two) to {MAX_ENSEMBLE:,}")
-    if not ensemble and (step_sigma is not None or level_sigma is not None):
+    sigma_given = step_sigma is not None or level_sigma is not None
+    if ensemble == 0 and sigma_given:
         given = [f for f, v in (("--step-jitter", step_sigma), ("--level-jitter", level_sigma)) if v is not None]
         raise UserError(f"{' and '.join(given)} {'shape' if len(given) > 1 else 'shapes'} the ensemble's simulations, "
-                        "and there is none: add --ensemble N (N >= 2)")
+                        "and --ensemble 0 asks for none: drop it or give N >= 2")
     step_sigma = check_sigma(ENSEMBLE_STEP_SIGMA if step_sigma is None else step_sigma, "--step-jitter")
     level_sigma = check_sigma(ENSEMBLE_LEVEL_SIGMA if level_sigma is None else level_sigma, "--level-jitter")
     run = load_run(run_dir)
@@ -642,6 +646,8 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "warm": {k: run["summary"]["runs"]["live"].get(k) for k in (
             "warmup_s", "compilations_during_run", "graph_captures_during_run", "gc_collections_during_run")},
     }
+    if ensemble is None:  # the prediction of a timing-sensitive percentile is the ensemble's median
+        ensemble = AUTO_ENSEMBLE if report["request_level_sensitivity"]["timing_sensitive"] or sigma_given else 0
     if ensemble:
         report["request_level_ensemble"] = request_level_ensemble(run, cost, ensemble, step_sigma, level_sigma)
         report["request_level_prediction"] = request_level_prediction(
@@ -702,9 +708,9 @@ def format_report(report: dict) -> str:
                    if v["from"] == "ensemble median"]
         but = ", but the ensemble's median for the timing-sensitive " + ", ".join(medians) if medians else ""
         lines.append("prediction: the free simulation's figures" + but)
-    elif sens and sens["timing_sensitive"]:
-        lines.append("prediction: the free simulation's figures; for the timing-sensitive ones run with --ensemble N "
-                     "(their prediction is the ensemble's median)")
+    elif sens and sens["timing_sensitive"]:  # --ensemble 0
+        lines.append("prediction: the free simulation's figures; for the timing-sensitive ones run without "
+                     "--ensemble 0 (their prediction is the ensemble's median)")
     if ens:
         inside = [v["live_in_band"] for v in ens["metrics"].values() if v["live_in_band"] is not None]
         lines.append(f"ensemble: the median of {ens['n']} free simulations with jittered step times (log-normal sigma "
@@ -760,11 +766,13 @@ def register(sub) -> None:
                    help="another live recording of the same window (same requests and options): its request-level "
                         "figures are reported beside the run's, with the simulation errors no larger than the two "
                         "recordings' distance marked (validation.json's live_repeatability)")
-    p.add_argument("--ensemble", type=non_negative_int, default=0, metavar="N",
+    p.add_argument("--ensemble", type=non_negative_int, default=None, metavar="N",
                    help="also run N (2 to 1,000) free simulations with jittered step times (step by step) and report "
                         "their median and p5-p95 band for each request-level figure (validation.json's "
                         "request_level_ensemble); the median is then the prediction of the timing-sensitive "
-                        "percentiles, which the live-mode targets judge (request_level_prediction); default 0: none")
+                        "percentiles, which the live-mode targets judge (request_level_prediction); default: "
+                        f"{AUTO_ENSEMBLE} when a percentile is timing-sensitive (or a jitter is given), else none; "
+                        "0: none")
     p.add_argument("--step-jitter", type=float, default=None, metavar="SIGMA",
                    help=f"log-normal sigma of each step's time factor in the ensemble (default {ENSEMBLE_STEP_SIGMA})")
     p.add_argument("--level-jitter", type=float, default=None, metavar="SIGMA",

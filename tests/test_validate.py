@@ -531,6 +531,27 @@ def test_ensemble_reports_median_band_and_whether_live_is_in_it(tmp_path):
         assert v["median"] == v["low"] == v["high"] == pytest.approx(sim, rel=1e-12), name
 
 
+def test_validate_runs_the_ensemble_by_itself_where_a_percentile_is_timing_sensitive(tmp_path, capsys):
+    """Without --ensemble, validate runs AUTO_ENSEMBLE jittered simulations when the sensitivity names a percentile
+    (round 38's preemption window: its TPOT p90 and p99), so the prediction the live-mode targets judge is there by
+    default, and equals the committed one (made with --ensemble 16); --ensemble 0 runs none and the printout says how
+    to get the prediction. A run with nothing timing-sensitive runs none (the fixture, in the tests above)."""
+    from pagesim.validate import AUTO_ENSEMBLE
+
+    run = REPO / "results" / "live" / "preempt-sharegpt-bursty-r38h"
+    committed = json.loads((run / "validation" / "validation.json").read_text())
+    assert main(["validate", str(run), "--out", str(tmp_path / "auto")]) == 0
+    report = json.loads((tmp_path / "auto" / "validation.json").read_text())
+    assert report["request_level_sensitivity"]["timing_sensitive"] == ["tpot_s_p90", "tpot_s_p99"]
+    assert report["request_level_ensemble"]["n"] == AUTO_ENSEMBLE == committed["request_level_ensemble"]["n"]
+    assert report["request_level_prediction"] == committed["request_level_prediction"]
+    assert "the ensemble's median for the timing-sensitive tpot_s_p90" in capsys.readouterr().out
+    assert main(["validate", str(run), "--out", str(tmp_path / "none"), "--ensemble", "0"]) == 0
+    report = json.loads((tmp_path / "none" / "validation.json").read_text())
+    assert "request_level_ensemble" not in report and "request_level_prediction" not in report
+    assert "run without --ensemble 0 (their prediction is the ensemble's median)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("flags, says", [(["--ensemble", "-1"], "argument --ensemble: expected a non-negative integer, got '-1'"),
                                          (["--ensemble", "abc"], "argument --ensemble: expected a whole number such as 16, got 'abc'"),
                                          (["--ensemble", "2", "--step-jitter", "1.5"], "--step-jitter 1.5"),
@@ -538,8 +559,9 @@ def test_ensemble_reports_median_band_and_whether_live_is_in_it(tmp_path):
                                          (["--ensemble", "1"], "--ensemble 1: expected 0 (none) or a whole number of "
                                                                "simulations from 2 (a band needs two) to 1,000"),
                                          (["--ensemble", "1001"], "--ensemble 1001: expected 0"),
-                                         (["--step-jitter", "0.02"], "--step-jitter shapes the ensemble's simulations, "
-                                                                     "and there is none: add --ensemble N"),
+                                         (["--ensemble", "0", "--step-jitter", "0.02"],
+                                          "--step-jitter shapes the ensemble's simulations, and --ensemble 0 asks for "
+                                          "none"),
                                          (["--replicate", "/nonexistent/run"], "--replicate /nonexistent/run: no such "
                                                                                "directory")])
 def test_ensemble_options_are_checked_before_any_work(tmp_path, capsys, flags, says):
