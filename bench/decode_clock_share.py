@@ -84,7 +84,8 @@ def validate(run: str, profile: Path, out: Path) -> dict:
     import pandas as pd
 
     subprocess.run([sys.executable, "-m", "pagesim", "validate", str(ROOT / "results/live" / run), "--cost-model",
-                    str(profile), "--out", str(out), "--force"], check=True, capture_output=True, cwd=ROOT)
+                    str(profile), "--out", str(out), "--force", "--ensemble", "0"], check=True, capture_output=True,
+                   cwd=ROOT)  # request_level only: no ensemble
     v = json.loads((out / "validation.json").read_text())
     steps = pd.read_parquet(out / "validation_steps.parquet", columns=["kind", "measured_s", "predicted_s"])
     decode = steps[steps["kind"] == "graph decode"]

@@ -46,7 +46,8 @@ def main() -> int:
                 fitted.kv_cache_dtype = config.kv_cache_dtype
                 fitted.fit = report
                 fitted.to_json(d / f"{form}.json")
-                figs[form] = figures(validate(run_dir, str(d / f"{form}.json"), d / f"validation-{form}", force=force))
+                figs[form] = figures(validate(run_dir, str(d / f"{form}.json"), d / f"validation-{form}", force=force,
+                                             ensemble=0))
                 figs[form]["calibration_holdout_mape"] = report["mape"]
         result[run_dir.name] = {"steps": str(steps), **figs}
         a, b = figs["regimes"], figs["single"]

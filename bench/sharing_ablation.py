@@ -79,7 +79,7 @@ def main() -> int:
                              "--model", config.model, "--gpu", config.gpu, "--kv-cache-dtype", config.kv_cache_dtype])
         if code:
             raise SystemExit(f"error: refitting {steps} failed")
-        blind = validate(run_dir, str(d / "blind.json"), d / "validation", force=force)
+        blind = validate(run_dir, str(d / "blind.json"), d / "validation", force=force, ensemble=0)
         result[run_dir.name] = {"steps": str(steps), "sharing": figures(json.loads(own.read_text())),
                                 "blind": figures(blind)}
         a, b = result[run_dir.name]["sharing"], result[run_dir.name]["blind"]
