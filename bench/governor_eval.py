@@ -28,12 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.mixed_pricing import recordings  # noqa: E402
+from pagesim.live_targets import KIND_MAPE, tolerance  # noqa: E402
 from pagesim.cost.governor import ClockGovernor  # noqa: E402
 from pagesim.specs import get_model  # noqa: E402
 from pagesim.validate import validate  # noqa: E402
 
 REQUEST = [f"{m}_s_{p}" for m in ("ttft", "tpot", "e2e") for p in ("p50", "p90", "p99")]
-LIMIT = {"p50": 0.05, "p90": 0.05, "p99": 0.10}
 
 
 def figures(report: dict) -> dict:
@@ -45,9 +45,9 @@ def figures(report: dict) -> dict:
            "kind_totals": {k: v["predicted_total_s"] / v["measured_total_s"] - 1 for k, v in step["by_kind"].items()},
            "request": {k: req[k]["rel_error"] for k in REQUEST if k in req},
            "makespan": req["makespan_s"]["rel_error"]}
-    out["percentiles_met"] = all(v is not None and abs(v) <= LIMIT[k.rsplit("_", 1)[1]] for k, v in out["request"].items())
-    out["kinds_met"] = all(v <= 0.05 for v in out["by_kind"].values())
-    out["makespan_met"] = abs(out["makespan"]) <= 0.01
+    out["percentiles_met"] = all(v is not None and abs(v) <= tolerance(k) for k, v in out["request"].items())
+    out["kinds_met"] = all(v <= KIND_MAPE for v in out["by_kind"].values())
+    out["makespan_met"] = abs(out["makespan"]) <= tolerance("makespan_s")
     return out
 
 

@@ -51,7 +51,7 @@ from pagesim.cost.jitter import ScaledCostModel as Scaled  # noqa: E402
 from pagesim.metrics import summarize_run  # noqa: E402
 from pagesim.outputs import check_output_file  # noqa: E402
 from pagesim.live_oracle import oracle_run  # noqa: E402
-from pagesim.live_targets import MAKESPAN, PERCENTILES as TARGET_PERCENTILES  # noqa: E402
+from pagesim.live_targets import tolerance  # noqa: E402
 from pagesim.recorder import Recorder  # noqa: E402
 from pagesim.simulator import SimExecutor  # noqa: E402
 from pagesim.validate import (REQUEST_METRICS, default_cost_model, live_simulation, load_run, rel_error,  # noqa: E402
@@ -139,10 +139,7 @@ def _metrics(summary: dict, steps: pd.DataFrame) -> dict:
 
 def within_target(errors: dict) -> bool:
     """Every TTFT / TPOT / E2E percentile and the makespan within the live-mode targets (pagesim.live_targets)."""
-    def limit(name: str) -> float:
-        return MAKESPAN if name == "makespan_s" else TARGET_PERCENTILES[name.rsplit("_", 1)[1]]
-
-    return all(errors[k] is not None and abs(errors[k]) <= limit(k) for k in METRICS if k != "num_preemptions")
+    return all(errors[k] is not None and abs(errors[k]) <= tolerance(k) for k in METRICS if tolerance(k) is not None)
 
 
 def _errors(sim: dict, live: dict) -> dict:

@@ -28,6 +28,16 @@ def _row(target: str, shown: str | None, met: bool | None) -> dict:
             "verdict": NOT_JUDGED if met is None else ("met" if met else "missed")}
 
 
+def tolerance(name: str) -> float | None:
+    """The live-mode target's relative tolerance for one of validate's request-level figures: MAKESPAN for
+    makespan_s, PERCENTILES' for a TTFT / TPOT / E2E percentile (ttft_s_p90: 0.05); None for a figure without a
+    target (ITL, throughput, preemptions). bench/tail_attribution.py and bench/governor_eval.py judge by it."""
+    if name == "makespan_s":
+        return MAKESPAN
+    metric, _, p = name.rpartition("_")
+    return PERCENTILES.get(p) if metric in LATENCIES else None
+
+
 def _within(value, limit: float, sign: bool = False) -> tuple[str | None, bool | None]:
     if value is None:
         return None, None

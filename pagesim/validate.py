@@ -696,7 +696,7 @@ def format_report(report: dict) -> str:
     if timed:
         lines.append("lockstep: the live run's own decisions, each step taking its predicted time (timed_lockstep)")
     sens = report.get("request_level_sensitivity")
-    if sens and "span_points" in sens:
+    if sens:
         spread = [f"{n} {sens['span_points'][n]:.1f}" for n in sens["timing_sensitive"]]
         lines.append(f"timing-sensitive (points of its own figure spanned at {min(sens['levels']):g}-"
                      f"{max(sens['levels']):g} of the model's level, more than the target's width): "

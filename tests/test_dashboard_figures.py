@@ -783,6 +783,15 @@ def test_live_targets_missing_from_a_validation_are_not_judged_met():
     assert "not judged (not in validation.json): makespan within 1% (free simulation)" in line
 
 
+def test_live_target_tolerance_of_each_request_level_figure():
+    """One home for a request-level figure's tolerance: 1% for the makespan, 5% for TTFT / TPOT / E2E p50 and p90,
+    10% for p99; none for figures without a target (ITL, throughput, preemptions)."""
+    from pagesim.live_targets import tolerance
+
+    assert [tolerance(n) for n in ("makespan_s", "ttft_s_p50", "tpot_s_p90", "e2e_s_p99")] == [0.01, 0.05, 0.05, 0.10]
+    assert [tolerance(n) for n in ("itl_s_p90", "request_throughput", "num_preemptions", "mean_num_running")] == [None] * 4
+
+
 def test_live_targets_judge_a_timing_sensitive_percentile_on_the_prediction():
     """With request_level_prediction (validate --ensemble N) a percentile is judged on the prediction, the ensemble's
     median where it is timing-sensitive, and its row says so; the others on the free simulation as before."""
