@@ -13,7 +13,7 @@ replay at its padded size), and writes the rows as a calibration's rows (--out, 
 prints, per batch, the median device time of its decode steps 10 or more steps past the prefill and the profile's
 prediction for them (at the profile's reference clock: the median SM clock of those steps is written beside). On the device:
 
-    python bench/decode_rows.py --out OUT/decode-rows.steps.csv.gz [--max-rows 64] [--contexts 512,2048]
+    python bench/decode_rows.py --out OUT/decode-rows.steps.csv.gz [--max-rows 64] [--contexts 512,2048] [--gpu G]
 """
 
 from __future__ import annotations
@@ -37,11 +37,25 @@ def workloads(max_rows: int, contexts: list[int], steps: int) -> list:
 def time_rows(args) -> int:
     import pandas as pd
 
-    from engine.calibration import run_calibration_with_bar
+    from engine.calibration import CALIBRATE_DEFAULTS, run_calibration_with_bar
+    from engine.device_gpu import device_gpu
     from engine.live import make_executor, warm_up
     from pagesim.config import Config
 
-    config = Config(model=args.model, gpu=args.gpu, max_num_seqs=256, max_num_batched_tokens=8192)
+    import torch
+
+    from pagesim.errors import UserError
+
+    if not torch.cuda.is_available():
+        sys.exit("decode_rows.py times a CUDA GPU (torch.cuda.is_available() is False); --report reads rows on any CPU")
+    try:
+        gpu, warnings = device_gpu(args.gpu, "calibrate")  # the card's spec, as calibrate labels its rows
+    except UserError as e:
+        sys.exit(str(e))
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    config = Config(model=args.model, gpu=gpu, max_num_seqs=256,
+                    max_num_batched_tokens=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
     executor = make_executor(config)
     config = executor.config
     warm_up(executor, config)
@@ -86,7 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--report", help="rows written by a run of this script: report them against --profile (CPU)")
     ap.add_argument("--profile", help="with --report: the profile to price the rows with")
     ap.add_argument("--model", default="llama-3-8b")
-    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--gpu", default=None, help="the GPU spec (default: the card's, as calibrate finds it)")
     ap.add_argument("--max-rows", type=int, default=64)
     ap.add_argument("--contexts", default="512,2048")
     ap.add_argument("--steps", type=int, default=40, help="decode steps of each workload (default 40)")
