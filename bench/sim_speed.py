@@ -56,6 +56,18 @@ def synth_trace(path: Path, num_requests: int, preset: str = "sharegpt", rate: f
     return path
 
 
+def cpu_model() -> str | None:
+    """The processor's model name (/proc/cpuinfo), so that runs on different machines can be told apart: the old
+    tree's own time in the same run is the measure of the machine's speed."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def with_tree(tree: Path) -> str:
     """PYTHONPATH with `tree` first (the tree's pagesim wins), keeping the caller's entries after it."""
     return os.pathsep.join([str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -178,8 +190,8 @@ def main() -> int:
     result = {
         "bench": "sim_speed",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "loadavg_at_end": os.getloadavg()},
+        "machine": {"platform": platform.platform(), "cpu": cpu_model(), "python": platform.python_version(),
+                    "cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
         "new_commit": git_rev(ROOT),
         "old_commit": args.old,
         "targets": TARGETS,
