@@ -13,7 +13,10 @@ replay at its padded size), and writes the rows as a calibration's rows (--out, 
 prints, per batch, the median device time of its decode steps 10 or more steps past the prefill and the profile's
 prediction for them (at the profile's reference clock: the median SM clock of those steps is written beside). On the device:
 
-    python bench/decode_rows.py --out OUT/decode-rows.steps.csv.gz [--max-rows 64] [--contexts 512,2048] [--gpu G]
+    python bench/decode_rows.py --out OUT/decode-rows.steps.csv.gz [--max-rows 64 | --rows 96,128,256] [--contexts 512,2048] [--gpu G]
+
+(--rows: those batch sizes only, e.g. the large batches at long context that the calibration's own grid has few of;
+workloads whose rows would not fit the KV cache are refused before the model loads.)
 """
 
 from __future__ import annotations
@@ -30,8 +33,14 @@ sys.path.insert(0, str(ROOT))
 FAR = 10  # decode steps past the prefill from which a step counts (a step right after a prefill runs slower)
 
 
-def workloads(max_rows: int, contexts: list[int], steps: int) -> list:
-    return [(f"rows-b{n}-c{c}", [(n, c, steps)]) for c in contexts for n in range(1, max_rows + 1)]
+def workloads(rows: list[int], contexts: list[int], steps: int) -> list:
+    return [(f"rows-b{n}-c{c}", [(n, c, steps)]) for c in contexts for n in rows]
+
+
+def too_large(rows: list[int], contexts: list[int], steps: int, capacity_tokens: int) -> list[str]:
+    """The (rows, context) workloads whose sequences would not all fit the KV cache at their last step."""
+    return [f"{n} rows x {c + steps} tokens = {n * (c + steps):,}" for c in contexts for n in rows
+            if n * (c + steps) > capacity_tokens]
 
 
 def time_rows(args) -> int:
@@ -56,10 +65,16 @@ def time_rows(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     config = Config(model=args.model, gpu=gpu, max_num_seqs=256,
                     max_num_batched_tokens=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
+    if max(args.rows) > config.max_num_seqs:
+        sys.exit(f"--rows: {max(args.rows)} rows exceed the engine's max_num_seqs {config.max_num_seqs}")
+    capacity = config.resolved_num_gpu_blocks * config.block_size
+    over = too_large(args.rows, args.contexts, args.steps, capacity)
+    if over:  # before the model loads: a workload that cannot hold its rows would preempt, not time them
+        sys.exit(f"--rows / --contexts: these do not fit the KV cache of {capacity:,} tokens: {'; '.join(over)}")
     executor = make_executor(config)
     config = executor.config
     warm_up(executor, config)
-    rows = run_calibration_with_bar(executor, config, workloads(args.max_rows, args.contexts, args.steps))
+    rows = run_calibration_with_bar(executor, config, workloads(args.rows, args.contexts, args.steps))
     rows.to_csv(args.out, index=False)
     print(f"wrote {args.out}: {len(rows)} rows of {rows['workload'].nunique()} workloads")
     return 0
@@ -101,7 +116,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", help="with --report: the profile to price the rows with")
     ap.add_argument("--model", default="llama-3-8b")
     ap.add_argument("--gpu", default=None, help="the GPU spec (default: the card's, as calibrate finds it)")
-    ap.add_argument("--max-rows", type=int, default=64)
+    ap.add_argument("--max-rows", type=int, default=64, help="every batch of 1 to this many rows (default 64)")
+    ap.add_argument("--rows", help="these batch sizes instead of 1..--max-rows, comma-separated (e.g. 96,128,256)")
     ap.add_argument("--contexts", default="512,2048")
     ap.add_argument("--steps", type=int, default=40, help="decode steps of each workload (default 40)")
     args = ap.parse_args(argv)
@@ -111,9 +127,14 @@ def main(argv=None) -> int:
         if not args.profile:
             sys.exit("--report needs --profile P.json")
         return report(args)
-    args.contexts = [int(c) for c in args.contexts.split(",")]
-    if args.steps <= FAR or args.max_rows < 1:
-        sys.exit(f"--steps must be over {FAR} and --max-rows at least 1")
+    contexts, rows = args.contexts, args.rows
+    try:
+        args.contexts = [int(c) for c in contexts.split(",")]
+        args.rows = [int(n) for n in rows.split(",")] if rows else list(range(1, args.max_rows + 1))
+    except ValueError:
+        sys.exit(f"--contexts {contexts!r} / --rows {rows!r}: expected whole numbers, comma-separated")
+    if args.steps <= FAR or min(args.rows) < 1 or min(args.contexts) < 1:
+        sys.exit(f"--steps must be over {FAR}, --max-rows / --rows and --contexts at least 1")
     return time_rows(args)
 
 

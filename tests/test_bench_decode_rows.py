@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.decode_rows import FAR, main, workloads
+from bench.decode_rows import FAR, main, too_large, workloads
 from pagesim.cost.profile import ProfileCostModel, calibration_steps_since_prefill
 
 REPO = Path(__file__).resolve().parent.parent
@@ -17,9 +17,27 @@ ROWS = REPO / "bench" / "results" / "decode-rows-h100-2026-12-06-r40h.steps.csv.
 PROFILE = REPO / "results" / "profiles" / "h100-llama-3-8b-2026-12-06-r40h.json"
 
 
-def test_workloads_are_every_batch_at_each_context():
-    w = workloads(3, [512, 2048], 40)
+def test_workloads_are_each_batch_at_each_context():
+    w = workloads([1, 2, 3], [512, 2048], 40)
     assert w == [(f"rows-b{n}-c{c}", [(n, c, 40)]) for c in (512, 2048) for n in (1, 2, 3)]
+
+
+def test_workloads_that_outgrow_the_cache_are_named():
+    """A workload holds rows x (context + steps) tokens at its last step: over the cache it would preempt instead of
+    timing its batch, so time_rows refuses it before the model loads."""
+    assert too_large([128, 256], [1536, 3072], 40, 447_312) == ["256 rows x 3112 tokens = 796,672"]
+    assert too_large([128], [1536], 40, 128 * 1576) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rows", "96,abc"], "--rows '96,abc': expected whole numbers"),
+    (["--contexts", "2k"], "--contexts '2k'"),
+    (["--rows", "0,8"], "at least 1"),
+    (["--steps", "5"], "--steps must be over"),
+])
+def test_bad_options_are_refused_before_any_work(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        main(["--out", str(tmp_path / "rows.csv.gz"), *argv])
 
 
 def test_report_prices_the_far_decode_steps_of_each_batch(tmp_path):
