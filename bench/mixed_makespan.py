@@ -93,13 +93,15 @@ def refit(rows: pd.DataFrame, profile: dict, source: str):
     model, report = fit_profile(rows, profile["model"], profile["gpu"], holdout="workload",
                                 max_num_seqs=(profile.get("config") or {}).get("max_num_seqs", 256),
                                 mixed_graph_token_sizes=tuple(profile["mixed_graph_token_sizes"]),
-                                clock_sensitivities=(share,), workers=1, prefill_kernel=profile.get("prefill_kernel"))
+                                clock_sensitivities=(share,), workers=1, prefill_kernel=profile.get("prefill_kernel"),
+                                decode_programs_per_sm=tuple(profile.get("decode_programs_per_sm", ())))
     coef = dict(model.coefficients)
     for k in ("swap_s_per_byte", *HOST_TIER):  # measured links, not fitted from the rows
         if k in profile["coefficients"]:
             coef[k] = float(profile["coefficients"][k])
     m = ProfileCostModel(model.model, model.gpu, coef, model.knee_tokens, fit=model.fit, source=f"refit of {source}",
                          graph_batch_sizes=model.graph_batch_sizes, max_context_lanes=model.max_context_lanes,
+                         decode_programs_per_sm=model.decode_programs_per_sm,
                          kv_cache_dtype=profile.get("kv_cache_dtype", "auto"),
                          mixed_graph_token_sizes=model.mixed_graph_token_sizes, after_prefill=model.after_prefill,
                          prefill_kernel=profile.get("prefill_kernel"))

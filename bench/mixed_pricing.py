@@ -250,7 +250,8 @@ def refit(rows: pd.DataFrame, profile: dict, source: str):
     max_num_seqs = (profile.get("config") or {}).get("max_num_seqs", 256)
     model, report = fit_profile(rows, profile["model"], profile["gpu"], holdout="workload", max_num_seqs=max_num_seqs,
                                 mixed_graph_token_sizes=tuple(profile["mixed_graph_token_sizes"]),
-                                clock_sensitivities=(share,), workers=1)
+                                clock_sensitivities=(share,), workers=1,
+                                decode_programs_per_sm=tuple(profile.get("decode_programs_per_sm", ())))
     coef = dict(model.coefficients)
     for k in ("swap_s_per_byte", *HOST_TIER):  # measured links, not fitted from the rows
         if k in profile["coefficients"]:
@@ -258,6 +259,7 @@ def refit(rows: pd.DataFrame, profile: dict, source: str):
     d = model.describe()
     m = ProfileCostModel(model.model, model.gpu, coef, model.knee_tokens, fit=model.fit, source=f"refit of {source}",
                          graph_batch_sizes=model.graph_batch_sizes, max_context_lanes=model.max_context_lanes,
+                         decode_programs_per_sm=model.decode_programs_per_sm,
                          kv_cache_dtype=profile.get("kv_cache_dtype", "auto"),
                          mixed_graph_token_sizes=model.mixed_graph_token_sizes, after_prefill=model.after_prefill)
     assert d["coefficients"].keys() <= coef.keys()

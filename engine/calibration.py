@@ -394,19 +394,23 @@ def check_calibration_rows(rows: pd.DataFrame, file: str) -> None:
 
 
 def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, command: str,
-                  mixed_graph_token_sizes: tuple[int, ...] = (), phases: dict | None = None) -> dict:
+                  mixed_graph_token_sizes: tuple[int, ...] = (), phases: dict | None = None,
+                  decode_programs_per_sm: tuple[int, ...] = ()) -> dict:
     """Fit the profile cost model to calibration steps (workloads held out in turn) and write it to out.
 
     mixed_graph_token_sizes: the token buckets whose mixed steps the calibrating executor replayed from
     CUDA graphs (GPUExecutor.mixed_graphs); those steps get their own coefficients. phases: the calibration's
     phases so far in seconds; the fit's is added (fit_s), and the profile records them as calibration_phases with
-    calibration_wall_s, the command's wall time from its process's start to the profile written (process_age_s)."""
+    calibration_wall_s, the command's wall time from its process's start to the profile written (process_age_s).
+    decode_programs_per_sm: the decode launches' resident programs per SM whose rounds the graph steps are fitted
+    with (calibrate --decode-rounds: decode_split.DECODE_PROGRAMS_PER_SM; a refit, its rows' profile's), () for none."""
     from pagesim.cost.profile import fit_profile
 
     t_fit = time.perf_counter()
     model, report = fit_profile(rows, config.model, config.gpu, holdout="workload", max_num_seqs=config.max_num_seqs,
                                 mixed_graph_token_sizes=mixed_graph_token_sizes, workers=None,
-                                prefill_kernel=extras.get("prefill_kernel"))
+                                prefill_kernel=extras.get("prefill_kernel"),
+                                decode_programs_per_sm=decode_programs_per_sm)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.to_json(out)
     profile = json.loads(out.read_text())
@@ -425,7 +429,8 @@ def fit_and_write(rows: pd.DataFrame, config: Config, out: Path, extras: dict, c
 
 def fit_summary(report: dict, out: Path) -> str:
     """What calibrate prints of its fit (fit_and_write's report, kept whole in the profile under `report`): the
-    held-out error overall and by step kind, the knee, the longest walk's lanes, the clock share, and the file."""
+    held-out error overall and by step kind, the knee, the longest walk's lanes, the rounds of the decode kernel's
+    programs (when the graph steps were fitted with them), the clock share, and the file."""
     def pct(v) -> str:
         return f"{100 * v:.1f}%"
 
@@ -436,6 +441,8 @@ def fit_summary(report: dict, out: Path) -> str:
         f"held-out MAPE {pct(report['mape'])} (whole workloads, {report['folds']} folds of {report['n_workloads']}): "
         + kinds,
         f"knee {report['knee_tokens']} tokens, " + (f"{lanes} context lanes" if lanes else "no longest-walk term")
+        + (", decode programs in rounds of {} / {} per SM (split / unsplit)".format(*report["decode_programs_per_sm"])
+           if report.get("decode_programs_per_sm") else "")
         + ", " + (f"clock share {clock['sensitivity']:g} (steps priced at {clock['reference_mhz']:.0f} MHz)" if clock
                   else "no clock share (the rows have no SM clocks)"),
         f"wrote {out} (the full fit report under 'report')"])
@@ -541,8 +548,8 @@ def companion_profile(rows_path: Path) -> Path | None:
 def timing_records(path: Path | None) -> dict:
     """What of a profile JSON's measurement shapes a refit besides its labels: the engine's mixed-step token buckets
     (`mixed_graph_token_sizes`), its `max_num_seqs` (the decode graph sizes), the measured `swap_bandwidth` (the
-    profile's swap_s_per_byte) and the `prefill_kernel` the rows ran; {} when `path` is None or not a readable
-    profile JSON."""
+    profile's swap_s_per_byte), the `prefill_kernel` the rows ran and its graph steps' `decode_programs_per_sm`
+    (programs_per_sm_of); {} when `path` is None or not a readable profile JSON."""
     try:
         d = json.loads(path.read_text()) if path is not None else None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
@@ -559,7 +566,27 @@ def timing_records(path: Path | None) -> dict:
         records["swap_bandwidth"] = d["swap_bandwidth"]
     if isinstance(d.get("prefill_kernel"), str):  # the attention kernel the rows' prefills ran (validate checks it)
         records["prefill_kernel"] = d["prefill_kernel"]
+    records["decode_programs_per_sm"] = programs_per_sm_of(d)
     return records
+
+
+def rounds_per_sm(kv_cache_dtype: str, which: str) -> tuple[int, ...]:
+    """--decode-rounds: the resident programs per SM of the decode launches they were measured on (a model-dtype
+    cache's; decode_split.DECODE_PROGRAMS_PER_SM). An fp8 cache's launches (other tiles and warps) are not measured."""
+    from pagesim.cost.decode_split import DECODE_PROGRAMS_PER_SM
+    from pagesim.errors import UserError
+
+    if kv_cache_dtype != "auto":
+        raise UserError(f"--decode-rounds: {which} is {kv_cache_dtype}; the rounds are measured for the model-dtype "
+                        "cache's decode launches (kv_cache_dtype auto) only")
+    return DECODE_PROGRAMS_PER_SM
+
+
+def programs_per_sm_of(profile: dict) -> tuple[int, ...]:
+    """A profile JSON's decode_programs_per_sm (its graph steps' form: () for a profile fitted without rounds of
+    programs), so that a refit of its rows fits them as it was fitted."""
+    per_sm = profile.get("decode_programs_per_sm")
+    return tuple(int(k) for k in per_sm) if isinstance(per_sm, list) else ()
 
 
 def recorded_labels(path: Path) -> dict[str, str] | None:
@@ -634,8 +661,8 @@ def calibrate(args) -> int:
     if not args.refit:  # a calibration also writes its rows beside the profile
         prepare_output_file(out.with_suffix(CALIBRATION_ROWS_SUFFIX), args.force)
 
-    def write(rows, config, extras: dict, mixed_sizes=(), phases=None) -> None:
-        print(fit_summary(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases), out))
+    def write(rows, config, extras: dict, mixed_sizes=(), phases=None, per_sm=()) -> None:
+        print(fit_summary(fit_and_write(rows, config, out, extras, command, mixed_sizes, phases, per_sm), out))
 
     if args.refit:
         timing = [f for f in ("block_size", "num_gpu_blocks", "max_num_batched_tokens", "rest")
@@ -658,7 +685,7 @@ def calibrate(args) -> int:
             raise UserError(f"--refit {rows_path}: cannot read it as {'gzipped ' if rows_path.suffix == '.gz' else ''}"
                             f"CSV ({e}); expected the *.steps.csv.gz a calibration saved") from None
         check_calibration_rows(rows, str(rows_path))
-        extras, mixed_sizes = {}, ()
+        extras, mixed_sizes, per_sm = {}, (), ()
         if out.is_file():  # the profile these rows came from: its measurement's records carry over
             try:
                 previous = json.loads(out.read_text())
@@ -669,6 +696,7 @@ def calibrate(args) -> int:
                                                    "swap_bandwidth", "calibration_s", "calibration_rest")
                           if k in previous}
                 mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
+                per_sm = programs_per_sm_of(previous)  # the form its graph steps were fitted in
         measured = extras.get("config") or {}
         if not extras:  # a new --out: how the rows were timed (the engine's mixed-step buckets, its batch ceiling,
             # the measured host link) comes from the rows' own profile, as the labels do; without it a refit of a
@@ -676,6 +704,7 @@ def calibrate(args) -> int:
             own = timing_records(companion_profile(rows_path))
             mixed_sizes = tuple(own.get("mixed_graph_token_sizes", ()))
             max_num_seqs = own.get("max_num_seqs", max_num_seqs)
+            per_sm = own.get("decode_programs_per_sm", ())
             extras.update({k: own[k] for k in ("swap_bandwidth", "prefill_kernel") if k in own})
         # An omitted flag that the rows' profile did not settle: --out's records for the dtype (which carry over
         # with them), else the default.
@@ -685,6 +714,8 @@ def calibrate(args) -> int:
             if labels[key] is None:
                 labels[key], sources[key] = default, "default"
         model, gpu, kv_dtype = labels["model"], labels["gpu"], labels["kv_cache_dtype"]
+        if getattr(args, "decode_rounds", False):
+            per_sm = rounds_per_sm(kv_dtype, f"the --refit rows' kv_cache_dtype ({sources['kv_cache_dtype']})")
         if measured:  # the records that carry over must be of what the profile is labelled
             if (measured.get("model", model), measured.get("gpu", gpu)) != (model, gpu):
                 raise UserError(f"--out {out} holds a profile of {measured.get('model')} on {measured.get('gpu')}, "
@@ -704,7 +735,7 @@ def calibrate(args) -> int:
             rows = with_replayed_walks(rows, Config.from_dict(extras["config"]), f"--refit {rows_path}")
         try:
             write(rows, Config(model=model, gpu=gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
-                               kv_cache_dtype=kv_dtype), extras, mixed_sizes)
+                               kv_cache_dtype=kv_dtype), extras, mixed_sizes, per_sm=per_sm)
         except FitRowsError as exc:  # the fit's "calibration rows: too few ... to fit": which rows, the file's
             raise UserError(f"--refit {rows_path}: {exc.args[0]}") from None
         return 0
@@ -712,6 +743,7 @@ def calibrate(args) -> int:
     for key, default in LABEL_DEFAULTS.items():  # a calibration labels its profile with what it times (the GPU:
         if key != "gpu" and getattr(args, key, None) is None:  # the device's spec, below)
             setattr(args, key, default)
+    per_sm = rounds_per_sm(args.kv_cache_dtype, "--kv-cache-dtype") if getattr(args, "decode_rounds", False) else ()
 
     import torch
 
@@ -754,7 +786,7 @@ def calibrate(args) -> int:
                          "workloads": [w for w, _ in workloads], "swap_bandwidth": swap,
                          "calibration_s": t_fit - t_start, "calibration_rest": args.rest,
                          **({"warnings": device_warnings} if device_warnings else {})},
-          tuple(sorted(executor.mixed_graphs)), phases)
+          tuple(sorted(executor.mixed_graphs)), phases, per_sm)
     return 0
 
 
@@ -781,4 +813,8 @@ def register(sub) -> None:
     c.add_argument("--force", action="store_true", help="replace --out if it exists")
     c.add_argument("--refit", metavar="ROWS.csv", default=None,
                    help="refit the profile from calibration steps saved earlier (PROFILE.steps.csv.gz); no GPU needed")
+    c.add_argument("--decode-rounds", action="store_true",
+                   help="price graph decode steps by the rounds of the decode kernel's programs over the SMs (README, "
+                        "Cost models; more accurate above 64 decode rows, the model-dtype cache only; default: the "
+                        "form before them; with --refit, the rows' own profile's form unless given)")
     c.set_defaults(func=calibrate)

@@ -105,8 +105,10 @@ def test_a_refit_to_a_new_out_is_timed_as_the_rows_profile_records(tmp_path, mon
     profile_path.write_text(json.dumps(profile))
     seen = []
 
-    def fake_fit_and_write(rows, config, out, extras, command, mixed_graph_token_sizes=(), phases=None):
+    def fake_fit_and_write(rows, config, out, extras, command, mixed_graph_token_sizes=(), phases=None,
+                           decode_programs_per_sm=()):
         seen.append((tuple(mixed_graph_token_sizes), config.max_num_seqs, extras.get("swap_bandwidth")))
+        assert decode_programs_per_sm == ()  # the rows' profile was fitted without rounds of programs
         return json.loads(PROFILE.read_text())["report"]  # a fit's report, for the summary calibrate prints
 
     monkeypatch.setattr(calibration_module, "fit_and_write", fake_fit_and_write)

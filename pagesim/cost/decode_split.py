@@ -38,3 +38,26 @@ def fp8_decode_splits(splits: int, max_context: int) -> int:
     if splits <= FP8_FEW_SPLITS:
         return splits
     return max(splits, min(FP8_SPLIT_FACTOR * splits, max_context // MIN_TOKENS_PER_SPLIT))
+
+
+# Resident programs per SM of the model-dtype (bf16) decode launches of engine/kernels/decode.py (DecodeConfig's
+# defaults: 4 warps, 3 stages; BLOCK_N 128 when the sequence is split, 64 when it is not), (split, unsplit), as timed
+# on an H100 (132 SMs; the H200 has the same SM): a graph decode step's device time jumps by a round of programs where
+# its launch's programs (rows x KV heads x splits) pass SMs x this many, and the next rows fill that round at little
+# more cost. Round 40: 24 -> 25 rows of the 32-row graph at 4,096 tokens a row (2 splits: 384 -> 400 programs against
+# 396), +0.58 ms where a row adds 0.15-0.19 ms; round 41: 65 -> 68 rows of the 128-row graph at 2,560 tokens (one
+# split: 520 -> 544 programs against 528), +1.93 ms (bench/decode_rows.py, bench/results/decode-rows-h100-*).
+# The fp8 cache's launches (other tiles and warps) are not measured: their profiles price no rounds.
+DECODE_PROGRAMS_PER_SM = (3, 4)
+
+
+def decode_waves(rows, num_kv_heads: int, splits, num_sms: int, per_sm: tuple[int, int]):
+    """Rounds of the decode kernel's programs over the SMs: ceil(rows * kv_heads * splits / (num_sms * slots)), slots
+    per_sm[0] for a split launch and per_sm[1] for an unsplit one (ints, or numpy arrays of rows and splits). The
+    programs of a CUDA graph's padding rows return at once and are not counted."""
+    programs = rows * num_kv_heads * splits
+    if isinstance(programs, np.ndarray):
+        slots = np.where(np.asarray(splits) > 1, per_sm[0], per_sm[1]) * num_sms
+        return -(-programs // slots)
+    return -(-programs // ((per_sm[0] if splits > 1 else per_sm[1]) * num_sms))
+

@@ -56,6 +56,18 @@ recorded live runs, each validated with a profile fitted to its own session's ca
 newer coefficients prices every graph with graph_max_context, as before. Eager steps keep one coefficient, at
 least the dearest graph regime's.
 
+Rounds of programs (profiles with decode_programs_per_sm, fitted since round 41). The SMs hold a launch's programs
+in rounds: per_sm[0] programs a SM at once of the split launch, per_sm[1] of the unsplit one (resident programs,
+decode_split.DECODE_PROGRAMS_PER_SM, measured on an H100). A uniform batch whose programs (rows x KV heads x splits;
+a graph's padding rows return at once) pass a round runs a second round of walks: 65 -> 68 rows of the 128-row graph
+at 2,560 tokens a row took +1.93 ms where a row adds ~0.1 ms, and the next rows fill that round at little more cost.
+Such a profile's graph steps take as `longest` also the rounds times the average program's walk,
+max(C / lanes, ceil(max_decode_context / splits), rounds x C / (rows x splits)) (graph_longest): the rounds of
+uniform programs, or the longest program when one sequence is longer than the rest. Eager and graph mixed steps
+keep longest_keys. On round 40's and 41's H100 calibrations the held-out error fell 2.34% -> 2.21% and 1.95% ->
+1.85%, and their calls' sweeps of single batch sizes (bench/decode_rows.py) 3.54% -> 3.40% and 2.58% -> 1.65%
+(above 64 rows 3.03% -> 1.33%; `python bench/decode_rounds.py`).
+
 - graph mixed steps (profiles with `mixed_graph_token_sizes`): steps with prefill tokens (and decode
   batches above the largest decode graph) of at most the largest token bucket T_max replay piecewise
   CUDA graphs padded to the bucket t (mixed_graph_token_sizes: 16, 32, ..., 1024, 1152, ..., 4096), with each layer's
@@ -159,7 +171,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pagesim.config import KV_CACHE_DTYPE_BYTES
-from pagesim.cost.decode_split import num_decode_splits
+from pagesim.cost.decode_split import decode_waves, num_decode_splits
 from pagesim.cost.features import StepFeatures, prefill_grid, steps_since_prefill
 from pagesim.cost.governor import ClockGovernor
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
@@ -287,6 +299,18 @@ def _splits_array(n: np.ndarray, sizes, programs: int, kv_heads: int) -> np.ndar
     return num_splits(rows, programs, kv_heads)
 
 
+def graph_longest(d_ctx, max_ctx, rows, splits, lanes: int, kv_heads: int, sms: int, per_sm: tuple[int, ...],
+                  maximum=max):
+    """A graph decode step's `longest` (module docstring, "Rounds of programs"): longest_keys, and with `per_sm` (a
+    profile fitted with rounds: resident programs per SM of the split and unsplit launches) at least the rounds of
+    the launch's programs times the average program's walk, d_ctx / (rows * splits). Scalars or numpy arrays."""
+    longest = longest_keys(d_ctx, max_ctx, splits, lanes, maximum)
+    if not per_sm or not lanes:
+        return longest
+    waves = decode_waves(rows, kv_heads, splits, sms, per_sm)
+    return maximum(longest, waves * d_ctx / (maximum(rows, 1) * splits))
+
+
 def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
     """The `longest` feature (module docstring): max(d_ctx / lanes, ceil(max_ctx / splits)); 0 if lanes is 0."""
     if not lanes:
@@ -355,12 +379,19 @@ class ProfileCostModel:
     prefill_kernel: str | None = None
     # the GPU's power governor fitted to the calibration's clocks (governor.py); None: steps priced at the top clock
     governor: ClockGovernor | None = None
+    # resident programs per SM of the decode kernel's split and unsplit launches when the graph steps were fitted with
+    # rounds of programs (decode_split.DECODE_PROGRAMS_PER_SM; round 41); (): without (every profile before it)
+    decode_programs_per_sm: tuple[int, ...] = ()
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
         if not self.graph_batch_sizes:
             raise ValueError("a profile needs graph_batch_sizes (the engine's CUDA-graph decode batch sizes)")
         self.max_context_lanes = int(self.max_context_lanes)
+        self.decode_programs_per_sm = tuple(int(k) for k in self.decode_programs_per_sm)
+        if self.decode_programs_per_sm and (len(self.decode_programs_per_sm) != 2 or min(self.decode_programs_per_sm) < 1):
+            raise ValueError(f"decode_programs_per_sm {self.decode_programs_per_sm}: expected (split, unsplit) resident "
+                             "programs per SM, two positive integers")
         coef = self.coefficients
         self.prices_sharing = SHARING[1] in coef  # fitted to steps that share blocks (decode_shared_tokens)
         self._c = tuple(float(coef.get(name, 0.0)) for name in eager_features(True))
@@ -475,7 +506,8 @@ class ProfileCostModel:
 
     def _graph_time(self, d_seqs: int, d_ctx, max_ctx, maximum=max, shared=0):
         i = bisect_left(self.graph_batch_sizes, d_seqs)
-        longest = longest_keys(d_ctx, max_ctx, self._graph_splits[i], self.max_context_lanes, maximum)
+        longest = graph_longest(d_ctx, max_ctx, d_seqs, self._graph_splits[i], self.max_context_lanes, self._kv_heads,
+                                self._sms, self.decode_programs_per_sm, maximum)
         if shared:
             return (self._graph_base[i] + self._graph_ctx * (d_ctx - shared) + self._graph_shared * shared
                     + self._graph_max_ctx[i] * longest)
@@ -545,8 +577,10 @@ class ProfileCostModel:
         graph = ~eager & (n > 0)
         if graph.any():
             idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
+            walk = graph_longest(c[graph], mx[graph], n[graph], splits[graph], lanes, self._kv_heads, self._sms,
+                                 self.decode_programs_per_sm, np.maximum)
             out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * (c[graph] - sh[graph])
-                          + self._graph_shared * sh[graph] + np.asarray(self._graph_max_ctx)[idx] * longest[graph])
+                          + self._graph_shared * sh[graph] + np.asarray(self._graph_max_ctx)[idx] * walk)
         mixed = self.is_mixed_graph(p, n)
         if mixed.any():
             walks, longest_walk = (_optional_column(rows, col, len(p))[mixed] for col in WALK_COLUMNS)
@@ -572,6 +606,8 @@ class ProfileCostModel:
              "created": self.created, "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.decode_programs_per_sm:
+            d["decode_programs_per_sm"] = list(self.decode_programs_per_sm)
         if self.mixed_graph_token_sizes:
             d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         if self.after_prefill:
@@ -589,6 +625,8 @@ class ProfileCostModel:
              "graph_batch_sizes": list(self.graph_batch_sizes)}
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
+        if self.decode_programs_per_sm:
+            d["decode_programs_per_sm"] = list(self.decode_programs_per_sm)
         if self.mixed_graph_token_sizes:
             d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
         if self.kv_cache_dtype != "auto":
@@ -659,6 +697,13 @@ class ProfileCostModel:
         if uses_longest and not lanes:
             raise UserError(f"profile {p}: features graph_max_context*/max_decode_context need 'max_context_lanes' "
                             "(a positive integer)")
+        per_sm = d.get("decode_programs_per_sm", [])
+        if not (isinstance(per_sm, list) and (not per_sm or len(per_sm) == 2) and all(
+                isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in per_sm)):
+            raise UserError(f"profile {p}: 'decode_programs_per_sm' is {per_sm!r}, expected [split, unsplit]: the decode "
+                            "kernel's resident programs per SM, two positive integers")
+        if per_sm and not lanes:
+            raise UserError(f"profile {p}: 'decode_programs_per_sm' needs 'max_context_lanes' (a positive integer)")
         kv_dtype = d.get("kv_cache_dtype", "auto")
         if kv_dtype not in KV_CACHE_DTYPE_BYTES:
             raise UserError(f"profile {p}: 'kv_cache_dtype' is {kv_dtype!r}, expected one of {list(KV_CACHE_DTYPE_BYTES)}")
@@ -682,7 +727,8 @@ class ProfileCostModel:
             model, gpu = get_model(str(d["model"])).name, get_gpu(str(d["gpu"])).name
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
-                       lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)), kernel, governor)
+                       lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)), kernel, governor,
+                       tuple(per_sm))
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
@@ -752,6 +798,13 @@ def _longest(cols, sel, split, lanes) -> np.ndarray:
                         _splits_array(cols["num_decode_seqs"][sel], *split), lanes, np.maximum)
 
 
+def _graph_longest(cols, sel, split, lanes, sms: int, per_sm: tuple[int, ...]) -> np.ndarray:
+    """graph_longest of the graph rows in sel (split: (sizes, programs, kv_heads); the padded size's splits)."""
+    return graph_longest(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel],
+                         cols["num_decode_seqs"][sel], _splits_array(cols["num_decode_seqs"][sel], *split), lanes,
+                         split[2], sms, per_sm, np.maximum)
+
+
 def _eager_design(cols, sel, knee, names, longest) -> np.ndarray:
     values = dict(zip(eager_features(True), _terms(
         cols["num_prefill_tokens"][sel], cols["num_prefill_seqs"][sel], cols["num_decode_seqs"][sel],
@@ -795,7 +848,8 @@ def _is_mixed_graph(cols, sel, sizes, mixed_sizes) -> np.ndarray:
                             mixed_sizes[-1] if mixed_sizes else 0)
 
 
-def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes, heads_sms: tuple[int, int]) -> dict:
+def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes, heads_sms: tuple[int, int],
+                      per_sm: tuple[int, ...] = ()) -> dict:
     """Every kind's coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
     rows_idx = np.asarray(sel)
     is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= sizes[-1])
@@ -813,8 +867,8 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
                         f"least {2 * len(gnames)}")
     graph_fits = []
     for k in lanes_grid:
-        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, split, _longest(cols, graph_rows, split, k), sharing),
-                                  y[graph_rows])
+        walk = _graph_longest(cols, graph_rows, split, k, heads_sms[1], per_sm)
+        x, err = _fit_relative_l1(_graph_design(cols, graph_rows, split, walk, sharing), y[graph_rows])
         graph_fits.append((err, k, x))
     if len(eager_rows) < 2 * len(names):
         raise FitRowsError(f"{len(eager_rows)} usable eager (prefill or mixed) "
@@ -1029,8 +1083,8 @@ def _row_clocks(rows) -> np.ndarray | None:
 def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fraction: float = 0.2, seed: int = 0,
                       knees: tuple[int, ...] = KNEES, holdout: str = "rows",
                       max_num_seqs: int = 256, lanes: tuple[int, ...] = LANES,
-                      mixed_graph_token_sizes: tuple[int, ...] = (), prefill_kernel: str | None = None
-                      ) -> tuple[ProfileCostModel, dict]:
+                      mixed_graph_token_sizes: tuple[int, ...] = (), prefill_kernel: str | None = None,
+                      decode_programs_per_sm: tuple[int, ...] = ()) -> tuple[ProfileCostModel, dict]:
     """Fit a ProfileCostModel to measured steps; returns it and a report of its error on held-out steps.
 
     `rows` has the INPUT_COLUMNS and `duration_s` (seconds of the step). Rows without tokens or with
@@ -1042,6 +1096,8 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
     token buckets, when it graphed its mixed steps) graph mixed steps get their own coefficients; rows with
     prefill_makespan (MAKESPAN_COLUMN: calibrations since round 35, computed with the timed engine's prefill kernel,
     `prefill_kernel`, which the profile records) price their prefill attention by it (mixed_graph_attn_makespan).
+    With `decode_programs_per_sm` (the decode launches' resident programs per SM, split and unsplit) graph steps
+    price the rounds of the decode kernel's programs (graph_longest), and the profile records it.
 
     holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
     fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
@@ -1079,12 +1135,15 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
         return ProfileCostModel(m.name, g.name, {**fitted["coefficients"], **transfers}, fitted["knee"], fit=fit or {},
                                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 graph_batch_sizes=sizes, max_context_lanes=fitted["lanes"],
-                                mixed_graph_token_sizes=mixed_sizes, prefill_kernel=prefill_kernel)
+                                mixed_graph_token_sizes=mixed_sizes, prefill_kernel=prefill_kernel,
+                                decode_programs_per_sm=per_sm)
 
     mixed_sizes = tuple(int(t) for t in mixed_graph_token_sizes)
+    per_sm = tuple(int(k) for k in decode_programs_per_sm)
 
     def fit(sel):
-        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes, mixed_sizes, (m.num_heads, g.sm_count))
+        return _fit_coefficients(cols, y, sel, sizes, knees, split, lanes, mixed_sizes, (m.num_heads, g.sm_count),
+                                 per_sm)
 
     predicted = np.full(len(y), np.nan)
     if holdout == "rows":
@@ -1132,6 +1191,8 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
                   n_left_out=int((~keep).sum()), train_mape=final["train_mape"],
                   objective="mean absolute relative error", graph_batch_sizes=list(sizes),
                   max_context_lanes=final["lanes"])
+    if per_sm:
+        report["decode_programs_per_sm"] = list(per_sm)
     if mixed_sizes:
         report["mixed_graph_token_sizes"] = list(mixed_sizes)
     if fold_workloads:
