@@ -60,4 +60,3 @@ def decode_waves(rows, num_kv_heads: int, splits, num_sms: int, per_sm: tuple[in
         slots = np.where(np.asarray(splits) > 1, per_sm[0], per_sm[1]) * num_sms
         return -(-programs // slots)
     return -(-programs // ((per_sm[0] if splits > 1 else per_sm[1]) * num_sms))
-
