@@ -16,7 +16,8 @@ prediction for them (at the profile's reference clock: the median SM clock of th
     python bench/decode_rows.py --out OUT/decode-rows.steps.csv.gz [--max-rows 64 | --rows 96,128,256] [--contexts 512,2048] [--gpu G]
 
 (--rows: those batch sizes only, e.g. the large batches at long context that the calibration's own grid has few of;
-workloads whose rows would not fit the KV cache are refused before the model loads.)
+workloads whose rows would not fit the KV cache are refused: by the spec's estimate of the cache before the model
+loads, and by the blocks the loaded engine measured before any workload runs.)
 """
 
 from __future__ import annotations
@@ -67,12 +68,17 @@ def time_rows(args) -> int:
                     max_num_batched_tokens=CALIBRATE_DEFAULTS["max_num_batched_tokens"])
     if max(args.rows) > config.max_num_seqs:
         sys.exit(f"--rows: {max(args.rows)} rows exceed the engine's max_num_seqs {config.max_num_seqs}")
-    capacity = config.resolved_num_gpu_blocks * config.block_size
-    over = too_large(args.rows, args.contexts, args.steps, capacity)
-    if over:  # before the model loads: a workload that cannot hold its rows would preempt, not time them
-        sys.exit(f"--rows / --contexts: these do not fit the KV cache of {capacity:,} tokens: {'; '.join(over)}")
+    def refuse_too_large(config, which: str) -> None:
+        capacity = config.resolved_num_gpu_blocks * config.block_size
+        over = too_large(args.rows, args.contexts, args.steps, capacity)
+        if over:  # a workload that cannot hold its rows would preempt, not time them
+            sys.exit(f"--rows / --contexts: these do not fit {which} KV cache of {capacity:,} tokens: {'; '.join(over)}")
+
+    refuse_too_large(config, "the spec's estimate of the")  # before the model loads
     executor = make_executor(config)
     config = executor.config
+    refuse_too_large(config, "the engine's")  # what the loaded engine holds (round 41: ~320k tokens, not the ~447k
+    # estimated), before any workload runs
     warm_up(executor, config)
     rows = run_calibration_with_bar(executor, config, workloads(args.rows, args.contexts, args.steps))
     rows.to_csv(args.out, index=False)
