@@ -18,7 +18,7 @@ import pytest
 from pagesim.cli import main as cli_main
 from pagesim.cost.decode_split import DECODE_PROGRAMS_PER_SM, decode_waves
 from pagesim.cost.features import StepFeatures
-from pagesim.cost.profile import ProfileCostModel, graph_longest, longest_keys
+from pagesim.cost.profile import ProfileCostModel, longest_keys, with_rounds
 from pagesim.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,17 +35,23 @@ def test_rounds_count_the_programs_against_the_slots_of_their_launch():
 
 def test_the_walk_is_the_rounds_of_the_average_program_or_the_longest_program():
     lanes = 64
-    # without rounds: the form before them
-    assert graph_longest(67 * 2560, 2560, 67, 1, lanes, 8, 132, ()) == longest_keys(67 * 2560, 2560, 1, lanes)
+
+    def walk(d_ctx, max_ctx, rows, splits, per_sm, maximum=max):
+        """A graph step's `longest` as a profile with (per_sm) or without (()) rounds prices it."""
+        longest = longest_keys(d_ctx, max_ctx, splits, lanes, maximum)
+        return with_rounds(longest, d_ctx, rows, splits, 8, 132, per_sm, maximum) if per_sm else longest
+
     # a uniform batch one program past a round walks two rounds of its programs; within one, the form before them
-    assert graph_longest(67 * 2560, 2560, 67, 1, lanes, 8, 132, (3, 4)) == 2 * 2560
-    assert graph_longest(65 * 2560, 2560, 65, 1, lanes, 8, 132, (3, 4)) == longest_keys(65 * 2560, 2560, 1, lanes)
+    assert walk(67 * 2560, 2560, 67, 1, (3, 4)) == 2 * 2560
+    assert walk(65 * 2560, 2560, 65, 1, (3, 4)) == longest_keys(65 * 2560, 2560, 1, lanes)
+    # without rounds: the form before them
+    assert walk(67 * 2560, 2560, 67, 1, ()) == longest_keys(67 * 2560, 2560, 1, lanes) < 2 * 2560
     # one long sequence among short ones: its program is the longest, whatever the rounds
     skew = 66 * 128 + 6144
-    assert graph_longest(skew, 6144, 67, 1, lanes, 8, 132, (3, 4)) == 6144
+    assert walk(skew, 6144, 67, 1, (3, 4)) == 6144
     # arrays as scalars
     d, m, n = np.array([67 * 2560.0, skew]), np.array([2560.0, 6144.0]), np.array([67.0, 67.0])
-    assert graph_longest(d, m, n, np.array([1, 1]), lanes, 8, 132, (3, 4), np.maximum).tolist() == [5120, 6144]
+    assert walk(d, m, n, np.array([1, 1]), (3, 4), np.maximum).tolist() == [5120, 6144]
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,7 @@ decode_split.DECODE_PROGRAMS_PER_SM, measured on an H100). A uniform batch whose
 a graph's padding rows return at once) pass a round runs a second round of walks: 65 -> 68 rows of the 128-row graph
 at 2,560 tokens a row took +1.93 ms where a row adds ~0.1 ms, and the next rows fill that round at little more cost.
 Such a profile's graph steps take as `longest` also the rounds times the average program's walk,
-max(C / lanes, ceil(max_decode_context / splits), rounds x C / (rows x splits)) (graph_longest): the rounds of
+max(C / lanes, ceil(max_decode_context / splits), rounds x C / (rows x splits)) (with_rounds): the rounds of
 uniform programs, or the longest program when one sequence is longer than the rest. Eager and graph mixed steps
 keep longest_keys. On round 40's and 41's H100 calibrations the held-out error fell 2.34% -> 2.21% and 1.95% ->
 1.85%, and their calls' sweeps of single batch sizes (bench/decode_rows.py) 3.54% -> 3.40% and 2.58% -> 1.65%
@@ -302,16 +302,12 @@ def _splits_array(n: np.ndarray, sizes, programs: int, kv_heads: int) -> np.ndar
     return num_splits(rows, programs, kv_heads)
 
 
-def graph_longest(d_ctx, max_ctx, rows, splits, lanes: int, kv_heads: int, sms: int, per_sm: tuple[int, ...],
-                  maximum=max):
-    """A graph decode step's `longest` (module docstring, "Rounds of programs"): longest_keys, and with `per_sm` (a
-    profile fitted with rounds: resident programs per SM of the split and unsplit launches) at least the rounds of
-    the launch's programs times the average program's walk, d_ctx / (rows * splits). Scalars or numpy arrays."""
-    longest = longest_keys(d_ctx, max_ctx, splits, lanes, maximum)
-    if not per_sm or not lanes:
-        return longest
-    waves = decode_waves(rows, kv_heads, splits, sms, per_sm)
-    return maximum(longest, waves * d_ctx / (maximum(rows, 1) * splits))
+def with_rounds(longest, d_ctx, rows, splits, kv_heads: int, sms: int, per_sm: tuple[int, int], maximum=max):
+    """A graph decode step's `longest` in a profile fitted with rounds of programs (module docstring, "Rounds of
+    programs"; per_sm: resident programs per SM of the split and unsplit launches): longest_keys' `longest`, and at
+    least the rounds of the launch's programs times the average program's walk, d_ctx / (rows * splits); rows >= 1.
+    Scalars or numpy arrays. Callers apply it only to such a profile's graph steps (none other pays for it)."""
+    return maximum(longest, decode_waves(rows, kv_heads, splits, sms, per_sm) * d_ctx / (rows * splits))
 
 
 def longest_keys(d_ctx, max_ctx, splits, lanes: int, maximum=max):
@@ -509,8 +505,11 @@ class ProfileCostModel:
 
     def _graph_time(self, d_seqs: int, d_ctx, max_ctx, maximum=max, shared=0):
         i = bisect_left(self.graph_batch_sizes, d_seqs)
-        longest = graph_longest(d_ctx, max_ctx, d_seqs, self._graph_splits[i], self.max_context_lanes, self._kv_heads,
-                                self._sms, self.decode_programs_per_sm, maximum)
+        splits = self._graph_splits[i]
+        longest = longest_keys(d_ctx, max_ctx, splits, self.max_context_lanes, maximum)
+        if self.decode_programs_per_sm:
+            longest = with_rounds(longest, d_ctx, d_seqs, splits, self._kv_heads, self._sms,
+                                  self.decode_programs_per_sm, maximum)
         if shared:
             return (self._graph_base[i] + self._graph_ctx * (d_ctx - shared) + self._graph_shared * shared
                     + self._graph_max_ctx[i] * longest)
@@ -580,8 +579,10 @@ class ProfileCostModel:
         graph = ~eager & (n > 0)
         if graph.any():
             idx = np.searchsorted(self.graph_batch_sizes, n[graph], side="left")
-            walk = graph_longest(c[graph], mx[graph], n[graph], splits[graph], lanes, self._kv_heads, self._sms,
-                                 self.decode_programs_per_sm, np.maximum)
+            walk = longest[graph]
+            if self.decode_programs_per_sm:
+                walk = with_rounds(walk, c[graph], n[graph], splits[graph], self._kv_heads, self._sms,
+                                   self.decode_programs_per_sm, np.maximum)
             out[graph] = (np.asarray(self._graph_base)[idx] + self._graph_ctx * (c[graph] - sh[graph])
                           + self._graph_shared * sh[graph] + np.asarray(self._graph_max_ctx)[idx] * walk)
         mixed = self.is_mixed_graph(p, n)
@@ -802,10 +803,14 @@ def _longest(cols, sel, split, lanes) -> np.ndarray:
 
 
 def _graph_longest(cols, sel, split, lanes, sms: int, per_sm: tuple[int, ...]) -> np.ndarray:
-    """graph_longest of the graph rows in sel (split: (sizes, programs, kv_heads); the padded size's splits)."""
-    return graph_longest(cols["decode_context_tokens"][sel], cols["max_decode_context"][sel],
-                         cols["num_decode_seqs"][sel], _splits_array(cols["num_decode_seqs"][sel], *split), lanes,
-                         split[2], sms, per_sm, np.maximum)
+    """The graph rows' `longest` in sel (split: (sizes, programs, kv_heads); the padded size's splits), with the
+    rounds of programs when per_sm is given (with_rounds)."""
+    longest = _longest(cols, sel, split, lanes)
+    if not per_sm:
+        return longest
+    rows = cols["num_decode_seqs"][sel]
+    return with_rounds(longest, cols["decode_context_tokens"][sel], rows, _splits_array(rows, *split), split[2], sms,
+                       per_sm, np.maximum)
 
 
 def _eager_design(cols, sel, knee, names, longest) -> np.ndarray:
@@ -1100,7 +1105,7 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
     prefill_makespan (MAKESPAN_COLUMN: calibrations since round 35, computed with the timed engine's prefill kernel,
     `prefill_kernel`, which the profile records) price their prefill attention by it (mixed_graph_attn_makespan).
     With `decode_programs_per_sm` (the decode launches' resident programs per SM, split and unsplit) graph steps
-    price the rounds of the decode kernel's programs (graph_longest), and the profile records it.
+    price the rounds of the decode kernel's programs (with_rounds), and the profile records it.
 
     holdout="rows": a seeded permutation holds back `test_fraction` of the rows, and the model is
     fitted on the rest. holdout="workload" (needs a `workload` column): whole workloads are held out,
