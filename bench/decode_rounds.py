@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.decode_rows import FAR  # noqa: E402
+from bench.decode_rows import FAR, far_decode_steps  # noqa: E402
 from bench.governor_eval import figures  # noqa: E402
 from bench.mixed_pricing import recordings, refit  # noqa: E402
 from pagesim.cost.decode_split import DECODE_PROGRAMS_PER_SM  # noqa: E402
@@ -53,17 +53,9 @@ def sweep_errors(model, sweeps) -> dict:
     import numpy as np
     import pandas as pd
 
-    from pagesim.cost.profile import calibration_steps_since_prefill
-
-    parts = []
-    for name in sweeps:
-        rows = pd.read_csv(ROOT / f"bench/results/decode-rows-h100-2026-12-06-{name}.steps.csv.gz")
-        since, _ = calibration_steps_since_prefill(rows)
-        d = rows[(rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] > 0) & (since >= FAR)].copy()
-        d["ratio"] = d["duration_s"] / model.forward_times(d)
-        d["context"] = d["workload"].str.extract(r"-c(\d+)$", expand=False).astype(int)
-        parts.append(d)
-    by = pd.concat(parts).groupby(["context", "num_decode_seqs"])["ratio"].median()
+    d = pd.concat(far_decode_steps(pd.read_csv(ROOT / f"bench/results/decode-rows-h100-2026-12-06-{name}.steps.csv.gz"),
+                                   model) for name in sweeps)
+    by = (d["duration_s"] / d["predicted_s"]).groupby([d["context"], d["num_decode_seqs"]]).median()
     err = (by - 1).abs()
     above = err[by.index.get_level_values(1) > 64]
     return {"batches": len(by), "mean_abs_error": float(err.mean()), "max_abs_error": float(err.max()),

@@ -86,19 +86,26 @@ def time_rows(args) -> int:
     return 0
 
 
+def far_decode_steps(rows, model):
+    """A sweep's decode steps FAR or more past their prefill (rows written by time_rows), with each step's `context` per
+    row (from its workload's name) and the profile `model`'s `predicted_s` for it."""
+    from pagesim.cost.profile import calibration_steps_since_prefill
+
+    since, _ = calibration_steps_since_prefill(rows)
+    d = rows[(rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] > 0) & (since >= FAR)].copy()
+    d["predicted_s"] = model.forward_times(d)
+    d["context"] = d["workload"].str.extract(r"-c(\d+)$", expand=False).astype(int)
+    return d
+
+
 def report(args) -> int:
     import numpy as np
     import pandas as pd
 
-    from pagesim.cost.profile import ProfileCostModel, calibration_steps_since_prefill
+    from pagesim.cost.profile import ProfileCostModel
 
-    rows = pd.read_csv(args.report)
     model = ProfileCostModel.from_json(args.profile)
-    since, _ = calibration_steps_since_prefill(rows)
-    decode = (rows["num_prefill_tokens"] == 0) & (rows["num_decode_seqs"] > 0) & (since >= FAR)
-    d = rows[decode].copy()
-    d["predicted_s"] = model.forward_times(d)
-    d["context"] = d["workload"].str.extract(r"-c(\d+)$", expand=False).astype(int)
+    d = far_decode_steps(pd.read_csv(args.report), model)
     out = []
     for (c, n), g in d.groupby(["context", "num_decode_seqs"]):
         out.append({"context": int(c), "rows": int(n), "padded": model.padded_batch(int(n)), "steps": len(g),
