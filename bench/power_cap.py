@@ -38,7 +38,7 @@ power-cap-recording.json.gz (--loo recording, five variants).
 Finding (round 26): no variant moves the issue's per-run targets materially (runs meeting every percentile target:
 14 of 41 plain, 13-16 with the candidates, within this check's noise); the best, clock-bins-t0.1, fixes most of Azure
 code's burst error (its targets met 6 -> 16 of 20) and leaves step MAPE as it was (2.33 -> 2.31%). Not adopted in the
-simulator: README, Simulator accuracy, round 26.
+simulator: docs/accuracy-history.md, round 26.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         out.append((f"served-b{b}", [(1, round(256 * (hi / 256) ** f), 8 + (i * 7) % 25) for i, f in enumerate(frac)]))
     # Steady: b sequences with contexts spread log-uniformly over 256..4096 tokens decoding STEADY_DECODE_STEPS steps
     # after one prefill. A decode step runs slower for several steps after a step with prefill tokens (2-7% right
-    # after, ~1% ten steps on, in calibrations and windows alike: README, Simulator accuracy, round 18), and a serving
+    # after, ~1% ten steps on, in calibrations and windows alike: docs/accuracy-history.md, round 18), and a serving
     # window's decode steps are mostly tens of steps past one; the decode grid's are at most DECODE_STEPS_PER_SIZE.
     for b in (4, 12, 24, 48):
         hi = min(4096, max_model_len - STEADY_DECODE_STEPS - 2)

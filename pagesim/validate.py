@@ -482,7 +482,7 @@ def request_level_sensitivity(run: dict, cost_model, requests_report: dict, leve
     timing alone (which requests wait behind a preemption, which side of a step boundary a burst of arrivals falls),
     so its deterministic figure is one draw and the ensemble's median the prediction (request_level_prediction). Levels
     between 0.99 and 1.01 as well: a figure can jump and come back inside them (Azure code's TTFT p90, round 38's
-    recording: -5.5% at 0.99, +5.2% at 0.995, -8.9% at 0.9975, -1.5% at 1.01; README, Simulator accuracy, round 40)."""
+    recording: -5.5% at 0.99, +5.2% at 0.995, -8.9% at 0.9975, -1.5% at 1.01; docs/accuracy-history.md, round 40)."""
     by_level = {level: free_figures(run, ScaledCostModel(cost_model, level))[0] for level in levels}
     return level_spans(requests_report, by_level)
 
@@ -491,7 +491,7 @@ def request_level_prediction(requests_report: dict, sensitivity: dict, ensemble:
     """The simulator's prediction of each request-level figure: the free simulation's figure (request_level), but for
     the percentiles `sensitivity` names timing-sensitive the ensemble's median (request_level_ensemble): where a
     change of every step time within 1% moves a percentile across its whole target, one deterministic simulation is one
-    draw of the schedule and the median of jittered ones is the better prediction (README, Simulator accuracy, rounds
+    draw of the schedule and the median of jittered ones is the better prediction (docs/accuracy-history.md, rounds
     19 and 40). Chosen by the simulations alone (the span is in points of the model's own figure), never by which is
     nearer live. Per figure: live's, the prediction, its error and where it comes from."""
     sensitive, medians = set(sensitivity["timing_sensitive"]), ensemble["metrics"]

@@ -64,7 +64,7 @@ class StepFeatures:
     StepPlan.steps_since_prefill), last_prefill_tokens that step's prefill tokens. On the H200 a
     decode step right after a prefill of 1k tokens or more runs 6-9% slower than the same step a
     dozen steps later, ~2% five steps on; after a smaller prefill ~2.5%, for a step or two
-    (README, Simulator accuracy, round 18). Functions of the step sequence (steps_since_prefill
+    (docs/accuracy-history.md, round 18). Functions of the step sequence (steps_since_prefill
     below), not recorded columns.
     """
 

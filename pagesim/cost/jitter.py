@@ -2,7 +2,7 @@
 
 A live run's step times scatter around any smooth prediction, and not only step by step: two recordings of one
 window on one H200, two minutes apart at the same SM clock, ran their decode steps at 0.981 and 1.013 of the same
-prediction (README, Simulator accuracy, round 19). In a window whose schedule is sensitive to timing (preemptions,
+prediction (docs/accuracy-history.md, round 19). In a window whose schedule is sensitive to timing (preemptions,
 which requests wait behind them), that scatter moves the request-level figures by more than the model's own error,
 so one deterministic simulation is one draw of what the engine might do. `JitteredCostModel` multiplies each step
 time of a base model by a level drawn once per run and a factor drawn per step (both log-normal, median 1);

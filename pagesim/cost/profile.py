@@ -962,7 +962,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     Rows with clocks (round 17 on) also price the decode steps that follow a prefill. A decode-only step right
     after a step of 1k prefill tokens or more (or after steps the calibration advanced untimed) runs 6-9% slower than
     the same step a dozen steps later, 3-5% two steps on, 1-2% five on; after a smaller prefill 2-3%, for a step or
-    two; in calibrations and live windows alike (README, Simulator accuracy, round 18), and a calibration's decode
+    two; in calibrations and live windows alike (docs/accuracy-history.md, round 18), and a calibration's decode
     rows sit nearer their prefill than a window's do. So: the clock share is chosen on the rows without the decode
     steps right after a prefill (as in round 17); the decode rows' measured / predicted of that fit, by bucket of
     steps_since_prefill (AFTER_PREFILL_EDGES) and size of that prefill (AFTER_PREFILL_LARGE), over that of the same
