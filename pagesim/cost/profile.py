@@ -608,12 +608,19 @@ class ProfileCostModel:
         d = {"kind": "profile", "source": self.source, "model": self.model, "gpu": self.gpu,
              "knee_tokens": self.knee_tokens, "coefficients": dict(self.coefficients), "fit": dict(self.fit),
              "created": self.created, "graph_batch_sizes": list(self.graph_batch_sizes)}
+        return self._optional_fields(d, with_cache_dtype=False)
+
+    def _optional_fields(self, d: dict, with_cache_dtype: bool = True) -> dict:
+        """`d` with the profile's optional parts that it has (the one list of them, for describe() and the file:
+        a part absent from a profile is left out, so profiles written before it existed read back the same)."""
         if self.max_context_lanes:
             d["max_context_lanes"] = self.max_context_lanes
         if self.decode_programs_per_sm:
             d["decode_programs_per_sm"] = list(self.decode_programs_per_sm)
         if self.mixed_graph_token_sizes:
             d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
+        if with_cache_dtype and self.kv_cache_dtype != "auto":
+            d["kv_cache_dtype"] = self.kv_cache_dtype
         if self.after_prefill:
             d["after_prefill"] = after_prefill_json(self.after_prefill)
         if self.prefill_kernel:
@@ -627,20 +634,7 @@ class ProfileCostModel:
         features = [f for f in self.feature_names if f in self.coefficients]
         d = {"kind": "profile", "model": self.model, "gpu": self.gpu, "features": features,
              "graph_batch_sizes": list(self.graph_batch_sizes)}
-        if self.max_context_lanes:
-            d["max_context_lanes"] = self.max_context_lanes
-        if self.decode_programs_per_sm:
-            d["decode_programs_per_sm"] = list(self.decode_programs_per_sm)
-        if self.mixed_graph_token_sizes:
-            d["mixed_graph_token_sizes"] = list(self.mixed_graph_token_sizes)
-        if self.kv_cache_dtype != "auto":
-            d["kv_cache_dtype"] = self.kv_cache_dtype
-        if self.after_prefill:
-            d["after_prefill"] = after_prefill_json(self.after_prefill)
-        if self.prefill_kernel:
-            d["prefill_kernel"] = self.prefill_kernel
-        if self.governor is not None:
-            d["clock_governor"] = self.governor.to_json()
+        self._optional_fields(d)
         d.update(coefficients=self.coefficients, knee_tokens=self.knee_tokens, fit=self.fit, created=self.created)
         Path(path).write_text(json.dumps(d, indent=2) + "\n")
 
