@@ -80,8 +80,8 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
     d = Path(run_dir)
     where = f"{flag} {d}" if flag else str(d)
     if not d.is_dir():
-        raise UserError(f"{where}: no such directory; expected a live run directory (the output of "
-                        "`python -m pagesim live`)")
+        what = "is a file, not a directory" if d.exists() else "no such directory"
+        raise UserError(f"{where}: {what}; expected a live run directory (the output of `python -m pagesim live`)")
     missing = [f for f in RUN_FILES if not (ALTERNATIVES[f](d) if f in ALTERNATIVES else d / f).exists()]
     if missing:
         raise UserError(f"{where}: not a live run directory (missing {', '.join(missing)}); "
@@ -109,7 +109,43 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
              "batches": "batches.parquet"}
     for name, columns in RUN_COLUMNS.items():
         check_columns(where, files[name], run[name], columns)
+    from pagesim.traces import load_trace
+
+    run["trace"] = load_trace(arrivals_path(d))  # its errors name the file and line
+    check_releases(where, run["releases"], run["trace"].df["request_id"], arrivals_path(d).name)
     return run
+
+
+def check_releases(where: str, releases: pd.DataFrame, trace_ids: pd.Series, arrivals: str) -> None:
+    """A UserError naming the run, releases.csv, the request and the field, for a release time or step that is not a
+    number of at least 0 (a step: whole), a request released twice, a request of the arrivals file (`trace_ids`)
+    never released or a released one the arrivals file lacks: validate looks each request's release up."""
+    ids = releases["request_id"]
+    for column, whole in (("arrival_time_s", False), ("released_s", False), ("release_step", True)):
+        values = pd.to_numeric(releases[column], errors="coerce").to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(values) & (values >= 0) & ((values == np.floor(values)) if whole else True)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            kind = "a step number (a whole number of at least 0)" if whole else "a number of seconds of at least 0"
+            got = releases[column].iloc[i]
+            got = "an empty cell" if pd.isna(got) else repr(got) if isinstance(got, str) else f"{got:g}"
+            raise UserError(f"{where}: releases.csv, the row of request {ids.iloc[i]!r}, field '{column}': expected "
+                            f"{kind}, got {got}; expected the files `python -m pagesim live` writes")
+    twice = ids[ids.duplicated()]
+    if len(twice):
+        raise UserError(f"{where}: releases.csv has two rows for request {twice.iloc[0]!r}; expected one row per "
+                        "request, as `python -m pagesim live` writes it")
+    unreleased = trace_ids[~trace_ids.isin(ids)]
+    if len(unreleased):
+        raise UserError(f"{where}: releases.csv has no row for request {unreleased.iloc[0]!r} of {arrivals} "
+                        f"({len(unreleased)} of its {len(trace_ids)} requests lack one); expected the files "
+                        "`python -m pagesim live` writes, from one run")
+    unknown = ids[~ids.isin(trace_ids)]
+    if len(unknown):
+        raise UserError(f"{where}: {arrivals} lacks request {unknown.iloc[0]!r} of releases.csv ({len(unknown)} of "
+                        f"its {len(ids)} released requests are not in it); expected the files `python -m pagesim "
+                        "live` writes, from one run")
 
 
 def check_columns(where: str, file: str, frame: pd.DataFrame, columns, writer: str = "live") -> None:
@@ -144,10 +180,7 @@ def _read(path: Path, where: str, reader):
 
 def _requests(run: dict, released_times: bool = False):
     """The live run's requests, fresh, in trace order, with the trace's (or the released) arrival times."""
-    from pagesim.traces import load_trace
-
-    trace = load_trace(arrivals_path(run["dir"]))
-    reqs = requests_from_trace(trace)
+    reqs = requests_from_trace(run["trace"])  # load_run read and checked it
     rel = run["releases"].set_index("request_id")
     col = "released_s" if released_times else "arrival_time_s"
     for r in reqs:

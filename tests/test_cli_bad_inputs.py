@@ -503,3 +503,40 @@ def test_a_lone_cr_in_a_csv_with_lf_line_endings_is_no_traceback(tmp_path):
                                                           "fields as the header has")
     blank.write_text("\n\n" + "\n".join(rows[:2] + ['2023-11-16 18:15:47.1,"20,6'] + rows[2:]) + "\n")
     assert one_error(pagesim("trace", "info", blank)) == f"error: {blank}, line 5: expected CSV with balanced quotes"
+
+
+def test_validate_of_a_run_whose_releases_do_not_match_its_arrivals_names_the_request(tmp_path):
+    """Was: a releases.csv cut short, or with a text where a time is, ended validate in a traceback (KeyError, ValueError
+    from float()); an arrivals file cut short ended it in 'steps without a replayed plan; cannot fill in ...', naming
+    neither the run nor the file; a file given as DIR was 'no such directory'."""
+    import gzip
+    import shutil
+
+    source = REPO / "results" / "live" / "pair-conv-paged"
+    releases = (source / "releases.csv").read_text().splitlines(keepends=True)
+    arrivals = gzip.decompress((source / "arrivals.jsonl.gz").read_bytes()).decode().splitlines(keepends=True)
+    first, second = releases[1].split(",")[0], releases[2].split(",")[0]
+    cases = [("releases.csv", releases[:3], f"releases.csv has no row for request '{releases[3].split(',')[0]}' of "
+                                            f"arrivals.jsonl.gz ({len(releases) - 3} of its {len(releases) - 1} "
+                                            "requests lack one)"),
+             ("releases.csv", [releases[0], releases[1].replace(",0.0,", ",0.0x,"), *releases[2:]],
+              f"releases.csv, the row of request '{first}', field 'arrival_time_s': expected a number of seconds of "
+              "at least 0, got '0.0x'"),
+             ("releases.csv", [releases[0], releases[1], releases[2].rsplit(",", 1)[0] + ",1.5\n", *releases[3:]],
+              f"releases.csv, the row of request '{second}', field 'release_step': expected a step number (a whole "
+              "number of at least 0), got 1.5"),
+             ("releases.csv", [*releases, releases[1]], f"releases.csv has two rows for request '{first}'"),
+             ("arrivals.jsonl.gz", arrivals[:3], f"arrivals.jsonl.gz lacks request '{releases[3].split(',')[0]}' of "
+                                                 f"releases.csv ({len(releases) - 3} of its {len(releases) - 1} "
+                                                 "released requests are not in it)")]
+    for i, (name, lines, says) in enumerate(cases):
+        run = tmp_path / f"run{i}"
+        shutil.copytree(source, run, ignore=shutil.ignore_patterns("validation"))
+        content = "".join(lines).encode()
+        (run / name).write_bytes(gzip.compress(content) if name.endswith(".gz") else content)
+        line = one_error(pagesim("validate", run, "--out", tmp_path / f"v{i}"))
+        assert line.startswith(f"error: {run}: {says}"), line
+        assert not (tmp_path / f"v{i}").exists()
+    file = tmp_path / "run0" / "releases.csv"
+    assert one_error(pagesim("validate", file)) == (f"error: {file}: is a file, not a directory; expected a live run "
+                                                    "directory (the output of `python -m pagesim live`)")
