@@ -113,7 +113,37 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
 
     run["trace"] = load_trace(arrivals_path(d))  # its errors name the file and line
     check_releases(where, run["releases"], run["trace"].df["request_id"], arrivals_path(d).name)
+    check_steps(where, run, files["requests"])
     return run
+
+
+def check_steps(where: str, run: dict, requests_file: str) -> None:
+    """A UserError naming the run and the files when they do not hold one run's records: a step of steps.parquet
+    without its batch in batches.parquet, a request released before no recorded step though it finished, or a request
+    of the arrivals that requests.parquet lacks (its figures would be of the rest, silently)."""
+    steps = run["steps"]["step"]
+    batches = run["batches"]["step"]
+    unbatched = steps[~steps.isin(batches)]
+    if len(unbatched):
+        raise UserError(f"{where}: batches.parquet has no row for step {int(unbatched.iloc[0])} of steps.parquet "
+                        f"({len(unbatched)} of its {len(steps)} steps lack one); expected the files `python -m "
+                        "pagesim live` writes, from one run")
+    req = run["requests"]
+    own = req[req["parent_id"] == ""]
+    ids = run["trace"].df["request_id"]
+    unrecorded = ids[~ids.isin(own["request_id"])]
+    if len(unrecorded):
+        raise UserError(f"{where}: {requests_file} has no row for request {unrecorded.iloc[0]!r} of the arrivals "
+                        f"({len(unrecorded)} of their {len(ids)} requests lack one); expected the files `python -m "
+                        "pagesim live` writes, from one run")
+    finished = own.loc[own["state"] == "finished", "request_id"]
+    release = run["releases"].set_index("request_id")["release_step"].reindex(finished)
+    stray = release[~release.isin(steps)]
+    if len(stray):
+        raise UserError(f"{where}: releases.csv, the row of request {stray.index[0]!r}, field 'release_step': expected "
+                        f"a step of steps.parquet (it finished), got {stray.iloc[0]:g}; steps.parquet's steps run "
+                        f"{int(steps.min())}-{int(steps.max())}; expected the files `python -m pagesim live` writes, "
+                        "from one run")
 
 
 def check_releases(where: str, releases: pd.DataFrame, trace_ids: pd.Series, arrivals: str) -> None:

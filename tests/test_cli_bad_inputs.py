@@ -540,3 +540,32 @@ def test_validate_of_a_run_whose_releases_do_not_match_its_arrivals_names_the_re
     file = tmp_path / "run0" / "releases.csv"
     assert one_error(pagesim("validate", file)) == (f"error: {file}: is a file, not a directory; expected a live run "
                                                     "directory (the output of `python -m pagesim live`)")
+
+
+def test_validate_of_a_run_whose_steps_batches_or_requests_are_cut_short_names_the_file(tmp_path):
+    """Was: a batches.parquet or steps.parquet of fewer steps than the run's ended validate in a traceback (KeyError,
+    IndexError), and a requests.parquet of fewer requests validated without a word, its lockstep figures those of the
+    requests left."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    source = REPO / "results" / "live" / "pair-conv-paged"
+    steps = pq.read_table(source / "steps.parquet").num_rows
+    requests = len(pd.read_csv(source / "releases.csv"))
+    cases = [("batches.parquet", 100, f"batches.parquet has no row for step 100 of steps.parquet ({steps - 100} of "
+                                      f"its {steps} steps lack one)"),
+             ("steps.parquet", 20, "releases.csv, the row of request "),
+             ("requests.parquet", 10, "requests.parquet has no row for request ")]
+    for i, (name, keep, says) in enumerate(cases):
+        run = tmp_path / f"run{i}"
+        shutil.copytree(source, run, ignore=shutil.ignore_patterns("validation"))
+        pq.write_table(pq.read_table(source / name).slice(0, keep), run / name)
+        line = one_error(pagesim("validate", run, "--out", tmp_path / f"v{i}"))
+        assert line.startswith(f"error: {run}: {says}"), line
+        assert not (tmp_path / f"v{i}").exists()
+    line = one_error(pagesim("validate", tmp_path / "run1"))
+    assert "field 'release_step': expected a step of steps.parquet (it finished), got " in line
+    assert line.endswith("steps.parquet's steps run 0-19; expected the files `python -m pagesim live` writes, from one run")
+    line = one_error(pagesim("validate", tmp_path / "run2"))
+    assert f"of the arrivals ({requests - 10} of their {requests} requests lack one)" in line
