@@ -359,11 +359,18 @@ def _run_local(trace, base, points, *, address=None, num_cpus=None):
 
 # ---- CLI ----------------------------------------------------------------------------------------------------
 def check_fixed_options(args, swept: dict[str, list], command: str) -> None:
-    """Before any work (sweep, plan): --baseline, which they do not run, and every cost-model file, the --cost-model
+    """Before any work (sweep, plan): --address with --backend local or with --num-cpus, which would be ignored;
+    --baseline, which they do not run, and every cost-model file, the --cost-model
     one and each --grid cost_model=... value (`swept`: option -> its values), else each configuration with it would
     be an error row."""
     from pagesim.cost.profile import ProfileCostModel
 
+    if args.address is not None and args.backend == "local":
+        raise UserError(f"--address {args.address} names a Ray cluster, but --backend local runs the {command} in "
+                        "local processes; drop --address, or --backend local")
+    if args.address is not None and args.num_cpus is not None:
+        raise UserError(f"--num-cpus {args.num_cpus} sizes the local Ray instance, but --address {args.address} runs "
+                        f"the {command} on that cluster's CPUs; drop --num-cpus, or --address")
     if args.baseline:
         raise UserError(f"--baseline does not apply to {command}: sweep the layout instead, e.g. --grid layout=paged,max"
                         if command == "sweep" else f"--baseline does not apply to {command}")

@@ -569,3 +569,18 @@ def test_validate_of_a_run_whose_steps_batches_or_requests_are_cut_short_names_t
     assert line.endswith("steps.parquet's steps run 0-19; expected the files `python -m pagesim live` writes, from one run")
     line = one_error(pagesim("validate", tmp_path / "run2"))
     assert f"of the arrivals ({requests - 10} of their {requests} requests lack one)" in line
+
+
+def test_sweep_and_plan_refuse_a_ray_address_that_would_be_ignored(tmp_path):
+    """Was: --address with --backend local ran local processes, and --num-cpus with --address ran on the cluster's
+    CPUs (start_ray passes num_cpus only to a local instance), each without a word."""
+    broken = broken_csv(tmp_path / "broken.csv")  # refused before the trace is read
+    for command in (["sweep", broken, "--grid", "block_size=16"], ["plan", broken, "--slo", "ttft_p99=1"]):
+        name = command[0]
+        line = one_error(pagesim(*command, "--backend", "local", "--address", "10.0.0.1:6379", "--out", tmp_path / "s"))
+        assert line == (f"error: --address 10.0.0.1:6379 names a Ray cluster, but --backend local runs the {name} in "
+                        "local processes; drop --address, or --backend local")
+        line = one_error(pagesim(*command, "--address", "10.0.0.1:6379", "--num-cpus", 2, "--out", tmp_path / "s"))
+        assert line == (f"error: --num-cpus 2 sizes the local Ray instance, but --address 10.0.0.1:6379 runs the {name} "
+                        "on that cluster's CPUs; drop --num-cpus, or --address")
+    assert not (tmp_path / "s").exists()
