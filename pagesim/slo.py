@@ -60,8 +60,20 @@ def parse_slo(text: str, where: str = "--slo") -> SLO:
             pass
     if threshold is None or not threshold > 0 or threshold == float("inf"):
         raise UserError(f"{where} {text!r}: expected METRIC_PCT=SECONDS with METRIC one of {', '.join(METRICS)}, "
-                        f"PCT one of {', '.join(PERCENTILES)} and SECONDS > 0, e.g. ttft_p99=1")
+                        f"PCT one of {', '.join(PERCENTILES)} and SECONDS > 0, e.g. ttft_p99=1{_hint(text, where)}")
     return SLO(m.group(1), m.group(2), threshold)
+
+
+def _hint(text, where: str) -> str:
+    """What a refused SLO text most likely meant: several SLOs in one flag, or a threshold with a unit."""
+    if not isinstance(text, str):
+        return ""
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    if len(parts) > 1 and where.startswith("--"):
+        return f"; one SLO per {where}: repeat the flag, {' '.join(f'{where} {t}' for t in parts)}"
+    if re.search(r"[0-9.]\s*(ms|s|sec|seconds)$", text.strip().lower()):
+        return " (a number of seconds, without a unit: 500ms is 0.5)"
+    return ""
 
 
 def parse_slos(texts, where: str = "--slo") -> list[SLO]:

@@ -31,6 +31,22 @@ def test_bad_slo_is_a_one_line_error_naming_the_flag(text):
         parse_slo(text)
 
 
+def test_a_bad_slo_says_what_it_most_likely_meant():
+    """Was: two SLOs in one flag (`--slo ttft_p99=1,tpot_p99=0.05`) and a threshold with a unit (`500ms`) got the
+    generic message only, which says neither that --slo repeats nor that a unit is not read."""
+    with pytest.raises(UserError) as err:
+        parse_slo("ttft_p99=1,tpot_p99=0.05")
+    assert str(err.value).endswith("e.g. ttft_p99=1; one SLO per --slo: repeat the flag, --slo ttft_p99=1 "
+                                   "--slo tpot_p99=0.05")
+    for text in ("ttft_p99=500ms", "ttft_p99=1s", "ttft_p99=2 sec"):
+        with pytest.raises(UserError) as err:
+            parse_slo(text)
+        assert str(err.value).endswith("e.g. ttft_p99=1 (a number of seconds, without a unit: 500ms is 0.5)")
+    with pytest.raises(UserError) as err:
+        parse_slo("ttft_p99=1x")
+    assert str(err.value).endswith("e.g. ttft_p99=1")
+
+
 def test_the_same_slo_twice_is_refused():
     with pytest.raises(UserError, match="ttft_p99 given twice"):
         parse_slos(["ttft_p99=1", "ttft_p99=2"])
