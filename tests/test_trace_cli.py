@@ -24,6 +24,15 @@ def test_info_prints_stats_and_summary(tmp_path, capsys):
     assert "dropped 1: failed request (Response tokens = 0)" in out
 
 
+def test_info_shows_a_huge_rate_in_a_few_digits(tmp_path, capsys):
+    """Was: a trace synthesized at --rate 1e300 (arrivals ~1e-301 s apart) printed its rate as a 300-digit number."""
+    out = tmp_path / "fast.jsonl"
+    assert main(["trace", "synth", "--preset", "sharegpt", "--num-requests", "5", "--rate", "1e300", "--out", str(out)]) == 0
+    rate_line = capsys.readouterr().out.splitlines()[1]
+    assert rate_line.startswith("rows 5, span 0.000 s, rate ") and rate_line.endswith("e+300 req/s")
+    assert len(rate_line) < 60, rate_line
+
+
 def test_synth_writes_an_own_format_trace_that_info_reads(tmp_path, capsys):
     out = tmp_path / "k.jsonl"
     argv = ["trace", "synth", "--preset", "kshot", "--num-requests", "50", "--rate", "4", "--arrival", "gamma", "--cv", "2", "--seed", "9", "--out", str(out)]

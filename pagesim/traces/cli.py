@@ -103,7 +103,8 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def format_stats(stats: dict, hash_block_size: int | None) -> str:
-    rate = "n/a" if stats["rate"] is None else f"{stats['rate']:.3f} req/s"
+    # a huge rate (arrivals 1e-300 s apart) in digits would print some 300 of them
+    rate = "n/a" if stats["rate"] is None else f"{stats['rate']:{'.3f' if stats['rate'] < 1e6 else '.3g'}} req/s"
     lines = [f"rows {stats['rows']}, span {stats['span_s']:.3f} s, rate {rate}"]
     for key in ("prompt_len", "output_len"):
         s = stats[key]
