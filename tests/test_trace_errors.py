@@ -123,6 +123,19 @@ def test_file_of_another_format_names_the_missing_column(tmp_path):
     assert_error(load_error(tmp_path, "time,x\n1,2\n", format="mooncake"), 1, None, "valid JSON")  # no known CSV
 
 
+def test_a_csv_format_given_another_csv_formats_file_names_the_files_format(tmp_path):
+    """Was: `--format azure` on a Vidur file said only that the header has no TIMESTAMP, where a JSON format given a CSV
+    trace (and a CSV format given JSON) names the file's own format."""
+    vidur = "arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n"
+    err = load_error(tmp_path, vidur, format="azure")
+    assert_error(err, 1, "TIMESTAMP", "a column named 'TIMESTAMP'")
+    assert str(err).endswith("got the vidur header (pass --format vidur, or auto)")
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW, format="burstgpt")
+    assert str(err).endswith("got the azure header (pass --format azure, or auto)")
+    err = load_error(tmp_path, "time,num_prefill_tokens,num_decode_tokens\n0,10,5\n", format="vidur")
+    assert str(err).endswith("(vidur format: arrived_at, num_prefill_tokens, num_decode_tokens)")  # of no format
+
+
 def test_a_json_trace_read_as_csv_names_its_header_line_and_what_was_expected(tmp_path):
     """Was: mooncake or pagesim JSON lines under --format azure (burstgpt, vidur) whose lines hold different numbers of
     commas (hash_ids of other lengths) were refused at line 2 as 'expected as many comma-separated fields as the

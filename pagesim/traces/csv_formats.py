@@ -224,8 +224,11 @@ def _check_header(header: list[str], file: str, line: int, fmt: str) -> None:
                          Described(f"it in columns {', '.join(at[:-1])} and {at[-1]}"))
     names = {name.strip() for name in header}
     for column in HEADERS[fmt]:
-        if column not in names:
-            raise TraceError(file, line, column, f"a column named {column!r} in the header ({fmt} format: {', '.join(HEADERS[fmt])})")
+        if column not in names:  # a --format naming another CSV format than the file's: say which the file is
+            other = next((name for name, columns in HEADERS.items() if name != fmt and set(columns) <= names), None)
+            got = (Described(f"the {other} header (pass --format {other}, or auto)"),) if other else ()
+            raise TraceError(file, line, column, f"a column named {column!r} in the header ({fmt} format: {', '.join(HEADERS[fmt])})",
+                             *got)
 
 
 def _csv_rows(text: str, file: str, line: int = 1):
