@@ -112,6 +112,12 @@ def test_max_model_len_warns_only_beyond_the_models_window():
     assert w.startswith(f"--max-model-len {window + 1:,} is larger than toy's window")
 
 
+def test_a_token_budget_below_the_seat_count_warns_as_vllm_refuses_it():
+    assert config_warnings(toy(max_num_seqs=64, max_num_batched_tokens=64), trace([(10, 10)])) == []
+    (w,) = config_warnings(toy(max_num_seqs=64, max_num_batched_tokens=63), trace([(10, 10)]))
+    assert w.startswith("--max-num-batched-tokens 63 is below --max-num-seqs 64, which vLLM refuses")
+
+
 # ---- before the run: baselines and routers ---------------------------------------------------------------
 def test_baseline_warning_needs_both_a_baseline_and_a_paged_only_option():
     caching = toy(enable_prefix_caching=True)
