@@ -363,7 +363,9 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
         si = style_values.index(tuple(params[s] for s in styled)) if styled else 0
         g = g.sort_values(x)
         for j, (metric, label) in enumerate(SWEEP_PANELS.items()):
-            values = [duration_label(v) for v in g[metric]] if metric.endswith("_s") else [f"{v:.4g}" for v in g[metric]]
+            # a configuration that rejected every request has no figure (None): "–", not a format error
+            values = ([duration_label(v) for v in g[metric]] if metric.endswith("_s") else
+                      [f"{v:.4g}" if pd.notna(v) else "–" for v in g[metric]])
             fig.add_trace(go.Scatter(x=g[x], y=g[metric], name=name, legendgroup=name, showlegend=j == 0,
                                      mode="lines+markers", customdata=values,
                                      line=dict(color=color, dash=DASHES[si % len(DASHES)]),

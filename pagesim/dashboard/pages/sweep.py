@@ -79,12 +79,13 @@ def render_page() -> None:
                    f"reserves max_model_len tokens per request: choose a larger KV-cache size) or reached "
                    f"max_model_len (raise it in the sidebar). Their rows' num_rejected column counts them; Replay "
                    f"names each request's reason.")
-    if len(ok):
+    served = ok.drop(unserved.index)  # the configurations with figures to draw
+    if len(served):
         varied = [k for k, v in grid.items() if len(v) > 1]
         x = st.selectbox("x axis", varied or list(grid), key=f"{PREFIX}.x")
         series = [k for k in varied if k != x]
-        st.plotly_chart(figures.sweep_lines(ok, x, series), key=f"{PREFIX}.figure")
-        finding(ok)
+        st.plotly_chart(figures.sweep_lines(served, x, series), key=f"{PREFIX}.figure")
+        finding(served)
     st.dataframe(results, hide_index=True)
     st.caption(f"Rows in `{out / 'results.parquet'}` (`python -m pagesim sweep`'s format; reopen it above).")
     c1, c2 = st.columns(2)
