@@ -3,6 +3,10 @@ use): extreme widget values, odd uploads and URL parameters. Each test failed be
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from tests.test_app import PAGES, charts, new_app
 
 
@@ -43,3 +47,28 @@ def test_sweep_finished_results_whose_rows_rejected_every_request_are_drawn_with
     at.switch_page(f"{PAGES}/sweep.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.dataframe) == 1
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"decode": [1, {}]}, "decode[0]: expected an object with batch, context and timings, got 1"),
+    ({"decode": []}, "decode: expected at least one decode shape, got an empty list"),
+    ({"ceilings": {"copy_tb_per_s": "fast"}}, "ceilings.copy_tb_per_s: expected a number, got 'fast'"),
+    ({"prefill": [1]}, "prefill: expected an object with tokens, flops and times_s, got [1]"),
+    ({"model_step": {"batch": 64}}, "model_step.context: expected a number, got None"),
+])
+def test_kernels_page_names_the_field_of_a_result_file_it_cannot_read(tmp_path, monkeypatch, change, expected):
+    """Was: a kernels-*.json with a 'decode' list but entries of another shape (a number for a shape, a ceiling as
+    text, prefill as a list, a model step without its times) raised AttributeError / ValueError / KeyError in an
+    exception box, and an empty decode list drew an empty chart without a word. Now the page names the file, the
+    field and what it expected, as it did for a file that is not JSON."""
+    from pagesim.dashboard.kernel_results import RESULTS_DIR_ENV
+    from tests.dashboard_fixtures import kernel_result
+
+    (tmp_path / "kernels-x.json").write_text(json.dumps({**kernel_result(), **change}))
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
+    at = new_app().run()
+    at.switch_page(f"{PAGES}/kernels.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value for e in at.error]
+    assert error == f"{tmp_path / 'kernels-x.json'}: not a bench.kernels result: {expected}"
+    assert not charts(at)
