@@ -72,3 +72,26 @@ def test_kernels_page_names_the_field_of_a_result_file_it_cannot_read(tmp_path, 
     (error,) = [e.value for e in at.error]
     assert error == f"{tmp_path / 'kernels-x.json'}: not a bench.kernels result: {expected}"
     assert not charts(at)
+
+
+@pytest.mark.parametrize("file, content, expected", [
+    ("sim_requests.csv", b"", "cannot read sim_requests.csv (No columns to parse from file); expected the files "
+                              "`python -m pagesim validate` writes (run it again: python -m pagesim validate "),
+    ("steps.parquet", b"PAR1 cut short", "cannot read steps.parquet ("),
+    ("summary.json", b'{"config": ', "cannot read summary.json (Expecting value"),
+])
+def test_live_page_names_the_run_file_it_cannot_read(tmp_path, monkeypatch, file, content, expected):
+    """Was: an empty sim_requests.csv (or a cut-short steps.parquet, summary.json) said only "DIR: cannot read the
+    live run (EmptyDataError: No columns to parse from file)", not which of the run's seven files; now the file is
+    named as `python -m pagesim validate` names it, with the command that writes it again."""
+    from pagesim.dashboard.live_runs import LIVE_DIR_ENV
+    from tests.dashboard_fixtures import write_live_run
+
+    run = write_live_run(tmp_path / "run-a", num_requests=20)
+    (run / file).write_bytes(content)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = new_app().run()
+    at.switch_page(f"{PAGES}/live.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value for e in at.error]
+    assert error.startswith(f"{run}: {expected}"), error
