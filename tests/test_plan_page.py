@@ -109,3 +109,29 @@ def test_plan_page_shows_the_warnings_skipped_degrees_and_failures_plan_printed(
         "Not searched: tensor_parallel_size=1: llama-3-70b's weights leave no KV memory on an h200"]
     assert [w.value for w in at.warning] == [
         "In 2 of 3 configurations: replica0: 30 of 100 requests (30.0%) were rejected"]
+
+
+def test_plan_page_names_a_plan_json_whose_candidates_have_fields_of_the_wrong_type():
+    """Was: a recommendation that is not an object raised AttributeError ('str' object has no attribute 'get') from
+    the recommendation line, and a candidate's num_gpus as text ("one") a ValueError from the Open in Replay list, each
+    in an exception box under the figure. Now one message names the file, the field and what it expected."""
+    import json
+
+    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
+    at.session_state["plan.mode"] = "Open plan.json"
+    bad_gpus = report()
+    bad_gpus["candidates"][1]["num_gpus"] = "one"
+    bad_knob = report()
+    bad_knob["candidates"][2]["max_num_seqs"] = None
+    for name, r, words in [("rec.json", report() | {"recommendation": "x"},
+                            "recommendation: expected a candidate object or null, got 'x'"),
+                           ("gpus.json", bad_gpus, "candidates[1].num_gpus: expected a whole number, got 'one'"),
+                           ("knob.json", bad_knob, "candidates[2].max_num_seqs: expected a whole number, got None"),
+                           ("goodput.json", report() | {"runner_up": report()["candidates"][0] | {"goodput": "fast"}},
+                            "runner_up.goodput: expected a number or null, got 'fast'")]:
+        at.session_state["plan.injected_upload"] = (name, json.dumps(r).encode())
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        (error,) = at.error
+        assert error.value == f"{name}: not a plan.json of `python -m pagesim plan`: {words}", error.value
+        assert not at.get("plotly_chart")

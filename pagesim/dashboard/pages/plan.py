@@ -75,12 +75,48 @@ def _report_problem(report) -> str | None:
                                 f"a list of objects with {', '.join(PARETO_COLUMNS)}", empty_ok=True))
     if problem:
         return problem
+    for key in ("recommendation", "runner_up"):
+        if report[key] is not None and not isinstance(report[key], dict):
+            return f"{key}: expected a candidate object or null, got {report[key]!r:.60}"
+    rows = [(f"candidates[{i}]", row) for i, row in enumerate(report["candidates"])]
+    rows += [(key, report[key]) for key in ("recommendation", "runner_up") if report[key] is not None]
+    for where, row in rows:
+        problem = _candidate_problem(row)
+        if problem:
+            return f"{where}.{problem}"
+    for i, row in enumerate(report["pareto"]):
+        for column in PARETO_COLUMNS:
+            if not (_is_number(row[column]) or column == "goodput" and row[column] is None):
+                return f"pareto[{i}].{column}: expected a number, got {row[column]!r:.60}"
     if not isinstance(report["slos"], list):
         return "slos: expected a list such as [\"ttft_p99=1\"]"
     try:
         parse_slos(report["slos"], where="slos")
     except UserError as exc:
         return str(exc)
+    return None
+
+
+WHOLE_COLUMNS = ("num_gpus", "tensor_parallel_size", "replicas")  # a candidate's counts (and, run ok, its knobs)
+KNOB_COLUMNS = ("max_num_seqs", "max_num_batched_tokens", "block_size")  # what Open in Replay carries
+
+
+def _is_number(value, whole: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not whole or float(value).is_integer()
+
+
+def _candidate_problem(row: dict) -> str | None:
+    """The first field of a candidate the page cannot show ("num_gpus: expected a whole number, got 'one'"), or None.
+    A candidate that did not run (status not ok) needs only its counts; goodput and attainment may be null."""
+    ok = row.get("status") == "ok"
+    for column in WHOLE_COLUMNS + (KNOB_COLUMNS if ok else ()):
+        if not _is_number(row.get(column), whole=True):
+            return f"{column}: expected a whole number, got {row.get(column)!r:.60}"
+    for column in ("goodput", "slo_attainment"):
+        if row.get(column) is not None and not _is_number(row[column]):
+            return f"{column}: expected a number or null, got {row[column]!r:.60}"
     return None
 
 
