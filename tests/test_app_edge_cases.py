@@ -95,3 +95,48 @@ def test_live_page_names_the_run_file_it_cannot_read(tmp_path, monkeypatch, file
     assert not at.exception, [e.value for e in at.exception]
     (error,) = [e.value for e in at.error]
     assert error.startswith(f"{run}: {expected}"), error
+
+
+@pytest.mark.parametrize("page, query, named", [
+    (None, {"replay.limit": "30", "replay.blocksize": "32"}, "replay.blocksize='32'"),
+    ("sweep", {"sweep.limit": "20", "sweep.block_sizes": "16", "sweep.block_size": "32"}, "sweep.block_size='32'"),
+    ("plan", {"plan.ttfts": "2"}, "plan.ttfts='2'"),
+])
+def test_url_settings_a_page_does_not_have_are_named_as_ignored(page, query, named):
+    """Was: a URL setting of the page's prefix that no control has (a typo, replay.blocksize=32; sweep.block_size,
+    which the Sweep page sweeps as block_sizes) was dropped without a word, so the page ran at the default while the
+    link claimed otherwise. Now the URL notice names it as ignored, and settings the page has stay silent."""
+    at = new_app()
+    at.query_params.update(query)
+    at.run()
+    if page is not None:
+        at.switch_page(f"{PAGES}/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert warning == f"Settings in the URL that this page does not have, so they are ignored: {named}. Check the link."
+
+
+def test_every_url_setting_a_page_binds_is_known_to_its_url_notice():
+    """The pages' URL_KEYS (and the Sim vs Live and Kernels pages' lists) must hold every control bound to the URL,
+    or a valid shared link would be called unknown: each call with bind= and a key, read from the sources."""
+    import ast
+
+    from pagesim.dashboard import widgets
+    from pagesim.dashboard.pages import plan, replay, sweep
+    from tests.conftest import REPO
+
+    def bound(path) -> set[str]:
+        keys = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and any(k.arg == "bind" for k in node.keywords):
+                key = next(k.value for k in node.keywords if k.arg == "key")
+                if isinstance(key, ast.JoinedStr):
+                    keys.add(ast.unparse(key).split(".", 1)[1].rstrip("'\""))
+        return keys
+
+    shared = bound(REPO / "pagesim/dashboard/widgets.py")
+    assert shared == set(widgets.CONFIG_KEYS) | (set(widgets.TRACE_SOURCE_KEYS) - {widgets.KEPT_UPLOAD,
+                                                                                  widgets.INJECTED_UPLOAD})
+    for module in (replay, sweep, plan):
+        assert bound(REPO / f"pagesim/dashboard/pages/{module.PREFIX}.py") <= set(module.URL_KEYS), module.PREFIX
+    assert {"file"} == bound(REPO / "pagesim/dashboard/pages/kernels.py")

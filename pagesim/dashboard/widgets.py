@@ -47,15 +47,24 @@ LABELS = {
 
 URL_AT_OPEN = "url_at_open"  # f"{prefix}.url_at_open": the page's URL settings not yet checked against their controls
 URL_REFUSED = "url_refused"  # f"{prefix}.url_refused": (key, URL values, value used instead), as found
+URL_UNKNOWN = "url_unknown"  # f"{prefix}.url_unknown": (key, URL values) of the page's prefix that no control has
+# config_sidebar's URL settings, by suffix (the keys of its controls)
+CONFIG_KEYS = ("model", "gpu", "block_size", "memory_mode", "kv_cache_gib", "num_gpu_blocks", "gpu_memory_utilization",
+               "max_model_len", "allow_long_max_model_len", "max_num_seqs", "max_num_batched_tokens", "chunked",
+               "kv_cache_dtype", "prefix_caching", "kv_offloading_size", "preemption")
 
 
-def url_notice(prefix: str, skip: tuple[str, ...] = ()):
+def url_notice(prefix: str, skip: tuple[str, ...] = (), known: tuple[str, ...] | None = None):
     """Call first on a page whose settings are bound to the URL: remembers the URL's settings the first time
-    the session opens the page, and returns the placeholder where url_report names those refused."""
+    the session opens the page, and returns the placeholder where url_report names those refused. `known`: the
+    suffixes of every setting the page has (drawn or not in this run); a URL setting of the page's prefix outside
+    them (a typo, replay.blocksize=32, or a setting of another version) is named as ignored."""
     key = f"{prefix}.{URL_AT_OPEN}"
     if key not in st.session_state:
-        st.session_state[key] = {k: st.query_params.get_all(k) for k in st.query_params
-                                 if k.startswith(f"{prefix}.") and k not in skip}
+        given = {k: st.query_params.get_all(k) for k in st.query_params if k.startswith(f"{prefix}.") and k not in skip}
+        unknown = [] if known is None else [k for k in given if k.removeprefix(f"{prefix}.") not in known]
+        st.session_state[f"{prefix}.{URL_UNKNOWN}"] = [(k, given.pop(k)) for k in unknown]
+        st.session_state[key] = given
     return st.empty()
 
 
@@ -71,19 +80,26 @@ def url_report(prefix: str, notice) -> None:
         if not _url_matches(texts, state[k]):
             refused.append((k, texts, state[k]))
     shown = [(k, texts, used) for k, texts, used in refused if k in state and state[k] == used]
+    unknown = [(k, texts) for k, texts in state.get(f"{prefix}.{URL_UNKNOWN}", []) if k in st.query_params]
+    parts = []
     if shown:
-        notice.warning("Settings in the URL that their control cannot take, so the default is used: " + "; ".join(
+        parts.append("Settings in the URL that their control cannot take, so the default is used: " + "; ".join(
             f"{k}={(texts[0] if len(texts) == 1 else texts)!r} (using {list(used) if isinstance(used, (list, tuple)) else used})"
-            for k, texts, used in shown)
-            + ". Check the link, or set those controls on the page.", icon=":material/link_off:")
+            for k, texts, used in shown) + ".")
+    if unknown:
+        parts.append("Settings in the URL that this page does not have, so they are ignored: " + "; ".join(
+            f"{k}={(texts[0] if len(texts) == 1 else texts)!r}" for k, texts in unknown) + ".")
+    if parts:
+        notice.warning(" ".join(parts) + (" Check the link, or set those controls on the page." if shown else
+                                          " Check the link."), icon=":material/link_off:")
 
 
 
 @contextmanager
-def url_settings(prefix: str, skip: tuple[str, ...] = ()):
+def url_settings(prefix: str, skip: tuple[str, ...] = (), known: tuple[str, ...] | None = None):
     """Around a page whose settings are bound to the URL: url_notice before it, url_report after it (also when the
     page stops early)."""
-    notice = url_notice(prefix, skip)
+    notice = url_notice(prefix, skip, known)
     try:
         yield
     finally:

@@ -23,7 +23,7 @@ def render() -> None:
         st.info(f"No kernel benchmark results are committed yet: {results_root()} holds no .json file. They come "
                 "from `python -m bench.kernels --out bench/results/kernels-GPU-DATE.json` on a GPU machine.")
         return
-    with widgets.url_settings(PREFIX):  # a result file in the URL that is not there is named, not silently replaced
+    with widgets.url_settings(PREFIX, known=("file",)):  # a result file in the URL that is not there is named, not silently replaced
         name = st.sidebar.selectbox("Result file (bench/results/)", [p.name for p in paths], bind=widgets.URL,
                                     key=f"{PREFIX}.file")
     path = next(p for p in paths if p.name == name)

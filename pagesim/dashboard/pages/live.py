@@ -18,7 +18,7 @@ PREFIX = "live"
 
 def render() -> None:
     st.title("Sim vs Live")
-    with widgets.url_settings(PREFIX):
+    with widgets.url_settings(PREFIX, known=("card", "run", "partner", "metric")):
         render_page()
 
 

@@ -19,6 +19,8 @@ from pagesim.specs import GPUS, MODELS
 
 PREFIX = "plan"
 REPORT = f"{PREFIX}.report"  # the plan last run on this page
+# every URL setting of the page, by suffix (widgets.url_notice names any other as ignored)
+URL_KEYS = (*widgets.TRACE_SOURCE_KEYS, "mode", "model", "gpu", "max_gpus", "ttft", "tpot", "seqs", "tokens")
 PLANNED = f"{PREFIX}.planned"  # what it was run on: {"key": the trace's fingerprint, "source": its trace_source values}
 
 
@@ -27,7 +29,7 @@ def render() -> None:
     st.caption("Every deployment of at most K GPUs (tensor-parallel degree x replicas x router x engine knobs) "
                "simulated on one trace; the recommendation meets every SLO with the fewest GPUs, then the highest "
                "goodput. Same search as `python -m pagesim plan`; a finished plan.json opens here too.")
-    with widgets.url_settings(PREFIX):  # every setting is in the URL, as on the other pages
+    with widgets.url_settings(PREFIX, known=URL_KEYS):  # every setting is in the URL, as on the other pages
         source = st.sidebar.radio("Plan", ["Run a plan", "Open plan.json"], bind=URL, key=f"{PREFIX}.mode")
         opened = source == "Open plan.json"
         report = open_report() if opened else run_report()

@@ -21,6 +21,9 @@ SNAPSHOT = f"{PREFIX}.snapshot"
 KEPT_SNAPSHOT = f"{PREFIX}.snapshot_kept"  # the slider's last position, kept while another page is open
 FRAME_S = 1.5  # seconds between frames while playing
 HEADLINE_COLUMNS = 6  # headline figures in a row per run
+# every URL setting of the page, by suffix (widgets.url_notice names any other as ignored)
+URL_KEYS = (*widgets.TRACE_SOURCE_KEYS, *widgets.CONFIG_KEYS, "baselines", "view", "shared_time", "colour_by",
+            "slo_ttft", "slo_tpot", "slo_itl", "gantt_run", "gantt_window")
 RUNS_KEY = f"{PREFIX}.runs_key"  # what the runs on the page were simulated from: the key of their cached figures
 
 
@@ -32,7 +35,7 @@ def chart(name: str, params, build) -> None:
 
 def render() -> None:
     st.title("Replay")
-    with widgets.url_settings(PREFIX, skip=(SNAPSHOT,)):  # the snapshot parameter has its own message
+    with widgets.url_settings(PREFIX, skip=(SNAPSHOT,), known=URL_KEYS):  # the snapshot parameter has its own message
         render_page()
 
 

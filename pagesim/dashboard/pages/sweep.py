@@ -14,12 +14,18 @@ RAN = f"{PREFIX}.ran"  # the grid last run: the results shown are for it
 GIB_OPTIONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_GIB = 1.0  # 512 blocks of 16 tokens for Llama-3-8B: tight enough that block size moves latency too
 BACKENDS = ("local processes", "Ray")
+GRID_SWEPT = ("block_size", "memory_mode", "kv_cache_gib", "num_gpu_blocks", "gpu_memory_utilization", "prefix_caching",
+              "kv_offloading_size", "preemption")  # config_sidebar's controls the page leaves out (memory=False, ...)
+# every URL setting of the page, by suffix (widgets.url_notice names any other as ignored)
+# (config_sidebar's without those the grid sweeps: sweep.block_size=32 is ignored, the grid's block_sizes is not)
+URL_KEYS = (*widgets.TRACE_SOURCE_KEYS, *(k for k in widgets.CONFIG_KEYS if k not in GRID_SWEPT), "block_sizes", "gib",
+            "modes", "caching", "layouts", "backend", "address")
 STREAM_S = 0.5  # the table so far is redrawn at most this often while a sweep runs
 
 
 def render() -> None:
     st.title("Sweep")
-    with widgets.url_settings(PREFIX):
+    with widgets.url_settings(PREFIX, known=URL_KEYS):
         render_page()
 
 
