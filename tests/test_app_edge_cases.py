@@ -140,3 +140,18 @@ def test_every_url_setting_a_page_binds_is_known_to_its_url_notice():
     for module in (replay, sweep, plan):
         assert bound(REPO / f"pagesim/dashboard/pages/{module.PREFIX}.py") <= set(module.URL_KEYS), module.PREFIX
     assert {"file"} == bound(REPO / "pagesim/dashboard/pages/kernels.py")
+
+
+@pytest.mark.parametrize("content", [b"", b"block_size,config_id,status\n16,a,ok\n", b"\x1f\x8b\x08\x00cut"])
+def test_sweep_finished_file_that_is_not_parquet_is_named_as_such(content):
+    """Was: an empty file, a CSV or a gzipped file opened as a finished sweep said "(no config_id and status columns)",
+    as if it were a Parquet table of another tool; now the page says it cannot be read as Parquet."""
+    at = new_app()
+    at.session_state["sweep.injected_results"] = ("results.parquet", content)
+    at.run()
+    at.switch_page(f"{PAGES}/sweep.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value for e in at.error]
+    assert error.startswith("results.parquet: cannot read it as Parquet ("), error
+    assert error.endswith("expected the results.parquet `python -m pagesim sweep` writes, as it is (not zipped or "
+                          "gzipped)"), error

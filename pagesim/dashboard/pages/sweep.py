@@ -180,6 +180,12 @@ def show_finished(name: str, content: bytes) -> None:
 
     try:
         results = pd.read_parquet(io.BytesIO(content))
+    except (ValueError, OSError) as exc:  # not Parquet: empty, a CSV, gzipped, cut short
+        why = " ".join(str(exc).split())[:100] or type(exc).__name__
+        st.error(f"{name}: cannot read it as Parquet ({why}); expected the results.parquet `python -m pagesim sweep` "
+                 "writes, as it is (not zipped or gzipped)")
+        return
+    try:
         params = list(results.columns[: list(results.columns).index("config_id")])
         ok = sweep.table(results[results["status"] == "ok"])
     except (ValueError, OSError, KeyError):
