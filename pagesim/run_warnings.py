@@ -63,8 +63,8 @@ def config_warnings(config: Config, trace, swept=(), typed=None) -> list[str]:
     if config.max_num_batched_tokens < config.max_num_seqs:  # vLLM's SchedulerConfig refuses this at start-up
         out.append(f"--max-num-batched-tokens {readable(config.max_num_batched_tokens)} is below --max-num-seqs "
                    f"{readable(config.max_num_seqs)}, which vLLM refuses at start-up: at most "
-                   f"{readable(config.max_num_batched_tokens)} sequences run in a step, so the run describes a "
-                   "configuration vLLM would not serve (raise the first or lower the second)")
+                   f"{readable(config.max_num_batched_tokens)} of the {readable(config.max_num_seqs)} sequences can run "
+                   "in one step, so the run describes a configuration vLLM would not serve (raise the first or lower the second)")
     window = config.model_spec.max_position_embeddings
     if config.max_model_len is not None and config.max_model_len > window:
         out.append(f"--max-model-len {readable(config.max_model_len)} is larger than {config.model}'s window "

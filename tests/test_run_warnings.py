@@ -116,6 +116,7 @@ def test_a_token_budget_below_the_seat_count_warns_as_vllm_refuses_it():
     assert config_warnings(toy(max_num_seqs=64, max_num_batched_tokens=64), trace([(10, 10)])) == []
     (w,) = config_warnings(toy(max_num_seqs=64, max_num_batched_tokens=63), trace([(10, 10)]))
     assert w.startswith("--max-num-batched-tokens 63 is below --max-num-seqs 64, which vLLM refuses")
+    assert "at most 63 of the 64 sequences can run in one step" in w
 
 
 # ---- before the run: baselines and routers ---------------------------------------------------------------
