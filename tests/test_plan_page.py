@@ -85,7 +85,7 @@ def test_plan_page_names_a_plan_json_whose_slos_or_frontier_are_malformed():
                                 # an AttributeError traceback ('int' object has no attribute 'strip')
                                 ("number.json", {"slos": [7]}, "slos 7: expected METRIC_PCT=SECONDS"),
                                 ("twice.json", {"slos": ["ttft_p99=1", "TTFT_p99=2"]}, "slos ttft_p99 given twice"),
-                                ("pareto.json", {"pareto": [1, 2]}, "pareto: expected a list of objects with num_gpus, goodput")]:
+                                ("pareto.json", {"pareto": [1, 2]}, "pareto[0]: expected an object with num_gpus, goodput, got 1")]:
         at.session_state["plan.injected_upload"] = (name, json.dumps(report() | change).encode())
         at.run()
         assert not at.exception, [e.value for e in at.exception]
@@ -120,12 +120,12 @@ def test_plan_page_names_a_plan_json_whose_candidates_have_fields_of_the_wrong_t
     at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
     at.session_state["plan.mode"] = "Open plan.json"
     bad_gpus = report()
-    bad_gpus["candidates"][1]["num_gpus"] = "one"
+    bad_gpus["candidates"][2]["num_gpus"] = "one"  # [1] is the recommendation too: named there first
     bad_knob = report()
     bad_knob["candidates"][2]["max_num_seqs"] = None
     for name, r, words in [("rec.json", report() | {"recommendation": "x"},
                             "recommendation: expected a candidate object or null, got 'x'"),
-                           ("gpus.json", bad_gpus, "candidates[1].num_gpus: expected a whole number, got 'one'"),
+                           ("gpus.json", bad_gpus, "candidates[2].num_gpus: expected a whole number, got 'one'"),
                            ("knob.json", bad_knob, "candidates[2].max_num_seqs: expected a whole number, got None"),
                            ("goodput.json", report() | {"runner_up": report()["candidates"][0] | {"goodput": "fast"}},
                             "runner_up.goodput: expected a number or null, got 'fast'")]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pagesim.dashboard.json_shape import number, shape_problem
 from pagesim.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,74 +55,44 @@ def load_kernel_result(path: Path) -> dict:
         raise UserError(f"{path}: cannot read the benchmark result ({exc})") from None
     if not isinstance(result, dict) or not isinstance(result.get("decode"), list):
         raise UserError(f"{path}: not a bench.kernels result (expected a JSON object with a 'decode' list)")
-    problem = _shape_problem(result)
+    problem = shape_problem(result, RESULT_SCHEMA)
     if problem:
         raise UserError(f"{path}: not a bench.kernels result: {problem}")
     return result
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _shape_problem(result: dict) -> str | None:
-    """The first field of `result` the page cannot read (a hand-edited or other tool's file: decode entries that are
-    not objects, a ceiling given as text), named with what was expected; None when every field it reads is usable."""
-    def timings_problem(where: str, entry: dict) -> str | None:
-        timings = entry.get("timings", entry.get("times_s"))
-        if not isinstance(timings, dict):
-            return f"{where}.timings: expected an object {{method: seconds or {{mode: seconds}}}}, got {timings!r:.60}"
-        for method, value in timings.items():
-            if not (_number(value) or isinstance(value, dict) and all(_number(v) or v is None for v in value.values())):
-                return f"{where}.timings.{method}: expected seconds or {{mode: seconds}}, got {value!r:.60}"
-        return None
-
-    if not result["decode"]:
-        return "decode: expected at least one decode shape, got an empty list"
-    for i, case in enumerate(result["decode"]):
-        where = f"decode[{i}]"
-        if not isinstance(case, dict):
-            return f"{where}: expected an object with batch, context and timings, got {case!r:.60}"
-        for field in ("batch", "context"):
-            if not _number(case.get(field)):
-                return f"{where}.{field}: expected a number, got {case.get(field)!r:.60}"
-        for field in ("kv_bytes",):
-            if case.get(field) is not None and not _number(case[field]):
-                return f"{where}.{field}: expected a number, got {case[field]!r:.60}"
-        for field in ("notes", "tflop_per_s"):
-            if case.get(field) is not None and not isinstance(case[field], dict):
-                return f"{where}.{field}: expected an object, got {case[field]!r:.60}"
-        problem = timings_problem(where, case)
-        if problem:
-            return problem
-    ceilings = result.get("ceilings")
-    if ceilings is not None:
-        if not isinstance(ceilings, dict):
-            return f"ceilings: expected an object with copy_tb_per_s and bf16_matmul_tflop_per_s, got {ceilings!r:.60}"
-        for field, value in ceilings.items():
-            if value is not None and not _number(value):
-                return f"ceilings.{field}: expected a number, got {value!r:.60}"
-    prefill = result.get("prefill")
-    if prefill:
-        if not isinstance(prefill, dict):
-            return f"prefill: expected an object with tokens, flops and times_s, got {prefill!r:.60}"
-        for field in ("tokens", "flops"):
-            if prefill.get(field) is not None and not _number(prefill[field]):
-                return f"prefill.{field}: expected a number, got {prefill[field]!r:.60}"
-        problem = timings_problem("prefill", prefill)
-        if problem:
-            return problem
-    step = result.get("model_step")
-    if step and not (isinstance(step, dict) and "error" in step):
-        if not isinstance(step, dict):
-            return f"model_step: expected an object with batch, context, floor_s, eager_s and graph_s, got {step!r:.60}"
-        for field in MODEL_STEP_FIELDS:
-            if not _number(step.get(field)):
-                return f"model_step.{field}: expected a number, got {step.get(field)!r:.60}"
-    return None
-
-
+# What the page reads of a result file (the module docstring's layout), as a JSON Schema (json_shape): a hand-edited or
+# another tool's file is refused naming the first field it cannot read.
+_TIMINGS = {"type": "object", "expected": "an object {method: seconds or {mode: seconds}}",
+            "additionalProperties": {"anyOf": [{"type": "number"},
+                                               {"type": "object", "additionalProperties": number(null=True)}],
+                                     "expected": "seconds or {mode: seconds}"}}
+_HAS_TIMINGS = {"anyOf": [{"required": ["timings"]}, {"required": ["times_s"]}]}
+_OBJECT = {"type": ["object", "null"], "expected": "an object"}
 MODEL_STEP_FIELDS = ("batch", "context", "floor_s", "eager_s", "eager_ratio", "graph_s", "graph_ratio")
+RESULT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "decode": {"type": "array", "minItems": 1, "expected": "at least one decode shape",
+                   "items": {"type": "object", "expected": "an object with batch, context and timings",
+                             "required": ["batch", "context"], **_HAS_TIMINGS,
+                             "properties": {"batch": number(), "context": number(), "kv_bytes": number(null=True),
+                                            "notes": _OBJECT, "tflop_per_s": _OBJECT, "timings": _TIMINGS,
+                                            "times_s": _TIMINGS}}},
+        "ceilings": {"type": ["object", "null"], "additionalProperties": number(null=True),
+                     "expected": "an object with copy_tb_per_s and bf16_matmul_tflop_per_s"},
+        "prefill": {"type": ["object", "null"], "expected": "an object with tokens, flops and times_s",
+                    "properties": {"tokens": number(null=True), "flops": number(null=True), "timings": _TIMINGS,
+                                   "times_s": _TIMINGS},
+                    "if": {"type": "object", "minProperties": 1}, "then": _HAS_TIMINGS},
+        "model_step": {"type": ["object", "null"],
+                       "expected": "an object with " + ", ".join(MODEL_STEP_FIELDS[:-1]) + " and " + MODEL_STEP_FIELDS[-1],
+                       # {"error": ...} when the step could not be timed; {} or null: none
+                       "if": {"type": "object", "minProperties": 1, "not": {"required": ["error"]}},
+                       "then": {"required": list(MODEL_STEP_FIELDS),
+                                "properties": {f: number() for f in MODEL_STEP_FIELDS}}},
+    },
+}
 
 
 def shape_label(batch: int, context: int) -> str:

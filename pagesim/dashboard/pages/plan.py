@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from pagesim.dashboard import widgets
+from pagesim.dashboard.json_shape import number, shape_problem
 from pagesim.dashboard.plan_figures import pareto_figure
 from pagesim.dashboard.widgets import URL
 from pagesim.errors import UserError
@@ -72,26 +73,9 @@ def _report_problem(report) -> str | None:
     missing = [k for k in REPORT_KEYS if k not in report]
     if missing:
         return f"missing {', '.join(missing)} (expected keys {', '.join(REPORT_KEYS)})"
-    problem = (_rows_problem(report, "candidates", CANDIDATE_COLUMNS, "a non-empty list of candidate objects")
-               or _rows_problem(report, "pareto", PARETO_COLUMNS,
-                                f"a list of objects with {', '.join(PARETO_COLUMNS)}", empty_ok=True))
+    problem = shape_problem(report, REPORT_SCHEMA)
     if problem:
         return problem
-    for key in ("recommendation", "runner_up"):
-        if report[key] is not None and not isinstance(report[key], dict):
-            return f"{key}: expected a candidate object or null, got {report[key]!r:.60}"
-    rows = [(f"candidates[{i}]", row) for i, row in enumerate(report["candidates"])]
-    rows += [(key, report[key]) for key in ("recommendation", "runner_up") if report[key] is not None]
-    for where, row in rows:
-        problem = _candidate_problem(row)
-        if problem:
-            return f"{where}.{problem}"
-    for i, row in enumerate(report["pareto"]):
-        for column in PARETO_COLUMNS:
-            if not (_is_number(row[column]) or column == "goodput" and row[column] is None):
-                return f"pareto[{i}].{column}: expected a number, got {row[column]!r:.60}"
-    if not isinstance(report["slos"], list):
-        return "slos: expected a list such as [\"ttft_p99=1\"]"
     try:
         parse_slos(report["slos"], where="slos")
     except UserError as exc:
@@ -101,38 +85,25 @@ def _report_problem(report) -> str | None:
 
 WHOLE_COLUMNS = ("num_gpus", "tensor_parallel_size", "replicas")  # a candidate's counts (and, run ok, its knobs)
 KNOB_COLUMNS = ("max_num_seqs", "max_num_batched_tokens", "block_size")  # what Open in Replay carries
-
-
-def _is_number(value, whole: bool = False) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return not whole or float(value).is_integer()
-
-
-def _candidate_problem(row: dict) -> str | None:
-    """The first field of a candidate the page cannot show ("num_gpus: expected a whole number, got 'one'"), or None.
-    A candidate that did not run (status not ok) needs only its counts; goodput and attainment may be null."""
-    ok = row.get("status") == "ok"
-    for column in WHOLE_COLUMNS + (KNOB_COLUMNS if ok else ()):
-        if not _is_number(row.get(column), whole=True):
-            return f"{column}: expected a whole number, got {row.get(column)!r:.60}"
-    for column in ("goodput", "slo_attainment"):
-        if row.get(column) is not None and not _is_number(row[column]):
-            return f"{column}: expected a number or null, got {row[column]!r:.60}"
-    return None
-
-
-def _rows_problem(report: dict, key: str, columns, expected: str, empty_ok: bool = False) -> str | None:
-    """What is wrong with report[key] as a list of objects each holding `columns` (`expected` says what it should be),
-    or None."""
-    rows = report[key]
-    if not isinstance(rows, list) or not (rows or empty_ok) or not all(isinstance(r, dict) for r in rows):
-        return f"{key}: expected {expected}"
-    for i, row in enumerate(rows):
-        lacking = [c for c in columns if c not in row]
-        if lacking:
-            return f"{key}[{i}] lacks {', '.join(lacking)}"
-    return None
+# What show(), the figure and Open in Replay read of a plan.json (past its keys), as a JSON Schema (json_shape): a
+# candidate that did not run (status not ok) needs only its counts; goodput and attainment may be null.
+_CANDIDATE = {"required": list(CANDIDATE_COLUMNS),
+              "properties": {**{c: number("a whole number", whole=True) for c in WHOLE_COLUMNS},
+                             **{c: number("a number or null", null=True) for c in ("goodput", "slo_attainment")}},
+              "if": {"required": ["status"], "properties": {"status": {"const": "ok"}}},
+              "then": {"required": list(KNOB_COLUMNS),
+                       "properties": {c: number("a whole number", whole=True) for c in KNOB_COLUMNS}}}
+REPORT_SCHEMA = {"properties": {
+    "candidates": {"type": "array", "minItems": 1, "expected": "a non-empty list of candidate objects",
+                   "items": {"type": "object", "expected": "a candidate object", **_CANDIDATE}},
+    "recommendation": {"type": ["object", "null"], "expected": "a candidate object or null", **_CANDIDATE},
+    "runner_up": {"type": ["object", "null"], "expected": "a candidate object or null", **_CANDIDATE},
+    "pareto": {"type": "array", "expected": f"a list of objects with {', '.join(PARETO_COLUMNS)}",
+               "items": {"type": "object", "expected": f"an object with {', '.join(PARETO_COLUMNS)}",
+                         "required": list(PARETO_COLUMNS),
+                         "properties": {"num_gpus": number(), "goodput": number("a number or null", null=True)}}},
+    "slos": {"type": "array", "expected": 'a list such as ["ttft_p99=1"]'},
+}}
 
 
 def run_report() -> dict | None:
