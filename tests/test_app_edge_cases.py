@@ -155,3 +155,19 @@ def test_sweep_finished_file_that_is_not_parquet_is_named_as_such(content):
     assert error.startswith("results.parquet: cannot read it as Parquet ("), error
     assert error.endswith("expected the results.parquet `python -m pagesim sweep` writes, as it is (not zipped or "
                           "gzipped)"), error
+
+
+def test_replay_memory_caption_of_one_block_is_singular_and_shows_its_size():
+    """Was: a cache of one GPU block of 16 tokens read "1 blocks × 16 tokens = 16 token slots = 0.00 GiB"; now the
+    nouns agree with their counts and a cache under 1 GiB is shown in MiB ("2 MiB": a block of 16 tokens of
+    Llama-3-8B is 2 MiB)."""
+    at = new_app()
+    at.query_params.update({"replay.limit": "20", "replay.memory_mode": "num_gpu_blocks", "replay.num_gpu_blocks": "1",
+                            "replay.block_size": "16"})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    caption = " ".join(c.value for c in at.sidebar.caption)
+    assert "1 block × 16 tokens = 16 token slots = 2 MiB of K/V for llama-3-8b" in caption, caption
+    at.number_input(key="replay.num_gpu_blocks").set_value(200).run()
+    caption = " ".join(c.value for c in at.sidebar.caption)
+    assert "200 blocks × 16 tokens = 3,200 token slots = 400 MiB of K/V" in caption, caption

@@ -15,6 +15,7 @@ from pagesim.config import MAX_SIMULATED_BLOCKS, Config
 from pagesim.dashboard import cached, data, tables
 from pagesim.dashboard.sweep import blocks_for_gib
 from pagesim.errors import OptionError, UserError
+from pagesim.options import readable
 from pagesim.specs import GIB, GPUS, MODELS
 from pagesim.traces import FORMATS, Trace
 from pagesim.traces.sharegpt import SHAREGPT_RATE
@@ -355,17 +356,29 @@ def _default(key: str, **default) -> dict:
 def memory_caption(config: Config) -> str:
     """The KV cache in blocks, token slots and GiB, and what the GPU would hold at utilization 0.9."""
     blocks = config.resolved_num_gpu_blocks
-    gib = blocks * config.block_bytes / GIB
-    text = (f"{blocks:,} blocks × {config.block_size} tokens = {blocks * config.block_size:,} token slots "
-            f"= {gib:.2f} GiB of K/V for {config.model}" + (f" in {config.kv_cache_dtype}" if config.kv_cache_dtype != "auto" else ""))
+    text = (f"{_count(blocks, 'block')} × {_count(config.block_size, 'token')} = "
+            f"{_count(blocks * config.block_size, 'token slot')} = {_size(blocks * config.block_bytes)} of K/V for "
+            f"{config.model}" + (f" in {config.kv_cache_dtype}" if config.kv_cache_dtype != "auto" else ""))
     if config.num_gpu_blocks is not None:
         try:
             full = config.replace(num_gpu_blocks=None, gpu_memory_utilization=0.9).resolved_num_gpu_blocks
-            text += f" (an {config.gpu} at gpu_memory_utilization 0.9 holds {full:,} blocks)"
+            text += f" (an {config.gpu} at gpu_memory_utilization 0.9 holds {_count(full, 'block')})"
         except UserError:
             pass
     if config.num_offload_blocks:
-        text += (f"; host tier {config.num_offload_blocks:,} blocks = "
-                 f"{config.num_offload_blocks * config.block_bytes / GIB:.2f} GiB")
+        text += (f"; host tier {_count(config.num_offload_blocks, 'block')} = "
+                 f"{_size(config.num_offload_blocks * config.block_bytes)}")
     return text
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 block', '2,048 blocks'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _size(num_bytes: float) -> str:
+    """Bytes for the memory caption: '4.00 GiB' from 1 GiB up, else MiB to three significant digits ('2 MiB', '384
+    MiB', '0.125 MiB'), so a cache of a few blocks does not read '0.00 GiB'."""
+    gib = num_bytes / GIB
+    return f"{gib:.2f} GiB" if gib >= 1 else f"{readable(num_bytes / 2**20)} MiB"
 
