@@ -171,3 +171,18 @@ def test_replay_memory_caption_of_one_block_is_singular_and_shows_its_size():
     at.number_input(key="replay.num_gpu_blocks").set_value(200).run()
     caption = " ".join(c.value for c in at.sidebar.caption)
     assert "200 blocks × 16 tokens = 3,200 token slots = 400 MiB of K/V" in caption, caption
+
+
+@pytest.mark.parametrize("text", ["nan s", "inf s", "-inf s", "1e999 s", "nan", "inf"])
+def test_replay_snapshot_url_that_is_no_number_is_named(text):
+    """Was: ?replay.snapshot=nan s (or inf s: a time that is no number) matched no snapshot, every distance being NaN
+    or inf, and the page showed snapshot 0 without a word, where 'abc' is named as not a snapshot; now it is named
+    the same way and the page shows the middle of the arrivals."""
+    at = new_app()
+    at.query_params.update({"replay.limit": "30", "replay.snapshot": text})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (warning,) = [w.value for w in at.warning if "replay.snapshot" in w.value]
+    assert warning.startswith(f"URL parameter replay.snapshot={text!r} is not a snapshot number (0 to "), warning
+    slider = at.select_slider(key="replay.snapshot")
+    assert 0 < slider.value < len(slider.options) - 1, slider.value

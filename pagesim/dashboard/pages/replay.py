@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 import pandas as pd
 import streamlit as st
@@ -228,6 +229,8 @@ def snapshot_index(times: list[float]) -> int:
         try:
             if text.strip().endswith("s"):
                 t = float(text.strip().removesuffix("s"))
+                if not math.isfinite(t):  # "nan s" matched no snapshot (every distance NaN) and showed snapshot 0
+                    raise ValueError(text)
                 return min(range(len(times)), key=lambda k: abs(times[k] - t))
             return max(0, min(int(text), last))
         except ValueError:
