@@ -186,3 +186,26 @@ def test_replay_snapshot_url_that_is_no_number_is_named(text):
     assert warning.startswith(f"URL parameter replay.snapshot={text!r} is not a snapshot number (0 to "), warning
     slider = at.select_slider(key="replay.snapshot")
     assert 0 < slider.value < len(slider.options) - 1, slider.value
+
+
+@pytest.mark.parametrize("file, rows, writer", [("steps.parquet", "steps", "live"), ("requests.parquet", "requests", "live"),
+                                                ("sim_steps.parquet", "steps", "validate")])
+def test_live_page_names_a_run_file_without_rows(tmp_path, monkeypatch, file, rows, writer):
+    """Was: a live run whose steps.parquet or requests.parquet (or validate's sim_steps.parquet) held the columns but no
+    rows drew its memory, request and latency charts empty without a word; now the page names the run and the file
+    and draws no chart."""
+    import pandas as pd
+
+    from pagesim.dashboard.live_runs import LIVE_DIR_ENV
+    from tests.dashboard_fixtures import write_live_run
+
+    run = write_live_run(tmp_path / "run-a", num_requests=20)
+    pd.read_parquet(run / file).iloc[:0].to_parquet(run / file)
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path))
+    at = new_app().run()
+    at.switch_page(f"{PAGES}/live.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value for e in at.error]
+    assert error == (f"{run}: {file} has no rows, so there is nothing to chart; expected the {rows} "
+                     f"`python -m pagesim {writer}` records, one row per {rows[:-1]}"), error
+    assert not charts(at)

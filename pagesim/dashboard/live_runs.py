@@ -191,7 +191,8 @@ def load_live_run(path: Path) -> LiveRun:
 
 
 def _check_shape(run: LiveRun) -> None:
-    """A UserError naming the file when a JSON file is not an object or a table lacks a column the page reads."""
+    """A UserError naming the file when a JSON file is not an object, or a table lacks a column the page reads or
+    has no rows."""
     for file, value in (("summary.json", run.summary), ("validation.json", run.validation)):
         if value is not None and not isinstance(value, dict):
             raise UserError(f"{run.path}: {file} holds a JSON {type(value).__name__}; expected an object, as "
@@ -204,6 +205,10 @@ def _check_shape(run: LiveRun) -> None:
                    ("sim_requests.csv", run.sim_requests, REQUEST_COLUMNS, "validate")]
     for file, frame, columns, writer in tables:
         check_columns(str(run.path), file, frame, columns, writer)
+        if frame.empty:  # the page's charts of it would be drawn empty, without a word
+            rows = "requests" if "requests" in file else "steps"
+            raise UserError(f"{run.path}: {file} has no rows, so there is nothing to chart; expected the {rows} "
+                            f"`python -m pagesim {writer}` records, one row per {rows[:-1]}")
 
 
 def extract_run_zip(content: bytes, dest: Path) -> Path:
