@@ -77,6 +77,34 @@ def test_ragged_row_names_its_line(tmp_path):
     assert_error(err, 4, None, "as many comma-separated fields as the header")
 
 
+@pytest.mark.parametrize("row, got", [("2023-11-16 18:15:47.0,12", 2), ("2023-11-16 18:15:47.0", 1)])
+def test_row_with_fewer_fields_than_the_header_is_named_as_short(tmp_path, row, got):
+    """Was: pandas filled the missing fields in as empty cells, and the message read "field 'GeneratedTokens':
+    expected a positive integer, got an empty value" for a row that has no such field. Now it says the row is short."""
+    err = load_error(tmp_path, "\n" + AZURE_HEADER + OK_ROW + row + "\n" + OK_ROW)
+    assert str(err) == (f"{tmp_path / 'conv.csv'}, line 4: expected 3 comma-separated fields as the header has, "
+                        f"got {got}")
+
+
+def test_trailing_empty_field_that_is_there_is_an_empty_value_not_a_short_row(tmp_path):
+    err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,12,\n" + OK_ROW)
+    assert str(err) == (f"{tmp_path / 'conv.csv'}, line 3, field 'GeneratedTokens': expected a positive integer, "
+                        "got an empty value")
+
+
+def test_short_row_missing_only_columns_the_format_does_not_read_is_read_as_before(tmp_path):
+    """BurstGPT's Total tokens and Log Type are not read: a row without them is no error (it was none before)."""
+    path = tmp_path / "burst.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "1,ChatGPT,20,30,50,Conversation log\n2,ChatGPT,20,30\n")
+    assert len(load_trace(path, format="burstgpt").df) == 2
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "1,ChatGPT,20,30,50,Conversation log\n2,ChatGPT,20\n")
+    with pytest.raises(TraceError) as info:
+        load_trace(path, format="burstgpt")
+    assert str(info.value) == f"{path}, line 3: expected 6 comma-separated fields as the header has, got 3"
+
+
 def test_unbalanced_quote_names_its_line(tmp_path):
     err = load_error(tmp_path, AZURE_HEADER + OK_ROW + '"2023-11-16 18:15:47.0,1,2\n')
     assert_error(err, 3, None, "balanced quotes")

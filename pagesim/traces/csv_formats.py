@@ -205,6 +205,7 @@ def read_csv(text: str, file: str, fmt: str) -> tuple[pd.DataFrame, Rows, int, d
         raise TraceError(file, skip + 1, df.columns[df.columns.duplicated()][0], "each column named once in the header")
     _check_header(list(df.columns), file, skip + 1, fmt)  # (as pandas read it)
     blank = df.isna().all(axis=1).to_numpy()
+    _check_short_rows(df, blank, body, file, skip, fmt)
     dropped = {"blank line": int(blank.sum())} if blank.any() else {}
     rows = Rows(file, np.arange(skip + 2, skip + len(df) + 2)[~blank])
     df = df[~blank].reset_index(drop=True).astype(object)
@@ -282,6 +283,26 @@ def _check_extra_fields(body: str, file: str, skip: int) -> None:
     header, first = (list(itertools.islice(_csv_rows(body, file, skip + 1), 2)) + [[], []])[:2]
     if any(field.strip() for field in first[len(header):]):
         raise TraceError(file, skip + 2, None, "as many comma-separated fields as the header has")
+
+
+def _check_short_rows(df: pd.DataFrame, blank: np.ndarray, body: str, file: str, skip: int, fmt: str) -> None:
+    """A data row with fewer fields than the header, lacking one of the format's columns, is refused as such: pandas
+    fills the missing fields in as empty cells, which read as 'got an empty value' for the first of them. A field
+    that is there but empty ('a,b,') is left to the column's check. `body` starts at the header, line skip + 1."""
+    furthest = max(list(df.columns).index(column) for column in HEADERS[fmt])
+    # a row missing any of the format's columns misses the furthest, its missing fields being the last ones
+    suspects = np.flatnonzero(df.iloc[:, furthest].isna().to_numpy() & ~blank)
+    if not len(suspects):
+        return
+    rows = _csv_rows(body, file, skip + 1)  # row for row as pandas read them (blank lines are rows: [])
+    next(rows, None)  # the header
+    at = -1
+    for i in suspects:
+        fields = next(itertools.islice(rows, i - at - 1, None), None)
+        at = i
+        if fields is not None and len(fields) <= furthest:
+            raise TraceError(file, skip + 2 + int(i), None, f"{len(df.columns)} comma-separated fields as the header has",
+                             Described(str(len(fields))))
 
 
 def read_azure(text: str, file: str) -> Parsed:
