@@ -199,7 +199,7 @@ def test_live_mode_runs_end_to_end_on_the_cpu(tmp_path):
     write_trace(trace_from_frame(df, "tiny"), tmp_path / "tiny.jsonl")
     out = tmp_path / "live"
     rc = main(["live", str(tmp_path / "tiny.jsonl"), "--allow-cpu", "--model", "toy", "--num-gpu-blocks", "8",
-               "--max-model-len", "32", "--max-num-batched-tokens", "32", "--block-size", "4", "--out", str(out)])
+               "--max-model-len", "32", "--max-num-batched-tokens", "32", "--max-num-seqs", "8", "--block-size", "4", "--out", str(out)])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"]["live"]["num_finished"] == 4 and summary["runs"]["live"]["leaked_blocks"] == 0
