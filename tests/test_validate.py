@@ -241,7 +241,8 @@ def test_live_mode_warns_once_and_records_it(tmp_path, capsys):
     write_trace(trace_from_frame(trace.df.assign(prompt_len=[5, 9], output_len=[2, 2]), "tiny"), tmp_path / "tiny.jsonl")
     out = tmp_path / "live"
     rc = main(["live", str(tmp_path / "tiny.jsonl"), "--allow-cpu", "--model", "toy", "--num-gpu-blocks", "8",
-               "--max-model-len", "32", "--max-num-batched-tokens", "32", "--block-size", "4", "--enable-prefix-caching",
+               "--max-model-len", "32", "--max-num-batched-tokens", "32", "--max-num-seqs", "8", "--block-size", "4",
+               "--enable-prefix-caching",
                "--out", str(out)])
     assert rc == 0
     err = capsys.readouterr().err
