@@ -40,6 +40,18 @@ def new_app() -> AppTest:
     return at
 
 
+def finished_sweep_app(tmp_path, rows: list[dict]) -> AppTest:
+    """The app on the Sweep page with a finished results.parquet of `rows` opened (the page's injected-upload seam)."""
+    import pandas as pd
+
+    path = tmp_path / "results.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    at = new_app()
+    at.session_state["sweep.injected_results"] = ("results.parquet", path.read_bytes())
+    at.run()
+    return at.switch_page(f"{PAGES}/sweep.py").run()
+
+
 def replay_upload(name: str, content: bytes) -> AppTest:
     """The Replay page with `content` uploaded as file `name` and chosen as the source."""
     at = new_app()
@@ -773,12 +785,7 @@ def test_sweep_finished_results_draw_a_line_per_combination_of_the_other_swept_c
                 rows.append({**params, "config_id": config_id(params), "status": "ok", "error": "",
                              "token_state_fraction": 0.9 if layout == "paged" else 0.1, "ttft_s_p50": 0.1,
                              "e2e_s_p50": 1.0, "output_token_throughput": 100.0})
-    path = tmp_path / "results.parquet"
-    pd.DataFrame(rows).to_parquet(path)
-    at = new_app()
-    at.session_state["sweep.injected_results"] = ("results.parquet", path.read_bytes())
-    at.run()
-    at.switch_page(f"{PAGES}/sweep.py").run()
+    at = finished_sweep_app(tmp_path, rows)
     assert not at.exception and not at.error
     assert at.multiselect(key="sweep.finished_series").value == ["kv_cache_gib", "layout"]
     (fig,) = charts(at)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.test_app import PAGES, charts, new_app
+from tests.test_app import PAGES, charts, finished_sweep_app, new_app
 
 
 def sweep_at(query: dict) -> "AppTest":  # noqa: F821 - AppTest via new_app
@@ -34,17 +34,10 @@ def test_sweep_where_every_configuration_rejected_every_request_draws_no_chart_a
 def test_sweep_finished_results_whose_rows_rejected_every_request_are_drawn_without_error(tmp_path):
     """Was: a finished results.parquet whose configurations all rejected every request (no figures: None) raised the
     same TypeError from the chart's hover text. Now the chart is drawn (no points) and the table shows the rows."""
-    import pandas as pd
-
     rows = [{"block_size": bs, "config_id": f"c{bs}", "status": "ok", "error": "", "num_rejected": 20,
              "token_state_fraction": None, "ttft_p50_s": None, "e2e_p50_s": None, "output_token_throughput": None}
             for bs in (16, 32)]
-    path = tmp_path / "results.parquet"
-    pd.DataFrame(rows).to_parquet(path)
-    at = new_app()
-    at.session_state["sweep.injected_results"] = ("results.parquet", path.read_bytes())
-    at.run()
-    at.switch_page(f"{PAGES}/sweep.py").run()
+    at = finished_sweep_app(tmp_path, rows)
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.dataframe) == 1
 
