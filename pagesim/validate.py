@@ -86,7 +86,7 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
     if missing:
         raise UserError(f"{where}: not a live run directory (missing {', '.join(missing)}); "
                         "expected the output of `python -m pagesim live`")
-    summary = _read(d / "summary.json", where, lambda p: json.loads(p.read_text()))
+    summary = read_run_file(d / "summary.json", where, read_json)
     summary = summary if isinstance(summary, dict) else {}  # a JSON list or number holds no run either
     runs = summary.get("runs")
     if not (isinstance(summary.get("config"), dict) and isinstance(runs, dict) and isinstance(runs.get("live"), dict)):
@@ -100,10 +100,10 @@ def load_run(run_dir: str | Path, flag: str = "") -> dict:
         "dir": d,
         "summary": summary,
         "config": config,
-        "steps": _read(d / "steps.parquet", where, read_steps),
-        "requests": _read(requests_path(d), where, read_requests),
-        "releases": _read(d / "releases.csv", where, lambda p: pd.read_csv(p, dtype={"request_id": str})),
-        "batches": _read(d / "batches.parquet", where, lambda p: pd.read_parquet(p).fillna("")),
+        "steps": read_run_file(d / "steps.parquet", where, read_steps),
+        "requests": read_run_file(requests_path(d), where, read_requests),
+        "releases": read_run_file(d / "releases.csv", where, lambda p: pd.read_csv(p, dtype={"request_id": str})),
+        "batches": read_run_file(d / "batches.parquet", where, lambda p: pd.read_parquet(p).fillna("")),
     }
     files = {"steps": "steps.parquet", "requests": requests_path(d).name, "releases": "releases.csv",
              "batches": "batches.parquet"}
@@ -196,16 +196,22 @@ RUN_COLUMNS = {"steps": ("step", "time_s", "duration_s", "num_prefill_tokens", "
                "batches": ("step", "scheduled", "preempted")}
 
 
-def _read(path: Path, where: str, reader):
-    """reader(path), or a UserError naming the run and the file that cannot be read (damaged, cut short, empty)."""
+def read_json(path: Path):
+    """A JSON file's value (for read_run_file)."""
+    return json.loads(path.read_text())
+
+
+def read_run_file(path: Path, where: str, reader, writer: str = "live", advice: str = ""):
+    """reader(path), or a UserError naming the run and the file that cannot be read (damaged, cut short, empty) and
+    the command that writes it (`writer`: live, or validate for the files under validation/), then `advice`."""
     try:
         return reader(path)
     except UserError:
         raise
     except (OSError, EOFError, ValueError, KeyError, TypeError, ArrowException) as exc:  # damaged, cut short, empty
         problem = " ".join(str(exc).split())[:100] or type(exc).__name__
-        raise UserError(f"{where}: cannot read {path.name} ({problem}); expected the files `python -m pagesim live` "
-                        "writes") from None
+        raise UserError(f"{where}: cannot read {path.name} ({problem}); expected the files `python -m pagesim {writer}` "
+                        f"writes{advice}") from None
 
 
 def _requests(run: dict, released_times: bool = False):

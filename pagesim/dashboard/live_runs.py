@@ -30,7 +30,7 @@ import pandas as pd
 
 from pagesim import results
 from pagesim.errors import UserError
-from pagesim.validate import RUN_COLUMNS, _read, check_columns, read_validation_steps
+from pagesim.validate import RUN_COLUMNS, check_columns, read_json, read_run_file, read_validation_steps
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE_DIR = REPO / "results" / "live"
@@ -170,22 +170,20 @@ def load_live_run(path: Path) -> LiveRun:
                         f"(expected {', '.join(RUN_FILES)}, and after validation {', '.join(VALIDATION_FILES)})")
     # each file read by validate's reader: a damaged, cut-short or empty file is named, in the words `python -m pagesim
     # validate` uses for it ("DIR: cannot read sim_requests.csv (No columns to parse from file); expected ...")
-    read_json = lambda p: json.loads(p.read_text())  # noqa: E731
     where = str(path)
-    run = LiveRun(path=path, summary=_read(path / "summary.json", where, read_json),
-                  steps=_read(path / "steps.parquet", where, results.read_steps),
-                  requests=_read(results.requests_path(path), where, read_requests))
+    run = LiveRun(path=path, summary=read_run_file(path / "summary.json", where, read_json),
+                  steps=read_run_file(path / "steps.parquet", where, results.read_steps),
+                  requests=read_run_file(results.requests_path(path), where, read_requests))
     if is_validated(path):
         v = validation_dir(path)
-        try:
-            run.validation = _read(v / "validation.json", where, read_json)
-            run.validation_steps = _read(v / "validation_steps.parquet", where,
-                                         lambda p: read_validation_steps(p, run.steps))
-            run.sim_steps = _read(v / "sim_steps.parquet", where, results.read_steps)  # compact since round 13
-            run.sim_requests = _read(v / "sim_requests.csv", where, read_requests)
-        except UserError as exc:  # these files are validate's
-            raise UserError(str(exc).replace("`python -m pagesim live` writes", "`python -m pagesim validate` writes "
-                                             f"(run it again: python -m pagesim validate {path})")) from None
+
+        def read(name, reader):  # validate's files: a damaged one is written again by validate
+            return read_run_file(v / name, where, reader, "validate", f" (run it again: python -m pagesim validate {path})")
+
+        run.validation = read("validation.json", read_json)
+        run.validation_steps = read("validation_steps.parquet", lambda p: read_validation_steps(p, run.steps))
+        run.sim_steps = read("sim_steps.parquet", results.read_steps)  # compact since round 13
+        run.sim_requests = read("sim_requests.csv", read_requests)
     _check_shape(run)
     return run
 
