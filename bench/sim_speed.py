@@ -112,6 +112,10 @@ def read_times(tree: Path, steps: Path, n: int) -> dict:
             "wall_s": [r[0] for r in runs]}
 
 
+CASE_NAMES = ("synthetic-20k", "kshot-10k-h100-profile", "kshot-10k-h100-profile-4000-blocks", "azure-conv-default",
+              "azure-conv-vidur-options", "azure-conv-two-baselines-files", "azure-conv-h100-profile", "synthetic-1m")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/sim-speed.json")
@@ -124,6 +128,11 @@ def main() -> int:
                     help=f"the tree to compare against (default {OLD_COMMIT}, the issue's reference; the targets are against it)")
     ap.add_argument("--read-repeat", type=int, default=7, help="fresh processes timing the read of steps.parquet")
     args = ap.parse_args()
+    unknown = sorted(set(args.only) - set(CASE_NAMES))
+    if unknown:
+        ap.error(f"--only {unknown[0]}: no such case; expected one of {', '.join(CASE_NAMES)}")
+    if args.repeat < 1 or args.read_repeat < 1:
+        ap.error("--repeat and --read-repeat: expected a whole number of runs >= 1")
     check_output_file(ap, args.out, args.force)  # before any work: committed results are never replaced by default
     work = Path(tempfile.mkdtemp(prefix="pagesim-bench-"))
     old = work / "old"
@@ -149,6 +158,7 @@ def main() -> int:
     if args.million or args.million_old:
         cases.append(("synthetic-1m", synth_trace(work / "sharegpt-1m.jsonl", 1_000_000), ["--stream"],
                       args.million_old))
+    assert {c[0] for c in cases} <= set(CASE_NAMES), "a case missing from CASE_NAMES"
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     if any(with_old for *_, with_old in cases):  # the old tree only when a case compares against it
