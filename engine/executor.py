@@ -39,7 +39,8 @@ layer's cache and scales (engine.kernels.launch: no Triton argument binding per 
 have slot -1 (nothing stored), position 0, and their rows are never read. On the CPU or with graphs off the same padded pieces run
 eagerly. Steps beyond the largest bucket run eagerly at their exact size. Block tables are always cdiv(max_model_len, block_size) wide, so
 kernel shapes depend only on the batch size. The contiguous baseline needs nothing special: its
-block tables are runs of consecutive block ids.
+block tables are runs of consecutive block ids (a row gets the blocks its step's tokens reach, not the whole
+reservation: `_table_rows`).
 
 Timing: `execute` returns the wall time of the whole step (perf_counter, ending after a device
 synchronisation), host-side preparation included, as a live engine would see it;
@@ -445,10 +446,13 @@ class GPUExecutor:
         return self._eager_step(prefills, decodes)
 
     def _table_rows(self, out: np.ndarray, steps) -> None:
-        w = self.max_blocks_per_seq
+        """Each step's block-table row: the blocks its tokens reach (the kernels read no further), into `out`'s
+        zeroed rows. Not the request's whole table: a contiguous reservation holds max_model_len's blocks ahead
+        (512 at 8,192 tokens), whose list-to-array copy cost ~70 us a step of 8 rows on a CPU like CI's."""
+        bs, w = self.block_size, self.max_blocks_per_seq
         for i, (s, _) in enumerate(steps):
             ids = s.request.block_ids
-            k = min(len(ids), w)
+            k = min(cdiv(s.num_computed_tokens + s.num_new_tokens, bs), len(ids), w)
             out[i, :k] = ids[:k]
 
     # ---- decode-only steps: padded, from a CUDA graph when one was captured ---------------------

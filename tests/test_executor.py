@@ -340,6 +340,23 @@ def test_contiguous_baseline_end_to_end(toy_model):
     assert_greedy_matches_reference(run, **TOL)
 
 
+def test_block_table_rows_hold_only_the_blocks_the_step_reaches(toy_model):
+    """A contiguous reservation holds max_model_len's blocks ahead; a step's table row gets only the blocks its
+    tokens reach (the kernels read no further), the rest of the row stays zero, as a paged request's would."""
+    from types import SimpleNamespace
+
+    cfg, _, _ = contiguous_scenario("toy", BS, toy_model.spec.vocab_size)
+    ex = GPUExecutor(cfg, toy_model)
+    w = ex.max_blocks_per_seq
+    reserved = list(range(20, 20 + w))  # a whole reservation: every block the row could hold
+    steps = [(SimpleNamespace(num_computed_tokens=c, num_new_tokens=n, request=SimpleNamespace(block_ids=reserved)),
+              None) for c, n in ((0, 1), (BS - 1, 1), (BS, 1), (0, BS + 1), (2 * BS, BS))]
+    out = np.zeros((len(steps), w), dtype=np.int32)
+    ex._table_rows(out, steps)
+    for row, want in zip(out, (1, 1, 2, 2, 3)):
+        assert row[:want].tolist() == reserved[:want] and not row[want:].any(), (row.tolist(), want)
+
+
 def test_mixed_load_matches_greedy_reference(toy_model):
     """Everything at once: arrivals between steps, chunked and mixed steps, prefix hits, a fork, swaps and
     recomputes (8 requests, 16 blocks of 8 (15 usable beside the null block), 5 CPU blocks: 2 preemptions, one
