@@ -235,7 +235,7 @@ def plan(args, parser) -> int:
     from pagesim.replay import trace_from_args
     from pagesim.run_warnings import emit
     from pagesim.slo import parse_slos
-    from pagesim.sweep import NOT_SWEPT, check_fixed_options, parse_grid, prepare_sweep_dir
+    from pagesim.sweep import NOT_SWEPT, backend_args, check_fixed_options, parse_grid, prepare_sweep_dir
 
     slos = parse_slos(args.slo)
     if not slos:
@@ -267,8 +267,7 @@ def plan(args, parser) -> int:
     trace = trace_from_args(args)
     print(trace.summary.report())
     emit(trace.summary.warnings, [])  # the load's (stderr); each row records its configuration's own
-    report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, backend=args.backend,
-                      address=args.address, num_cpus=args.num_cpus)
+    report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, **backend_args(args))
     for line in report["warnings"]:
         print(f"warning {line}", file=sys.stderr)
     print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"
@@ -298,8 +297,9 @@ def check_searched_options(args, parser, search: dict) -> None:
 
 
 def register(sub) -> None:
-    from pagesim.options import bounded_int, positive_int
+    from pagesim.options import bounded_int
     from pagesim.replay import add_run_options
+    from pagesim.sweep import add_backend_options
 
     p = sub.add_parser("plan", help="find the deployment that meets latency SLOs with the fewest GPUs")
     add_run_options(p)
@@ -310,7 +310,5 @@ def register(sub) -> None:
                    default=8, help=f"largest deployment to consider (GPUs; at most {MAX_GPUS:,})")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help=f"replace one axis of the search (default: {SEARCH}, every router; prefix-aware with prefix caching)")
-    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray or local processes")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
-    p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
+    add_backend_options(p)
     p.set_defaults(func=lambda args: plan(args, p))

@@ -36,7 +36,10 @@ FLUSH_S = 2.0
 LAYOUTS = ("paged", "max", "pow2", "oracle")
 EXTRA_PARAMETERS = ("layout", "kv_cache_gib")
 TRACE_OPTIONS = ("trace", "format", "limit", "start_s", "end_s", "time_scale", "rate")
-NOT_SWEPT = TRACE_OPTIONS + ("out", "force", "baseline", "slo", "func", "argv", "command", "command_parser", "grid", "backend", "address", "num_cpus")
+BACKENDS = ("ray", "local")
+BACKEND_OPTIONS = ("backend", "address", "num_cpus")  # where the configurations run (add_backend_options): not swept
+NOT_SWEPT = TRACE_OPTIONS + ("out", "force", "baseline", "slo", "func", "argv", "command", "command_parser", "grid",
+                             *BACKEND_OPTIONS)
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -172,8 +175,8 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
     on_row(row, done, total) is called in this thread as each configuration finishes (done counts the
     configurations already in results.parquet too). Stopped by an exception (Ctrl-C, or one raised by
     on_row), the sweep writes the rows that finished, drops the configurations not started and re-raises."""
-    if backend not in ("ray", "local"):
-        raise UserError(f"--backend {backend!r}: expected ray or local")
+    if backend not in BACKENDS:
+        raise UserError(f"--backend {backend!r}: expected {' or '.join(BACKENDS)}")
     out = Path(out)
     results = out / "results.parquet"
     check_or_write_manifest(out, trace, base)
@@ -294,6 +297,33 @@ def start_ray(address: str | None = None, num_cpus: int | None = None):
     return ray
 
 
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """--backend, --address and --num-cpus, where a command's configurations run: `sweep`'s and `plan`'s, one
+    definition. check_backend_options refuses the pairs that would ignore one of them, backend_args passes them to
+    run_sweep, and start_ray starts (or connects to) Ray with them."""
+    from pagesim.options import positive_int
+
+    parser.add_argument("--backend", choices=BACKENDS, default="ray", help="ray or local processes")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
+    parser.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
+
+
+def check_backend_options(args, command: str) -> None:
+    """Before any work (`command`: sweep, plan): --address with --backend local, or with --num-cpus (start_ray passes
+    num_cpus only to a local instance), would be ignored without a word; refused, naming both flags."""
+    if args.address is not None and args.backend == "local":
+        raise UserError(f"--address {args.address} names a Ray cluster, but --backend local runs the {command} in "
+                        "local processes; drop --address, or --backend local")
+    if args.address is not None and args.num_cpus is not None:
+        raise UserError(f"--num-cpus {args.num_cpus} sizes the local Ray instance, but --address {args.address} runs "
+                        f"the {command} on that cluster's CPUs; drop --num-cpus, or --address")
+
+
+def backend_args(args) -> dict:
+    """The add_backend_options values of `args`, as run_sweep's (and run_plan's) keyword arguments."""
+    return {key: getattr(args, key) for key in BACKEND_OPTIONS}
+
+
 def _run_ray(trace, base, points, *, address=None, num_cpus=None):
     import ray
 
@@ -359,18 +389,12 @@ def _run_local(trace, base, points, *, address=None, num_cpus=None):
 
 # ---- CLI ----------------------------------------------------------------------------------------------------
 def check_fixed_options(args, swept: dict[str, list], command: str) -> None:
-    """Before any work (sweep, plan): --address with --backend local or with --num-cpus, which would be ignored;
-    --baseline, which they do not run, and every cost-model file, the --cost-model
-    one and each --grid cost_model=... value (`swept`: option -> its values), else each configuration with it would
-    be an error row."""
+    """Before any work (sweep, plan): --backend, --address and --num-cpus (check_backend_options); --baseline, which
+    they do not run, and every cost-model file, the --cost-model one and each --grid cost_model=... value (`swept`:
+    option -> its values), else each configuration with it would be an error row."""
     from pagesim.cost.profile import ProfileCostModel
 
-    if args.address is not None and args.backend == "local":
-        raise UserError(f"--address {args.address} names a Ray cluster, but --backend local runs the {command} in "
-                        "local processes; drop --address, or --backend local")
-    if args.address is not None and args.num_cpus is not None:
-        raise UserError(f"--num-cpus {args.num_cpus} sizes the local Ray instance, but --address {args.address} runs "
-                        f"the {command} on that cluster's CPUs; drop --num-cpus, or --address")
+    check_backend_options(args, command)
     if args.baseline:
         raise UserError(f"--baseline does not apply to {command}: sweep the layout instead, e.g. --grid layout=paged,max"
                         if command == "sweep" else f"--baseline does not apply to {command}")
@@ -444,7 +468,7 @@ def sweep(args, parser) -> int:
     base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
     out = Path(args.out)
     try:
-        df = run_sweep(trace, base, points, out, backend=args.backend, address=args.address, num_cpus=args.num_cpus)
+        df = run_sweep(trace, base, points, out, **backend_args(args))
     except KeyboardInterrupt:
         done = len(pd.read_parquet(out / "results.parquet")) if (out / "results.parquet").exists() else 0
         print(f"interrupted: {done} of {len(points)} configurations in {out / 'results.parquet'}; "
@@ -485,7 +509,6 @@ def summarize_warnings(column: pd.Series) -> list[tuple[int, str]]:
 
 
 def register(sub) -> None:
-    from pagesim.options import positive_int
     from pagesim.replay import add_cluster_options, add_run_options
 
     p = sub.add_parser("sweep", help="simulate a trace over a grid of configurations (on Ray or local processes)")
@@ -493,7 +516,5 @@ def register(sub) -> None:
     add_cluster_options(p)
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="a swept option and its values (repeatable: the cross product is run)")
-    p.add_argument("--backend", choices=["ray", "local"], default="ray", help="ray or local processes")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
-    p.add_argument("--num-cpus", type=positive_int, default=None, help="CPUs (workers) to use (default: all)")
+    add_backend_options(p)
     p.set_defaults(func=lambda args: sweep(args, p))

@@ -294,3 +294,90 @@ def test_a_kv_cache_gib_too_small_for_one_block_is_an_error():
     assert blocks_for_gib(config, 1 * config.block_bytes / 2**30) == 1
     with pytest.raises(UserError, match="GiB holds no KV block of 4 tokens for toy"):
         blocks_for_gib(config, 0.9 * config.block_bytes / 2**30)
+
+
+# ---- --backend, --address, --num-cpus: one definition for sweep and plan -------------------------------------------
+BACKEND_COMMANDS = {"sweep": ["--grid", "block_size=16"], "plan": ["--slo", "ttft_p99=1"]}  # each one's least to run
+
+
+def backend_command(command: str, flags: list[str], out: Path) -> list[str]:
+    return [command, str(TRACES / "multiturn-300.jsonl"), "--limit", "5", *BACKEND_COMMANDS[command], *flags,
+            "--out", str(out)]
+
+
+@pytest.mark.parametrize("command", BACKEND_COMMANDS)
+def test_sweep_and_plan_define_their_backend_options_alike(command):
+    """Each subcommand's --backend, --address and --num-cpus are add_backend_options' own: flags, choices, default,
+    type, help. Fails when one subcommand defines (or changes) one of them apart from the other."""
+    from pagesim.cli import build_parser
+    from pagesim.sweep import BACKEND_OPTIONS, add_backend_options
+
+    def described(parser):
+        return {a.dest: (tuple(a.option_strings), a.choices and tuple(a.choices), a.default, a.type, a.nargs, a.help)
+                for a in parser._actions if a.dest in BACKEND_OPTIONS}
+
+    reference = argparse.ArgumentParser()
+    add_backend_options(reference)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert described(sub.choices[command]) == described(reference)
+    assert set(described(reference)) == set(BACKEND_OPTIONS)
+
+
+@pytest.mark.parametrize("command", BACKEND_COMMANDS)
+@pytest.mark.parametrize("flags, expected", [
+    (["--backend", "slurm"], "argument --backend: invalid choice: 'slurm' (choose from 'ray', 'local')"),
+    (["--num-cpus", "0"], "argument --num-cpus: expected a positive integer, got '0'"),
+    (["--num-cpus", "two"], "argument --num-cpus: expected a whole number such as 16, got 'two'"),
+    (["--address"], "argument --address: expected one argument"),
+    (["--backend", "local", "--address", "10.0.0.1:6379"], "--address 10.0.0.1:6379 names a Ray cluster, but "
+     "--backend local runs the {command} in local processes; drop --address, or --backend local"),
+    (["--address", "10.0.0.1:6379", "--num-cpus", "2"], "--num-cpus 2 sizes the local Ray instance, but --address "
+     "10.0.0.1:6379 runs the {command} on that cluster's CPUs; drop --num-cpus, or --address"),
+])
+def test_sweep_and_plan_refuse_the_same_backend_options_in_the_same_words(command, flags, expected, tmp_path,
+                                                                          monkeypatch, capsys):
+    """The same bad --backend/--address/--num-cpus is refused by both subcommands with one `error:` line, exit 2, the
+    same words but for the command's name, before any work (nothing run, no --out made)."""
+    import pagesim.sweep
+    from pagesim.cli import main
+
+    monkeypatch.setattr(pagesim.sweep, "run_sweep", lambda *a, **k: pytest.fail("a refused command ran"))
+    try:
+        rc = main(backend_command(command, flags, tmp_path / "out"))
+    except SystemExit as exc:  # argparse's refusal, under the subcommand's usage
+        rc = exc.code
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2
+    assert line.endswith("error: " + expected.format(command=command)), line
+    assert line.startswith("error: " if "{command}" in expected else f"python -m pagesim {command}: error: "), line
+    assert not (tmp_path / "out").exists()
+
+
+class _Reached(Exception):
+    pass
+
+
+@pytest.mark.parametrize("command", BACKEND_COMMANDS)
+@pytest.mark.parametrize("flags, passed", [
+    ([], {"backend": "ray", "address": None, "num_cpus": None}),
+    (["--backend", "local", "--num-cpus", "3"], {"backend": "local", "address": None, "num_cpus": 3}),
+    (["--backend", "ray", "--num-cpus", "1"], {"backend": "ray", "address": None, "num_cpus": 1}),
+    (["--address", "10.0.0.1:6379"], {"backend": "ray", "address": "10.0.0.1:6379", "num_cpus": None}),
+])
+def test_sweep_and_plan_accept_the_same_backend_options_and_pass_them_to_run_sweep(command, flags, passed, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """What both subcommands accept reaches run_sweep as the same keyword arguments, and never the configurations'
+    fixed options (base, sweep.json's): another --num-cpus or --address resumes the same sweep."""
+    import pagesim.sweep
+    from pagesim.cli import main
+    from pagesim.sweep import BACKEND_OPTIONS
+
+    def reached(trace, base, points, out, **kwargs):
+        raise _Reached(base, kwargs)
+
+    monkeypatch.setattr(pagesim.sweep, "run_sweep", reached)
+    with pytest.raises(_Reached) as got:
+        main(backend_command(command, flags, tmp_path / "out"))
+    base, kwargs = got.value.args
+    assert {k: kwargs[k] for k in BACKEND_OPTIONS} == passed
+    assert not set(BACKEND_OPTIONS) & set(base)
