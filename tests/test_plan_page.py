@@ -135,3 +135,31 @@ def test_plan_page_names_a_plan_json_whose_candidates_have_fields_of_the_wrong_t
         (error,) = at.error
         assert error.value == f"{name}: not a plan.json of `python -m pagesim plan`: {words}", error.value
         assert not at.get("plotly_chart")
+
+
+def test_plan_page_says_what_an_upload_that_is_not_json_text_is():
+    """A gzipped plan.json (whatever its name), a binary file and an empty one: the message says what the file is and
+    that the page expected plan.json's JSON text. Was: "not JSON ('utf-8' codec can't decode byte 0x8b in position 1:
+    invalid start byte)" for the first two, "not JSON (Expecting value: line 1 column 1 (char 0))" for the last."""
+    import gzip
+    import json
+
+    expected = "expected the JSON text `python -m pagesim plan` writes to DIR/plan.json"
+    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
+    at.session_state["plan.mode"] = "Open plan.json"
+    for name, content, words in [
+        ("plan.json", gzip.compress(json.dumps(report()).encode()),
+         f"a gzip-compressed file; {expected} (decompress it first, e.g. with gunzip)"),
+        ("plan.json.gz", gzip.compress(json.dumps(report()).encode()), "a gzip-compressed file; "),
+        ("pareto.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+         f"not UTF-8 text (byte 0x89 at offset 0: a binary file, or text in another encoding?); {expected}"),
+        ("latin1.json", b'\xef\xbb\xbf{"model": "caf\xe9"}', "not UTF-8 text (byte 0xe9 at offset 17: "),  # after a BOM
+        ("empty.json", b"", f"an empty file; {expected}"),
+        ("cut.json", json.dumps(report()).encode()[:40], "not JSON (Unterminated string"),  # as before
+    ]:
+        at.session_state["plan.injected_upload"] = (name, content)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        (error,) = at.error
+        assert error.value.startswith(f"{name}: not a plan.json: {words}"), error.value
+        assert not at.get("plotly_chart")

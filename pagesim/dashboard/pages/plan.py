@@ -17,6 +17,7 @@ from pagesim.errors import UserError
 from pagesim.plan import SHOWN, TP_DEGREES, NoDeployment, deployments, describe, figure, option_error, run_plan
 from pagesim.slo import parse_slos
 from pagesim.specs import GPUS, MODELS
+from pagesim.traces.text import GZIP_MAGIC
 
 PREFIX = "plan"
 REPORT = f"{PREFIX}.report"  # the plan last run on this page
@@ -56,13 +57,32 @@ def open_report() -> dict | None:
     try:
         report = json.loads(content)
     except ValueError as exc:
-        st.error(f"{name}: not a plan.json: not JSON ({exc})")
+        st.error(f"{name}: not a plan.json: {_not_json(content, exc)}")
         return None
     problem = _report_problem(report)
     if problem:
         st.error(f"{name}: not a plan.json of `python -m pagesim plan`: {problem}")
         return None
     return report
+
+
+PLAN_JSON = "the JSON text `python -m pagesim plan` writes to DIR/plan.json"
+
+
+def _not_json(content: bytes, exc: ValueError) -> str:
+    """Why an upload is not JSON, saying what the file is when it is not JSON text: a gzip-compressed file (its magic
+    bytes, whatever its name), an empty file, or bytes that are not UTF-8 text (a binary file). Was: "not JSON ('utf-8'
+    codec can't decode byte 0x8b in position 1: invalid start byte)" for gzip and binary files alike, "not JSON
+    (Expecting value: line 1 column 1 (char 0))" for an empty one."""
+    if content[:2] == GZIP_MAGIC:
+        return f"a gzip-compressed file; expected {PLAN_JSON} (decompress it first, e.g. with gunzip)"
+    if not content.strip():
+        return f"an empty file; expected {PLAN_JSON}"
+    if isinstance(exc, UnicodeDecodeError):
+        at = len(content) - len(exc.object) + exc.start  # in the file (json.loads decodes past a UTF-8 BOM)
+        return (f"not UTF-8 text (byte {content[at]:#04x} at offset {at:,}: a binary file, or text in another "
+                f"encoding?); expected {PLAN_JSON}")
+    return f"not JSON ({exc})"
 
 
 def _report_problem(report) -> str | None:
