@@ -435,6 +435,71 @@ def test_replay_host_tier_views_follow_kv_offloading_size():
     assert "Host tier at t = " + at.select_slider(key="replay.snapshot").options[3] in titles()[3]
 
 
+def swap_headline(at: AppTest) -> tuple[str, str, str]:
+    """Paged's Peak CPU swap metric (value, help) and its preemption count."""
+    preemptions = next(m.value for m in at.metric if m.label == "Preemptions")
+    (peak, help), *_ = [(m.value, m.proto.help) for m in at.metric if m.label == "Peak CPU swap (GiB)"]
+    return peak, help, preemptions
+
+
+def test_replay_swap_space_input_is_shown_in_swap_mode_only():
+    at = app()
+    assert "replay.swap_space" not in [n.key for n in at.number_input], "swap_space means nothing under recompute"
+    at.radio(key="replay.preemption").set_value("swap").run()
+    assert not at.exception and not at.error
+    swap = at.number_input(key="replay.swap_space")
+    assert swap.value == 4.0 and swap.label.startswith("swap_space"), "Config's default, under its vLLM name"
+    at.radio(key="replay.preemption").set_value("recompute").run()
+    assert "replay.swap_space" not in [n.key for n in at.number_input]
+
+
+def test_replay_swap_space_changes_the_simulated_run():
+    """Was: swap mode always ran with Config's 4 GiB of swap space, whatever the user wanted to see. On 0.5 GiB of
+    KV cache the swapped-out blocks peak at 0.35 GiB: 0.25 GiB caps them (the rest recompute), 0 swaps nothing."""
+    at = new_app()
+    at.query_params.update({"replay.kv_cache_gib": "0.5", "replay.limit": "200", "replay.baselines": "max",
+                            "replay.preemption": "swap"})
+    at.run()
+    assert not at.exception and not at.error
+    peak, help, _ = swap_headline(at)
+    assert help == "of swap_space 4 GiB" and float(peak) > 0.25, (peak, help)
+    at.number_input(key="replay.swap_space").set_value(0.25).run()
+    assert not at.exception and not at.error
+    peak, help, _ = swap_headline(at)
+    assert help == "of swap_space 0.25 GiB" and float(peak) == 0.25, (peak, help)
+    at.number_input(key="replay.swap_space").set_value(0.0).run()
+    peak, help, preemptions = swap_headline(at)
+    assert help == "of swap_space 0 GiB" and float(peak) == 0, (peak, help)
+    at.radio(key="replay.preemption").set_value("recompute").run()
+    assert not [m for m in at.metric if m.label == "Peak CPU swap (GiB)"]
+    assert next(m.value for m in at.metric if m.label == "Preemptions") == preemptions, \
+        "with no swap space every swap preemption recomputes: the same run as recompute mode"
+
+
+def test_replay_and_sweep_swap_space_come_from_the_url():
+    at = new_app()
+    at.query_params.update({"replay.limit": "50", "replay.preemption": "swap", "replay.swap_space": "0.5"})
+    at.run()
+    assert not at.exception and not at.error
+    assert not [w.value for w in at.warning if "URL" in w.value], "a setting the page has"
+    assert at.number_input(key="replay.swap_space").value == 0.5
+    assert swap_headline(at)[1] == "of swap_space 0.5 GiB"
+    at = new_app()
+    at.query_params.update({"replay.limit": "50", "replay.preemption": "swap", "replay.swap_space": "abc"})
+    at.run()
+    (warning,) = [w.value for w in at.warning if "URL" in w.value]
+    assert "replay.swap_space='abc' (using 4.0)" in warning, warning
+    at = new_app()
+    at.query_params.update({"sweep.limit": "50", "sweep.block_sizes": "16", "sweep.modes": ["recompute", "swap"],
+                            "sweep.swap_space": "0.5"})
+    at.run()
+    at.switch_page(f"{PAGES}/sweep.py").run()
+    assert not at.exception and not at.error
+    assert not [w.value for w in at.warning if "URL" in w.value], "a setting the page has"
+    assert at.number_input(key="sweep.swap_space").value == 0.5
+    assert any(m.value.endswith("· swap_space 0.5 GiB") for m in at.markdown), [m.value for m in at.markdown]
+
+
 def test_replay_serving_view_controls():
     at = new_app()
     at.query_params["replay.view"] = "Serving (vLLM metrics)"
@@ -606,6 +671,9 @@ def test_replay_config_errors_name_the_sidebar_controls_and_the_values_expected(
     small = error({"replay.block_size": "256", "replay.kv_cache_gib": "0.01"})  # was: "0.01 GiB holds no KV block ..."
     assert small.startswith("**KV-cache GiB** 0.01 GiB holds no KV block of 256 tokens for llama-3-8b"), small
     assert small.endswith("expected at least 0.04 GiB (one block) at this block_size"), small
+    swap = error({"replay.preemption": "swap", "replay.swap_space": "1000000"})
+    assert swap.startswith("**swap_space** 1,000,000 GiB is 512,000,000 host blocks"), swap
+    assert swap.endswith("expected at most 7,812.5 GiB at this block_size and kv_cache_dtype"), swap
     window = error({"replay.max_model_len": "20000"})
     assert window.endswith("expected at most 8,192 (0: the model's own), a **Model** with a longer window (e.g. "
                            "llama-3.1-8b), or tick **allow max_model_len beyond llama-3-8b's window** below it"), window
@@ -728,6 +796,29 @@ def test_sweep_grid_edits_wait_for_run_and_say_so():
     assert len(results) == 4 and set(results["preemption_mode"]) == {"recompute", "swap"}
     (spec,) = charts(at)  # x axis: block size; one line per preemption mode
     assert trace_names(spec) == ["preemption_mode=recompute"] * 4 + ["preemption_mode=swap"] * 4
+
+
+def test_sweep_swap_space_is_the_swap_points_host_memory():
+    """The grid sweeps swap preemption, so its swap space is the user's too: shown once swap is in the grid, an edit
+    waits for Run like the grid's, and 0 GiB makes every swap preemption a recompute (the same row as recompute's)."""
+    at = app("sweep")
+    assert "sweep.swap_space" not in [n.key for n in at.number_input]
+    at.number_input(key="sweep.limit").set_value(200).run()
+    at.get("button_group")[0].set_value([16])  # block_size
+    at.get("button_group")[1].set_value([0.5])  # KV-cache size
+    at.get("button_group")[2].set_value(["recompute", "swap"]).run()  # preemption_mode
+    assert at.number_input(key="sweep.swap_space").value == 4.0
+    at.button(key="sweep.run").click().run()
+    assert not at.exception and not at.error
+    figures = ["num_preemptions", "makespan_s"]
+    rows = at.dataframe[0].value.set_index("preemption_mode")[figures]
+    assert (rows.loc["swap"] != rows.loc["recompute"]).all(), rows
+    at.number_input(key="sweep.swap_space").set_value(0.0).run()
+    assert "press **Run sweep**" in at.warning[0].value
+    at.button(key="sweep.run").click().run()
+    assert not at.exception and not at.error
+    rows = at.dataframe[0].value.set_index("preemption_mode")[figures]
+    assert (rows.loc["swap"] == rows.loc["recompute"]).all(), rows
 
 
 def test_sweep_says_which_configurations_rejected_every_request():

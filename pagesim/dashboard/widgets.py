@@ -42,7 +42,7 @@ LABELS = {
     "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
     "enable_chunked_prefill": "enable_chunked_prefill", "kv_cache_dtype": "kv_cache_dtype",
     "enable_prefix_caching": "enable_prefix_caching", "kv_offloading_size": "kv_offloading_size (GiB of host memory; 0 = off)",
-    "preemption_mode": "preemption_mode",
+    "preemption_mode": "preemption_mode", "swap_space": "swap_space (GiB of host memory for swapped-out blocks)",
 }
 
 
@@ -52,7 +52,7 @@ URL_UNKNOWN = "url_unknown"  # f"{prefix}.url_unknown": (key, URL values) of the
 # config_sidebar's URL settings, by suffix (the keys of its controls)
 CONFIG_KEYS = ("model", "gpu", "block_size", "memory_mode", "kv_cache_gib", "num_gpu_blocks", "gpu_memory_utilization",
                "max_model_len", "allow_long_max_model_len", "max_num_seqs", "max_num_batched_tokens", "chunked",
-               "kv_cache_dtype", "prefix_caching", "kv_offloading_size", "preemption")
+               "kv_cache_dtype", "prefix_caching", "kv_offloading_size", "preemption", "swap_space")
 
 
 def url_notice(prefix: str, skip: tuple[str, ...] = (), known: tuple[str, ...] | None = None):
@@ -284,6 +284,8 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     if preemption:
         changes["preemption_mode"] = sb.radio(LABELS["preemption_mode"], ["recompute", "swap"], bind=URL, key=f"{prefix}.preemption",
                                               horizontal=True)
+        if changes["preemption_mode"] == "swap":
+            changes["swap_space"] = swap_space(prefix)
     try:
         if gib is not None:  # a stand-in count while the block size is learnt: not the memory left by the weights
             changes["num_gpu_blocks"] = 1
@@ -301,6 +303,14 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
     except UserError as exc:
         st.error(str(exc))
         return None
+
+
+def swap_space(prefix: str) -> float:
+    """Sidebar: swap_space, for a page that simulates swap preemption (Replay's config, Sweep's grid)."""
+    return float(st.sidebar.number_input(LABELS["swap_space"], 0.0, 1_000_000.0, 4.0, step=1.0, bind=URL,
+                                         key=f"{prefix}.swap_space",
+                                         help="CPU memory for the KV blocks of preempted requests, as vLLM's "
+                                              "swap_space; a preemption that does not fit there recomputes instead"))
 
 
 def allow_long_label(model: str) -> str:
@@ -327,7 +337,7 @@ def config_error(exc: OptionError, geometry: Config) -> str:
                   f"{geometry.gpu} at block_size {geometry.block_size}, or {itself}" if low <= high else
                   f"expected {itself} or another {name('gpu')}: no {name('gpu_memory_utilization')} up to 1.0 leaves "
                   f"KV-cache memory beside {geometry.model}'s weights on one {geometry.gpu}")
-    elif exc.option == "kv_offloading_size":  # more host blocks than the simulator holds
+    elif exc.option in ("kv_offloading_size", "swap_space"):  # more host blocks than the simulator holds
         most = MAX_SIMULATED_BLOCKS * geometry.block_bytes / GIB
         advice = f"expected at most {math.floor(most * 100) / 100:,g} GiB at this block_size and kv_cache_dtype"
     elif exc.option == "max_model_len":  # beyond the model's window

@@ -55,16 +55,18 @@ def render_page() -> None:
     if ran != grid:
         st.warning("The grid in the sidebar has changed: press **Run sweep** to simulate it. The results below "
                    "are still those of the grid last run.", icon=":material/pending:")
-    grid = ran
+    grid = dict(ran)
+    swap_space = grid.pop("swap_space", None)  # with swap in the grid: a fixed option of every point, not an axis
     try:
         points = sweep.grid_points(grid)
     except UserError as exc:
         st.error(str(exc))
         return
-    options = sweep.base_options(base)
+    options = sweep.base_options(base if swap_space is None else base.replace(swap_space=swap_space))
     out = sweep.results_dir(trace_key, options, points)
     st.markdown(f"Trace **{trace.name}**: {len(trace.df):,} requests · {len(points)} "
-                f"configurations · KV memory as GiB of K/V per configuration (num_gpu_blocks = GiB / block bytes)")
+                f"configurations · KV memory as GiB of K/V per configuration (num_gpu_blocks = GiB / block bytes)"
+                + (f" · swap_space {swap_space:g} GiB" if swap_space is not None else ""))
     results = run(trace, options, points, out, backend, address)
     if results is None:
         return
@@ -207,9 +209,10 @@ def show_finished(name: str, content: bytes) -> None:
     st.dataframe(results, hide_index=True)
 
 
-def grid_form() -> dict[str, list]:
+def grid_form() -> dict:
     """The grid, from the sidebar: edits show a "press Run" notice, and only Run sweep simulates them
-    (the grid the page opens with runs at once)."""
+    (the grid the page opens with runs at once). With swap among the modes, also the swap points' swap_space
+    (a number, under "swap_space"; the axes are lists)."""
     sb = st.sidebar
     sb.subheader("Grid")
     block_sizes = sb.pills("block_size", sweep.BLOCK_SIZES, selection_mode="multi", default=list(sweep.BLOCK_SIZES),
@@ -218,12 +221,15 @@ def grid_form() -> dict[str, list]:
                    key=f"{PREFIX}.gib", format_func=lambda g: f"{g:g}")
     modes = sb.pills("preemption_mode", ["recompute", "swap"], selection_mode="multi", default=["recompute"],
                      bind=URL, key=f"{PREFIX}.modes")
+    swap_space = widgets.swap_space(PREFIX) if "swap" in modes else None
     caching = sb.pills("enable_prefix_caching", [False, True], selection_mode="multi", default=[False], bind=URL,
                        key=f"{PREFIX}.caching", format_func=lambda v: "on" if v else "off")
     layouts = sb.pills("KV layout", sweep.LAYOUTS, selection_mode="multi", default=["paged"], bind=URL,
                        key=f"{PREFIX}.layouts", help="paged, or a contiguous reserve-ahead baseline")
     grid = {"block_size": sorted(block_sizes), "kv_cache_gib": sorted(gib), "preemption_mode": list(modes),
             "enable_prefix_caching": list(caching), "layout": list(layouts)}
+    if swap_space is not None:
+        grid["swap_space"] = swap_space
     if sb.button("Run sweep", type="primary", key=f"{PREFIX}.run"):
         st.session_state[RAN] = grid
     return grid
