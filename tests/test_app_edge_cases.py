@@ -94,6 +94,9 @@ def test_live_page_names_the_run_file_it_cannot_read(tmp_path, monkeypatch, file
     (None, {"replay.limit": "30", "replay.blocksize": "32"}, "replay.blocksize='32'"),
     ("sweep", {"sweep.limit": "20", "sweep.block_sizes": "16", "sweep.block_size": "32"}, "sweep.block_size='32'"),
     ("plan", {"plan.ttfts": "2"}, "plan.ttfts='2'"),
+    # no page's prefix at all: on whichever page the link opens
+    (None, {"replay.limit": "30", "blocksize": "32"}, "blocksize='32'"),
+    ("sweep", {"sweep.limit": "20", "limit": "20"}, "limit='20'"),
 ])
 def test_url_settings_a_page_does_not_have_are_named_as_ignored(page, query, named):
     """Was: a URL setting of the page's prefix that no control has (a typo, replay.blocksize=32; sweep.block_size,
@@ -107,6 +110,15 @@ def test_url_settings_a_page_does_not_have_are_named_as_ignored(page, query, nam
     assert not at.exception, [e.value for e in at.exception]
     (warning,) = [w.value for w in at.warning if "URL" in w.value]
     assert warning == f"Settings in the URL that this page does not have, so they are ignored: {named}. Check the link."
+
+
+def test_every_page_prefix_is_known_to_the_url_notice():
+    """A URL setting with no page's prefix is named as ignored (widgets.PAGE_PREFIXES): a page whose prefix were
+    missing there would have every one of its settings called unknown on every page."""
+    from pagesim.dashboard import widgets
+    from pagesim.dashboard.pages import kernels, live, plan, replay, sweep
+
+    assert sorted(m.PREFIX for m in (kernels, live, plan, replay, sweep)) == sorted(widgets.PAGE_PREFIXES)
 
 
 def test_every_url_setting_a_page_binds_is_known_to_its_url_notice():

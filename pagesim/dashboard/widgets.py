@@ -55,16 +55,23 @@ CONFIG_KEYS = ("model", "gpu", "block_size", "memory_mode", "kv_cache_gib", "num
                "kv_cache_dtype", "prefix_caching", "kv_offloading_size", "preemption", "swap_space")
 
 
+PAGE_PREFIXES = ("replay", "sweep", "live", "kernels", "plan")  # each page's URL settings are PREFIX.SETTING
+STREAMLIT_PARAMS = ("embed", "embed_options")  # Streamlit's own
+
+
 def url_notice(prefix: str, skip: tuple[str, ...] = (), known: tuple[str, ...] | None = None):
     """Call first on a page whose settings are bound to the URL: remembers the URL's settings the first time
     the session opens the page, and returns the placeholder where url_report names those refused. `known`: the
     suffixes of every setting the page has (drawn or not in this run); a URL setting of the page's prefix outside
-    them (a typo, replay.blocksize=32, or a setting of another version) is named as ignored."""
+    them (a typo, replay.blocksize=32, or a setting of another version) is named as ignored, and so is one with no
+    page's prefix at all (blocksize=32: every setting is named PAGE.SETTING)."""
     key = f"{prefix}.{URL_AT_OPEN}"
     if key not in st.session_state:
         given = {k: st.query_params.get_all(k) for k in st.query_params if k.startswith(f"{prefix}.") and k not in skip}
         unknown = [] if known is None else [k for k in given if k.removeprefix(f"{prefix}.") not in known]
-        st.session_state[f"{prefix}.{URL_UNKNOWN}"] = [(k, given.pop(k)) for k in unknown]
+        stray = [k for k in st.query_params if k.partition(".")[0] not in PAGE_PREFIXES and k not in STREAMLIT_PARAMS]
+        st.session_state[f"{prefix}.{URL_UNKNOWN}"] = ([(k, given.pop(k)) for k in unknown]
+                                                       + [(k, st.query_params.get_all(k)) for k in stray])
         st.session_state[key] = given
     return st.empty()
 
