@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from pagesim.options import positive_int  # noqa: E402
 from pagesim.outputs import check_output_file  # noqa: E402
 OLD_COMMIT = "9708ab1"
 AZURE_CONV = ROOT.parent / "shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
@@ -120,19 +121,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/sim-speed.json")
     ap.add_argument("--force", action="store_true", help="replace --out if it exists (committed results are never replaced by default)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per case and tree (the fastest is reported)")
+    ap.add_argument("--repeat", type=positive_int, default=1, help="runs per case and tree (the fastest is reported)")
     ap.add_argument("--million", action="store_true", help="also replay a 1M-request trace (this tree; slow)")
     ap.add_argument("--million-old", action="store_true", help="... and with the old tree too (~10 min, ~5 GB)")
-    ap.add_argument("--only", action="append", default=[], help="run only this case (repeatable)")
+    ap.add_argument("--only", action="append", default=[], choices=CASE_NAMES, metavar="CASE",
+                    help=f"run only this case (repeatable): {', '.join(CASE_NAMES)}")
     ap.add_argument("--old", default=OLD_COMMIT, metavar="COMMIT",
                     help=f"the tree to compare against (default {OLD_COMMIT}, the issue's reference; the targets are against it)")
-    ap.add_argument("--read-repeat", type=int, default=7, help="fresh processes timing the read of steps.parquet")
+    ap.add_argument("--read-repeat", type=positive_int, default=7, help="fresh processes timing the read of steps.parquet")
     args = ap.parse_args()
-    unknown = sorted(set(args.only) - set(CASE_NAMES))
-    if unknown:
-        ap.error(f"--only {unknown[0]}: no such case; expected one of {', '.join(CASE_NAMES)}")
-    if args.repeat < 1 or args.read_repeat < 1:
-        ap.error("--repeat and --read-repeat: expected a whole number of runs >= 1")
     check_output_file(ap, args.out, args.force)  # before any work: committed results are never replaced by default
     work = Path(tempfile.mkdtemp(prefix="pagesim-bench-"))
     old = work / "old"
