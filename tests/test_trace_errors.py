@@ -404,3 +404,17 @@ def test_a_csv_field_beyond_the_csv_modules_limit_names_its_line(tmp_path):
     assert str(err).endswith("got a longer one")
     err = load_error(tmp_path, AZURE_HEADER + OK_ROW + "2023-11-16 18:15:47.0,1\r0," + "5" * 200_000 + "\n")
     assert_error(err, 3, None, expected)
+
+
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+@pytest.mark.parametrize("blank", ["", "\n"], ids=["fast reader", "careful reader"])
+def test_a_negative_burstgpt_timestamp_is_refused_as_other_offsets_are(tmp_path, blank):
+    """BurstGPT's Timestamp is seconds from the trace's start, an offset as Vidur's, Mooncake's and pagesim's arrivals
+    are: a negative one is a broken file, refused at its line (was: read, and the trace re-based on it without a word).
+    A blank line sends the file to the careful reader, which must refuse it too."""
+    text = BURSTGPT_HEADER + "5,ChatGPT,20,30,50,Conversation log\n" + blank + "-4.5,ChatGPT,20,30,50,Conversation log\n"
+    err = load_error(tmp_path, text, name="burst.csv")
+    assert str(err) == (f"{tmp_path / 'burst.csv'}, line {3 + len(blank)}, field 'Timestamp': expected a non-negative "
+                        "offset in seconds from the trace start, got '-4.5'")

@@ -111,7 +111,7 @@ def fast_columns(path: str, fmt: str) -> dict[str, np.ndarray] | None:
             seconds[i : i + (1 << 20)] = pd.TimedeltaIndex(ns[i : i + (1 << 20)].view("timedelta64[ns]")).total_seconds()
         out[time_col] = seconds
         del ns
-    elif not (np.abs(out[time_col]) < MAX_TIME).all() or (fmt == "vidur" and out[time_col].min() < 0):
+    elif not (np.abs(out[time_col]) < MAX_TIME).all() or out[time_col].min() < 0:  # offsets (Vidur, BurstGPT)
         return None
     return out
 
@@ -327,6 +327,7 @@ def read_burstgpt(text: str, file: str) -> Parsed:
     Rows with zero `Response tokens` are failed requests: dropped and counted.
     """
     df, rows, read, dropped = read_csv(text, file, "burstgpt")
+    offsets(df["Timestamp"], rows, "Timestamp")  # seconds from the trace's start, as Vidur's arrived_at
     failed = (numbers(df["Response tokens"]) == 0).to_numpy()
     if failed.any():
         dropped["failed request (Response tokens = 0)"] = int(failed.sum())
