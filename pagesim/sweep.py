@@ -234,7 +234,8 @@ def check_or_write_manifest(out: Path, trace, base: dict) -> None:
         previous["fixed_options"] = {k: v for k, v in previous.get("fixed_options", {}).items() if k not in NOT_FIXED}
         previous.setdefault("trace_fingerprint", manifest["trace_fingerprint"])  # written before it was recorded
         if previous != manifest:
-            diff = [k for k in manifest["fixed_options"] if previous.get("fixed_options", {}).get(k) != manifest["fixed_options"][k]]
+            theirs, ours = previous.get("fixed_options", {}), manifest["fixed_options"]  # a key either lacks differs too
+            diff = [k for k in {**ours, **theirs} if k not in theirs or k not in ours or theirs[k] != ours[k]]
             what = ", ".join(diff) or ("the trace" if previous.get("trace") != manifest["trace"] else
                                        "the trace's requests: another window, --limit, --time-scale or --rate")
             raise UserError(f"{out} holds a sweep with other fixed options ({what}); resume with the same command "

@@ -107,6 +107,20 @@ def test_resume_with_other_fixed_options_is_refused(trace, base, tmp_path):
                   progress=False)
 
 
+def test_resume_names_a_fixed_option_the_directory_has_and_this_sweep_lacks(trace, base, tmp_path):
+    """A plan's directory records plan's own fixed option (max_gpus), which a sweep has none of: a sweep into it (or a
+    plan into a sweep's) is refused naming that option. Was: the difference was looked for among this sweep's options
+    only, and the refusal blamed "the trace's requests: another window, --limit, --time-scale or --rate", all equal."""
+    run_sweep(trace, {**base, "max_gpus": 8}, [{"max_num_seqs": 8}], tmp_path, backend="local", num_cpus=1,
+              progress=False)
+    with pytest.raises(UserError, match=r"other fixed options \(max_gpus\)"):
+        run_sweep(trace, base, [{"max_num_seqs": 8}], tmp_path, backend="local", progress=False)
+    with pytest.raises(UserError, match=r"other fixed options \(max_gpus\)"):  # and the other way round
+        other = tmp_path / "other"
+        run_sweep(trace, base, [{"max_num_seqs": 8}], other, backend="local", num_cpus=1, progress=False)
+        run_sweep(trace, {**base, "max_gpus": 8}, [{"max_num_seqs": 8}], other, backend="local", progress=False)
+
+
 def test_force_resumes_the_same_sweep_and_says_it_does_not_start_another_over(trace, base, tmp_path):
     run_sweep(trace, base, [{"max_num_seqs": 8}], tmp_path, backend="local", num_cpus=1, progress=False)
     df = run_sweep(trace, {**base, "force": True}, [{"max_num_seqs": 8}], tmp_path, backend="local", progress=False)
