@@ -137,29 +137,75 @@ def test_plan_page_names_a_plan_json_whose_candidates_have_fields_of_the_wrong_t
         assert not at.get("plotly_chart")
 
 
-def test_plan_page_says_what_an_upload_that_is_not_json_text_is():
-    """A gzipped plan.json (whatever its name), a binary file and an empty one: the message says what the file is and
-    that the page expected plan.json's JSON text. Was: "not JSON ('utf-8' codec can't decode byte 0x8b in position 1:
-    invalid start byte)" for the first two, "not JSON (Expecting value: line 1 column 1 (char 0))" for the last."""
+def plan_page_opening(name: str, content: bytes) -> AppTest:
+    """The Plan page in Open plan.json mode, `content` uploaded as file `name` (the injected-upload seam)."""
+    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
+    at.session_state["plan.mode"] = "Open plan.json"
+    at.session_state["plan.injected_upload"] = (name, content)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_plan_page_opens_a_gzip_compressed_plan_json():
+    """A gzipped plan.json opens as the plan.json it holds, whatever its name (its magic bytes decide), as every trace
+    reader reads a gzip file. Was: refused with "a gzip-compressed file; ... (decompress it first, e.g. with
+    gunzip)"."""
+    import gzip
+    import json
+
+    for name in ("plan.json.gz", "plan.json"):
+        at = plan_page_opening(name, gzip.compress(json.dumps(report()).encode()))
+        assert not at.error, [e.value for e in at.error]
+        assert "Recommendation: num_gpus=2, tensor_parallel_size=2" in at.success[0].value
+        assert len(at.get("plotly_chart")) == 1
+
+
+def test_plan_page_names_a_gzip_upload_that_does_not_decompress_to_a_plan_json(monkeypatch):
+    """Corrupt or cut-short gzip data, and content past the trace readers' size ceiling once decompressed, are named as
+    the trace readers name them (the upload's name, not a temporary path); decompressed content that is empty, not
+    UTF-8 or not JSON is named as a plain upload's is, "once decompressed"."""
     import gzip
     import json
 
     expected = "expected the JSON text `python -m pagesim plan` writes to DIR/plan.json"
-    at = AppTest.from_file(str(REPO / "pagesim/dashboard/pages/plan.py"), default_timeout=180)
-    at.session_state["plan.mode"] = "Open plan.json"
+    packed = gzip.compress(json.dumps(report()).encode())
     for name, content, words in [
-        ("plan.json", gzip.compress(json.dumps(report()).encode()),
-         f"a gzip-compressed file; {expected} (decompress it first, e.g. with gunzip)"),
-        ("plan.json.gz", gzip.compress(json.dumps(report()).encode()), "a gzip-compressed file; "),
+        ("cut.json.gz", packed[:-12], "cut.json.gz: expected a complete gzip file, got the data ends early"),
+        ("empty.json.gz", gzip.compress(b""),
+         f"empty.json.gz: not a plan.json: an empty file once decompressed; {expected}"),
+        ("png.json.gz", gzip.compress(b"\x89PNG\r\n\x1a\n"),
+         f"png.json.gz: not a plan.json: not UTF-8 text once decompressed (byte 0x89 at offset 0: a binary file"),
+        ("half.json.gz", gzip.compress(json.dumps(report()).encode()[:40]),
+         "half.json.gz: not a plan.json: not JSON once decompressed (Unterminated string"),
+    ]:
+        at = plan_page_opening(name, content)
+        (error,) = at.error
+        assert error.value.startswith(words), error.value
+        assert "pagesim-upload-" not in error.value, "the temporary folder is left out"
+        assert not at.get("plotly_chart")
+    monkeypatch.setenv("PAGESIM_MAX_TRACE_MB", "0.001")  # 1,000 bytes: the plan's JSON is larger
+    at = plan_page_opening("plan.json.gz", packed)
+    (error,) = at.error
+    assert error.value == ("plan.json.gz: expected a trace file of at most 0.001 MB (set PAGESIM_MAX_TRACE_MB to raise "
+                           "the limit), got more than 0.001 MB once decompressed"), error.value
+
+
+def test_plan_page_says_what_an_upload_that_is_not_json_text_is():
+    """A binary file and an empty one: the message says what the file is and that the page expected plan.json's JSON
+    text. Was: "not JSON ('utf-8' codec can't decode byte 0x89 in position 0: invalid start byte)" for the first, "not
+    JSON (Expecting value: line 1 column 1 (char 0))" for the last."""
+    import json
+
+    expected = "expected the JSON text `python -m pagesim plan` writes to DIR/plan.json"
+    for name, content, words in [
         ("pareto.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
          f"not UTF-8 text (byte 0x89 at offset 0: a binary file, or text in another encoding?); {expected}"),
         ("latin1.json", b'\xef\xbb\xbf{"model": "caf\xe9"}', "not UTF-8 text (byte 0xe9 at offset 17: "),  # after a BOM
         ("empty.json", b"", f"an empty file; {expected}"),
         ("cut.json", json.dumps(report()).encode()[:40], "not JSON (Unterminated string"),  # as before
     ]:
-        at.session_state["plan.injected_upload"] = (name, content)
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
+        at = plan_page_opening(name, content)
         (error,) = at.error
         assert error.value.startswith(f"{name}: not a plan.json: {words}"), error.value
         assert not at.get("plotly_chart")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,16 +53,34 @@ def default_trace_path() -> Path:
 
 def load_upload(name: str, data: bytes, *, format: str = "auto", limit: int | None = None,
                 rate: float | None = None) -> Trace:
-    """Load an uploaded file: it is written to a temporary folder under its original name, so the
-    trace is named after it and a TraceError reads `NAME, line R, field F: expected ...` (the
-    temporary folder is left out of the message). `rate`: load_trace's (the arrivals of a file without
-    arrival times; see arrivals_drawn). Raises TraceError or UserError."""
+    """Load an uploaded file as replay loads a trace file (upload_path: named after the upload). `rate`: load_trace's
+    (the arrivals of a file without arrival times; see arrivals_drawn). Raises TraceError or UserError."""
+    with upload_path(name, data) as path:
+        return load_trace(path, format, limit=limit, rate=rate, max_span_s=MAX_ARRIVAL_S)  # as replay loads it
+
+
+def upload_content(name: str, data: bytes) -> bytes:
+    """An uploaded file's content: decompressed when it is gzip (its magic bytes, whatever its name), by the trace
+    readers' own reader (pagesim.traces.text.read_bytes), so within their size ceiling. TraceError naming the upload
+    when the gzip data is corrupt or cut short, or decompresses past the ceiling."""
+    from pagesim.traces.text import GZIP_MAGIC, read_bytes
+
+    if data[:2] != GZIP_MAGIC:
+        return data
+    with upload_path(name, data) as path:
+        return read_bytes(path)
+
+
+@contextmanager
+def upload_path(name: str, data: bytes) -> Iterator[Path]:
+    """The upload written to a temporary folder under its original name, so a trace read from it is named after it
+    and a TraceError raised inside reads `NAME, line R, field F: expected ...` (the temporary folder left out)."""
     safe = Path(name).name.strip() or "upload"
     with tempfile.TemporaryDirectory(prefix="pagesim-upload-") as tmp:
         path = Path(tmp) / safe
         path.write_bytes(data)
         try:
-            return load_trace(path, format, limit=limit, rate=rate, max_span_s=MAX_ARRIVAL_S)  # as replay loads it
+            yield path
         except TraceError as exc:
             exc.file = safe
             exc.args = (str(exc).replace(str(path), safe),)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from pagesim.dashboard import widgets
+from pagesim.dashboard import data, widgets
 from pagesim.dashboard.json_shape import number, shape_problem
 from pagesim.dashboard.plan_figures import pareto_figure
 from pagesim.dashboard.widgets import URL
@@ -17,6 +17,7 @@ from pagesim.errors import UserError
 from pagesim.plan import SHOWN, TP_DEGREES, NoDeployment, deployments, describe, figure, option_error, run_plan
 from pagesim.slo import parse_slos
 from pagesim.specs import GPUS, MODELS
+from pagesim.traces import TraceError
 from pagesim.traces.text import GZIP_MAGIC
 
 PREFIX = "plan"
@@ -46,18 +47,24 @@ PARETO_COLUMNS = ("num_gpus", "goodput")  # ... and from each point of the front
 
 
 def open_report() -> dict | None:
-    file = st.sidebar.file_uploader("plan.json (from `python -m pagesim plan ... --out DIR`)", type=["json"],
-                                    key=f"{PREFIX}.upload")
+    file = st.sidebar.file_uploader("plan.json (from `python -m pagesim plan ... --out DIR`; gzip-compressed too)",
+                                    type=["json", "gz"], key=f"{PREFIX}.upload")
     # (file name, bytes) under f"{PREFIX}.{INJECTED_UPLOAD}": the same test seam as widgets.trace_source's
     upload = (file.name, file.getvalue()) if file is not None else st.session_state.get(f"{PREFIX}.{widgets.INJECTED_UPLOAD}")
     if upload is None:
         st.info("Upload a plan.json to see its frontier.")
         return None
     name, content = upload
+    gzipped = content[:2] == GZIP_MAGIC  # read as its content, as every trace reader reads a gzip file
+    try:
+        content = data.upload_content(name, content)
+    except TraceError as exc:  # corrupt or cut short, or past the size ceiling once decompressed
+        st.error(str(exc))
+        return None
     try:
         report = json.loads(content)
     except ValueError as exc:
-        st.error(f"{name}: not a plan.json: {_not_json(content, exc)}")
+        st.error(f"{name}: not a plan.json: {_not_json(content, exc, gzipped)}")
         return None
     problem = _report_problem(report)
     if problem:
@@ -69,20 +76,19 @@ def open_report() -> dict | None:
 PLAN_JSON = "the JSON text `python -m pagesim plan` writes to DIR/plan.json"
 
 
-def _not_json(content: bytes, exc: ValueError) -> str:
-    """Why an upload is not JSON, saying what the file is when it is not JSON text: a gzip-compressed file (its magic
-    bytes, whatever its name), an empty file, or bytes that are not UTF-8 text (a binary file). Was: "not JSON ('utf-8'
-    codec can't decode byte 0x8b in position 1: invalid start byte)" for gzip and binary files alike, "not JSON
-    (Expecting value: line 1 column 1 (char 0))" for an empty one."""
-    if content[:2] == GZIP_MAGIC:
-        return f"a gzip-compressed file; expected {PLAN_JSON} (decompress it first, e.g. with gunzip)"
+def _not_json(content: bytes, exc: ValueError, gzipped: bool = False) -> str:
+    """Why an upload (a gzip file's decompressed content) is not JSON, saying what it is when it is not JSON text: an
+    empty file, or bytes that are not UTF-8 text (a binary file). Was: "not JSON ('utf-8' codec can't decode byte 0x89
+    in position 0: invalid start byte)" for a binary file, "not JSON (Expecting value: line 1 column 1 (char 0))" for an
+    empty one."""
+    once = " once decompressed" if gzipped else ""
     if not content.strip():
-        return f"an empty file; expected {PLAN_JSON}"
+        return f"an empty file{once}; expected {PLAN_JSON}"
     if isinstance(exc, UnicodeDecodeError):
-        at = len(content) - len(exc.object) + exc.start  # in the file (json.loads decodes past a UTF-8 BOM)
-        return (f"not UTF-8 text (byte {content[at]:#04x} at offset {at:,}: a binary file, or text in another "
+        at = len(content) - len(exc.object) + exc.start  # in the content (json.loads decodes past a UTF-8 BOM)
+        return (f"not UTF-8 text{once} (byte {content[at]:#04x} at offset {at:,}: a binary file, or text in another "
                 f"encoding?); expected {PLAN_JSON}")
-    return f"not JSON ({exc})"
+    return f"not JSON{once} ({exc})"
 
 
 def _report_problem(report) -> str | None:
