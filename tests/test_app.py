@@ -821,6 +821,54 @@ def test_sweep_swap_space_is_the_swap_points_host_memory():
     assert (rows.loc["swap"] == rows.loc["recompute"]).all(), rows
 
 
+def test_sweep_swap_space_the_simulator_cannot_hold_is_named_by_its_control():
+    """Was: the page ran the grid, every swap row failed and its warning quoted the CLI ("first: FlagError:
+    --swap-space 1,000,000 GiB is ..."). Now it names the sidebar control and the largest size that fits, as Replay
+    does (widgets.config_error), at the grid's smallest block size, and runs nothing until the size fits."""
+    at = new_app()
+    at.query_params.update({"sweep.limit": "50", "sweep.block_sizes": ["16", "32"], "sweep.modes": ["recompute", "swap"],
+                            "sweep.swap_space": "1000000"})
+    at.run()
+    at.switch_page(f"{PAGES}/sweep.py").run()
+    assert not at.exception
+    (error,) = [e.value for e in at.error]
+    assert error.startswith("Swap points at block_size 16 (the grid's smallest): **swap_space** 1,000,000 GiB is "
+                            "512,000,000 host blocks"), error
+    assert error.endswith("expected at most 7,812.5 GiB at this block_size and kv_cache_dtype"), error
+    assert "--" not in error and "FlagError" not in error
+    assert not at.dataframe and not at.warning
+    at.number_input(key="sweep.swap_space").set_value(1.0)
+    at.button(key="sweep.run").click().run()
+    assert not at.exception and not at.error
+    assert set(at.dataframe[0].value["status"]) == {"ok"}
+
+
+def test_swap_space_keeps_its_value_while_swap_mode_is_off():
+    """Turning swap off hides swap_space (it means nothing to recompute); turning it on again shows the user's value,
+    not the default 4 GiB, and the run uses it. Streamlit keeps a hidden widget's value when it is bound to the URL
+    (bind="query-params", which outranks persist_state), on Sweep and Replay alike."""
+    at = new_app()
+    at.query_params.update({"replay.limit": "50", "sweep.limit": "50", "sweep.block_sizes": "16"})
+    at.run()
+    at.radio(key="replay.preemption").set_value("swap").run()
+    at.number_input(key="replay.swap_space").set_value(0.25).run()
+    at.radio(key="replay.preemption").set_value("recompute").run()
+    at.radio(key="replay.preemption").set_value("swap").run()
+    assert at.number_input(key="replay.swap_space").value == 0.25
+    assert swap_headline(at)[1] == "of swap_space 0.25 GiB"
+    at.switch_page(f"{PAGES}/sweep.py").run()
+    at.get("button_group")[2].set_value(["recompute", "swap"]).run()  # preemption_mode
+    at.number_input(key="sweep.swap_space").set_value(0.5).run()
+    at.get("button_group")[2].set_value(["recompute"]).run()
+    assert "sweep.swap_space" not in [n.key for n in at.number_input]
+    at.get("button_group")[1].set_value([0.5]).run()  # another edit to the grid while it is hidden
+    at.get("button_group")[2].set_value(["recompute", "swap"]).run()
+    assert at.number_input(key="sweep.swap_space").value == 0.5
+    at.button(key="sweep.run").click().run()
+    assert not at.exception and not at.error
+    assert any(m.value.endswith("· swap_space 0.5 GiB") for m in at.markdown), [m.value for m in at.markdown]
+
+
 def test_sweep_says_which_configurations_rejected_every_request():
     """contiguous-max on 0.25 GiB reserves max_model_len (512 blocks of 16) per request in a cache of 128 blocks:
     it rejects every request, its row has no figures and the charts no point; the page says so and why, rather

@@ -81,6 +81,24 @@ def test_an_interrupted_page_sweep_runs_only_the_missing_configurations(sweep_di
     assert at.dataframe[0].value["block_size"].tolist() == [16, 32, 64]
 
 
+def test_a_new_swap_space_runs_the_swap_points_alone(sweep_dir, calls):
+    """swap_space is a parameter of the swap points only: a new value runs them again, and the recompute points, whose
+    runs do not depend on it, keep their rows. Was: a fixed option of every point, in the directory's name, so every
+    point of the grid ran again. The page shows the grid's rows only, not those of an earlier swap_space."""
+    grid = {**GRID, "block_size": [16], "kv_cache_gib": [0.5], "preemption_mode": ["recompute", "swap"]}
+    first = page(grid=grid | {"swap_space": 4.0}).dataframe[0].value
+    at = page(grid=grid | {"swap_space": 0.25})
+    assert [len(c) for c in calls["local"]] == [2, 1], "a new swap_space ran the recompute point again"
+    shown = at.dataframe[0].value
+    assert shown["preemption_mode"].tolist() == ["recompute", "swap"] and (shown["status"] == "ok").all()
+    assert shown["config_id"].iloc[0] == first["config_id"].iloc[0], "the recompute row is the one run before"
+    assert pd.isna(shown["swap_space"].iloc[0]) and shown["swap_space"].iloc[1] == 0.25
+    assert list(shown.columns[:6]) == [*GRID, "swap_space"], "swap_space among the parameters, before the figures"
+    page(grid=grid | {"swap_space": 4.0})
+    assert len(calls["local"]) == 2, "both swap_space values' rows are kept: going back runs nothing"
+    assert len(pd.read_parquet(only_results(sweep_dir))) == 3
+
+
 def test_page_runs_on_ray_when_selected(ray_local, sweep_dir, calls):
     at = page(backend="Ray")
     assert len(calls["ray"]) == 1 and len(calls["ray"][0]) == 2 and not calls["local"]

@@ -2,8 +2,9 @@
 
 The page's config (a Config from the sidebar) becomes the sweep's fixed replay options and its grid the
 sweep's points; each point is one task (local processes or Ray), and the rows go to a results.parquet in a
-directory named after everything they depend on (trace fingerprint, fixed options, points), so a view seen
-before opens at once and an interrupted one resumes where it stopped.
+directory named after everything they depend on (trace fingerprint, fixed options, points; the swap points'
+swap_space is their own parameter, so another value runs them alone), so a view seen before opens at once and an
+interrupted one resumes where it stopped.
 
 Memory is swept as KV-cache GiB (`kv_cache_gib`), not as a block count, so that configurations with
 different block sizes get the same bytes: num_gpu_blocks = floor(GiB / bytes per block). The default sweep
@@ -40,11 +41,12 @@ LATENCIES = ("ttft", "tpot", "e2e")
 CACHE_ENV = "PAGESIM_SWEEP_DIR"  # where the page's sweep directories go (default: <tmp>/pagesim-sweeps)
 
 
-def grid_points(grid: dict[str, list]) -> list[dict]:
+def grid_points(grid: dict[str, list], swap_space: float | None = None) -> list[dict]:
     """The grid's points in grid order, as pagesim.sweep parameters (layout "contiguous-max" -> "max").
 
     grid keys: block_size, kv_cache_gib, preemption_mode, enable_prefix_caching, layout ("paged" or
-    "contiguous-<policy>")."""
+    "contiguous-<policy>"). `swap_space`: a parameter of the swap points only (as `--grid swap_space=` gives it), so
+    a recompute point, whose run does not depend on it, keeps its config_id and row whatever it is."""
     unknown = set(grid) - set(PARAMETERS)
     if unknown:
         raise UserError(f"cannot sweep {', '.join(sorted(unknown))}; expected some of {', '.join(PARAMETERS)}")
@@ -57,6 +59,8 @@ def grid_points(grid: dict[str, list]) -> list[dict]:
         params = dict(zip(keys, values))
         if "layout" in params:
             params["layout"] = params["layout"].removeprefix("contiguous-")
+        if swap_space is not None and params.get("preemption_mode") == "swap":
+            params["swap_space"] = swap_space
         points.append(params)
     return points
 
@@ -78,7 +82,10 @@ def base_options(config: Config) -> dict:
 
 
 def results_dir(trace_key: str, base: dict, points: list[dict]) -> Path:
-    """The sweep directory of these points of this trace under these options (its name hashes all three)."""
+    """The sweep directory of these points of this trace under these options (its name hashes all three, but for the
+    swap points' swap_space: the grid's directory keeps the rows of every swap_space run on it, so a new one runs the
+    swap points alone; rows_of picks a grid's rows)."""
+    points = [{k: v for k, v in p.items() if k != "swap_space"} for p in points]
     key = json.dumps({"trace": trace_key, "base": base, "points": points}, sort_keys=True, default=str)
     root = Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "pagesim-sweeps")
     return root / hashlib.sha1(key.encode()).hexdigest()[:16]
@@ -115,16 +122,25 @@ def run(trace, base: dict, points: list[dict], out: Path, *, backend: str = "loc
     return run_sweep(trace, base, points, out, backend=backend, address=address, progress=False, on_row=on_row)
 
 
+def rows_of(results: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
+    """The rows of `points` in `results` (a sweep directory's table, which may hold other swap_space's swap rows), in
+    grid order, as results.parquet has them with the points' parameters first: a parameter only some points have
+    (swap_space) follows the figures in a table whose first row lacks it."""
+    from pagesim.sweep import config_id
+
+    if not len(results):
+        return results.copy()
+    order = {config_id(p): i for i, p in enumerate(points)}
+    df = results[results["config_id"].isin(order)]
+    df = df.iloc[df["config_id"].map(order).argsort()].reset_index(drop=True)
+    params = [k for k in dict.fromkeys(k for p in points for k in p) if k in df]
+    return df[params + [c for c in df.columns if c not in params]]
+
+
 def table(results: pd.DataFrame, points: list[dict] | None = None) -> pd.DataFrame:
     """The rows to show: in grid order (when `points` is given), the swept parameters, the figures, then
     status, error and config_id; layouts by run name (contiguous-max), latencies as ttft_p50_s."""
-    from pagesim.sweep import config_id
-
-    df = results.copy()
-    if points is not None and len(df):
-        order = {config_id(p): i for i, p in enumerate(points)}
-        df = df[df["config_id"].isin(order)]
-        df = df.iloc[df["config_id"].map(order).argsort()].reset_index(drop=True)
+    df = results.copy() if points is None else rows_of(results, points)
     if "layout" in df:
         df["layout"] = df["layout"].map(lambda v: v if v == "paged" or str(v).startswith("contiguous-")
                                         else f"contiguous-{v}")

@@ -313,7 +313,8 @@ def config_sidebar(prefix: str, *, memory: bool = True, block_size: bool = True,
 
 
 def swap_space(prefix: str) -> float:
-    """Sidebar: swap_space, for a page that simulates swap preemption (Replay's config, Sweep's grid)."""
+    """Sidebar: swap_space, for a page that simulates swap preemption (Replay's config, Sweep's grid). Drawn in swap mode
+    only; bound to the URL, its value is kept while it is hidden (Streamlit's bind outranks persist_state)."""
     return float(st.sidebar.number_input(LABELS["swap_space"], 0.0, 1_000_000.0, 4.0, step=1.0, bind=URL,
                                          key=f"{prefix}.swap_space",
                                          help="CPU memory for the KV blocks of preempted requests, as vLLM's "

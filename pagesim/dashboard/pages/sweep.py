@@ -6,7 +6,7 @@ import streamlit as st
 
 from pagesim.dashboard import figures, sweep, widgets
 from pagesim.dashboard.widgets import URL
-from pagesim.errors import UserError
+from pagesim.errors import OptionError, UserError
 
 PREFIX = "sweep"
 INJECTED_RESULTS = f"{PREFIX}.injected_results"
@@ -56,13 +56,17 @@ def render_page() -> None:
         st.warning("The grid in the sidebar has changed: press **Run sweep** to simulate it. The results below "
                    "are still those of the grid last run.", icon=":material/pending:")
     grid = dict(ran)
-    swap_space = grid.pop("swap_space", None)  # with swap in the grid: a fixed option of every point, not an axis
+    swap_space = grid.pop("swap_space", None)  # with swap in the grid: the swap points' own parameter, not an axis
     try:
-        points = sweep.grid_points(grid)
+        points = sweep.grid_points(grid, swap_space)
     except UserError as exc:
         st.error(str(exc))
         return
-    options = sweep.base_options(base if swap_space is None else base.replace(swap_space=swap_space))
+    refused = swap_space_refused(base, grid["block_size"], swap_space)
+    if refused:
+        st.error(refused)
+        return
+    options = sweep.base_options(base)
     out = sweep.results_dir(trace_key, options, points)
     st.markdown(f"Trace **{trace.name}**: {len(trace.df):,} requests · {len(points)} "
                 f"configurations · KV memory as GiB of K/V per configuration (num_gpu_blocks = GiB / block bytes)"
@@ -70,8 +74,9 @@ def render_page() -> None:
     results = run(trace, options, points, out, backend, address)
     if results is None:
         return
-    cli_warnings(results)
-    results = sweep.table(results, points)
+    rows = sweep.rows_of(results, points)  # the directory may hold the swap rows of another swap_space too
+    cli_warnings(rows)
+    results = sweep.table(rows)
     ok = results[results["status"] == "ok"]
     failed = results[results["status"] != "ok"]
     if len(failed):
@@ -95,12 +100,29 @@ def render_page() -> None:
         st.plotly_chart(figures.sweep_lines(served, x, series), key=f"{PREFIX}.figure")
         finding(served)
     st.dataframe(results, hide_index=True)
-    st.caption(f"Rows in `{out / 'results.parquet'}` (`python -m pagesim sweep`'s format; reopen it above).")
+    kept = ", with the swap rows of every swap_space run on this grid" if swap_space is not None else ""
+    st.caption(f"Rows kept in `{out / 'results.parquet'}`{kept}; the results.parquet download holds this grid's, in "
+               f"`python -m pagesim sweep`'s format (reopen it above).")
     c1, c2 = st.columns(2)
     c1.download_button("sweep.csv", lambda: results.to_csv(index=False), file_name="sweep.csv", mime="text/csv",
                        key=f"{PREFIX}.dl")
-    c2.download_button("results.parquet", (out / "results.parquet").read_bytes(), file_name="results.parquet",
+    c2.download_button("results.parquet", lambda: rows.to_parquet(index=False), file_name="results.parquet",
                        key=f"{PREFIX}.dl_parquet")
+
+
+def swap_space_refused(base, block_sizes: list[int], swap_space: float | None) -> str | None:
+    """Why the grid's swap points cannot take `swap_space` (more host blocks than the simulator holds), in the sidebar's
+    words as Replay says it (widgets.config_error), at the grid's smallest block size (where a GiB is the most blocks);
+    None when they can. Was: every swap row failed with the CLI's "FlagError: --swap-space ..."."""
+    if swap_space is None or not block_sizes:
+        return None
+    geometry = base.replace(block_size=min(block_sizes), num_gpu_blocks=1)  # (the block count does not matter here)
+    try:
+        geometry.replace(preemption_mode="swap", swap_space=swap_space)
+    except OptionError as exc:
+        smallest = " (the grid's smallest)" if len(set(block_sizes)) > 1 else ""
+        return f"Swap points at block_size {geometry.block_size}{smallest}: {widgets.config_error(exc, geometry)}"
+    return None
 
 
 def cli_warnings(results) -> None:
