@@ -72,6 +72,22 @@ def config_warnings(config: Config, trace, swept=(), typed=None) -> list[str]:
     return out
 
 
+def slo_warnings(config: Config, trace, slos) -> list[str]:
+    """Before the run: a TPOT SLO that no request can be judged by. TPOT is the time between output tokens, so a
+    request of one output token (its output cut at max_model_len) has none and meets the SLO (pagesim.slo): when no
+    request has two, the SLO is met whatever the deployment, and goodput counts every finished request."""
+    tpot = [s for s in slos if s.metric == "tpot"]
+    if not tpot:
+        return []
+    limit, df = config.resolved_max_model_len, trace.df
+    if ((df["output_len"] >= 2) & (df["prompt_len"] + 2 <= limit)).any():  # two output tokens within the limit
+        return []
+    holds = "the SLO holds for every request and judges" if len(tpot) == 1 else "these SLOs hold for every request and judge"
+    return [f"{' and '.join(f'--slo {s}' for s in tpot)}: no request of the trace has two output tokens within "
+            f"max_model_len {readable(limit)} (--max-model-len), so none has a TPOT (the time between them): {holds} "
+            "nothing (ttft or e2e SLOs do)"]
+
+
 def baseline_warnings(config: Config, baselines) -> list[str]:
     """Before the run: options of the paged run that the contiguous baselines (--baseline) run without."""
     off = [flag for flag, on in (("--enable-prefix-caching", config.enable_prefix_caching),

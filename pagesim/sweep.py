@@ -111,7 +111,7 @@ def run_config(trace, base: dict, params: dict) -> dict:
 
 def _simulate(trace, base: dict, params: dict) -> dict:
     from pagesim.replay import config_from_args, simulate_run
-    from pagesim.run_warnings import baseline_warnings, cluster_warnings, config_warnings, result_warnings
+    from pagesim.run_warnings import baseline_warnings, cluster_warnings, config_warnings, result_warnings, slo_warnings
     from pagesim.slo import parse_slos
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
@@ -121,12 +121,13 @@ def _simulate(trace, base: dict, params: dict) -> dict:
         opts["num_gpu_blocks"] = blocks_for_gib(probe, params["kv_cache_gib"])
     config = config_from_args(argparse.Namespace(**opts))
     layout = params.get("layout", "paged")
+    slos = parse_slos(opts["slo"])
     warnings = (config_warnings(config, trace, swept=params, typed=opts.get("typed")) + baseline_warnings(config, [layout] if layout != "paged" else [])
-                + cluster_warnings(config, opts["replicas"], opts["router"]))
+                + cluster_warnings(config, opts["replicas"], opts["router"]) + slo_warnings(config, trace, slos))
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)
     result, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
-                                   router=opts["router"], slos=parse_slos(opts["slo"]))
+                                   router=opts["router"], slos=slos)
     warnings += result_warnings(config.run_name, result.requests)  # and after it: too many requests rejected
     summary["num_gpu_blocks"] = config.resolved_num_gpu_blocks
     row = flatten(summary)

@@ -191,6 +191,24 @@ def test_swap_space_without_swap_mode_is_a_warning_printed_once_and_recorded(tmp
     assert done.stderr.count("warning: --swap-space 8 GiB") == 1
 
 
+def test_a_tpot_slo_on_outputs_of_one_token_is_a_warning_printed_once_and_recorded(tmp_path):
+    """Was: the SLO read 'met' (no request has a TPOT, so none can miss it) and goodput counted every request, without a
+    word: a plan with it picks the smallest deployment whatever the TPOT target."""
+    trace = tmp_path / "t.jsonl"
+    lines = ['{"pagesim_trace": 1, "name": "t", "hash_block_size": null}']
+    lines += [json.dumps({"request_id": str(i), "arrival_time_s": 0.1 * i, "prompt_len": 50, "output_len": 1})
+              for i in range(5)]
+    trace.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    done = pagesim("replay", trace, "--slo", "tpot_p99=0.05", "--baseline", "max", "--out", out)
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    assert warnings == ["--slo tpot_p99=0.05: no request of the trace has two output tokens within max_model_len 8,192 "
+                        "(--max-model-len), so none has a TPOT (the time between them): the SLO holds for every request "
+                        "and judges nothing (ttft or e2e SLOs do)"]
+    assert done.stderr.count("warning: --slo tpot_p99=0.05") == 1
+
+
 def test_swap_space_typed_at_its_default_without_swap_mode_warns_too(tmp_path):
     """`--swap-space 4` is typed though 4 GiB is the default: as argparse tells it (cli.typed_dests, every default
     suppressed), it warns like any other value, once and in summary.json; an abbreviated flag too; not typed, no

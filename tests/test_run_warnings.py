@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from pagesim.config import Config
-from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings)
+from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings,
+                                  slo_warnings)
+from pagesim.slo import parse_slos
 from pagesim.specs import GIB
 
 
@@ -158,3 +160,16 @@ def test_a_host_tier_smaller_than_a_block_is_a_warning_a_block_is_not():
     assert "holds no host block" in w and "the host tier is off" in w
     one = config.replace(kv_offloading_size=1.0 * config.block_bytes / GIB)
     assert config_warnings(one, trace([(10, 10)], prompt_token_ids=[[1] * 10])) == []
+
+
+def test_a_tpot_slo_no_request_can_be_judged_by_is_a_warning():
+    """TPOT is the time between output tokens: a request of one output token has none, and a TPOT SLO holds for it
+    (pagesim.slo). Where no request has two (the trace's outputs, cut at max_model_len), the SLO says nothing: it was met
+    and goodput counted every finished request without a word. One request that has two is enough to judge by."""
+    slos = parse_slos(["ttft_p99=1", "tpot_p99=0.05", "tpot_p50=0.02"])
+    # outputs: 1; 99 + 5 cut at the limit to 1; the third rejected (its prompt reaches the limit)
+    (w,) = slo_warnings(toy(max_model_len=100), trace([(10, 1), (99, 5), (100, 3)]), slos)
+    assert w.startswith("--slo tpot_p99=0.05 and --slo tpot_p50=0.02: no request ")
+    assert "two output tokens within max_model_len 100 (--max-model-len)" in w
+    assert slo_warnings(toy(max_model_len=100), trace([(10, 1), (98, 5)]), slos) == []  # 98 + 2 fits: one TPOT
+    assert slo_warnings(toy(), trace([(10, 1)]), parse_slos(["ttft_p99=1", "e2e_p90=3"])) == []  # TTFT, E2E: always

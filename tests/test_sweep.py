@@ -145,6 +145,16 @@ def test_resume_over_other_arrivals_of_as_many_requests_is_refused(trace, base, 
     assert len(run_sweep(trace, base, [{"max_num_seqs": 8}], tmp_path, backend="local", progress=False)) == 1
 
 
+def test_a_row_carries_the_warning_of_a_tpot_slo_no_request_can_be_judged_by(trace, base):
+    """As replay warns of it (run_warnings.slo_warnings); plan's rows are sweep's."""
+    row = run_config(trace, {**base, "slo": ["tpot_p99=0.05"]}, {"max_model_len": 1024})
+    assert row["status"] == "ok", row["error"]
+    assert "tpot_p99" not in row["warnings"], "the trace's outputs run past one token"
+    one = type(trace)(trace.df.assign(output_len=1), trace.name, trace.summary, trace.hash_block_size)
+    row = run_config(one, {**base, "slo": ["tpot_p99=0.05"]}, {"max_model_len": 1024})
+    assert "--slo tpot_p99=0.05: no request of the trace has two output tokens" in row["warnings"]
+
+
 def test_a_row_carries_the_warnings_replay_prints_after_the_run_too(trace, base):
     """Was: only the warnings known before the run; a configuration rejecting every request (or a router with one
     replica) said nothing, while replay warns of both."""
