@@ -62,6 +62,11 @@ replica_count = bounded_int(MAX_REPLICAS, "each replica is a whole simulated eng
                             "--replicas: 1 to MAX_REPLICAS.")
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """A count for people with its noun agreeing: "1 row", "2 rows", "0 rows" (`nouns`: an irregular plural)."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def readable(value) -> str:
     """A number for people: 1,170 not 1.17e+03; 0.0123; 1.5e-07 or 1e+300 only when tiny or huge; '-' for None or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

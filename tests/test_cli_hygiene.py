@@ -443,10 +443,10 @@ def test_a_load_warning_goes_to_stderr_and_summary_json_like_every_run_warning(t
     done = pagesim("replay", trace, "--out", tmp_path / "run")
     assert done.returncode == 0, done.stderr
     (warning,) = [w for w in json.loads((tmp_path / "run" / "summary.json").read_text())["warnings"]
-                  if "arrive earlier than the row before them" in w]
-    assert warning.startswith(f"{trace}: 1 rows arrive earlier")
+                  if "arrives earlier than the row before it" in w]
+    assert warning.startswith(f"{trace}: 1 row arrives earlier")
     assert done.stderr.count(f"warning: {warning}") == 1
     assert "warning:" not in done.stdout  # it was printed on stdout, inside the load summary, and not recorded
     swept = pagesim("sweep", trace, "--grid", "max_num_seqs=4", "--backend", "local", "--out", tmp_path / "sweep")
     assert swept.returncode == 0, swept.stderr
-    assert swept.stderr.count(f"warning: {warning}") == 1 and "arrive earlier" not in swept.stdout
+    assert swept.stderr.count(f"warning: {warning}") == 1 and "arrives earlier" not in swept.stdout

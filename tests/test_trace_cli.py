@@ -24,6 +24,35 @@ def test_info_prints_stats_and_summary(tmp_path, capsys):
     assert "dropped 1: failed request (Response tokens = 0)" in out
 
 
+def test_load_counts_agree_with_their_nouns(tmp_path, capsys):
+    """Was: "pagesim: 1 rows read, 1 requests kept", "1 rows arrive earlier than the row before them" and "expected 1
+    ids, one per ..." for a count of one."""
+    from pagesim.traces.errors import TraceError
+
+    head = '{"pagesim_trace": 1, "name": "one", "hash_block_size": 4}\n'
+    row = '{{"request_id": "{}", "arrival_time_s": {}, "prompt_len": 4, "output_len": 2{}}}\n'
+    one = tmp_path / "one.jsonl"
+    one.write_text(head + row.format("a", 0.0, ""))
+    assert main(["trace", "info", str(one)]) == 0
+    assert "pagesim: 1 row read, 1 request kept, span 0.000 s" in capsys.readouterr().out
+    late = tmp_path / "late.jsonl"
+    late.write_text(head + row.format("a", 1.0, "") + row.format("b", 0.5, "") + row.format("c", 2.0, ""))
+    (warning,) = load_trace(late).summary.warnings
+    assert f"{late}: 1 row arrives earlier than the row before it (first at line 3)" in warning
+    assert "3 rows read, 3 requests kept" in load_trace(late).summary.report()
+    later = tmp_path / "later.jsonl"
+    later.write_text(head + row.format("a", 1.0, "") + row.format("b", 0.5, "") + row.format("c", 0.2, ""))
+    assert "2 rows arrive earlier than the row before them" in load_trace(later).summary.warnings[0]
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text(head + row.format("a", 0.0, ', "prefix_hash_ids": [1, 2]'))
+    try:
+        load_trace(ids)
+    except TraceError as err:
+        assert err.expected.startswith("1 id, one per "), err.expected
+    else:
+        raise AssertionError("two hash ids for one block loaded")
+
+
 def test_info_shows_a_huge_rate_in_a_few_digits(tmp_path, capsys):
     """Was: a trace synthesized at --rate 1e300 (arrivals ~1e-301 s apart) printed its rate as a 300-digit number."""
     out = tmp_path / "fast.jsonl"

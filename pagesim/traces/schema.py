@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype
 
+from pagesim.options import plural
 from pagesim.traces.errors import EMPTY, Described, TraceError
 
 REQUIRED = ("request_id", "arrival_time_s", "prompt_len", "output_len")
@@ -48,7 +49,8 @@ class LoadSummary:
     def report(self) -> str:
         """Rows read and kept, and what was dropped: the lines a command that goes on to run prints (its warnings
         go where a run's warnings go: stderr and summary.json, run_warnings.emit)."""
-        out = [f"{self.format}: {self.rows_read} rows read, {self.rows_kept} requests kept, span {self.span_s:.3f} s"]
+        out = [f"{self.format}: {plural(self.rows_read, 'row')} read, {plural(self.rows_kept, 'request')} kept, "
+               f"span {self.span_s:.3f} s"]
         out += [f"  dropped {count}: {reason}" for reason, count in self.dropped.items()]
         return "\n".join(out)
 
@@ -172,9 +174,9 @@ def int_lists(values: pd.Series, rows: Rows, field: str, sizes: np.ndarray, per:
         if not isinstance(value, (list, tuple)) or not _int64s(value):
             raise rows.error(i, field, "a list of integers", _got(values, i))
         if len(value) != sizes[i] and (also is None or len(value) != also[i]):
-            count = f"{sizes[i]}" if also is None or also[i] == sizes[i] else f"{sizes[i]} or {also[i]}"
+            count = plural(sizes[i], "id") if also is None or also[i] == sizes[i] else f"{sizes[i]} or {also[i]} ids"
             extra = "" if also is None or also[i] == sizes[i] else ", and optionally one more for its partial last block"
-            raise rows.error(i, field, f"{count} ids, one per {per}{extra}", Described(f"{len(value)}"))
+            raise rows.error(i, field, f"{count}, one per {per}{extra}", Described(f"{len(value)}"))
         out.append([int(x) for x in value[: sizes[i]]])
     return out
 
@@ -256,7 +258,8 @@ def by_arrival(df: pd.DataFrame, rows: Rows) -> tuple[pd.DataFrame, list[str]]:
     late = np.flatnonzero(np.diff(t) < 0)
     if len(late):
         warnings.append(
-            f"{rows.file}: {len(late)} rows arrive earlier than the row before them (first at line "
+            f"{rows.file}: {plural(len(late), 'row')} {'arrives' if len(late) == 1 else 'arrive'} earlier than the row "
+            f"before {'it' if len(late) == 1 else 'them'} (first at line "
             f"{int(rows.lines[late[0] + 1])}); sorted by arrival time"
         )
         df = df.iloc[np.argsort(t, kind="stable")].reset_index(drop=True)
