@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import gc
 import json
+import re
 import time
 import zlib
 from pathlib import Path
@@ -680,7 +681,11 @@ def calibrate(args) -> int:
         try:
             rows = pd.read_csv(rows_path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-            raise UserError(f"--refit {rows_path}: not a CSV of calibration steps ({e})") from None
+            ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e))
+            why = (f"line {ragged[2]} has {ragged[3]} comma-separated fields where the header has {ragged[1]}" if ragged
+                   else " ".join(str(e).split()))  # pandas' own words, on one line (its C parser ends them in "\n")
+            raise UserError(f"--refit {rows_path}: not a CSV of calibration steps ({why}); expected the *.steps.csv.gz "
+                            "a calibration saved") from None
         except (OSError, EOFError, zlib.error) as e:  # *.gz that is not gzip (BadGzipFile), or cut short
             raise UserError(f"--refit {rows_path}: cannot read it as {'gzipped ' if rows_path.suffix == '.gz' else ''}"
                             f"CSV ({e}); expected the *.steps.csv.gz a calibration saved") from None

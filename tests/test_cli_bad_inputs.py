@@ -38,6 +38,22 @@ def test_refit_of_a_gz_file_that_is_not_gzip_is_one_line(tmp_path):
     assert not (tmp_path / "p.json").exists()
 
 
+def test_refit_of_a_file_that_is_not_csv_rows_is_one_line_naming_what_was_expected(tmp_path):
+    """Was: 'error: --refit README.md: not a CSV of calibration steps (Error tokenizing data. C error: Expected 1 fields
+    in line 4, saw 3' and ')' on a line of its own (pandas' message, ending in a newline)."""
+    readme = REPO / "README.md"
+    line = one_error(pagesim("calibrate", "--refit", readme, "--out", tmp_path / "p.json"))
+    assert line.startswith(f"error: --refit {readme}: not a CSV of calibration steps (line ")
+    assert "comma-separated fields where the header has" in line and "C error" not in line
+    assert line.endswith("); expected the *.steps.csv.gz a calibration saved")
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_text('a,b\n"x,1\n')  # an unbalanced quote: pandas' own words, on one line
+    line = one_error(pagesim("calibrate", "--refit", quoted, "--out", tmp_path / "p.json"))
+    assert line.startswith(f"error: --refit {quoted}: not a CSV of calibration steps (")
+    assert line.endswith("); expected the *.steps.csv.gz a calibration saved")
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_refit_rows_are_checked_naming_the_line_and_column(tmp_path):
     rows = pd.read_csv(STEPS).head(50).astype(object)
     cases = [("num_decode_seqs", 7, None, "expected a whole number of at least 0, got an empty value"),
