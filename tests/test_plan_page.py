@@ -187,8 +187,10 @@ def test_plan_page_names_a_gzip_upload_that_does_not_decompress_to_a_plan_json(m
     monkeypatch.setenv("PAGESIM_MAX_TRACE_MB", "0.001")  # 1,000 bytes: the plan's JSON is larger
     at = plan_page_opening("plan.json.gz", packed)
     (error,) = at.error
-    assert error.value == ("plan.json.gz: expected a trace file of at most 0.001 MB (set PAGESIM_MAX_TRACE_MB to raise "
-                           "the limit), got more than 0.001 MB once decompressed"), error.value
+    assert error.value == ("plan.json.gz: expected a plan.json of at most 0.001 MB (the limit on trace files, which "
+                           "PAGESIM_MAX_TRACE_MB sets: raise it to open a larger one), got more than 0.001 MB once "
+                           "decompressed"), error.value
+    assert "trace file of at most" not in error.value, "a plan.json, not a trace file (was the trace readers' words)"
 
 
 def test_plan_page_says_what_an_upload_that_is_not_json_text_is():

@@ -59,7 +59,7 @@ def open_report() -> dict | None:
     try:
         content = data.upload_content(name, content)
     except TraceError as exc:  # corrupt or cut short, or past the size ceiling once decompressed
-        st.error(str(exc))
+        st.error(_upload_error(name, exc))
         return None
     try:
         report = json.loads(content)
@@ -74,6 +74,20 @@ def open_report() -> dict | None:
 
 
 PLAN_JSON = "the JSON text `python -m pagesim plan` writes to DIR/plan.json"
+
+
+def _upload_error(name: str, exc: TraceError) -> str:
+    """A gzip upload's TraceError as this page says it: past the size ceiling, the plan.json it would hold (the trace
+    readers' ceiling, which decompressed it, and their variable); corrupt or cut short, as the readers say it. Was:
+    "expected a trace file of at most 2,048 MB", for a plan.json."""
+    from pagesim.options import readable
+    from pagesim.traces.text import MAX_TRACE_MB_VAR, max_trace_bytes
+
+    if MAX_TRACE_MB_VAR not in exc.expected:
+        return str(exc)
+    limit = readable(max_trace_bytes() / 1e6)
+    return (f"{name}: expected a plan.json of at most {limit} MB (the limit on trace files, which "
+            f"{MAX_TRACE_MB_VAR} sets: raise it to open a larger one), got {exc.got}")
 
 
 def _not_json(content: bytes, exc: ValueError, gzipped: bool = False) -> str:
