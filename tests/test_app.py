@@ -936,6 +936,30 @@ def test_sweep_finished_results_draw_a_line_per_combination_of_the_other_swept_c
     assert [t.name for t in fig.data if t.showlegend] == ["every configuration"], "not 'paged' for a mix of layouts"
 
 
+def test_sweep_finished_results_take_swap_space_after_the_figures_as_a_parameter(tmp_path):
+    """A sweep directory's own results.parquet, its first row a recompute point: the swap points' swap_space (two
+    values run on the grid) sits after the figures. It is a parameter: an x axis, and one line per value, the recompute
+    rows (no swap_space) a line of their own. Was: a figure column, so one line joined the swap rows of both values."""
+    from pagesim.sweep import config_id
+
+    rows = []
+    for mode, swap in (("recompute", None), ("swap", 4.0), ("swap", 8.0)):
+        for bs in (16, 64):
+            params = {"block_size": bs, "preemption_mode": mode} | ({"swap_space": swap} if swap else {})
+            rows.append({**params, "config_id": config_id(params), "status": "ok", "error": "",
+                         "token_state_fraction": 0.9, "ttft_s_p50": 0.1, "e2e_s_p50": 1.0,
+                         "output_token_throughput": 100.0 + (swap or 0), "num_gpu_blocks": 100, "warnings": ""})
+    at = finished_sweep_app(tmp_path, rows)
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    assert at.selectbox(key="sweep.finished_x").options == ["block_size", "preemption_mode", "swap_space"]
+    assert at.multiselect(key="sweep.finished_series").value == ["preemption_mode", "swap_space"]
+    (fig,) = charts(at)
+    legend = [t.name for t in fig.data if t.showlegend]
+    assert legend == ["preemption_mode=recompute", "preemption_mode=swap, swap_space=4.0",
+                      "preemption_mode=swap, swap_space=8.0"], legend
+    assert all(len(t.x) == 2 for t in fig.data), "each line has its two block sizes, the recompute one too"
+
+
 def test_sweep_finished_results_without_the_figures_are_named(tmp_path):
     """Was: a parquet with config_id and status but not the figures the chart draws (another tool's table) raised a
     KeyError traceback from the chart."""

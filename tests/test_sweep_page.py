@@ -136,3 +136,18 @@ def test_table_is_in_grid_order_with_run_names_and_errors_last():
     assert list(t.columns) == ["block_size", "layout", "token_state_fraction", "ttft_p50_s", "num_gpu_blocks",
                                "kv_cache_tokens", "status", "error", "config_id"]
     assert t["kv_cache_tokens"].iloc[0] == 160
+
+
+def test_a_parameter_after_the_figures_is_a_parameter():
+    """A sweep directory's results.parquet whose first row is a recompute point has the swap points' swap_space after
+    the figures (a column is added where a later row first has it): still a parameter, in the table before the figures
+    (was: dropped from the finished view's table, and not among its axes). num_gpu_blocks, a figure of every row, is
+    not one."""
+    points = [{"block_size": 16, "preemption_mode": "recompute"},
+              {"block_size": 16, "preemption_mode": "swap", "swap_space": 4.0}]
+    rows = pd.DataFrame([{**p, "config_id": core.config_id(p), "status": "ok", "error": "", "token_state_fraction": 0.9,
+                          "num_gpu_blocks": 10, "warnings": ""} for p in points])
+    assert list(rows.columns)[-1] == "swap_space", "as run_sweep's table has it"
+    assert sweep.parameters(rows) == ["block_size", "preemption_mode", "swap_space"]
+    assert list(sweep.table(rows).columns[:3]) == ["block_size", "preemption_mode", "swap_space"]
+    assert sweep.parameters(rows.drop(columns="config_id")) == []

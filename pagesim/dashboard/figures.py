@@ -347,16 +347,21 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
     fig = make_subplots(rows=2, cols=2, subplot_titles=list(SWEEP_PANELS.values()), horizontal_spacing=0.1,
                         vertical_spacing=0.2)
     series = list(series)
-    groups = results.groupby(series, sort=False) if series else [((), results)]
+    # One line per combination of the series' values, a missing value (None) one of them: a parameter only some points
+    # have (the swap points' swap_space) leaves the others' rows empty, and groupby would drop those rows.
+    keys = [tuple(None if pd.isna(v) else v for v in row) for row in results[series].itertuples(index=False, name=None)]
+    rows_by_key: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+        rows_by_key.setdefault(key, []).append(i)
     colored = "layout" if "layout" in series else (series[0] if series else None)
-    color_values = list(dict.fromkeys(results[colored])) if colored else []
+    color_values = list(dict.fromkeys(key[series.index(colored)] for key in keys)) if colored else []
     styled = [s for s in series if s != colored]
-    style_values = list(dict.fromkeys(map(tuple, results[styled].to_numpy()))) if styled else [()]
-    for key, g in groups:
-        key = key if isinstance(key, tuple) else (key,)
+    style_values = list(dict.fromkeys(tuple(key[series.index(s)] for s in styled) for key in keys)) if styled else [()]
+    for key, rows in rows_by_key.items():
+        g = results.iloc[rows]
         params = dict(zip(series, key))
         layouts = g["layout"].unique() if "layout" in g else ["paged"]
-        name = (", ".join(str(v) if s == "layout" else f"{s}={v}" for s, v in params.items())
+        name = (", ".join(str(v) if s == "layout" else f"{s}={v}" for s, v in params.items() if v is not None)
                 or (str(layouts[0]) if len(layouts) == 1 else "every configuration"))  # one line through them all
         ci = color_values.index(params[colored]) if colored else 0
         color = run_color(str(params[colored]), ci) if colored == "layout" else run_color("", ci)

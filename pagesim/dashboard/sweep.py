@@ -16,6 +16,7 @@ of allocated KV memory holding token states falls.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -137,6 +138,36 @@ def rows_of(results: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
     return df[params + [c for c in df.columns if c not in params]]
 
 
+# options a row also records among its figures, whatever was swept: the resolved block count, and a multi-replica
+# run's router
+SUMMARY_OPTIONS = ("num_gpu_blocks", "router")
+
+
+@functools.cache
+def sweepable() -> frozenset[str]:
+    """The names a sweep's parameters may have: `python -m pagesim sweep --grid`'s."""
+    import argparse
+
+    from pagesim.cli import build_parser
+    from pagesim.sweep import EXTRA_PARAMETERS, NOT_SWEPT
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
+    return frozenset(a.dest for a in sub._actions if a.dest not in NOT_SWEPT and a.dest != "help") | set(EXTRA_PARAMETERS)
+
+
+def parameters(results: pd.DataFrame) -> list[str]:
+    """The swept parameters of a sweep's table: its columns before config_id (run_config writes each row's parameters
+    first), and a parameter only some points have wherever it sits: results.parquet's columns are its first row's, then
+    each later row's new ones, so the swap points' swap_space follows the figures when a recompute row came first. A
+    column after config_id is a parameter by its name (a sweepable option's), but for an option a row records among
+    its figures (SUMMARY_OPTIONS)."""
+    cols = list(results.columns)
+    if "config_id" not in cols:
+        return []
+    at = cols.index("config_id")
+    return cols[:at] + [c for c in cols[at + 1:] if c in sweepable() and c not in SUMMARY_OPTIONS]
+
+
 def table(results: pd.DataFrame, points: list[dict] | None = None) -> pd.DataFrame:
     """The rows to show: in grid order (when `points` is given), the swept parameters, the figures, then
     status, error and config_id; layouts by run name (contiguous-max), latencies as ttft_p50_s."""
@@ -147,8 +178,7 @@ def table(results: pd.DataFrame, points: list[dict] | None = None) -> pd.DataFra
     df = df.rename(columns={f"{m}_s_{p}": f"{m}_{p}_s" for m in LATENCIES for p in ("p50", "p99")})
     if "num_gpu_blocks" in df and "block_size" in df:
         df["kv_cache_tokens"] = df["num_gpu_blocks"] * df["block_size"]
-    cols = list(df.columns)
-    params = cols[: cols.index("config_id")] if "config_id" in cols else []
+    params = parameters(df)
     figures = [c for c in (*FIGURES, *(f"{m}_{p}_s" for m in LATENCIES for p in ("p50", "p99")), "num_gpu_blocks",
                            "kv_cache_tokens") if c in df]
     tail = [c for c in ("status", "error", "config_id") if c in df]

@@ -210,7 +210,9 @@ def show_finished(name: str, content: bytes) -> None:
                  "writes, as it is (not zipped or gzipped)")
         return
     try:
-        params = list(results.columns[: list(results.columns).index("config_id")])
+        if "config_id" not in results:
+            raise KeyError("config_id")
+        params = sweep.parameters(results)  # swap_space too, after the figures in a directory's own file
         ok = sweep.table(results[results["status"] == "ok"])
     except (ValueError, OSError, KeyError):
         st.error(f"{name}: not a results.parquet of `python -m pagesim sweep` (no config_id and status columns)")
