@@ -21,8 +21,8 @@ from pagesim.metrics import summarize_run
 from pagesim.options import (MAX_REPLICAS, fraction, fraction_below_one, non_negative_float, positive_float, positive_int,
                              readable, replica_count)
 from pagesim.outputs import prepare_output_dir, provenance
-from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings,
-                                  slo_warnings)
+from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, emit, profile_warnings,
+                                  result_warnings, slo_warnings)
 from pagesim.specs import DEFAULT_GPU, GPUS, MODELS
 from pagesim.traces.load import FORMATS, TRACE_FILE_HELP
 
@@ -251,13 +251,14 @@ def replay(args) -> int:
     config = config_from_args(args)
     check_replicas(config, args.replicas)
     slos = parse_slos(args.slo)
-    make_cost_model(args.cost_model, config)  # a bad --cost-model: an error now, not after the trace is read
+    cost = make_cost_model(args.cost_model, config)  # a bad --cost-model: an error now, not after the trace is read
     out = prepare_output_dir(args.out, args.force)  # before any work: a finished run is never lost to a bad --out
     trace = trace_from_args(args)
     print(trace.summary.report())
     warnings: list[str] = []
     emit(trace.summary.warnings + config_warnings(config, trace, typed=getattr(args, "typed", None)) + baseline_warnings(config, args.baseline)
-         + cluster_warnings(config, args.replicas, args.router) + slo_warnings(config, trace, slos), warnings)
+         + profile_warnings(config, cost) + cluster_warnings(config, args.replicas, args.router)
+         + slo_warnings(config, trace, slos), warnings)
     results, summaries = simulate_runs(trace, config, args.baseline, args.cost_model, out, replicas=args.replicas,
                                        router=args.router, slos=slos, progress=True)
     for name, result in results.items():

@@ -110,8 +110,10 @@ def run_config(trace, base: dict, params: dict) -> dict:
 
 
 def _simulate(trace, base: dict, params: dict) -> dict:
+    from pagesim.cost import make_cost_model
     from pagesim.replay import config_from_args, simulate_run
-    from pagesim.run_warnings import baseline_warnings, cluster_warnings, config_warnings, result_warnings, slo_warnings
+    from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, profile_warnings,
+                                      result_warnings, slo_warnings)
     from pagesim.slo import parse_slos
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
@@ -123,6 +125,7 @@ def _simulate(trace, base: dict, params: dict) -> dict:
     layout = params.get("layout", "paged")
     slos = parse_slos(opts["slo"])
     warnings = (config_warnings(config, trace, swept=params, typed=opts.get("typed")) + baseline_warnings(config, [layout] if layout != "paged" else [])
+                + profile_warnings(config, make_cost_model(opts["cost_model"], config))
                 + cluster_warnings(config, opts["replicas"], opts["router"]) + slo_warnings(config, trace, slos))
     if layout != "paged":
         config = config.replace(kv_layout="contiguous", reserve_policy=layout)

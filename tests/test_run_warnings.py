@@ -5,14 +5,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from pagesim.config import Config
-from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, emit, result_warnings,
-                                  slo_warnings)
+from pagesim.errors import UserError
+from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, emit, profile_warnings,
+                                  result_warnings, slo_warnings)
 from pagesim.slo import parse_slos
 from pagesim.specs import GIB
 
@@ -173,3 +176,58 @@ def test_a_tpot_slo_no_request_can_be_judged_by_is_a_warning():
     assert "two output tokens within max_model_len 100 (--max-model-len)" in w
     assert slo_warnings(toy(max_model_len=100), trace([(10, 1), (98, 5)]), slos) == []  # 98 + 2 fits: one TPOT
     assert slo_warnings(toy(), trace([(10, 1)]), parse_slos(["ttft_p99=1", "e2e_p90=3"])) == []  # TTFT, E2E: always
+
+
+# ---- profile_warnings: a profile cost model timed at another block size --------------------------------------
+PROFILE = Path(__file__).resolve().parent.parent / "results" / "profiles" / "h200-llama-3-8b.json"  # config.block_size 16
+
+
+def test_a_profile_timed_at_another_block_size_is_a_warning_naming_both_and_what_to_do(tmp_path):
+    """Was: a profile timed at block size 16 priced a run at --block-size 32 (or 8) without a word."""
+    from pagesim.cost import make_cost_model
+
+    at = {bs: Config(block_size=bs) for bs in (8, 16, 32)}
+    assert profile_warnings(at[16], make_cost_model(str(PROFILE), at[16])) == []
+    assert profile_warnings(at[32], make_cost_model("roofline", at[32])) == []
+    (w,) = profile_warnings(at[32], make_cost_model(str(PROFILE), at[32]))
+    assert w == (f"--cost-model {PROFILE} was timed at block size 16 (its config.block_size), but the run uses "
+                 "--block-size 32: its kernel timings, measured at 16 tokens a block, are applied unchanged; calibrate "
+                 "at this block size (calibrate --block-size 32) or compare at the profile's (--block-size 16)")
+    assert "--block-size 8:" in profile_warnings(at[8], make_cost_model(str(PROFILE), at[8]))[0]
+    timed_at_32 = json.loads(PROFILE.read_text())
+    timed_at_32["config"]["block_size"] = 32
+    (tmp_path / "p32.json").write_text(json.dumps(timed_at_32))
+    assert profile_warnings(at[32], make_cost_model(str(tmp_path / "p32.json"), at[32])) == []
+    assert "timed at block size 32 (its config.block_size)" in profile_warnings(
+        at[16], make_cost_model(str(tmp_path / "p32.json"), at[16]))[0]
+    # a profile that records no block size (made by hand, or refitted into a new --out): taken as calibrate's default
+    old = {k: v for k, v in json.loads(PROFILE.read_text()).items() if k != "config"}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert profile_warnings(at[16], make_cost_model(str(tmp_path / "old.json"), at[16])) == []
+    (w,) = profile_warnings(at[32], make_cost_model(str(tmp_path / "old.json"), at[32]))
+    assert "timed at block size 16 (it records no config.block_size: calibrate's default, 16, assumed)" in w
+    bad = {**old, "config": {"block_size": "16"}}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(UserError, match=r"'config.block_size' is '16', expected a positive integer"):
+        make_cost_model(str(tmp_path / "bad.json"), at[16])
+
+
+def test_the_profile_block_size_warning_is_printed_and_recorded_once_for_a_replay_with_baselines(tmp_path, capsys):
+    from pagesim.cli import main
+
+    path = tmp_path / "t.jsonl"
+    lines = ['{"pagesim_trace": 1, "name": "t", "hash_block_size": null}']
+    lines += [json.dumps({"request_id": str(i), "arrival_time_s": 0.1 * i, "prompt_len": 200 + i, "output_len": 8})
+              for i in range(6)]
+    path.write_text("\n".join(lines) + "\n")
+    argv = ["replay", str(path), "--cost-model", str(PROFILE), "--block-size", "32", "--baseline", "max",
+            "--baseline", "oracle", "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    recorded = json.loads((tmp_path / "run" / "summary.json").read_text())["warnings"]
+    (w,) = [w for w in recorded if "was timed at block size" in w]
+    assert "--block-size 32" in w and err.count(f"warning: {w}") == 1 and err.count("was timed at block size") == 1
+    at16 = ["replay", str(path), "--cost-model", str(PROFILE), "--baseline", "max", "--out", str(tmp_path / "at16")]
+    assert main(at16) == 0  # the default --block-size 16, the profile's: no warning
+    assert "was timed at block size" not in capsys.readouterr().err
+    assert not [w for w in json.loads((tmp_path / "at16" / "summary.json").read_text())["warnings"] if "timed at" in w]

@@ -221,6 +221,8 @@ CLOCK_SENSITIVITIES = tuple(i / 20 for i in range(7))  # 0 .. 0.3: the share of 
 AFTER_PREFILL_EDGES = (1, 2, 3, 5, 8, 12)
 AFTER_PREFILL_LARGE = 1024
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
+UNRECORDED_BLOCK_SIZE = 16  # what a profile without config.block_size is taken to have timed: calibrate's default
+# --block-size (engine.calibration.CALIBRATE_DEFAULTS), which every calibration has run at so far
 # The padded decode batch sizes the engine captures CUDA graphs at; engine.executor imports this rule.
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -381,6 +383,10 @@ class ProfileCostModel:
     # resident programs per SM of the decode kernel's split and unsplit launches when the graph steps were fitted with
     # rounds of programs (decode_split.DECODE_PROGRAMS_PER_SM; round 41); (): without (every profile before it)
     decode_programs_per_sm: tuple[int, ...] = ()
+    # the block size of the calibration whose steps were timed (the file's config.block_size: calibrate and live
+    # --calibrate record it); None where the file records none (made by hand, or refitted into a new --out), which
+    # run_warnings.profile_warnings takes as UNRECORDED_BLOCK_SIZE
+    timed_block_size: int | None = None
 
     def __post_init__(self):
         self.graph_batch_sizes = tuple(int(s) for s in self.graph_batch_sizes)
@@ -715,6 +721,11 @@ class ProfileCostModel:
         if kernel is not None and not isinstance(kernel, str):
             raise UserError(f"profile {p}: 'prefill_kernel' is {kernel!r}, expected the name of the engine's prefill "
                             "kernel it timed (a string)")
+        timed_block_size = d["config"].get("block_size") if isinstance(d.get("config"), dict) else None
+        if timed_block_size is not None and (isinstance(timed_block_size, bool) or not isinstance(timed_block_size, int)
+                                             or timed_block_size < 1):
+            raise UserError(f"profile {p}: 'config.block_size' is {timed_block_size!r}, expected a positive integer (the "
+                            "block size the calibration timed)")
         governor = d.get("clock_governor")
         if governor is not None:
             try:
@@ -726,7 +737,7 @@ class ProfileCostModel:
             return cls(model, gpu, {k: float(coef[k]) for k in [*d["features"], *TRANSFERS, *host]},
                        d["knee_tokens"], block_size, d.get("fit", {}), d.get("created", ""), str(p), tuple(sizes),
                        lanes, kv_dtype, tuple(mixed_sizes), tuple(map(tuple, factors)), kernel, governor,
-                       tuple(per_sm))
+                       tuple(per_sm), timed_block_size)
         except UserError as e:
             raise UserError(f"profile {p}: {e}") from None
 
