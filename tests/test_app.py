@@ -518,6 +518,32 @@ def test_replay_serving_view_controls():
     assert not at.exception
 
 
+ONE_TOKEN = ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+    f"2023-11-16 18:15:{i // 10:02d}.{i % 10}000000,300,1\n" for i in range(40))).encode()  # every output one token
+
+
+def test_replay_serving_view_warns_of_a_tpot_slo_no_request_can_be_judged_by():
+    """run_warnings.slo_warnings on the page: with every output one token, no request has a TPOT, so the TPOT SLO reads
+    met for every request whatever its threshold; one warning, named by the page's control (was: none, beside a table
+    that counted every request within both SLOs). The bundled trace has longer outputs: no warning."""
+    at = new_app()
+    at.query_params["replay.view"] = "Serving (vLLM metrics)"
+    at.session_state["replay.injected_upload"] = ("one.csv", ONE_TOKEN)
+    at.run()
+    assert not [w for w in at.warning if "TPOT SLO" in w.value], "the bundled trace's outputs have a TPOT"
+    at.radio(key="replay.source").set_value("Upload a file").run()
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    (warning,) = [w.value for w in at.warning if "TPOT" in w.value]
+    assert warning.startswith("**TPOT SLO** 50 ms: no request of the trace has two output tokens within max_model_len "
+                              "8,192, so none has a TPOT"), warning
+    assert "--" not in warning and "judges nothing" in warning, warning
+    table = at.dataframe[-1].value  # what the warning explains: no TPOT sample, and every request within both SLOs
+    assert table["TPOT within SLO"].isna().all() and table["requests within TTFT and TPOT SLOs"].tolist() == [1.0, 1.0]
+    at.number_input(key="replay.slo_tpot").set_value(5.0).run()
+    assert [w.value for w in at.warning if "TPOT" in w.value] == [warning.replace("50 ms", "5 ms")]
+    assert at.dataframe[-1].value.equals(table), "whatever the TPOT threshold"
+
+
 def test_replay_timeline_says_when_it_shows_only_part_of_the_window():
     """The timeline draws at most 200 requests. Was: a window holding all 500 arrivals was titled "(200 shown)", with
     nothing to say that 300 more arrived in it."""
@@ -960,6 +986,28 @@ def test_sweep_finished_results_take_swap_space_after_the_figures_as_a_parameter
     assert all(len(t.x) == 2 for t in fig.data), "each line has its two block sizes, the recompute one too"
 
 
+def test_sweep_finished_results_show_the_warnings_of_their_rows(tmp_path):
+    """A finished results.parquet of `sweep --slo tpot_p99=...` on a trace of one-token outputs: each row records the
+    SLO warning (run_warnings.slo_warnings); the view shows it once, with how many configurations it concerns (was: no
+    warning of the rows at all, beside an SLO attainment of 100%)."""
+    from pagesim.sweep import config_id
+
+    text = ("--slo tpot_p99=0.05: no request of the trace has two output tokens within max_model_len 8,192 "
+            "(--max-model-len), so none has a TPOT (the time between them): the SLO holds for every request and "
+            "judges nothing (ttft or e2e SLOs do)")
+    rows = []
+    for bs in (16, 64):
+        params = {"block_size": bs}
+        rows.append({**params, "config_id": config_id(params), "status": "ok", "error": "", "token_state_fraction": 0.9,
+                     "ttft_s_p50": 0.1, "e2e_s_p50": 1.0, "output_token_throughput": 100.0, "slo_attainment": 1.0,
+                     "warnings": text})
+    at = finished_sweep_app(tmp_path, rows)
+    assert not at.exception and not at.error
+    (warning,) = [w.value for w in at.warning]
+    assert warning.startswith("In 2 of 2 configurations: SLO `tpot_p99=0.05`: no request of the trace has two output "
+                              "tokens within max_model_len 8,192, so none has a TPOT"), warning
+
+
 def test_sweep_finished_results_without_the_figures_are_named(tmp_path):
     """Was: a parquet with config_id and status but not the figures the chart draws (another tool's table) raised a
     KeyError traceback from the chart."""
@@ -1093,6 +1141,24 @@ def test_plan_leaves_no_temporary_directory_behind(tmp_path, monkeypatch):
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "Recommendation" in at.success[0].value or at.warning, "the plan ran"
     assert not list(tmp_path.glob("pagesim-plan-*")), list(tmp_path.iterdir())
+
+
+def test_plan_warns_of_a_tpot_slo_no_request_can_be_judged_by():
+    """A plan on a trace of one-token outputs: the TPOT p99 SLO of the form judges nothing (run_warnings.slo_warnings,
+    in each candidate's row), so every candidate meets it; one warning says so, the SLO by its text (was: "`slo`
+    tpot_p99=0.05", the CLI flag as a control name)."""
+    at = new_app()
+    at.session_state["plan.injected_upload"] = ("one.csv", ONE_TOKEN)
+    at.run()
+    at.switch_page(f"{PAGES}/plan.py").run()
+    at.radio(key="plan.source").set_value("Upload a file").run()
+    at.number_input(key="plan.max_gpus").set_value(1)
+    at.button[0].click().run()  # Run plan
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    (warning,) = [w.value for w in at.warning]
+    assert warning.startswith("In 1 of 1 configurations: SLO `tpot_p99=0.05`: no request of the trace has two output "
+                              "tokens within max_model_len 8,192, so none has a TPOT"), warning
+    assert "`slo`" not in warning
 
 
 def test_plan_without_a_deployment_names_the_forms_controls():

@@ -362,6 +362,7 @@ def in_page_words(text: str) -> str:
 
     text = text.split("; requests.parquet")[0]  # the page's tables, not the CLI's files
     text = re.sub(r" \(--[a-z-]+\)", "", text)  # "max_model_len 1,024 (--max-model-len)": named already
+    text = re.sub(r"--slo ([a-z0-9_]+=[0-9.eE+-]+)", r"SLO `\1`", text)  # "SLO `tpot_p99=0.05`", not "`slo` tpot_p99=0.05"
     return re.sub(r"--([a-z][a-z-]*)", lambda m: f"`{m.group(1).replace('-', '_')}`", text)
 
 

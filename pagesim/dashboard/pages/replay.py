@@ -82,7 +82,7 @@ def render_page() -> None:
             st.fragment(time_section, run_every=FRAME_S if playing else None)(runs, config, shared, playing)
     if serving_tab.open:
         with serving_tab:
-            serving_view(runs)
+            serving_view(runs, config, trace)
     if latency_tab.open:
         with latency_tab:
             chart("latency", "", lambda: figures.latency_cdfs({name: run.result.requests for name, run in runs.items()}))
@@ -314,7 +314,7 @@ def time_section(runs: dict[str, data.Run], config, shared_time: bool, played: b
                                                                     config.block_bytes, time_s=t))
 
 
-def serving_view(runs: dict[str, data.Run]) -> None:
+def serving_view(runs: dict[str, data.Run], config, trace) -> None:
     """vLLM's metrics for every run on shared charts, SLO thresholds from the page, and a request timeline."""
     steps = {name: run.result.steps for name, run in runs.items()}
     requests = {name: run.result.requests for name, run in runs.items()}
@@ -329,6 +329,7 @@ def serving_view(runs: dict[str, data.Run]) -> None:
         "tpot_s": cols[1].number_input("TPOT SLO (ms)", 0.1, 1e6, 50.0, step=5.0, bind=URL, key=f"{PREFIX}.slo_tpot"),
         "itl_s": cols[2].number_input("ITL SLO (ms)", 0.1, 1e6, 100.0, step=10.0, bind=URL, key=f"{PREFIX}.slo_itl"),
     }
+    slo_banner(config, trace, slo["tpot_s"])
     slo = {k: v / 1e3 for k, v in slo.items()}
     chart("histograms", sorted(slo.items()), lambda: serving.latency_histograms(requests, steps, slo))
     rows = cached.once("attainment", f"{st.session_state[RUNS_KEY]}|{sorted(slo.items())}",
@@ -340,6 +341,19 @@ def serving_view(runs: dict[str, data.Run]) -> None:
                "parallel samples counts once, as `replay --slo` does); goodput is those requests per second of "
                "makespan.")
     timeline(runs)
+
+
+def slo_banner(config, trace, tpot_ms: float) -> None:
+    """The warning `replay --slo tpot_...` prints when no request can be judged by a TPOT SLO (run_warnings.slo_warnings:
+    every output one token, after the cut at max_model_len), named by the page's control: the table below then has no
+    TPOT sample, and its requests within TTFT and TPOT SLOs and goodput take no account of the TPOT threshold."""
+    from pagesim.run_warnings import slo_warnings
+    from pagesim.slo import SLO
+
+    tpot = SLO("tpot", "p99", tpot_ms / 1e3)  # (the page judges each request, not a percentile: the rule reads the metric)
+    for text in slo_warnings(config, trace, [tpot]):
+        text = text.replace(f"--slo {tpot}", f"**TPOT SLO** {tpot_ms:g} ms", 1)
+        st.warning(widgets.in_page_words(text) + ".", icon=":material/warning:")
 
 
 def attainment_rows(runs: dict[str, data.Run], requests, steps, slo: dict[str, float]) -> list[dict]:

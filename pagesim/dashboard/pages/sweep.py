@@ -125,16 +125,17 @@ def swap_space_refused(base, block_sizes: list[int], swap_space: float | None) -
     return None
 
 
-def cli_warnings(results) -> None:
+def cli_warnings(results, own_rejections: bool = True) -> None:
     """The warnings `python -m pagesim sweep` prints for these rows (each kind once, with how many configurations it
     concerns: prefix caching swept on a trace without content to share, outputs cut at max_model_len, many requests
-    rejected), in the sidebar's names; a configuration that rejected every request has the page's own warning."""
+    rejected, a TPOT SLO of `--slo` that no request can be judged by), in the sidebar's names; a configuration that
+    rejected every request has the page's own warning (`own_rejections`: the page's own sweep)."""
     from pagesim.sweep import summarize_warnings
 
     if "warnings" not in results:
         return
     for k, text in summarize_warnings(results["warnings"]):
-        if "every request (" not in text:
+        if not own_rejections or "every request (" not in text:
             st.warning(f"In {k} of {len(results)} configurations: {widgets.in_page_words(text)}.",
                        icon=":material/warning:")
 
@@ -222,6 +223,7 @@ def show_finished(name: str, content: bytes) -> None:
         st.error(f"{name}: not a results.parquet of `python -m pagesim sweep`: its rows lack {', '.join(lacking)}")
         return
     st.markdown(f"**{len(results):,}** configurations, {len(results) - len(ok):,} failed")
+    cli_warnings(results, own_rejections=False)  # (this view has no warning of its own for them)
     varied = [c for c in params if ok[c].nunique() > 1] or params
     if len(ok) and varied:
         x = st.selectbox("x axis", varied, key=f"{PREFIX}.finished_x")
