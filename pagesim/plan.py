@@ -198,8 +198,9 @@ def plan_candidates(base: dict, slos, max_gpus: int, search: dict, routers=None)
 
 def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None = None, routers=None,
              backend: str = "ray", address: str | None = None, num_cpus: int | None = None, progress: bool = True,
-             on_row=None) -> dict:
-    """Evaluate every candidate (a resumable sweep in `out`), choose, write plan.json and pareto.csv; the report."""
+             on_row=None, notes: dict[str, str] | None = None) -> dict:
+    """Evaluate every candidate (a resumable sweep in `out`), choose, write plan.json and pareto.csv; the report.
+    notes: run_sweep's (sweep.check_points': the warning that refused candidates' error rows record)."""
     from pagesim.sweep import config_id, run_sweep, warning_lines
 
     search = dict(SEARCH if search is None else search)
@@ -207,7 +208,7 @@ def run_plan(trace, base: dict, slos, max_gpus: int, out, *, search: dict | None
     base, points, skipped = plan_candidates(base, slos, max_gpus, search, routers)
     out = Path(out)
     df = run_sweep(trace, base, points, out, backend=backend, address=address, num_cpus=num_cpus,
-                   progress=progress, on_row=on_row)
+                   progress=progress, on_row=on_row, notes=notes)
     if "num_gpus" not in df:
         raise UserError(f"every candidate failed; see {out / 'results.parquet'} (first error: {df['error'].iloc[0]})")
     # The rows come in the order their configurations finished (parallel workers, resumes); in the search's order,
@@ -235,7 +236,7 @@ def plan(args, parser) -> int:
     from pagesim.replay import trace_from_args
     from pagesim.run_warnings import emit
     from pagesim.slo import parse_slos
-    from pagesim.sweep import NOT_SWEPT, backend_args, check_fixed_options, parse_grid, prepare_sweep_dir
+    from pagesim.sweep import NOT_SWEPT, backend_args, check_fixed_options, check_points, parse_grid, prepare_sweep_dir
 
     slos = parse_slos(args.slo)
     if not slos:
@@ -262,14 +263,20 @@ def plan(args, parser) -> int:
     if (out / "plan.json").is_file() and not args.force:  # a finished plan: its resume would rewrite plan.json
         raise UserError(f"--out {args.out}: holds a finished plan (plan.json); pass --force to plan again into it, "
                         "or choose another --out")
-    plan_candidates(base, slos, args.max_gpus, search, routers)  # its errors before --out is touched and the trace read
+    # its errors, and every candidate's config checks (check_points), before --out is touched and the trace read
+    fixed, points, _ = plan_candidates(base, slos, args.max_gpus, search, routers)
+    notes, refused = check_points(fixed, points, "plan", keys=search)
     prepare_sweep_dir(args.out, args.force)
+    if refused:
+        print(f"warning {refused}", file=sys.stderr)
     trace = trace_from_args(args)
     print(trace.summary.report())
     emit(trace.summary.warnings, [])  # the load's (stderr); each row records its configuration's own
-    report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, **backend_args(args))
+    report = run_plan(trace, base, slos, args.max_gpus, out, search=search, routers=routers, notes=notes,
+                      **backend_args(args))
     for line in report["warnings"]:
-        print(f"warning {line}", file=sys.stderr)
+        if line != refused:  # printed before the candidates ran
+            print(f"warning {line}", file=sys.stderr)
     print(f"plan: {report['evaluated']} candidates on at most {args.max_gpus} GPUs"
           + "".join(f"\n  skipped {s}" for s in report["skipped"]))
     print(pareto_table(report))

@@ -109,20 +109,95 @@ def run_config(trace, base: dict, params: dict) -> dict:
     return row
 
 
-def _simulate(trace, base: dict, params: dict) -> dict:
-    from pagesim.cost import make_cost_model
-    from pagesim.replay import config_from_args, simulate_run
-    from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, profile_warnings,
-                                      result_warnings, slo_warnings)
-    from pagesim.slo import parse_slos
+def point_config(base: dict, params: dict):
+    """One configuration's options and Config as its run makes them: (opts, the paged Config, layout). Raises what the
+    config checks raise (FlagError, kv_cache_gib's OptionError)."""
+    from pagesim.replay import config_from_args
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
     if "kv_cache_gib" in params:  # the cache's size is given, as --num-gpu-blocks gives it: never the memory the
         # weights leave at --gpu-memory-utilization (a stand-in count while the block's bytes are learnt)
         probe = config_from_args(argparse.Namespace(**{**opts, "num_gpu_blocks": 1}))
         opts["num_gpu_blocks"] = blocks_for_gib(probe, params["kv_cache_gib"])
-    config = config_from_args(argparse.Namespace(**opts))
-    layout = params.get("layout", "paged")
+    return opts, config_from_args(argparse.Namespace(**opts)), params.get("layout", "paged")
+
+
+def check_point(base: dict, params: dict) -> None:
+    """Raise what one configuration's run would raise before it simulates anything: its Config (point_config), the
+    contiguous layout's, its cost model against it (make_cost_model) and its replicas (cluster.check_replicas)."""
+    from pagesim.cluster import check_replicas
+    from pagesim.cost import make_cost_model
+
+    opts, config, layout = point_config(base, params)
+    if layout != "paged":
+        config = config.replace(kv_layout="contiguous", reserve_policy=layout)
+    make_cost_model(opts["cost_model"], config)
+    check_replicas(config, opts["replicas"])
+
+
+def check_points(base: dict, points: list[dict], what: str = "sweep", keys=None) -> tuple[dict[str, str], str | None]:
+    """Before any work (sweep, plan: `what`): every configuration's check_point. When all are refused, a UserError naming
+    the grid's values (of `keys`, default every key: plan names its search's) and the first reason (none would run: no
+    trace read, no Ray started). When some are: ({config_id: the warning} for run_sweep's `notes`, so their error rows
+    record it; the warning as warning_lines prints it, "(K of N configurations): ..."); else ({}, None)."""
+    refused = []
+    for params in points:
+        try:
+            check_point(base, params)
+        except Exception as exc:  # noqa: BLE001 - what run_config would make an error row of
+            refused.append((params, exc))
+    if not refused:
+        return {}, None
+    reasons = list(dict.fromkeys(str(exc) for _, exc in refused))
+    reason = reasons[0] + (f" (the first of {len(reasons)} reasons; each row's error gives its own)"
+                           if len(reasons) > 1 else "")
+    if len(refused) == len(points):
+        values = _values(points, list(points[0]) if keys is None else [k for k in keys if k in points[0]])
+        raise UserError(f"every configuration of the {what}{f' ({values})' if values else ''} is refused by the config "
+                        f"checks, so none would run: {reason}")
+    text = (f"refused by the config checks before the {what} ran, so error rows ({_labels(points, [p for p, _ in refused])})"
+            f": {reason}")
+    return {config_id(p): text for p, _ in refused}, f"({len(refused)} of {len(points)} configurations): {text}"
+
+
+def _values(points: list[dict], keys) -> str:
+    """The values of each of `keys` in `points`: "block_size=8,16 kv_offloading_size=4"."""
+    return " ".join(f"{k}={','.join(dict.fromkeys(_shown(p[k]) for p in points))}" for k in keys)
+
+
+def _labels(points: list[dict], some: list[dict], most: int = 4) -> str:
+    """`some` of `points` in few words: each by the keys that tell them apart from the rest (a key is left out when
+    `some` holds every point that differs from one of them in that key alone: block_size=100000 for every max_num_seqs
+    of the grid is "block_size=100000"); at most `most` of them, then how many more."""
+    ids = {config_id(p) for p in some}
+
+    def rest(p, key):
+        return tuple((k, _shown(v)) for k, v in p.items() if k != key)
+
+    keys = []
+    for key in points[0]:
+        held = {rest(p, key) for p in some}
+        if any(rest(p, key) in held and config_id(p) not in ids for p in points):
+            keys.append(key)
+    labels = list(dict.fromkeys(" ".join(f"{k}={_shown(p[k])}" for k in keys) for p in some))
+    if labels == [""]:
+        return "every configuration"
+    return ", ".join(labels[:most]) + (f" and {len(labels) - most} more" if len(labels) > most else "")
+
+
+def _shown(value) -> str:
+    """A grid value as --grid takes it: true, 4 (not 4.0), 0.5."""
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _simulate(trace, base: dict, params: dict) -> dict:
+    from pagesim.cost import make_cost_model
+    from pagesim.replay import simulate_run
+    from pagesim.run_warnings import (baseline_warnings, cluster_warnings, config_warnings, profile_warnings,
+                                      result_warnings, slo_warnings)
+    from pagesim.slo import parse_slos
+
+    opts, config, layout = point_config(base, params)
     slos = parse_slos(opts["slo"])
     warnings = (config_warnings(config, trace, swept=params, typed=opts.get("typed")) + baseline_warnings(config, [layout] if layout != "paged" else [])
                 + profile_warnings(config, make_cost_model(opts["cost_model"], config))
@@ -173,12 +248,13 @@ def flatten(summary: dict) -> dict:
 # ---- the sweep --------------------------------------------------------------------------------------
 def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend: str = "ray",
               address: str | None = None, num_cpus: int | None = None, progress: bool = True,
-              on_row=None) -> pd.DataFrame:
+              on_row=None, notes: dict[str, str] | None = None) -> pd.DataFrame:
     """Run every point not already in out/results.parquet; returns the whole table (old rows and new).
 
     on_row(row, done, total) is called in this thread as each configuration finishes (done counts the
     configurations already in results.parquet too). Stopped by an exception (Ctrl-C, or one raised by
-    on_row), the sweep writes the rows that finished, drops the configurations not started and re-raises."""
+    on_row), the sweep writes the rows that finished, drops the configurations not started and re-raises.
+    notes: config_id -> a warning its row's `warnings` records besides its own (check_points')."""
     if backend not in BACKENDS:
         raise UserError(f"--backend {backend!r}: expected {' or '.join(BACKENDS)}")
     out = Path(out)
@@ -196,6 +272,8 @@ def run_sweep(trace, base: dict, points: list[dict], out: Path | str, *, backend
         done = len(points) - len(todo)
         try:
             for row in rows:
+                if notes and row["config_id"] in notes:
+                    row["warnings"] = "\n".join(w for w in (row.get("warnings"), notes[row["config_id"]]) if w)
                 writer.add(row)
                 done += 1
                 bar.update(1)
@@ -466,21 +544,25 @@ def sweep(args, parser) -> int:
     axes = {k: [p[k] for p in points] for k in points[0]} if points else {}  # a product: every point has every key
     check_fixed_options(args, axes, "sweep")
     check_grid_against_options(args, parser, axes)
+    base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
+    notes, refused = check_points(base, points)  # every configuration refused: an error now, not N error rows
     prepare_sweep_dir(args.out, getattr(args, "force", False))
+    if refused:
+        print(f"warning {refused}", file=sys.stderr)
     trace = trace_from_args(args)
     print(trace.summary.report())
     emit(trace.summary.warnings, [])  # the load's (stderr); each row records its configuration's own
-    base = {k: v for k, v in vars(args).items() if k not in NOT_SWEPT or k == "slo"}
     out = Path(args.out)
     try:
-        df = run_sweep(trace, base, points, out, **backend_args(args))
+        df = run_sweep(trace, base, points, out, notes=notes, **backend_args(args))
     except KeyboardInterrupt:
         done = len(pd.read_parquet(out / "results.parquet")) if (out / "results.parquet").exists() else 0
         print(f"interrupted: {done} of {len(points)} configurations in {out / 'results.parquet'}; "
               "run the same command again to resume")
         return 130
     for line in warning_lines(df):
-        print(f"warning {line}", file=sys.stderr)
+        if line != refused:  # printed before the configurations ran
+            print(f"warning {line}", file=sys.stderr)
     errors = int((df["status"] == "error").sum()) if "status" in df else 0
     print(f"{len(df)} configuration{'s' if len(df) != 1 else ''} in {out / 'results.parquet'} "
           f"({errors} error{'s' if errors != 1 else ''})")

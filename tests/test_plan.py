@@ -161,6 +161,41 @@ def test_plan_prints_and_records_its_candidates_warnings_once(tmp_path, capsys):
     assert plan["warnings"] == [lines[0].removeprefix("warning ")]
 
 
+def test_a_search_whose_every_candidate_the_config_checks_refuse_is_an_error_before_any_work(tmp_path, capsys):
+    """Was: every candidate became an error row only when it ran, after the trace was read and Ray started, and plan
+    then said 'every candidate failed'. The trace here does not exist: the refusal comes before it is read."""
+    from pagesim.cli import main
+
+    rc = main(["plan", str(tmp_path / "no-such.jsonl"), "--slo", "ttft_p99=1", "--max-gpus", "2", "--grid",
+               "kv_offloading_size=4", "--grid", "block_size=16", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: every configuration of the plan (max_num_seqs=128,256 max_num_batched_tokens=2048,8192 "
+                          "block_size=16 kv_offloading_size=4) is refused by the config checks, so none would run: "
+                          "--kv-offloading-size needs --enable-prefix-caching")
+    assert not (tmp_path / "out").exists()
+
+
+def test_candidates_the_config_checks_refuse_are_warned_of_once_and_recorded_in_plan_json(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from pagesim.cli import main
+
+    trace = Path(__file__).resolve().parent.parent / "traces" / "multiturn-300.jsonl"
+    rc = main(["plan", str(trace), "--limit", "20", "--slo", "ttft_p99=1", "--max-gpus", "1", "--grid", "max_num_seqs=4",
+               "--grid", "max_num_batched_tokens=2048", "--grid", "block_size=16,100000", "--backend", "local",
+               "--num-cpus", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    err = capsys.readouterr().err
+    line = ("(1 of 2 configurations): refused by the config checks before the plan ran, so error rows "
+            "(block_size=100000): --block-size 100,000 is larger than llama-3-8b's whole window (8,192 tokens)")
+    assert err.count(line) == 1 and err.startswith(f"warning {line}"), err
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["warnings"] == [line] and plan["evaluated"] == 2 and plan["failed"] == 1
+    assert {c["block_size"]: c["status"] for c in plan["candidates"]} == {16: "ok", 100000: "error"}
+
+
 def test_plan_without_slo_is_a_one_line_error(tmp_path, capsys):
     from pagesim.cli import main
 

@@ -405,3 +405,56 @@ def test_sweep_and_plan_accept_the_same_backend_options_and_pass_them_to_run_swe
     base, kwargs = got.value.args
     assert {k: kwargs[k] for k in BACKEND_OPTIONS} == passed
     assert not set(BACKEND_OPTIONS) & set(base)
+
+
+def test_a_grid_whose_every_configuration_the_config_checks_refuse_is_an_error_before_any_work(tmp_path, capsys):
+    """Was: each configuration became an error row only when it ran, so the whole sweep ran (Ray's start-up included)
+    for nothing. The trace here does not exist: the refusal comes before it is read, and no --out is made."""
+    from pagesim.cli import main
+
+    rc = main(["sweep", str(tmp_path / "no-such.jsonl"), "--grid", "kv_offloading_size=4", "--grid", "block_size=8,16",
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("error:") == 1 and len(err.splitlines()) == 1, err
+    assert err == ("error: every configuration of the sweep (kv_offloading_size=4 block_size=8,16) is refused by the "
+                   "config checks, so none would run: --kv-offloading-size needs --enable-prefix-caching: the host tier "
+                   "is keyed by prefix-cache block hashes\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_configurations_the_config_checks_refuse_are_warned_of_up_front_and_kept_as_error_rows(tmp_path, capsys):
+    from pagesim.cli import main
+
+    argv = ["sweep", str(TRACES / "multiturn-300.jsonl"), "--limit", "20", "--grid", "block_size=16,100000",
+            "--grid", "max_num_seqs=4,8", "--backend", "local", "--num-cpus", "2", "--out", str(tmp_path / "s")]
+    warning = ("warning (2 of 4 configurations): refused by the config checks before the sweep ran, so error rows "
+               "(block_size=100000): --block-size 100,000 is larger than llama-3-8b's whole window (8,192 tokens)")
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count(warning) == 1 and captured.err.index(warning) < captured.err.index("sweep:"), captured.err
+    df = pd.read_parquet(tmp_path / "s" / "results.parquet")
+    refused = df[df["block_size"] == 100000]
+    assert len(df) == 4 and set(refused["status"]) == {"error"} and set(df[df["block_size"] == 16]["status"]) == {"ok"}
+    assert set(refused["error"]) == {"FlagError: --block-size 100,000 is larger than llama-3-8b's whole window "
+                                     "(8,192 tokens)"}  # today's error rows
+    assert set(refused["warnings"]) == {warning.removeprefix("warning (2 of 4 configurations): ")}
+    assert "(2 errors)" in captured.out
+    assert main(argv) == 0  # the resume: nothing left to run, the same warning once
+    captured = capsys.readouterr()
+    assert captured.err.count(warning) == 1 and "4 configurations in" in captured.out
+    assert len(pd.read_parquet(tmp_path / "s" / "results.parquet")) == 4
+
+
+def test_refused_configurations_are_named_by_the_values_that_tell_them_apart(base):
+    from pagesim.sweep import check_points
+
+    grid = [{"block_size": b, "max_num_seqs": m} for b in (16, 100000) for m in (4, 8)]
+    notes, line = check_points(base, grid)
+    assert line.startswith("(2 of 4 configurations): refused by the config checks before the sweep ran, so error rows "
+                           "(block_size=100000): ")
+    assert set(notes) == {config_id(p) for p in grid[2:]}
+    assert check_points(base, grid[:2]) == ({}, None)
+    mixed = [{"block_size": 100000, "max_num_seqs": 4}, {"block_size": 16, "max_num_seqs": 0}, *grid[:2]]
+    notes, line = check_points(base, mixed[:3])  # not a product: each refused one by both values
+    assert "(block_size=100000 max_num_seqs=4, block_size=16 max_num_seqs=0): " in line
+    assert line.endswith("(the first of 2 reasons; each row's error gives its own)")
