@@ -33,6 +33,16 @@ def test_describe_shows_a_missing_figure_as_n_a():
     assert "SLO attainment n/a" in describe({**rejected_row(), "slo_attainment": float("nan")}, [])
 
 
+def test_describe_shows_integer_knobs_as_integers_when_the_table_holds_them_as_floats():
+    """A table with error rows (NaN in the integer columns) holds num_gpus, max_num_seqs, ... as floats: was
+    'num_gpus=2.0, ... max_num_seqs=8.0'."""
+    row = {**rejected_row(), "num_gpus": 2.0, "replicas": 2.0, "tensor_parallel_size": 1.0, "max_num_seqs": 8.0,
+           "max_num_batched_tokens": 2048.0}
+    text = describe(row, [])
+    assert "num_gpus=2, " in text and "max_num_seqs=8, " in text and "max_num_batched_tokens=2048" in text
+    assert ".0" not in text.splitlines()[0]
+
+
 @pytest.mark.parametrize("rejecting", [["--max-model-len", "2"], ["--num-gpu-blocks", "1"]])
 def test_plan_whose_every_candidate_rejects_every_request_reports_the_closest(tmp_path, capsys, rejecting):
     """Was a TypeError traceback (goodput None formatted with :.3g), exit 1, after plan.json had been written."""
