@@ -40,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of one command (`sweep`, `plan`, ...), for its defaults and its option list."""
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
 class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
     """Adds `(default: X)` to an option's help unless the help already says it or there is none to show."""
 

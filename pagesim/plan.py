@@ -132,7 +132,9 @@ def describe(row: dict, slos) -> str:
     goodput when every request was rejected, which leaves no makespan) and the SLOs it misses."""
     from pagesim.slo import missed
 
-    parts = ", ".join(f"{k}={_knob(row[k])}" for k in SHOWN
+    from pagesim.sweep import shown
+
+    parts = ", ".join(f"{k}={shown(row[k])}" for k in SHOWN
                       if k in row and not (k == "router" and row["replicas"] == 1))
     goodput, attainment = figure(row.get("goodput")), figure(row.get("slo_attainment"))
     figures = (f"goodput {'n/a' if goodput is None else f'{goodput:.3g} req/s'}, "
@@ -142,11 +144,6 @@ def describe(row: dict, slos) -> str:
         figures += f", {int(rejected):,} of {int(requests):,} requests rejected"
     miss = missed(row, slos)
     return f"{parts}\n    {figures}; " + ("meets every SLO" if not miss else "misses " + "; ".join(miss))
-
-
-def _knob(v):
-    """A deployment knob as the user gave it: 2, not 2.0 (a table with error rows holds its integer columns as floats)."""
-    return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
 def figure(v) -> float | None:

@@ -44,17 +44,23 @@ TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 # ---- the grid ---------------------------------------------------------------------------------
+def sweepable(parser: argparse.ArgumentParser) -> list[str]:
+    """The names `--grid` takes for the command of `parser` (sweep's, plan's): its options but the fixed ones
+    (NOT_SWEPT), then EXTRA_PARAMETERS."""
+    return sorted(a.dest for a in parser._actions if a.dest not in NOT_SWEPT and a.dest != "help") + list(EXTRA_PARAMETERS)
+
+
 def parse_grid(texts: list[str], parser: argparse.ArgumentParser) -> list[dict]:
     """--grid NAME=V1,V2 flags -> the cross product, one dict of typed values per configuration (grid order)."""
     actions = {a.dest: a for a in parser._actions}
+    options = sweepable(parser)
     axes: dict[str, list] = {}
     for text in texts:
         name, sep, values = text.partition("=")
         key = name.strip().lstrip("-").replace("-", "_")
         if not sep or not values.strip():
             raise UserError(f"--grid {text!r}: expected NAME=V1,V2,... e.g. --grid block_size=8,16,32")
-        if key in NOT_SWEPT or (key not in actions and key not in EXTRA_PARAMETERS):
-            options = sorted(k for k in actions if k not in NOT_SWEPT and k != "help") + list(EXTRA_PARAMETERS)
+        if key not in options:
             raise UserError(f"--grid {text!r}: cannot sweep {name!r}; sweepable: {', '.join(options)}")
         if key in axes:
             raise UserError(f"--grid {name} given twice")
@@ -162,7 +168,7 @@ def check_points(base: dict, points: list[dict], what: str = "sweep", keys=None)
 
 def _values(points: list[dict], keys) -> str:
     """The values of each of `keys` in `points`: "block_size=8,16 kv_offloading_size=4"."""
-    return " ".join(f"{k}={','.join(dict.fromkeys(_shown(p[k]) for p in points))}" for k in keys)
+    return " ".join(f"{k}={','.join(dict.fromkeys(shown(p[k]) for p in points))}" for k in keys)
 
 
 def _labels(points: list[dict], some: list[dict], most: int = 4) -> str:
@@ -172,22 +178,25 @@ def _labels(points: list[dict], some: list[dict], most: int = 4) -> str:
     ids = {config_id(p) for p in some}
 
     def rest(p, key):
-        return tuple((k, _shown(v)) for k, v in p.items() if k != key)
+        return tuple((k, shown(v)) for k, v in p.items() if k != key)
 
     keys = []
     for key in points[0]:
         held = {rest(p, key) for p in some}
         if any(rest(p, key) in held and config_id(p) not in ids for p in points):
             keys.append(key)
-    labels = list(dict.fromkeys(" ".join(f"{k}={_shown(p[k])}" for k in keys) for p in some))
+    labels = list(dict.fromkeys(" ".join(f"{k}={shown(p[k])}" for k in keys) for p in some))
     if labels == [""]:
         return "every configuration"
     return ", ".join(labels[:most]) + (f" and {len(labels) - most} more" if len(labels) > most else "")
 
 
-def _shown(value) -> str:
-    """A grid value as --grid takes it: true, 4 (not 4.0), 0.5."""
-    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+def shown(value) -> str:
+    """A grid value as --grid takes it: true, 4 (not 4.0: a table with error rows holds integer columns as floats),
+    0.5, 1048576."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def _simulate(trace, base: dict, params: dict) -> dict:

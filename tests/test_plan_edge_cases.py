@@ -37,9 +37,9 @@ def test_describe_shows_integer_knobs_as_integers_when_the_table_holds_them_as_f
     """A table with error rows (NaN in the integer columns) holds num_gpus, max_num_seqs, ... as floats: was
     'num_gpus=2.0, ... max_num_seqs=8.0'."""
     row = {**rejected_row(), "num_gpus": 2.0, "replicas": 2.0, "tensor_parallel_size": 1.0, "max_num_seqs": 8.0,
-           "max_num_batched_tokens": 2048.0}
+           "max_num_batched_tokens": 1048576.0}
     text = describe(row, [])
-    assert "num_gpus=2, " in text and "max_num_seqs=8, " in text and "max_num_batched_tokens=2048" in text
+    assert "num_gpus=2, " in text and "max_num_seqs=8, " in text and "max_num_batched_tokens=1048576" in text
     assert ".0" not in text.splitlines()[0]
 
 
@@ -129,9 +129,7 @@ def test_tied_candidates_are_broken_by_the_search_order_whatever_order_they_fini
 def test_max_gpus_is_bounded_by_the_largest_deployment_plan_proposes(tmp_path):
     """Was: --max-gpus 1000000 built ~45 million candidates (replica counts up to a million x routers x knobs) in memory
     before any output, and candidates with more replicas than a replay may run (1,000) became error rows."""
-    import argparse
-
-    from pagesim.cli import build_parser
+    from pagesim.cli import command_parser
     from pagesim.options import MAX_REPLICAS
     from pagesim.plan import TP_DEGREES, deployments
     from tests.test_cli_hygiene import one_error, pagesim
@@ -140,8 +138,7 @@ def test_max_gpus_is_bounded_by_the_largest_deployment_plan_proposes(tmp_path):
     line = one_error(pagesim("plan", TRACE, "--slo", "ttft_p99=1", "--max-gpus", 1_000_000, "--out", tmp_path / "p"))
     assert line.endswith(f"argument --max-gpus: expected a positive integer of at most {most:,} (tensor parallelism "
                          f"of up to {TP_DEGREES[-1]} GPUs times at most {MAX_REPLICAS:,} replicas), got '1000000'")
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    args = sub.choices["plan"].parse_args([str(TRACE), "--slo", "ttft_p99=1", "--max-gpus", str(most), "--out", "x"])
+    args = command_parser("plan").parse_args([str(TRACE), "--slo", "ttft_p99=1", "--max-gpus", str(most), "--out", "x"])
     deps, refused = deployments(vars(args), args.max_gpus, ["round-robin"])
     assert not refused and max(d["replicas"] for d in deps) == MAX_REPLICAS
     assert max(d["tensor_parallel_size"] * d["replicas"] for d in deps) == most

@@ -24,10 +24,9 @@ def trace():
 
 @pytest.fixture(scope="module")
 def parser():
-    from pagesim.cli import build_parser
+    from pagesim.cli import command_parser
 
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices["sweep"]
+    return command_parser("sweep")
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +332,7 @@ def backend_command(command: str, flags: list[str], out: Path) -> list[str]:
 def test_sweep_and_plan_define_their_backend_options_alike(command):
     """Each subcommand's --backend, --address and --num-cpus are add_backend_options' own: flags, choices, default,
     type, help. Fails when one subcommand defines (or changes) one of them apart from the other."""
-    from pagesim.cli import build_parser
+    from pagesim.cli import command_parser
     from pagesim.sweep import BACKEND_OPTIONS, add_backend_options
 
     def described(parser):
@@ -342,8 +341,7 @@ def test_sweep_and_plan_define_their_backend_options_alike(command):
 
     reference = argparse.ArgumentParser()
     add_backend_options(reference)
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert described(sub.choices[command]) == described(reference)
+    assert described(command_parser(command)) == described(reference)
     assert set(described(reference)) == set(BACKEND_OPTIONS)
 
 

@@ -347,18 +347,16 @@ def sweep_lines(results: pd.DataFrame, x: str, series: list[str] | tuple = ()) -
     fig = make_subplots(rows=2, cols=2, subplot_titles=list(SWEEP_PANELS.values()), horizontal_spacing=0.1,
                         vertical_spacing=0.2)
     series = list(series)
-    # One line per combination of the series' values, a missing value (None) one of them: a parameter only some points
-    # have (the swap points' swap_space) leaves the others' rows empty, and groupby would drop those rows.
-    keys = [tuple(None if pd.isna(v) else v for v in row) for row in results[series].itertuples(index=False, name=None)]
-    rows_by_key: dict[tuple, list[int]] = {}
-    for i, key in enumerate(keys):
-        rows_by_key.setdefault(key, []).append(i)
+    # One line per combination of the series' values, a missing value one of them (None): a parameter only some points
+    # have (the swap points' swap_space) leaves the others' rows empty (dropna=False keeps them as a group of their own).
+    groups = [(tuple(None if pd.isna(v) else v for v in (key if isinstance(key, tuple) else (key,))), g)
+              for key, g in (results.groupby(series, sort=False, dropna=False) if series else [((), results)])]
+    keys = [key for key, _ in groups]
     colored = "layout" if "layout" in series else (series[0] if series else None)
     color_values = list(dict.fromkeys(key[series.index(colored)] for key in keys)) if colored else []
     styled = [s for s in series if s != colored]
     style_values = list(dict.fromkeys(tuple(key[series.index(s)] for s in styled) for key in keys)) if styled else [()]
-    for key, rows in rows_by_key.items():
-        g = results.iloc[rows]
+    for key, g in groups:
         params = dict(zip(series, key))
         layouts = g["layout"].unique() if "layout" in g else ["paged"]
         name = (", ".join(str(v) if s == "layout" else f"{s}={v}" for s, v in params.items() if v is not None)

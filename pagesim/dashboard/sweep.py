@@ -68,12 +68,10 @@ def grid_points(grid: dict[str, list], swap_space: float | None = None) -> list[
 
 def base_options(config: Config) -> dict:
     """The sweep's fixed options: `python -m pagesim sweep`'s defaults, with every setting of `config`."""
-    import argparse
-
-    from pagesim.cli import build_parser
+    from pagesim.cli import command_parser
     from pagesim.sweep import NOT_SWEPT
 
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
+    sub = command_parser("sweep")
     base = {k: v for k, v in vars(sub.parse_args(["trace", "--out", "unused"])).items()
             if k not in NOT_SWEPT or k == "slo"}
     for field in dataclasses.fields(Config):
@@ -145,14 +143,11 @@ SUMMARY_OPTIONS = ("num_gpu_blocks", "router")
 
 @functools.cache
 def sweepable() -> frozenset[str]:
-    """The names a sweep's parameters may have: `python -m pagesim sweep --grid`'s."""
-    import argparse
+    """The names a sweep's parameters may have: `python -m pagesim sweep --grid`'s (pagesim.sweep.sweepable)."""
+    from pagesim.cli import command_parser
+    from pagesim.sweep import sweepable as grid_names
 
-    from pagesim.cli import build_parser
-    from pagesim.sweep import EXTRA_PARAMETERS, NOT_SWEPT
-
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
-    return frozenset(a.dest for a in sub._actions if a.dest not in NOT_SWEPT and a.dest != "help") | set(EXTRA_PARAMETERS)
+    return frozenset(grid_names(command_parser("sweep")))
 
 
 def parameters(results: pd.DataFrame) -> list[str]:

@@ -217,12 +217,10 @@ def no_deployment(exc: NoDeployment, base: dict) -> str:
 
 def _base(model: str, gpu: str) -> dict:
     """The replay options a plan starts from (the CLI's defaults)."""
-    from pagesim.cli import build_parser
+    from pagesim.cli import command_parser
     from pagesim.sweep import NOT_SWEPT
-    import argparse
 
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["plan"]
-    args = sub.parse_args(["trace", "--out", "unused", "--model", model, "--gpu", gpu])
+    args = command_parser("plan").parse_args(["trace", "--out", "unused", "--model", model, "--gpu", gpu])
     return {k: v for k, v in vars(args).items() if k not in NOT_SWEPT}
 
 
