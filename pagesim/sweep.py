@@ -116,16 +116,18 @@ def run_config(trace, base: dict, params: dict) -> dict:
 
 
 def point_config(base: dict, params: dict):
-    """One configuration's options and Config as its run makes them: (opts, the paged Config, layout). Raises what the
-    config checks raise (FlagError, kv_cache_gib's OptionError)."""
-    from pagesim.replay import config_from_args
+    """One configuration's options and Configs as its run makes them: (opts, the paged Config, layout, the Config it
+    runs: the paged one, or the contiguous layout's as replay's run_configs makes a baseline's). Raises what the config
+    checks raise (FlagError, kv_cache_gib's OptionError)."""
+    from pagesim.replay import config_from_args, run_configs
 
     opts = {**base, **{k: v for k, v in params.items() if k not in EXTRA_PARAMETERS}}
     if "kv_cache_gib" in params:  # the cache's size is given, as --num-gpu-blocks gives it: never the memory the
         # weights leave at --gpu-memory-utilization (a stand-in count while the block's bytes are learnt)
         probe = config_from_args(argparse.Namespace(**{**opts, "num_gpu_blocks": 1}))
         opts["num_gpu_blocks"] = blocks_for_gib(probe, params["kv_cache_gib"])
-    return opts, config_from_args(argparse.Namespace(**opts)), params.get("layout", "paged")
+    config, layout = config_from_args(argparse.Namespace(**opts)), params.get("layout", "paged")
+    return opts, config, layout, run_configs(config, [] if layout == "paged" else [layout])[-1]
 
 
 def check_point(base: dict, params: dict) -> None:
@@ -134,9 +136,7 @@ def check_point(base: dict, params: dict) -> None:
     from pagesim.cluster import check_replicas
     from pagesim.cost import make_cost_model
 
-    opts, config, layout = point_config(base, params)
-    if layout != "paged":
-        config = config.replace(kv_layout="contiguous", reserve_policy=layout)
+    opts, _, _, config = point_config(base, params)
     make_cost_model(opts["cost_model"], config)
     check_replicas(config, opts["replicas"])
 
@@ -206,17 +206,15 @@ def _simulate(trace, base: dict, params: dict) -> dict:
                                       result_warnings, slo_warnings)
     from pagesim.slo import parse_slos
 
-    opts, config, layout = point_config(base, params)
+    opts, config, layout, run = point_config(base, params)
     slos = parse_slos(opts["slo"])
     warnings = (config_warnings(config, trace, swept=params, typed=opts.get("typed")) + baseline_warnings(config, [layout] if layout != "paged" else [])
                 + profile_warnings(config, make_cost_model(opts["cost_model"], config))
                 + cluster_warnings(config, opts["replicas"], opts["router"]) + slo_warnings(config, trace, slos))
-    if layout != "paged":
-        config = config.replace(kv_layout="contiguous", reserve_policy=layout)
-    result, summary = simulate_run(trace, config, cost_model=opts["cost_model"], replicas=opts["replicas"],
+    result, summary = simulate_run(trace, run, cost_model=opts["cost_model"], replicas=opts["replicas"],
                                    router=opts["router"], slos=slos)
-    warnings += result_warnings(config.run_name, result.requests)  # and after it: too many requests rejected
-    summary["num_gpu_blocks"] = config.resolved_num_gpu_blocks
+    warnings += result_warnings(run.run_name, result.requests)  # and after it: too many requests rejected
+    summary["num_gpu_blocks"] = run.resolved_num_gpu_blocks
     row = flatten(summary)
     row["warnings"] = "\n".join(warnings)  # the row's warnings, as replay prints them, one a line
     return row
