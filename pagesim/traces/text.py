@@ -73,13 +73,18 @@ def is_gzip(path: str | Path) -> bool:
         return False
 
 
+class TooLarge(TraceError):
+    """A file, or a gzip file's content, past the size ceiling (max_trace_bytes): a reader of other files (the
+    dashboard's plan.json upload) names what it expected by this type."""
+
+
 def _too_large(file: str, limit: int, size: int | None) -> TraceError:
     """The ceiling's error, for a file of `size` bytes, or (None) a gzip file's content found past it."""
     from pagesim.options import readable
 
     found = f"{readable(size / 1e6)} MB" if size is not None else f"more than {readable(limit / 1e6)} MB once decompressed"
-    return TraceError(file, None, None, f"a trace file of at most {readable(limit / 1e6)} MB (set {MAX_TRACE_MB_VAR} to raise the limit)",
-                      Described(found))
+    return TooLarge(file, None, None, f"a trace file of at most {readable(limit / 1e6)} MB (set {MAX_TRACE_MB_VAR} to raise the limit)",
+                    Described(found))
 
 
 class _Gunzip(io.RawIOBase):

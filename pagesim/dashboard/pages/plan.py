@@ -81,9 +81,9 @@ def _upload_error(name: str, exc: TraceError) -> str:
     readers' ceiling, which decompressed it, and their variable); corrupt or cut short, as the readers say it. Was:
     "expected a trace file of at most 2,048 MB", for a plan.json."""
     from pagesim.options import readable
-    from pagesim.traces.text import MAX_TRACE_MB_VAR, max_trace_bytes
+    from pagesim.traces.text import MAX_TRACE_MB_VAR, TooLarge, max_trace_bytes
 
-    if MAX_TRACE_MB_VAR not in exc.expected:
+    if not isinstance(exc, TooLarge):
         return str(exc)
     limit = readable(max_trace_bytes() / 1e6)
     return (f"{name}: expected a plan.json of at most {limit} MB (the limit on trace files, which "
