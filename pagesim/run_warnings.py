@@ -77,15 +77,24 @@ def slo_warnings(config: Config, trace, slos) -> list[str]:
     request of one output token (its output cut at max_model_len) has none and meets the SLO (pagesim.slo): when no
     request has two, the SLO is met whatever the deployment, and goodput counts every finished request."""
     tpot = [s for s in slos if s.metric == "tpot"]
-    if not tpot:
+    if not tpot or not tpot_unjudged(config, trace):
         return []
-    limit, df = config.resolved_max_model_len, trace.df
-    if ((df["output_len"] >= 2) & (df["prompt_len"] + 2 <= limit)).any():  # two output tokens within the limit
-        return []
-    holds = "the SLO holds for every request and judges" if len(tpot) == 1 else "these SLOs hold for every request and judge"
-    return [f"{' and '.join(f'--slo {s}' for s in tpot)}: no request of the trace has two output tokens within "
-            f"max_model_len {readable(limit)} (--max-model-len), so none has a TPOT (the time between them): {holds} "
-            "nothing (ttft or e2e SLOs do)"]
+    return [tpot_unjudged_warning(config, " and ".join(f"--slo {s}" for s in tpot), several=len(tpot) > 1)]
+
+
+def tpot_unjudged(config: Config, trace) -> bool:
+    """Whether no request of the trace has two output tokens within max_model_len, so none has a TPOT and a TPOT
+    threshold judges nothing (slo_warnings; the dashboard's Serving view, whose TPOT SLO is per request)."""
+    df = trace.df
+    return not ((df["output_len"] >= 2) & (df["prompt_len"] + 2 <= config.resolved_max_model_len)).any()
+
+
+def tpot_unjudged_warning(config: Config, named: str, several: bool = False) -> str:
+    """tpot_unjudged's warning for the TPOT SLO(s) `named` ("--slo tpot_p99=0.05", or a page's control)."""
+    holds = "these SLOs hold for every request and judge" if several else "the SLO holds for every request and judges"
+    return (f"{named}: no request of the trace has two output tokens within max_model_len "
+            f"{readable(config.resolved_max_model_len)} (--max-model-len), so none has a TPOT (the time between them): "
+            f"{holds} nothing (ttft or e2e SLOs do)")
 
 
 def baseline_warnings(config: Config, baselines) -> list[str]:

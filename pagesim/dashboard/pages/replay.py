@@ -344,15 +344,13 @@ def serving_view(runs: dict[str, data.Run], config, trace) -> None:
 
 
 def slo_banner(config, trace, tpot_ms: float) -> None:
-    """The warning `replay --slo tpot_...` prints when no request can be judged by a TPOT SLO (run_warnings.slo_warnings:
+    """The warning `replay --slo tpot_...` prints when no request can be judged by a TPOT SLO (run_warnings.tpot_unjudged:
     every output one token, after the cut at max_model_len), named by the page's control: the table below then has no
     TPOT sample, and its requests within TTFT and TPOT SLOs and goodput take no account of the TPOT threshold."""
-    from pagesim.run_warnings import slo_warnings
-    from pagesim.slo import SLO
+    from pagesim.run_warnings import tpot_unjudged, tpot_unjudged_warning
 
-    tpot = SLO("tpot", "p99", tpot_ms / 1e3)  # (the page judges each request, not a percentile: the rule reads the metric)
-    for text in slo_warnings(config, trace, [tpot]):
-        text = text.replace(f"--slo {tpot}", f"**TPOT SLO** {tpot_ms:g} ms", 1)
+    if tpot_unjudged(config, trace):
+        text = tpot_unjudged_warning(config, f"**TPOT SLO** {tpot_ms:g} ms")
         st.warning(widgets.in_page_words(text) + ".", icon=":material/warning:")
 
 
