@@ -28,6 +28,7 @@ from engine.live import (DeviceReadings, environment, make_executor, process_age
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures, prefill_grid, shared_tokens
 from pagesim.cost.profile import GRAPH_BATCH_SIZES, MAKESPAN_COLUMN, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS, FitRowsError
+from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.options import non_negative_float, positive_int
 from pagesim.outputs import prepare_output_file
@@ -334,21 +335,25 @@ class NoTime:
     advance = execute
 
 
+class UnreplayableRows(UserError):
+    """Calibration rows whose workloads this version cannot replay (a workload renamed or reshaped since they were
+    timed), so their prefill walks cannot be filled in; the message says which row or workload (the bench scripts
+    stop on it; `calibrate --refit` fits without the walks, with a warning)."""
+
+
 def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.DataFrame:
     """Calibration rows saved before the prefill walks (or the prefill chunks' shared reads) were kept, with
     REPLAYED_COLUMNS filled in by replaying their
     workloads through the scheduler without a GPU (releases go by step, so the plans do not depend on time);
-    every row must meet its replayed step with the same recorded features."""
-    from pagesim.errors import UserError
-
+    every row must meet its replayed step with the same recorded features, else UnreplayableRows."""
     if all(c in rows for c in REPLAYED_COLUMNS) or "workload" not in rows:
         return rows
     named = dict(calibration_workloads(config.resolved_max_model_len))
     wanted = list(dict.fromkeys(rows["workload"].astype(str)))
     unknown = [w for w in wanted if w not in named]
     if unknown:
-        raise UserError(f"{source}: workload {unknown[0]!r} is not one of this version's calibration workloads, "
-                        "so its prefill walks cannot be replayed; recalibrate")
+        raise UnreplayableRows(f"{source}: workload {unknown[0]!r} is not one of this version's calibration "
+                               "workloads, so the prefill walks cannot be filled in by replaying it")
     # every step replayed: rows saved before round 9 have a row for each (an advancing calibration's rows are a subset)
     replayed = run_calibration(NoTime(), config, workloads=[(w, named[w]) for w in wanted], advance=False)
     keys = ["workload", "step"]
@@ -360,8 +365,9 @@ def with_replayed_walks(rows: pd.DataFrame, config: Config, source: str) -> pd.D
         bad = merged[c + "_replayed"].isna() | (merged[c] != merged[c + "_replayed"])
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise UserError(f"{source}: row {i} (workload {merged.at[i, 'workload']}, step {merged.at[i, 'step']}) does "
-                            f"not match its replayed step ({c}); the prefill walks cannot be filled in; recalibrate")
+            raise UnreplayableRows(f"{source}: row {i} (workload {merged.at[i, 'workload']}, step "
+                                   f"{merged.at[i, 'step']}) does not match its replayed step ({c}), so the prefill walks "
+                                   "cannot be filled in by replaying it")
     return merged.drop(columns=[c + "_replayed" for c in aligned]).astype({c: np.int64 for c in REPLAYED_COLUMNS})
 
 
@@ -468,7 +474,6 @@ def calibration_workloads_that_fit(config: Config) -> list:
     """The calibration workloads whose peak of KV blocks in use (calibration_peak_blocks) fits 90% of the config's
     KV cache (`live --calibrate` calibrates with the run's own executor and cache); refuses a cache that leaves out
     the decode grid or half the grid."""
-    from pagesim.errors import UserError
 
     every = calibration_workloads(config.resolved_max_model_len)
     peaks = calibration_peak_blocks(config.model, config.block_size, config.resolved_max_model_len,
@@ -546,36 +551,29 @@ def companion_profile(rows_path: Path) -> Path | None:
     return None
 
 
-def timing_records(path: Path | None) -> dict:
-    """What of a profile JSON's measurement shapes a refit besides its labels: the engine's mixed-step token buckets
-    (`mixed_graph_token_sizes`), its `max_num_seqs` (the decode graph sizes), the measured `swap_bandwidth` (the
-    profile's swap_s_per_byte), the `prefill_kernel` the rows ran and its graph steps' `decode_programs_per_sm`
-    (programs_per_sm_of); {} when `path` is None or not a readable profile JSON."""
+MEASUREMENT_RECORDS = ("environment", "prefill_kernel", "config", "workloads", "swap_bandwidth", "calibration_s",
+                       "calibration_rest")
+
+
+def measurement_records(path: Path | None) -> tuple[dict, tuple[int, ...], tuple[int, ...]] | None:
+    """What a refit keeps of the profile its rows were measured for (`--out` when it holds one, else the rows' own):
+    (its records of the measurement: MEASUREMENT_RECORDS, the measured `config` with its block size and max_num_seqs
+    among them, the swap link and the prefill kernel; the engine's mixed-step token buckets; the form its graph steps
+    were fitted in, programs_per_sm_of). None when `path` is None or not a readable profile JSON."""
     try:
         d = json.loads(path.read_text()) if path is not None else None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}
+        return None
     if not isinstance(d, dict) or d.get("kind") != "profile":
-        return {}
-    measured = d["config"] if isinstance(d.get("config"), dict) else {}
-    records = {}
-    if isinstance(d.get("mixed_graph_token_sizes"), list):
-        records["mixed_graph_token_sizes"] = [int(t) for t in d["mixed_graph_token_sizes"]]
-    if isinstance(measured.get("max_num_seqs"), int):
-        records["max_num_seqs"] = measured["max_num_seqs"]
-    if isinstance(d.get("swap_bandwidth"), dict):
-        records["swap_bandwidth"] = d["swap_bandwidth"]
-    if isinstance(d.get("prefill_kernel"), str):  # the attention kernel the rows' prefills ran (validate checks it)
-        records["prefill_kernel"] = d["prefill_kernel"]
-    records["decode_programs_per_sm"] = programs_per_sm_of(d)
-    return records
+        return None
+    return ({k: d[k] for k in MEASUREMENT_RECORDS if k in d},
+            tuple(int(t) for t in d.get("mixed_graph_token_sizes", ())), programs_per_sm_of(d))
 
 
 def rounds_per_sm(kv_cache_dtype: str, which: str) -> tuple[int, ...]:
     """--decode-rounds: the resident programs per SM of the decode launches they were measured on (a model-dtype
     cache's; decode_split.DECODE_PROGRAMS_PER_SM). An fp8 cache's launches (other tiles and warps) are not measured."""
     from pagesim.cost.decode_split import DECODE_PROGRAMS_PER_SM
-    from pagesim.errors import UserError
 
     if kv_cache_dtype != "auto":
         raise UserError(f"--decode-rounds: {which} is {kv_cache_dtype}; the rounds are measured for the model-dtype "
@@ -614,7 +612,6 @@ def refit_labels(args, rows_path: Path) -> tuple[dict, dict, str | None]:
     profile-vs-config check cannot see), and an omitted flag takes its value. Without that profile the labels are
     the flags' (None where omitted: calibrate fills them in from --out's records or LABEL_DEFAULTS), with a warning
     that they cannot be checked."""
-    from pagesim.errors import UserError
 
     given = {key: getattr(args, key, None) for key in LABEL_DEFAULTS}
     companion = companion_profile(rows_path)
@@ -654,7 +651,7 @@ def calibrate(args) -> int:
     """
     import sys
 
-    from pagesim.errors import UserError, not_a_file
+    from pagesim.errors import not_a_file
 
     max_num_seqs = 256  # calibration times every CUDA-graph decode size, 1..256
     command = "python -m pagesim " + " ".join(args.argv)
@@ -690,27 +687,13 @@ def calibrate(args) -> int:
             raise UserError(f"--refit {rows_path}: cannot read it as {'gzipped ' if rows_path.suffix == '.gz' else ''}"
                             f"CSV ({e}); expected the *.steps.csv.gz a calibration saved") from None
         check_calibration_rows(rows, str(rows_path))
-        extras, mixed_sizes, per_sm = {}, (), ()
-        if out.is_file():  # the profile these rows came from: its measurement's records carry over
-            try:
-                previous = json.loads(out.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                previous = None
-            if isinstance(previous, dict):
-                extras = {k: previous[k] for k in ("environment", "prefill_kernel", "config", "workloads",
-                                                   "swap_bandwidth", "calibration_s", "calibration_rest")
-                          if k in previous}
-                mixed_sizes = tuple(previous.get("mixed_graph_token_sizes", ()))  # the measured engine's buckets
-                per_sm = programs_per_sm_of(previous)  # the form its graph steps were fitted in
+        # How the rows were timed (the measured config, the engine's mixed-step buckets, the host link...): from the
+        # profile at --out, which the refit replaces, else from the rows' own profile, as the labels are; without it
+        # a refit of a graph-mixed calibration priced its graph mixed steps as eager ones (r22c: held-out 2.97% ->
+        # 3.56%) and its profile recorded no block size
+        records = measurement_records(out) or measurement_records(companion_profile(rows_path))
+        extras, mixed_sizes, per_sm = records or ({}, (), ())
         measured = extras.get("config") or {}
-        if not extras:  # a new --out: how the rows were timed (the engine's mixed-step buckets, its batch ceiling,
-            # the measured host link) comes from the rows' own profile, as the labels do; without it a refit of a
-            # graph-mixed calibration priced its graph mixed steps as eager ones (r22c: held-out 2.97% -> 3.56%)
-            own = timing_records(companion_profile(rows_path))
-            mixed_sizes = tuple(own.get("mixed_graph_token_sizes", ()))
-            max_num_seqs = own.get("max_num_seqs", max_num_seqs)
-            per_sm = own.get("decode_programs_per_sm", ())
-            extras.update({k: own[k] for k in ("swap_bandwidth", "prefill_kernel") if k in own})
         # An omitted flag that the rows' profile did not settle: --out's records for the dtype (which carry over
         # with them), else the default.
         if labels["kv_cache_dtype"] is None and measured.get("kv_cache_dtype"):
@@ -730,14 +713,20 @@ def calibrate(args) -> int:
                                 f"not {kv_dtype} ({sources['kv_cache_dtype']}); pass the matching --kv-cache-dtype "
                                 "or another --out")
             max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
+        def warn(message: str) -> None:  # on stderr and in the profile
+            print(f"warning: {message}", file=sys.stderr)
+            extras.setdefault("warnings", []).append(message)
+
         if warning is not None:
-            warning += ": " + ", ".join(f"{k} {labels[k]} ({sources[k]})" for k in LABEL_DEFAULTS)
-            print(f"warning: {warning}", file=sys.stderr)
-            extras["warnings"] = [warning]
+            warn(warning + ": " + ", ".join(f"{k} {labels[k]} ({sources[k]})" for k in LABEL_DEFAULTS))
         if "workloads" not in extras and "workload" in rows:
             extras["workloads"] = list(dict.fromkeys(rows["workload"].astype(str)))
         if extras.get("config"):  # rows saved before the prefill walks were kept: replayed from the measured config
-            rows = with_replayed_walks(rows, Config.from_dict(extras["config"]), f"--refit {rows_path}")
+            try:
+                rows = with_replayed_walks(rows, Config.from_dict(extras["config"]), f"--refit {rows_path}")
+            except UnreplayableRows as exc:  # rows of a calibration this version's workloads no longer match
+                warn(f"{exc}: the profile is fitted without them ({', '.join(REPLAYED_COLUMNS)}: their terms priced "
+                     "at 0); recalibrate with this version for them")
         try:
             write(rows, Config(model=model, gpu=gpu, max_num_seqs=max_num_seqs, num_gpu_blocks=1,
                                kv_cache_dtype=kv_dtype), extras, mixed_sizes, per_sm=per_sm)

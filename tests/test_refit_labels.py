@@ -16,8 +16,8 @@ from pagesim.config import Config
 from pagesim.cost import make_cost_model
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS = REPO / "results" / "profiles" / "h200-llama-3-8b.steps.csv.gz"  # a committed calibration's rows
-PROFILE = STEPS.with_name("h200-llama-3-8b.json")  # ... and its profile: llama-3-8b on h200, kv_cache_dtype auto
+STEPS = REPO / "results" / "profiles" / "h100-llama-3-8b-2026-12-06-r36h.steps.csv.gz"  # a committed calibration's rows
+PROFILE = STEPS.with_name("h100-llama-3-8b-2026-12-06-r36h.json")  # its profile: llama-3-8b on h100, kv auto
 
 
 def calibration(directory: Path, stem: str = "cal", **config_changes) -> Path:
@@ -34,10 +34,10 @@ def calibration(directory: Path, stem: str = "cal", **config_changes) -> Path:
 
 @pytest.mark.parametrize("flags, named", [
     (["--model", "llama-3-70b"], "--model llama-3-70b: the --refit rows were timed with model llama-3-8b"),
-    (["--gpu", "h100"], "--gpu h100: the --refit rows were timed with gpu h200"),
+    (["--gpu", "h200"], "--gpu h200: the --refit rows were timed with gpu h100"),
     (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8: the --refit rows were timed with kv_cache_dtype auto"),
-    (["--model", "llama-3-70b", "--gpu", "h100"],
-     "--model llama-3-70b, --gpu h100: the --refit rows were timed with model llama-3-8b, gpu h200"),
+    (["--model", "llama-3-70b", "--gpu", "h200"],
+     "--model llama-3-70b, --gpu h200: the --refit rows were timed with model llama-3-8b, gpu h100"),
 ])
 def test_flags_that_disagree_with_the_rows_profile_are_refused_naming_both(tmp_path, capsys, flags, named):
     rows = calibration(tmp_path)
@@ -63,12 +63,12 @@ def test_omitted_flags_are_taken_from_the_rows_profile(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "warning" not in captured.err
     written = json.loads(out.read_text())
-    assert (written["model"], written["gpu"], written["kv_cache_dtype"]) == ("llama-3.1-8b", "h200", "fp8")
+    assert (written["model"], written["gpu"], written["kv_cache_dtype"]) == ("llama-3.1-8b", "h100", "fp8")
     assert "warnings" not in written
-    make_cost_model(str(out), Config(model="llama-3.1-8b", kv_cache_dtype="fp8"))  # replay's check accepts it
+    make_cost_model(str(out), Config(model="llama-3.1-8b", gpu="h100", kv_cache_dtype="fp8"))  # replay's check accepts it
     # Flags that agree with it are fine (spelled as they like: the record's spelling is kept).
     again = tmp_path / "again.json"
-    assert main(["calibrate", "--refit", str(rows), "--model", "Llama-3.1-8B", "--gpu", "h200", "--kv-cache-dtype",
+    assert main(["calibrate", "--refit", str(rows), "--model", "Llama-3.1-8B", "--gpu", "h100", "--kv-cache-dtype",
                  "fp8", "--out", str(again)]) == 0
     assert json.loads(again.read_text())["model"] == "llama-3.1-8b"
     assert "warning" not in capsys.readouterr().err
@@ -134,3 +134,42 @@ def test_a_refit_keeps_the_prefill_kernel_its_rows_were_timed_on(tmp_path):
     assert json.loads(out.read_text())["prefill_kernel"] == "_gluon_prefill_kernel"
     assert main(["calibrate", "--refit", str(rows), "--out", str(out), "--force"]) == 0  # over a profile: its records
     assert json.loads(out.read_text())["prefill_kernel"] == "_gluon_prefill_kernel"
+
+
+def test_a_refit_to_a_new_out_records_the_measured_config(tmp_path):
+    """The rows' profile's measured config (its block size among it) carries over to a refit into a new --out, so
+    the refitted profile says at which block size it was timed (without it, replays at any block size were told
+    calibrate's default, 16, was assumed) and a replay at another block size is warned about the right one."""
+    from pagesim.cost.profile import ProfileCostModel
+    from pagesim.run_warnings import profile_warnings
+
+    rows = calibration(tmp_path, block_size=32)
+    out = tmp_path / "refit.json"
+    assert main(["calibrate", "--refit", str(rows), "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["config"]["block_size"] == 32
+    assert written["environment"] == json.loads(PROFILE.read_text())["environment"]
+    cost = make_cost_model(str(out), Config(gpu="h100"))
+    assert isinstance(cost, ProfileCostModel) and cost.timed_block_size == 32
+    assert profile_warnings(Config(gpu="h100", block_size=32), cost) == []
+    (warning,) = profile_warnings(Config(gpu="h100", block_size=16), cost)
+    assert "was timed at block size 32 (its config.block_size)" in warning
+
+
+def test_rows_this_version_cannot_replay_are_fitted_without_their_walks_with_one_warning(tmp_path, capsys):
+    """Rows saved before the prefill walks were kept, of workloads since renamed or reshaped (every H200 calibration
+    before round 14; results/profiles/h200-llama-3-8b.steps.csv.gz has skew-b47-*), cannot have the walks replayed:
+    the refit fits without them and says so, on stderr and in the profile, into --out or over the profile alike (it
+    refused before, so the committed H200 profiles could not be refitted at all)."""
+    old = REPO / "results" / "profiles" / "h200-llama-3-8b.steps.csv.gz"
+    shutil.copyfile(old, tmp_path / "h200.steps.csv.gz")
+    shutil.copyfile(old.with_name("h200-llama-3-8b.json"), tmp_path / "h200.json")
+    for out, force in ((tmp_path / "new.json", []), (tmp_path / "h200.json", ["--force"])):
+        assert main(["calibrate", "--refit", str(tmp_path / "h200.steps.csv.gz"), "--out", str(out), *force]) == 0
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+        assert len(err) == 1 and "workload 'skew-b47-s128-l2048' is not one of this version's calibration " in err[0]
+        assert err[0].endswith("the profile is fitted without them (prefill_tile_walks, prefill_longest_walk, "
+                               "prefill_shared_tokens: their terms priced at 0); recalibrate with this version for them")
+        written = json.loads(out.read_text())
+        assert written["warnings"] == [err[0].removeprefix("warning: ")] and written["config"]["gpu"] == "h200"
+        make_cost_model(str(out), Config(gpu="h200"))
