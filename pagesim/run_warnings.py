@@ -108,11 +108,12 @@ def baseline_warnings(config: Config, baselines) -> list[str]:
             "without a prefix cache or host tier"]
 
 
-def profile_warnings(config: Config, cost) -> list[str]:
+def profile_warnings(config: Config, cost, subject: str = "--cost-model") -> list[str]:
     """Before the run: a profile cost model (`cost`, make_cost_model's) timed at another block size than the run's. Its
     kernel timings (decode attention walks the cache block by block) were measured at its calibration's block size
     only, and are applied unchanged at any other. A profile that records none (no config.block_size) is taken as
-    timed at UNRECORDED_BLOCK_SIZE, calibrate's default, and the warning says so."""
+    timed at UNRECORDED_BLOCK_SIZE, calibrate's default, and the warning says so. `subject` names where the profile
+    came from: the flag, or "profile" for validate's (a live run's own, or --cost-model)."""
     from pagesim.cost.profile import UNRECORDED_BLOCK_SIZE, ProfileCostModel
 
     if not isinstance(cost, ProfileCostModel):
@@ -122,9 +123,9 @@ def profile_warnings(config: Config, cost) -> list[str]:
         return []
     record = ("its config.block_size" if cost.timed_block_size else
               f"it records no config.block_size: calibrate's default, {UNRECORDED_BLOCK_SIZE}, assumed")
-    return [f"--cost-model {cost.source} was timed at block size {timed} ({record}), but the run uses --block-size "
+    return [f"{subject} {cost.source} was timed at block size {timed} ({record}), but the run uses --block-size "
             f"{config.block_size}: its kernel timings, measured at {timed} tokens a block, are applied unchanged; "
-            f"calibrate at this block size (calibrate --block-size {config.block_size}) or compare at the "
+            f"calibrate at this block size (calibrate --block-size {config.block_size}) or run at the "
             f"profile's (--block-size {timed})"]
 
 

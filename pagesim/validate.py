@@ -54,7 +54,7 @@ from pagesim.cost.jitter import JitteredCostModel, ScaledCostModel, check_sigma
 from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.live_targets import PERCENTILES as TARGET_PERCENTILES
-from pagesim.run_warnings import emit
+from pagesim.run_warnings import emit, profile_warnings
 from pagesim.loop import Arrivals, Hooks, VirtualClock, drive
 from pagesim.loop import run as run_loop
 from pagesim.metrics import percentiles, summarize_run
@@ -706,7 +706,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
         "run": str(run_dir),
         "cost_model": cost.describe(),
         "cost_model_path": spec,
-        "warnings": prefill_kernel_warnings(run, cost),
+        "warnings": prefill_kernel_warnings(run, cost) + profile_warnings(run["config"], cost, "profile"),
         "step_level": steps_report,
         "decisions": decisions,
         "request_level": requests_report,

@@ -192,7 +192,7 @@ def test_a_profile_timed_at_another_block_size_is_a_warning_naming_both_and_what
     (w,) = profile_warnings(at[32], make_cost_model(str(PROFILE), at[32]))
     assert w == (f"--cost-model {PROFILE} was timed at block size 16 (its config.block_size), but the run uses "
                  "--block-size 32: its kernel timings, measured at 16 tokens a block, are applied unchanged; calibrate "
-                 "at this block size (calibrate --block-size 32) or compare at the profile's (--block-size 16)")
+                 "at this block size (calibrate --block-size 32) or run at the profile's (--block-size 16)")
     assert "--block-size 8:" in profile_warnings(at[8], make_cost_model(str(PROFILE), at[8]))[0]
     timed_at_32 = json.loads(PROFILE.read_text())
     timed_at_32["config"]["block_size"] = 32
@@ -200,7 +200,8 @@ def test_a_profile_timed_at_another_block_size_is_a_warning_naming_both_and_what
     assert profile_warnings(at[32], make_cost_model(str(tmp_path / "p32.json"), at[32])) == []
     assert "timed at block size 32 (its config.block_size)" in profile_warnings(
         at[16], make_cost_model(str(tmp_path / "p32.json"), at[16]))[0]
-    # a profile that records no block size (made by hand, or refitted into a new --out): taken as calibrate's default
+    # a profile that records no block size (made by hand, or refitted into a new --out before round 45): taken as
+    # calibrate's default
     old = {k: v for k, v in json.loads(PROFILE.read_text()).items() if k != "config"}
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert profile_warnings(at[16], make_cost_model(str(tmp_path / "old.json"), at[16])) == []

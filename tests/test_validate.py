@@ -614,6 +614,28 @@ def test_validate_says_when_the_profile_timed_another_prefill_kernel(tmp_path, c
     assert prefill_kernel_warnings({"summary": summary}, roofline) == []  # not a measured profile
 
 
+def test_validate_says_when_the_profile_was_timed_at_another_block_size(tmp_path, capsys):
+    """As replay does (run_warnings.profile_warnings): a live run at block size 16 priced by a profile timed at 32
+    gets one warning naming both, on stderr and in validation.json; the run's own profile (timed at its size) none."""
+    d = tmp_path / RUN
+    shutil.copytree(LIVE / RUN, d)
+    shutil.rmtree(d / "validation", ignore_errors=True)
+    from pagesim.validate import load_run
+
+    assert load_run(d)["config"].block_size == 16
+    profile = json.loads((d / "profile.json").read_text())
+    profile.setdefault("config", {})["block_size"] = 32
+    (d / "p32.json").write_text(json.dumps(profile))
+    assert main(["validate", str(d), "--cost-model", str(d / "p32.json"), "--ensemble", "0"]) == 0
+    err = capsys.readouterr().err
+    (text,) = [w for w in json.loads((d / "validation" / "validation.json").read_text())["warnings"]
+               if "block size" in w]
+    assert text.startswith(f"profile {d / 'p32.json'} was timed at block size 32 (its config.block_size), but the "
+                           "run uses --block-size 16") and err.count(f"warning: {text}") == 1
+    assert main(["validate", str(d), "--ensemble", "0", "--force"]) == 0
+    assert "block size" not in capsys.readouterr().err
+
+
 def test_a_validation_that_fails_before_writing_leaves_no_empty_out_behind(tmp_path, monkeypatch, capsys):
     """Was: validate created --out (and its missing parents) before its replays, so a failure or Ctrl-C there left an
     empty directory behind. Now the directories it created and left empty go; one that was there stays."""
