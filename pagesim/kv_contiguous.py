@@ -224,13 +224,15 @@ class ContiguousKVCacheManager:
         return self.allocator.free_in_extents_shorter_than(self.run_blocks(head)) * self.block_size
 
     def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
-        return MemoryAccounting(*self.accounting_values(running, head, used), total=self.num_gpu_blocks * self.block_size)
+        return MemoryAccounting(*self.memory_values(running, head, used)[3:],
+                                total=self.num_gpu_blocks * self.block_size)
 
-    def accounting_values(self, running: list[Request], head: Request | None = None,
-                          used: int | None = None) -> tuple[int, int, int, int, int, int]:
+    def memory_values(self, running: list[Request], head: Request | None = None,
+                      used: int | None = None) -> tuple[int, int, int, int, int, int, int, int, int]:
         bs = self.block_size
         used = num_computed(running) if used is None else used
         internal = self.num_internal_slots
-        allocated = (self.num_gpu_blocks - self.allocator.num_free) * bs
+        free = self.allocator.num_free
+        held = self.num_gpu_blocks - free
         external = self.external_fragmentation(head)
-        return used, allocated - used - internal, internal, external, self.allocator.num_free * bs - external, 0
+        return held, 0, free, used, held * bs - used - internal, internal, external, free * bs - external, 0  # (paged)

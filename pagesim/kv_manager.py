@@ -192,7 +192,7 @@ class KVCacheManager(Protocol):
         summed, unless the caller has the sum: `used`; the internal fragmentation of the tables handed out is
         kept by the manager as they change), `head` is the next request to admit."""
 
-    def accounting_values(self, running: list[Request], head: Request | None = None,
-                          used: int | None = None) -> tuple[int, int, int, int, int, int]:
-        """accounting()'s categories as a plain tuple in CATEGORIES' order, unchecked (the recorder's, once per
-        recorded step; accounting() checks them)."""
+    def memory_values(self, running: list[Request], head: Request | None = None,
+                      used: int | None = None) -> tuple[int, int, int, int, int, int, int, int, int]:
+        """The GPU blocks held, cached and free, then accounting()'s categories in CATEGORIES' order, as a plain
+        tuple, unchecked (the recorder's memory columns, once per recorded step; accounting() checks the categories)."""

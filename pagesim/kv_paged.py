@@ -421,15 +421,16 @@ class PagedKVCacheManager:
 
     def accounting(self, running: list[Request], head: Request | None = None, used: int | None = None) -> MemoryAccounting:
         """Slots per category. `running` are the requests holding GPU blocks."""
-        return MemoryAccounting(*self.accounting_values(running, head, used),
+        return MemoryAccounting(*self.memory_values(running, head, used)[3:],
                                 total=self.num_gpu_blocks * self.block_size)  # the null block holds no KV
 
-    def accounting_values(self, running: list[Request], head: Request | None = None,
-                          used: int | None = None) -> tuple[int, int, int, int, int, int]:
+    def memory_values(self, running: list[Request], head: Request | None = None,
+                      used: int | None = None) -> tuple[int, int, int, int, int, int, int, int, int]:
         bs = self.block_size
         pool = self.pool
         used = (num_computed(running) if used is None else used) - pool.num_extra_refs * bs  # a shared block counts once
         internal = self.num_internal_slots
-        free = pool.num_free_blocks
-        cached = pool.num_free_cached * bs
-        return used, (self.num_gpu_blocks - free) * bs - used - internal, internal, 0, free * bs - cached, cached
+        free, cached = pool.num_free_blocks, pool.num_free_cached
+        held = self.num_gpu_blocks - free
+        return (held, cached, free - cached,  # MEMORY_COLUMNS (recorder.py): blocks, then CATEGORIES' slots
+                used, held * bs - used - internal, internal, 0, (free - cached) * bs, cached * bs)

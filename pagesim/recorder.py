@@ -194,13 +194,8 @@ class Recorder:
         cache = self._memory_cache
         if cache is not None and cache[0] is head:
             return cache[1]
-        kv = s.kv
         summary = s.decode_summary  # with the running requests' num_computed_tokens summed (None when stale)
-        values = kv.accounting_values(s.running, head, None if summary is None else summary.total_computed)
-        used, reserved, internal, _, _, cached = values  # CATEGORIES
-        bs = kv.block_size
-        allocated_blocks, cached_blocks = (used + reserved + internal) // bs, cached // bs
-        memory = (allocated_blocks, cached_blocks, kv.num_gpu_blocks - allocated_blocks - cached_blocks) + values
+        memory = s.kv.memory_values(s.running, head, None if summary is None else summary.total_computed)
         self._memory_cache = (head, memory)
         return memory
 
