@@ -157,7 +157,7 @@ class BlockPool:
         """`get_new_blocks`, as block ids."""
         stack = self._free_uncached
         m = len(stack)
-        if n > m and n > m + len(self._free_cached):  # (most takes fit the uncached part: no second len)
+        if n > m + len(self._free_cached):
             raise ValueError(f"asked for {n} blocks with {self.num_free_blocks} free")
         if n <= 0:
             return []

@@ -193,7 +193,7 @@ def decode_run(sched: Scheduler, recorder, cost_model, k: int, now: float, cut: 
             if finished:
                 sched.running = without(running, finished)
             sched.decode_summary = next_summary(summary, step_id, sched.running, fewest, total_after, longest_after,
-                                                None, needs)  # no deadlines; positional (a keyword costs a slow call)
+                                                block_needs=needs)
         before = record(first, starts, durations, n, total, longest, blocks, finished, before)
         steps += m
         if not finished or end >= cut:

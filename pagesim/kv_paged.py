@@ -53,7 +53,7 @@ class PagedKVCacheManager:
 
     # ---- admission -----------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
-        need = -(-(request.prompt_len + request.output_len - 1) // self.block_size)  # cdiv(final_kv_len), inlined
+        need = cdiv(request.final_kv_len, self.block_size)
         if need > self.num_gpu_blocks:
             return (
                 f"needs {need} KV blocks for {request.final_kv_len} tokens but the cache has only "
@@ -115,19 +115,16 @@ class PagedKVCacheManager:
                 self._cache_blocks(request, request.num_computed_tokens // bs,
                                    min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
             return True
-        bs = self.block_size
-        # num_blocks_to_allocate, inlined (once per admission)
-        need = (-(-(request.num_computed_tokens + num_computed_from_cache + num_new_tokens) // bs)
-                - len(request.block_ids) - len(computed_blocks))
+        need = self.num_blocks_to_allocate(request, num_new_tokens, computed_blocks, num_computed_from_cache)
         if not checked:
             check = self._num_blocks_to_admit(request, computed_blocks) if admission else need
             if check > self.num_allocatable_blocks(computed_blocks, admission, num_running):
                 return False
         pool = self.pool
-        before = internal_slots(request, bs) if request.block_ids else 0  # (none without a table)
-        num_host = num_computed_from_cache // bs - len(computed_blocks)  # host-tier hits
+        before = internal_slots(request, self.block_size) if request.block_ids else 0  # (none without a table)
+        num_host = num_computed_from_cache // self.block_size - len(computed_blocks)  # host-tier hits
         if admission and self.enable_caching:
-            self.prefix_cache_stats.record(request, num_computed_from_cache, num_host * bs)
+            self.prefix_cache_stats.record(request, num_computed_from_cache, num_host * self.block_size)
         if computed_blocks:
             hit_ids = [b.block_id for b in computed_blocks]
             pool.touch_ids(hit_ids)
@@ -138,16 +135,14 @@ class PagedKVCacheManager:
                 request.block_ids.extend(pool.take(need))
             else:  # a table of its own: the taken list itself (no copy)
                 request.block_ids = pool.take(need)
-        after = len(request.block_ids) * bs - request.prompt_len - request.output_len + 1  # internal_slots, inlined
-        if after > 0 or before:
-            self.num_internal_slots += (after if after > 0 else 0) - before
+        self.num_internal_slots += internal_slots(request, self.block_size) - before
         if self.host is not None and num_computed_from_cache:
             self._load_host_hits(request, len(computed_blocks), num_host)
         # Like vLLM, blocks this step fills are cached when allocated (the step computes them), so a
         # request admitted later in the same step already hits them.
         if self.enable_caching:
-            self._cache_blocks(request, request.num_computed_tokens // bs,
-                               min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // bs)
+            self._cache_blocks(request, request.num_computed_tokens // self.block_size,
+                               min(request.num_computed_tokens + num_new_tokens, request.num_tokens) // self.block_size)
         return True
 
     def _load_host_hits(self, request: Request, first: int, num_host: int) -> None:
@@ -166,15 +161,11 @@ class PagedKVCacheManager:
         """vLLM admits a waiting request only if its whole sequence fits, not just this step's chunk
         (SchedulerConfig.scheduler_reserve_full_isl, on by default; KVCacheManager.allocate_slots)."""
         num_tokens = request.prompt_len + request.num_output_tokens  # (Request.num_tokens: a property is a dear call)
-        need = -(-num_tokens // self.block_size) - len(request.block_ids) - len(computed_blocks)  # cdiv, inlined
+        need = cdiv(num_tokens, self.block_size) - len(request.block_ids) - len(computed_blocks)
         return need if need > 0 else 0
 
     def can_allocate(self, request: Request, num_new_tokens: int, computed_blocks=(), num_computed_from_cache: int = 0,
                      admission: bool = False, num_running: int = 1) -> bool:
-        if admission and not computed_blocks:  # _num_blocks_to_admit <= num_allocatable_blocks, written out (no hits)
-            need = -(-(request.prompt_len + request.num_output_tokens) // self.block_size) - len(request.block_ids)
-            free = self.pool.num_free_blocks - (self.watermark_blocks if num_running > 0 else 0)
-            return (need if need > 0 else 0) <= free
         if admission:
             need = self._num_blocks_to_admit(request, computed_blocks)
         else:
@@ -183,7 +174,7 @@ class PagedKVCacheManager:
 
     def num_blocks_to_allocate(self, request, num_new_tokens, computed_blocks=(), num_computed_from_cache=0) -> int:
         total = request.num_computed_tokens + num_computed_from_cache + num_new_tokens
-        return -(-total // self.block_size) - len(request.block_ids) - len(computed_blocks)  # cdiv, inlined
+        return cdiv(total, self.block_size) - len(request.block_ids) - len(computed_blocks)
 
     def num_allocatable_blocks(self, computed_blocks=(), admission: bool = False, num_running: int = 1) -> int:
         """Free blocks a request may take now: hit blocks sitting in the free queue stop being free once
@@ -225,9 +216,7 @@ class PagedKVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release the request's GPU blocks, tail first (so its prefix is evicted last)."""
-        over = len(request.block_ids) * self.block_size - request.prompt_len - request.output_len + 1  # internal_slots
-        if over > 0:  # (inlined: once per finished request)
-            self.num_internal_slots -= over
+        self.num_internal_slots -= internal_slots(request, self.block_size)
         self.pool.free_table(request.block_ids)
         request.block_ids = []
 
@@ -335,31 +324,27 @@ class PagedKVCacheManager:
             raise AssertionError(f"a decoding request's block table ends {rooms[-1][0]} slots past its next token")
         # Each block_size steps of the run take the blocks of the same requests in the same (room, index) order,
         # the last such period those of a prefix of them (the rooms are sorted): the i-th of the m requests takes
-        # blocks i, i + m, i + 2m, ... of those taken; within block_size steps, one each.
-        first_steps = list(map(_ROOM, rooms))
-        m = len(first_steps)
-        num_blocks = m if k <= bs else num_block_steps(first_steps, k, bs)
+        # blocks i, i + m, i + 2m, ... of those taken.
+        first_steps = [room for room, _ in rooms]
+        m, num_blocks = len(first_steps), num_block_steps(first_steps, k, bs)
         pool = self.pool
         evicted = [] if pool.num_free_cached else None  # which blocks held a cached prefix (none can without)
         taken = pool.take(num_blocks, evicted)
-        if num_blocks == m:
-            for (_, r), block in zip(rooms, taken):
-                r.block_ids.append(block)
-        else:
-            for i, (room, r) in enumerate(rooms):
-                if k > room + bs:
-                    r.block_ids += taken[i::m]
-                else:
-                    r.block_ids.append(taken[i])
         internal_steps, slots = [], []
         # A table reaches past its request's final length only if fewer than block_size - 1 tokens are left after
         # the run: its room after the run (< block_size) then exceeds them (the excess is the `over` below).
-        if fewest_left - k < bs - 1:
-            for room, r in rooms:
+        check = fewest_left - k < bs - 1
+        for i, (room, r) in enumerate(rooms):
+            ids = r.block_ids
+            if k > room + bs:
+                ids += taken[i::m]
+            else:
+                ids.append(taken[i])
+            if check:
                 # slots past the final length (internal_slots, inlined: a call per request and run was ~1.5% of a
                 # replay): only the request's last block reaches past it, and the table reached no further than the
                 # final length before it grew (allocate_slots)
-                over = len(r.block_ids) * bs - r.prompt_len - r.output_len + 1
+                over = len(ids) * bs - r.prompt_len - r.output_len + 1
                 if over > 0:  # its last block, taken in the last step of the run its room reaches
                     internal_steps.append(room + (k - 1 - room) // bs * bs)
                     slots.append(over)
@@ -411,12 +396,8 @@ class PagedKVCacheManager:
             if todo:
                 internal = 0
                 for r, block in zip(todo, self.pool.take(len(todo))):
-                    ids = r.block_ids
-                    ids.append(block)
-                    # internal_slots, inlined: none before it grew (see allocate_slots)
-                    over = len(ids) * bs - r.prompt_len - r.output_len + 1
-                    if over > 0:
-                        internal += over
+                    r.block_ids.append(block)
+                    internal += internal_slots(r, bs)  # none before it grew (see allocate_slots)
                 self.num_internal_slots += internal
             return True
         if need > self.pool.num_free_blocks:

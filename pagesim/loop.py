@@ -132,8 +132,7 @@ class Arrivals:
 
     def next_time(self) -> float:
         """When the next request is due (inf when none is left, or when releases go by step)."""
-        i = self.next_index  # (exhausted written out: a property is a dear call, once a decode run)
-        return INF if self.by_step or i >= len(self.pending) else self.pending[i][0]
+        return INF if self.by_step or self.exhausted else self.pending[self.next_index][0]
 
     def release(self, sched: Scheduler, now: float) -> bool:
         """Release the requests that are due; whether there were any."""
@@ -228,7 +227,7 @@ def drive(scheduler: Scheduler, executor, recorder, arrivals: Arrivals, clock, *
         now = clock.now()
         seen_until = hooks.tick(now) if hooks.tick is not None else INF
         released = arrivals.release(scheduler, now)
-        if not (scheduler.running or scheduler.waiting or scheduler.swapped):  # has_work(), written out
+        if not scheduler.has_work():
             if arrivals.exhausted:
                 _hand_over_last_finished(scheduler, executor)
                 return stats

@@ -432,13 +432,11 @@ class Scheduler:
             # 3. Waiting requests, in queue order.
             while self.waiting and budget > 0 and not self.swapped:
                 req = self.waiting[0]
-                # positional, here and below: a call of a Python function with keywords costs ~500 instructions more
-                # on Python 3.11 (once per admission)
-                admit = self.admission(req, budget, len(running), False)  # swapped=False
+                admit = self.admission(req, budget, len(running), swapped=False)
                 if admit is None:
                     break
                 num_new, hits, num_hit = admit
-                kv.allocate_slots(req, num_new, hits, num_hit, True, len(running), True)  # admission, checked
+                kv.allocate_slots(req, num_new, hits, num_hit, admission=True, num_running=len(running), checked=True)
                 self.waiting.pop_request()
                 self.reserved_seats += self._seats(req) - 1
                 req.status = RUNNING
@@ -446,9 +444,7 @@ class Scheduler:
                 plan.admitted = [*plan.admitted, req.request_id]
                 if req.num_preemptions:
                     self.preemption_log.append((req, now, 2))
-                computed, out = req.num_computed_tokens, req.num_output_tokens
-                is_decode = out > 0 and computed == req.prompt_len + out - 1  # is_decoding (a property is a dear call)
-                scheduled.append(ScheduledRequest(req, computed, num_new, is_decode))
+                scheduled.append(ScheduledRequest(req, req.num_computed_tokens, num_new, req.is_decoding))
                 budget -= num_new
 
         if kv.has_pending_transfers():
@@ -509,8 +505,7 @@ class Scheduler:
         """(tokens to compute, prefix-hit blocks, hit tokens) if `req`, at the head of the swapped
         (`swapped`) or waiting queue, would be let in now with `budget` tokens left and `num_running`
         requests running; None if not. A pure question: schedule() and the fast path both ask it."""
-        # max_num_seqs counts sequences, including the samples a request will fork
-        if num_running + self.reserved_seats + self._seats(req) > self.config.max_num_seqs:
+        if not self._has_seats(req, num_running):
             return None
         kv = self.kv
         hits, num_hit = ([], 0) if swapped else kv.get_computed_blocks(req)
@@ -522,13 +517,18 @@ class Scheduler:
         if swapped:
             ok = kv.can_swap_in(req, num_new, num_running)
         else:
-            ok = kv.can_allocate(req, num_new, hits, num_hit, True, num_running)  # admission=True (positional: above)
+            ok = kv.can_allocate(req, num_new, hits, num_hit, admission=True, num_running=num_running)
         return (num_new, hits, num_hit) if ok else None
 
     @staticmethod
     def _seats(req: Request) -> int:
         """Running slots a request takes: n for a request whose samples are not forked yet, else 1."""
         return req.n if req.n > 1 and req.parent_id is None and req.first_token_time is None else 1
+
+    def _has_seats(self, req: Request, n_running: int | None = None) -> bool:
+        """max_num_seqs counts sequences, including the samples a request will fork."""
+        n = len(self.running) if n_running is None else n_running
+        return n + self.reserved_seats + self._seats(req) <= self.config.max_num_seqs
 
     def _preempt(self, req: Request, plan: StepPlan, now: float | None) -> None:
         self.reserved_seats -= self._seats(req) - 1
@@ -569,7 +569,7 @@ class Scheduler:
         """Apply a step's outcome at time `now` (the end of the step): tokens computed, tokens sampled."""
         outcome = StepOutcome()
         kv = self.kv
-        bs, caching = kv.block_size, kv.caches_full_blocks
+        cache_full_blocks, bs, caching = kv.cache_full_blocks, kv.block_size, kv.caches_full_blocks
         num_running = len(self.running)
         # the decode summary of the requests that go on running (valid if all of them sample this step)
         fewest, total, longest, all_sample = NO_LIMIT, 0, 0, True
@@ -602,7 +602,7 @@ class Scheduler:
             old = req.num_computed_tokens
             req.num_computed_tokens = computed = old + 1
             if caching and computed % bs == 0:  # a block became full (a no-op without caching: KVCacheManager)
-                kv.cache_full_blocks(req, old)
+                cache_full_blocks(req, old)
             req.num_output_tokens = out = req.num_output_tokens + 1
             left = req.output_len - out
             if left <= 0:
@@ -618,7 +618,7 @@ class Scheduler:
             old = req.num_computed_tokens
             req.num_computed_tokens = computed = old + s.num_new_tokens
             if caching and computed // bs != old // bs:  # a block became full (else there is nothing to register)
-                kv.cache_full_blocks(req, old)
+                cache_full_blocks(req, old)
             out = req.num_output_tokens
             if computed < req.prompt_len + out:  # num_tokens
                 all_sample = False

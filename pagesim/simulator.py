@@ -28,7 +28,7 @@ from pagesim.cost.governor import Throttle
 from pagesim.kv_manager import PrefixCacheStats
 from pagesim.loop import Arrivals, Hooks, SchedulerStuck, VirtualClock, drive, run
 from pagesim.recorder import BlockSnapshot, Recorder
-from pagesim.request import FINISHED, Request, in_arrival_order, requests_from_trace
+from pagesim.request import Request, in_arrival_order, requests_from_trace
 from pagesim.scheduler import Scheduler
 from pagesim.utils import paused_gc
 
@@ -136,7 +136,7 @@ class Simulation:
             stats = run(self.engine())
             wall = time.perf_counter() - wall
             sched = self.scheduler
-            unfinished = [r for r in self.requests if r.status < FINISHED]  # not is_finished (a property: dear)
+            unfinished = [r for r in self.requests if not r.is_finished]
             if unfinished:
                 raise SchedulerStuck(f"{len(unfinished)} requests neither finished nor rejected")
             all_requests = self.requests + [r for r in sched.finished if r.parent_id is not None]

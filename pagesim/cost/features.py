@@ -102,9 +102,9 @@ class StepFeatures:
         shared refs and the prefill rows' tables alone when the step's rows are all the running requests (only
         running requests hold blocks: shared_tokens_by_refs)."""
         p_tokens = p_seqs = p_pairs = p_ctx = d_seqs = d_ctx = d_max = walks = longest = 0
+        decodes, prefills = [], []
         group = plan.decode_group  # decode rows without a ScheduledRequest (the fast path's), first in order
         tables = block_size and (sharing is None or sharing[0])  # the shared reads need the rows' tables
-        decodes, prefills = ([], []) if tables else ((), ())  # (lists only when they are gathered)
         by_refs = tables and sharing is not None and len(group) + len(plan.scheduled) == sharing[1]
         decode_tables = tables and not by_refs
         if group:
