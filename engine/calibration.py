@@ -551,6 +551,15 @@ def companion_profile(rows_path: Path) -> Path | None:
     return None
 
 
+def profile_json(path: Path) -> dict | None:
+    """A profile JSON's contents (its "kind" is "profile"), or None when `path` is not a readable one."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return d if isinstance(d, dict) and d.get("kind") == "profile" else None
+
+
 MEASUREMENT_RECORDS = ("environment", "prefill_kernel", "config", "workloads", "swap_bandwidth", "calibration_s",
                        "calibration_rest")
 
@@ -560,11 +569,8 @@ def measurement_records(path: Path | None) -> tuple[dict, tuple[int, ...], tuple
     (its records of the measurement: MEASUREMENT_RECORDS, the measured `config` with its block size and max_num_seqs
     among them, the swap link and the prefill kernel; the engine's mixed-step token buckets; the form its graph steps
     were fitted in, programs_per_sm_of). None when `path` is None or not a readable profile JSON."""
-    try:
-        d = json.loads(path.read_text()) if path is not None else None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(d, dict) or d.get("kind") != "profile":
+    d = profile_json(path) if path is not None else None
+    if d is None:
         return None
     return ({k: d[k] for k in MEASUREMENT_RECORDS if k in d},
             tuple(int(t) for t in d.get("mixed_graph_token_sizes", ())), programs_per_sm_of(d))
@@ -592,11 +598,8 @@ def recorded_labels(path: Path) -> dict[str, str] | None:
     """What a profile JSON says was timed: model, gpu and kv_cache_dtype from its measurement's `config` (calibrate
     and live --calibrate record it), else its own labels (none for kv_cache_dtype: the model's dtype, auto).
     None when `path` is not a readable profile JSON."""
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(d, dict) or d.get("kind") != "profile":
+    d = profile_json(path)
+    if d is None:
         return None
     measured = d["config"] if isinstance(d.get("config"), dict) else {}
     labels = {key: measured.get(key) or d.get(key) for key in LABEL_DEFAULTS}
