@@ -537,8 +537,10 @@ def test_replay_serving_view_warns_of_a_tpot_slo_no_request_can_be_judged_by():
     assert warning.startswith("**TPOT SLO** 50 ms: no request of the trace has two output tokens within max_model_len "
                               "8,192, so none has a TPOT"), warning
     assert "--" not in warning and "judges nothing" in warning, warning
-    table = at.dataframe[-1].value  # what the warning explains: no TPOT sample, and every request within both SLOs
+    assert warning.endswith(". The **ITL SLO** has no sample either: no step decodes a token."), warning
+    table = at.dataframe[-1].value  # what the warning explains: no TPOT or ITL sample, every request within both SLOs
     assert table["TPOT within SLO"].isna().all() and table["requests within TTFT and TPOT SLOs"].tolist() == [1.0, 1.0]
+    assert table["ITL within SLO (tokens)"].isna().all()
     at.number_input(key="replay.slo_tpot").set_value(5.0).run()
     assert [w.value for w in at.warning if "TPOT" in w.value] == [warning.replace("50 ms", "5 ms")]
     assert at.dataframe[-1].value.equals(table), "whatever the TPOT threshold"

@@ -346,12 +346,15 @@ def serving_view(runs: dict[str, data.Run], config, trace) -> None:
 def slo_banner(config, trace, tpot_ms: float) -> None:
     """The warning `replay --slo tpot_...` prints when no request can be judged by a TPOT SLO (run_warnings.tpot_unjudged:
     every output one token, after the cut at max_model_len), named by the page's control: the table below then has no
-    TPOT sample, and its requests within TTFT and TPOT SLOs and goodput take no account of the TPOT threshold."""
+    TPOT sample, and its requests within TTFT and TPOT SLOs and goodput take no account of the TPOT threshold. Nor has
+    it an ITL sample (no step decodes), which the warning adds."""
     from pagesim.run_warnings import tpot_unjudged, tpot_unjudged_warning
 
     if tpot_unjudged(config, trace):
         text = tpot_unjudged_warning(config, f"**TPOT SLO** {tpot_ms:g} ms")
-        st.warning(widgets.in_page_words(text) + ".", icon=":material/warning:")
+        # nor is there a decode step, so the ITL SLO has no inter-token gap to judge (its column stays empty)
+        st.warning(widgets.in_page_words(text) + ". The **ITL SLO** has no sample either: no step decodes a token.",
+                   icon=":material/warning:")
 
 
 def attainment_rows(runs: dict[str, data.Run], requests, steps, slo: dict[str, float]) -> list[dict]:
