@@ -716,6 +716,7 @@ def calibrate(args) -> int:
                                 f"not {kv_dtype} ({sources['kv_cache_dtype']}); pass the matching --kv-cache-dtype "
                                 "or another --out")
             max_num_seqs = measured.get("max_num_seqs", max_num_seqs)
+
         def warn(message: str) -> None:  # on stderr and in the profile
             print(f"warning: {message}", file=sys.stderr)
             extras.setdefault("warnings", []).append(message)

@@ -235,4 +235,5 @@ class ContiguousKVCacheManager:
         free = self.allocator.num_free
         held = self.num_gpu_blocks - free
         external = self.external_fragmentation(head)
-        return held, 0, free, used, held * bs - used - internal, internal, external, free * bs - external, 0  # (paged)
+        # MEMORY_COLUMNS (recorder.py); a reservation has no prefix cache: no cached blocks, no cached slots
+        return held, 0, free, used, held * bs - used - internal, internal, external, free * bs - external, 0
