@@ -418,3 +418,27 @@ def test_a_negative_burstgpt_timestamp_is_refused_as_other_offsets_are(tmp_path,
     err = load_error(tmp_path, text, name="burst.csv")
     assert str(err) == (f"{tmp_path / 'burst.csv'}, line {3 + len(blank)}, field 'Timestamp': expected a non-negative "
                         "offset in seconds from the trace start, got '-4.5'")
+
+
+def test_a_key_given_twice_in_a_json_object_is_refused_by_name(tmp_path):
+    """Was: json kept the last of two values silently, so a row's prompt length could change without a word. Every
+    JSON reader (JSON lines, the own format's header and rows, a ShareGPT list's nested turns) names the key."""
+    text = ('{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+            '{"timestamp": 1, "input_length": 10, "output_length": 5, "input_length": 99}\n')
+    assert_error(load_error(tmp_path, text, name="m.jsonl"), 2, "input_length", "each key once in a JSON object")
+    own = ('{"pagesim_trace": 1, "name": "x", "hash_block_size": null}\n'
+           '{"request_id": "a", "arrival_time_s": 0, "prompt_len": 3, "output_len": 4, "output_len": 40}\n')
+    assert_error(load_error(tmp_path, own, name="p.jsonl"), 2, "output_len", "each key once in a JSON object")
+    nested = ('[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},\n'
+              ' {"conversations": [{"from": "human", "value": "a: b", "value": "c"}, {"from": "gpt", "value": "d"}]}]')
+    assert_error(load_error(tmp_path, nested, name="s.json"), 2, "value", "each key once in a JSON object")
+
+
+def test_colons_inside_json_strings_are_not_taken_for_keys(tmp_path):
+    """The duplicate-key check counts colons first; a value holding one (a clock time, a URL) is checked again and
+    read as it is."""
+    text = ('{"request_id": "r:1", "arrival_time_s": 0, "prompt_len": 3, "output_len": 4}\n'
+            '{"request_id": "http://x", "arrival_time_s": 1, "prompt_len": 5, "output_len": 6}\n')
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"pagesim_trace": 1, "name": "x", "hash_block_size": null}\n' + text)
+    assert load_trace(path).df["prompt_len"].tolist() == [3, 5]
