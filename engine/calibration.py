@@ -96,7 +96,8 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
     steps above the largest bucket, up to the budget); prefix: the buckets' steps
     with a cached prefix of 2k-4k tokens before each chunk (prefix-cache hits); multi: 2, 4 or 8 prompts released
     together into a small decode batch, from scratch and after a cached prefix (graph mixed steps with several
-    prefill sequences, as recomputes after preemption make).
+    prefill sequences, as recomputes after preemption make); kshot: k = 1..8 short prompts at once after a cached
+    prefix that a decode batch reads too (graph mixed steps of a k-shot window).
     """
     out = []
     budget = 8192  # the calibration's max_num_batched_tokens: the batch is prefilled in ceil(tokens / budget) steps
@@ -187,6 +188,22 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         for j in range(g):
             groups += [(1, p + c, 24 + first, 0, p, j), ((b - g) // g + (j < (b - g) % g), p + c, 24, first, p, j)]
         out.append((f"shared-b{b}-p{p}-c{c}" + (f"-g{g}" if g > 1 else ""), groups))
+    # Arrivals over shared prefixes (round 46): b rows decoding over g = 4 prefixes of 1,536 tokens, then k = 1..8
+    # requests at once with a prefix of theirs and a short suffix (16-256 tokens): graph mixed steps of k
+    # one-tile chunks that hit a prefix the decode rows read, as every k-shot step is (the shared and multi workloads'
+    # chunks read a prefix no decode row reads, or come one at a time: docs/cost-model-history.md, round 46).
+    g, p, c = 4, 1536, 512
+    releases = [(k, s) for s in (16, 64, 256) for k in (1, 2, 4, 8)]
+    for b in (8, 16, 32):
+        if p + c + 3 * len(releases) + 64 > max_model_len:
+            continue
+        first = -(-g * (p + c) // budget) + 1  # the g prefixes computed (whole prompts of their first requests)
+        out_rows = 3 * len(releases) + 12  # the decode rows outlast the releases
+        groups = []
+        for j in range(g):
+            groups += [(1, p + c, out_rows + first, 0, p, j), ((b - g) // g + (j < (b - g) % g), p + c, out_rows, first, p, j)]
+        groups += [(k, p + s, 2, first + 3 + 3 * i, p, i % g) for i, (k, s) in enumerate(releases)]
+        out.append((f"kshot-b{b}-p{p}", groups))
     # Served-like: b sequences whose contexts spread log-uniformly over 256..6144 tokens in a scrambled order and
     # whose outputs end at different steps, so the batch shrinks through sizes between the graph sizes
     # (live batches are rarely a graph size, nor uniform, nor one long among short ones).

@@ -81,6 +81,21 @@ def test_shared_prefix_workloads_record_the_repeated_reads(workloads, name, b, p
     assert (rows.loc[rows["num_prefill_tokens"] == 0, "prefill_shared_tokens"] == 0).all()
 
 
+@pytest.mark.parametrize("b", [8, 32])
+def test_kshot_workloads_time_short_chunks_over_a_prefix_the_decode_rows_read(workloads, b):
+    """k = 1, 2, 4, 8 prompts released at once after a cached 1,536-token prefix of the running decode batch: one
+    graph mixed step each, its k chunks (16-256 tokens each) all prefix hits, each reading its whole prefix, which
+    b decode rows read too (the k-shot windows' steps, which no other workload makes)."""
+    rows = run_calibration(NoTime(), CONFIG, workloads=[(f"kshot-b{b}-p1536", workloads[f"kshot-b{b}-p1536"])])
+    arrivals = rows[(rows["num_prefill_tokens"] > 0) & (rows["num_decode_seqs"] == b)]
+    assert sorted(arrivals["num_prefill_seqs"].tolist()) == sorted([1, 2, 4, 8] * 3)
+    per_chunk = arrivals["num_prefill_tokens"] / arrivals["num_prefill_seqs"]
+    assert sorted(set(per_chunk)) == [16, 64, 256]
+    assert (arrivals["prefill_shared_tokens"] == arrivals["num_prefill_seqs"] * 1536).all()
+    assert (arrivals["prefix_cache_hits"] == arrivals["num_prefill_seqs"] * 1536).all()
+    assert (arrivals["decode_shared_tokens"] == (b - 4) * 1536).all()  # 4 prefixes, each computed once
+
+
 def test_live_calibrate_refuses_a_cache_too_small_to_calibrate_in(tmp_path, capsys):
     """`live --calibrate` calibrates in the run's own KV cache: with 600 blocks only the small prefills fit, too
     few to fit a profile. It says so, and the way out, before loading a model or running anything."""
