@@ -68,6 +68,16 @@ class ContextBuilding:
         return self.executor.execute(plan)
 
 
+def _shared_prefix_rows(b: int, g: int, p: int, c: int, out: int, first: int) -> list[tuple[int, ...]]:
+    """b decode rows over g shared prefixes of p tokens, each row p + c prompt tokens and `out` output tokens after
+    step `first`: the first request of each prefix released at the start (it computes the prefix, decoding until
+    the others are done), the other b - g spread over the prefixes and released before step `first`."""
+    groups: list[tuple[int, ...]] = []
+    for j in range(g):
+        groups += [(1, p + c, out + first, 0, p, j), ((b - g) // g + (j < (b - g) % g), p + c, out, first, p, j)]
+    return groups
+
+
 def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int, ...]]]]:
     """Synthetic workloads as (name, [(count, prompt_len, output_len[, release_step[, prefix_len, prefix_id]]), ...]).
 
@@ -184,10 +194,7 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         if p + c + 64 > max_model_len:
             continue
         first = -(-g * (p + c) // budget) + 1  # the g prefixes computed (whole prompts of their first requests)
-        groups = []
-        for j in range(g):
-            groups += [(1, p + c, 24 + first, 0, p, j), ((b - g) // g + (j < (b - g) % g), p + c, 24, first, p, j)]
-        out.append((f"shared-b{b}-p{p}-c{c}" + (f"-g{g}" if g > 1 else ""), groups))
+        out.append((f"shared-b{b}-p{p}-c{c}" + (f"-g{g}" if g > 1 else ""), _shared_prefix_rows(b, g, p, c, 24, first)))
     # Arrivals over shared prefixes (round 46): b rows decoding over g = 4 prefixes of 1,536 tokens, then k = 1..8
     # requests at once with a prefix of theirs and a short suffix (16-256 tokens): graph mixed steps of k
     # one-tile chunks that hit a prefix the decode rows read, as every k-shot step is (the shared and multi workloads'
@@ -198,10 +205,7 @@ def calibration_workloads(max_model_len: int) -> list[tuple[str, list[tuple[int,
         if p + c + 3 * len(releases) + 64 > max_model_len:
             continue
         first = -(-g * (p + c) // budget) + 1  # the g prefixes computed (whole prompts of their first requests)
-        out_rows = 3 * len(releases) + 12  # the decode rows outlast the releases
-        groups = []
-        for j in range(g):
-            groups += [(1, p + c, out_rows + first, 0, p, j), ((b - g) // g + (j < (b - g) % g), p + c, out_rows, first, p, j)]
+        groups = _shared_prefix_rows(b, g, p, c, 3 * len(releases) + 12, first)  # the rows outlast the releases
         groups += [(k, p + s, 2, first + 3 + 3 * i, p, i % g) for i, (k, s) in enumerate(releases)]
         out.append((f"kshot-b{b}-p{p}", groups))
     # Served-like: b sequences whose contexts spread log-uniformly over 256..6144 tokens in a scrambled order and
