@@ -30,13 +30,16 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     """json's object_pairs_hook: the object, or _DuplicateKey naming a key it holds twice (json keeps the last one
     silently, so a row's field would change without a word)."""
     obj = dict(pairs)
-    if len(obj) < len(pairs):
+    if len(obj) < len(pairs):  # some key twice: name the first one repeated
         seen: set[str] = set()
-        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
     return obj
 
 
-DUPLICATE_KEY = "each key once in a JSON object (JSON would keep the last one silently)"
+_DUPLICATE_KEY = "each key once in a JSON object (JSON would keep the last one silently)"
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)  # json_list's: every object's keys checked
 _WHITESPACE = " \t\r\n"
 
@@ -217,7 +220,7 @@ def _check_keys(value: object, text: str, file: str, line: int) -> object:
     try:
         json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as dup:
-        raise TraceError(file, line, dup.key, DUPLICATE_KEY) from None
+        raise TraceError(file, line, dup.key, _DUPLICATE_KEY) from None
     return value
 
 
@@ -264,7 +267,7 @@ def json_list(text: str, file: str) -> Iterator[tuple[int, object]]:
             try:
                 item, end = _DECODER.raw_decode(text, i)
             except _DuplicateKey as dup:
-                raise TraceError(file, line_at(i), dup.key, DUPLICATE_KEY) from None
+                raise TraceError(file, line_at(i), dup.key, _DUPLICATE_KEY) from None
             except json.JSONDecodeError as exc:
                 raise TraceError(file, exc.lineno, None, f"valid JSON ({_json_problem(exc)})") from None
             except (ValueError, RecursionError) as exc:

@@ -352,7 +352,6 @@ def slo_banner(config, trace, tpot_ms: float) -> None:
 
     if tpot_unjudged(config, trace):
         text = tpot_unjudged_warning(config, f"**TPOT SLO** {tpot_ms:g} ms")
-        # nor is there a decode step, so the ITL SLO has no inter-token gap to judge (its column stays empty)
         st.warning(widgets.in_page_words(text) + ". The **ITL SLO** has no sample either: no step decodes a token.",
                    icon=":material/warning:")
 
