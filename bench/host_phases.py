@@ -28,6 +28,7 @@ import gc
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +190,13 @@ def main() -> int:
             return rc
     frame = pd.DataFrame(list(phases.rows.values()))
     frame.to_parquet(Path(args.out).with_suffix(".steps.parquet"), index=False)
-    result = {"bench": "host_phases", "live_args": live_args, "workloads": names, "decode_ms_by_batch": summary(frame)}
+    import torch
+
+    from pagesim.outputs import git_commit
+
+    result = {"bench": "host_phases", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "commit": git_commit(),
+              "live_args": live_args, "workloads": names, "decode_ms_by_batch": summary(frame)}
     Path(args.out).write_text(json.dumps(result, indent=1))
     for setting, by_batch in result["decode_ms_by_batch"].items():
         print(setting)

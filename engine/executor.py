@@ -135,6 +135,26 @@ class _Tokens:
     n: int  # tokens so far: the prompt, then the generated ones
     prompt_len: int
     num_samples: int  # the request's n (parallel sampling)
+    table: np.ndarray | None = None  # int32: the first table_n entries of the block table `table_of` is
+    table_of: list | None = None
+    table_n: int = 0
+
+    def block_row(self, block_ids: list[int], k: int, width: int) -> np.ndarray:
+        """The first k entries of the request's block table (`block_ids`, k <= width) as int32, kept from step to
+        step: a KV-cache manager grows a table in place (append, extend) or replaces it by a new list (freed,
+        swapped in, forked; pagesim.kv_manager), so only the blocks added since the last step are converted
+        (a whole table's list-to-array copy grew with the context: ~0.08 ms a decode step of 16 rows over 33k
+        tokens on an H100 host, bench/host_phases.py)."""
+        n = self.table_n
+        if block_ids is not self.table_of or n > len(block_ids) or (n and self.table[n - 1] != block_ids[n - 1]):
+            if self.table is None:
+                self.table = np.empty(width, dtype=np.int32)
+            self.table_of, self.table_n = block_ids, 0
+            n = 0
+        if k > n:
+            self.table[n:k] = block_ids[n:k]
+            self.table_n = k
+        return self.table[:k]
 
     def append(self, token: int) -> None:
         if self.n == len(self.ids):
@@ -447,13 +467,13 @@ class GPUExecutor:
 
     def _table_rows(self, out: np.ndarray, steps) -> None:
         """Each step's block-table row: the blocks its tokens reach (the kernels read no further), into `out`'s
-        zeroed rows. Not the request's whole table: a contiguous reservation holds max_model_len's blocks ahead
-        (512 at 8,192 tokens), whose list-to-array copy cost ~70 us a step of 8 rows on a CPU like CI's."""
+        zeroed rows, from the request's kept array (_Tokens.block_row). Not the request's whole table: a contiguous
+        reservation holds max_model_len's blocks ahead (512 at 8,192 tokens)."""
         bs, w = self.block_size, self.max_blocks_per_seq
-        for i, (s, _) in enumerate(steps):
+        for i, (s, t) in enumerate(steps):
             ids = s.request.block_ids
             k = min(cdiv(s.num_computed_tokens + s.num_new_tokens, bs), len(ids), w)
-            out[i, :k] = ids[:k]
+            out[i, :k] = t.block_row(ids, k, w)
 
     # ---- decode-only steps: padded, from a CUDA graph when one was captured ---------------------
     def _decode_step(self, decodes):
@@ -634,8 +654,8 @@ class GPUExecutor:
         for s, t in prefills:
             c, n = s.num_computed_tokens, s.num_new_tokens
             p = np.arange(c, c + n, dtype=np.int64)
-            table = np.asarray(s.request.block_ids[: cdiv(c + n, bs)], dtype=np.int64)
-            ids.append(t.ids[c : c + n]), pos.append(p), slots.append(table[p // bs] * bs + p % bs)
+            table = t.block_row(s.request.block_ids, cdiv(c + n, bs), w)
+            ids.append(t.ids[c : c + n]), pos.append(p), slots.append(table[p // bs].astype(np.int64) * bs + p % bs)
             cu.append(cu[-1] + n)
             ctx_p.append(c + n)
             if c + n == t.n:

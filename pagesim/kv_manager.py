@@ -7,7 +7,10 @@ which one it has; a new layout or eviction policy is a change to one file.
 
 Conventions shared by both:
 - a request's GPU block table is `request.block_ids`, its CPU blocks (when
-  swapped out) `request.cpu_block_ids`;
+  swapped out) `request.cpu_block_ids`; a table grows in place (append,
+  extend) or is replaced by a new list (freed, swapped in, forked), never
+  changed in place before its end (the engine keeps each table's array form
+  from step to step by this: engine.executor._Tokens.block_row);
 - `can_*` methods are pure questions; the command of the same name makes the
   change only when the question says yes, and returns False/None (changing
   nothing) otherwise;

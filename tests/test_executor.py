@@ -17,6 +17,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from engine.executor import GPUExecutor, config_for_device, graph_batch_sizes
@@ -345,12 +347,14 @@ def test_block_table_rows_hold_only_the_blocks_the_step_reaches(toy_model):
     tokens reach (the kernels read no further), the rest of the row stays zero, as a paged request's would."""
     from types import SimpleNamespace
 
+    from engine.executor import _Tokens
+
     cfg, _, _ = contiguous_scenario("toy", BS, toy_model.spec.vocab_size)
     ex = GPUExecutor(cfg, toy_model)
     w = ex.max_blocks_per_seq
     reserved = list(range(20, 20 + w))  # a whole reservation: every block the row could hold
     steps = [(SimpleNamespace(num_computed_tokens=c, num_new_tokens=n, request=SimpleNamespace(block_ids=reserved)),
-              None) for c, n in ((0, 1), (BS - 1, 1), (BS, 1), (0, BS + 1), (2 * BS, BS))]
+              _Tokens(np.zeros(1, dtype=np.int64), 1, 1, 1)) for c, n in ((0, 1), (BS - 1, 1), (BS, 1), (0, BS + 1), (2 * BS, BS))]
     out = np.zeros((len(steps), w), dtype=np.int32)
     ex._table_rows(out, steps)
     for row, want in zip(out, (1, 1, 2, 2, 3)):
@@ -563,3 +567,28 @@ def test_one_executor_runs_loop_after_loop_with_the_same_request_ids(toy_model):
         run(drive(sched, ex, None, Arrivals([(0, r) for r in reqs], by_step=True), VirtualClock()))
         assert all(r.status == RequestStatus.FINISHED for r in reqs)
         assert ex._tokens == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["append", "extend", "new"]), st.lists(st.integers(0, 10_000), max_size=5),
+                          st.integers(0, 40)), max_size=30))
+def test_kept_block_row_is_the_tables_prefix(ops):
+    """_Tokens.block_row keeps a table's array form between steps; under the KV-cache managers' rule (a table grows
+    in place or is replaced by a new list: tests/test_kv_paged_properties.py checks the managers keep it) every row
+    it gives is the table's first k entries."""
+    from engine.executor import _Tokens
+
+    width = 40
+    t = _Tokens(np.zeros(4, dtype=np.int64), 1, 1, 1)
+    table: list[int] = []
+    for op, ids, k in ops:
+        if op == "append":
+            table.append(ids[0] if ids else 7)
+        elif op == "extend":
+            table.extend(ids)
+        else:
+            table = list(ids)
+        table = table[:width] if len(table) > width else table
+        k = min(k, len(table))
+        row = t.block_row(table, k, width)
+        assert row.dtype == np.int32 and row.tolist() == table[:k]

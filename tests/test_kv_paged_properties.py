@@ -456,6 +456,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         super().__init__()
         self.requests: list[Request] = []
         self.saw: set[str] = set()
+        self.tables: dict[str, tuple[list, list]] = {}  # request id -> (its table as last scheduled, a copy)
 
     @initialize(config=scheduler_configs(), group=st.booleans())
     def setup(self, config, group):
@@ -487,6 +488,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         plan = s.schedule(self.now)
         check_plan(s, plan, running_before)
         check_scheduler(s)
+        for r in s.running:  # the engine keeps each table's array form by it (engine.executor._Tokens.block_row)
+            seen = self.tables.get(r.request_id)
+            if seen is not None and seen[0] is r.block_ids:
+                assert r.block_ids[: len(seen[1])] == seen[1], f"{r.request_id}'s block table changed in place"
+            self.tables[r.request_id] = (r.block_ids, list(r.block_ids))
         # the recorder reads the decode summary unchecked during the step: the one before it is stale by now
         assert s.decode_summary is s.decode_summary_now(), "a stale decode summary read during the step"
         if plan.preempted:
