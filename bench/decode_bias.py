@@ -7,6 +7,8 @@ replayed features the predictions use), prints and writes:
 - bias: per profile and run, the graph decode steps' median of measured / predicted - 1 and the total ratio;
 - host: per batch size, the median host time of a decode step (duration - device time between CUDA events,
   gpu_time_s) in each calibration (rows since round 16 carry it) and each run;
+- level split: the run's graph decode level (measured / predicted, summed), its device part (device time against the
+  prediction less the calibration's host share) and its host share against the calibration's (round 47);
 - matched: each run decode step after a decode step against the calibration's steady decode rows (after a decode
   step too) of the same batch whose summed and longest context are within 5%: the median ratio of their device
   times (the same step, timed in the two settings);
@@ -55,7 +57,8 @@ def run_rows(run: Path):
         raise UserError(f"--run {run}: no {val}; run `python -m pagesim validate {run}` first")
     steps = read_steps(run / "steps.parquet")
     v = read_validation_steps(val, steps)
-    return v.merge(steps[["step", "gpu_time_s"]], on="step", validate="one_to_one")
+    cols = ["step", "gpu_time_s"] + (["queue_host_s"] if "queue_host_s" in steps else [])  # since round 47
+    return v.merge(steps[cols], on="step", validate="one_to_one")
 
 
 def bias(model, rows) -> dict:
@@ -102,6 +105,32 @@ def matched_device_ratio(cal, run) -> dict:
     return {"matched_steps": len(ratios), "median_ratio": float(np.median(ratios)) if ratios else None}
 
 
+def host_share(rows) -> float:
+    """Of the summed time of decode-only steps (graph decode rows of a run), the part outside device time."""
+    t = rows["duration_s"] if "duration_s" in rows else rows["measured_s"]
+    return float((t - rows["gpu_time_s"]).sum() / t.sum())
+
+
+def level_split(model, cal, run) -> dict:
+    """A run's graph decode level (measured / predicted, summed) split in two: its device time against the
+    prediction less the calibration's host share (what the profile fitted as device time), and its host share
+    less the calibration's (the host time the profile did not see). device x (1 - calibration host) / (1 - run
+    host) is the level, so a level over 1 with a device part near 1 is host time."""
+    d = run[run["kind"] == "graph decode"]
+    pred = model.forward_times(d)
+    cal_host = host_share(cal[(cal["num_prefill_tokens"] == 0) & (cal["num_decode_seqs"] > 0)])
+    run_host = host_share(d)
+    out = {"level": float(d["measured_s"].sum() / pred.sum()), "steps": int(len(d)),
+           "device": float(d["gpu_time_s"].sum() / (pred.sum() * (1 - cal_host))),
+           "calibration_host_share": cal_host, "run_host_share": run_host, "host_excess": run_host - cal_host}
+    c = cal[(cal["num_prefill_tokens"] == 0) & (cal["num_decode_seqs"] > 0)]
+    if "queue_host_s" in d and "queue_host_s" in c:  # of the device time, the host's queueing (round 47 on)
+        for who, rows in (("calibration", c), ("run", d)):
+            t = rows["duration_s"] if "duration_s" in rows else rows["measured_s"]
+            out[f"{who}_queue_host_share"] = float(rows["queue_host_s"].sum() / t.sum())
+    return out
+
+
 def lowest_clock(rows, clocks):
     import numpy as np
 
@@ -144,7 +173,7 @@ def main(argv=None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result = {"bias": [], "host_ms": {}, "matched_device_ratio": [], "unthrottled_refit": []}
+    result = {"bias": [], "host_ms": {}, "matched_device_ratio": [], "level_split": [], "unthrottled_refit": []}
     for p in profiles:
         model, cal = ProfileCostModel.from_json(p), cals[str(p)]
         result["host_ms"][p.name if p.name != "profile.json" else str(p)] = host_ms(cal) if "gpu_time_s" in cal else None
@@ -159,6 +188,10 @@ def main(argv=None) -> int:
                 ratio = "-" if m["median_ratio"] is None else f"{m['median_ratio']:.4f}"
                 print(f"{'':40s} {'':36s} device time run / calibration, matched steps: {ratio} "
                       f"({m['matched_steps']} steps)")
+                ls = level_split(model, cal, rows) | {"profile": str(p), "run": name}
+                result["level_split"].append(ls)
+                print(f"{'':40s} {'':36s} graph decode level {ls['level']:.4f} = device {ls['device']:.4f}, host "
+                      f"share {100 * ls['run_host_share']:.2f}% against {100 * ls['calibration_host_share']:.2f}%")
         if clocks is not None and "started_unix" in cal:
             cal = cal.assign(sm_low=lowest_clock(cal, clocks))
             mixed = tuple(json.loads(p.read_text()).get("mixed_graph_token_sizes", ()))

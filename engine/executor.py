@@ -45,8 +45,11 @@ reservation: `_table_rows`).
 Timing: `execute` returns the wall time of the whole step (perf_counter, ending after a device
 synchronisation), host-side preparation included, as a live engine would see it;
 `last_gpu_time_s` is the same step's device time between two CUDA events (None on the CPU),
-`last_move_gpu_time_s` the part of it the step's block moves took before the forward (0 without moves), and
-`last_sm_clock_mhz` the SM clock NVML reported while the step ran (engine.sm_clock; None on the CPU or without NVML).
+`last_move_gpu_time_s` the part of it the step's block moves took before the forward (0 without moves),
+`last_queue_host_s` the host's time from the first of the two events to the step's work all queued (moves issued,
+inputs prepared and uploaded, kernels launched or a graph replayed): the GPU is idle when a step starts, so the event
+is stamped at once and that much of the device time can be the device waiting for the host (bench/host_phases.py),
+and `last_sm_clock_mhz` the SM clock NVML reported while the step ran (engine.sm_clock; None on the CPU or without NVML).
 """
 
 from __future__ import annotations
@@ -254,6 +257,7 @@ class GPUExecutor:
         self.last_logits: dict[str, torch.Tensor] | None = {} if keep_logits else None
         self.last_gpu_time_s: float | None = None
         self.last_move_gpu_time_s: float | None = None  # of last_gpu_time_s, the block moves before the forward
+        self.last_queue_host_s: float | None = None  # host time from the start event to the step's work queued
         self.last_sm_clock_mhz: int | None = None
         self._sm_clock = cuda_sm_clock(self.device) if self.is_cuda else None
         self.num_steps = 0
@@ -372,6 +376,7 @@ class GPUExecutor:
             self.release(request_id)
         if self.is_cuda:
             self._ev_start.record()
+        t_start = time.perf_counter()
         with torch.inference_mode():
             moves = self._move_blocks(plan)
             if moves and self.is_cuda:
@@ -379,6 +384,7 @@ class GPUExecutor:
             sampled = self._forward(plan) if plan.scheduled else None
             if self.host_tier is not None:
                 self.host_tier.send()  # the stores' copies, issued once the forward is queued (HostTier)
+            self.last_queue_host_s = time.perf_counter() - t_start
             if self.is_cuda:
                 self._ev_end.record()
                 self.last_sm_clock_mhz = self._sm_clock.read()  # while the GPU runs the step

@@ -83,12 +83,13 @@ def stitch_durations(steps: pd.DataFrame, idle_after: set[int]) -> pd.DataFrame:
 class DeviceReadings:
     """What the executor read of each step on the device: its time between CUDA events (last_gpu_time_s), the part
     of it its block moves took before the forward (last_move_gpu_time_s: host-tier stores and loads, copies, swaps;
-    0 without moves) and the SM clock while it ran (last_sm_clock_mhz), kept by step and added to a steps frame as
-    gpu_time_s, move_gpu_time_s and sm_clock_mhz (NaN where there was none: the CPU, no NVML). Live runs and
-    calibration rows both carry them."""
+    0 without moves), the host's time from its start event to its work queued (last_queue_host_s: within the
+    device time, the device waiting for the host) and the SM clock while it ran (last_sm_clock_mhz), kept by step and
+    added to a steps frame as gpu_time_s, move_gpu_time_s, queue_host_s and sm_clock_mhz (NaN where there was none:
+    the CPU, no NVML). Live runs and calibration rows both carry them (queue_host_s since round 47)."""
 
     COLUMNS = (("gpu_time_s", "last_gpu_time_s"), ("move_gpu_time_s", "last_move_gpu_time_s"),
-               ("sm_clock_mhz", "last_sm_clock_mhz"))
+               ("queue_host_s", "last_queue_host_s"), ("sm_clock_mhz", "last_sm_clock_mhz"))
 
     def __init__(self, executor):
         self.executor = executor

@@ -44,6 +44,11 @@ def test_the_bias_is_the_validations_own_prediction_and_clocks_refit(tmp_path, c
     assert r["unthrottled_refit"][0]["rows"] > r["unthrottled_refit"][-1]["rows"]  # fewer rows at higher clocks
     assert set(r["host_ms"][RUN.name]) >= {"1", "2", "4", "8"} and 0 < r["host_ms"][RUN.name]["4"] < 1
     assert "device time run / calibration" in capsys.readouterr().out
+    (ls,) = r["level_split"]  # the level is its device part and the host shares, exactly
+    d = v[v["kind"] == "graph decode"]
+    assert ls["steps"] == len(d) and 0 < ls["calibration_host_share"] < 0.1 and 0 < ls["run_host_share"] < 0.1
+    assert ls["level"] == pytest.approx(ls["device"] * (1 - ls["calibration_host_share"]) / (1 - ls["run_host_share"]))
+    assert ls["host_excess"] == pytest.approx(ls["run_host_share"] - ls["calibration_host_share"])
     assert main(["--profile", str(PROFILE), "--run", str(RUN), "--out", str(out)]) == 2  # never overwritten
 
 

@@ -360,6 +360,7 @@ def test_rows_carry_each_timed_steps_device_time_and_sm_clock(workloads):
         def execute(self, plan) -> float:
             self.n += 1
             self.last_gpu_time_s, self.last_sm_clock_mhz = self.n * 1e-3, (1500 + self.n if self.n % 2 else None)
+            self.last_queue_host_s = self.n * 1e-5
             return 0.0
 
     ex = Clocked()
@@ -369,8 +370,9 @@ def test_rows_carry_each_timed_steps_device_time_and_sm_clock(workloads):
     assert n.is_unique and (n > 0).all()
     odd = n % 2 == 1
     assert (rows.loc[odd, "sm_clock_mhz"] == 1500 + n[odd]).all() and rows.loc[~odd, "sm_clock_mhz"].isna().all()
+    assert ((rows["queue_host_s"] * 1e5).round().astype(int) == n).all()
     assert run_calibration(NoTime(), CONFIG, workloads=[("decode-c128", workloads["decode-c128"])])[
-        ["gpu_time_s", "move_gpu_time_s", "sm_clock_mhz"]].isna().all().all()
+        ["gpu_time_s", "move_gpu_time_s", "queue_host_s", "sm_clock_mhz"]].isna().all().all()
 
 
 def test_a_calibration_records_its_phases_and_the_commands_wall_time_fit_included(tmp_path):

@@ -4,7 +4,7 @@ A run directory holds the first three files from `python -m pagesim live`, and t
 rest once `python -m pagesim validate DIR` has compared it with the simulator:
 
     summary.json              {"config", "trace", "runs": {"live": summary}, "hardware", "software"}
-    steps.parquet             the simulator's step columns (run = "live") + gpu_time_s, move_gpu_time_s, sm_clock_mhz
+    steps.parquet             the simulator's step columns (run = "live") + gpu_time_s, move_gpu_time_s, queue_host_s, sm_clock_mhz
     requests.parquet          the simulator's request columns (run = "live"); requests.csv in older runs
     validation.json           {"cost_model", "step_level": {mape, p90_ape, n_steps},
                                "decisions": {n_steps_compared, n_steps_differing, preemptions_live, preemptions_sim},

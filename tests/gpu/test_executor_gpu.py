@@ -181,6 +181,7 @@ def test_executor_builds_its_model_and_times_steps():
     assert all(len(ex.tokens_of(r.request_id)) == r.prompt_len + r.output_len for r in run.scheduler.finished)
     assert 0 < ex.last_gpu_time_s <= run.durations[-1], "device time must lie within the step's wall time"
     assert ex.last_move_gpu_time_s == 0.0, "a run without block moves has none to time"
+    assert 0 < ex.last_queue_host_s < run.durations[-1], "the host's queueing lies within the step's wall time"
 
 
 def test_kv_blocks_sized_from_free_device_memory(model):
