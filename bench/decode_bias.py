@@ -72,13 +72,18 @@ def bias(model, rows) -> dict:
             "mape": float(np.abs(pred / measured - 1).mean())}  # validate's step MAPE
 
 
+def step_seconds(rows):
+    """Each step's time: a calibration row's duration_s, a validated run's measured_s."""
+    return rows["duration_s"] if "duration_s" in rows else rows["measured_s"]
+
+
 def host_ms(rows) -> dict:
     d = rows[rows["num_prefill_tokens"] == 0]
     out = {}
     for b in BATCHES:
         g = d[d["num_decode_seqs"] == b]
         if len(g) >= 5:
-            out[b] = float(((g["duration_s"] if "duration_s" in g else g["measured_s"]) - g["gpu_time_s"]).median() * 1e3)
+            out[b] = float((step_seconds(g) - g["gpu_time_s"]).median() * 1e3)
     return out
 
 
@@ -105,10 +110,9 @@ def matched_device_ratio(cal, run) -> dict:
     return {"matched_steps": len(ratios), "median_ratio": float(np.median(ratios)) if ratios else None}
 
 
-def host_share(rows) -> float:
-    """Of the summed time of decode-only steps (graph decode rows of a run), the part outside device time."""
-    t = rows["duration_s"] if "duration_s" in rows else rows["measured_s"]
-    return float((t - rows["gpu_time_s"]).sum() / t.sum())
+def share(rows, column: str) -> float:
+    """`column`'s share of the summed time of these steps."""
+    return float(rows[column].sum() / step_seconds(rows).sum())
 
 
 def level_split(model, cal, run) -> dict:
@@ -117,17 +121,14 @@ def level_split(model, cal, run) -> dict:
     less the calibration's (the host time the profile did not see). device x (1 - calibration host) / (1 - run
     host) is the level, so a level over 1 with a device part near 1 is host time."""
     d = run[run["kind"] == "graph decode"]
+    c = cal[(cal["num_prefill_tokens"] == 0) & (cal["num_decode_seqs"] > 0)]
     pred = model.forward_times(d)
-    cal_host = host_share(cal[(cal["num_prefill_tokens"] == 0) & (cal["num_decode_seqs"] > 0)])
-    run_host = host_share(d)
+    cal_host, run_host = 1 - share(c, "gpu_time_s"), 1 - share(d, "gpu_time_s")  # the part outside device time
     out = {"level": float(d["measured_s"].sum() / pred.sum()), "steps": int(len(d)),
            "device": float(d["gpu_time_s"].sum() / (pred.sum() * (1 - cal_host))),
            "calibration_host_share": cal_host, "run_host_share": run_host, "host_excess": run_host - cal_host}
-    c = cal[(cal["num_prefill_tokens"] == 0) & (cal["num_decode_seqs"] > 0)]
     if "queue_host_s" in d and "queue_host_s" in c:  # of the device time, the host's queueing (round 47 on)
-        for who, rows in (("calibration", c), ("run", d)):
-            t = rows["duration_s"] if "duration_s" in rows else rows["measured_s"]
-            out[f"{who}_queue_host_share"] = float(rows["queue_host_s"].sum() / t.sum())
+        out["calibration_queue_host_share"], out["run_queue_host_share"] = share(c, "queue_host_s"), share(d, "queue_host_s")
     return out
 
 

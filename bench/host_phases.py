@@ -63,6 +63,7 @@ def install(phases: Phases) -> None:
     """Wrap the loop's parts (the classes' methods, so every scheduler and executor made after is timed)."""
     import torch
 
+    import engine.live
     from engine.executor import GPUExecutor
     from engine.sm_clock import SmClock
     from pagesim.loop import Arrivals
@@ -106,8 +107,6 @@ def install(phases: Phases) -> None:
         return k
 
     wrap(GPUExecutor, "execute", "execute", execute_key)
-    import engine.live
-
     warm = engine.live.warm_up
 
     @functools.wraps(warm)
@@ -128,9 +127,9 @@ def run_workloads(names: list[str], max_model_len: int | None) -> None:
     """The named calibration workloads on an engine of the calibration's default config, as `calibrate` runs them."""
     import torch
 
+    import engine.live
     from engine.calibration import calibration_workloads, run_calibration
     from engine.device_gpu import device_gpu
-    import engine.live
     from pagesim.config import Config
 
     config = Config(model="llama-3-8b", gpu=device_gpu(None, "calibrate")[0])

@@ -138,7 +138,7 @@ class _Tokens:
     n: int  # tokens so far: the prompt, then the generated ones
     prompt_len: int
     num_samples: int  # the request's n (parallel sampling)
-    table: np.ndarray | None = None  # int32: the first table_n entries of the block table `table_of` is
+    table: np.ndarray | None = None  # int32: table_of[:table_n], the block table as block_row last read it
     table_of: list | None = None
     table_n: int = 0
 
