@@ -149,7 +149,7 @@ class _Tokens:
         (a whole table's list-to-array copy grew with the context: ~0.08 ms a decode step of 16 rows over 33k
         tokens on an H100 host, bench/host_phases.py)."""
         n = self.table_n
-        if block_ids is not self.table_of or n > len(block_ids) or (n and self.table[n - 1] != block_ids[n - 1]):
+        if block_ids is not self.table_of or n > len(block_ids):
             if self.table is None:
                 self.table = np.empty(width, dtype=np.int32)
             self.table_of, self.table_n = block_ids, 0

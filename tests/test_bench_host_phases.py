@@ -40,3 +40,29 @@ def test_phases_are_kept_per_scheduler_and_step():
     p.add(None, "schedule", 1.0)  # outside any step: dropped
     assert p.rows[(0, 3)]["schedule"] == pytest.approx(3e-5) and p.rows[(1, 3)]["schedule"] == pytest.approx(5e-5)
     assert p.rows[(0, 3)]["setting"] == "live" and len(p.rows) == 2
+
+
+def test_a_wrapped_call_is_timed_without_the_keying():
+    """The seconds a phase gets are the call's own: the keying after it (schedule's sums over the step's rows) is
+    left out. A clock that ticks once a read: the call spans one tick, the keying reads the clock once more."""
+    from itertools import count
+
+    from bench.host_phases import timed_method
+
+    ticks = count()
+    clock = lambda: float(next(ticks))  # noqa: E731
+
+    class Work:
+        def run(self, x):
+            return x + 1
+
+    p = Phases()
+    sched = object()
+
+    def key_of(args, out):
+        clock()  # bookkeeping that takes time
+        return p.key(sched, 7)
+
+    timed_method(p, Work, "run", "schedule", key_of, clock=clock)
+    assert Work().run(1) == 2 and Work.run.__name__ == "run"
+    assert p.rows[(0, 7)]["schedule"] == 1.0
