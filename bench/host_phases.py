@@ -77,6 +77,15 @@ def timed_method(phases: Phases, cls, name: str, phase: str, key_of, clock=time.
     setattr(cls, name, timed)
 
 
+def _cpu() -> int:
+    """The CPU this thread ran on last (/proc/thread-self/stat's 39th field; -1 where unreadable): read after a
+    step's timed spans, to tell whether a slow stretch of host time follows the thread to another core."""
+    try:
+        return int(Path("/proc/thread-self/stat").read_text().rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def install(phases: Phases) -> None:
     """Wrap the loop's parts (the classes' methods, so every scheduler and executor made after is timed)."""
     import torch
@@ -110,7 +119,8 @@ def install(phases: Phases) -> None:
     def execute_key(a, out):
         k = phases.current
         if k is not None:
-            phases.rows[k]["gpu_time"] = getattr(a[0], "last_gpu_time_s", None)
+            phases.rows[k].update(gpu_time=getattr(a[0], "last_gpu_time_s", None),
+                                  queue_host=getattr(a[0], "last_queue_host_s", None), unix=time.time(), cpu=_cpu())
         return k
 
     wrap(GPUExecutor, "execute", "execute", execute_key)
@@ -158,7 +168,7 @@ def summary(frame) -> dict:
     """Per setting and decode batch size: the decode-only steps' count and median milliseconds of each phase."""
     d = frame[(frame["prefill_tokens"] == 0) & (frame["decode_tokens"] > 0)].copy()
     d["host"] = d["execute"] - d["gpu_time"]
-    cols = [c for c in (*PHASES, "gpu_time", "host") if c in d]
+    cols = [c for c in (*PHASES, "gpu_time", "queue_host", "host") if c in d]
     out = {}
     d = d[d["setting"] != "warm-up"]
     for (setting, batch), g in d.groupby(["setting", "batch"]):
@@ -207,7 +217,7 @@ def main() -> int:
     for setting, by_batch in result["decode_ms_by_batch"].items():
         print(setting)
         for b, med in sorted(by_batch.items()):
-            print(f"  {b:3d} rows, {med['steps']:5d} steps: " + " ".join(f"{k} {med[k]:.3f}" for k in (*PHASES, "gpu_time", "host") if k in med))
+            print(f"  {b:3d} rows, {med['steps']:5d} steps: " + " ".join(f"{k} {med[k]:.3f}" for k in (*PHASES, "gpu_time", "queue_host", "host") if k in med))
     return 0
 
 
