@@ -66,3 +66,25 @@ def test_a_wrapped_call_is_timed_without_the_keying():
     timed_method(p, Work, "run", "schedule", key_of, clock=clock)
     assert Work().run(1) == 2 and Work.run.__name__ == "run"
     assert p.rows[(0, 7)]["schedule"] == 1.0
+
+
+def test_the_core_a_step_ran_on_is_read_from_the_threads_stat(monkeypatch, tmp_path):
+    """_cpu reads the 39th field of /proc/thread-self/stat (after the command, which may hold spaces and ')');
+    -1 where the file cannot be read."""
+    from pathlib import Path
+
+    import bench.host_phases as hp
+
+    stat = tmp_path / "stat"
+    fields = ["S"] + [str(i) for i in range(4, 39)] + ["11"] + ["0"] * 13  # fields 3..52; field 39 is "11"
+    stat.write_text("1234 (python3 (x) y) " + " ".join(fields) + "\n")
+    real = Path
+
+    class FakePath(type(real())):
+        def __new__(cls, *a):
+            return real(stat) if a == ("/proc/thread-self/stat",) else real(*a)
+
+    monkeypatch.setattr(hp, "Path", FakePath)
+    assert hp._cpu() == 11
+    stat.unlink()
+    assert hp._cpu() == -1
