@@ -270,11 +270,12 @@ class Recorder:
             self.flush()
         return after
 
-    def _runs_columns(self, meta: np.ndarray, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def _runs_columns(self, meta: np.ndarray, rows: np.ndarray | None = None, tiled: bool = True) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs (the columns that are 0 in
         every row of a decode run, the prefill and transfer features among them, are left out): in run order, or,
         with `rows` (recorded single steps: ROW_COLUMNS' values, in step order), the rows too, each as a run of one
-        step, all in step order; the caller checks that the runs and rows tile the chunk's steps."""
+        step, all in step order. `tiled`: the runs and rows are the chunk's steps, each once, in order (the caller
+        checks; with rows it must be so)."""
         kv = self.sched.kv
         bs = kv.block_size
         # meta, a row per run: first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values
@@ -299,88 +300,106 @@ class Recorder:
                 """Each segment's value of `column`: the run's (SEGMENT_FIELDS), the row's own."""
                 return segments[:, SEGMENT_INDEX[column]]
 
-        rep = lambda v: np.repeat(v, seg_len)  # noqa: E731
+        # Each column is made with as few passes over the chunk's rows as may be (a pass costs about as much as the
+        # arithmetic of a column): a segment value repeated, then the per-row terms added in place.
+        rep = lambda v: v.repeat(seg_len)  # noqa: E731
         seg_start = np.cumsum(seg_len) - seg_len  # each segment's first row
         total = int(seg_len.sum())
-        j = np.arange(total) - rep(seg_start - is_run)  # 1-based step within its run; 0 for a row
         run_start = seg_start[is_run.astype(bool)] if rows is not None else seg_start  # the runs' first rows, in order
+        step_before = seg("step") - is_run  # the step before a run's first, a row's own
+        if tiled:  # j, 1-based step within its run (0 for a row), from the steps, which are the chunk's in order
+            step = np.arange(self.first_step, self.first_step + total)
+            j = step - rep(step_before)
+        else:
+            j = np.arange(total)
+            j -= rep(seg_start - is_run)
+            step = rep(step_before)
+            step += j
 
-        def per_row(places):
-            """Per row: how many of `places` (rows) it holds."""
-            return np.bincount(places, minlength=total)
-
-        def weighted(steps, count_col, weights):
-            """Per row: the sum of run_blocks' `weights` at run_blocks' `steps` (run-local steps) that fall in it."""
-            places = _ints(steps) + np.repeat(run_start, meta[:, count_col])
-            return np.bincount(places, _ints(weights), minlength=total).astype(np.int64)  # weights: as doubles, exactly
-
-        def running_sums(values):
-            """The sum of `values` (per row) over the rows so far, and before each segment's first row: a segment's
-            rows' running sums from its first row are the first minus the second (rep)."""
-            cs = np.cumsum(values)
-            return cs, np.concatenate([[0], cs])[seg_start]
+        def running_sums(per_row):
+            """per_row's running sum over the rows (in place), and its sum before each segment's first row: a
+            segment's rows' running sums from its first row are the first less the second (repeated)."""
+            first = per_row[seg_start]
+            np.cumsum(per_row, out=per_row)
+            return per_row, per_row[seg_start] - first
 
         first_steps, evicted_steps, internal_steps, internal_slots = self.run_blocks
         n = rep(seg("num_running"))
+        nj = n * j
         # each request's block steps in a run from its first (DecodeBlocks): j, j + block_size, ... < k
         firsts = _ints(first_steps) + np.repeat(run_start, meta[:, 25])  # rows
         counts = (np.repeat(run_start + K, meta[:, 25]) - firsts + bs - 1) // bs  # >= 1 each
         ends = np.cumsum(counts)
-        nth = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)  # 0, 1, ... each
+        # each block's row: its request's first, less the blocks before it times block_size, plus its own index's
+        places = np.repeat(firsts - (ends - counts) * bs, counts)
+        places += np.arange(0, int(ends[-1]) * bs if len(ends) else 0, bs)
         # each column from its segment's value and a running sum within the segment: the base less the sum before
-        # the segment repeated, the running sum added (one repeat)
-        sums, before = running_sums(per_row(np.repeat(firsts, counts) + nth * bs))
-        blocks_used = rep(seg("blocks_used") - before) + sums
+        # the segment repeated, added to the running sum
+        blocks_used, before = running_sums(np.bincount(places, minlength=total))
+        blocks_used += rep(seg("blocks_used") - before)
         cached_before = seg("blocks_cached")
         if evicted_steps:
             evicted = _ints(evicted_steps) + np.repeat(run_start, meta[:, 26])
-            sums, before = running_sums(per_row(evicted))
-            cached_blocks = rep(cached_before + before) - sums
+            sums, before = running_sums(np.bincount(evicted, minlength=total))
+            cached_blocks = rep(cached_before + before)
+            cached_blocks -= sums
         else:
             cached_blocks = rep(cached_before) if cached_before.any() else None  # None: 0 in every row
-        sums, before = running_sums(weighted(internal_steps, 27, internal_slots))
-        internal = rep(seg("internal_fragmentation") - before) + sums
-        used = rep(seg("used")) + n * j
-        allocated = blocks_used * bs
-        cols = {"step": rep(seg("step") - is_run) + j}
+        places = _ints(internal_steps) + np.repeat(run_start, meta[:, 27])
+        # weights: as doubles, exactly
+        internal, before = running_sums(np.bincount(places, _ints(internal_slots), minlength=total).astype(np.int64))
+        internal += rep(seg("internal_fragmentation") - before)
+        used = rep(seg("used"))
+        used += nj
+        cols = {"step": step}
         if rows is None:
             cols["time_s"] = _joined(self.run_starts, np.float64)  # read-only: copied where they are kept
             cols["duration_s"] = _joined(self.run_durations, np.float64)
         else:  # the runs' steps' times among the rows'
             in_runs = rep(is_run.astype(bool))
+            row_places = seg_start[is_run == 0]
             for c, parts in (("time_s", self.run_starts), ("duration_s", self.run_durations)):
                 out = cols[c] = np.empty(total, dtype=np.float64)
                 out[in_runs] = _joined(parts, np.float64)
-                out[~in_runs] = _row_values(rows, c)
+                out[row_places] = _row_values(rows, c)
         # the columns that hold their segment's value in each of its rows: the row's own, the run's field ...
         for c in ("num_waiting", "num_swapped", "external_fragmentation"):
             values = seg(c)
             if values.any():
                 cols[c] = rep(values)
         if rows is not None:  # ... or 0: the rows' values put in the rows' places (rows are recorded in step order)
-            row_places = seg_start[is_run == 0]
             for c in ROW_ONLY_COLUMNS:
                 values = rows[:, ROW_INDEX[c]]
                 if values.any():
                     cols[c] = np.zeros(total, dtype=np.int64)
                     cols[c][row_places] = values
+        context = rep(seg("decode_context_tokens"))
+        context += nj
+        max_context = rep(seg("max_decode_context"))
+        max_context += j
+        reserved = blocks_used * bs  # allocated
+        reserved -= used
+        reserved -= internal
+        blocks_free = kv.num_gpu_blocks - blocks_used
+        if cached_blocks is not None:
+            blocks_free -= cached_blocks
+            cols["blocks_cached"] = cached_blocks
+            cols["cached"] = cached_blocks * bs
+        free = blocks_free * bs  # all the slots less the allocated and the cached
+        if "external_fragmentation" in cols:
+            free -= cols["external_fragmentation"]
         cols.update({
             "num_running": n,
             "num_decode_seqs": rep(seg("num_decode_seqs")),
-            "decode_context_tokens": rep(seg("decode_context_tokens")) + n * j,
-            "max_decode_context": rep(seg("max_decode_context")) + j,
+            "decode_context_tokens": context,
+            "max_decode_context": max_context,
             "blocks_used": blocks_used,
-            "blocks_free": kv.num_gpu_blocks - blocks_used - (0 if cached_blocks is None else cached_blocks),
+            "blocks_free": blocks_free,
             "used": used,
-            "reserved": allocated - used - internal,
+            "reserved": reserved,
             "internal_fragmentation": internal,
+            "free": free,
         })
-        external = cols.get("external_fragmentation", 0)
-        cached = 0
-        if cached_blocks is not None:
-            cols["blocks_cached"] = cached_blocks
-            cols["cached"] = cached = cached_blocks * bs
-        cols["free"] = kv.num_gpu_blocks * bs - allocated - external - cached
         last = run_start + K - 1  # each run's last row: its memory as kept (its prefix-cache deltas are 0)
         for field, c in enumerate(MEMORY_COLUMNS, 16):
             if c not in cols:  # 0 in every row unless a run's last one is not
@@ -433,7 +452,7 @@ class Recorder:
             # Steps are numbered first_step..num_steps-1, each once, the runs in order: each row goes straight to
             # its place, the runs expanded around the rows (no merge)
             return self._runs_columns(meta, rows)
-        cols, runs = _row_columns(rows), self._runs_columns(meta)
+        cols, runs = _row_columns(rows), self._runs_columns(meta, tiled=False)
         num_rows, num_run_rows = len(cols["step"]), len(runs["step"])
         cols = {c: np.concatenate([cols[c] if c in cols else np.zeros(num_rows, dtype=np.int64),
                                    runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])

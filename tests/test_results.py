@@ -138,6 +138,23 @@ def test_steps_streamed_in_small_chunks_equal_the_whole_table(tmp_path, monkeypa
             {k: v for k, v in expected.items() if k != "sim_wall_s"}
 
 
+@pytest.mark.parametrize("chunk_steps", [7, 1 << 14])
+def test_steps_merged_by_sorting_equal_the_tiled_expansion(monkeypatch, chunk_steps):
+    """The recorder's merge for chunks whose runs and rows do not tile their steps (the runs expanded apart, their
+    steps from their own first steps, then all sorted by step), taken for every chunk: the same table as the
+    expansion in step order, under memory pressure and prefix caching (evictions, cached blocks)."""
+    import pagesim.recorder
+
+    trace = load_trace(ROOT / "traces" / "kshot-shared-prefix-500.jsonl", limit=150)
+    config = Config(enable_prefix_caching=True, num_gpu_blocks=600)
+    monkeypatch.setattr(pagesim.recorder, "KEPT_CHUNK_STEPS", chunk_steps)
+    tiled = simulate(trace, config)
+    monkeypatch.setattr(pagesim.recorder, "_tiles", lambda *args: False)
+    merged = simulate(trace, config)
+    assert tiled.extra["fast_path_steps"] > len(tiled.steps) // 2
+    pd.testing.assert_frame_equal(merged.steps, tiled.steps, check_exact=True)
+
+
 def test_columns_that_are_zero_or_asked_for_alone_read_back_as_recorded(tmp_path):
     """A run without prefix caching or swaps has all-zero columns (read as zeros without decoding them), and
     asking for a few columns (derived ones included) reads only what they need and gives the same values."""
