@@ -448,10 +448,13 @@ class Recorder:
         if not self.runs:
             return _row_columns(rows) if rows is not None else {"step": np.zeros(0, dtype=np.int64)}
         meta = _joined(self.runs, np.int64).reshape(-1, RUN_FIELDS)
-        if rows is None or _tiles(meta[:, 0], meta[:, 1], rows[:, ROW_INDEX["step"]], self.first_step, self.num_steps):
+        row_steps = rows[:, ROW_INDEX["step"]] if rows is not None else meta[:0, 0]
+        if _tiles(meta[:, 0], meta[:, 1], row_steps, self.first_step, self.num_steps):
             # Steps are numbered first_step..num_steps-1, each once, the runs in order: each row goes straight to
             # its place, the runs expanded around the rows (no merge)
             return self._runs_columns(meta, rows)
+        if rows is None:
+            return self._runs_columns(meta, tiled=False)
         cols, runs = _row_columns(rows), self._runs_columns(meta, tiled=False)
         num_rows, num_run_rows = len(cols["step"]), len(runs["step"])
         cols = {c: np.concatenate([cols[c] if c in cols else np.zeros(num_rows, dtype=np.int64),
