@@ -13,6 +13,9 @@ per-step table and, per phase, the median of the decode-only steps by batch size
   device time (gpu_time, between its CUDA events);
 - finish: Scheduler.finish_step;  record: Recorder.record_step.
 
+Each step also keeps its queue_host (GPUExecutor.last_queue_host_s), its wall time (unix) and the core its thread ran
+on (cpu; round 48: bench/host_modes.sh).
+
 Each wrapper costs ~0.3 us (measured on a 2-core CPU like CI's), the same in both settings. Round 47's committed
 results (bench/results/host-phases-h100-2026-12-07-r47-*) were taken with the keying inside the timed span: their
 `schedule` figures hold ~2 us of the wrapper's own bookkeeping (its sum over the step's rows) in both settings.
@@ -37,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PHASES = ("release", "schedule", "execute", "forward", "rows", "launch", "clock", "finish", "record")
+# what the summary gives per batch size: the phases, the device time, the host's queueing within it (the executor's
+# last_queue_host_s) and execute's own time outside the device events
+SUMMARY_COLUMNS = (*PHASES, "gpu_time", "queue_host", "host")
 
 
 class Phases:
@@ -168,7 +174,7 @@ def summary(frame) -> dict:
     """Per setting and decode batch size: the decode-only steps' count and median milliseconds of each phase."""
     d = frame[(frame["prefill_tokens"] == 0) & (frame["decode_tokens"] > 0)].copy()
     d["host"] = d["execute"] - d["gpu_time"]
-    cols = [c for c in (*PHASES, "gpu_time", "queue_host", "host") if c in d]
+    cols = [c for c in SUMMARY_COLUMNS if c in d]
     out = {}
     d = d[d["setting"] != "warm-up"]
     for (setting, batch), g in d.groupby(["setting", "batch"]):
@@ -217,7 +223,7 @@ def main() -> int:
     for setting, by_batch in result["decode_ms_by_batch"].items():
         print(setting)
         for b, med in sorted(by_batch.items()):
-            print(f"  {b:3d} rows, {med['steps']:5d} steps: " + " ".join(f"{k} {med[k]:.3f}" for k in (*PHASES, "gpu_time", "queue_host", "host") if k in med))
+            print(f"  {b:3d} rows, {med['steps']:5d} steps: " + " ".join(f"{k} {med[k]:.3f}" for k in SUMMARY_COLUMNS if k in med))
     return 0
 
 
