@@ -39,12 +39,13 @@ THRESHOLDS_MHZ = (0, 1800, 1900, 1950)
 def calibration_rows(profile: Path):
     import pandas as pd
 
+    from pagesim.cost.profile import calibration_rows_beside
     from pagesim.errors import UserError
 
-    for rows in (profile.with_suffix(".steps.csv.gz"), profile.parent / "profile.steps.csv.gz"):
-        if rows.is_file():
-            return pd.read_csv(rows)
-    raise UserError(f"--profile {profile}: no calibration steps beside it (PROFILE.steps.csv.gz)")
+    rows = calibration_rows_beside(profile)
+    if rows is None:
+        raise UserError(f"--profile {profile}: no calibration steps beside it (PROFILE.steps.csv.gz)")
+    return pd.read_csv(rows)
 
 
 def run_rows(run: Path):
@@ -110,26 +111,23 @@ def matched_device_ratio(cal, run) -> dict:
     return {"matched_steps": len(ratios), "median_ratio": float(np.median(ratios)) if ratios else None}
 
 
-def share(rows, column: str) -> float:
-    """`column`'s share of the summed time of these steps."""
-    return float(rows[column].sum() / step_seconds(rows).sum())
-
-
 def level_split(model, cal, run) -> dict:
     """A run's graph decode level (measured / predicted, summed) split in two: its device time against the
     prediction less the calibration's host share (what the profile fitted as device time), and its host share
-    less the calibration's (the host time the profile did not see). device x (1 - calibration host) / (1 - run
-    host) is the level, so a level over 1 with a device part near 1 is host time."""
+    against the calibration's (the host time the profile did not see): level = device x (1 - calibration host) /
+    (1 - run host), so a level away from 1 with a device part near 1 is host time. A host share is the time off the
+    device plus, where both sides recorded it (round 47 on), the host's queueing within the device time. The split is
+    pagesim.cost.host_share's, which `validate` reports as step_level.decode_host, here with `model`'s prediction."""
+    from pagesim.cost.host_share import decode_host_shares, run_decode_split
+
     d = run[run["kind"] == "graph decode"]
-    c = cal[(cal["num_prefill_tokens"] == 0) & (cal["num_decode_seqs"] > 0)]
-    pred = model.forward_times(d)
-    cal_host, run_host = 1 - share(c, "gpu_time_s"), 1 - share(d, "gpu_time_s")  # the part outside device time
-    out = {"level": float(d["measured_s"].sum() / pred.sum()), "steps": int(len(d)),
-           "device": float(d["gpu_time_s"].sum() / (pred.sum() * (1 - cal_host))),
-           "calibration_host_share": cal_host, "run_host_share": run_host, "host_excess": run_host - cal_host}
-    if "queue_host_s" in d and "queue_host_s" in c:  # of the device time, the host's queueing (round 47 on)
-        out["calibration_queue_host_share"], out["run_queue_host_share"] = share(c, "queue_host_s"), share(d, "queue_host_s")
-    return out
+    readings = [c for c in ("gpu_time_s", "queue_host_s") if c in d]  # the run's, beside the table's columns
+    table = d.drop(columns=readings).assign(predicted_s=model.forward_times(d))
+    s = run_decode_split(table, d[["step", *readings]], decode_host_shares(cal))
+    return {"level": s["level"], "steps": s["steps"], "device": s["device"],
+            "calibration_host_share": s["calibration_host_share"], "run_host_share": s["run_host_share"],
+            "host_excess": s["run_host_share"] - s["calibration_host_share"], "queueing_counted": s["queueing_counted"],
+            "calibration_queue_host_share": s["calibration_queue_share"], "run_queue_host_share": s["run_queue_share"]}
 
 
 def lowest_clock(rows, clocks):

@@ -27,7 +27,7 @@ from engine.live import (DeviceReadings, environment, make_executor, process_age
                          without_prefix_caching)
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures, prefill_grid, shared_tokens
-from pagesim.cost.profile import GRAPH_BATCH_SIZES, MAKESPAN_COLUMN, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS, FitRowsError
+from pagesim.cost.profile import CALIBRATION_ROWS_SUFFIX, GRAPH_BATCH_SIZES, MAKESPAN_COLUMN, MIXED_GRAPH_TOKEN_SIZES, WALK_COLUMNS, FitRowsError
 from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.options import non_negative_float, positive_int
@@ -39,9 +39,6 @@ from pagesim.utils import cdiv, frozen_heap, paused_gc
 
 DECODE_STEPS_PER_SIZE = 10  # decode steps the calibration's decode grid times at each batch size
 STEADY_DECODE_STEPS = 64  # decode steps of each steady-* workload after its prefill
-# The calibration's rows beside its profile (P.json -> P.steps.csv.gz; `live --calibrate`: DIR/profile.steps.csv.gz),
-# gzipped (a fifth of the size; pandas reads either form, so `--refit` takes rows saved as plain CSV too).
-CALIBRATION_ROWS_SUFFIX = ".steps.csv.gz"
 # Most calibration workloads prefill their sequences only to decode over them: of a workload's steps that prefill at
 # least ADVANCE_TOKENS tokens, the first TIMED_LARGE_STEPS are timed and the rest advanced without being computed
 # (GPUExecutor.advance) and left out of the rows; the families that time large steps on purpose are timed whole.

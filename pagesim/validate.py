@@ -51,7 +51,8 @@ from pagesim.cost import make_cost_model
 from pagesim.cost.features import StepFeatures, steps_since_prefill
 from pagesim.cost.governor import Throttle
 from pagesim.cost.jitter import JitteredCostModel, ScaledCostModel, check_sigma
-from pagesim.cost.profile import OPTIONAL_COLUMNS, runs_mixed_graph
+from pagesim.cost.host_share import HOST_COLUMNS, decode_host_shares, run_decode_split
+from pagesim.cost.profile import OPTIONAL_COLUMNS, calibration_rows_beside, runs_mixed_graph
 from pagesim.errors import UserError
 from pagesim.live_targets import PERCENTILES as TARGET_PERCENTILES
 from pagesim.run_warnings import emit, profile_warnings
@@ -341,6 +342,24 @@ def clock_report(steps: pd.DataFrame, cost_model) -> dict | None:
         s, ref = float(priced["sensitivity"]), float(priced["reference_mhz"])
         out.update(profile_reference_mhz=ref, profile_sensitivity=s,
                    expected_slowdown_at_median=s * (ref / out["run_median_mhz"] - 1))
+    return out
+
+
+def decode_host_report(step_table: pd.DataFrame, run_steps: pd.DataFrame, spec: str, cost_model) -> dict | None:
+    """The run's graph decode level (measured / predicted, summed) split into its device part and the host's
+    (pagesim.cost.host_share.run_decode_split): the run's share of those steps spent off the device against its
+    profile's calibration's decode steps' share, as the fit recorded it (round 48 on) or from the calibration rows
+    saved beside the profile (`calibration_source` says which; None for neither). None for a run without device
+    times (the CPU)."""
+    calibration = (getattr(cost_model, "fit", None) or {}).get("decode_host")
+    source = "the profile's fit" if calibration is not None else None
+    rows = calibration_rows_beside(spec) if calibration is None and spec != "roofline" else None
+    if rows is not None:
+        calibration = decode_host_shares(pd.read_csv(rows, usecols=lambda c: c in HOST_COLUMNS))
+        source = str(rows) if calibration is not None else None
+    out = run_decode_split(step_table, run_steps, calibration)
+    if out is not None:
+        out["calibration_source"] = source
     return out
 
 
@@ -700,6 +719,9 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     clock = clock_report(run["steps"], cost)
     if clock is not None:
         steps_report["sm_clock"] = clock
+    host = decode_host_report(step_table, run["steps"], spec, cost)
+    if host is not None:
+        steps_report["decode_host"] = host
     requests_report, sim = request_level(run, cost)
     timed = timed_lockstep(run, step_table)
     report = {
@@ -741,6 +763,7 @@ def format_report(report: dict) -> str:
         "  by kind: " + ", ".join(f"{k} {_pct(v['mape'])} ({v['n_steps']})" for k, v in s.get("by_kind", {}).items()),
         f"  steps slower than 2x their prediction: {s.get('n_steps_over_2x_prediction')}",
         *_clock_lines(s.get("sm_clock")),
+        *_host_lines(s.get("decode_host")),
         f"decisions (lockstep): {d['n_steps_differing']} of {d['n_steps_compared']} steps differ; "
         f"preemptions live {d['preemptions_live']}, sim {d['preemptions_sim']}",
         f"{'request level':<24}{'live':>12}{'sim':>12}{'error':>9}{'lockstep':>12}{'error':>9}"
@@ -805,6 +828,17 @@ def _clock_lines(clock: dict | None) -> list[str]:
     if slow > 0.005:
         line += f": at its median clock a step takes ~{_pct(slow)} longer than predicted (power-capped)"
     return [line]
+
+
+def _host_lines(host: dict | None) -> list[str]:
+    if not host:
+        return []
+    what = "off the device or queueing its work" if host["queueing_counted"] else "off the device"
+    line = f"  graph decode: measured {host['level']:.3f} of the prediction; {what} {_pct(host['run_host_share'])} of its time"
+    if host.get("device") is None:
+        return [line + " (the calibration's share unknown: a profile without it nor its rows beside it)"]
+    return [line + f" against the calibration's {_pct(host['calibration_host_share'])}: device part "
+            f"{host['device']:.3f} x host part {host['host']:.3f}"]
 
 
 def _pct(v) -> str:

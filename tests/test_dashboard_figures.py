@@ -456,6 +456,19 @@ def test_validation_tables(live_dir):
     assert req["live"].iloc[0] == pytest.approx(v["request_level"]["ttft_s_p50"]["live"] * 1e3)
 
 
+def test_the_step_table_shows_the_graph_decode_level_split_when_validate_made_it():
+    split = {"level": 0.981, "run_host_share": 0.034, "calibration_host_share": 0.048, "device": 0.995, "host": 0.986}
+    rows = dict(tables.step_level_table({"step_level": {"decode_host": split}}).values.tolist())
+    assert rows["graph decode: measured / predicted"] == "0.981"
+    assert rows["graph decode: host share, live / calibration"] == "3.4% / 4.8%"
+    assert rows["graph decode: device part x host part"] == "0.995 x 0.986"
+    unknown = {"level": 1.003, "run_host_share": 0.02, "calibration_host_share": None}  # a profile without its rows
+    rows = dict(tables.step_level_table({"step_level": {"decode_host": unknown}}).values.tolist())
+    assert rows["graph decode: host share, live / calibration"] == "2.0% / unknown"
+    assert "graph decode: device part x host part" not in rows
+    assert not any("graph decode" in f for f in tables.step_level_table({"step_level": {}})["figure"])
+
+
 # ---- kernels -------------------------------------------------------------------------------------------
 def test_kernel_frames_and_bars_follow_the_bench_schema(tmp_path):
     result = kernel_results.load_kernel_result(write_kernel_result(tmp_path))

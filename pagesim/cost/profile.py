@@ -177,6 +177,7 @@ from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.decode_split import decode_waves, num_decode_splits
 from pagesim.cost.features import StepFeatures, prefill_grid, steps_since_prefill
 from pagesim.cost.governor import ClockGovernor
+from pagesim.cost.host_share import decode_host_shares
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
 from pagesim.errors import UserError, not_a_file
 from pagesim.specs import get_gpu, get_model
@@ -984,7 +985,7 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     """
     clocks = _row_clocks(rows)
     if clocks is None:
-        return _fit_at_one_clock(rows, model, gpu, **options)
+        return _with_decode_host(*_fit_at_one_clock(rows, model, gpu, **options), rows)
     if not clock_sensitivities:
         raise UserError("clock_sensitivities: expected at least one share of a step's time (0 for none)")
     since, last_tokens = calibration_steps_since_prefill(rows)
@@ -1027,6 +1028,30 @@ def fit_profile(rows: "pd.DataFrame", model: str, gpu: str, *,
     profile.fit["clock_governor"] = report["clock_governor"] = governed
     profile.fit["after_prefill"] = report["after_prefill"] = {**after_prefill_json(factors), "rows": counts,
                                                               "far_rows": n_far}
+    return _with_decode_host(profile, report, rows)
+
+
+# The calibration's rows beside its profile (P.json -> P.steps.csv.gz; `live --calibrate`: DIR/profile.steps.csv.gz),
+# gzipped (a fifth of the size; pandas reads either form, so `--refit` takes rows saved as plain CSV too).
+CALIBRATION_ROWS_SUFFIX = ".steps.csv.gz"
+
+
+def calibration_rows_beside(profile_path: str | Path) -> Path | None:
+    """The calibration rows saved beside a profile JSON (P.steps.csv.gz, or a `live --calibrate` run's
+    DIR/profile.steps.csv.gz); None when there are none."""
+    path = Path(profile_path)
+    for rows in (path.with_suffix(CALIBRATION_ROWS_SUFFIX), path.parent / f"profile{CALIBRATION_ROWS_SUFFIX}"):
+        if rows.is_file():
+            return rows
+    return None
+
+
+def _with_decode_host(profile: "ProfileCostModel", report: dict, rows: "pd.DataFrame") -> tuple["ProfileCostModel", dict]:
+    """The fit with its calibration's decode host shares recorded (fit["decode_host"], rows with device times only):
+    validate compares a run's with them (pagesim.cost.host_share)."""
+    shares = decode_host_shares(rows)
+    if shares is not None:
+        profile.fit["decode_host"] = report["decode_host"] = shares
     return profile, report
 
 

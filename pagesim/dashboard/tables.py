@@ -102,6 +102,13 @@ def step_level_table(validation: dict) -> pd.DataFrame:
              for kind, k in step.get("by_kind", {}).items()]
     if "n_steps_over_2x_prediction" in step:
         rows.append(("steps slower than 2x their prediction", step["n_steps_over_2x_prediction"]))
+    host = step.get("decode_host")
+    if host:  # the graph decode level split into device and host (pagesim.cost.host_share, round 48)
+        rows.append(("graph decode: measured / predicted", f"{host['level']:.3f}"))
+        rows.append(("graph decode: host share, live / calibration",
+                     f"{_pct(host['run_host_share'])} / {_pct(host.get('calibration_host_share')) or 'unknown'}"))
+        if host.get("device") is not None:
+            rows.append(("graph decode: device part x host part", f"{host['device']:.3f} x {host['host']:.3f}"))
     return pd.DataFrame(rows, columns=["figure", "value"]).astype({"value": "string"})
 
 
