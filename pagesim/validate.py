@@ -347,16 +347,19 @@ def clock_report(steps: pd.DataFrame, cost_model) -> dict | None:
 
 def decode_host_report(step_table: pd.DataFrame, run_steps: pd.DataFrame, spec: str, cost_model) -> dict | None:
     """The run's graph decode level (measured / predicted, summed) split into its device part and the host's
-    (pagesim.cost.host_share.run_decode_split): the run's share of those steps spent off the device against its
-    profile's calibration's decode steps' share, as the fit recorded it (round 48 on) or from the calibration rows
-    saved beside the profile (`calibration_source` says which; None for neither). None for a run without device
-    times (the CPU)."""
+    (pagesim.cost.host_share.run_decode_split): the run's share of those steps spent off the device or queueing their
+    work against its profile's calibration's, as the fit recorded it (round 48 on) or from the calibration rows saved
+    beside the profile (`calibration_source` says which; None for neither, or rows that cannot be read, which the
+    source then names). None for a run without device times (the CPU)."""
     calibration = (getattr(cost_model, "fit", None) or {}).get("decode_host")
     source = "the profile's fit" if calibration is not None else None
     rows = calibration_rows_beside(spec) if calibration is None and spec != "roofline" else None
     if rows is not None:
-        calibration = decode_host_shares(pd.read_csv(rows, usecols=lambda c: c in HOST_COLUMNS))
-        source = str(rows) if calibration is not None else None
+        try:
+            calibration = decode_host_shares(pd.read_csv(rows, usecols=lambda c: c in HOST_COLUMNS))
+            source = str(rows) if calibration is not None else None
+        except (OSError, ValueError, EOFError) as e:  # a damaged file beside the profile: the split goes without it
+            source = f"unreadable: {rows}: {e}"
     out = run_decode_split(step_table, run_steps, calibration)
     if out is not None:
         out["calibration_source"] = source
@@ -836,7 +839,8 @@ def _host_lines(host: dict | None) -> list[str]:
     what = "off the device or queueing its work" if host["queueing_counted"] else "off the device"
     line = f"  graph decode: measured {host['level']:.3f} of the prediction; {what} {_pct(host['run_host_share'])} of its time"
     if host.get("device") is None:
-        return [line + " (the calibration's share unknown: a profile without it nor its rows beside it)"]
+        why = host.get("calibration_source") or "the profile has none recorded and no calibration rows beside it"
+        return [line + f" (the calibration's share unknown: {why})"]
     return [line + f" against the calibration's {_pct(host['calibration_host_share'])}: device part "
             f"{host['device']:.3f} x host part {host['host']:.3f}"]
 

@@ -94,3 +94,12 @@ def test_validate_takes_the_calibrations_shares_from_the_fit_else_from_the_rows_
     assert r["calibration_off_device_share"] == pytest.approx(0.0025 / 0.040)
     assert "device part" in _host_lines(r)[0]
     assert decode_host_report(table, run, "roofline", SimpleNamespace())["calibration_source"] is None
+
+
+def test_damaged_calibration_rows_beside_the_profile_leave_the_split_without_them(tmp_path):
+    table = pd.DataFrame({"step": [1], "kind": ["graph decode"], "num_prefill_tokens": [0], "num_decode_seqs": [4],
+                          "measured_s": [0.010], "predicted_s": [0.010]})
+    (tmp_path / "p.json").write_text("{}")
+    (tmp_path / "p.steps.csv.gz").write_bytes(b"not gzip at all")
+    r = decode_host_report(table, steps().iloc[1:2], str(tmp_path / "p.json"), SimpleNamespace(fit={}))
+    assert r["calibration_source"].startswith(f"unreadable: {tmp_path / 'p.steps.csv.gz'}") and "device" not in r
