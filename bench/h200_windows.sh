@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every committed live window of issue 13 (and the fp8 / offload windows of issue 14) recorded again on one H200 (or
 # an H100: profiles, runs and labels then say h100), part by part in device calls on one warm machine (two parts to a
-# 10-minute call; a part that finds no bf16 profile from an earlier part on the machine calibrates its own). Run from the repository root with the Azure 2023 CSVs in TRACES (never committed):
+# 10-minute call; a part that finds no bf16 profile from an earlier part on the machine calibrates its own, named for
+# the part: -SUFFIX-tiers, -SUFFIX-short). Run from the repository root with the Azure 2023 CSVs in TRACES (never committed):
 #   bash bench/h200_windows.sh OUT SUFFIX longdoc       # longdoc-b with its own `live --calibrate`, longdoc-a with
 #                                                       # that profile
 #   bash bench/h200_windows.sh OUT SUFFIX kshot         # the bf16 `calibrate`; k-shot, preemption
@@ -20,6 +21,10 @@ case $(gpu_line) in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) echo "not an H200
 mkdir -p /tmp/prof
 P=/tmp/prof/$GPU-llama-3-8b-$D-$S.json
 bf16_profile() {
+  # A part other than kshot that finds no profile of this suffix here is on a fresh machine: the kshot part's profile,
+  # made on another machine, has the plain name, so this one is named for its part (round 48 got two profiles of one
+  # name from two machines).
+  if [ ! -f "$P" ] && [ "$PART" != kshot ]; then P=/tmp/prof/$GPU-llama-3-8b-$D-$S-$PART.json; fi
   [ -f "$P" ] || calibrate_marked "$P"
   cp "$P" "$R/profiles/"
   # its calibration rows too, so that a later formula can be refitted on them without a GPU (calibrate --refit)
@@ -38,7 +43,7 @@ case $PART in
     window_multiturn "$S" "$P"; window_pair "$S" "$P" "$TRACES" ;;
   tiers)
     bf16_profile
-    H=$R/profiles/$GPU-llama-3-8b-$D-$S-host-tier.json
+    H=$R/profiles/$(basename "${P%.json}")-host-tier.json  # named for the profile it extends
     timeout 60 python3 -m bench.host_tier_bw --out "$R/host-tier-bw-$GPU-$D-$S.json" --profile "$P" --profile-out "$H" 2>&1 | tail -3
     window_offload "$S" "$H"
     PF=$R/profiles/$GPU-llama-3-8b-fp8-$D-$S.json
