@@ -117,7 +117,9 @@ def level_split(model, cal, run) -> dict:
     against the calibration's (the host time the profile did not see): level = device x (1 - calibration host) /
     (1 - run host), so a level away from 1 with a device part near 1 is host time. A host share is the time off the
     device plus, where both sides recorded it (round 47 on), the host's queueing within the device time. The split is
-    pagesim.cost.host_share's, which `validate` reports as step_level.decode_host, here with `model`'s prediction."""
+    pagesim.cost.host_share's, which `validate` reports as step_level.decode_host, here with `model`'s prediction.
+    Files written before round 48 (bench/results/decode-bias-r46-level-split.json, decode-bias-r47*.json) hold the time
+    off the device alone as the host shares, their queueing shares apart."""
     from pagesim.cost.host_share import decode_host_shares, run_decode_split
 
     d = run[run["kind"] == "graph decode"]

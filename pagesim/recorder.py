@@ -270,12 +270,11 @@ class Recorder:
             self.flush()
         return after
 
-    def _runs_columns(self, meta: np.ndarray, rows: np.ndarray | None = None, tiled: bool = True) -> dict[str, np.ndarray]:
+    def _runs_columns(self, meta: np.ndarray, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Expand the compact decode runs into one row per step, vectorised over all runs (the columns that are 0 in
         every row of a decode run, the prefill and transfer features among them, are left out): in run order, or,
         with `rows` (recorded single steps: ROW_COLUMNS' values, in step order), the rows too, each as a run of one
-        step, all in step order. `tiled`: the runs and rows are the chunk's steps, each once, in order (the caller
-        checks; with rows it must be so)."""
+        step, all in step order, when they tile the chunk's steps (each once, in order: the caller checks)."""
         kv = self.sched.kv
         bs = kv.block_size
         # meta, a row per run: first step, k, n, context, waiting, swapped, max context; memory_state()'s 3 + 6 values
@@ -307,7 +306,7 @@ class Recorder:
         total = int(seg_len.sum())
         run_start = seg_start[is_run.astype(bool)] if rows is not None else seg_start  # the runs' first rows, in order
         step_before = seg("step") - is_run  # the step before a run's first, a row's own
-        if tiled:  # j, 1-based step within its run (0 for a row), from the steps, which are the chunk's in order
+        if rows is not None:  # j, 1-based step within its run (0 for a row), from the steps: the chunk's, in order
             step = np.arange(self.first_step, self.first_step + total)
             j = step - rep(step_before)
         else:
@@ -448,14 +447,13 @@ class Recorder:
         if not self.runs:
             return _row_columns(rows) if rows is not None else {"step": np.zeros(0, dtype=np.int64)}
         meta = _joined(self.runs, np.int64).reshape(-1, RUN_FIELDS)
-        row_steps = rows[:, ROW_INDEX["step"]] if rows is not None else meta[:0, 0]
-        if _tiles(meta[:, 0], meta[:, 1], row_steps, self.first_step, self.num_steps):
+        if rows is None:  # runs alone: in run order, each from its own first step
+            return self._runs_columns(meta)
+        if _tiles(meta[:, 0], meta[:, 1], rows[:, ROW_INDEX["step"]], self.first_step, self.num_steps):
             # Steps are numbered first_step..num_steps-1, each once, the runs in order: each row goes straight to
             # its place, the runs expanded around the rows (no merge)
             return self._runs_columns(meta, rows)
-        if rows is None:
-            return self._runs_columns(meta, tiled=False)
-        cols, runs = _row_columns(rows), self._runs_columns(meta, tiled=False)
+        cols, runs = _row_columns(rows), self._runs_columns(meta)
         num_rows, num_run_rows = len(cols["step"]), len(runs["step"])
         cols = {c: np.concatenate([cols[c] if c in cols else np.zeros(num_rows, dtype=np.int64),
                                    runs[c] if c in runs else np.zeros(num_run_rows, dtype=np.int64)])

@@ -353,7 +353,7 @@ def decode_host_report(step_table: pd.DataFrame, run_steps: pd.DataFrame, spec: 
     source then names). None for a run without device times (the CPU)."""
     calibration = (getattr(cost_model, "fit", None) or {}).get("decode_host")
     source = "the profile's fit" if calibration is not None else None
-    rows = calibration_rows_beside(spec) if calibration is None and spec != "roofline" else None
+    rows = calibration_rows_beside(spec) if calibration is None else None  # none beside 'roofline'
     if rows is not None:
         try:
             calibration = decode_host_shares(pd.read_csv(rows, usecols=lambda c: c in HOST_COLUMNS))
