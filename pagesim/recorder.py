@@ -618,10 +618,10 @@ _DOUBLES = _DoublePackers()
 
 def _table_array(count: int, dtype) -> np.ndarray:
     """np.zeros(count, dtype) for the kept table (its memory touched only as rows are written), in an anonymous
-    mapping of its own kept off transparent huge pages. numpy asks for huge pages for arrays of 4 MiB or more; on this
-    KVM guest a huge page first touched costs ~5.6 ms when the host has taken its memory back (free page reporting:
-    always, for the memory a run before freed), ~2.8 ms a MiB where small pages cost ~0.1 ms: Azure conv's table took
-    36-194 ms of appends with the hint (mean ~130 ms in a second run in a process), ~50 ms steady without."""
+    mapping of its own kept off transparent huge pages. numpy asks the kernel for huge pages for arrays of 4 MiB or
+    more; on the Firecracker (KVM) guest this was measured on, a huge page's first touch took ~5.6 ms at times (cold
+    host memory: ~2.8 ms a MiB, where 4 KiB pages took ~0.4-0.5 ms a MiB), so Azure conv's table appends took
+    36-194 ms a replay with the hint and ~50 ms steady without (fresh processes, same session)."""
     dtype = np.dtype(dtype)
     buffer = mmap.mmap(-1, max(count * dtype.itemsize, 1))  # zero pages, mapped on first touch
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # (Linux; with THP 'always' the mapping would take huge pages unasked)
