@@ -194,6 +194,26 @@ def test_kept_step_table_grows_and_widens_a_column_without_losing_rows(monkeypat
     assert cols["time_s"].dtype == np.float64
 
 
+@pytest.mark.parametrize("count", [0, 1, 5000, 1 << 20])
+def test_kept_table_arrays_are_zeroed_writable_and_outlive_pickling(count):
+    """_table_array (the kept table's own mapping, off huge pages): zeros of the asked dtype and length, writable,
+    and a pickle round trip (a sweep's results cross processes) gives the same values in ordinary memory."""
+    import pickle
+
+    import numpy as np
+
+    from pagesim.recorder import _table_array
+
+    for dtype in (np.int32, np.int64, np.float64):
+        a = _table_array(count, dtype)
+        assert a.dtype == dtype and a.shape == (count,) and not a.any()
+        if count:
+            a[-1] = 7
+            a[count // 2] = 3
+        back = pickle.loads(pickle.dumps(a))
+        assert np.array_equal(back, a) and back.dtype == dtype
+
+
 def test_a_multi_replica_run_is_written_and_read_back_exactly(tmp_path):
     """Each replica's steps start from its own first step: their times are stored per (run, replica), not as one
     clock running backwards at the second replica (`replay --replicas 2` used to stop at writing its steps)."""
