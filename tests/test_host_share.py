@@ -34,13 +34,11 @@ def test_shares_are_the_decode_only_steps_time_off_the_device_and_the_hosts_queu
 
 
 def test_the_level_is_its_device_part_times_its_host_part():
-    s = level_split(10.2, 10.0, 9.8, 0.03, 0.02)
+    s = level_split(10.2, 10.0, 0.03, 0.02)  # the run's device seconds: 10.2 x 0.97
     assert s["level"] == pytest.approx(1.02)
-    assert s["device"] == pytest.approx(9.8 / (10.0 * 0.98)) and s["host"] == pytest.approx(0.98 / 0.97)
-    measured, device = 10.2, 10.2 * (1 - 0.03)  # the run's share as run_decode_split takes it: 1 - device / measured
-    s = level_split(measured, 10.0, device, 1 - device / measured, 0.02)
+    assert s["device"] == pytest.approx(10.2 * 0.97 / (10.0 * 0.98)) and s["host"] == pytest.approx(0.98 / 0.97)
     assert s["device"] * s["host"] == pytest.approx(s["level"])
-    assert "device" not in level_split(10.2, 10.0, 9.8, 0.03, None)  # no calibration share: the level alone
+    assert "device" not in level_split(10.2, 10.0, 0.03, None)  # no calibration share: the level alone
 
 
 def test_a_runs_split_takes_its_graph_decode_steps_and_their_device_times():

@@ -37,15 +37,14 @@ def decode_host_shares(steps: "pd.DataFrame") -> dict | None:
             "queue_share": float(queue.sum()) / duration if queue is not None and queue.notna().all() else None}
 
 
-def level_split(measured_s: float, predicted_s: float, device_s: float, run_share: float,
-                calibration_share: float | None) -> dict:
+def level_split(measured_s: float, predicted_s: float, run_share: float, calibration_share: float | None) -> dict:
     """A run's graph decode level (summed measured / predicted seconds) and, with the calibration's host share,
-    its device part (the device seconds against the prediction less that share: what the profile fitted as device
-    time) and the host's: level = device x host, host = (1 - calibration share) / (1 - run share), where the run's
-    share is 1 - device_s / measured_s."""
+    its device part and the host's: level = device x host, where device = measured x (1 - run share) / (predicted x
+    (1 - calibration share)) (the run's device seconds against what the profile fitted as device time) and host =
+    (1 - calibration share) / (1 - run share)."""
     out = {"level": measured_s / predicted_s}
     if calibration_share is not None:
-        out["device"] = device_s / (predicted_s * (1 - calibration_share))
+        out["device"] = measured_s * (1 - run_share) / (predicted_s * (1 - calibration_share))
         out["host"] = (1 - calibration_share) / (1 - run_share)
     return out
 
@@ -54,9 +53,9 @@ def run_decode_split(table: "pd.DataFrame", run_steps: "pd.DataFrame", calibrati
     """A run's graph decode level split into its device part and its host part (level_split) against its profile's
     calibration's decode_host_shares (`calibration`; None: the level alone). `table`: its steps' kind, measured_s and
     predicted_s by step (validate's step table), `run_steps` their gpu_time_s and queue_host_s by step. The host
-    share is the time off the device plus, when both sides recorded it (round 47 on), the host's queueing within the
-    device time (`queueing_counted`): the device then waited for the host. None without graph decode steps or device
-    times."""
+    share, on both sides alike, is the time off the device plus, when both sides recorded it (round 47 on), the host's
+    queueing within the device time (`queueing_counted`): the device then waited for the host. None without graph
+    decode steps or device times."""
     if "gpu_time_s" not in run_steps:
         return None
     cols = ["step", "gpu_time_s"] + (["queue_host_s"] if "queue_host_s" in run_steps else [])
@@ -66,13 +65,13 @@ def run_decode_split(table: "pd.DataFrame", run_steps: "pd.DataFrame", calibrati
         return None
     run = decode_host_shares(d.rename(columns={"measured_s": "duration_s"}))
     queueing = run["queue_share"] is not None and calibration is not None and calibration.get("queue_share") is not None
-    measured, device = float(d["measured_s"].sum()), float(d["gpu_time_s"].sum())
-    if queueing:
-        device -= float(d["queue_host_s"].sum())
-    run_share = 1 - device / measured
-    calibration_share = None if calibration is None else (
-        calibration["off_device_share"] + (calibration["queue_share"] if queueing else 0.0))
-    out = level_split(measured, float(d["predicted_s"].sum()), device, run_share, calibration_share)
+
+    def host_share(shares: dict) -> float:
+        return shares["off_device_share"] + (shares["queue_share"] if queueing else 0.0)
+
+    run_share = host_share(run)
+    calibration_share = None if calibration is None else host_share(calibration)
+    out = level_split(float(d["measured_s"].sum()), float(d["predicted_s"].sum()), run_share, calibration_share)
     out.update(steps=run["steps"], queueing_counted=queueing, run_host_share=run_share,
                calibration_host_share=calibration_share, run_off_device_share=run["off_device_share"],
                run_queue_share=run["queue_share"],
