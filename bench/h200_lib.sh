@@ -52,7 +52,8 @@ live_call() {
   gpu_line
 }
 kernel_call() {
-  local whl=../whl; [ -d "$whl" ] || whl=.gpuwt/whl  # the carried wheels (simpy, xxhash: cp312 for the device): from .gpuwt/<copy> or the root
+  # the carried wheels (simpy, xxhash: cp312 for the device Python): from .gpuwt/<copy> or the root
+  local whl=../whl; [ -d "$whl" ] || whl=.gpuwt/whl
   [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site "$whl"/*.whl
   export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
   log=$1/log.txt
