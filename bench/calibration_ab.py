@@ -25,7 +25,7 @@ def compare(timed, advanced, largest_bucket: int = 1024) -> list[dict]:
     """largest_bucket: the calibrated engine's largest mixed-step token bucket (1024 before round 14)."""
     import numpy as np
 
-    from pagesim.cost.profile import GRAPH_BATCH_SIZES, runs_mixed_graph
+    from pagesim.cost.graphs import GRAPH_BATCH_SIZES, runs_mixed_graph
 
     m = timed.merge(advanced, on=["workload", "step"], suffixes=("_t", "_a"), validate="one_to_one")
     timed_keys, kept = set(zip(timed["workload"], timed["step"])), set(zip(advanced["workload"], advanced["step"]))

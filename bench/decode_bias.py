@@ -125,7 +125,7 @@ def level_split(model, cal, run) -> dict:
     d = run[run["kind"] == "graph decode"]
     readings = [c for c in ("gpu_time_s", "queue_host_s") if c in d]  # the run's, beside the table's columns
     table = d.drop(columns=readings).assign(predicted_s=model.forward_times(d))
-    s = run_decode_split(table, d[["step", *readings]], decode_host_shares(cal))
+    s = run_decode_split(table, d[["step", *readings]], decode_host_shares(cal, model.graph_batch_sizes[-1]))
     return {"level": s["level"], "steps": s["steps"], "device": s["device"],
             "calibration_host_share": s["calibration_host_share"], "run_host_share": s["run_host_share"],
             "host_excess": s["run_host_share"] - s["calibration_host_share"], "queueing_counted": s["queueing_counted"],

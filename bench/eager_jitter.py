@@ -41,7 +41,7 @@ import torch
 from engine.calibration import calibration_workloads, run_calibration
 from engine.live import environment, make_executor, warm_up
 from pagesim.config import Config
-from pagesim.cost.profile import runs_mixed_graph
+from pagesim.cost.graphs import runs_mixed_graph
 from pagesim.outputs import check_output_file
 
 WORKLOADS = ("eager-b4-c512", "eager-b24-c1024")

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pagesim.cost.profile import runs_mixed_graph
+from pagesim.cost.graphs import runs_mixed_graph
 from pagesim.outputs import check_output_file, json_text
 
 RATE_EDGES = (0.0, 1e3, 5e3, 1e4, 2e4, 3e4, 4e4, math.inf)  # prefill tokens per second

@@ -27,8 +27,8 @@ from engine.live import (DeviceReadings, environment, make_executor, process_age
                          without_prefix_caching)
 from pagesim.config import Config
 from pagesim.cost.features import StepFeatures, prefill_grid, shared_tokens
-from pagesim.cost.profile import (CALIBRATION_ROWS_SUFFIX, GRAPH_BATCH_SIZES, MAKESPAN_COLUMN, MIXED_GRAPH_TOKEN_SIZES,
-                                  WALK_COLUMNS, FitRowsError)
+from pagesim.cost.graphs import GRAPH_BATCH_SIZES, MIXED_GRAPH_TOKEN_SIZES
+from pagesim.cost.profile import CALIBRATION_ROWS_SUFFIX, MAKESPAN_COLUMN, WALK_COLUMNS, FitRowsError
 from pagesim.errors import UserError
 from pagesim.loop import Arrivals, Hooks, WallClock, drive, run
 from pagesim.options import non_negative_float, positive_int

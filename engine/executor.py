@@ -29,7 +29,7 @@ Decode-only steps run at a padded batch size (the next of 1, 2, 4, ..., 256, up 
 padding rows have slot -1 and context_len 0), replayed from a CUDA graph captured at start, or
 eagerly with the same shapes when graphs are off or on the CPU. Steps with prefill tokens (and
 decode-only steps above the largest decode graph) whose packed token count T fits a token bucket
-(pagesim.cost.profile.mixed_graph_token_sizes: 16, 32, ..., 1024, 1152, ..., 4096) run padded to the bucket, piecewise:
+(pagesim.cost.graphs.mixed_graph_token_sizes: 16, 32, ..., 1024, 1152, ..., 4096) run padded to the bucket, piecewise:
 the forward pass between attentions (embed + layer 0's norm/QKV/RoPE/store; then per layer o_proj,
 norm, MLP and the next layer's norm/QKV/RoPE/store; last o_proj, MLP and the final norm) replays one
 CUDA graph per piece, all captured at start over static buffers sized for the largest bucket, and
@@ -70,7 +70,7 @@ from engine.model import AttentionMetadata, LlamaModel, kv_cache_shape, kv_cache
 from engine.tokens import prompt_token_ids
 from pagesim.config import Config
 # one rule each, shared with the cost model that prices the graphs
-from pagesim.cost.profile import graph_batch_sizes, mixed_graph_token_sizes
+from pagesim.cost.graphs import graph_batch_sizes, mixed_graph_token_sizes, runs_decode_graph, runs_mixed_graph
 from pagesim.utils import cdiv
 from pagesim.request import Request
 from pagesim.specs import ModelSpec
@@ -464,10 +464,11 @@ class GPUExecutor:
             t = self._tokens_for(s.request)
             self._check(s, t)
             (decodes if s.is_decode and s.num_new_tokens == 1 else prefills).append((s, t))
-        if not prefills and len(decodes) <= self.decode_sizes[-1]:
+        prefill_tokens, largest = sum(s.num_new_tokens for s, _ in prefills), self.decode_sizes[-1]
+        if runs_decode_graph(prefill_tokens, len(decodes), largest):  # pagesim.cost.graphs: the profile's rule too
             return self._decode_step(decodes)
-        total = sum(s.num_new_tokens for s, _ in prefills) + len(decodes)
-        if self.mixed_sizes and total <= self.mixed_sizes[-1]:
+        if runs_mixed_graph(prefill_tokens, len(decodes), largest, self.mixed_sizes[-1] if self.mixed_sizes else 0):
+            total = prefill_tokens + len(decodes)
             return self._mixed_step(prefills, decodes, next(t for t in self.mixed_sizes if t >= total))
         return self._eager_step(prefills, decodes)
 

@@ -52,7 +52,8 @@ from pagesim.cost.features import StepFeatures, steps_since_prefill
 from pagesim.cost.governor import Throttle
 from pagesim.cost.jitter import JitteredCostModel, ScaledCostModel, check_sigma
 from pagesim.cost.host_share import HOST_COLUMNS, decode_host_shares, run_decode_split
-from pagesim.cost.profile import OPTIONAL_COLUMNS, calibration_rows_beside, runs_mixed_graph
+from pagesim.cost.graphs import runs_decode_graph, runs_mixed_graph
+from pagesim.cost.profile import OPTIONAL_COLUMNS, calibration_rows_beside
 from pagesim.errors import UserError
 from pagesim.live_targets import PERCENTILES as TARGET_PERCENTILES
 from pagesim.run_warnings import emit, profile_warnings
@@ -278,7 +279,7 @@ def step_kinds(steps: pd.DataFrame, max_graph_batch: int, max_mixed_graph_tokens
     graph replay); a decode-only step beyond the largest graph and the token buckets is 'eager decode'."""
     swap = (steps["num_swap_out_blocks"] + steps["num_swap_in_blocks"]) > 0
     pre, dec = steps["num_prefill_tokens"] > 0, steps["num_decode_seqs"] > 0
-    graph_decode = dec & ~pre & (steps["num_decode_seqs"] <= max_graph_batch)
+    graph_decode = runs_decode_graph(steps["num_prefill_tokens"], steps["num_decode_seqs"], max_graph_batch)
     graph_mixed = runs_mixed_graph(steps["num_prefill_tokens"], steps["num_decode_seqs"], max_graph_batch,
                                    max_mixed_graph_tokens)
     return np.select([swap, graph_mixed, pre & dec, pre, graph_decode],
@@ -345,18 +346,21 @@ def clock_report(steps: pd.DataFrame, cost_model) -> dict | None:
     return out
 
 
-def decode_host_report(step_table: pd.DataFrame, run_steps: pd.DataFrame, spec: str, cost_model) -> dict | None:
+def decode_host_report(step_table: pd.DataFrame, run_steps: pd.DataFrame, spec: str, cost_model,
+                       max_graph_batch: int) -> dict | None:
     """The run's graph decode level (measured / predicted, summed) split into its device part and the host's
     (pagesim.cost.host_share.run_decode_split): the run's share of those steps spent off the device or queueing their
     work against its profile's calibration's, as the fit recorded it (round 48 on) or from the calibration rows saved
     beside the profile (`calibration_source` says which; None for neither, or rows that cannot be read, which the
-    source then names). None for a run without device times (the CPU)."""
+    source then names), whose graph decode steps are those of at most `max_graph_batch` sequences, as the run's. None
+    for a run without device times (the CPU)."""
     calibration = (getattr(cost_model, "fit", None) or {}).get("decode_host")
     source = "the profile's fit" if calibration is not None else None
     rows = calibration_rows_beside(spec) if calibration is None else None  # none beside 'roofline'
     if rows is not None:
         try:
-            calibration = decode_host_shares(pd.read_csv(rows, usecols=lambda c: c in HOST_COLUMNS))
+            calibration = decode_host_shares(pd.read_csv(rows, usecols=lambda c: c in HOST_COLUMNS),
+                                             max_graph_batch)
             source = str(rows) if calibration is not None else None
         except (OSError, ValueError, EOFError) as e:  # a damaged file beside the profile: the split goes without it
             source = f"unreadable: {rows}: {e}"
@@ -722,7 +726,7 @@ def validate(run_dir: str | Path, cost_model_spec: str | None = None, out: str |
     clock = clock_report(run["steps"], cost)
     if clock is not None:
         steps_report["sm_clock"] = clock
-    host = decode_host_report(step_table, run["steps"], spec, cost)
+    host = decode_host_report(step_table, run["steps"], spec, cost, max_graph)
     if host is not None:
         steps_report["decode_host"] = host
     requests_report, sim = request_level(run, cost)

@@ -16,7 +16,7 @@ import pytest
 from engine.calibration import (ADVANCE_TOKENS, DECODE_STEPS_PER_SIZE, STEADY_DECODE_STEPS, TIMED_LARGE_STEPS,
                                 TIMED_WHOLE, NoTime, calibration_peak_blocks, calibration_workloads, run_calibration)
 from pagesim.config import Config
-from pagesim.cost.profile import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
+from pagesim.cost.graphs import GRAPH_BATCH_SIZES, mixed_graph_token_sizes
 
 CONFIG = Config(model="llama-3-8b", gpu="h200", num_gpu_blocks=40000, max_num_seqs=256, max_num_batched_tokens=8192)
 

@@ -20,9 +20,9 @@ from pagesim.config import Config
 from pagesim.cost import ProfileCostModel, RooflineCostModel, StepFeatures, fit_profile, make_cost_model
 from pagesim.cost.features import (PERSISTENT_MAX_Q, PREFILL_TILE, persistent_max_q, prefill_grid, prefill_makespan,
                                    prefill_walks)
+from pagesim.cost.graphs import graph_batch_sizes, mixed_graph_token_sizes
 from pagesim.cost.profile import (AFTER_PREFILL_EDGES, MAKESPAN, MIXED_FEATURES, WAVES, calibration_steps_since_prefill,
-                                  graph_batch_sizes, mixed_features, mixed_graph_token_sizes, num_splits, prefill_waves,
-                                  shared_read_discount)
+                                  mixed_features, num_splits, prefill_waves, shared_read_discount)
 from pagesim.errors import UserError
 from pagesim.request import Request
 from pagesim.scheduler import ScheduledRequest, Scheduler, StepPlan
@@ -814,6 +814,30 @@ def test_committed_profile_is_reproduced_by_refit(committed):
     for name, value in committed.coefficients.items():
         assert refitted.coefficients[name] == pytest.approx(value, rel=1e-6, abs=1e-15), name
     assert report["mape"] == pytest.approx(d["report"]["mape"], rel=1e-6)
+
+
+@pytest.mark.parametrize("second_knee_error, kept", [(1 - 1e-13, 2), (1 - 1e-6, 4)])
+def test_knees_the_rows_cannot_tell_apart_give_the_first_of_them(monkeypatch, second_knee_error, kept):
+    """Two knees whose fits differ by rounding alone (every eager row above both: the hinge is then a line) are one
+    fit: the first knee is kept, whichever the machine's last bits favour (a device's calibration and a refit of its
+    rows on another machine chose 38 and 91 tokens for round 50's H100 rows); a knee better by more is taken."""
+    from pagesim.cost import profile as P
+
+    design, fit_l1, knee = P._eager_design, P._fit_relative_l1, []
+
+    def eager_design(cols, sel, k, *args):
+        knee.append(k)
+        return design(cols, sel, k, *args)
+
+    def fit_relative_l1(a, y):
+        x, err = fit_l1(a, y)
+        return x, err * (second_knee_error if knee and knee[-1] == 4 else 1.0)  # the second knee's
+
+    monkeypatch.setattr(P, "_eager_design", eager_design)
+    monkeypatch.setattr(P, "_fit_relative_l1", fit_relative_l1)
+    rows = frame(calibration_grid(), known_profile().step_time)
+    _, report = fit_profile(rows, "llama-3-8b", "h200", knees=(2, 4))  # every eager row has more tokens
+    assert report["knee_tokens"] == kept
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -16,19 +16,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pagesim.cost.graphs import runs_decode_graph
+
 if TYPE_CHECKING:
     import pandas as pd
 
 HOST_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "duration_s", "gpu_time_s", "queue_host_s")  # what they read
 
 
-def decode_host_shares(steps: "pd.DataFrame") -> dict | None:
-    """Over the decode-only steps of a calibration's rows or a run's steps (duration_s, gpu_time_s, and queue_host_s
-    since round 47): their count, the share of their summed duration spent off the device, and the share the host's
-    queueing took within the device time (None without queue_host_s). None without device times (a CPU run)."""
+def decode_host_shares(steps: "pd.DataFrame", max_graph_batch: int) -> dict | None:
+    """Over the graph decode steps (pagesim.cost.graphs.runs_decode_graph, with the largest decode graph's batch
+    `max_graph_batch`) of a calibration's rows or a run's steps (duration_s, gpu_time_s, and queue_host_s since round
+    47): their count, the share of their summed duration spent off the device, and the share the host's queueing took
+    within the device time (None without queue_host_s). None without device times (a CPU run)."""
     if "gpu_time_s" not in steps:
         return None
-    d = steps[(steps["num_prefill_tokens"] == 0) & (steps["num_decode_seqs"] > 0) & steps["gpu_time_s"].notna()]
+    graph = runs_decode_graph(steps["num_prefill_tokens"], steps["num_decode_seqs"], max_graph_batch)
+    d = steps[graph & steps["gpu_time_s"].notna()]
     if d.empty:
         return None
     duration = float(d["duration_s"].sum())
@@ -63,7 +67,7 @@ def run_decode_split(table: "pd.DataFrame", run_steps: "pd.DataFrame", calibrati
     d = d[d["gpu_time_s"].notna()]
     if d.empty:
         return None
-    run = decode_host_shares(d.rename(columns={"measured_s": "duration_s"}))
+    run = decode_host_shares(d.rename(columns={"measured_s": "duration_s"}), int(d["num_decode_seqs"].max()))  # every row is one
     queueing = run["queue_share"] is not None and calibration is not None and calibration.get("queue_share") is not None
 
     def host_share(shares: dict) -> float:

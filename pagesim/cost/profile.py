@@ -177,6 +177,7 @@ from pagesim.config import KV_CACHE_DTYPE_BYTES
 from pagesim.cost.decode_split import decode_waves, num_decode_splits
 from pagesim.cost.features import StepFeatures, prefill_grid, steps_since_prefill
 from pagesim.cost.governor import ClockGovernor
+from pagesim.cost.graphs import graph_batch_sizes, runs_decode_graph, runs_mixed_graph
 from pagesim.cost.host_share import decode_host_shares
 from pagesim.cost.roofline import MEM_EFFICIENCY, PCIE_EFFICIENCY
 from pagesim.errors import UserError, not_a_file
@@ -214,6 +215,7 @@ MAKESPAN_COLUMN = "prefill_makespan"
 PREFILL_CONTEXT = "prefill_context_tokens"
 KNEES = tuple(round(16 * 2 ** (i / 4)) for i in range(33))  # 16 .. 4096 tokens, 4 per octave
 LANES = tuple(round(4 * 2 ** (i / 2)) for i in range(15))  # 4 .. 512 sequences, 2 per octave
+TIE_TOLERANCE = 1e-9  # relative: fits whose errors differ by less are the same fit (the knee's, the first kept)
 PARALLEL_FIT_ROWS = 1000  # rows from which fit_profile fits the clock shares in parallel processes by default
 CLOCK_SENSITIVITIES = tuple(i / 20 for i in range(7))  # 0 .. 0.3: the share of a step's time that scales with the clock
 # Decode steps soon after a prefill (StepFeatures.steps_since_prefill) cost a factor more, one per bucket of
@@ -224,8 +226,6 @@ AFTER_PREFILL_LARGE = 1024
 REQUIRED_KEYS = ("kind", "model", "gpu", "features", "coefficients", "knee_tokens")
 UNRECORDED_BLOCK_SIZE = 16  # what a profile without config.block_size is taken to have timed: calibrate's default
 # --block-size (engine.calibration.CALIBRATE_DEFAULTS), which every calibration has run at so far
-# The padded decode batch sizes the engine captures CUDA graphs at; engine.executor imports this rule.
-GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class FitRowsError(UserError):
@@ -234,35 +234,6 @@ class FitRowsError(UserError):
 
     def __str__(self) -> str:
         return f"calibration rows: {self.args[0]}"
-
-
-def graph_batch_sizes(max_num_seqs: int) -> tuple[int, ...]:
-    """The CUDA-graph batch sizes: the common sizes below max_num_seqs, then max_num_seqs (at most 256)."""
-    sizes = [b for b in GRAPH_BATCH_SIZES if b < max_num_seqs]
-    return tuple(sizes + [min(max_num_seqs, GRAPH_BATCH_SIZES[-1])])
-
-
-# The packed token counts the engine captures piecewise CUDA graphs of mixed and prefill steps at (a step of T
-# tokens runs padded to the next size; beyond the last one it runs eagerly); engine.executor imports this rule.
-# Above 1024 tokens the buckets are 128 tokens apart to 2048 and 512 apart to 4096, so padding adds at most an eighth
-# of a step's tokens up to 2048 and a quarter above. Round 14 graphed steps of 1025-4096 tokens, which ran eagerly
-# before: such eager steps varied by 20-50% for one shape, the GPU waiting on Python's launches and on host pauses
-# inside cuBLAS calls (round 13, bench/eager_jitter.py).
-MIXED_GRAPH_TOKEN_SIZES = (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024,
-                           1152, 1280, 1408, 1536, 1664, 1792, 1920, 2048, 2560, 3072, 3584, 4096)
-
-
-def mixed_graph_token_sizes(max_num_batched_tokens: int) -> tuple[int, ...]:
-    """The mixed-step token buckets: the sizes below max_num_batched_tokens, then it (at most 4096)."""
-    largest = min(max_num_batched_tokens, MIXED_GRAPH_TOKEN_SIZES[-1])
-    return tuple([t for t in MIXED_GRAPH_TOKEN_SIZES if t < largest] + [largest])
-
-
-def runs_mixed_graph(p_tokens, d_seqs, max_graph_batch: int, max_mixed_tokens: int):
-    """Whether a step replays the mixed-step graphs (scalars or numpy arrays): it has prefill tokens, or more decode
-    rows than the largest decode graph, in at most the largest token bucket's tokens (max_mixed_tokens 0: none
-    does). The profile, its fit and validate's step kinds ask this; the executor decides it the same way."""
-    return ((p_tokens > 0) | (d_seqs > max_graph_batch)) & (p_tokens + d_seqs <= max_mixed_tokens)
 
 
 def graph_features(sizes, sharing: bool = False) -> tuple[str, ...]:
@@ -857,6 +828,10 @@ def _mixed_design(cols, sel, mixed_sizes, lanes, split, heads_sms: tuple[int, in
                            + [(t >= s) * 1.0 for s in mixed_sizes[1:]])
 
 
+def _is_decode_graph(cols, sel, sizes) -> np.ndarray:
+    return runs_decode_graph(cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel], sizes[-1])
+
+
 def _is_mixed_graph(cols, sel, sizes, mixed_sizes) -> np.ndarray:
     return runs_mixed_graph(cols["num_prefill_tokens"][sel], cols["num_decode_seqs"][sel], sizes[-1],
                             mixed_sizes[-1] if mixed_sizes else 0)
@@ -866,7 +841,7 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
                       per_sm: tuple[int, ...] = ()) -> dict:
     """Every kind's coefficients from the rows in `sel` (indices); returns them with the knee, the lanes and fit details."""
     rows_idx = np.asarray(sel)
-    is_graph = (cols["num_prefill_tokens"][rows_idx] == 0) & (cols["num_decode_seqs"][rows_idx] <= sizes[-1])
+    is_graph = _is_decode_graph(cols, rows_idx, sizes)
     is_mixed = _is_mixed_graph(cols, rows_idx, sizes, mixed_sizes)
     graph_rows, eager_rows, mixed_rows = rows_idx[is_graph], rows_idx[~is_graph & ~is_mixed], rows_idx[is_mixed]
     sharing = bool(cols["decode_shared_tokens"][rows_idx].any())  # else the fit is the one without sharing
@@ -897,7 +872,9 @@ def _fit_coefficients(cols, y, sel, sizes, knees, split, lanes_grid, mixed_sizes
         longest = _longest(cols, eager_rows, split, k)
         for knee in knees:
             x, err = _fit_relative_l1(_eager_design(cols, eager_rows, knee, names, longest), y[eager_rows])
-            if best is None or err < best[0]:
+            # better by more than rounding: knees the rows cannot tell apart (every eager row above them: the hinge
+            # is then a line) tie to the last bits, which the machine's arithmetic decides; the first of them is kept
+            if best is None or err < best[0] * (1 - TIE_TOLERANCE):
                 best = (err, knee, x, g_err, k, g_x)
     err, knee, x, g_err, lanes, g_x = best
     coefficients.update(zip(gnames, map(float, g_x)))
@@ -1047,9 +1024,10 @@ def calibration_rows_beside(profile_path: str | Path) -> Path | None:
 
 
 def _with_decode_host(profile: "ProfileCostModel", report: dict, rows: "pd.DataFrame") -> tuple["ProfileCostModel", dict]:
-    """The fit with its calibration's decode host shares recorded (fit["decode_host"], rows with device times only):
+    """The fit with its calibration's graph decode steps' host shares recorded (fit["decode_host"], rows with device
+    times only):
     validate compares a run's with them (pagesim.cost.host_share)."""
-    shares = decode_host_shares(rows)
+    shares = decode_host_shares(rows, profile.graph_batch_sizes[-1])
     if shares is not None:
         profile.fit["decode_host"] = report["decode_host"] = shares
     return profile, report
@@ -1211,7 +1189,7 @@ def _fit_at_one_clock(rows: "pd.DataFrame", model: str, gpu: str, *, test_fracti
         train = scored = idx
         n_test = len(idx) if folds else 0
     ape = np.abs(predicted[scored] / y[scored] - 1)
-    is_graph = (cols["num_prefill_tokens"][scored] == 0) & (cols["num_decode_seqs"][scored] <= sizes[-1])
+    is_graph = _is_decode_graph(cols, scored, sizes)
     is_mixed = _is_mixed_graph(cols, scored, sizes, mixed_sizes)
 
     def summary(a):

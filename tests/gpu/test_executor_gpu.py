@@ -19,7 +19,7 @@ import torch
 from engine.executor import GPUExecutor, config_for_device, kv_block_bytes
 from engine.model import LlamaModel
 from pagesim.config import Config
-from pagesim.cost.profile import mixed_graph_token_sizes
+from pagesim.cost.graphs import mixed_graph_token_sizes
 from pagesim.request import Request
 from pagesim.scheduler import StepPlan
 from pagesim.specs import GIB, get_model
