@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -496,6 +497,29 @@ def test_graph_batch_sizes_stop_at_max_num_seqs():
     assert graph_batch_sizes(100) == (1, 2, 4, 8, 16, 32, 64, 100)
     assert graph_batch_sizes(1) == (1,)
     assert graph_batch_sizes(1024)[-1] == 256
+
+
+@pytest.mark.parametrize("prefill_tokens, num_decodes", [(0, 1), (0, 4), (0, 5), (0, 32), (0, 33), (3, 0), (3, 29),
+                                                           (3, 30), (32, 0), (33, 0), (16, 4)])
+def test_the_executor_runs_each_step_as_validate_and_the_profile_classify_it(prefill_tokens, num_decodes):
+    """The executor's choice between a decode graph, the padded mixed-step pieces and an eager step is
+    pagesim.cost.graphs' rule, which the profile's fit and validate's step kinds use: at and across both
+    boundaries (the largest decode graph, 4 sequences here; the largest token bucket, 32 tokens)."""
+    from types import SimpleNamespace
+
+    from pagesim.validate import step_kinds
+
+    chunk = SimpleNamespace(is_decode=False, num_new_tokens=prefill_tokens, request=None)
+    decode = SimpleNamespace(is_decode=True, num_new_tokens=1, request=None)
+    plan = SimpleNamespace(scheduled=[chunk] * bool(prefill_tokens) + [decode] * num_decodes)
+    fake = SimpleNamespace(decode_sizes=(1, 2, 4), mixed_sizes=(16, 32), _tokens_for=lambda r: None,
+                           _check=lambda s, t: None, _decode_step=lambda d: "graph decode",
+                           _mixed_step=lambda p, d, bucket: "graph mixed", _eager_step=lambda p, d: "eager")
+    ran = GPUExecutor._forward(fake, plan)
+    steps = pd.DataFrame({"num_prefill_tokens": [prefill_tokens], "num_decode_seqs": [num_decodes],
+                          "num_swap_out_blocks": [0], "num_swap_in_blocks": [0]})
+    kind = step_kinds(steps, 4, 32)[0]
+    assert ran == (kind if kind in ("graph decode", "graph mixed") else "eager"), (ran, kind)
 
 
 def test_config_for_device_keeps_a_given_block_count(toy_model):
