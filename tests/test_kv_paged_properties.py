@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from pagesim.block_hash import request_block_hashes
 from pagesim.config import Config
 from pagesim.kv_paged import PagedKVCacheManager
 from pagesim.utils import cdiv
@@ -170,12 +171,33 @@ class PagedManagerMachine(RuleBasedStateMachine):
         prompt = tuple(t for t in self.tokens[rid] if not isinstance(t, tuple)) + tuple(tail)
         self.add_request(prompt, output_len)
 
+    def _looked_up(self, r: Request) -> tuple[list, int]:
+        """get_computed_blocks(r), checked against a lookup from scratch: the longest run of leading blocks
+        cached, each the first cached copy of its hash."""
+        EVENTS["lookup"] += 1
+        hits, num_hit = self.kv.get_computed_blocks(r)
+        max_blocks = (r.num_tokens - 1) // self.bs
+        fresh = []
+        for h in request_block_hashes(r, max_blocks, self.bs)[:max_blocks]:
+            block = self.kv.pool.get_cached_block(h)
+            if block is None:
+                break
+            fresh.append(block.block_id)
+        assert [b.block_id for b in hits] == fresh, f"{r.request_id}: hits {[b.block_id for b in hits]}, from scratch {fresh}"
+        return hits, num_hit
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def look_up(self, data):
+        """A waiting request's prefix lookup without admitting it (the blocked head is asked every step)."""
+        self._looked_up(data.draw(st.sampled_from(self.waiting)))
+
     @precondition(lambda self: self.waiting)
     @rule(data=st.data(), chunk=st.integers(1, 24))
     def admit(self, data, chunk):
         r = data.draw(st.sampled_from(self.waiting))
         assert not r.block_ids and r.num_computed_tokens == 0
-        hits, num_hit = self.kv.get_computed_blocks(r)
+        hits, num_hit = self._looked_up(r)
         assert num_hit == len(hits) * self.bs and num_hit <= r.num_tokens - 1
         for i, b in enumerate(hits):
             assert self.content.get(b.block_id) == self._prefix(r, i), (
@@ -417,7 +439,7 @@ def test_manager_machine_really_hits_the_prefix_cache():
         pytest.skip("the state machine did not run in this session")
     assert sum(h > 0 for h in HIT_TOTAL) >= 5, f"too few runs with prefix hits: {HIT_TOTAL}"
     wanted = ["admitted", "admitted with prefix hit", "admission refused", "growth refused", "fork with copy",
-              "fork refused", "swapped out", "swapped in", "finished", "blocks cached"]
+              "fork refused", "swapped out", "swapped in", "finished", "blocks cached", "lookup"]
     assert all(EVENTS[w] >= 3 for w in wanted), f"some operations were (almost) never exercised: {dict(EVENTS)}"
     print(dict(EVENTS))
 

@@ -258,3 +258,53 @@ def test_ideal_hit_rate_takes_requests_in_arrival_order_not_list_order():
         Request("b", 1.0, 20, 1, seq_no=0, prompt_token_ids=t[:20])
     # a (16 tokens) first: b hits its 4 blocks. (b first, a would hit only 3: its cap is 15 tokens.)
     assert ideal_prefix_cache_hit_rate([long, short], 4) == pytest.approx(16 / 36)
+
+
+# ---- the blocked head's lookup, asked again ------------------------------------------------------
+def _from_scratch(kv, r: Request) -> list[int]:
+    """The longest run of r's leading blocks cached, each the first cached copy of its hash: a lookup from nothing."""
+    max_blocks = (r.num_tokens - 1) // kv.block_size
+    out = []
+    for h in request_block_hashes(r, max_blocks, kv.block_size)[:max_blocks]:
+        block = kv.pool.get_cached_block(h)
+        if block is None:
+            break
+        out.append(block.block_id)
+    return out
+
+
+def test_a_lookup_asked_again_follows_the_evictions_and_the_blocks_cached_in_between():
+    """The waiting head is looked up again every step it stays blocked: a hit whose hash was evicted since ends the
+    run there, and a first miss cached since extends it. Each answer equals a lookup from scratch (round 50 tried
+    bringing the last lookup up to date instead of scanning again: not kept, docs/speed-history.md)."""
+    from pagesim.kv_paged import PagedKVCacheManager
+
+    kv = PagedKVCacheManager(Config(model="toy", block_size=4, num_gpu_blocks=9, enable_prefix_caching=True,
+                                    max_model_len=64, max_num_batched_tokens=64, watermark=0.0))
+
+    def compute(r: Request, free: bool = True) -> None:  # admitted with its hits found from scratch, all computed
+        hits = [kv.pool.blocks[i] for i in _from_scratch(kv, r)]
+        num_hit = len(hits) * kv.block_size
+        assert kv.allocate_slots(r, r.prompt_len - num_hit, hits, num_hit, admission=True, num_running=0)
+        r.num_computed_tokens = r.prompt_len
+        if free:
+            kv.free(r)
+
+    def head_hits() -> list[int]:
+        hits, num_hit = kv.get_computed_blocks(head)
+        assert num_hit == len(hits) * kv.block_size
+        assert [b.block_id for b in hits] == _from_scratch(kv, head)
+        return [b.block_id for b in hits]
+
+    tokens = tuple(range(25))
+    compute(Request("a", 0.0, 21, 2, prompt_token_ids=tokens[:21]))  # 5 full blocks cached, then free (LRU)
+    head = Request("head", 1.0, 25, 2, prompt_token_ids=tokens)  # its first 5 blocks are a's
+    assert len(head_hits()) == 5
+    other = Request("other", 2.0, 16, 2, prompt_token_ids=tuple(range(100, 116)))
+    compute(other, free=False)  # 4 blocks: the 3 never cached, then the least recently used cached one (a's last)
+    assert len(head_hits()) == 4  # cut at the evicted block
+    kv.free(other)
+    compute(Request("again", 3.0, 21, 2, prompt_token_ids=tokens[:21]))  # a's last block computed and cached again
+    assert len(head_hits()) == 5  # the first miss is cached since: the run scanned on from it
+    compute(Request("more", 4.0, 16, 2, prompt_token_ids=tuple(range(200, 216))), free=False)
+    assert len(head_hits()) == 4
