@@ -32,7 +32,11 @@ def decode_host_shares(steps: "pd.DataFrame", max_graph_batch: int) -> dict | No
     if "gpu_time_s" not in steps:
         return None
     graph = runs_decode_graph(steps["num_prefill_tokens"], steps["num_decode_seqs"], max_graph_batch)
-    d = steps[graph & steps["gpu_time_s"].notna()]
+    return _shares(steps[graph & steps["gpu_time_s"].notna()])
+
+
+def _shares(d: "pd.DataFrame") -> dict | None:
+    """decode_host_shares over the rows `d`, all of them graph decode steps with device times (None for none)."""
     if d.empty:
         return None
     duration = float(d["duration_s"].sum())
@@ -67,7 +71,7 @@ def run_decode_split(table: "pd.DataFrame", run_steps: "pd.DataFrame", calibrati
     d = d[d["gpu_time_s"].notna()]
     if d.empty:
         return None
-    run = decode_host_shares(d.rename(columns={"measured_s": "duration_s"}), int(d["num_decode_seqs"].max()))  # every row is one
+    run = _shares(d.rename(columns={"measured_s": "duration_s"}))
     queueing = run["queue_share"] is not None and calibration is not None and calibration.get("queue_share") is not None
 
     def host_share(shares: dict) -> float:

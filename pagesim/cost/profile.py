@@ -1025,8 +1025,7 @@ def calibration_rows_beside(profile_path: str | Path) -> Path | None:
 
 def _with_decode_host(profile: "ProfileCostModel", report: dict, rows: "pd.DataFrame") -> tuple["ProfileCostModel", dict]:
     """The fit with its calibration's graph decode steps' host shares recorded (fit["decode_host"], rows with device
-    times only):
-    validate compares a run's with them (pagesim.cost.host_share)."""
+    times only): validate compares a run's with them (pagesim.cost.host_share)."""
     shares = decode_host_shares(rows, profile.graph_batch_sizes[-1])
     if shares is not None:
         profile.fit["decode_host"] = report["decode_host"] = shares
