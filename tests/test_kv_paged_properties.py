@@ -187,12 +187,6 @@ class PagedManagerMachine(RuleBasedStateMachine):
         return hits, num_hit
 
     @precondition(lambda self: self.waiting)
-    @rule(data=st.data())
-    def look_up(self, data):
-        """A waiting request's prefix lookup without admitting it (the blocked head is asked every step)."""
-        self._looked_up(data.draw(st.sampled_from(self.waiting)))
-
-    @precondition(lambda self: self.waiting)
     @rule(data=st.data(), chunk=st.integers(1, 24))
     def admit(self, data, chunk):
         r = data.draw(st.sampled_from(self.waiting))
