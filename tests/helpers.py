@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pagesim.accounting import request_slots
+from pagesim.block_hash import request_block_hashes
 from pagesim.config import Config
 from pagesim.loop import Arrivals, Hooks, VirtualClock, run
 from pagesim.loop import drive as loop_drive
@@ -333,4 +334,17 @@ def make_requests(specs, start_seq: int = 0, **common) -> list[Request]:
         fields = {"arrival_time": 0.0, **common, **fields}
         seq = start_seq + i
         out.append(Request(request_id=f"r{seq}", seq_no=seq, **fields))
+    return out
+
+
+def prefix_hits_from_scratch(kv: PagedKVCacheManager, r) -> list[int]:
+    """The block ids get_computed_blocks(r) must answer, found from nothing: the longest run of r's leading blocks
+    cached (at most num_tokens - 1 tokens), each the first cached copy of its hash."""
+    max_blocks = (r.num_tokens - 1) // kv.block_size
+    out = []
+    for h in request_block_hashes(r, max_blocks, kv.block_size)[:max_blocks]:
+        block = kv.pool.get_cached_block(h)
+        if block is None:
+            break
+        out.append(block.block_id)
     return out

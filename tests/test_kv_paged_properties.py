@@ -29,13 +29,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pagesim.block_hash import request_block_hashes
 from pagesim.config import Config
 from pagesim.kv_paged import PagedKVCacheManager
 from pagesim.utils import cdiv
 from pagesim.request import Request, RequestStatus
 from pagesim.scheduler import Scheduler
-from tests.helpers import assert_all_done, check_paged, check_plan, check_scheduler, swap_space_for
+from tests.helpers import (assert_all_done, check_paged, check_plan, check_scheduler, prefix_hits_from_scratch,
+                           swap_space_for)
 
 MACHINE_SETTINGS = settings(
     max_examples=700, stateful_step_count=60, deadline=None, suppress_health_check=list(HealthCheck),
@@ -176,13 +176,7 @@ class PagedManagerMachine(RuleBasedStateMachine):
         cached, each the first cached copy of its hash."""
         EVENTS["lookup"] += 1
         hits, num_hit = self.kv.get_computed_blocks(r)
-        max_blocks = (r.num_tokens - 1) // self.bs
-        fresh = []
-        for h in request_block_hashes(r, max_blocks, self.bs)[:max_blocks]:
-            block = self.kv.pool.get_cached_block(h)
-            if block is None:
-                break
-            fresh.append(block.block_id)
+        fresh = prefix_hits_from_scratch(self.kv, r)
         assert [b.block_id for b in hits] == fresh, f"{r.request_id}: hits {[b.block_id for b in hits]}, from scratch {fresh}"
         return hits, num_hit
 

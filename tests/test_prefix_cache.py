@@ -25,7 +25,7 @@ from pagesim.scheduler import Scheduler
 from pagesim.simulator import simulate
 from pagesim.traces.schema import trace_from_frame
 from pagesim.traces.synth import synthesize
-from tests.helpers import assert_all_done, drive, make_requests
+from tests.helpers import assert_all_done, drive, make_requests, prefix_hits_from_scratch
 
 
 # ---- keys ----------------------------------------------------------------------------------------------
@@ -261,18 +261,6 @@ def test_ideal_hit_rate_takes_requests_in_arrival_order_not_list_order():
 
 
 # ---- the blocked head's lookup, asked again ------------------------------------------------------
-def _from_scratch(kv, r: Request) -> list[int]:
-    """The longest run of r's leading blocks cached, each the first cached copy of its hash: a lookup from nothing."""
-    max_blocks = (r.num_tokens - 1) // kv.block_size
-    out = []
-    for h in request_block_hashes(r, max_blocks, kv.block_size)[:max_blocks]:
-        block = kv.pool.get_cached_block(h)
-        if block is None:
-            break
-        out.append(block.block_id)
-    return out
-
-
 def test_a_lookup_asked_again_follows_the_evictions_and_the_blocks_cached_in_between():
     """The waiting head is looked up again every step it stays blocked: a hit whose hash was evicted since ends the
     run there, and a first miss cached since extends it. Each answer equals a lookup from scratch (round 50 tried
@@ -283,7 +271,7 @@ def test_a_lookup_asked_again_follows_the_evictions_and_the_blocks_cached_in_bet
                                     max_model_len=64, max_num_batched_tokens=64, watermark=0.0))
 
     def compute(r: Request, free: bool = True) -> None:  # admitted with its hits found from scratch, all computed
-        hits = [kv.pool.blocks[i] for i in _from_scratch(kv, r)]
+        hits = [kv.pool.blocks[i] for i in prefix_hits_from_scratch(kv, r)]
         num_hit = len(hits) * kv.block_size
         assert kv.allocate_slots(r, r.prompt_len - num_hit, hits, num_hit, admission=True, num_running=0)
         r.num_computed_tokens = r.prompt_len
@@ -293,7 +281,7 @@ def test_a_lookup_asked_again_follows_the_evictions_and_the_blocks_cached_in_bet
     def head_hits() -> list[int]:
         hits, num_hit = kv.get_computed_blocks(head)
         assert num_hit == len(hits) * kv.block_size
-        assert [b.block_id for b in hits] == _from_scratch(kv, head)
+        assert [b.block_id for b in hits] == prefix_hits_from_scratch(kv, head)
         return [b.block_id for b in hits]
 
     tokens = tuple(range(25))
